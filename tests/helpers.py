@@ -1,0 +1,91 @@
+"""Real processes for tests: start them in their own process group, wait for states with a
+deadline, and always kill every process group they created (psutil's ``reap_children`` and
+pystack's test utilities do the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, List, Optional
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+TRAIN = [PY, "-m", "probes.train"]
+DLWATCH = [PY, "-m", "watchdog"]
+
+
+def start(cmd: List[str], **kw) -> subprocess.Popen:
+    """Start ``cmd`` in a new session (so its whole group can be killed) from the repo root."""
+    kw.setdefault("cwd", ROOT)
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    kw.setdefault("text", True)
+    return subprocess.Popen(cmd, start_new_session=True, **kw)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``, every descendant and every process group among them, then reap."""
+    pgids, pids = set(), set()
+    try:
+        root = psutil.Process(proc.pid)
+        for p in [root] + root.children(recursive=True):
+            pids.add(p.pid)
+            try:
+                pgids.add(os.getpgid(p.pid))
+            except OSError:
+                pass
+    except psutil.Error:
+        pass
+    pgids.add(proc.pid)
+    pgids.discard(os.getpgrp())
+    for g in pgids:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        proc.communicate(timeout=10)
+    except Exception:
+        pass
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def reports(report_dir: str) -> List[str]:
+    """Finished report folders under ``report_dir`` (temporary ones excluded), oldest first."""
+    if not os.path.isdir(report_dir):
+        return []
+    return sorted(os.path.join(report_dir, n) for n in os.listdir(report_dir) if not n.startswith("."))
+
+
+def load_report(folder: str) -> dict:
+    with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def workers_started_t(stdout: str) -> Optional[float]:
+    """The wall-clock time the job printed in its first ``workers-started`` line."""
+    for line in stdout.splitlines():
+        if "workers-started" in line:
+            return float(line.rsplit("t=", 1)[1])
+    return None

@@ -1,0 +1,219 @@
+"""End-to-end: real training jobs, real DataLoader deadlocks, real py-spy, under ``dlwatch``.
+
+Every test that starts a hang is bounded (pytest-timeout, and ``communicate(timeout=…)``)
+and kills every process group it started in ``finally``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+import subprocess
+
+import pytest
+
+from tests.helpers import DLWATCH, PY, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
+
+STALL_S, INTERVAL_S = 5.0, 1.0
+
+
+def _parse_iso(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def run_dlwatch(args, job, timeout_s=120):
+    proc = start(DLWATCH + ["run"] + args + ["--"] + job)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    finally:
+        kill_tree(proc)
+
+
+def test_healthy_job_exits_0_without_report(tmp_path):
+    code, out, err = run_dlwatch(
+        ["--stall-timeout", "5", "--report-dir", str(tmp_path)],
+        TRAIN + ["--num-workers", "2", "--epochs", "3"],
+    )
+    assert code == 0, err
+    assert "[train] done" in out
+    assert reports(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("busy_thread", [False, True], ids=["plain", "busy-background-thread"])
+def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
+    job = TRAIN + ["--fault", "fork-lock", "--num-workers", "2"] + (["--busy-thread"] if busy_thread else [])
+    code, out, err = run_dlwatch(
+        ["--stall-timeout", str(STALL_S), "--interval", str(INTERVAL_S), "--on-hang", "terminate", "--terminate-grace", "3", "--report-dir", str(tmp_path)],
+        job,
+    )
+    assert code == 124, err
+    found = reports(str(tmp_path))
+    assert len(found) == 1, found
+    doc = load_report(found[0])
+    first = doc["diagnoses"][0]
+    assert first["kind"] == "fork_inherited_lock", first
+    assert first["severity"] == "hang" and 0 < first["confidence"] <= 1
+    assert first["location"].endswith("probes/train.py:" + str(_lock_line()))
+    roles = {p["pid"]: p for p in doc["processes"]}
+    workers = [p for p in roles.values() if p["role"] == "dataloader_worker"]
+    assert len(workers) == 2
+    assert set(first["pids"]) == {w["pid"] for w in workers}
+    for p in workers + [roles[doc["job"]["pid"]]]:
+        assert p["stack"]["threads"], p
+    main = roles[doc["job"]["pid"]]
+    assert any(f["function"].endswith("_try_get_data") for t in main["stack"]["threads"] for f in t["frames"])
+    blocked_at = workers_started_t(out)
+    assert blocked_at is not None, out
+    detected = _parse_iso(doc["detected_at"])
+    assert detected - blocked_at <= STALL_S + 3 * INTERVAL_S + 5, (detected - blocked_at)
+    # Written for the owner only; summary on stderr.
+    folder = found[0]
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.join(folder, "report.json")).st_mode) == 0o600
+    assert "fork_inherited_lock" in err
+
+
+def _lock_line() -> int:
+    with open(os.path.join(os.path.dirname(__file__), "..", "probes", "train.py"), encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip().startswith("with _SAMPLE_LOCK:"):
+                return i
+    raise AssertionError("lock line not found")
+
+
+def test_fork_lock_without_pyspy_still_reports_from_proc(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("py_spy:\n  path: /nonexistent/py-spy\n")
+    code, out, err = run_dlwatch(
+        ["--config", str(cfg), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")],
+        TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
+    )
+    assert code == 124, err
+    (folder,) = reports(str(tmp_path / "r"))
+    doc = load_report(folder)
+    first = doc["diagnoses"][0]
+    assert first["kind"] == "fork_inherited_lock"
+    assert first["confidence"] < 0.7
+    assert "py-spy is not installed" in doc["pyspy_problem"]
+    workers = [p for p in doc["processes"] if p["role"] == "dataloader_worker"]
+    assert workers and all(p["threads_proc"] and p["threads_proc"][0]["wchan"] for p in workers)
+
+
+def test_attach_finds_the_same_hang(tmp_path):
+    job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
+    watcher = None
+    try:
+        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path)])
+        out, err = watcher.communicate(timeout=120)
+        assert watcher.returncode == 124, err
+        (folder,) = reports(str(tmp_path))
+        doc = load_report(folder)
+        assert doc["diagnoses"][0]["kind"] == "fork_inherited_lock"
+        assert doc["job"]["pid"] == job.pid
+        job.wait(timeout=10)
+    finally:
+        kill_tree(job)
+        if watcher is not None:
+            kill_tree(watcher)
+
+
+def test_attach_report_mode_exits_3_after_reporting(tmp_path):
+    job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
+    watcher = None
+    try:
+        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)])
+        wait_for(lambda: reports(str(tmp_path)), 90, "a report")
+        # report mode: the job keeps running and the same hang is not reported twice.
+        import time
+
+        time.sleep(6)
+        assert job.poll() is None
+        assert len(reports(str(tmp_path))) == 1
+        kill_tree(job)
+        out, err = watcher.communicate(timeout=30)
+        assert watcher.returncode == 3, err
+    finally:
+        kill_tree(job)
+        if watcher is not None:
+            kill_tree(watcher)
+
+
+def test_job_exit_code_passes_through(tmp_path):
+    code, _, err = run_dlwatch(["--stall-timeout", "5", "--report-dir", str(tmp_path)], [PY, "-c", "import sys; sys.exit(3)"])
+    assert code == 3, err
+    assert reports(str(tmp_path)) == []
+
+
+def test_sleeping_main_is_stall_outside_loader_and_not_terminated(tmp_path):
+    proc = start(DLWATCH + ["run", "--stall-timeout", "3", "--on-hang", "terminate", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(600)"])
+    try:
+        (folder,) = wait_for(lambda: reports(str(tmp_path)), 60, "a report")
+        doc = load_report(folder)
+        assert doc["diagnoses"][0]["kind"] == "stall_outside_loader"
+        assert all(d["kind"] not in ("fork_inherited_lock", "worker_stuck") for d in doc["diagnoses"])
+        assert doc["action"] == "report"
+        assert proc.poll() is None  # terminate_outside_loader is false: the job is left alone
+    finally:
+        kill_tree(proc)
+
+
+def test_worker_stuck_in_sleep(tmp_path):
+    code, out, err = run_dlwatch(
+        ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path)],
+        TRAIN + ["--fault", "worker-sleep", "--num-workers", "2", "--batch-size", "300", "--samples", "300"],
+    )
+    assert code == 124, err
+    (folder,) = reports(str(tmp_path))
+    first = load_report(folder)["diagnoses"][0]
+    assert first["kind"] == "worker_stuck", first
+    assert "time.sleep" in " ".join(first["evidence"])
+
+
+@pytest.mark.parametrize(
+    "job_args",
+    [
+        ["--sample-delay-s", "0.05", "--batch-size", "16", "--samples", "160", "--epochs", "2"],
+        ["--validate-s", "7", "--epochs", "1", "--samples", "64"],
+        ["--persistent-workers", "--epochs", "2"],
+        ["--multiprocessing-context", "spawn", "--epochs", "1", "--samples", "64"],
+        ["--multiprocessing-context", "forkserver", "--epochs", "1", "--samples", "64"],
+    ],
+    ids=["slow-storage", "long-validation", "persistent-workers", "spawn", "forkserver"],
+)
+def test_healthy_variants_are_never_reported(tmp_path, job_args):
+    code, out, err = run_dlwatch(["--stall-timeout", "4", "--on-hang", "terminate", "--report-dir", str(tmp_path)], TRAIN + ["--num-workers", "2"] + job_args)
+    assert code == 0, err
+    assert reports(str(tmp_path)) == [], err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--interval", "-1", "--", "true"], "--interval"),
+        (["run", "--interval", "abc", "--", "true"], "--interval"),
+        (["run", "--", ], "CMD"),
+        (["attach", "--pid", "999999999"], "999999999"),
+        (["attach", "--pid", "1"], "--pid 1"),
+    ],
+    ids=["negative-interval", "bad-type", "no-command", "dead-pid", "not-python-or-unreadable"],
+)
+def test_bad_input_exits_2_naming_it(args, needle):
+    done = subprocess.run(DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 2, done.stderr
+    assert needle in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [("stall_timout_s: 5\n", "stall_timout_s"), ("interval_s: fast\n", "interval_s"), ("py_spy:\n  native: maybe\n", "py_spy.native"), ("on_hang: kill\n", "on_hang")],
+    ids=["unknown-key", "bad-type", "nested-bad-type", "bad-choice"],
+)
+def test_bad_config_exits_2_naming_the_key(tmp_path, content, needle):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(content)
+    done = subprocess.run(DLWATCH + ["run", "--config", str(cfg), "--", "true"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert needle in done.stderr and str(cfg) in done.stderr

@@ -1,0 +1,212 @@
+"""``dlwatch``: the command line. The only module that prints to the user and exits.
+
+Exit codes (also in README.md):
+
+========  ==========================================================================
+``run``   the job's own exit code (128 + N when the job died of signal N);
+          124 when the watchdog ended the job after a hang (as timeout(1) does);
+          126/127 when the command cannot be executed / is not found;
+          2 for a usage or configuration error (nothing was started).
+``attach`` 0 the job ended and no hang was reported; 3 the job ended (or watching
+          stopped) after one or more hang reports; 124 the watchdog ended the job;
+          2 usage/configuration error, or a PID that does not exist, is not Python
+          or cannot be read; 128 + N when dlwatch itself was stopped by signal N.
+any       1 an internal error of dlwatch itself.
+========  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Dict, List, Optional
+
+from . import __version__, config as config_mod
+from .collect import discovery
+from .daemon import Outcome, Watcher, log
+from .errors import ConfigError, WatchdogError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_HANG_REPORTED = 3
+EXIT_TERMINATED = 124
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+
+# Command-line flags that override settings: flag -> (dotted key, argparse type).
+_OVERRIDES = {
+    "--interval": ("interval_s", float),
+    "--stall-timeout": ("stall_timeout_s", float),
+    "--on-hang": ("on_hang", str),
+    "--terminate-grace": ("terminate_grace_s", float),
+    "--report-dir": ("report_dir", str),
+    "--pyspy-timeout": ("py_spy.timeout_s", float),
+}
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, names the input, exit 2
+        self.exit(EXIT_USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it")
+    p.add_argument("--report-dir", metavar="DIR", help="where report folders are written (report_dir)")
+    p.add_argument("--interval", type=float, metavar="S", help="sampling period in seconds (interval_s)")
+    p.add_argument("--stall-timeout", type=float, metavar="S", help="seconds without progress before a stall is examined (stall_timeout_s)")
+    p.add_argument("--on-hang", choices=("report", "terminate"), help="what to do about a DataLoader hang (on_hang)")
+    p.add_argument("--terminate-grace", type=float, metavar="S", help="seconds between SIGTERM and SIGKILL (terminate_grace_s)")
+    p.add_argument("--pyspy-timeout", type=float, metavar="S", help="per-process py-spy timeout in seconds (py_spy.timeout_s)")
+    p.add_argument("--no-native", action="store_true", help="Python frames only (py_spy.native: false)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dlwatch`` argument parser."""
+    parser = _Parser(prog="dlwatch", description="Watch a PyTorch training job; explain why its DataLoader stopped moving.")
+    parser.add_argument("--version", action="version", version=f"dlwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="start a job and watch it: dlwatch run [options] -- CMD ARGS…")
+    _add_common(run)
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="the job's command, after --")
+    attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
+    attach.add_argument("--pid", type=int, required=True, help="the job's main process")
+    _add_common(attach)
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    """Settings from ``--config`` and the flags.
+
+    Raises:
+        ConfigError: naming the key (or the flag that set it).
+    """
+    overrides: Dict[str, object] = {}
+    flag_of = {}
+    for flag, (key, _type) in _OVERRIDES.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            overrides[key] = value
+            flag_of[key] = flag
+    if args.no_native:
+        overrides["py_spy.native"] = False
+    try:
+        return config_mod.load(args.config, overrides)
+    except ConfigError as e:
+        if e.key in flag_of:
+            raise ConfigError(flag_of[e.key], str(e).split(f"{e.key}: ", 1)[-1], "command line") from None
+        raise
+
+
+def _exit_code_of(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """Start the job in its own process group, watch it, return its exit code (or 124)."""
+    cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
+    try:
+        proc = subprocess.Popen(cmd, process_group=0)
+    except FileNotFoundError:
+        log(f"cannot start {cmd[0]!r}: command not found")
+        return EXIT_NOT_FOUND
+    except PermissionError:
+        log(f"cannot start {cmd[0]!r}: permission denied")
+        return EXIT_CANNOT_EXECUTE
+    wake, ended = threading.Event(), threading.Event()
+    pending: List[int] = []
+
+    def waiter() -> None:
+        proc.wait()
+        ended.set()
+        wake.set()
+
+    def on_signal(signum, _frame) -> None:
+        pending.append(signum)  # handlers only enqueue; the loop forwards (NOTE in daemon.py)
+        wake.set()
+
+    def forward() -> None:
+        while pending:
+            sig = pending.pop(0)
+            try:
+                os.killpg(proc.pid, sig)
+            except OSError:
+                pass
+
+    for sig in _FORWARDED:
+        signal.signal(sig, on_signal)
+    threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
+    watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward)
+    outcome = Outcome()
+    try:
+        outcome = watcher.run()
+    except Exception as e:  # the job must outlive the watchdog's own failure
+        log(f"internal error, no longer watching: {e!r}")
+    while not ended.wait(0.2):
+        forward()
+    forward()
+    if outcome.terminated:
+        return EXIT_TERMINATED
+    return _exit_code_of(proc.returncode)
+
+
+def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """Watch an already-running job until it ends."""
+    proc = discovery.check_target(args.pid)
+    create_time = proc.create_time()
+    pgid = os.getpgid(proc.pid)
+    wake = threading.Event()
+    stopped: List[int] = []
+
+    def job_ended() -> bool:
+        from .act import same_process
+
+        if not same_process(args.pid, create_time):
+            return True
+        try:
+            return proc.status() == "zombie"
+        except Exception:
+            return True
+
+    def on_signal(signum, _frame) -> None:
+        stopped.append(signum)
+        wake.set()
+
+    for sig in _FORWARDED:
+        signal.signal(sig, on_signal)
+    watcher = Watcher(cfg, proc.pid, pgid, lambda: job_ended() or bool(stopped), wake)
+    log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
+    outcome = watcher.run()
+    if outcome.terminated:
+        return EXIT_TERMINATED
+    if stopped:
+        return 128 + stopped[0]
+    return EXIT_HANG_REPORTED if outcome.reports else EXIT_OK
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``dlwatch`` and ``python -m watchdog``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args)
+        if args.command == "run":
+            return cmd_run(args, cfg)
+        return cmd_attach(args, cfg)
+    except WatchdogError as e:
+        print(f"dlwatch: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

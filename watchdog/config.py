@@ -1,0 +1,106 @@
+"""Settings: built-in defaults, a YAML file, then command-line overrides, validated once.
+
+The defaults here and the repository's ``config.yaml`` are the same (a test checks it);
+``config.yaml`` documents every key. Validation is pydantic's (strict types, unknown keys
+rejected); errors become :class:`~watchdog.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Literal, Mapping, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class PySpyConfig(_Strict):
+    """How stacks are taken (``py-spy dump``)."""
+
+    path: Optional[str] = None
+    native: bool = True
+    locals: bool = False
+    timeout_s: float = Field(5.0, gt=0, le=120)
+
+
+class Config(_Strict):
+    """Every setting of the watchdog; see ``config.yaml`` for each one's meaning."""
+
+    interval_s: float = Field(1.0, gt=0, le=60)
+    stall_timeout_s: float = Field(60.0, gt=0)
+    on_hang: Literal["report", "terminate"] = "report"
+    terminate_outside_loader: bool = False
+    terminate_grace_s: float = Field(10.0, ge=0, le=600)
+    report_dir: str = Field("dlwatch-reports", min_length=1)
+    full_info_interval_s: float = Field(10.0, gt=0)
+    timeline_samples: int = Field(600, ge=10, le=100_000)
+    cpu_progress_s: float = Field(0.05, gt=0)
+    py_spy: PySpyConfig = PySpyConfig()
+
+
+def _key(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def validate(data: Mapping[str, Any], source: str) -> Config:
+    """Build a :class:`Config` from a mapping.
+
+    Raises:
+        ConfigError: for an unknown key, a wrong type or an out-of-range value, naming the
+            first offending key and ``source`` (a file path or ``command line``).
+    """
+    try:
+        return Config.model_validate(dict(data))
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = _key(err["loc"])
+        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(key, f"{msg} (got {err.get('input')!r})", source) from None
+
+
+def load(path: Optional[str], overrides: Mapping[str, Any]) -> Config:
+    """Defaults, updated by the YAML file at ``path`` (if any), then by ``overrides``.
+
+    ``overrides`` maps dotted keys (``"py_spy.native"``) to values already of the right type.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or a value is invalid.
+    """
+    data: Dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = path
+        try:
+            with open(path, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f)
+        except OSError as e:
+            raise ConfigError("--config", e.strerror or str(e), path) from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark else "file"
+            raise ConfigError(where, f"not valid YAML: {getattr(e, 'problem', e)}", path) from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError("(top level)", "expected a mapping of settings", path)
+        data = loaded
+        validate(data, path)
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return validate(data, source if not overrides else f"{source} + command line")
+
+
+def defaults_as_dict() -> Dict[str, Any]:
+    """The built-in defaults as a plain nested dict (for ``config.yaml`` and its test)."""
+    return Config().model_dump()

@@ -1,0 +1,183 @@
+"""The watch loop: sample, detect, and on a stall confirm, dump, diagnose, report and act.
+
+The only module (with the CLI) that wires stages together. It must never harm the job: every
+stage's failure is caught here, logged once, and watching goes on; no signal is sent unless
+``on_hang: terminate`` is configured.
+
+NOTE [ Escalation ladder ]
+1. Every ``interval_s``: cheap psutil and ``/proc`` reads (no ptrace).
+2. After ``stall_timeout_s`` without progress (NOTE [ Hang criterion ] in detect.py): one
+   Python-only py-spy dump of main classifies the stall.
+3. Then py-spy dumps main and every worker in parallel (native frames when configured) and
+   ``/proc`` gives every thread's state, wait channel and system call.
+4. The report is written; with ``on_hang: terminate`` the job's process group gets SIGTERM,
+   then SIGKILL after ``terminate_grace_s`` (a ``stall_outside_loader`` only when
+   ``terminate_outside_loader`` is true). With ``report`` the same unchanged hang is not
+   reported twice; a new report needs progress first.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+from . import __version__, act, detect, report, writer
+from .collect import procfs, pyspy
+from .collect.sampler import Sampler
+from .config import Config
+from .diagnose import diagnose
+from .errors import ReportWriteError
+from .types import Facts, Sample, Stall
+
+# Python frames per thread whose source lines go into the report.
+_SOURCE_FRAMES_PER_THREAD = 12
+
+
+def log(message: str) -> None:
+    """One line on stderr, prefixed ``dlwatch:``."""
+    print(f"dlwatch: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Outcome:
+    """What watching a job produced: report folders written and whether the job was ended."""
+
+    reports: List[str] = field(default_factory=list)
+    terminated: bool = False
+
+
+class Watcher:
+    """Watches one job until it ends (or ``stop`` is set).
+
+    Args:
+        config: validated settings.
+        root_pid: the job's root process.
+        pgid: the job's process group (signalled on terminate).
+        job_ended: returns True once the job is gone.
+        wake: an event that interrupts the sleep between samples (job exit, signals).
+        on_tick: called every loop turn (``dlwatch run`` forwards signals there).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        root_pid: int,
+        pgid: int,
+        job_ended: Callable[[], bool],
+        wake: threading.Event,
+        on_tick: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.root_pid = root_pid
+        self.pgid = pgid
+        self.job_ended = job_ended
+        self.wake = wake
+        self.on_tick = on_tick
+        self.stop = threading.Event()
+        self.outcome = Outcome()
+        self.sampler = Sampler(root_pid, config.full_info_interval_s)
+        self.tracker = detect.ProgressTracker(config.cpu_progress_s)
+        self.births = detect.WorkerBirths()
+        self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
+        self.pyspy = pyspy.find_pyspy(config.py_spy.path)
+        self._reported_quiet_since: Optional[float] = None
+        self._errors_logged = set()
+
+    def _internal_error(self, where: str) -> None:
+        if where not in self._errors_logged:
+            self._errors_logged.add(where)
+            log(f"internal error while {where} (watching goes on): {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
+
+    def run(self) -> Outcome:
+        """Watch until the job ends, it is terminated, or ``stop`` is set."""
+        if self.pyspy is None:
+            log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
+        while not self.stop.is_set() and not self.job_ended():
+            self.on_tick()
+            try:
+                self._tick()
+            except Exception:  # never let the watchdog's failure reach the job
+                self._internal_error("sampling")
+            if self.outcome.terminated:
+                break
+            self.wake.wait(self.config.interval_s)
+            self.wake.clear()
+        self.on_tick()
+        return self.outcome
+
+    def _tick(self) -> None:
+        sample = self.sampler.sample()
+        if sample.main is None:
+            return
+        self.timeline.append(sample)
+        self.births.update(sample)
+        self.tracker.update(sample)
+        stall = self.tracker.stall(sample)
+        if stall is None:
+            return
+        if self._reported_quiet_since is not None and stall.quiet_since_mono != self._reported_quiet_since:
+            self._reported_quiet_since = None  # progress since the last report: a new hang may be reported
+        if stall.stall_s >= self.config.stall_timeout_s and self._reported_quiet_since is None and not self.job_ended():
+            self._reported_quiet_since = stall.quiet_since_mono
+            try:
+                self._handle_stall(sample, stall)
+            except Exception:
+                self._internal_error("handling a stall")
+
+    def _handle_stall(self, sample: Sample, stall: Stall) -> None:
+        cfg = self.config.py_spy
+        main = sample.main
+        main_stack = pyspy.dump(main.pid, self.pyspy, native=False, timeout_s=cfg.timeout_s)
+        verdict = detect.confirm(main.pid, main_stack, procfs.thread_details(main.pid), len(sample.workers))
+        pids = [main.pid] + [w.pid for w in sample.workers]
+        d_state = [p.pid for p in sample.processes if p.status == "D"]
+        stacks = pyspy.dump_all(pids, self.pyspy, cfg.native, cfg.timeout_s, cfg.locals, d_state)
+        if not stacks[main.pid].ok and main_stack.ok:
+            stacks[main.pid] = main_stack
+        details = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
+        sources = {}
+        for pid, st in stacks.items():
+            wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
+            sources.update(procfs.source_lines(pid, wanted))
+        problems = [st.error for st in stacks.values() if st.error]
+        facts = Facts(
+            sample=sample,
+            timeline=tuple(self.timeline),
+            stall=stall,
+            verdict=verdict,
+            stacks=tuple(sorted(stacks.items())),
+            thread_details=tuple(sorted(details.items())),
+            main_threads_at_fork=self.births.as_tuple(),
+            source_lines=tuple(sources.items()),
+            pyspy_problem=problems[0] if problems else None,
+        )
+        diagnoses = diagnose(facts)
+        terminate = self.config.on_hang == "terminate" and (verdict.kind == "dataloader" or self.config.terminate_outside_loader)
+        detected = time.time()
+        job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time), "root_pid": self.root_pid}
+        info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
+        rep = report.build(facts, diagnoses, job, detected, "terminate" if terminate else "report", procfs.environ(main.pid), info)
+        sys.stderr.write(report.summary_text(rep.text))
+        sys.stderr.flush()
+        try:
+            path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")])
+            self.outcome.reports.append(path)
+            log(f"report written to {path} (stacks of every process in {os.path.join(path, 'report.txt')})")
+        except ReportWriteError as e:
+            log(f"{e}; the summary above is all that was kept")
+        after = self.sampler.sample()
+        self.tracker.rebaseline(after)
+        if terminate:
+            log(f"on_hang=terminate: ending the job (process group {self.pgid}, grace {self.config.terminate_grace_s:g} s)")
+            done = act.terminate_group(
+                self.pgid, main.pid, main.create_time, self.config.terminate_grace_s, [p.pid for p in after.processes] or pids, self.job_ended
+            )
+            log(done)
+            self.outcome.terminated = True

@@ -1,0 +1,67 @@
+"""Exceptions of dataloader-watchdog, each carrying the input it is about.
+
+Modelled on psutil ``_common.py`` (``NoSuchProcess``, ``AccessDenied``): exceptions are data;
+only :mod:`watchdog.cli` turns them into a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+PTRACE_REMEDY = (
+    "py-spy needs ptrace: run dlwatch as the job's user with ptrace allowed — "
+    "`sysctl kernel.yama.ptrace_scope=0` (or run as root), Docker `--cap-add SYS_PTRACE`, "
+    "Kubernetes `securityContext.capabilities.add: [SYS_PTRACE]` and, for a sidecar container, "
+    "`shareProcessNamespace: true`"
+)
+
+
+class WatchdogError(Exception):
+    """Base class: an error with a one-line message meant for the user."""
+
+
+class ConfigError(WatchdogError):
+    """A configuration file or option is invalid; ``key`` names the offending setting."""
+
+    def __init__(self, key: str, message: str, source: str = "config") -> None:
+        self.key = key
+        self.source = source
+        super().__init__(f"{source}: {key}: {message}")
+
+
+class TargetError(WatchdogError):
+    """The process to watch cannot be watched; ``pid`` names it."""
+
+    def __init__(self, pid: int, message: str) -> None:
+        self.pid = pid
+        super().__init__(f"--pid {pid}: {message}")
+
+
+class NoSuchTarget(TargetError):
+    """No process has this PID."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid, "no such process")
+
+
+class NotPython(TargetError):
+    """The process exists but is not a Python interpreter."""
+
+    def __init__(self, pid: int, exe: str) -> None:
+        super().__init__(pid, f"not a Python process ({exe})")
+
+
+class TargetAccessDenied(TargetError):
+    """The process exists but this user may not read it."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(
+            pid,
+            "permission denied reading /proc for this process; run dlwatch as the job's user or root",
+        )
+
+
+class ReportWriteError(WatchdogError):
+    """A report could not be written to ``path`` (full disk, permission)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"cannot write report to {path}: {reason}")

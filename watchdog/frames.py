@@ -1,0 +1,255 @@
+"""The one reviewable table of names the watchdog recognises in stacks, threads and wchan.
+
+PyTorch renames its internals between versions (newer main has ``_process_worker_loop`` and
+``_base_worker_loop`` after thread-based workers, pytorch/pytorch#161044), so every check
+matches a table of names, never one. Sources: ``torch/utils/data/dataloader.py``
+(``_MultiProcessingDataLoaderIter``), ``torch/utils/data/_utils/worker.py`` (``_worker_loop``),
+``torch/utils/data/_utils/pin_memory.py`` (``_pin_memory_loop``), CPython ``Modules/_threadmodule.c``
+and ``Python/thread_pthread.h`` (lock acquisition), glibc (``pthread_mutex_lock``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+from .types import Frame, ThreadStack
+
+# ``MP_STATUS_CHECK_INTERVAL`` in torch/utils/data/_utils/__init__.py: waiting loader loops
+# (main's _try_get_data, an idle worker's index_queue.get, the pin thread) wake this often.
+MP_STATUS_CHECK_INTERVAL_S = 5.0
+
+# Process and thread names set by PyTorch >= 2.5 (pytorch/pytorch#128448).
+WORKER_COMMS = frozenset({"pt_data_worker", "pt_multiprocess_data_worker"})
+PIN_THREAD_COMMS = frozenset({"pt_data_pin"})
+MAIN_COMMS = frozenset({"pt_main_thread"})
+
+DATALOADER_FILE = "torch/utils/data/dataloader.py"
+WORKER_FILE = "torch/utils/data/_utils/worker.py"
+
+# Main's iterating thread waiting for a batch, in dataloader.py.
+LOADER_WAIT_FUNCS = frozenset({"_try_get_data", "_get_data"})
+LOADER_NEXT_FUNCS = frozenset({"__next__", "_next_data"})
+# Main shutting the iterator down (dataloader.py).
+LOADER_SHUTDOWN_FUNCS = frozenset({"_shutdown_workers", "__del__"})
+# A worker's main loop (worker.py).
+WORKER_LOOP_FUNCS = frozenset({"_worker_loop", "_process_worker_loop", "_base_worker_loop"})
+# A worker fetching a batch from the Dataset (torch/utils/data/_utils/fetch.py).
+FETCH_FUNCS = frozenset({"fetch"})
+# Pin-memory thread (pin_memory.py).
+PIN_LOOP_FUNCS = frozenset({"_pin_memory_loop", "do_one_step"})
+
+# Native frames of a thread blocked acquiring a lock: CPython's lock (3.11/3.12 and the 3.13+
+# PyMutex/parking lot), glibc's mutex and semaphore waits.
+LOCK_ACQUIRE_NATIVE = frozenset(
+    {
+        "lock_PyThread_acquire_lock",
+        "rlock_acquire",
+        "PyThread_acquire_lock_timed",
+        "acquire_timed",
+        "_PyMutex_LockTimed",
+        "_PyMutex_LockSlow",
+        "_PySemaphore_Wait",
+        "PyMutex_Lock",
+        "pthread_mutex_lock",
+        "___pthread_mutex_lock",
+        "__pthread_mutex_lock",
+        "__lll_lock_wait",
+        "__lll_lock_wait_private",
+        "pthread_rwlock_rdlock",
+        "pthread_rwlock_wrlock",
+        "sem_wait",
+        "sem_timedwait",
+        "sem_clockwait",
+        "__new_sem_wait_slow64",
+        "do_futex_wait",
+    }
+)
+# Python-level waits that block on a lock internally but are waits for a notification, not
+# for a lock's holder (threading.Condition/Event, queue.Queue, multiprocessing queues).
+CONDITION_WAIT_FUNCS = frozenset({"Condition.wait", "Event.wait", "Queue.get", "Queue.put", "Barrier.wait"})
+# A source line that takes a lock.
+_LOCK_LINE = re.compile(r"\.acquire\s*\(|^\s*(async\s+)?with\b.*(lock|mutex|sem)", re.IGNORECASE)
+
+# Kernel wait channels by family (Linux 6.18 names first; older kernels' names after).
+WCHAN_FAMILIES = {
+    "futex": ("futex_do_wait", "futex_wait_queue", "futex_wait_queue_me", "futex_wait"),
+    "poll": ("poll_schedule_timeout", "do_sys_poll", "do_select", "ep_poll"),
+    "sleep": ("hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep"),
+    "pipe": ("anon_pipe_read", "anon_pipe_write", "pipe_read", "pipe_write", "pipe_wait"),
+    "fifo_open": ("wait_for_partner",),
+    "socket": ("sk_wait_data", "wait_woken", "inet_csk_accept", "unix_stream_read_generic"),
+    "wait_child": ("do_wait",),
+    "disk_or_network_fs": (
+        "rpc_wait_bit_killable",
+        "nfs_",
+        "folio_wait_bit_common",
+        "io_schedule",
+        "request_wait_answer",
+        "fuse_",
+        "wait_on_page_bit",
+    ),
+}
+
+
+def wchan_family(wchan: Optional[str]) -> Optional[str]:
+    """The family (a key of ``WCHAN_FAMILIES``) of a kernel wait channel name, or ``None``.
+
+    ``"0"`` or empty (running, or unreadable without permission) gives ``None``.
+    """
+    if not wchan or wchan == "0":
+        return None
+    for family, names in WCHAN_FAMILIES.items():
+        if any(wchan.startswith(n) for n in names):
+            return family
+    return None
+
+
+def normalise_path(path: str) -> str:
+    """``path`` with backslashes turned to slashes, for suffix matching of library files."""
+    return path.replace("\\", "/")
+
+
+def _func_name(frame: Frame) -> str:
+    # py-spy qualifies methods: "_MultiProcessingDataLoaderIter._try_get_data".
+    return frame.function.rsplit(".", 1)[-1]
+
+
+def frame_in(frame: Frame, funcs: Iterable[str], file_suffix: Optional[str] = None) -> bool:
+    """True when ``frame``'s bare function name is in ``funcs`` (and its file ends with
+    ``file_suffix`` when given)."""
+    if _func_name(frame) not in funcs:
+        return False
+    return file_suffix is None or normalise_path(frame.file).endswith(file_suffix)
+
+
+def is_stdlib(frame: Frame) -> bool:
+    """True for frames of the Python standard library (``<frozen …>`` included)."""
+    path = normalise_path(frame.file)
+    if path.startswith("<"):
+        return True
+    return bool(re.search(r"/lib/python3[.\d]*/", path)) and "-packages/" not in path
+
+
+def is_torch(frame: Frame) -> bool:
+    """True for frames of PyTorch itself."""
+    return "/torch/" in normalise_path(frame.file) or normalise_path(frame.file).startswith("torch/")
+
+
+def is_user(frame: Frame) -> bool:
+    """True for a Python frame of the user's code: neither native, nor the standard library,
+    nor PyTorch (third-party libraries count as the user's: they were called from it)."""
+    return not frame.native and not is_stdlib(frame) and not is_torch(frame)
+
+
+def python_frames(thread: ThreadStack) -> tuple:
+    """The thread's Python frames, innermost first."""
+    return tuple(f for f in thread.frames if not f.native)
+
+
+def innermost_python(thread: ThreadStack) -> Optional[Frame]:
+    """The innermost Python frame of ``thread``, or ``None``."""
+    frames = python_frames(thread)
+    return frames[0] if frames else None
+
+
+def innermost_user(thread: ThreadStack) -> Optional[Frame]:
+    """The innermost frame of the user's code in ``thread``, or ``None``."""
+    for f in thread.frames:
+        if is_user(f):
+            return f
+    return None
+
+
+def has_frame(thread: ThreadStack, funcs: Iterable[str], file_suffix: Optional[str] = None) -> bool:
+    """True when any frame of ``thread`` matches (see :func:`frame_in`)."""
+    funcs = frozenset(funcs)
+    return any(frame_in(f, funcs, file_suffix) for f in thread.frames)
+
+
+def native_lock_frame(thread: ThreadStack) -> Optional[Frame]:
+    """The native lock-acquire frame on top of ``thread``'s innermost Python frame, if any.
+
+    Only native frames above (inner to) the first Python frame count: a lock taken deeper in
+    the stack is not what the thread waits on now.
+    """
+    for f in thread.frames:
+        if not f.native:
+            return None
+        if f.function in LOCK_ACQUIRE_NATIVE or f.function.split("@")[0] in LOCK_ACQUIRE_NATIVE:
+            return f
+    return None
+
+
+def waits_on_condition(thread: ThreadStack) -> bool:
+    """True when the innermost Python frame is a wait for a notification (a Condition, Event
+    or queue), which blocks on a lock internally but is not a lock-holder wait."""
+    top = innermost_python(thread)
+    return top is not None and top.function in CONDITION_WAIT_FUNCS
+
+
+def line_takes_lock(source: Optional[str]) -> bool:
+    """True when a source line acquires a lock (``x.acquire(``, ``with …lock…:``)."""
+    return bool(source) and bool(_LOCK_LINE.search(source))
+
+
+def is_worker_stack(stack_threads: Iterable[ThreadStack]) -> bool:
+    """True when any thread runs PyTorch's worker loop (``_worker_loop`` in worker.py)."""
+    return any(has_frame(t, WORKER_LOOP_FUNCS) for t in stack_threads)
+
+
+def worker_loop_thread(stack_threads: Iterable[ThreadStack]) -> Optional[ThreadStack]:
+    """The thread running the worker loop, or ``None``."""
+    for t in stack_threads:
+        if has_frame(t, WORKER_LOOP_FUNCS):
+            return t
+    return None
+
+
+def is_idle_worker(thread: ThreadStack) -> bool:
+    """True when a worker-loop thread waits for its next index (``index_queue.get`` directly
+    under the worker loop), i.e. is healthy-idle rather than inside the Dataset."""
+    for f in thread.frames:
+        if frame_in(f, WORKER_LOOP_FUNCS):
+            return False
+        if frame_in(f, FETCH_FUNCS) or is_user(f):
+            return False
+        if f.function in ("Queue.get",):
+            return True
+    return False
+
+
+def loader_wait_depth(thread: ThreadStack) -> Optional[int]:
+    """Index of the DataLoader wait frame (``_try_get_data``/``_get_data`` under ``__next__``
+    in dataloader.py) in ``thread``, or ``None`` when the thread is not waiting for a batch."""
+    wait_at = None
+    for i, f in enumerate(thread.frames):
+        if wait_at is None and frame_in(f, LOADER_WAIT_FUNCS, DATALOADER_FILE):
+            wait_at = i
+        elif wait_at is not None and frame_in(f, LOADER_NEXT_FUNCS, DATALOADER_FILE):
+            return wait_at
+    return None
+
+
+def is_feeder_thread(thread: ThreadStack) -> bool:
+    """True for a multiprocessing queue feeder thread (``Queue._feed``)."""
+    return any(f.function.endswith("_feed") and "multiprocessing" in normalise_path(f.file) for f in thread.frames)
+
+
+def short_path(path: str) -> str:
+    """``path`` shortened after ``site-packages/`` or ``/lib/pythonX.Y/`` for display."""
+    p = normalise_path(path)
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in p:
+            return p.split(marker, 1)[1]
+    m = re.search(r"/lib/python3[.\d]*/", p)
+    if m:
+        return p[m.end():]
+    return p
+
+
+def where(frame: Frame) -> str:
+    """``file:line`` of ``frame`` (the library name for native frames)."""
+    if frame.native:
+        return f"{frame.function} ({frame.file})"
+    return f"{frame.file}:{frame.line}"

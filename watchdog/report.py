@@ -1,0 +1,262 @@
+"""Build a hang report from the facts and diagnoses: ``report.json``'s document and the text
+summary (short at the top, complete below). Pure: reads records, writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+from dataclasses import asdict
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from tabulate import tabulate
+
+from . import frames
+from .types import Diagnosis, Facts, ProcessSample, ProcessStack, Report, Sample
+
+SCHEMA_VERSION = 1
+STACKS_HEADING = "Stacks (innermost frame first):"
+
+
+def utc_iso(wall: float) -> str:
+    """``wall`` (``time.time()`` seconds) as an ISO 8601 UTC stamp."""
+    return _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def folder_name(wall: float, pid: int) -> str:
+    """``<UTC timestamp>-<pid>``, e.g. ``20261129T140512Z-2084``; sortable by time."""
+    return _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + f"Z-{pid}"
+
+
+def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, role_source: str, details) -> dict:
+    entry = {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "role": role,
+        "role_source": role_source,
+        "name": p.name,
+        "cmdline": list(p.cmdline),
+        "start_method": p.start_method,
+        "status": p.status,
+        "wchan": p.wchan,
+        "cpu_s": round(p.cpu_s, 3),
+        "rss_bytes": p.rss_bytes,
+        "uss_bytes": p.uss_bytes,
+        "pss_bytes": p.pss_bytes,
+        "num_fds": p.num_fds,
+        "rlimit_nofile_soft": p.rlimit_nofile_soft,
+        "num_threads": p.num_threads,
+        "read_bytes": p.read_bytes,
+        "write_bytes": p.write_bytes,
+        "threads_proc": [asdict(d) for d in details],
+        "stack": None,
+    }
+    if stack is not None:
+        entry["stack"] = {
+            "native": stack.native,
+            "error": stack.error,
+            "elapsed_s": round(stack.elapsed_s, 3),
+            "threads": [
+                {
+                    "tid": t.tid,
+                    "name": t.name,
+                    "active": t.active,
+                    "owns_gil": t.owns_gil,
+                    "frames": [
+                        {"function": f.function, "file": f.file, "line": f.line, "native": f.native}
+                        | ({"locals": dict(f.locals)} if f.locals else {})
+                        for f in t.frames
+                    ],
+                }
+                for t in stack.threads
+            ],
+        }
+    return entry
+
+
+def _timeline(samples: Iterable[Sample]) -> List[dict]:
+    out = []
+    for s in samples:
+        out.append(
+            {
+                "t_mono": round(s.t_mono, 3),
+                "wall": utc_iso(s.wall),
+                "shm_used_bytes": s.host.shm_used_bytes,
+                "shm_total_bytes": s.host.shm_total_bytes,
+                "mem_available_bytes": s.host.mem_available_bytes,
+                "processes": [
+                    {
+                        "pid": p.pid,
+                        "role": p.role,
+                        "status": p.status,
+                        "wchan": p.wchan,
+                        "cpu_s": round(p.cpu_s, 3),
+                        "rss_bytes": p.rss_bytes,
+                        "uss_bytes": p.uss_bytes,
+                        "pss_bytes": p.pss_bytes,
+                        "num_fds": p.num_fds,
+                        "num_threads": p.num_threads,
+                        "read_bytes": p.read_bytes,
+                        "write_bytes": p.write_bytes,
+                        "threads": [
+                            [t.tid, t.state, round(t.cpu_s, 3), t.voluntary_ctxt_switches, t.nonvoluntary_ctxt_switches, t.io_bytes]
+                            for t in p.threads
+                        ],
+                    }
+                    for p in s.processes
+                ],
+            }
+        )
+    return out
+
+
+def _diag_dict(d: Diagnosis) -> dict:
+    return {
+        "kind": d.kind,
+        "severity": d.severity,
+        "confidence": round(d.confidence, 2),
+        "summary": d.summary,
+        "evidence": list(d.evidence),
+        "remedy": d.remedy,
+        "docs": list(d.docs),
+        "location": d.location,
+        "pids": list(d.pids),
+    }
+
+
+def roles(facts: Facts) -> Dict[int, Tuple[str, str]]:
+    """``pid -> (role, source)``: the discovered role, confirmed or corrected by the stack
+    (a thread running ``_worker_loop`` makes a process a DataLoader worker)."""
+    out = {}
+    for p in facts.sample.processes:
+        role, source = p.role, "discovery"
+        stack = facts.stack(p.pid)
+        if stack is not None and stack.ok and p.role != "main":
+            if frames.is_worker_stack(stack.threads):
+                role, source = "dataloader_worker", "stack"
+            elif p.role == "dataloader_worker":
+                source = "discovery (no _worker_loop in stack)"
+        out[p.pid] = (role, source)
+    return out
+
+
+def build(
+    facts: Facts,
+    diagnoses: Sequence[Diagnosis],
+    job: dict,
+    detected_wall: float,
+    action: str,
+    environment: Optional[Dict[str, str]],
+    watchdog_info: dict,
+) -> Report:
+    """Assemble the report.
+
+    Args:
+        facts: what was collected.
+        diagnoses: findings, most likely first (non-empty).
+        job: ``pid``, ``cmdline`` (list), ``start_time`` (ISO stamp).
+        detected_wall: when the hang was confirmed (``time.time()`` seconds).
+        action: what the watchdog does about it (``report`` or ``terminate``).
+        environment: main's redacted environment, or ``None``.
+        watchdog_info: version, settings and the py-spy binary used.
+    """
+    role_of = roles(facts)
+    processes = []
+    raw_files = []
+    for p in facts.sample.processes:
+        role, source = role_of[p.pid]
+        stack = facts.stack(p.pid)
+        processes.append(_process_entry(p, stack, role, source, facts.threads_of(p.pid)))
+        if stack is not None:
+            raw_files.append((f"py-spy-{p.pid}.{'json' if stack.ok else 'txt'}", stack.raw or (stack.error or "") + "\n"))
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "job": job,
+        "detected_at": utc_iso(detected_wall),
+        "stall_s": round(facts.stall.stall_s, 2),
+        "verdict": {"kind": facts.verdict.kind, "confirmed_by_stack": facts.verdict.confirmed_by_stack, "reason": facts.verdict.reason},
+        "action": action,
+        "diagnoses": [_diag_dict(d) for d in diagnoses],
+        "pyspy_problem": facts.pyspy_problem,
+        "host": asdict(facts.sample.host),
+        "processes": processes,
+        "main_threads_at_fork": {str(k): v for k, v in facts.main_threads_at_fork},
+        "environment": environment,
+        "watchdog": watchdog_info,
+        "timeline": _timeline(facts.timeline),
+    }
+    name = folder_name(detected_wall, job["pid"])
+    return Report(folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files))
+
+
+def summary_text(text: str) -> str:
+    """The report text without its stacks section (what is printed to stderr)."""
+    return text.split("\n" + STACKS_HEADING, 1)[0].rstrip("\n") + "\n"
+
+
+def _mib(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
+    stack = entry["stack"]
+    if stack is None:
+        yield "    (not dumped)"
+        return
+    if stack["error"]:
+        yield f"    (no stack: {stack['error']})"
+        return
+    for t in stack["threads"]:
+        yield f"    thread {t['tid']} {t['name'] or ''}{' [py-spy: idle]' if not t['active'] else ''}"
+        for f in t["frames"][:limit]:
+            if f["native"]:
+                yield f"        {f['function']} ({frames.short_path(f['file'])})"
+            else:
+                yield f"        {f['function']} ({frames.short_path(f['file'])}:{f['line']})"
+        if len(t["frames"]) > limit:
+            yield f"        … {len(t['frames']) - limit} more frames"
+
+
+def text_lines(doc: dict) -> Iterable[str]:
+    """The human summary of a report document: headline, cause, fix, then everything else."""
+    job = doc["job"]
+    first = doc["diagnoses"][0]
+    cmd = shlex.join(job.get("cmdline") or []) or "?"
+    yield f"dlwatch: {first['kind']} — job pid {job['pid']} stalled {doc['stall_s']:.0f} s ({cmd})"
+    yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
+    if first.get("location"):
+        yield f"  where:  {first['location']}"
+    yield f"  fix:    {first['remedy']}"
+    if first["docs"]:
+        yield f"  docs:   {' '.join(first['docs'])}"
+    yield f"  action: {doc['action']}"
+    if doc.get("pyspy_problem"):
+        yield f"  stacks: {doc['pyspy_problem']}"
+    yield ""
+    yield "Evidence:"
+    for line in first["evidence"]:
+        yield f"  - {line}"
+    if len(doc["diagnoses"]) > 1:
+        yield ""
+        yield "Other findings:"
+        for d in doc["diagnoses"][1:]:
+            yield f"  {d['kind']} ({d['severity']}, confidence {d['confidence']:.2f}): {d['summary']}"
+            for line in d["evidence"]:
+                yield f"    - {line}"
+    yield ""
+    yield f"Processes (detected at {doc['detected_at']}):"
+    rows = [
+        [p["pid"], p["role"], p["start_method"] or "", p["status"], p["wchan"], f"{p['cpu_s']:.1f}", _mib(p["rss_bytes"]), _mib(p["uss_bytes"]),
+         "-" if p["num_fds"] is None else f"{p['num_fds']}/{p['rlimit_nofile_soft']}", p["num_threads"]]
+        for p in doc["processes"]
+    ]
+    table = tabulate(rows, headers=["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"], tablefmt="simple")
+    for line in table.splitlines():
+        yield f"  {line}"
+    host = doc["host"]
+    yield f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: {_mib(host['mem_available_bytes'])} MiB"
+    yield ""
+    yield STACKS_HEADING
+    for p in doc["processes"]:
+        yield f"  pid {p['pid']} ({p['role']}, {p['name']}):"
+        yield from _stack_lines(p)
