@@ -28,15 +28,9 @@ def folder_name(wall: float, pid: int) -> str:
     return _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + f"Z-{pid}"
 
 
-def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, role_source: str, details) -> dict:
-    entry = {
-        "pid": p.pid,
-        "ppid": p.ppid,
-        "role": role,
-        "role_source": role_source,
-        "name": p.name,
-        "cmdline": list(p.cmdline),
-        "start_method": p.start_method,
+def _metrics(p: ProcessSample) -> dict:
+    """The per-sample metrics of one process (bytes, seconds, counts)."""
+    return {
         "status": p.status,
         "wchan": p.wchan,
         "cpu_s": round(p.cpu_s, 3),
@@ -48,6 +42,19 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         "num_threads": p.num_threads,
         "read_bytes": p.read_bytes,
         "write_bytes": p.write_bytes,
+    }
+
+
+def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, role_source: str, details) -> dict:
+    entry = {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "role": role,
+        "role_source": role_source,
+        "name": p.name,
+        "cmdline": list(p.cmdline),
+        "start_method": p.start_method,
+        **_metrics(p),
         "threads_proc": [asdict(d) for d in details],
         "stack": None,
     }
@@ -88,16 +95,7 @@ def _timeline(samples: Iterable[Sample]) -> List[dict]:
                     {
                         "pid": p.pid,
                         "role": p.role,
-                        "status": p.status,
-                        "wchan": p.wchan,
-                        "cpu_s": round(p.cpu_s, 3),
-                        "rss_bytes": p.rss_bytes,
-                        "uss_bytes": p.uss_bytes,
-                        "pss_bytes": p.pss_bytes,
-                        "num_fds": p.num_fds,
-                        "num_threads": p.num_threads,
-                        "read_bytes": p.read_bytes,
-                        "write_bytes": p.write_bytes,
+                        **_metrics(p),
                         "threads": [
                             [t.tid, t.state, round(t.cpu_s, 3), t.voluntary_ctxt_switches, t.nonvoluntary_ctxt_switches, t.io_bytes]
                             for t in p.threads

@@ -8,6 +8,7 @@ rule combines a stack shape with the worker's quiescence and its kernel wait sta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from .. import frames
@@ -18,6 +19,15 @@ DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.htm
 DOC_MULTI_PROCESS_LOADING = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
 DOC_DATALOADER = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
 DOC_START_METHODS = "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods"
+
+# What a worker is doing, by the family of its kernel wait channel (frames.WCHAN_FAMILIES).
+_BLOCKED_DOING = {
+    "sleep": "sleeping",
+    "socket": "waiting on a socket",
+    "pipe": "waiting on a pipe",
+    "fifo_open": "opening a FIFO with no writer",
+    "disk_or_network_fs": "in uninterruptible file-system I/O",
+}
 
 # Seconds of tolerance when asking whether a process was quiet for the whole stall.
 _QUIET_SLACK_S = 2.0
@@ -119,6 +129,34 @@ def _quiet_text(facts: Facts, pid: int) -> str:
     return "no progress seen" if age is None else f"no CPU, I/O or context-switch progress for {age:.0f} s"
 
 
+@dataclass(frozen=True)
+class _WorkerFindings:
+    """Per-worker hits of one rule, gathered: evidence (main's wait first), pids, the first
+    user frame, and the highest confidence."""
+
+    evidence: Tuple[str, ...]
+    pids: Tuple[int, ...]
+    user: Optional[Frame]
+    confidence: float
+
+    @property
+    def where(self) -> str:
+        return f" at {brief(self.user)}" if self.user else ""
+
+
+def _gather(facts: Facts, hit) -> Optional[_WorkerFindings]:
+    """Apply ``hit(facts, worker) -> (confidence, evidence lines, user frame) | None`` to every
+    worker of a DataLoader hang; ``None`` when the stall is not one or no worker matched."""
+    if facts.verdict.kind != "dataloader":
+        return None
+    hits = [(w, h) for w in facts.sample.workers for h in [hit(facts, w)] if h is not None]
+    if not hits:
+        return None
+    evidence = [_waiting_main(facts)] + [line for _, h in hits for line in h[1]]
+    user = next((h[2] for _, h in hits if h[2] is not None), None)
+    return _WorkerFindings(tuple(evidence), tuple(w.pid for w, _ in hits), user, max(h[0] for _, h in hits))
+
+
 # --- hangs ----------------------------------------------------------------------------------
 
 
@@ -158,35 +196,26 @@ def fork_inherited_lock(facts: Facts) -> Optional[Diagnosis]:
     """Forked workers blocked acquiring a lock that no thread in them can release: it was held
     by another thread of the parent at ``fork()``, and only the forking thread survives in the
     child (POSIX ``fork``; CPython docs on start methods; PyTorch multiprocessing notes)."""
-    if facts.verdict.kind != "dataloader":
+    found = _gather(facts, _fork_lock_hit)
+    if found is None:
         return None
-    hits = [(w, _fork_lock_hit(facts, w)) for w in facts.sample.workers]
-    hits = [(w, h) for w, h in hits if h is not None]
-    if not hits:
-        return None
-    evidence = [_waiting_main(facts)]
-    for _, (_, lines, _) in hits:
-        evidence.extend(lines)
-    user = next((h[2] for _, h in hits if h[2] is not None), None)
-    pids = tuple(w.pid for w, _ in hits)
-    where = f" at {brief(user)}" if user else ""
     return Diagnosis(
         kind="fork_inherited_lock",
         severity=SEVERITY_HANG,
-        confidence=max(h[0] for _, h in hits),
+        confidence=found.confidence,
         summary=(
-            f"{len(pids)} DataLoader worker(s) are deadlocked{where} on a lock that another thread of the main "
+            f"{len(found.pids)} DataLoader worker(s) are deadlocked{found.where} on a lock that another thread of the main "
             "process held when the workers were forked; no thread in a worker can ever release it."
         ),
-        evidence=tuple(evidence),
+        evidence=found.evidence,
         remedy=(
             'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so '
             "each worker gets fresh locks; or create the lock (or the object holding it: DB connection, logger "
             "handler, image library state) inside the worker, in worker_init_fn or lazily in __getitem__; or make "
             "sure no other thread holds it while iter(loader) forks the workers."
         ),
-        pids=pids,
-        location=location(user),
+        pids=found.pids,
+        location=location(found.user),
         docs=(DOC_MULTIPROCESSING, DOC_START_METHODS),
     )
 
@@ -204,7 +233,7 @@ def _stuck_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, List[str
         if user is None:
             return None
         family = frames.wchan_family(next((d.wchan for d in facts.threads_of(w.pid) if d.tid == t.tid), None))
-        doing = {"sleep": "sleeping", "socket": "waiting on a socket", "pipe": "waiting on a pipe", "fifo_open": "opening a FIFO with no writer", "disk_or_network_fs": "in uninterruptible file-system I/O"}.get(family or "", "blocked")
+        doing = _BLOCKED_DOING.get(family or "", "blocked")
         lines = [
             f"worker pid {w.pid} ({w.name}): thread {t.tid} {doing} in the Dataset at {describe(facts, w.pid, user)}",
             f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, top)}; {kernel_wait(facts, w.pid, t.tid)}; {_quiet_text(facts, w.pid)}",
@@ -223,30 +252,21 @@ def worker_stuck(facts: Facts) -> Optional[Diagnosis]:
     """A worker blocked or sleeping inside the Dataset (not on a lock) while main waits for its
     batch forever: ``DataLoader(timeout=0)``, the default, waits without limit
     (``_MultiProcessingDataLoaderIter._try_get_data`` in torch/utils/data/dataloader.py)."""
-    if facts.verdict.kind != "dataloader":
+    found = _gather(facts, _stuck_hit)
+    if found is None:
         return None
-    hits = [(w, _stuck_hit(facts, w)) for w in facts.sample.workers]
-    hits = [(w, h) for w, h in hits if h is not None]
-    if not hits:
-        return None
-    evidence = [_waiting_main(facts)]
-    for _, (_, lines, _) in hits:
-        evidence.extend(lines)
-    user = next((h[2] for _, h in hits if h[2] is not None), None)
-    pids = tuple(w.pid for w, _ in hits)
-    where = f" at {brief(user)}" if user else ""
     return Diagnosis(
         kind="worker_stuck",
         severity=SEVERITY_HANG,
-        confidence=max(h[0] for _, h in hits),
-        summary=f"{len(pids)} DataLoader worker(s) are stuck in the Dataset{where}; the main process waits for their batch forever.",
-        evidence=tuple(evidence),
+        confidence=found.confidence,
+        summary=f"{len(found.pids)} DataLoader worker(s) are stuck in the Dataset{found.where}; the main process waits for their batch forever.",
+        evidence=found.evidence,
         remedy=(
             "Give the blocking call a timeout (socket/HTTP/storage client), and set DataLoader(..., timeout=<seconds>) "
             "so the main process raises 'DataLoader timed out' instead of waiting forever."
         ),
-        pids=pids,
-        location=location(user),
+        pids=found.pids,
+        location=location(found.user),
         docs=(DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
 
