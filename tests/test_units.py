@@ -101,8 +101,9 @@ def test_parse_stat_with_parentheses_in_comm():
 
 
 def test_secret_environment_values_are_redacted():
-    env = procfs.redact_env({"AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "y", "DB_PASSWORD": "z", "OMP_NUM_THREADS": "4"})
+    env = procfs.redact_env({"AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "y", "DB_PASSWORD": "z", "OMP_NUM_THREADS": "4", "DATABASE_URL": "postgres://u:pw123@h/db"})
     assert env["OMP_NUM_THREADS"] == "4"
+    assert env["DATABASE_URL"] == "postgres://u:<redacted>@h/db"
     assert {env[k] for k in ("AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DB_PASSWORD")} == {procfs.REDACTED}
 
 
@@ -179,7 +180,7 @@ def _facts(worker_threads, verdict_kind="dataloader", method="fork", sources=(),
         stacks.append((WORKER_PID, ProcessStack(WORKER_PID, (), True, "py-spy cannot attach (ptrace denied)", "", 0.1)))
     details = worker_details or (ThreadDetail(WORKER_PID, "pt_data_worker", "S", "futex_do_wait", "202"),)
     return Facts(
-        sample=sample, timeline=(sample,), stall=stall, verdict=verdict, stacks=tuple(stacks),
+        mode="hang", sample=sample, timeline=(sample,), stall=stall, verdict=verdict, stacks=tuple(stacks),
         thread_details=((WORKER_PID, details),), main_threads_at_fork=((WORKER_PID, 3),), source_lines=tuple(sources),
     )
 
@@ -247,7 +248,7 @@ def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     for key in ("kind", "severity", "confidence", "summary", "evidence", "remedy", "pids"):
         assert key in doc["diagnoses"][0]
     head = rep.text.splitlines()[:6]
-    assert head[0].startswith("dlwatch: fork_inherited_lock") and any(line.strip().startswith("fix:") for line in head)
+    assert head[0].startswith("dlwatch: hang fork_inherited_lock") and any(line.strip().startswith("fix:") for line in head)
     assert "Stacks" not in report.summary_text(rep.text) and "Stacks" in rep.text
 
 

@@ -3,7 +3,8 @@
 Exit codes (also in README.md):
 
 ========  ==========================================================================
-``run``   the job's own exit code (128 + N when the job died of signal N);
+``run``   the job's own exit code (128 + N when the job died of signal N), after a
+          crash report when a DataLoader crash is recognised on the job's stderr;
           124 when the watchdog ended the job after a hang (as timeout(1) does);
           126/127 when the command cannot be executed / is not found;
           2 for a usage or configuration error (nothing was started).
@@ -27,6 +28,7 @@ from typing import Dict, List, Optional
 
 from . import __version__, config as config_mod
 from .collect import discovery
+from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, Watcher, log
 from .errors import ConfigError, WatchdogError
 
@@ -48,6 +50,8 @@ _OVERRIDES = {
     "--pyspy-timeout": ("py_spy.timeout_s", float),
 }
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
+_STDERR_DRAIN_S = 2.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
+    probe = sub.add_parser("probe", help="reproductions under the watchdog: dlwatch probe repro NAME|--all (needs torch)")
+    probe.add_argument("probe_args", nargs=argparse.REMAINDER, help="repro NAME… | repro --all")
     return parser
 
 
@@ -112,14 +118,18 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
+    read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(cmd, process_group=0)
+        proc = subprocess.Popen(cmd, process_group=0, stderr=write_fd)
     except FileNotFoundError:
         log(f"cannot start {cmd[0]!r}: command not found")
         return EXIT_NOT_FOUND
     except PermissionError:
         log(f"cannot start {cmd[0]!r}: permission denied")
         return EXIT_CANNOT_EXECUTE
+    finally:
+        os.close(write_fd)
+    tail = StderrTail(read_fd, sys.stderr.fileno(), cfg.stderr_tail_bytes)
     wake, ended = threading.Event(), threading.Event()
     pending: List[int] = []
 
@@ -143,7 +153,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     for sig in _FORWARDED:
         signal.signal(sig, on_signal)
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
-    watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward)
+    watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text)
     outcome = Outcome()
     try:
         outcome = watcher.run()
@@ -152,9 +162,12 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     while not ended.wait(0.2):
         forward()
     forward()
+    tail.join(_STDERR_DRAIN_S)
     if outcome.terminated:
         return EXIT_TERMINATED
-    return _exit_code_of(proc.returncode)
+    code = _exit_code_of(proc.returncode)
+    watcher.after_exit(code)
+    return code
 
 
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -187,14 +200,28 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if outcome.terminated:
         return EXIT_TERMINATED
     if stopped:
+        log(f"stopped by signal {stopped[0]}; pid {proc.pid} keeps running")
         return 128 + stopped[0]
+    log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
     return EXIT_HANG_REPORTED if outcome.reports else EXIT_OK
+
+
+def cmd_probe(probe_args: List[str]) -> int:
+    """``dlwatch probe …``: the probes are a client of the watchdog and need torch."""
+    try:
+        from probes import cli as probes_cli
+    except ImportError as e:
+        print(f"dlwatch: error: the probes need the [probes] extra (torch): {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return probes_cli.main(probe_args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``dlwatch`` and ``python -m watchdog``; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        return cmd_probe(args.probe_args)
     try:
         cfg = load_config(args)
         if args.command == "run":

@@ -33,6 +33,7 @@ class Config(_Strict):
 
     interval_s: float = Field(1.0, gt=0, le=60)
     stall_timeout_s: float = Field(60.0, gt=0)
+    busy_stall_timeout_s: float = Field(300.0, gt=0)
     on_hang: Literal["report", "terminate"] = "report"
     terminate_outside_loader: bool = False
     terminate_grace_s: float = Field(10.0, ge=0, le=600)
@@ -40,6 +41,8 @@ class Config(_Strict):
     full_info_interval_s: float = Field(10.0, gt=0)
     timeline_samples: int = Field(600, ge=10, le=100_000)
     cpu_progress_s: float = Field(0.05, gt=0)
+    warning_interval_s: float = Field(5.0, gt=0)
+    stderr_tail_bytes: int = Field(65536, ge=1024, le=16 * 2**20)
     py_spy: PySpyConfig = PySpyConfig()
 
 

@@ -26,16 +26,18 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import __version__, act, detect, report, writer
-from .collect import procfs, pyspy
+from .collect import cgroup, procfs, pyspy
 from .collect.sampler import Sampler
 from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
-from .types import Facts, Sample, Stall
+from .types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_CRASH, SEVERITY_WARNING, Diagnosis, Facts, Sample, Stall
 
+# Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
+_WARNING_COOLDOWN_S = 600.0
 # Python frames per thread whose source lines go into the report.
 _SOURCE_FRAMES_PER_THREAD = 12
 
@@ -63,6 +65,7 @@ class Watcher:
         job_ended: returns True once the job is gone.
         wake: an event that interrupts the sleep between samples (job exit, signals).
         on_tick: called every loop turn (``dlwatch run`` forwards signals there).
+        stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Watcher:
         job_ended: Callable[[], bool],
         wake: threading.Event,
         on_tick: Callable[[], None] = lambda: None,
+        stderr_tail: Callable[[], str] = lambda: "",
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -80,6 +84,7 @@ class Watcher:
         self.job_ended = job_ended
         self.wake = wake
         self.on_tick = on_tick
+        self.stderr_tail = stderr_tail
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -87,8 +92,12 @@ class Watcher:
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self._reported_quiet_since: Optional[float] = None
+        self._reported_delivery: Optional[float] = None
         self._errors_logged = set()
+        self._warned: Dict[str, Tuple[float, frozenset]] = {}
+        self._last_live_look = time.monotonic()
+        self._oom_at_start = cgroup.oom_kills(root_pid)
+        self.host_cpus = os.cpu_count() or 1
 
     def _internal_error(self, where: str) -> None:
         if where not in self._errors_logged:
@@ -122,14 +131,80 @@ class Watcher:
         stall = self.tracker.stall(sample)
         if stall is None:
             return
-        if self._reported_quiet_since is not None and stall.quiet_since_mono != self._reported_quiet_since:
-            self._reported_quiet_since = None  # progress since the last report: a new hang may be reported
-        if stall.stall_s >= self.config.stall_timeout_s and self._reported_quiet_since is None and not self.job_ended():
-            self._reported_quiet_since = stall.quiet_since_mono
+        delivery = self.tracker.last_delivery_mono
+        if self._reported_delivery is not None and delivery != self._reported_delivery:
+            self._reported_delivery = None  # a batch moved since the last report: a new hang may be reported
+        due = stall.stall_s >= self.config.stall_timeout_s or stall.no_delivery_s >= self.config.busy_stall_timeout_s
+        if due and self._reported_delivery is None and not self.job_ended():
+            self._reported_delivery = delivery
             try:
                 self._handle_stall(sample, stall)
             except Exception:
                 self._internal_error("handling a stall")
+        elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
+            self._last_live_look = sample.t_mono
+            try:
+                self._look_for_warnings(sample)
+            except Exception:
+                self._internal_error("looking for warnings")
+
+    def _oom_kills(self) -> Optional[int]:
+        now = cgroup.oom_kills(self.root_pid)
+        if now is None or self._oom_at_start is None:
+            return None
+        return now - self._oom_at_start
+
+    def _look_for_warnings(self, sample: Sample) -> None:
+        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus)
+        for d in diagnose(facts):
+            if d.severity != SEVERITY_WARNING:
+                continue
+            last = self._warned.get(d.kind)
+            pids = frozenset(d.pids)
+            if last is not None and (last[1] == pids or sample.t_mono - last[0] < _WARNING_COOLDOWN_S):
+                continue  # at most once per kind and process set, and not more often than the cooldown
+            self._warned[d.kind] = (sample.t_mono, pids)
+            self._publish(facts, (d,), "report", f"warning-{d.kind}", summary_only=True)
+
+    def after_exit(self, exit_code: Optional[int]) -> None:
+        """Diagnose a job that ended with a non-zero ``exit_code`` from its stderr tail and the
+        timeline; write a crash report when a crash rule fires (nothing otherwise)."""
+        if not exit_code or not self.timeline:
+            return
+        try:
+            facts = Facts(
+                mode=MODE_CRASH,
+                sample=self.timeline[-1],
+                timeline=tuple(self.timeline),
+                stderr_tail=self.stderr_tail(),
+                exit_code=exit_code,
+                oom_kills=self._oom_kills(),
+                host_cpus=self.host_cpus,
+            )
+            found = tuple(d for d in diagnose(facts) if d.severity == SEVERITY_CRASH)
+            if found:
+                self._publish(facts, found, "none (the job had already exited)", "crash")
+        except Exception:
+            self._internal_error("diagnosing the job's exit")
+
+    def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False) -> None:
+        """Build, print and write one report; never raises ReportWriteError."""
+        main = facts.sample.main
+        job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time), "root_pid": self.root_pid}
+        info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
+        env = procfs.environ(main.pid) if facts.mode != MODE_CRASH else None
+        rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix)
+        text = report.summary_text(rep.text)
+        if summary_only:
+            text = "\n".join(text.splitlines()[:4]) + "\n"
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        try:
+            path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
+            self.outcome.reports.append(path)
+            log(f"report written to {path}" + ("" if summary_only else f" (stacks of every process in {os.path.join(path, 'report.txt')})"))
+        except ReportWriteError as e:
+            log(f"{e}; the summary above is all that was kept")
 
     def _handle_stall(self, sample: Sample, stall: Stall) -> None:
         cfg = self.config.py_spy
@@ -148,6 +223,7 @@ class Watcher:
             sources.update(procfs.source_lines(pid, wanted))
         problems = [st.error for st in stacks.values() if st.error]
         facts = Facts(
+            mode=MODE_HANG,
             sample=sample,
             timeline=tuple(self.timeline),
             stall=stall,
@@ -157,21 +233,14 @@ class Watcher:
             main_threads_at_fork=self.births.as_tuple(),
             source_lines=tuple(sources.items()),
             pyspy_problem=problems[0] if problems else None,
+            stderr_tail=self.stderr_tail(),
+            oom_kills=self._oom_kills(),
+            host_cpus=self.host_cpus,
+            open_files=tuple((pid, procfs.open_files(pid)) for pid in pids),
         )
         diagnoses = diagnose(facts)
         terminate = self.config.on_hang == "terminate" and (verdict.kind == "dataloader" or self.config.terminate_outside_loader)
-        detected = time.time()
-        job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time), "root_pid": self.root_pid}
-        info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
-        rep = report.build(facts, diagnoses, job, detected, "terminate" if terminate else "report", procfs.environ(main.pid), info)
-        sys.stderr.write(report.summary_text(rep.text))
-        sys.stderr.flush()
-        try:
-            path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")])
-            self.outcome.reports.append(path)
-            log(f"report written to {path} (stacks of every process in {os.path.join(path, 'report.txt')})")
-        except ReportWriteError as e:
-            log(f"{e}; the summary above is all that was kept")
+        self._publish(facts, diagnoses, "terminate" if terminate else "report", "")
         after = self.sampler.sample()
         self.tracker.rebaseline(after)
         if terminate:

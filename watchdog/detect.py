@@ -19,6 +19,12 @@ thread is quiet, and a deadlocked one shows nothing at all. Workers appearing or
 (each epoch without ``persistent_workers``) count as progress too. After py-spy attaches
 (which makes threads switch), marks are re-based without counting progress.
 
+A second, slower criterion catches workers that burn CPU without ever sending a batch (an
+endless loop in ``__getitem__``): when main's iterating thread is quiet and no worker thread
+did any I/O for ``busy_stall_timeout_s``, the stall is examined too (``Stall.no_delivery_s``).
+CPU-only progress cannot be told apart from a slow CPU-bound batch before that, hence the
+longer default.
+
 A stall is then confirmed from main's stack (:func:`confirm`): the iterating thread inside
 the DataLoader iterator waiting for data is a DataLoader hang; anywhere else it is
 ``stall_outside_loader``.
@@ -66,10 +72,15 @@ class ProgressTracker:
         self._marks: Dict[Tuple[_Key, int], _Mark] = {}
         self._pid_progress: Dict[_Key, float] = {}
         self._last_progress: Optional[float] = None
+        self._last_delivery: Optional[float] = None
         self._members: frozenset = frozenset()
 
+    @staticmethod
+    def _did_io(mark: _Mark, t) -> bool:
+        return t.io_bytes is not None and mark.io is not None and t.io_bytes != mark.io
+
     def _moved(self, mark: _Mark, t, now: float) -> bool:
-        if t.io_bytes is not None and mark.io is not None and t.io_bytes != mark.io:
+        if self._did_io(mark, t):
             return True
         if t.cpu_s - mark.cpu_s >= self.cpu_progress_s:
             return True
@@ -85,7 +96,7 @@ class ProgressTracker:
         watched = [p for p in sample.processes if p.pid == main.pid or p.role == ROLE_WORKER]
         members = frozenset((p.pid, p.create_time) for p in watched)
         if self._last_progress is None or members != self._members:
-            self._last_progress = now  # workers came or went: the job moved
+            self._last_progress = self._last_delivery = now  # workers came or went: the job moved
         self._members = members
         seen = set()
         for p in watched:
@@ -96,6 +107,8 @@ class ProgressTracker:
                 seen.add(key)
                 mark = self._marks.get(key)
                 if mark is None or self._moved(mark, t, now):
+                    if mark is None or p.pid == main.pid or self._did_io(mark, t):
+                        self._last_delivery = now
                     self._marks[key] = _Mark(now, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)
                     self._pid_progress[pkey] = now
                     self._last_progress = now
@@ -127,7 +140,18 @@ class ProgressTracker:
             return None
         now = sample.t_mono
         ages = tuple(sorted((pkey[0], now - t) for pkey, t in self._pid_progress.items()))
-        return Stall(stall_s=now - self._last_progress, quiet_since_mono=self._last_progress, main_pid=main.pid, progress_age_s=ages)
+        return Stall(
+            stall_s=now - self._last_progress,
+            quiet_since_mono=self._last_progress,
+            main_pid=main.pid,
+            progress_age_s=ages,
+            no_delivery_s=now - self._last_delivery,
+        )
+
+    @property
+    def last_delivery_mono(self) -> Optional[float]:
+        """When main's iterating thread last moved or a worker last did I/O (``time.monotonic()``)."""
+        return self._last_delivery
 
 
 
@@ -140,6 +164,7 @@ class WorkerBirths:
     def __init__(self) -> None:
         self._prev_main_threads: Optional[int] = None
         self._known: Dict[int, int] = {}
+        self._seen: set = set()
 
     def update(self, sample: Sample) -> None:
         """Fold one sample in."""
@@ -149,12 +174,17 @@ class WorkerBirths:
         live = set()
         for w in sample.workers:
             live.add(w.pid)
-            if w.pid not in self._known:
-                self._known[w.pid] = self._prev_main_threads if self._prev_main_threads is not None else main.num_threads
+            if w.pid not in self._known and self._prev_main_threads is not None:
+                self._known[w.pid] = self._prev_main_threads  # unknown for workers already there at the first sample
         for pid in list(self._known):
             if pid not in live:
                 del self._known[pid]
         self._prev_main_threads = main.num_threads
+        self._seen.update(live)
+
+    def first_seen(self, pid: int) -> bool:
+        """True once ``pid`` has been seen as a worker."""
+        return pid in self._seen
 
     def as_tuple(self) -> Tuple[Tuple[int, int], ...]:
         """``(worker pid, main's thread count before it appeared)`` pairs."""

@@ -36,8 +36,19 @@ LOADER_SHUTDOWN_FUNCS = frozenset({"_shutdown_workers", "__del__"})
 WORKER_LOOP_FUNCS = frozenset({"_worker_loop", "_process_worker_loop", "_base_worker_loop"})
 # A worker fetching a batch from the Dataset (torch/utils/data/_utils/fetch.py).
 FETCH_FUNCS = frozenset({"fetch"})
-# Pin-memory thread (pin_memory.py).
+# Pin-memory thread (pin_memory.py): its loop, and the work of pinning one batch.
+PIN_MEMORY_FILE = "torch/utils/data/_utils/pin_memory.py"
 PIN_LOOP_FUNCS = frozenset({"_pin_memory_loop", "do_one_step"})
+PIN_WORK_FUNCS = frozenset({"pin_memory"})
+# torch.distributed collectives and rendezvous (torch/distributed/distributed_c10d.py, rendezvous.py).
+COLLECTIVE_FUNCS = frozenset(
+    {"barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list",
+     "reduce", "reduce_scatter", "all_to_all", "gather", "scatter", "wait", "init_process_group", "_store_based_barrier", "rendezvous"}
+)
+# Native I/O entry points (glibc) a worker blocked in file I/O shows on top of its stack.
+IO_NATIVE = frozenset({"read", "__libc_read", "__read_nocancel", "pread64", "__libc_pread64", "readv", "open", "open64", "__open64", "__libc_open64", "openat", "openat64", "__openat64", "fstat", "stat", "__xstat64", "fsync", "write", "__libc_write"})
+# Wait-channel families of a task blocked in file-system or pipe code.
+IO_WCHAN_FAMILIES = frozenset({"disk_or_network_fs", "fifo_open", "pipe"})
 
 # Native frames of a thread blocked acquiring a lock: CPython's lock (3.11/3.12 and the 3.13+
 # PyMutex/parking lot), glibc's mutex and semaphore waits.
@@ -68,8 +79,10 @@ LOCK_ACQUIRE_NATIVE = frozenset(
 # Python-level waits that block on a lock internally but are waits for a notification, not
 # for a lock's holder (threading.Condition/Event, queue.Queue, multiprocessing queues).
 CONDITION_WAIT_FUNCS = frozenset({"Condition.wait", "Event.wait", "Queue.get", "Queue.put", "Barrier.wait"})
-# A source line that takes a lock.
-_LOCK_LINE = re.compile(r"\.acquire\s*\(|^\s*(async\s+)?with\b.*(lock|mutex|sem)", re.IGNORECASE)
+# A source line that takes a lock: ``x.acquire(`` or ``with <expr naming a lock>:``.
+_ACQUIRE_CALL = re.compile(r"\.acquire\s*\(")
+_WITH_EXPR = re.compile(r"^\s*(?:async\s+)?with\s+(?P<expr>.+?):\s*$")
+_LOCK_WORDS = frozenset({"lock", "rlock", "mutex", "semaphore", "sem", "boundedsemaphore"})
 
 # Kernel wait channels by family (Linux 6.18 names first; older kernels' names after).
 WCHAN_FAMILIES = {
@@ -103,6 +116,11 @@ def wchan_family(wchan: Optional[str]) -> Optional[str]:
         if any(wchan.startswith(n) for n in names):
             return family
     return None
+
+
+def is_collective(frame: Frame) -> bool:
+    """True for a frame of a torch.distributed collective or rendezvous."""
+    return "torch/distributed/" in normalise_path(frame.file) and frame.function.rsplit(".", 1)[-1] in COLLECTIVE_FUNCS
 
 
 def normalise_path(path: str) -> str:
@@ -188,9 +206,22 @@ def waits_on_condition(thread: ThreadStack) -> bool:
     return top is not None and top.function in CONDITION_WAIT_FUNCS
 
 
+def _is_lock_name(word: str) -> bool:
+    w = word.lower().strip("_")
+    return w in _LOCK_WORDS or w.endswith("_lock") or w.startswith("lock_") or w.endswith("mutex") or (w.endswith("lock") and not w.endswith("block"))
+
+
 def line_takes_lock(source: Optional[str]) -> bool:
-    """True when a source line acquires a lock (``x.acquire(``, ``with …lock…:``)."""
-    return bool(source) and bool(_LOCK_LINE.search(source))
+    """True when a source line acquires a lock: ``x.acquire(``, or ``with`` on an expression
+    whose names say lock/mutex/semaphore (``with self._lock:``, ``with LOCK:``). Comments and
+    string literals are ignored."""
+    if not source:
+        return False
+    code = re.sub(r"(\"[^\"]*\"|'[^']*')", "''", source).split("#", 1)[0]
+    if _ACQUIRE_CALL.search(code):
+        return True
+    m = _WITH_EXPR.match(code)
+    return bool(m) and any(_is_lock_name(w) for w in re.findall(r"[A-Za-z_]\w*", m.group("expr")))
 
 
 def is_worker_stack(stack_threads: Iterable[ThreadStack]) -> bool:

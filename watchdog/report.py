@@ -146,6 +146,7 @@ def build(
     action: str,
     environment: Optional[Dict[str, str]],
     watchdog_info: dict,
+    suffix: str = "",
 ) -> Report:
     """Assemble the report.
 
@@ -157,6 +158,7 @@ def build(
         action: what the watchdog does about it (``report`` or ``terminate``).
         environment: main's redacted environment, or ``None``.
         watchdog_info: version, settings and the py-spy binary used.
+        suffix: appended to the folder name (``crash``, ``warning-<kind>``), or empty.
     """
     role_of = roles(facts)
     processes = []
@@ -170,9 +172,17 @@ def build(
     document = {
         "schema_version": SCHEMA_VERSION,
         "job": job,
+        "mode": facts.mode,
         "detected_at": utc_iso(detected_wall),
-        "stall_s": round(facts.stall.stall_s, 2),
-        "verdict": {"kind": facts.verdict.kind, "confirmed_by_stack": facts.verdict.confirmed_by_stack, "reason": facts.verdict.reason},
+        "stall_s": round(facts.stall.stall_s, 2) if facts.stall else None,
+        "verdict": (
+            {"kind": facts.verdict.kind, "confirmed_by_stack": facts.verdict.confirmed_by_stack, "reason": facts.verdict.reason}
+            if facts.verdict
+            else None
+        ),
+        "exit_code": facts.exit_code,
+        "oom_kills": facts.oom_kills,
+        "stderr_tail": facts.stderr_tail[-8192:] if facts.stderr_tail else None,
         "action": action,
         "diagnoses": [_diag_dict(d) for d in diagnoses],
         "pyspy_problem": facts.pyspy_problem,
@@ -183,7 +193,7 @@ def build(
         "watchdog": watchdog_info,
         "timeline": _timeline(facts.timeline),
     }
-    name = folder_name(detected_wall, job["pid"])
+    name = folder_name(detected_wall, job["pid"]) + (f"-{suffix}" if suffix else "")
     return Report(folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files))
 
 
@@ -220,7 +230,13 @@ def text_lines(doc: dict) -> Iterable[str]:
     job = doc["job"]
     first = doc["diagnoses"][0]
     cmd = shlex.join(job.get("cmdline") or []) or "?"
-    yield f"dlwatch: {first['kind']} — job pid {job['pid']} stalled {doc['stall_s']:.0f} s ({cmd})"
+    if doc["stall_s"] is not None:
+        state = f"stalled {doc['stall_s']:.0f} s"
+    elif doc["exit_code"] is not None:
+        state = f"exited with code {doc['exit_code']}"
+    else:
+        state = "running"
+    yield f"dlwatch: {first['severity']} {first['kind']} — job pid {job['pid']} {state} ({cmd})"
     yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
     if first.get("location"):
         yield f"  where:  {first['location']}"

@@ -45,7 +45,10 @@ class ProcessSample:
     Memory in bytes; ``uss_bytes``/``pss_bytes`` are sampled at a slower cadence and hold the
     latest value read (``None`` until first read or without permission). ``status`` is the
     one-letter Linux state (R, S, D, Z, T, …). ``start_method`` is ``fork``, ``spawn``,
-    ``forkserver`` or ``None`` for non-workers.
+    ``forkserver`` or ``None`` for non-workers. ``cpu_affinity`` is the number of CPUs the
+    process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
+    ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
+    for main and workers only.
     """
 
     pid: int
@@ -67,6 +70,8 @@ class ProcessSample:
     write_bytes: Optional[int]
     start_method: Optional[str]
     threads: Tuple[ThreadSample, ...] = ()
+    cpu_affinity: Optional[int] = None
+    cpu_quota: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -175,12 +180,15 @@ class Stall:
 
     ``quiet_since_mono`` is when the last progress was seen (``time.monotonic()``).
     ``progress_age_s`` maps pid to the seconds since that process's watched threads last moved.
+    ``no_delivery_s`` is how long main's iterating thread has been quiet while no worker did
+    any I/O (workers may burn CPU, but no batch was sent): see NOTE [ Hang criterion ].
     """
 
     stall_s: float
     quiet_since_mono: float
     main_pid: int
     progress_age_s: Tuple[Tuple[int, float], ...]
+    no_delivery_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -218,26 +226,43 @@ class Diagnosis:
     docs: Tuple[str, ...] = ()
 
 
+MODE_HANG = "hang"
+MODE_CRASH = "crash"
+MODE_LIVE = "live"
+
+
 @dataclass(frozen=True)
 class Facts:
     """Everything the diagnosis rules may read; rules never touch processes themselves.
 
+    ``mode`` says why the facts were gathered: ``hang`` (a confirmed stall: ``stall`` and
+    ``verdict`` are set, stacks were taken), ``crash`` (the job exited non-zero: ``exit_code``
+    and the stderr tail are set) or ``live`` (a periodic look at the timeline for warnings).
     ``stacks`` and ``thread_details`` are keyed by pid. ``main_threads_at_fork`` maps a worker
     pid to the number of threads main had in the last sample before that worker appeared.
     ``source_lines`` maps ``(file, line)`` to the stripped source text, when it could be read.
     ``pyspy_problem`` says why stacks are missing (permission, binary missing, timeout).
+    ``stderr_tail`` is the last 64 KiB of the job's stderr (``dlwatch run`` only).
+    ``oom_kills`` is how many OOM kills the job's cgroup counted while it was watched.
+    ``host_cpus`` is the number of online CPUs of the host. ``open_files`` maps a pid to the
+    targets of its file descriptors (``/proc/PID/fd``), read at report time.
     """
 
+    mode: str
     sample: Sample
     timeline: Tuple[Sample, ...]
-    stall: Stall
-    verdict: HangVerdict
-    stacks: Tuple[Tuple[int, ProcessStack], ...]
-    thread_details: Tuple[Tuple[int, Tuple[ThreadDetail, ...]], ...]
+    stall: Optional[Stall] = None
+    verdict: Optional[HangVerdict] = None
+    stacks: Tuple[Tuple[int, ProcessStack], ...] = ()
+    thread_details: Tuple[Tuple[int, Tuple[ThreadDetail, ...]], ...] = ()
     main_threads_at_fork: Tuple[Tuple[int, int], ...] = ()
     source_lines: Tuple[Tuple[Tuple[str, int], str], ...] = ()
     pyspy_problem: Optional[str] = None
     stderr_tail: str = ""
+    exit_code: Optional[int] = None
+    oom_kills: Optional[int] = None
+    host_cpus: int = 1
+    open_files: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()
 
     def stack(self, pid: int) -> Optional[ProcessStack]:
         """The py-spy result for ``pid``, or ``None`` when it was not dumped."""
@@ -253,7 +278,19 @@ class Facts:
 
     def progress_age_s(self, pid: int) -> Optional[float]:
         """Seconds since ``pid``'s watched threads last made progress, or ``None``."""
-        return dict(self.stall.progress_age_s).get(pid)
+        return None if self.stall is None else dict(self.stall.progress_age_s).get(pid)
+
+    def loader_hang(self) -> bool:
+        """True for a confirmed (or presumed) DataLoader hang."""
+        return self.mode == MODE_HANG and self.verdict is not None and self.verdict.kind == "dataloader"
+
+    def last_seen(self, pid: int) -> Optional[ProcessSample]:
+        """The latest sample of ``pid`` in the timeline (it may be gone now), or ``None``."""
+        for s in reversed(self.timeline):
+            p = s.process(pid)
+            if p is not None:
+                return p
+        return None
 
 
 @dataclass(frozen=True)

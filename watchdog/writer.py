@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from .errors import ReportWriteError
 from .types import Report
@@ -54,8 +54,9 @@ def write(report: Report, report_dir: str) -> str:
     return final
 
 
-def write_with_fallback(report: Report, report_dirs: Sequence[str]) -> str:
-    """:func:`write` to the first of ``report_dirs`` that works.
+def write_with_fallback(report: Report, report_dirs: Sequence[str], on_fallback: Optional[Callable[[str], None]] = None) -> str:
+    """:func:`write` to the first of ``report_dirs`` that works; ``on_fallback`` is told why
+    the first one failed when another was used.
 
     Raises:
         ReportWriteError: every folder failed; the message names the first one.
@@ -63,7 +64,10 @@ def write_with_fallback(report: Report, report_dirs: Sequence[str]) -> str:
     first_error = None
     for d in report_dirs:
         try:
-            return write(report, d)
+            path = write(report, d)
+            if first_error is not None and on_fallback is not None:
+                on_fallback(f"{first_error}; wrote to {d} instead")
+            return path
         except ReportWriteError as e:
             first_error = first_error or e
     assert first_error is not None

@@ -1,10 +1,11 @@
 """Find the job's main process and its DataLoader workers, and give each process a role.
 
 Workers are recognised by PyTorch's process name (``pt_data_worker``, torch >= 2.5,
-pytorch/pytorch#128448) or, on older torch, by how multiprocessing starts them: under
-``fork`` a child of main with main's command line; under ``spawn`` a child running
+pytorch/pytorch#128448); their start method by how multiprocessing starts them: under ``fork``
+a child of main with main's command line; under ``spawn`` a child running
 ``multiprocessing.spawn``; under ``forkserver`` a child of the forkserver process
-(``multiprocessing.forkserver``). Roles are confirmed from stacks later (``_worker_loop``).
+(``multiprocessing.forkserver``). On torch < 2.5 (no names) only fork workers are found while
+sampling; roles are confirmed from stacks at report time (``_worker_loop``).
 """
 
 from __future__ import annotations
@@ -126,7 +127,10 @@ def classify(main: psutil.Process) -> List[Tuple[psutil.Process, str, Optional[s
             method = "fork"
         else:
             method = None
-        if name in frames.WORKER_COMMS or (method is not None and ppid in (main.pid, *forkservers)):
+        # torch >= 2.5 names its workers; without the name only a fork child with main's command
+        # line is taken for one (torch < 2.5): a spawned child may be anything (a distributed
+        # peer, a Pool), and would pass its own wake-ups off as the loader's progress.
+        if name in frames.WORKER_COMMS or (method == "fork" and ppid == main.pid):
             out.append((proc, ROLE_WORKER, method or "fork"))
         else:
             out.append((proc, ROLE_OTHER, None))

@@ -117,9 +117,16 @@ def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
     return tuple(out)
 
 
+_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
+
+
 def redact_env(env: Dict[str, str]) -> Dict[str, str]:
-    """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, …) replaced."""
-    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in env.items()}
+    """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, …) replaced,
+    and passwords inside URLs (``postgres://user:PASSWORD@host``) replaced in every value."""
+    out = {}
+    for k, v in env.items():
+        out[k] = REDACTED if _SECRET_KEY.search(k) else _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, v)
+    return out
 
 
 def environ(pid: int) -> Optional[Dict[str, str]]:
@@ -157,3 +164,19 @@ def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
             except OSError:
                 continue
     return out
+
+
+def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
+    """Targets of ``pid``'s file descriptors (``/proc/PID/fd/N`` links: paths, ``pipe:[…]``,
+    ``socket:[…]``), at most ``limit``; empty when unreadable."""
+    try:
+        fds = sorted(os.listdir(f"/proc/{pid}/fd"), key=int)[:limit]
+    except (OSError, ValueError):
+        return ()
+    out = []
+    for fd in fds:
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return tuple(out)

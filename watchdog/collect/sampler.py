@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 import psutil
 
-from . import discovery, procfs
+from . import cgroup, discovery, procfs
 from ..types import ROLE_MAIN, ROLE_WORKER, HostSample, ProcessSample, Sample
 
 _STATUS_LETTER = {
@@ -60,6 +60,8 @@ class Sampler:
         self._main: Optional[psutil.Process] = None
         self._procs: Dict[Tuple[int, float], psutil.Process] = {}
         self._full: Dict[Tuple[int, float], Tuple[float, Optional[int], Optional[int]]] = {}
+        self._quota_value: Optional[float] = None
+        self._quota_read_at = float("-inf")
 
     def _find_main(self) -> Optional[psutil.Process]:
         if self._main is not None and self._main.is_running():
@@ -130,6 +132,13 @@ class Sampler:
                 except psutil.AccessDenied:
                     cmdline = ()
             watched = role in (ROLE_MAIN, ROLE_WORKER)
+            affinity = quota = None
+            if watched:
+                try:
+                    affinity = len(proc.cpu_affinity())
+                except (psutil.AccessDenied, AttributeError, OSError):
+                    affinity = None
+                quota = self._quota(proc.pid, role)
             uss, pss = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None)
         except psutil.NoSuchProcess:
             return None
@@ -155,4 +164,14 @@ class Sampler:
             write_bytes=write_b,
             start_method=method,
             threads=procfs.thread_samples(proc.pid) if watched else (),
+            cpu_affinity=affinity,
+            cpu_quota=quota,
         )
+
+    def _quota(self, pid: int, role: str) -> Optional[float]:
+        # cgroup limits change rarely: read main's once a minute, and give workers main's value.
+        now = time.monotonic()
+        if role == ROLE_MAIN and now - self._quota_read_at > 60:
+            self._quota_value = cgroup.cpu_quota(pid)
+            self._quota_read_at = now
+        return self._quota_value

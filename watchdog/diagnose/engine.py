@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional, Tuple
 
-from ..types import SEVERITY_WARNING, Diagnosis, Facts
+from ..types import MODE_HANG, SEVERITY_WARNING, Diagnosis, Facts
 
 Rule = Callable[[Facts], Optional[Diagnosis]]
 RULES: List[Tuple[int, str, Rule]] = []
@@ -28,8 +28,9 @@ def rule(rank: int) -> Callable[[Rule], Rule]:
 
 
 def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
-    """Run every rule on ``facts``; the findings, most likely first (never empty)."""
-    from . import rules  # noqa: F401  (registers the catalogue)
+    """Run every rule on ``facts``; the findings, most likely first. Never empty for a hang
+    (``unknown`` is the fallback); may be empty for a crash or a live look."""
+    from . import hangs  # the fallback rule lives there
 
     fired = []
     for rank, _name, fn in RULES:
@@ -38,7 +39,7 @@ def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
             fired.append((rank, -found.confidence, found))
     fired.sort(key=lambda x: (x[0], x[1]))
     found = tuple(d for _, _, d in fired)
-    if not any(d.severity != SEVERITY_WARNING for d in found):
-        found = (rules.unknown(facts),) + found
+    if facts.mode == MODE_HANG and not any(d.severity != SEVERITY_WARNING for d in found):
+        found = (hangs.unknown(facts),) + found
     return found
 

@@ -1,0 +1,1 @@
+"""Targets that need CUDA (run them on a GPU machine, under ``dlwatch run``)."""

@@ -1,0 +1,258 @@
+"""``dlwatch probe repro NAME|--all``: run each known failure class under the watchdog and
+check that the expected diagnosis comes first.
+
+A client (``shared/style.md``): it starts the target ``probes.train`` with a fault under
+``python -m watchdog run`` with short timeouts, reads the report(s), and prints one row per
+scenario: expected kind, what came first, the detection latency (from the moment the job
+printed that it injected the fault, or from its start) and the report folder. Scenarios that
+need what this machine lacks (a GPU; root for a private ``/dev/shm``) are reported as skipped,
+never as passed. ``--all`` exits 1 when any scenario is misdiagnosed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from tabulate import tabulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One reproduction: the job's arguments, the watchdog's, and the kind expected first.
+
+    ``severity`` is ``hang``, ``crash`` or ``warning`` (for a warning the job runs to its end
+    and the kind must appear among the warnings). ``shm_size`` runs the job in a private mount
+    namespace with a tmpfs of that size on /dev/shm (needs root or CAP_SYS_ADMIN).
+    ``skip`` is why it cannot run on a CPU machine (then there is a fixture test instead).
+    """
+
+    name: str
+    expected: str
+    severity: str
+    job: Tuple[str, ...] = ()
+    settings: Tuple[Tuple[str, object], ...] = ()
+    shm_size: Optional[str] = None
+    skip: Optional[str] = None
+    timeout_s: float = 120.0
+    extra_env: Tuple[Tuple[str, str], ...] = field(default=())
+
+
+SCENARIOS: Tuple[Scenario, ...] = (
+    Scenario("fork_inherited_lock", "fork_inherited_lock", "hang", ("--fault", "fork-lock")),
+    Scenario("fork_inherited_lock_native", "fork_inherited_lock", "hang", ("--fault", "fork-native-lock")),
+    Scenario("worker_stuck", "worker_stuck", "hang", ("--fault", "worker-sleep")),
+    Scenario("worker_stuck_busy", "worker_stuck", "hang", ("--fault", "worker-spin"), (("busy_stall_timeout_s", 6.0),)),
+    Scenario("worker_blocked_io", "worker_blocked_io", "hang", ("--fault", "worker-fifo")),
+    Scenario("batch_lost", "batch_lost", "hang", ("--fault", "unpicklable-batch")),
+    Scenario("stall_outside_loader", "stall_outside_loader", "hang", ("--fault", "sleep-outside-loader"), (("terminate_outside_loader", True),)),
+    Scenario(
+        "stall_outside_loader_collective", "stall_outside_loader", "hang", ("--fault", "collective-wait", "--samples", "64"),
+        (("terminate_outside_loader", True), ("stall_timeout_s", 6.0)),
+    ),
+    Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no CPU reproduction known (field notes B23); fixture test"),
+    Scenario("pin_memory_stall", "pin_memory_stall", "hang", skip="needs CUDA: python -m probes.gpu.pin_memory_stall; fixture test"),
+    Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
+    Scenario("shm_exhausted", "shm_exhausted", "crash", ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"), shm_size="8m"),
+    Scenario("fd_exhausted", "fd_exhausted", "crash", ("--nofile", "64", "--keep-batches", "100", "--samples", "2000", "--batch-size", "4")),
+    Scenario("worker_start_failed", "worker_start_failed", "crash", ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn")),
+    Scenario("cuda_in_forked_worker", "cuda_in_forked_worker", "crash", skip="needs CUDA: python -m probes.gpu.cuda_in_forked_worker; fixture test"),
+    Scenario(
+        "worker_memory_growth", "worker_memory_growth", "warning",
+        ("--cow-mib", "600", "--samples", "400", "--batch-size", "4", "--sample-delay-s", "0.06", "--epochs", "1", "--persistent-workers"),
+        (("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+    ),
+    Scenario("fd_pressure", "fd_pressure", "warning", ("--nofile", "128", "--keep-batches", "55", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"), (("warning_interval_s", 1.0),)),
+    Scenario("shm_pressure", "shm_pressure", "warning", ("--fill-shm-frac", "0.9", "--samples", "400", "--sample-delay-s", "0.02", "--epochs", "1"), (("warning_interval_s", 1.0),), shm_size="32m"),
+    Scenario("cpu_affinity_narrowed", "cpu_affinity_narrowed", "warning", ("--pin-cpu", "0", "--samples", "400", "--sample-delay-s", "0.03", "--epochs", "1"), (("warning_interval_s", 1.0),)),
+    Scenario(
+        "cpu_oversubscribed", "cpu_oversubscribed", "warning",
+        ("--num-workers", "4", "--worker-threads", "4", "--cpu-ms", "40", "--samples", "600", "--epochs", "1", "--persistent-workers"),
+        (("warning_interval_s", 2.0),),
+    ),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+@dataclass
+class Outcome:
+    """What one scenario produced. ``status`` is ``ok``, ``misdiagnosed`` or ``skipped``."""
+
+    scenario: Scenario
+    status: str
+    first: Optional[str] = None
+    kinds: Tuple[str, ...] = ()
+    latency_s: Optional[float] = None
+    report: Optional[str] = None
+    exit_code: Optional[int] = None
+    note: str = ""
+
+
+def can_private_shm() -> Optional[str]:
+    """``None`` when a private /dev/shm can be mounted here, else why not."""
+    if shutil.which("unshare") is None:
+        return "unshare(1) not found"
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"cannot mount a private /dev/shm (needs root or CAP_SYS_ADMIN): {done.stderr.strip()[:80]}"
+
+
+def _config_file(folder: str, settings) -> Optional[str]:
+    if not settings:
+        return None
+    import yaml
+
+    path = os.path.join(folder, "config.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(dict(settings), f)
+    return path
+
+
+def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
+    """The full command line that runs scenario ``s`` under the watchdog."""
+    cmd = [sys.executable, "-m", "watchdog", "run", "--report-dir", report_dir, "--interval", "1", "--stall-timeout", "4",
+           "--on-hang", "terminate", "--terminate-grace", "2"]
+    if config:
+        cmd += ["--config", config]
+    cmd.append("--")
+    if s.shm_size:
+        cmd += ["unshare", "-m", "sh", "-c", SHM_WRAPPER.format(size=s.shm_size), "sh"]
+    return cmd + [sys.executable, "-m", "probes.train", *s.job]
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    groups = {proc.pid}
+    for p in tree:
+        try:
+            groups.add(os.getpgid(p.pid))
+        except OSError:
+            pass
+    groups.discard(os.getpgrp())
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except OSError:
+            pass
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _stamp(stdout: str, marker: str) -> Optional[float]:
+    for line in stdout.splitlines():
+        if marker in line and " t=" in line:
+            return float(line.rsplit("t=", 1)[1])
+    return None
+
+
+def run_scenario(s: Scenario, workdir: str) -> Outcome:
+    """Run one scenario in ``workdir``; always kills every process group it started."""
+    if s.skip:
+        return Outcome(s, "skipped", note=s.skip)
+    if s.shm_size:
+        why = can_private_shm()
+        if why:
+            return Outcome(s, "skipped", note=why)
+    report_dir = os.path.join(workdir, "reports")
+    cmd = command(s, report_dir, _config_file(workdir, s.settings))
+    started = time.time()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, **dict(s.extra_env)})
+    try:
+        out, _err = proc.communicate(timeout=s.timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        out, _err = proc.communicate()
+        return Outcome(s, "misdiagnosed", note=f"no conclusion within {s.timeout_s:g} s", exit_code=None)
+    finally:
+        _kill_session(proc)
+    folders = sorted(os.listdir(report_dir)) if os.path.isdir(report_dir) else []
+    docs = []
+    for name in folders:
+        if name.startswith("."):
+            continue
+        with open(os.path.join(report_dir, name, "report.json"), encoding="utf-8") as f:
+            docs.append((os.path.join(report_dir, name), json.load(f)))
+    if s.severity == "warning":
+        matching = [(p, d) for p, d in docs if d["diagnoses"][0]["kind"] == s.expected]
+        kinds = tuple(d["diagnoses"][0]["kind"] for _, d in docs)
+        chosen = matching[0] if matching else (docs[0] if docs else None)
+        ok = bool(matching) and proc.returncode == 0
+    else:
+        main_docs = [(p, d) for p, d in docs if d["diagnoses"][0]["severity"] != "warning"]
+        kinds = tuple(x["kind"] for _, d in main_docs[:1] for x in d["diagnoses"])
+        chosen = main_docs[0] if main_docs else None
+        ok = chosen is not None and chosen[1]["diagnoses"][0]["kind"] == s.expected
+    latency = None
+    if chosen is not None:
+        detected = dt.datetime.fromisoformat(chosen[1]["detected_at"].replace("Z", "+00:00")).timestamp()
+        latency = detected - (_stamp(out, "fault ") or started)
+    return Outcome(
+        s,
+        "ok" if ok else "misdiagnosed",
+        first=chosen[1]["diagnoses"][0]["kind"] if chosen else None,
+        kinds=kinds,
+        latency_s=latency,
+        report=chosen[0] if chosen else None,
+        exit_code=proc.returncode,
+        note="" if ok else f"dlwatch exited {proc.returncode}; reports: {', '.join(kinds) or 'none'}",
+    )
+
+
+def table(outcomes: List[Outcome]) -> str:
+    """The results as a terminal table."""
+    rows = [
+        [o.scenario.name, o.scenario.expected, o.first or "-", o.status.upper() if o.status == "misdiagnosed" else o.status,
+         "-" if o.latency_s is None else f"{o.latency_s:.1f}", o.report or o.note]
+        for o in outcomes
+    ]
+    return tabulate(rows, headers=["scenario", "expected", "first diagnosis", "result", "latency s", "report / note"])
+
+
+def main(argv=None) -> int:
+    """``repro NAME…|--all``; exits 1 when a scenario is misdiagnosed, 2 for an unknown name."""
+    p = argparse.ArgumentParser(prog="dlwatch probe repro", description="Reproduce known DataLoader failures under the watchdog.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="scenario names: " + ", ".join(BY_NAME))
+    p.add_argument("--all", action="store_true", help="run every scenario")
+    p.add_argument("--report-dir", metavar="DIR", help="where each scenario's reports go (default: dlwatch-reports/repro-<UTC time>)")
+    args = p.parse_args(argv)
+    unknown = [n for n in args.names if n not in BY_NAME]
+    if unknown or (not args.names and not args.all):
+        print(f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(BY_NAME)}" if unknown else "dlwatch: error: name a scenario or --all", file=sys.stderr)
+        return 2
+    chosen = list(SCENARIOS) if args.all else [BY_NAME[n] for n in args.names]
+    base = args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    outcomes = []
+    for i, s in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {s.name} …", file=sys.stderr, flush=True)
+        workdir = os.path.join(base, s.name)
+        os.makedirs(workdir, exist_ok=True)
+        outcomes.append(run_scenario(s, workdir))
+    print(table(outcomes))
+    return 1 if any(o.status == "misdiagnosed" for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Helpers shared by the rules: how to describe frames, quiescence and kernel waits in
+evidence lines, and how to gather per-worker hits into one finding. Reads facts only."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from .. import frames
+from ..types import Facts, Frame, ProcessStack, ThreadStack
+
+DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.html"
+DOC_MULTI_PROCESS_LOADING = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
+DOC_DATALOADER = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+DOC_START_METHODS = "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods"
+DOC_SHARING_STRATEGIES = "https://pytorch.org/docs/stable/multiprocessing.html#sharing-strategies"
+DOC_CUDA_FORK = "https://pytorch.org/docs/stable/notes/multiprocessing.html#cuda-in-multiprocessing"
+DOC_MEMORY_LEAK = "https://github.com/pytorch/pytorch/issues/13246"
+
+# What a worker is doing, by the family of its kernel wait channel (frames.WCHAN_FAMILIES).
+BLOCKED_DOING = {
+    "sleep": "sleeping",
+    "socket": "waiting on a socket",
+    "pipe": "waiting on a pipe",
+    "fifo_open": "opening a FIFO with no writer",
+    "disk_or_network_fs": "in uninterruptible file-system I/O",
+}
+
+# Seconds of tolerance when asking whether a process was quiet for the whole stall.
+QUIET_SLACK_S = 2.0
+
+
+# --- helpers shared by the rules ------------------------------------------------------------
+
+
+def describe(facts: Facts, pid: int, frame: Optional[Frame]) -> str:
+    """``file:line in function: `source``` for a Python frame; the library for a native one."""
+    if frame is None:
+        return "an unknown frame"
+    if frame.native:
+        return f"native {frame.function} ({frames.short_path(frame.file)})"
+    text = f"{frames.short_path(frame.file)}:{frame.line} in {frame.function}"
+    src = facts.source(frame.file, frame.line)
+    return f"{text}: `{src}`" if src else text
+
+
+def location(frame: Optional[Frame]) -> Optional[str]:
+    """``file:line`` of a Python frame (full path, as the job sees it)."""
+    return None if frame is None or frame.native else f"{frame.file}:{frame.line}"
+
+
+def quiet_for(facts: Facts, pid: int) -> Optional[float]:
+    """Seconds ``pid`` showed no progress, or ``None`` when unknown."""
+    return facts.progress_age_s(pid)
+
+
+def is_quiet(facts: Facts, pid: int) -> bool:
+    """True when ``pid`` made no progress during (about) the whole stall."""
+    age = quiet_for(facts, pid)
+    return age is not None and age >= facts.stall.stall_s - QUIET_SLACK_S
+
+
+def kernel_wait(facts: Facts, pid: int, tid: int) -> str:
+    """``state S, wchan futex_do_wait, syscall 202`` for one thread (from ``/proc``)."""
+    for t in facts.threads_of(pid):
+        if t.tid == tid:
+            return f"state {t.state}, wchan {t.wchan or '?'}, syscall {t.syscall or '?'}"
+    return "state unknown (thread not readable)"
+
+
+def worker_thread(stack: Optional[ProcessStack], pid: int) -> Optional[ThreadStack]:
+    """The thread that runs the worker loop (or the process's main thread)."""
+    if stack is None or not stack.ok:
+        return None
+    return frames.worker_loop_thread(stack.threads) or next((t for t in stack.threads if t.tid == pid), None)
+
+
+def waiting_main(facts: Facts) -> str:
+    v = facts.verdict
+    how = "" if v.confirmed_by_stack else " (presumed from /proc: py-spy could not read main)"
+    t = v.thread
+    where = ""
+    if t is not None:
+        frame = frames.innermost_user(t) or frames.innermost_python(t)
+        where = f", iterating at {describe(facts, facts.stall.main_pid, frame)}" if frame else ""
+    return f"main pid {facts.stall.main_pid}: {v.reason}{where}{how}"
+
+
+def brief(frame: Optional[Frame]) -> str:
+    """``file:line (function)`` with a short path, for one-sentence summaries."""
+    if frame is None:
+        return "an unknown place"
+    return f"{frames.short_path(frame.file)}:{frame.line} ({frame.function})"
+
+
+def quiet_text(facts: Facts, pid: int) -> str:
+    age = quiet_for(facts, pid)
+    return "no progress seen" if age is None else f"no CPU, I/O or context-switch progress for {age:.0f} s"
+
+
+@dataclass(frozen=True)
+class WorkerFindings:
+    """Per-worker hits of one rule, gathered: evidence (main's wait first), pids, the first
+    user frame, and the highest confidence."""
+
+    evidence: Tuple[str, ...]
+    pids: Tuple[int, ...]
+    user: Optional[Frame]
+    confidence: float
+
+    @property
+    def where(self) -> str:
+        return f" at {brief(self.user)}" if self.user else ""
+
+
+def gather(facts: Facts, hit) -> Optional[WorkerFindings]:
+    """Apply ``hit(facts, worker) -> (confidence, evidence lines, user frame) | None`` to every
+    worker of a DataLoader hang; ``None`` when the stall is not one or no worker matched."""
+    if not facts.loader_hang():
+        return None
+    hits = [(w, h) for w in facts.sample.workers for h in [hit(facts, w)] if h is not None]
+    if not hits:
+        return None
+    evidence = [waiting_main(facts)] + [line for _, h in hits for line in h[1]]
+    user = next((h[2] for _, h in hits if h[2] is not None), None)
+    return WorkerFindings(tuple(evidence), tuple(w.pid for w, _ in hits), user, max(h[0] for _, h in hits))
+
+
+
+
+def stderr_lines(facts: Facts, pattern: "re.Pattern[str]") -> List[str]:
+    """Lines of the job's stderr tail that match ``pattern``, in order, stripped."""
+    return [line.strip() for line in facts.stderr_tail.splitlines() if pattern.search(line)]
+
+
+def max_over_timeline(facts: Facts, value) -> Optional[float]:
+    """The largest non-None ``value(sample)`` over the timeline, or ``None``."""
+    values = [v for v in (value(s) for s in facts.timeline) if v is not None]
+    return max(values) if values else None
+
+
+def mib(n: Optional[float]) -> str:
+    """Bytes as MiB for evidence lines."""
+    return "unknown" if n is None else f"{n / 2**20:.1f} MiB"
