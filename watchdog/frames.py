@@ -105,6 +105,24 @@ WCHAN_FAMILIES = {
 }
 
 
+# x86_64 system call numbers seen in blocked threads (arch/x86/entry/syscalls/syscall_64.tbl).
+SYSCALL_NAMES_X86_64 = {
+    "0": "read", "1": "write", "2": "open", "7": "poll", "17": "pread64", "23": "select", "35": "nanosleep",
+    "45": "recvfrom", "47": "recvmsg", "61": "wait4", "202": "futex", "230": "clock_nanosleep", "232": "epoll_wait",
+    "247": "waitid", "257": "openat", "270": "pselect6", "271": "ppoll", "281": "epoll_pwait",
+}
+
+
+def syscall_name(number: Optional[str]) -> str:
+    """``257 (openat)`` for a system call number on x86_64, the number alone elsewhere."""
+    import platform
+
+    if number is None:
+        return "?"
+    name = SYSCALL_NAMES_X86_64.get(number) if platform.machine() == "x86_64" else None
+    return f"{number} ({name})" if name else number
+
+
 def wchan_family(wchan: Optional[str]) -> Optional[str]:
     """The family (a key of ``WCHAN_FAMILIES``) of a kernel wait channel name, or ``None``.
 

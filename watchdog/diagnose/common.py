@@ -65,7 +65,7 @@ def kernel_wait(facts: Facts, pid: int, tid: int) -> str:
     """``state S, wchan futex_do_wait, syscall 202`` for one thread (from ``/proc``)."""
     for t in facts.threads_of(pid):
         if t.tid == tid:
-            return f"state {t.state}, wchan {t.wchan or '?'}, syscall {t.syscall or '?'}"
+            return f"state {t.state}, wchan {t.wchan or '?'}, syscall {frames.syscall_name(t.syscall)}"
     return "state unknown (thread not readable)"
 
 

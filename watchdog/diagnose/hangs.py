@@ -184,7 +184,7 @@ def _blocked_io_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, Lis
     regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
     lines = [
         f"worker pid {w.pid} ({w.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, w.pid, tid)}"
-        + (" — uninterruptible sleep (D)" if state == "D" else f" ({family or 'I/O'})"),
+        + (" — uninterruptible sleep (D)" if state == "D" else f" — {BLOCKED_DOING.get(family or '', 'in I/O')}"),
     ]
     if t is not None:
         lines.append(f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, t.frames[0] if t.frames else None)}, called from {describe(facts, w.pid, user)}")
