@@ -78,8 +78,8 @@ import ctypes
 import ctypes.util
 import os
 import resource
-import signal
 import shutil
+import signal
 import struct
 import sys
 import tempfile

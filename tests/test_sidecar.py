@@ -83,9 +83,10 @@ def _lock_line() -> int:
     raise AssertionError("lock line not found")
 
 
-def test_fork_lock_without_pyspy_still_reports_from_proc(tmp_path):
+def test_fork_lock_without_ptrace_still_reports_from_proc_with_the_remedy(tmp_path):
+    fake = os.path.join(os.path.dirname(__file__), "fixtures", "fake-py-spy-ptrace-denied")
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("py_spy:\n  path: /nonexistent/py-spy\n")
+    cfg.write_text(f"py_spy:\n  path: {fake}\n")
     code, out, err = run_dlwatch(
         ["--config", str(cfg), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")],
         TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
@@ -96,7 +97,8 @@ def test_fork_lock_without_pyspy_still_reports_from_proc(tmp_path):
     first = doc["diagnoses"][0]
     assert first["kind"] == "fork_inherited_lock"
     assert first["confidence"] < 0.7
-    assert "py-spy is not installed" in doc["pyspy_problem"]
+    assert "SYS_PTRACE" in doc["pyspy_problem"] and "ptrace_scope" in doc["pyspy_problem"]
+    assert "SYS_PTRACE" in err
     workers = [p for p in doc["processes"] if p["role"] == "dataloader_worker"]
     assert workers and all(p["threads_proc"] and p["threads_proc"][0]["wchan"] for p in workers)
 
@@ -196,8 +198,9 @@ def test_healthy_variants_are_never_reported(tmp_path, job_args):
         (["run", "--", ], "CMD"),
         (["attach", "--pid", "999999999"], "999999999"),
         (["attach", "--pid", "1"], "--pid 1"),
+        (["attach", "--pid", "-5"], "--pid -5"),
     ],
-    ids=["negative-interval", "bad-type", "no-command", "dead-pid", "not-python-or-unreadable"],
+    ids=["negative-interval", "bad-type", "no-command", "dead-pid", "not-python-or-unreadable", "negative-pid"],
 )
 def test_bad_input_exits_2_naming_it(args, needle):
     done = subprocess.run(DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -208,12 +211,21 @@ def test_bad_input_exits_2_naming_it(args, needle):
 
 @pytest.mark.parametrize(
     "content, needle",
-    [("stall_timout_s: 5\n", "stall_timout_s"), ("interval_s: fast\n", "interval_s"), ("py_spy:\n  native: maybe\n", "py_spy.native"), ("on_hang: kill\n", "on_hang")],
-    ids=["unknown-key", "bad-type", "nested-bad-type", "bad-choice"],
+    [
+        ("stall_timout_s: 5\n", "stall_timout_s"),
+        ("interval_s: fast\n", "interval_s"),
+        ("py_spy:\n  native: maybe\n", "py_spy.native"),
+        ("on_hang: kill\n", "on_hang"),
+        ("py_spy:\n  path: /nonexistent/py-spy\n", "py_spy.path"),
+        ("interval_s: 1\ninterval_s: 2\n", "interval_s"),
+        ("report_dir: \"a\\0b\"\n", "report_dir"),
+    ],
+    ids=["unknown-key", "bad-type", "nested-bad-type", "bad-choice", "missing-py-spy", "duplicate-key", "nul-byte"],
 )
 def test_bad_config_exits_2_naming_the_key(tmp_path, content, needle):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(content)
     done = subprocess.run(DLWATCH + ["run", "--config", str(cfg), "--", "true"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     assert needle in done.stderr and str(cfg) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

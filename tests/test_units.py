@@ -53,7 +53,7 @@ def test_config_yaml_holds_every_default_with_a_comment():
 
 
 @pytest.mark.parametrize("data, key", [({"x": 1}, "x"), ({"py_spy": {"nativ": True}}, "py_spy.nativ"), ({"stall_timeout_s": 0}, "stall_timeout_s"), ({"interval_s": True}, "interval_s")])
-def test_config_errors_name_the_key(data, key):
+def test_config_errors_name_the_key(data, key):  # noqa: D103
     with pytest.raises(ConfigError) as e:
         config.validate(data, "f.yaml")
     assert e.value.key == key and "f.yaml" in str(e.value)
@@ -270,3 +270,18 @@ def test_writer_failure_names_the_folder_and_leaves_nothing(tmp_path):
         writer.write(rep, str(blocker / "sub"))
     assert str(blocker) in str(e.value)
     assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(str(tmp_path / "ok"))
+
+
+def test_yaml_reads_exponent_floats_and_keeps_ints(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("stall_timeout_s: 1e3\ntimeline_samples: 600\n")
+    c = config.load(str(cfg), {})
+    assert c.stall_timeout_s == 1000.0 and c.timeline_samples == 600
+
+
+def test_non_utf8_config_is_a_config_error(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(b"\xff\xfe\x00garbage\x80")
+    with pytest.raises(ConfigError) as e:
+        config.load(str(cfg), {})
+    assert "UTF-8" in str(e.value)

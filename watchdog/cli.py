@@ -6,7 +6,7 @@ Exit codes (also in README.md):
 ``run``   the job's own exit code (128 + N when the job died of signal N), after a
           crash report when a DataLoader crash is recognised on the job's stderr;
           124 when the watchdog ended the job after a hang (as timeout(1) does);
-          126/127 when the command cannot be executed / is not found;
+          126/127 when the command cannot be executed (not executable, bad format) / is not found;
           2 for a usage or configuration error (nothing was started).
 ``attach`` 0 the job ended and no hang was reported; 3 the job ended (or watching
           stopped) after one or more hang reports; 124 the watchdog ended the job;
@@ -26,7 +26,8 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
-from . import __version__, config as config_mod
+from . import __version__
+from . import config as config_mod
 from .collect import discovery
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, Watcher, log
@@ -118,14 +119,19 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
+    if not cmd[0]:
+        log("cannot start '': command not found")
+        return EXIT_NOT_FOUND
+    # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(cmd, process_group=0, stderr=write_fd)
+        proc = subprocess.Popen(cmd, stderr=write_fd, **group)
     except FileNotFoundError:
         log(f"cannot start {cmd[0]!r}: command not found")
         return EXIT_NOT_FOUND
-    except PermissionError:
-        log(f"cannot start {cmd[0]!r}: permission denied")
+    except OSError as e:
+        log(f"cannot start {cmd[0]!r}: {e.strerror or e}")
         return EXIT_CANNOT_EXECUTE
     finally:
         os.close(write_fd)
@@ -153,9 +159,9 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     for sig in _FORWARDED:
         signal.signal(sig, on_signal)
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
-    watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text)
-    outcome = Outcome()
+    outcome, watcher = Outcome(), None
     try:
+        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
@@ -166,7 +172,8 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if outcome.terminated:
         return EXIT_TERMINATED
     code = _exit_code_of(proc.returncode)
-    watcher.after_exit(code)
+    if watcher is not None:
+        watcher.after_exit(code)
     return code
 
 
@@ -228,7 +235,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return cmd_run(args, cfg)
         return cmd_attach(args, cfg)
     except WatchdogError as e:
-        print(f"dlwatch: error: {e}", file=sys.stderr)
+        log(f"error: {e}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -7,6 +7,8 @@ rejected); errors become :class:`~watchdog.errors.ConfigError` naming the key.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Dict, Literal, Mapping, Optional
 
 import yaml
@@ -19,10 +21,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+_NO_NUL = r"^[^\x00]*$"
+
+
 class PySpyConfig(_Strict):
     """How stacks are taken (``py-spy dump``)."""
 
-    path: Optional[str] = None
+    path: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
     native: bool = True
     locals: bool = False
     timeout_s: float = Field(5.0, gt=0, le=120)
@@ -31,13 +36,13 @@ class PySpyConfig(_Strict):
 class Config(_Strict):
     """Every setting of the watchdog; see ``config.yaml`` for each one's meaning."""
 
-    interval_s: float = Field(1.0, gt=0, le=60)
+    interval_s: float = Field(1.0, ge=0.1, le=60)
     stall_timeout_s: float = Field(60.0, gt=0)
     busy_stall_timeout_s: float = Field(300.0, gt=0)
     on_hang: Literal["report", "terminate"] = "report"
     terminate_outside_loader: bool = False
     terminate_grace_s: float = Field(10.0, ge=0, le=600)
-    report_dir: str = Field("dlwatch-reports", min_length=1)
+    report_dir: str = Field("dlwatch-reports", min_length=1, pattern=_NO_NUL)
     full_info_interval_s: float = Field(10.0, gt=0)
     timeline_samples: int = Field(600, ge=10, le=100_000)
     cpu_progress_s: float = Field(0.05, gt=0)
@@ -47,7 +52,28 @@ class Config(_Strict):
 
 
 def _key(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    return ".".join(str(p) for p in loc).encode("unicode_escape").decode("ascii") or "(top level)"
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 safe loading, plus: ``1e3`` is a float (YAML 1.2 reads it so; PyYAML's 1.1
+    resolver wants a dot), and a duplicate key is an error, not a silent override."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(str(key), "duplicate key", getattr(self, "source_name", "config"))
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def validate(data: Mapping[str, Any], source: str) -> Config:
@@ -80,9 +106,16 @@ def load(path: Optional[str], overrides: Mapping[str, Any]) -> Config:
         source = path
         try:
             with open(path, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f)
+                loader = _Loader(f)
+                loader.source_name = path
+                try:
+                    loaded = loader.get_single_data()
+                finally:
+                    loader.dispose()
         except OSError as e:
             raise ConfigError("--config", e.strerror or str(e), path) from None
+        except UnicodeDecodeError:
+            raise ConfigError("--config", "not a UTF-8 text file", path) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else "file"
@@ -92,7 +125,8 @@ def load(path: Optional[str], overrides: Mapping[str, Any]) -> Config:
         if not isinstance(loaded, dict):
             raise ConfigError("(top level)", "expected a mapping of settings", path)
         data = loaded
-        validate(data, path)
+        cfg = validate(data, path)
+        _check_pyspy_path(cfg, path)
     for dotted, value in overrides.items():
         if value is None:
             continue
@@ -101,7 +135,15 @@ def load(path: Optional[str], overrides: Mapping[str, Any]) -> Config:
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
-    return validate(data, source if not overrides else f"{source} + command line")
+    cfg = validate(data, source if not overrides else f"{source} + command line")
+    _check_pyspy_path(cfg, source)
+    return cfg
+
+
+def _check_pyspy_path(cfg: "Config", source: str) -> None:
+    path = cfg.py_spy.path
+    if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ConfigError("py_spy.path", f"not an executable file: {path!r}", source)
 
 
 def defaults_as_dict() -> Dict[str, Any]:

@@ -34,7 +34,7 @@ from .collect.sampler import Sampler
 from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
-from .types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_CRASH, SEVERITY_WARNING, Diagnosis, Facts, Sample, Stall
+from .types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Sample, Stall
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
@@ -42,9 +42,19 @@ _WARNING_COOLDOWN_S = 600.0
 _SOURCE_FRAMES_PER_THREAD = 12
 
 
+def say(text: str) -> None:
+    """Write ``text`` to stderr; a stderr that cannot be written (a full disk, a closed pipe)
+    is ignored: reports and the job matter more than our messages."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def log(message: str) -> None:
-    """One line on stderr, prefixed ``dlwatch:``."""
-    print(f"dlwatch: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, prefixed ``dlwatch:`` (see :func:`say`)."""
+    say(f"dlwatch: {message}\n")
 
 
 @dataclass
@@ -197,8 +207,7 @@ class Watcher:
         text = report.summary_text(rep.text)
         if summary_only:
             text = "\n".join(text.splitlines()[:4]) + "\n"
-        sys.stderr.write(text)
-        sys.stderr.flush()
+        say(text)
         try:
             path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
             self.outcome.reports.append(path)

@@ -211,7 +211,9 @@ def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tup
         main_thread = ordered[0] if ordered else None
         return HangVerdict("outside_loader", True, "the main thread is not inside a DataLoader iterator", main_thread)
     main_detail = next((t for t in main_threads if t.tid == main_pid), None)
-    family = frames.wchan_family(main_detail.wchan if main_detail else None)
-    if worker_count and family in ("poll", "futex"):
-        return HangVerdict("dataloader", False, f"no stack; workers exist and main's main thread waits in {main_detail.wchan}")
-    return HangVerdict("outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {main_detail.wchan if main_detail else 'unknown'}"))
+    wchan = main_detail.wchan if main_detail else None
+    family = frames.wchan_family(wchan)
+    shown = wchan if family else "a wait channel the kernel hides (no permission)"
+    if worker_count and family in ("poll", "futex", None):
+        return HangVerdict("dataloader", False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}")
+    return HangVerdict("outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}"))

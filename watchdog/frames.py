@@ -50,10 +50,18 @@ IO_NATIVE = frozenset({"read", "__libc_read", "__read_nocancel", "pread64", "__l
 # Wait-channel families of a task blocked in file-system or pipe code.
 IO_WCHAN_FAMILIES = frozenset({"disk_or_network_fs", "fifo_open", "pipe"})
 
-# Native frames of a thread blocked acquiring a lock: CPython's lock (3.11/3.12 and the 3.13+
-# PyMutex/parking lot), glibc's mutex and semaphore waits.
+# Native frames of a thread blocked acquiring a lock: OpenMP runtimes, CPython's lock (3.11/3.12
+# and the 3.13+ PyMutex/parking lot), glibc's mutex and semaphore waits.
 LOCK_ACQUIRE_NATIVE = frozenset(
     {
+        # GNU OpenMP (libgomp) and Intel OpenMP (libiomp5) waits inherited across fork (B02, B03).
+        "gomp_mutex_lock_slow",
+        "gomp_team_barrier_wait_end",
+        "gomp_barrier_wait_end",
+        "gomp_sem_wait_slow",
+        "__kmp_acquire_queuing_lock",
+        "__kmp_suspend_64",
+        "__kmp_wait_template",
         "lock_PyThread_acquire_lock",
         "rlock_acquire",
         "PyThread_acquire_lock_timed",

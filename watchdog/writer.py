@@ -34,8 +34,8 @@ def write(report: Report, report_dir: str) -> str:
     try:
         os.makedirs(report_dir, mode=0o700, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".{report.folder_name}.", dir=report_dir)
-    except OSError as e:
-        raise ReportWriteError(report_dir, e.strerror or str(e)) from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise ReportWriteError(report_dir, getattr(e, "strerror", None) or str(e)) from None
     final = os.path.join(report_dir, report.folder_name)
     try:
         os.chmod(tmp, 0o700)

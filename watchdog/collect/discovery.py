@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from .. import frames
-from ..errors import NoSuchTarget, NotPython, TargetAccessDenied
+from ..errors import NoSuchTarget, NotPython, TargetAccessDenied, TargetError
 from ..types import ROLE_FORKSERVER, ROLE_MAIN, ROLE_OTHER, ROLE_WORKER
 
 
@@ -43,19 +43,39 @@ def is_python(proc: psutil.Process) -> bool:
         return False
 
 
+def _tgid(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def check_target(pid: int) -> psutil.Process:
     """The process ``pid``, checked to exist, be readable and run Python (``attach``).
 
     Raises:
+        TargetError: not a positive PID, dlwatch's own PID, or a thread ID.
         NoSuchTarget: no such process (or a zombie).
         TargetAccessDenied: this user cannot read it.
         NotPython: it is not a Python interpreter.
     """
+    if pid <= 0:
+        raise TargetError(pid, "not a process ID (must be a positive integer)")
+    if pid == os.getpid():
+        raise TargetError(pid, "that is dlwatch itself")
+    tgid = _tgid(pid)
+    if tgid is not None and tgid != pid:
+        raise TargetError(pid, f"a thread of process {tgid}, not a process; use --pid {tgid}")
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             raise NoSuchTarget(pid)
         proc.num_threads()
+        proc.num_fds()  # needs ptrace-read access, as /proc/PID/io, wchan and py-spy do
         if not is_python(proc):
             try:
                 exe = proc.exe() or proc.name()

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, Optional, Tuple
 from ..errors import PTRACE_REMEDY
 from ..types import Frame, ProcessStack, ThreadStack
 
-_PERMISSION_MARKERS = ("Permission denied", "Operation not permitted", "Failed to get process executable name", "EPERM")
+_PERMISSION_MARKERS = ("permission denied", "operation not permitted", "failed to get process executable name", "eperm")
 
 
 def find_pyspy(configured: Optional[str] = None) -> Optional[str]:
@@ -82,7 +82,7 @@ def explain_failure(stderr: str, pid: int) -> str:
     """A one-line reason for a failed dump, with the ptrace remedy when permission is the
     cause."""
     text = " ".join(stderr.split())
-    if any(m in text for m in _PERMISSION_MARKERS):
+    if any(m in text.lower() for m in _PERMISSION_MARKERS):
         return f"py-spy cannot attach to pid {pid} (ptrace denied: {text[:200]}); {PTRACE_REMEDY}"
     if "No such process" in text or "no such process" in text.lower():
         return f"pid {pid} ended before py-spy could read it"

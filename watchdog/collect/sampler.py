@@ -15,8 +15,8 @@ from typing import Dict, Optional, Tuple
 
 import psutil
 
-from . import cgroup, discovery, procfs
 from ..types import ROLE_MAIN, ROLE_WORKER, HostSample, ProcessSample, Sample
+from . import cgroup, discovery, procfs
 
 _STATUS_LETTER = {
     psutil.STATUS_RUNNING: "R",

@@ -2,7 +2,7 @@
 runs them all and ranks what fired. Adding a failure class is adding one rule (in
 ``hangs.py``, ``crashes.py`` or ``live.py``) with its reproduction or fixture."""
 
-from .engine import RULES, diagnose, rule
 from . import crashes, hangs, live  # noqa: E402,F401  (register the catalogue)
+from .engine import RULES, diagnose, rule
 
 __all__ = ["RULES", "diagnose", "rule"]

@@ -143,3 +143,18 @@ def max_over_timeline(facts: Facts, value) -> Optional[float]:
 def mib(n: Optional[float]) -> str:
     """Bytes as MiB for evidence lines."""
     return "unknown" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+_TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+
+
+def traceback_location(stderr: str) -> Optional[str]:
+    """``file:line`` of the innermost frame of the user's code in the last Python traceback of
+    ``stderr`` (PyTorch re-raises a worker's error with its "Original Traceback", whose user
+    frame is the most precise), or ``None``."""
+    found = None
+    for line in stderr.splitlines():
+        m = _TB_FILE.match(line)
+        if m and frames.is_user(Frame(m.group("func"), m.group("file"), int(m.group("line")), False)):
+            found = f"{m.group('file')}:{m.group('line')}"
+    return found

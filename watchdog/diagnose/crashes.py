@@ -14,7 +14,7 @@ import re
 from typing import Optional
 
 from ..types import MODE_CRASH, MODE_LIVE, SEVERITY_CRASH, Diagnosis, Facts
-from .common import DOC_CUDA_FORK, DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING, DOC_SHARING_STRATEGIES, DOC_START_METHODS, max_over_timeline, mib, stderr_lines
+from .common import DOC_CUDA_FORK, DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING, DOC_SHARING_STRATEGIES, DOC_START_METHODS, max_over_timeline, mib, stderr_lines, traceback_location
 from .engine import rule
 
 _KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)")
@@ -51,6 +51,7 @@ def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
     evidence.append(f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)}{_exit(facts)}")
     return Diagnosis(
         kind="shm_exhausted",
+        location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
         summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
@@ -79,6 +80,7 @@ def fd_exhausted(facts: Facts) -> Optional[Diagnosis]:
     evidence.append(f"main pid {pid}: peak open file descriptors seen {peak if peak is not None else 'unknown'} of RLIMIT_NOFILE {limit if limit is not None else 'unknown'}{_exit(facts)}")
     return Diagnosis(
         kind="fd_exhausted",
+        location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
         confidence=0.9,
         summary=f"The main process ran out of file descriptors (RLIMIT_NOFILE {limit}) receiving shared tensors from workers.",
@@ -122,6 +124,7 @@ def worker_killed(facts: Facts) -> Optional[Diagnosis]:
         how += " by the OOM killer"
     return Diagnosis(
         kind="worker_killed",
+        location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
         confidence=0.9 if oom or signal_name else 0.75,
         summary=f"DataLoader worker(s) {', '.join(map(str, pids))} {how}; the main process stopped with an error.",
@@ -163,6 +166,7 @@ def worker_start_failed(facts: Facts) -> Optional[Diagnosis]:
     evidence.append(f"workers seen: {len({p.pid for s in facts.timeline for p in s.workers})}" + (f" (start method {', '.join(methods)})" if methods else "") + _exit(facts))
     return Diagnosis(
         kind="worker_start_failed",
+        location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
         confidence=0.9,
         summary=f"DataLoader workers could not start: {line[:160]}",
@@ -181,6 +185,7 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Diagnosis]:
         return None
     return Diagnosis(
         kind="cuda_in_forked_worker",
+        location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
         confidence=0.95,
         summary="A forked DataLoader worker touched CUDA after the main process had initialised it.",

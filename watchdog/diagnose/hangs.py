@@ -30,6 +30,7 @@ from .common import (
 )
 from .engine import rule
 
+
 def lock_wait(facts: Facts, pid: int, t: ThreadStack) -> Optional[str]:
     """How ``t`` is seen to be acquiring a lock, or ``None``: a native lock-acquire frame on top
     of its Python frames, or (Python-only stacks) a source line that takes a lock. Waits for a
@@ -54,7 +55,12 @@ def other_live_threads(stack: ProcessStack, t: ThreadStack) -> List[ThreadStack]
 def fork_context(facts: Facts, w: ProcessSample) -> str:
     """``start method fork; main ran N threads at the last sample before the fork``."""
     n = dict(facts.main_threads_at_fork).get(w.pid)
-    extra = f"; main ran {n} threads at the last sample before the fork (short-lived threads can be missed)" if n is not None else ""
+    if n is None:
+        extra = ""
+    elif n > 1:
+        extra = f"; main ran {n} threads at the last sample before the fork"
+    else:
+        extra = "; main ran a single thread at the last sample before the fork, so the holder was a short-lived thread"
     return f"start method {w.start_method or 'fork'}{extra}"
 
 
