@@ -28,10 +28,29 @@ def main(argv=None) -> int:
     p.add_argument("--report-dir", default="dlwatch-reports", help="where the report folder goes (default: %(default)s)")
     args = p.parse_args(argv)
     cmd = [
-        sys.executable, "-m", "watchdog", "run",
-        "--stall-timeout", "5", "--interval", "1", "--on-hang", "terminate", "--terminate-grace", "3",
-        "--report-dir", args.report_dir,
-        "--", sys.executable, "-m", "probes.train", "--fault", "fork-lock", "--busy-thread", "--num-workers", "2",
+        sys.executable,
+        "-m",
+        "watchdog",
+        "run",
+        "--stall-timeout",
+        "5",
+        "--interval",
+        "1",
+        "--on-hang",
+        "terminate",
+        "--terminate-grace",
+        "3",
+        "--report-dir",
+        args.report_dir,
+        "--",
+        sys.executable,
+        "-m",
+        "probes.train",
+        "--fault",
+        "fork-lock",
+        "--busy-thread",
+        "--num-workers",
+        "2",
     ]
     print("demo: running", " ".join(cmd[1:]), flush=True)
     print("demo: the job's DataLoader workers will deadlock; the watchdog should say why within ~10 s", flush=True)

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from tabulate import tabulate
@@ -47,7 +47,6 @@ class Scenario:
     shm_size: Optional[str] = None
     skip: Optional[str] = None
     timeout_s: float = 120.0
-    extra_env: Tuple[Tuple[str, str], ...] = field(default=())
 
 
 SCENARIOS: Tuple[Scenario, ...] = (
@@ -57,28 +56,65 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario("worker_stuck_busy", "worker_stuck", "hang", ("--fault", "worker-spin"), (("busy_stall_timeout_s", 6.0),)),
     Scenario("worker_blocked_io", "worker_blocked_io", "hang", ("--fault", "worker-fifo")),
     Scenario("batch_lost", "batch_lost", "hang", ("--fault", "unpicklable-batch")),
-    Scenario("stall_outside_loader", "stall_outside_loader", "hang", ("--fault", "sleep-outside-loader"), (("terminate_outside_loader", True),)),
     Scenario(
-        "stall_outside_loader_collective", "stall_outside_loader", "hang", ("--fault", "collective-wait", "--samples", "64"),
+        "stall_outside_loader", "stall_outside_loader", "hang", ("--fault", "sleep-outside-loader"), (("terminate_outside_loader", True),)
+    ),
+    Scenario(
+        "stall_outside_loader_collective",
+        "stall_outside_loader",
+        "hang",
+        ("--fault", "collective-wait", "--samples", "64"),
         (("terminate_outside_loader", True),),
     ),
     Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no CPU reproduction known (field notes B23); fixture test"),
     Scenario("pin_memory_stall", "pin_memory_stall", "hang", skip="needs CUDA: python -m probes.gpu.pin_memory_stall; fixture test"),
     Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
     Scenario("shm_exhausted", "shm_exhausted", "crash", ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"), shm_size="8m"),
-    Scenario("fd_exhausted", "fd_exhausted", "crash", ("--nofile", "64", "--keep-batches", "100", "--samples", "2000", "--batch-size", "4")),
-    Scenario("worker_start_failed", "worker_start_failed", "crash", ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn")),
-    Scenario("cuda_in_forked_worker", "cuda_in_forked_worker", "crash", skip="needs CUDA: python -m probes.gpu.cuda_in_forked_worker; fixture test"),
     Scenario(
-        "worker_memory_growth", "worker_memory_growth", "warning",
+        "fd_exhausted", "fd_exhausted", "crash", ("--nofile", "64", "--keep-batches", "100", "--samples", "2000", "--batch-size", "4")
+    ),
+    Scenario(
+        "worker_start_failed", "worker_start_failed", "crash", ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn")
+    ),
+    Scenario(
+        "cuda_in_forked_worker",
+        "cuda_in_forked_worker",
+        "crash",
+        skip="needs CUDA: python -m probes.gpu.cuda_in_forked_worker; fixture test",
+    ),
+    Scenario(
+        "worker_memory_growth",
+        "worker_memory_growth",
+        "warning",
         ("--cow-mib", "600", "--samples", "400", "--batch-size", "4", "--sample-delay-s", "0.06", "--epochs", "1", "--persistent-workers"),
         (("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
     ),
-    Scenario("fd_pressure", "fd_pressure", "warning", ("--nofile", "128", "--keep-batches", "55", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"), (("warning_interval_s", 1.0),)),
-    Scenario("shm_pressure", "shm_pressure", "warning", ("--fill-shm-frac", "0.9", "--samples", "400", "--sample-delay-s", "0.02", "--epochs", "1"), (("warning_interval_s", 1.0),), shm_size="32m"),
-    Scenario("cpu_affinity_narrowed", "cpu_affinity_narrowed", "warning", ("--pin-cpu", "0", "--samples", "400", "--sample-delay-s", "0.03", "--epochs", "1"), (("warning_interval_s", 1.0),)),
     Scenario(
-        "cpu_oversubscribed", "cpu_oversubscribed", "warning",
+        "fd_pressure",
+        "fd_pressure",
+        "warning",
+        ("--nofile", "128", "--keep-batches", "55", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"),
+        (("warning_interval_s", 1.0),),
+    ),
+    Scenario(
+        "shm_pressure",
+        "shm_pressure",
+        "warning",
+        ("--fill-shm-frac", "0.9", "--samples", "400", "--sample-delay-s", "0.02", "--epochs", "1"),
+        (("warning_interval_s", 1.0),),
+        shm_size="32m",
+    ),
+    Scenario(
+        "cpu_affinity_narrowed",
+        "cpu_affinity_narrowed",
+        "warning",
+        ("--pin-cpu", "0", "--samples", "400", "--sample-delay-s", "0.03", "--epochs", "1"),
+        (("warning_interval_s", 1.0),),
+    ),
+    Scenario(
+        "cpu_oversubscribed",
+        "cpu_oversubscribed",
+        "warning",
         ("--num-workers", "4", "--worker-threads", "4", "--cpu-ms", "40", "--samples", "600", "--epochs", "1", "--persistent-workers"),
         (("warning_interval_s", 2.0),),
     ),
@@ -121,8 +157,22 @@ def _config_file(folder: str, settings) -> Optional[str]:
 
 def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
     """The full command line that runs scenario ``s`` under the watchdog."""
-    cmd = [sys.executable, "-m", "watchdog", "run", "--report-dir", report_dir, "--interval", "1", "--stall-timeout", "6",
-           "--on-hang", "terminate", "--terminate-grace", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "watchdog",
+        "run",
+        "--report-dir",
+        report_dir,
+        "--interval",
+        "1",
+        "--stall-timeout",
+        "6",
+        "--on-hang",
+        "terminate",
+        "--terminate-grace",
+        "2",
+    ]
     if config:
         cmd += ["--config", config]
     cmd.append("--")
@@ -131,7 +181,9 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
     return cmd + [sys.executable, "-m", "probes.train", *s.job]
 
 
-def _kill_session(proc: subprocess.Popen) -> None:
+def kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``, every descendant and every process group among them (``dlwatch run``
+    puts the job in a group of its own), then reap ``proc``."""
     import psutil
 
     try:
@@ -156,8 +208,8 @@ def _kill_session(proc: subprocess.Popen) -> None:
         except psutil.Error:
             pass
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+        proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
         pass
 
 
@@ -179,15 +231,13 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
     report_dir = os.path.join(workdir, "reports")
     cmd = command(s, report_dir, _config_file(workdir, s.settings))
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, **dict(s.extra_env)})
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, _err = proc.communicate(timeout=s.timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_session(proc)
-        out, _err = proc.communicate()
         return Outcome(s, "misdiagnosed", note=f"no conclusion within {s.timeout_s:g} s", exit_code=None)
     finally:
-        _kill_session(proc)
+        kill_session(proc)
     folders = sorted(os.listdir(report_dir)) if os.path.isdir(report_dir) else []
     docs = []
     for name in folders:
@@ -224,8 +274,14 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
 def table(outcomes: List[Outcome]) -> str:
     """The results as a terminal table."""
     rows = [
-        [o.scenario.name, o.scenario.expected, o.first or "-", o.status.upper() if o.status == "misdiagnosed" else o.status,
-         "-" if o.latency_s is None else f"{o.latency_s:.1f}", o.report or o.note]
+        [
+            o.scenario.name,
+            o.scenario.expected,
+            o.first or "-",
+            o.status.upper() if o.status == "misdiagnosed" else o.status,
+            "-" if o.latency_s is None else f"{o.latency_s:.1f}",
+            o.report or o.note,
+        ]
         for o in outcomes
     ]
     return tabulate(rows, headers=["scenario", "expected", "first diagnosis", "result", "latency s", "report / note"])
@@ -240,7 +296,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     unknown = [n for n in args.names if n not in BY_NAME]
     if unknown or (not args.names and not args.all):
-        print(f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(BY_NAME)}" if unknown else "dlwatch: error: name a scenario or --all", file=sys.stderr)
+        print(
+            f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(BY_NAME)}"
+            if unknown
+            else "dlwatch: error: name a scenario or --all",
+            file=sys.stderr,
+        )
         return 2
     chosen = list(SCENARIOS) if args.all else [BY_NAME[n] for n in args.names]
     base = args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))

@@ -136,7 +136,9 @@ class FileDataset(Dataset):
         cow_mib: MiB of Python strings held by the Dataset (copy-on-read growth).
     """
 
-    def __init__(self, folder: str, samples: int, fault: str, sample_delay_s: float, sample_kib: int = 0, cpu_ms: float = 0.0, cow_mib: int = 0) -> None:
+    def __init__(
+        self, folder: str, samples: int, fault: str, sample_delay_s: float, sample_kib: int = 0, cpu_ms: float = 0.0, cow_mib: int = 0
+    ) -> None:
         self.folder = folder
         self.samples = samples
         self.fault = fault

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from typing import Callable, List, Optional
 
-import psutil
+from probes.repro import kill_session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -31,33 +30,7 @@ def start(cmd: List[str], **kw) -> subprocess.Popen:
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc``, every descendant and every process group among them, then reap."""
-    pgids, pids = set(), set()
-    try:
-        root = psutil.Process(proc.pid)
-        for p in [root] + root.children(recursive=True):
-            pids.add(p.pid)
-            try:
-                pgids.add(os.getpgid(p.pid))
-            except OSError:
-                pass
-    except psutil.Error:
-        pass
-    pgids.add(proc.pid)
-    pgids.discard(os.getpgrp())
-    for g in pgids:
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except OSError:
-            pass
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        proc.communicate(timeout=10)
-    except Exception:
-        pass
+    kill_session(proc)
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.1):

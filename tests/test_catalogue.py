@@ -50,7 +50,10 @@ def _main_only_facts(stack_file: str, verdict_reason: str, pid: int) -> Facts:
     sample = _sample(30.0, [main, worker])
     stall = Stall(20.0, 10.0, pid, ((pid, 20.0), (pid + 5, 20.0)), 20.0)
     return Facts(
-        mode="hang", sample=sample, timeline=(sample,), stall=stall,
+        mode="hang",
+        sample=sample,
+        timeline=(sample,),
+        stall=stall,
         verdict=HangVerdict("dataloader", True, verdict_reason, threads[0]),
         stacks=((pid, ProcessStack(pid, threads, True, None, "", 0.1)),),
     )
@@ -96,7 +99,7 @@ def test_feeder_traceback_is_parsed_with_the_user_frame():
         "TypeError: cannot pickle 'Foo' object\n"
     )
     assert feeder_failures(stderr) == [("TypeError: cannot pickle 'Foo' object", "/home/user/data.py:12")]
-    assert feeder_failures("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: x\n") == []
+    assert feeder_failures('Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: x\n') == []
 
 
 def test_more_specific_cause_comes_before_batch_lost():

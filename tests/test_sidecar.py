@@ -45,7 +45,18 @@ def test_healthy_job_exits_0_without_report(tmp_path):
 def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     job = TRAIN + ["--fault", "fork-lock", "--num-workers", "2"] + (["--busy-thread"] if busy_thread else [])
     code, out, err = run_dlwatch(
-        ["--stall-timeout", str(STALL_S), "--interval", str(INTERVAL_S), "--on-hang", "terminate", "--terminate-grace", "3", "--report-dir", str(tmp_path)],
+        [
+            "--stall-timeout",
+            str(STALL_S),
+            "--interval",
+            str(INTERVAL_S),
+            "--on-hang",
+            "terminate",
+            "--terminate-grace",
+            "3",
+            "--report-dir",
+            str(tmp_path),
+        ],
         job,
     )
     assert code == 124, err
@@ -67,7 +78,7 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     blocked_at = workers_started_t(out)
     assert blocked_at is not None, out
     detected = _parse_iso(doc["detected_at"])
-    assert detected - blocked_at <= STALL_S + 3 * INTERVAL_S + 5, (detected - blocked_at)
+    assert detected - blocked_at <= STALL_S + 3 * INTERVAL_S + 5, detected - blocked_at
     # Written for the owner only; summary on stderr.
     folder = found[0]
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
@@ -88,7 +99,18 @@ def test_fork_lock_without_ptrace_still_reports_from_proc_with_the_remedy(tmp_pa
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"py_spy:\n  path: {fake}\n")
     code, out, err = run_dlwatch(
-        ["--config", str(cfg), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")],
+        [
+            "--config",
+            str(cfg),
+            "--stall-timeout",
+            "4",
+            "--on-hang",
+            "terminate",
+            "--terminate-grace",
+            "2",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
         TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
     )
     assert code == 124, err
@@ -107,7 +129,22 @@ def test_attach_finds_the_same_hang(tmp_path):
     job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
     watcher = None
     try:
-        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path)])
+        watcher = start(
+            DLWATCH
+            + [
+                "attach",
+                "--pid",
+                str(job.pid),
+                "--stall-timeout",
+                "4",
+                "--on-hang",
+                "terminate",
+                "--terminate-grace",
+                "2",
+                "--report-dir",
+                str(tmp_path),
+            ]
+        )
         out, err = watcher.communicate(timeout=120)
         assert watcher.returncode == 124, err
         (folder,) = reports(str(tmp_path))
@@ -149,7 +186,22 @@ def test_job_exit_code_passes_through(tmp_path):
 
 
 def test_sleeping_main_is_stall_outside_loader_and_not_terminated(tmp_path):
-    proc = start(DLWATCH + ["run", "--stall-timeout", "3", "--on-hang", "terminate", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(600)"])
+    proc = start(
+        DLWATCH
+        + [
+            "run",
+            "--stall-timeout",
+            "3",
+            "--on-hang",
+            "terminate",
+            "--report-dir",
+            str(tmp_path),
+            "--",
+            PY,
+            "-c",
+            "import time; time.sleep(600)",
+        ]
+    )
     try:
         (folder,) = wait_for(lambda: reports(str(tmp_path)), 60, "a report")
         doc = load_report(folder)
@@ -185,7 +237,9 @@ def test_worker_stuck_in_sleep(tmp_path):
     ids=["slow-storage", "long-validation", "persistent-workers", "spawn", "forkserver"],
 )
 def test_healthy_variants_are_never_reported(tmp_path, job_args):
-    code, out, err = run_dlwatch(["--stall-timeout", "4", "--on-hang", "terminate", "--report-dir", str(tmp_path)], TRAIN + ["--num-workers", "2"] + job_args)
+    code, out, err = run_dlwatch(
+        ["--stall-timeout", "4", "--on-hang", "terminate", "--report-dir", str(tmp_path)], TRAIN + ["--num-workers", "2"] + job_args
+    )
     assert code == 0, err
     assert reports(str(tmp_path)) == [], err
 
@@ -195,7 +249,13 @@ def test_healthy_variants_are_never_reported(tmp_path, job_args):
     [
         (["run", "--interval", "-1", "--", "true"], "--interval"),
         (["run", "--interval", "abc", "--", "true"], "--interval"),
-        (["run", "--", ], "CMD"),
+        (
+            [
+                "run",
+                "--",
+            ],
+            "CMD",
+        ),
         (["attach", "--pid", "999999999"], "999999999"),
         (["attach", "--pid", "1"], "--pid 1"),
         (["attach", "--pid", "-5"], "--pid -5"),
@@ -203,7 +263,9 @@ def test_healthy_variants_are_never_reported(tmp_path, job_args):
     ids=["negative-interval", "bad-type", "no-command", "dead-pid", "not-python-or-unreadable", "negative-pid"],
 )
 def test_bad_input_exits_2_naming_it(args, needle):
-    done = subprocess.run(DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -218,7 +280,7 @@ def test_bad_input_exits_2_naming_it(args, needle):
         ("on_hang: kill\n", "on_hang"),
         ("py_spy:\n  path: /nonexistent/py-spy\n", "py_spy.path"),
         ("interval_s: 1\ninterval_s: 2\n", "interval_s"),
-        ("report_dir: \"a\\0b\"\n", "report_dir"),
+        ('report_dir: "a\\0b"\n', "report_dir"),
     ],
     ids=["unknown-key", "bad-type", "nested-bad-type", "bad-choice", "missing-py-spy", "duplicate-key", "nul-byte"],
 )

@@ -52,7 +52,15 @@ def test_config_yaml_holds_every_default_with_a_comment():
             assert "#" in line, f"setting without a comment: {line}"
 
 
-@pytest.mark.parametrize("data, key", [({"x": 1}, "x"), ({"py_spy": {"nativ": True}}, "py_spy.nativ"), ({"stall_timeout_s": 0}, "stall_timeout_s"), ({"interval_s": True}, "interval_s")])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"x": 1}, "x"),
+        ({"py_spy": {"nativ": True}}, "py_spy.nativ"),
+        ({"stall_timeout_s": 0}, "stall_timeout_s"),
+        ({"interval_s": True}, "interval_s"),
+    ],
+)
 def test_config_errors_name_the_key(data, key):  # noqa: D103
     with pytest.raises(ConfigError) as e:
         config.validate(data, "f.yaml")
@@ -101,7 +109,15 @@ def test_parse_stat_with_parentheses_in_comm():
 
 
 def test_secret_environment_values_are_redacted():
-    env = procfs.redact_env({"AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "y", "DB_PASSWORD": "z", "OMP_NUM_THREADS": "4", "DATABASE_URL": "postgres://u:pw123@h/db"})
+    env = procfs.redact_env(
+        {
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "HF_TOKEN": "y",
+            "DB_PASSWORD": "z",
+            "OMP_NUM_THREADS": "4",
+            "DATABASE_URL": "postgres://u:pw123@h/db",
+        }
+    )
     assert env["OMP_NUM_THREADS"] == "4"
     assert env["DATABASE_URL"] == "postgres://u:<redacted>@h/db"
     assert {env[k] for k in ("AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DB_PASSWORD")} == {procfs.REDACTED}
@@ -117,14 +133,32 @@ def test_wchan_families_cover_old_and_new_kernel_names():
 
 
 def _thread(tid, cpu=0.0, vol=0, io=0):
-    return ThreadSample(tid=tid, name="python", state="S", cpu_s=cpu, voluntary_ctxt_switches=vol, nonvoluntary_ctxt_switches=0, io_bytes=io)
+    return ThreadSample(
+        tid=tid, name="python", state="S", cpu_s=cpu, voluntary_ctxt_switches=vol, nonvoluntary_ctxt_switches=0, io_bytes=io
+    )
 
 
 def _proc(pid, role, threads, method=None):
     return ProcessSample(
-        pid=pid, ppid=1, create_time=1.0, role=role, name="python", cmdline=("python",), status="S", wchan="futex_do_wait",
-        cpu_s=0.0, rss_bytes=1, uss_bytes=None, pss_bytes=None, num_fds=3, rlimit_nofile_soft=1024, num_threads=len(threads),
-        read_bytes=0, write_bytes=0, start_method=method, threads=tuple(threads),
+        pid=pid,
+        ppid=1,
+        create_time=1.0,
+        role=role,
+        name="python",
+        cmdline=("python",),
+        status="S",
+        wchan="futex_do_wait",
+        cpu_s=0.0,
+        rss_bytes=1,
+        uss_bytes=None,
+        pss_bytes=None,
+        num_fds=3,
+        rlimit_nofile_soft=1024,
+        num_threads=len(threads),
+        read_bytes=0,
+        write_bytes=0,
+        start_method=method,
+        threads=tuple(threads),
     )
 
 
@@ -180,8 +214,15 @@ def _facts(worker_threads, verdict_kind="dataloader", method="fork", sources=(),
         stacks.append((WORKER_PID, ProcessStack(WORKER_PID, (), True, "py-spy cannot attach (ptrace denied)", "", 0.1)))
     details = worker_details or (ThreadDetail(WORKER_PID, "pt_data_worker", "S", "futex_do_wait", "202"),)
     return Facts(
-        mode="hang", sample=sample, timeline=(sample,), stall=stall, verdict=verdict, stacks=tuple(stacks),
-        thread_details=((WORKER_PID, details),), main_threads_at_fork=((WORKER_PID, 3),), source_lines=tuple(sources),
+        mode="hang",
+        sample=sample,
+        timeline=(sample,),
+        stall=stall,
+        verdict=verdict,
+        stacks=tuple(stacks),
+        thread_details=((WORKER_PID, details),),
+        main_threads_at_fork=((WORKER_PID, 3),),
+        source_lines=tuple(sources),
     )
 
 
@@ -213,11 +254,17 @@ def test_spawned_worker_on_a_lock_is_not_an_inherited_lock():
 
 
 def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
-    idle = ThreadStack(WORKER_PID, "MainThread", False, False, (
-        Frame("Connection._poll", "/usr/lib/python3.11/multiprocessing/connection.py", 440, False),
-        Frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py", 113, False),
-        Frame("_worker_loop", "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", 330, False),
-    ))
+    idle = ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        (
+            Frame("Connection._poll", "/usr/lib/python3.11/multiprocessing/connection.py", 440, False),
+            Frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py", 113, False),
+            Frame("_worker_loop", "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", 330, False),
+        ),
+    )
     found = diagnose(_facts([idle], worker_details=(ThreadDetail(WORKER_PID, "pt_data_worker", "S", "poll_schedule_timeout", "7"),)))
     assert [d.kind for d in found] == ["unknown"]
 
@@ -241,7 +288,9 @@ def test_stall_outside_loader_names_mains_frame():
 def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
     facts = _facts([t])
-    rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}, 1.8e9, "report", {"A": "b"}, {})
+    rep = report.build(
+        facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}, 1.8e9, "report", {"A": "b"}, {}
+    )
     doc = rep.document
     for key in ("schema_version", "job", "detected_at", "stall_s", "processes", "timeline", "diagnoses"):
         assert key in doc

@@ -255,7 +255,12 @@ class Watcher:
         if terminate:
             log(f"on_hang=terminate: ending the job (process group {self.pgid}, grace {self.config.terminate_grace_s:g} s)")
             done = act.terminate_group(
-                self.pgid, main.pid, main.create_time, self.config.terminate_grace_s, [p.pid for p in after.processes] or pids, self.job_ended
+                self.pgid,
+                main.pid,
+                main.create_time,
+                self.config.terminate_grace_s,
+                [p.pid for p in after.processes] or pids,
+                self.job_ended,
             )
             log(done)
             self.outcome.terminated = True

@@ -154,8 +154,6 @@ class ProgressTracker:
         return self._last_delivery
 
 
-
-
 class WorkerBirths:
     """Remembers, for each worker, how many threads main had in the sample before the worker
     first appeared (H-FORKTHREADS in ``shared/field-notes.md``: a multi-threaded parent at
@@ -216,4 +214,6 @@ def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tup
     shown = wchan if family else "a wait channel the kernel hides (no permission)"
     if worker_count and family in ("poll", "futex", None):
         return HangVerdict("dataloader", False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}")
-    return HangVerdict("outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}"))
+    return HangVerdict(
+        "outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}")
+    )

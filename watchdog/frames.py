@@ -42,11 +42,49 @@ PIN_LOOP_FUNCS = frozenset({"_pin_memory_loop", "do_one_step"})
 PIN_WORK_FUNCS = frozenset({"pin_memory"})
 # torch.distributed collectives and rendezvous (torch/distributed/distributed_c10d.py, rendezvous.py).
 COLLECTIVE_FUNCS = frozenset(
-    {"barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list",
-     "reduce", "reduce_scatter", "all_to_all", "gather", "scatter", "wait", "init_process_group", "_store_based_barrier", "rendezvous"}
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "reduce_scatter",
+        "all_to_all",
+        "gather",
+        "scatter",
+        "wait",
+        "init_process_group",
+        "_store_based_barrier",
+        "rendezvous",
+    }
 )
 # Native I/O entry points (glibc) a worker blocked in file I/O shows on top of its stack.
-IO_NATIVE = frozenset({"read", "__libc_read", "__read_nocancel", "pread64", "__libc_pread64", "readv", "open", "open64", "__open64", "__libc_open64", "openat", "openat64", "__openat64", "fstat", "stat", "__xstat64", "fsync", "write", "__libc_write"})
+IO_NATIVE = frozenset(
+    {
+        "read",
+        "__libc_read",
+        "__read_nocancel",
+        "pread64",
+        "__libc_pread64",
+        "readv",
+        "open",
+        "open64",
+        "__open64",
+        "__libc_open64",
+        "openat",
+        "openat64",
+        "__openat64",
+        "fstat",
+        "stat",
+        "__xstat64",
+        "fsync",
+        "write",
+        "__libc_write",
+    }
+)
 # Wait-channel families of a task blocked in file-system or pipe code.
 IO_WCHAN_FAMILIES = frozenset({"disk_or_network_fs", "fifo_open", "pipe"})
 
@@ -115,9 +153,24 @@ WCHAN_FAMILIES = {
 
 # x86_64 system call numbers seen in blocked threads (arch/x86/entry/syscalls/syscall_64.tbl).
 SYSCALL_NAMES_X86_64 = {
-    "0": "read", "1": "write", "2": "open", "7": "poll", "17": "pread64", "23": "select", "35": "nanosleep",
-    "45": "recvfrom", "47": "recvmsg", "61": "wait4", "202": "futex", "230": "clock_nanosleep", "232": "epoll_wait",
-    "247": "waitid", "257": "openat", "270": "pselect6", "271": "ppoll", "281": "epoll_pwait",
+    "0": "read",
+    "1": "write",
+    "2": "open",
+    "7": "poll",
+    "17": "pread64",
+    "23": "select",
+    "35": "nanosleep",
+    "45": "recvfrom",
+    "47": "recvmsg",
+    "61": "wait4",
+    "202": "futex",
+    "230": "clock_nanosleep",
+    "232": "epoll_wait",
+    "247": "waitid",
+    "257": "openat",
+    "270": "pselect6",
+    "271": "ppoll",
+    "281": "epoll_pwait",
 }
 
 
@@ -234,7 +287,13 @@ def waits_on_condition(thread: ThreadStack) -> bool:
 
 def _is_lock_name(word: str) -> bool:
     w = word.lower().strip("_")
-    return w in _LOCK_WORDS or w.endswith("_lock") or w.startswith("lock_") or w.endswith("mutex") or (w.endswith("lock") and not w.endswith("block"))
+    return (
+        w in _LOCK_WORDS
+        or w.endswith("_lock")
+        or w.startswith("lock_")
+        or w.endswith("mutex")
+        or (w.endswith("lock") and not w.endswith("block"))
+    )
 
 
 def line_takes_lock(source: Optional[str]) -> bool:
@@ -301,7 +360,7 @@ def short_path(path: str) -> str:
             return p.split(marker, 1)[1]
     m = re.search(r"/lib/python3[.\d]*/", p)
     if m:
-        return p[m.end():]
+        return p[m.end() :]
     return p
 
 

@@ -260,11 +260,23 @@ def text_lines(doc: dict) -> Iterable[str]:
     yield ""
     yield f"Processes (detected at {doc['detected_at']}):"
     rows = [
-        [p["pid"], p["role"], p["start_method"] or "", p["status"], p["wchan"], f"{p['cpu_s']:.1f}", _mib(p["rss_bytes"]), _mib(p["uss_bytes"]),
-         "-" if p["num_fds"] is None else f"{p['num_fds']}/{p['rlimit_nofile_soft']}", p["num_threads"]]
+        [
+            p["pid"],
+            p["role"],
+            p["start_method"] or "",
+            p["status"],
+            p["wchan"],
+            f"{p['cpu_s']:.1f}",
+            _mib(p["rss_bytes"]),
+            _mib(p["uss_bytes"]),
+            "-" if p["num_fds"] is None else f"{p['num_fds']}/{p['rlimit_nofile_soft']}",
+            p["num_threads"],
+        ]
         for p in doc["processes"]
     ]
-    table = tabulate(rows, headers=["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"], tablefmt="simple")
+    table = tabulate(
+        rows, headers=["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"], tablefmt="simple"
+    )
     for line in table.splitlines():
         yield f"  {line}"
     host = doc["host"]

@@ -39,7 +39,7 @@ class StderrTail:
                     try:
                         view = memoryview(chunk)
                         while view:
-                            view = view[os.write(self.dst_fd, view):]
+                            view = view[os.write(self.dst_fd, view) :]
                     except OSError:
                         forward = False
                 with self._lock:

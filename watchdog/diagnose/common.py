@@ -127,8 +127,6 @@ def gather(facts: Facts, hit) -> Optional[WorkerFindings]:
     return WorkerFindings(tuple(evidence), tuple(w.pid for w, _ in hits), user, max(h[0] for _, h in hits))
 
 
-
-
 def stderr_lines(facts: Facts, pattern: "re.Pattern[str]") -> List[str]:
     """Lines of the job's stderr tail that match ``pattern``, in order, stripped."""
     return [line.strip() for line in facts.stderr_tail.splitlines() if pattern.search(line)]

@@ -14,11 +14,24 @@ import re
 from typing import Optional
 
 from ..types import MODE_CRASH, MODE_LIVE, SEVERITY_CRASH, Diagnosis, Facts
-from .common import DOC_CUDA_FORK, DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING, DOC_SHARING_STRATEGIES, DOC_START_METHODS, max_over_timeline, mib, stderr_lines, traceback_location
+from .common import (
+    DOC_CUDA_FORK,
+    DOC_MULTI_PROCESS_LOADING,
+    DOC_MULTIPROCESSING,
+    DOC_SHARING_STRATEGIES,
+    DOC_START_METHODS,
+    max_over_timeline,
+    mib,
+    stderr_lines,
+    traceback_location,
+)
 from .engine import rule
 
 _KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)")
-_SHM = re.compile(r"insufficient shared memory|unable to allocate shared memory|Unexpected bus error|No space left on device \(28\)|unable to write to file </torch_|unable to open shared memory object", re.I)
+_SHM = re.compile(
+    r"insufficient shared memory|unable to allocate shared memory|Unexpected bus error|No space left on device \(28\)|unable to write to file </torch_|unable to open shared memory object",
+    re.I,
+)
 _FD = re.compile(r"received 0 items of ancdata|Too many open files|OSError: \[Errno 24\]")
 _START = re.compile(
     r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object|Can't get attribute '[^']+' on <module '__main__'"
@@ -77,7 +90,9 @@ def fd_exhausted(facts: Facts) -> Optional[Diagnosis]:
     peak = max_over_timeline(facts, lambda s: s.main.num_fds if s.main else None)
     limit = max_over_timeline(facts, lambda s: s.main.rlimit_nofile_soft if s.main else None)
     evidence = [f"stderr: {line}" for line in lines[-2:]]
-    evidence.append(f"main pid {pid}: peak open file descriptors seen {peak if peak is not None else 'unknown'} of RLIMIT_NOFILE {limit if limit is not None else 'unknown'}{_exit(facts)}")
+    evidence.append(
+        f"main pid {pid}: peak open file descriptors seen {peak if peak is not None else 'unknown'} of RLIMIT_NOFILE {limit if limit is not None else 'unknown'}{_exit(facts)}"
+    )
     return Diagnosis(
         kind="fd_exhausted",
         location=traceback_location(facts.stderr_tail),
@@ -110,9 +125,7 @@ def worker_killed(facts: Facts) -> Optional[Diagnosis]:
     for pid in pids:
         last = facts.last_seen(pid)
         if last is not None:
-            evidence.append(
-                f"worker pid {pid}: last seen state {last.status}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}"
-            )
+            evidence.append(f"worker pid {pid}: last seen state {last.status}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}")
     oom = bool(facts.oom_kills)
     if oom:
         evidence.append(f"the job's cgroup counted {facts.oom_kills} OOM kill(s) (memory.events oom_kill) while it was watched")
@@ -130,8 +143,12 @@ def worker_killed(facts: Facts) -> Optional[Diagnosis]:
         summary=f"DataLoader worker(s) {', '.join(map(str, pids))} {how}; the main process stopped with an error.",
         evidence=tuple(evidence),
         remedy=(
-            ("Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
-             "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. " if oom or signal_name == "Killed" else "")
+            (
+                "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
+                "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. "
+                if oom or signal_name == "Killed"
+                else ""
+            )
             + "Check `dmesg | grep -i -e oom -e killed` and the worker's last lines on stderr; a segmentation fault points "
             "to a native library in __getitem__."
         ),
@@ -152,7 +169,9 @@ def worker_start_failed(facts: Facts) -> Optional[Diagnosis]:
         return None
     line = lines[-1]
     if "bootstrapping phase" in line or "start a new process before" in line:
-        remedy = "Put the training code under `if __name__ == \"__main__\":` — spawn and forkserver re-import the main module in every worker."
+        remedy = (
+            'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main module in every worker.'
+        )
     elif "daemonic" in line:
         remedy = "Do not create a DataLoader with num_workers > 0 (or a Pool) inside a DataLoader worker or other daemonic process; use num_workers=0 there."
     else:
@@ -163,7 +182,11 @@ def worker_start_failed(facts: Facts) -> Optional[Diagnosis]:
         )
     methods = sorted({p.start_method for s in facts.timeline for p in s.workers if p.start_method})
     evidence = [f"stderr: {line}"]
-    evidence.append(f"workers seen: {len({p.pid for s in facts.timeline for p in s.workers})}" + (f" (start method {', '.join(methods)})" if methods else "") + _exit(facts))
+    evidence.append(
+        f"workers seen: {len({p.pid for s in facts.timeline for p in s.workers})}"
+        + (f" (start method {', '.join(methods)})" if methods else "")
+        + _exit(facts)
+    )
     return Diagnosis(
         kind="worker_start_failed",
         location=traceback_location(facts.stderr_tail),
@@ -191,7 +214,7 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Diagnosis]:
         summary="A forked DataLoader worker touched CUDA after the main process had initialised it.",
         evidence=tuple(f"stderr: {line}" for line in lines[-2:]) + (f"exit code {facts.exit_code}",) * (facts.exit_code is not None),
         remedy=(
-            'Keep the Dataset on the CPU (move batches to the GPU in the training loop), or start workers with '
+            "Keep the Dataset on the CPU (move batches to the GPU in the training loop), or start workers with "
             'multiprocessing_context="spawn" (or "forkserver"); check libraries that call torch.cuda in __getitem__ '
             "(e.g. torch.load without map_location)."
         ),

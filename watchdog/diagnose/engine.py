@@ -42,4 +42,3 @@ def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
     if facts.mode == MODE_HANG and not any(d.severity != SEVERITY_WARNING for d in found):
         found = (hangs.unknown(facts),) + found
     return found
-

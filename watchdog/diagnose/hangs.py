@@ -182,7 +182,9 @@ def _blocked_io_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, Lis
         native_io = next((f for f in t.frames[:3] if f.native and f.function.split("@")[0] in frames.IO_NATIVE), None)
         if _dataset_frames(t) is None:
             return None
-    in_kernel_io = state == "D" or family in frames.IO_WCHAN_FAMILIES or (native_io is not None and family not in ("sleep", "socket", "futex", "poll"))
+    in_kernel_io = (
+        state == "D" or family in frames.IO_WCHAN_FAMILIES or (native_io is not None and family not in ("sleep", "socket", "futex", "poll"))
+    )
     if not in_kernel_io:
         return None
     user = frames.innermost_user(t) if t is not None else None
@@ -193,10 +195,14 @@ def _blocked_io_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, Lis
         + (" — uninterruptible sleep (D)" if state == "D" else f" — {BLOCKED_DOING.get(family or '', 'in I/O')}"),
     ]
     if t is not None:
-        lines.append(f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, t.frames[0] if t.frames else None)}, called from {describe(facts, w.pid, user)}")
+        lines.append(
+            f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, t.frames[0] if t.frames else None)}, called from {describe(facts, w.pid, user)}"
+        )
     else:
         lines.append(f"worker pid {w.pid}: no stack (py-spy unavailable)")
-    lines.append(f"worker pid {w.pid}: {quiet_text(facts, w.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}")
+    lines.append(
+        f"worker pid {w.pid}: {quiet_text(facts, w.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}"
+    )
     return (0.85 if t is not None else 0.5), lines, user
 
 
@@ -255,7 +261,9 @@ def _stuck_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, List[str
     family = _thread_wchan_family(facts, w.pid, w.pid)
     if family not in ("sleep", "socket"):
         return None
-    lines = [f"worker pid {w.pid} ({w.name}): no stack (py-spy unavailable); {kernel_wait(facts, w.pid, w.pid)} ({family}); {quiet_text(facts, w.pid)}"]
+    lines = [
+        f"worker pid {w.pid} ({w.name}): no stack (py-spy unavailable); {kernel_wait(facts, w.pid, w.pid)} ({family}); {quiet_text(facts, w.pid)}"
+    ]
     return 0.45, lines, None
 
 
@@ -328,7 +336,9 @@ def batch_lost(facts: Facts) -> Optional[Diagnosis]:
         elif t is None and _thread_wchan_family(facts, w.pid, w.pid) == "poll":
             idle.append(w.pid)
     if idle:
-        evidence.append(f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent")
+        evidence.append(
+            f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent"
+        )
     return Diagnosis(
         kind="batch_lost",
         severity=SEVERITY_HANG,
@@ -361,9 +371,16 @@ def pin_memory_stall(facts: Facts) -> Optional[Diagnosis]:
         if not frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE):
             continue
         top = frames.innermost_python(t)
-        if top is not None and top.function.endswith("Queue.get") and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE):
+        if (
+            top is not None
+            and top.function.endswith("Queue.get")
+            and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
+        ):
             continue  # idle: waiting for the next batch from the workers
-        if not (frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE) or any(f.native and "cuda" in (f.function + (f.module or "")).lower() for f in t.frames)):
+        if not (
+            frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
+            or any(f.native and "cuda" in (f.function + (f.module or "")).lower() for f in t.frames)
+        ):
             continue
         cuda = [f for f in t.frames if f.native and "cuda" in (f.function + (f.module or "")).lower()]
         blocked_at = " ← ".join(describe(facts, pid, f) for f in cuda[:3]) or describe(facts, pid, t.frames[0] if t.frames else None)
@@ -412,7 +429,9 @@ def shutdown_hang(facts: Facts) -> Optional[Diagnosis]:
         kind="shutdown_hang",
         severity=SEVERITY_HANG,
         confidence=0.75,
-        summary="The main process is stuck shutting a DataLoader iterator down" + (" (joining the pin-memory thread)" if joins_pin else "") + ".",
+        summary="The main process is stuck shutting a DataLoader iterator down"
+        + (" (joining the pin-memory thread)" if joins_pin else "")
+        + ".",
         evidence=tuple(evidence),
         remedy=(
             "Exhaust or delete iterators explicitly before exit (del it) and avoid killing workers by hand; with "
@@ -445,7 +464,10 @@ def stall_outside_loader(facts: Facts) -> Optional[Diagnosis]:
         evidence.append(f"main pid {pid}: thread {t.tid} {kernel_wait(facts, pid, t.tid)}")
         collective = next((f for f in t.frames if not f.native and frames.is_collective(f)), None)
         if collective is not None:
-            evidence.insert(1, f"main pid {pid}: waits in a torch.distributed collective, {describe(facts, pid, collective)}: another rank has not reached it (uneven batches per rank, a crashed or slower rank)")
+            evidence.insert(
+                1,
+                f"main pid {pid}: waits in a torch.distributed collective, {describe(facts, pid, collective)}: another rank has not reached it (uneven batches per rank, a crashed or slower rank)",
+            )
     else:
         evidence.append(f"main pid {pid}: main thread {kernel_wait(facts, pid, pid)}")
     evidence.append(f"main pid {pid}: {quiet_text(facts, pid)}; {len(facts.sample.workers)} DataLoader worker(s) alive")

@@ -70,9 +70,12 @@ def worker_memory_growth(facts: Facts) -> Optional[Diagnosis]:
     avail = facts.sample.host.mem_available_bytes
     eta_s = avail / total_slope if total_slope > 0 else float("inf")
     evidence = [
-        f"worker pid {pid}: USS +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})" for pid, slope, grown, span, now in growing
+        f"worker pid {pid}: USS +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
+        for pid, slope, grown, span, now in growing
     ]
-    evidence.append(f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers")
+    evidence.append(
+        f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers"
+    )
     return Diagnosis(
         kind="worker_memory_growth",
         severity=SEVERITY_WARNING,
