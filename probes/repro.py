@@ -93,7 +93,7 @@ SCENARIOS: Tuple[Scenario, ...] = (
         "fd_pressure",
         "fd_pressure",
         "warning",
-        ("--nofile", "128", "--keep-batches", "55", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"),
+        ("--nofile", "256", "--keep-batches", "100", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"),
         (("warning_interval_s", 1.0),),
     ),
     Scenario(

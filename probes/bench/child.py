@@ -1,0 +1,132 @@
+"""One benchmark run in a fresh process: build the DataLoader, iterate once, print a JSON
+line with the timings. Started by :mod:`probes.bench.measure`; not meant to be run by hand.
+
+Usage: ``python -m probes.bench.child '<json spec>'``. The spec holds ``config`` (a
+:class:`~probes.bench.grid.LoaderConfig` as a dict), ``dataset`` (``{"synthetic": {...}}`` or
+``{"spec": "module:callable"}``) and ``warmup_batches``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+import warnings
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _nbytes(batch) -> int:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.nelement()
+    if isinstance(batch, (list, tuple)):
+        return sum(_nbytes(b) for b in batch)
+    if isinstance(batch, dict):
+        return sum(_nbytes(b) for b in batch.values())
+    return 0
+
+
+def _to_device(batch, non_blocking: bool):
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to("cuda", non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return [_to_device(b, non_blocking) for b in batch]
+    if isinstance(batch, dict):
+        return {k: _to_device(v, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+def _len(batch) -> int:
+    import torch
+
+    first = batch[0] if isinstance(batch, (list, tuple)) else batch
+    if isinstance(first, dict):
+        first = next(iter(first.values()))
+    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 1
+
+
+def run(spec: dict) -> dict:
+    """Iterate the configured loader once; returns seconds, samples and bytes measured."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from .datasets import SyntheticDataset, load_user_dataset
+
+    cfg = spec["config"]
+    if "spec" in spec["dataset"]:
+        ds = load_user_dataset(spec["dataset"]["spec"])
+    else:
+        syn = spec["dataset"]["synthetic"]
+        ds = SyntheticDataset(syn["samples"], tuple(syn["shape"]), syn["cpu_steps"], syn["io_s"], syn.get("randn", False))
+    cuda = torch.cuda.is_available()
+    workers = cfg["num_workers"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = DataLoader(
+            ds,
+            batch_size=cfg["batch_size"],
+            num_workers=workers,
+            pin_memory=cfg["pin_memory"],
+            prefetch_factor=cfg["prefetch_factor"] if workers else None,
+            persistent_workers=cfg["persistent_workers"] if workers else False,
+            multiprocessing_context=cfg["multiprocessing_context"] if workers else None,
+        )
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        it = iter(loader)
+        batches = samples = 0
+        first_s = steady_t0 = None
+        steady_samples = 0
+        h2d_bytes, h2d_s = 0, 0.0
+        for batch in it:
+            now = time.perf_counter()
+            if first_s is None:
+                first_s = now - t0
+            batches += 1
+            n = _len(batch)
+            samples += n
+            if batches == spec["warmup_batches"] + 1:
+                steady_t0 = now
+            elif steady_t0 is not None:
+                steady_samples += n
+            if cuda:
+                c0 = time.perf_counter()
+                _to_device(batch, cfg["pin_memory"])
+                torch.cuda.synchronize()
+                h2d_s += time.perf_counter() - c0
+                h2d_bytes += _nbytes(batch)
+        end = time.perf_counter()
+        del it
+        total_s = time.perf_counter() - t0
+    pin_warned = any("pin_memory" in str(w.message) for w in caught)
+    steady_s = end - steady_t0 if steady_t0 is not None else None
+    return {
+        "first_batch_s": first_s,
+        "steady_samples_per_s": (steady_samples / steady_s) if steady_s and steady_samples else None,
+        "samples": samples,
+        "batches": batches,
+        "total_s": total_s,
+        "cpu_s": _cpu_s() - cpu0,
+        "h2d_bytes_per_s": (h2d_bytes / h2d_s) if h2d_s else None,
+        "cuda": cuda,
+        "pin_memory_warning": pin_warned,
+    }
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    result = run(spec)
+    print("BENCH-RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Run one configuration in a fresh subprocess and measure it, sampling the process tree with
+the watchdog's collectors (:class:`watchdog.collect.sampler.Sampler`): peak memory (sum of
+USS over main and workers, bytes), peak ``/dev/shm`` use above the starting level (bytes) and
+peak open file descriptors, while the child reports its own timings."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from watchdog.collect.sampler import Sampler
+
+from .grid import LoaderConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE_PERIOD_S = 0.2
+RUN_TIMEOUT_S = 600.0
+WIDE_SPREAD_CV = 0.10
+
+
+class RunError(Exception):
+    """A benchmark run failed; the message holds the child's last error line."""
+
+
+@dataclass
+class Run:
+    """One repeat of one configuration (seconds, samples/s, bytes)."""
+
+    first_batch_s: float
+    steady_samples_per_s: Optional[float]
+    total_s: float
+    samples: int
+    cpu_s: float
+    h2d_bytes_per_s: Optional[float]
+    peak_uss_bytes: Optional[int]
+    peak_shm_bytes: Optional[int]
+    peak_fds: Optional[int]
+    cuda: bool
+    pin_memory_warning: bool
+
+    @property
+    def throughput(self) -> float:
+        """Steady-state samples/s, or overall samples/s when the run was too short for a steady part."""
+        return self.steady_samples_per_s or (self.samples / self.total_s if self.total_s else 0.0)
+
+
+@dataclass
+class Result:
+    """All repeats of one configuration, with their summary."""
+
+    config: LoaderConfig
+    runs: List[Run] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    def _values(self, name: str) -> List[float]:
+        return [v for v in (getattr(r, name) for r in self.runs) if v is not None]
+
+    def median(self, name: str) -> Optional[float]:
+        vals = self._values(name)
+        return statistics.median(vals) if vals else None
+
+    def span(self, name: str):
+        vals = self._values(name)
+        return (min(vals), max(vals)) if vals else (None, None)
+
+    @property
+    def throughput(self) -> float:
+        """Median steady-state samples/s over repeats."""
+        return statistics.median([r.throughput for r in self.runs]) if self.runs else 0.0
+
+    @property
+    def throughput_span(self):
+        vals = [r.throughput for r in self.runs]
+        return (min(vals), max(vals)) if vals else (0.0, 0.0)
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of throughput over repeats (0 with one repeat)."""
+        vals = [r.throughput for r in self.runs]
+        if len(vals) < 2 or statistics.mean(vals) == 0:
+            return 0.0
+        return statistics.stdev(vals) / statistics.mean(vals)
+
+    @property
+    def cpu_utilisation(self) -> Optional[float]:
+        """CPUs busy on average during a run (CPU seconds of main and workers / wall seconds)."""
+        vals = [r.cpu_s / r.total_s for r in self.runs if r.total_s]
+        return statistics.median(vals) if vals else None
+
+
+def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
+    """One fresh subprocess running ``config`` over ``dataset``.
+
+    Raises:
+        RunError: the child failed or printed no result (its last stderr line is given).
+    """
+    spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probes.bench.child", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    sampler = Sampler(proc.pid, full_info_interval_s=SAMPLE_PERIOD_S * 2)
+    peak_uss = peak_shm = peak_fds = None
+    shm_base = None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            s = sampler.sample()
+            uss = [p.uss_bytes for p in s.processes if p.uss_bytes is not None]
+            fds = [p.num_fds for p in s.processes if p.num_fds is not None]
+            if uss:
+                peak_uss = max(peak_uss or 0, sum(uss))
+            if fds:
+                peak_fds = max(peak_fds or 0, sum(fds))
+            if s.host.shm_used_bytes is not None:
+                shm_base = s.host.shm_used_bytes if shm_base is None else min(shm_base, s.host.shm_used_bytes)
+                peak_shm = max(peak_shm or 0, s.host.shm_used_bytes - shm_base)
+            time.sleep(SAMPLE_PERIOD_S)
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        from probes.repro import kill_session
+
+        kill_session(proc)
+        raise RunError(f"{config.label()}: no result within {RUN_TIMEOUT_S:g} s") from None
+    line = next((x for x in out.splitlines() if x.startswith("BENCH-RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise RunError(f"{config.label()}: the run failed: {last}")
+    data = json.loads(line[len("BENCH-RESULT ") :])
+    return Run(
+        first_batch_s=data["first_batch_s"] or 0.0,
+        steady_samples_per_s=data["steady_samples_per_s"],
+        total_s=data["total_s"],
+        samples=data["samples"],
+        cpu_s=data["cpu_s"],
+        h2d_bytes_per_s=data["h2d_bytes_per_s"],
+        peak_uss_bytes=peak_uss,
+        peak_shm_bytes=peak_shm,
+        peak_fds=peak_fds,
+        cuda=data["cuda"],
+        pin_memory_warning=data["pin_memory_warning"],
+    )
+
+
+def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: int, on_run=None) -> Result:
+    """``repeats`` fresh runs of ``config``; ``on_run()`` is called after each (progress)."""
+    result = Result(config)
+    for _ in range(repeats):
+        result.runs.append(run_once(config, dataset, warmup_batches))
+        if on_run is not None:
+            on_run()
+    if result.cv > WIDE_SPREAD_CV:
+        result.notes.append(f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {repeats} repeats")
+    if config.pin_memory and not any(r.cuda for r in result.runs):
+        result.notes.append("pin_memory: no effect without CUDA (torch starts no pin-memory thread)")
+    return result

@@ -1,0 +1,188 @@
+"""Benchmark output: the terminal table (sorted by throughput, best and knee marked), the
+warnings, JSON and CSV with every measurement, and the throughput plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from tabulate import tabulate
+
+from .measure import Result
+
+KNEE_FRACTION = 0.95
+
+
+def best(results: Sequence[Result]) -> Result:
+    """The configuration with the highest median throughput."""
+    return max(results, key=lambda r: r.throughput)
+
+
+def knee(results: Sequence[Result]) -> Result:
+    """The smallest ``num_workers`` whose throughput is within 5% of the best."""
+    top = best(results).throughput
+    near = [r for r in results if r.throughput >= KNEE_FRACTION * top]
+    return min(near, key=lambda r: (r.config.num_workers, -r.throughput))
+
+
+def ceiling(results: Sequence[Result], usable: float, cpu_bound: bool) -> Dict[int, float]:
+    """The physical ceiling for a CPU-bound dataset per ``num_workers``: one worker's
+    throughput (the W=1 run, else W=0) × min(W, usable CPUs). Empty when not CPU-bound or no
+    single-loader run was measured."""
+    if not cpu_bound:
+        return {}
+    single = [r for r in results if r.config.num_workers == 1] or [r for r in results if r.config.num_workers == 0]
+    if not single:
+        return {}
+    one = max(r.throughput for r in single)
+    return {r.config.num_workers: one * min(max(r.config.num_workers, 1), usable) for r in results}
+
+
+def warnings_for(results: Sequence[Result], machine: dict, batch_bytes: Optional[int]) -> List[str]:
+    """Warnings: more workers than usable CPUs; prefetched batches near available memory."""
+    out = []
+    usable = machine["usable_cpus"]
+    over = sorted({r.config.num_workers for r in results if r.config.num_workers > usable})
+    if over:
+        how = f"affinity {machine['cpu_affinity']}" + (
+            f", cgroup quota {machine['cgroup_cpu_quota']:g}" if machine["cgroup_cpu_quota"] else ""
+        )
+        out.append(f"num_workers {', '.join(map(str, over))} exceed the {usable:g} CPUs this process may use ({how})")
+    if batch_bytes:
+        for r in results:
+            c = r.config
+            inflight = max(c.num_workers, 1) * c.prefetch_factor * batch_bytes * (2 if c.pin_memory else 1)
+            if inflight > 0.5 * machine["mem_available_bytes"]:
+                out.append(
+                    f"{c.label()}: num_workers × prefetch_factor × batch bytes{' (×2 pinned copies)' if c.pin_memory else ''} = "
+                    f"{inflight / 2**30:.1f} GiB, over half the available memory"
+                )
+    for r in results:
+        out.extend(f"{r.config.label()}: {n}" for n in r.notes)
+    return out
+
+
+def _fmt(v: Optional[float], scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if v is None else f"{v / scale:.{digits}f}"
+
+
+def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
+    """Sorted by throughput; ``*`` marks the best, ``knee`` the smallest num_workers within 5%."""
+    top, bend = best(results), knee(results)
+    rows = []
+    for r in sorted(results, key=lambda r: -r.throughput):
+        lo, hi = r.throughput_span
+        mark = ("*" if r is top else "") + (" knee" if r is bend else "")
+        ceil = ceilings.get(r.config.num_workers)
+        rows.append(
+            [
+                mark.strip(),
+                r.config.label(),
+                f"{r.throughput:.0f}",
+                f"{lo:.0f}–{hi:.0f}",
+                _fmt(r.median("first_batch_s"), digits=2),
+                _fmt(r.median("total_s"), digits=2),
+                _fmt(r.median("peak_uss_bytes"), 2**20, 0),
+                _fmt(r.median("peak_shm_bytes"), 2**20, 0),
+                _fmt(r.median("peak_fds"), digits=0),
+                _fmt(r.cpu_utilisation, digits=2),
+                "-" if not ceil else f"{r.throughput / ceil:.0%}",
+                _fmt(r.median("h2d_bytes_per_s"), 2**30, 2),
+            ]
+        )
+    return tabulate(
+        rows,
+        headers=[
+            "",
+            "configuration",
+            "samples/s",
+            "min–max",
+            "1st batch s",
+            "total s",
+            "USS MiB",
+            "shm MiB",
+            "fds",
+            "CPUs",
+            "of ceiling",
+            "H2D GiB/s",
+        ],
+    )
+
+
+def document(results: Sequence[Result], machine: dict, settings: dict, ceilings: Dict[int, float], warnings: Iterable[str]) -> dict:
+    """Everything measured, for ``--json``."""
+    top, bend = best(results), knee(results)
+    return {
+        "machine": machine,
+        "settings": settings,
+        "best": top.config.as_dict(),
+        "knee": bend.config.as_dict(),
+        "warnings": list(warnings),
+        "results": [
+            {
+                "config": r.config.as_dict(),
+                "samples_per_s_median": r.throughput,
+                "samples_per_s_min": r.throughput_span[0],
+                "samples_per_s_max": r.throughput_span[1],
+                "cv": r.cv,
+                "first_batch_s_median": r.median("first_batch_s"),
+                "total_s_median": r.median("total_s"),
+                "peak_uss_bytes_median": r.median("peak_uss_bytes"),
+                "peak_shm_bytes_median": r.median("peak_shm_bytes"),
+                "peak_fds_median": r.median("peak_fds"),
+                "cpu_utilisation": r.cpu_utilisation,
+                "ceiling_samples_per_s": ceilings.get(r.config.num_workers),
+                "h2d_bytes_per_s_median": r.median("h2d_bytes_per_s"),
+                "notes": r.notes,
+                "runs": [vars(run) | {"throughput": run.throughput} for run in r.runs],
+            }
+            for r in results
+        ],
+    }
+
+
+def write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def write_csv(path: str, doc: dict) -> None:
+    """One row per run, with the configuration, the run's measurements and the machine."""
+    machine = {f"machine_{k}": v for k, v in doc["machine"].items()}
+    rows = []
+    for res in doc["results"]:
+        for i, run in enumerate(res["runs"]):
+            rows.append({**res["config"], "repeat": i, **run, **machine})
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot(path: str, results: Sequence[Result]) -> None:
+    """Throughput against num_workers, one line per pin_memory, with the min–max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for pin in sorted({r.config.pin_memory for r in results}):
+        series = sorted((r for r in results if r.config.pin_memory == pin), key=lambda r: r.config.num_workers)
+        by_w: Dict[int, Result] = {}
+        for r in series:  # other grid axes: keep the best per num_workers
+            if r.config.num_workers not in by_w or r.throughput > by_w[r.config.num_workers].throughput:
+                by_w[r.config.num_workers] = r
+        ws = sorted(by_w)
+        ax.plot(ws, [by_w[w].throughput for w in ws], marker="o", label=f"pin_memory={pin}")
+        ax.fill_between(ws, [by_w[w].throughput_span[0] for w in ws], [by_w[w].throughput_span[1] for w in ws], alpha=0.2)
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("samples/s (median, min–max band)")
+    ax.set_title("DataLoader throughput")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
