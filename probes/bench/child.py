@@ -69,6 +69,9 @@ def run(spec: dict) -> dict:
         ds = SyntheticDataset(syn["samples"], tuple(syn["shape"]), syn["cpu_steps"], syn["io_s"], syn.get("randn", False))
     cuda = torch.cuda.is_available()
     workers = cfg["num_workers"]
+    # The workers fill num_workers × prefetch_factor batches before the first is asked for:
+    # the clock starts after those are drained, or the buffer inflates the rate.
+    warmup = max(spec["warmup_batches"], workers * cfg["prefetch_factor"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = DataLoader(
@@ -93,7 +96,7 @@ def run(spec: dict) -> dict:
             batches += 1
             n = _len(batch)
             samples += n
-            if batches == spec["warmup_batches"] + 1:
+            if batches == warmup + 1:
                 steady_t0 = now
             elif steady_t0 is not None:
                 steady_samples += n

@@ -6,6 +6,7 @@ Exit codes: 0 done; 2 a bad flag or ``--dataset`` (one line naming it); 1 a run 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from typing import List, Optional, Sequence
@@ -75,7 +76,7 @@ def _dataset(args) -> tuple:
         text += f"; calibration: {rate:.0f} LCG steps per CPU-millisecond, so --cpu-ms {args.cpu_ms:g} = {steps} steps per sample"
     if args.io_ms:
         text += f"; {args.io_ms:g} ms simulated storage wait per sample"
-    return syn, nbytes, args.cpu_ms > 0, text
+    return {"synthetic": syn}, nbytes, args.cpu_ms > 0, text
 
 
 def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -> List[Result]:
@@ -102,6 +103,12 @@ def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: b
     print(f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with {bend.config.num_workers} workers)")
     if ceilings:
         print(f"ceiling (CPU-bound): one loader's throughput × min(num_workers, {mach['usable_cpus']:g} usable CPUs)")
+    single = [r for r in results if r.config.num_workers == 0]
+    if cpu_bound and single and args.cpu_ms:
+        per_sample_ms = 1000 * statistics.median(run.cpu_s / run.samples for run in single[0].runs)
+        print(
+            f"calibration check: with num_workers=0 each sample cost {per_sample_ms:.1f} ms of CPU in all (--cpu-ms {args.cpu_ms:g} asked, plus loading)"
+        )
     for w in warns:
         print(f"warning: {w}")
     settings = {k: v for k, v in vars(args).items() if k not in ("func",)}

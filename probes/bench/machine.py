@@ -7,6 +7,7 @@ import platform
 from typing import Optional
 
 import psutil
+
 from watchdog.collect import cgroup
 
 

@@ -178,6 +178,7 @@ def plot(path: str, results: Sequence[Result]) -> None:
         ws = sorted(by_w)
         ax.plot(ws, [by_w[w].throughput for w in ws], marker="o", label=f"pin_memory={pin}")
         ax.fill_between(ws, [by_w[w].throughput_span[0] for w in ws], [by_w[w].throughput_span[1] for w in ws], alpha=0.2)
+    ax.set_xticks(sorted({r.config.num_workers for r in results}))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("samples/s (median, min–max band)")
     ax.set_title("DataLoader throughput")

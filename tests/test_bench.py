@@ -1,0 +1,126 @@
+"""``dlwatch probe bench | autotune | seed-check`` on tiny cases: real subprocesses and real
+DataLoaders. Only generous bounds here; speed belongs in the benchmarks themselves."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import subprocess
+
+import pytest
+
+from tests.helpers import DLWATCH, ROOT
+
+TINY = ["--samples", "240", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3"]
+
+
+def probe(*args, timeout_s=300):
+    done = subprocess.run(DLWATCH + ["probe", *args], capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_bench_writes_every_measurement(tmp_path):
+    j, c, png = tmp_path / "b.json", tmp_path / "b.csv", tmp_path / "b.png"
+    code, out, err = probe(
+        "bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(j), "--csv", str(c), "--plot", str(png)
+    )
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    assert {"machine", "settings", "best", "knee", "warnings", "results"} <= set(doc)
+    assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(doc["machine"])
+    assert doc["best"] in [r["config"] for r in doc["results"]]
+    assert len(doc["results"]) == 2
+    for r in doc["results"]:
+        for key in (
+            "samples_per_s_median",
+            "first_batch_s_median",
+            "total_s_median",
+            "peak_uss_bytes_median",
+            "peak_fds_median",
+            "cpu_utilisation",
+        ):
+            assert r[key] is not None and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
+        assert r["peak_shm_bytes_median"] is not None and r["peak_shm_bytes_median"] >= 0
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == 2 and {"num_workers", "throughput", "machine_usable_cpus", "peak_uss_bytes"} <= set(rows[0])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert re.search(r"^best: ", out, re.M) and re.search(r"^knee: ", out, re.M)
+
+
+def test_autotune_choice_is_in_the_grid_and_near_the_grid_best(tmp_path):
+    j = tmp_path / "grid.json"
+    code, _, err = probe("bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(j))
+    assert code == 0, err
+    grid = {r["config"]["num_workers"]: r["samples_per_s_median"] for r in json.loads(j.read_text())["results"]}
+    a = tmp_path / "auto.json"
+    code, out, err = probe("autotune", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(a))
+    assert code == 0, err
+    auto = json.loads(a.read_text())["autotune"]
+    chosen = auto["choice"]["num_workers"]
+    assert chosen in grid
+    assert grid[chosen] >= 0.9 * max(grid.values()), (grid, chosen)
+    assert auto["configurations_run"] <= auto["grid_size"]
+    assert re.search(r"ran \d+ of \d+ grid configurations in \d+ s", out)
+
+
+def test_seed_check_claims_come_from_measurements(tmp_path):
+    j = tmp_path / "seed.json"
+    code, out, err = probe("seed-check", "--samples", "256", "--repeats", "1", "--json", str(j))
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    tp = {(r["config"]["num_workers"], r["config"]["pin_memory"]): r["samples_per_s_median"] for r in doc["results"]}
+    (w,) = {w for w, _ in tp if w}
+    claims = {c["claim"]: c for c in doc["claims"]}
+    more = claims["more workers is faster"]
+    ratio = tp[(w, False)] / tp[(0, False)]
+    assert f"{ratio:.2f}" in more["evidence"]
+    assert more["held"] == (ratio > 1.05)
+    pin_ratio = tp[(w, True)] / tp[(w, False)]
+    assert f"{pin_ratio:.2f}" in claims["pin_memory=True is fastest"]["evidence"]
+    assert out.count("claim: ") == 3
+
+
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ("no_such_module_xyz:make", "cannot import no_such_module_xyz"),
+        ("tests.fixtures.user_datasets:raises", "bucket not mounted"),
+        ("tests.fixtures.user_datasets:uncollatable", "default_collate"),
+        ("tests.fixtures.user_datasets:not_callable", "no callable"),
+        ("nocolon", "module:callable"),
+    ],
+    ids=["bad-module", "callable-raises", "uncollatable", "not-callable", "bad-form"],
+)
+def test_bad_dataset_is_one_line_exit_2(spec, needle):
+    code, _, err = probe("bench", "--dataset", spec, "--num-workers", "0", "--repeats", "1", timeout_s=120)
+    assert code == 2, err
+    assert needle in err and spec in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_user_dataset_is_benchmarked(tmp_path):
+    j = tmp_path / "u.json"
+    code, _, err = probe(
+        "bench",
+        "--dataset",
+        "tests.fixtures.user_datasets:good",
+        "--num-workers",
+        "0,1",
+        "--pin-memory",
+        "false",
+        "--batch-size",
+        "8",
+        "--repeats",
+        "1",
+        "--json",
+        str(j),
+    )
+    assert code == 0, err
+    assert all(r["samples_per_s_median"] > 0 for r in json.loads(j.read_text())["results"])
+
+
+def test_bad_grid_flag_names_it():
+    code, _, err = probe("bench", "--num-workers", "0,x", timeout_s=60)
+    assert code == 2 and "--num-workers" in err
