@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import DLWATCH, PY, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
 
 STALL_S, INTERVAL_S = 5.0, 1.0
+TERMINATE_AFTER_4_S = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2"]
 
 
 def _parse_iso(stamp: str) -> float:
@@ -99,18 +100,7 @@ def test_fork_lock_without_ptrace_still_reports_from_proc_with_the_remedy(tmp_pa
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"py_spy:\n  path: {fake}\n")
     code, out, err = run_dlwatch(
-        [
-            "--config",
-            str(cfg),
-            "--stall-timeout",
-            "4",
-            "--on-hang",
-            "terminate",
-            "--terminate-grace",
-            "2",
-            "--report-dir",
-            str(tmp_path / "r"),
-        ],
+        ["--config", str(cfg), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")],
         TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
     )
     assert code == 124, err
@@ -129,22 +119,7 @@ def test_attach_finds_the_same_hang(tmp_path):
     job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
     watcher = None
     try:
-        watcher = start(
-            DLWATCH
-            + [
-                "attach",
-                "--pid",
-                str(job.pid),
-                "--stall-timeout",
-                "4",
-                "--on-hang",
-                "terminate",
-                "--terminate-grace",
-                "2",
-                "--report-dir",
-                str(tmp_path),
-            ]
-        )
+        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path)])
         out, err = watcher.communicate(timeout=120)
         assert watcher.returncode == 124, err
         (folder,) = reports(str(tmp_path))
