@@ -66,7 +66,7 @@ SCENARIOS: Tuple[Scenario, ...] = (
         ("--fault", "collective-wait", "--samples", "64"),
         (("terminate_outside_loader", True),),
     ),
-    Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no CPU reproduction known (field notes B23); fixture test"),
+    Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no known CPU reproduction; fixture test"),
     Scenario("pin_memory_stall", "pin_memory_stall", "hang", skip="needs CUDA: python -m probes.gpu.pin_memory_stall; fixture test"),
     Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
     Scenario("shm_exhausted", "shm_exhausted", "crash", ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"), shm_size="8m"),

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import stat
 import subprocess
 
+import psutil
 import pytest
 
 from tests.helpers import DLWATCH, PY, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
@@ -266,3 +268,43 @@ def test_bad_config_exits_2_naming_the_key(tmp_path, content, needle):
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr and str(cfg) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_stderr_passes_through_byte_for_byte(tmp_path):
+    payload = "import sys; sys.stderr.buffer.write(bytes(range(256)) * 400); sys.stderr.flush()"
+    done = subprocess.run(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", payload], capture_output=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stderr == bytes(range(256)) * 400
+
+
+def test_killing_dlwatch_does_not_break_the_jobs_stderr(tmp_path):
+    marker = tmp_path / "finished"
+    job = f"import sys, time\nfor i in range(15):\n    print('tick', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)\nopen({str(marker)!r}, 'w').write('ok')\n"
+    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", job])
+    try:
+        wait_for(lambda: any(c.name().startswith("python") for c in psutil.Process(proc.pid).children()), 30, "the job to start")
+        os.kill(proc.pid, signal.SIGKILL)
+        wait_for(marker.exists, 30, "the job to finish on its own after dlwatch died")
+    finally:
+        kill_tree(proc)
+
+
+def test_closed_stderr_does_not_stop_dlwatch_or_the_job(tmp_path):
+    done = subprocess.run(
+        DLWATCH + ["run", "--report-dir", str(tmp_path), "--", "sh", "-c", "sleep 0.5; echo x >&2; exit 4"],
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: os.close(2),
+        timeout=60,
+    )
+    assert done.returncode == 4
+
+
+def test_crash_before_the_first_sample_is_still_diagnosed(tmp_path):
+    code, _, err = run_dlwatch(
+        ["--report-dir", str(tmp_path)], [PY, "-c", "raise SystemExit('DataLoader worker (pid 123) is killed by signal: Killed.')"]
+    )
+    assert code == 1, err
+    (folder,) = reports(str(tmp_path))
+    first = load_report(folder)["diagnoses"][0]
+    assert first["kind"] == "worker_killed" and first["severity"] == "crash"
+    assert any("never sampled" in e for e in first["evidence"])

@@ -19,6 +19,7 @@ any       1 an internal error of dlwatch itself.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import subprocess
@@ -82,8 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
-    probe = sub.add_parser("probe", help="reproductions under the watchdog: dlwatch probe repro NAME|--all (needs torch)")
-    probe.add_argument("probe_args", nargs=argparse.REMAINDER, help="repro NAME… | repro --all")
+    probe = sub.add_parser(
+        "probe",
+        help="reproductions and benchmarks (need the [probes] extra): repro NAME|--all, bench, autotune, seed-check",
+        description="dlwatch probe repro NAME|--all | bench | autotune | seed-check; `dlwatch probe COMMAND --help` for each",
+    )
+    probe.add_argument("probe_args", nargs=argparse.REMAINDER, help="COMMAND and its arguments: repro, bench, autotune, seed-check")
     return parser
 
 
@@ -114,6 +119,21 @@ def _exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _start_stderr_tail(cfg: config_mod.Config) -> Optional[StderrTail]:
+    """The stderr pass-through with its kept tail, or ``None`` (the job's stderr then is ours,
+    untouched): when ``stderr_tail_bytes`` is 0, when our stderr is closed, or when the pump
+    cannot start."""
+    if not cfg.stderr_tail_bytes:
+        return None
+    try:
+        os.fstat(2)
+        return StderrTail(2, cfg.stderr_tail_bytes)
+    except OSError as e:
+        if e.errno != errno.EBADF:
+            log(f"cannot capture the job's stderr ({e.strerror}); crash diagnosis from stderr is off")
+        return None
+
+
 def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """Start the job in its own process group, watch it, return its exit code (or 124)."""
     cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -124,9 +144,9 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return EXIT_NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    read_fd, write_fd = os.pipe()
+    tail = _start_stderr_tail(cfg)
     try:
-        proc = subprocess.Popen(cmd, stderr=write_fd, **group)
+        proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, **group)
     except FileNotFoundError:
         log(f"cannot start {cmd[0]!r}: command not found")
         return EXIT_NOT_FOUND
@@ -134,8 +154,8 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         log(f"cannot start {cmd[0]!r}: {e.strerror or e}")
         return EXIT_CANNOT_EXECUTE
     finally:
-        os.close(write_fd)
-    tail = StderrTail(read_fd, sys.stderr.fileno(), cfg.stderr_tail_bytes)
+        if tail:
+            tail.close_job_end()
     wake, ended = threading.Event(), threading.Event()
     pending: List[int] = []
 
@@ -161,19 +181,24 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
     outcome, watcher = Outcome(), None
     try:
-        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text)
+        watcher = Watcher(
+            cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text if tail else str, job_cmdline=cmd
+        )
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
     while not ended.wait(0.2):
         forward()
     forward()
-    tail.join(_STDERR_DRAIN_S)
+    if tail:
+        tail.wait(_STDERR_DRAIN_S)
     if outcome.terminated:
         return EXIT_TERMINATED
     code = _exit_code_of(proc.returncode)
     if watcher is not None:
         watcher.after_exit(code)
+    if tail:
+        tail.cleanup()
     return code
 
 

@@ -47,7 +47,7 @@ class Config(_Strict):
     timeline_samples: int = Field(600, ge=10, le=100_000)
     cpu_progress_s: float = Field(0.05, gt=0)
     warning_interval_s: float = Field(5.0, gt=0)
-    stderr_tail_bytes: int = Field(65536, ge=1024, le=16 * 2**20)
+    stderr_tail_bytes: int = Field(65536, ge=0, le=16 * 2**20)
     py_spy: PySpyConfig = PySpyConfig()
 
 

@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from . import __version__, act, detect, report, writer
 from .collect import cgroup, procfs, pyspy
 from .collect.sampler import Sampler
+from .collect.sampler import host_sample as sampler_host_sample
 from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
@@ -76,6 +77,7 @@ class Watcher:
         wake: an event that interrupts the sleep between samples (job exit, signals).
         on_tick: called every loop turn (``dlwatch run`` forwards signals there).
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
+        job_cmdline: the command that started the job, for reports written before main was seen.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class Watcher:
         wake: threading.Event,
         on_tick: Callable[[], None] = lambda: None,
         stderr_tail: Callable[[], str] = lambda: "",
+        job_cmdline: Optional[List[str]] = None,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -95,6 +98,7 @@ class Watcher:
         self.wake = wake
         self.on_tick = on_tick
         self.stderr_tail = stderr_tail
+        self.job_cmdline = list(job_cmdline or [])
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -179,12 +183,13 @@ class Watcher:
     def after_exit(self, exit_code: Optional[int]) -> None:
         """Diagnose a job that ended with a non-zero ``exit_code`` from its stderr tail and the
         timeline; write a crash report when a crash rule fires (nothing otherwise)."""
-        if not exit_code or not self.timeline:
+        if not exit_code:
             return
         try:
+            last = self.timeline[-1] if self.timeline else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
             facts = Facts(
                 mode=MODE_CRASH,
-                sample=self.timeline[-1],
+                sample=last,
                 timeline=tuple(self.timeline),
                 stderr_tail=self.stderr_tail(),
                 exit_code=exit_code,
@@ -200,9 +205,17 @@ class Watcher:
     def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False) -> None:
         """Build, print and write one report; never raises ReportWriteError."""
         main = facts.sample.main
-        job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time), "root_pid": self.root_pid}
+        if main is not None:
+            job = {
+                "pid": main.pid,
+                "cmdline": list(main.cmdline),
+                "start_time": report.utc_iso(main.create_time),
+                "root_pid": self.root_pid,
+            }
+        else:  # the job ended before its first sample
+            job = {"pid": self.root_pid, "cmdline": self.job_cmdline, "start_time": None, "root_pid": self.root_pid}
         info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
-        env = procfs.environ(main.pid) if facts.mode != MODE_CRASH else None
+        env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix)
         text = report.summary_text(rep.text)
         if summary_only:
@@ -211,7 +224,8 @@ class Watcher:
         try:
             path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
             self.outcome.reports.append(path)
-            log(f"report written to {path}" + ("" if summary_only else f" (stacks of every process in {os.path.join(path, 'report.txt')})"))
+            stacks = f" (stacks of every process in {os.path.join(path, 'report.txt')})" if facts.mode == MODE_HANG else ""
+            log(f"report written to {path}{stacks}")
         except ReportWriteError as e:
             log(f"{e}; the summary above is all that was kept")
 

@@ -281,6 +281,8 @@ def text_lines(doc: dict) -> Iterable[str]:
         yield f"  {line}"
     host = doc["host"]
     yield f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: {_mib(host['mem_available_bytes'])} MiB"
+    if not any(p["stack"] for p in doc["processes"]):
+        return  # warnings and crash reports take no stacks
     yield ""
     yield STACKS_HEADING
     for p in doc["processes"]:

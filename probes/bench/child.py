@@ -14,6 +14,8 @@ import sys
 import time
 import warnings
 
+MIN_ROUNDS = 3
+
 
 def _cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -69,9 +71,11 @@ def run(spec: dict) -> dict:
         ds = SyntheticDataset(syn["samples"], tuple(syn["shape"]), syn["cpu_steps"], syn["io_s"], syn.get("randn", False))
     cuda = torch.cuda.is_available()
     workers = cfg["num_workers"]
-    # The workers fill num_workers × prefetch_factor batches before the first is asked for:
-    # the clock starts after those are drained, or the buffer inflates the rate.
-    warmup = max(spec["warmup_batches"], workers * cfg["prefetch_factor"])
+    # Batches arrive in rounds: the workers start together, so each round of num_workers
+    # batches lands in a burst. The steady window starts after the warm-up and the first round
+    # and spans whole rounds only; a run with fewer than MIN_ROUNDS of them has no steady state.
+    round_size = max(workers, 1)
+    warmup = max(spec["warmup_batches"], round_size)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = DataLoader(
@@ -84,38 +88,31 @@ def run(spec: dict) -> dict:
             multiprocessing_context=cfg["multiprocessing_context"] if workers else None,
         )
         cpu0, t0 = _cpu_s(), time.perf_counter()
-        it = iter(loader)
-        batches = samples = 0
-        first_s = steady_t0 = None
-        steady_samples = 0
+        arrivals, sizes = [], []
         h2d_bytes, h2d_s = 0, 0.0
-        for batch in it:
-            now = time.perf_counter()
-            if first_s is None:
-                first_s = now - t0
-            batches += 1
-            n = _len(batch)
-            samples += n
-            if batches == warmup + 1:
-                steady_t0 = now
-            elif steady_t0 is not None:
-                steady_samples += n
+        for batch in loader:
+            arrivals.append(time.perf_counter())
+            sizes.append(_len(batch))
             if cuda:
                 c0 = time.perf_counter()
                 _to_device(batch, cfg["pin_memory"])
                 torch.cuda.synchronize()
                 h2d_s += time.perf_counter() - c0
                 h2d_bytes += _nbytes(batch)
-        end = time.perf_counter()
-        del it
         total_s = time.perf_counter() - t0
+    rounds = (len(arrivals) - 1 - warmup) // round_size if len(arrivals) > warmup else 0
+    steady = None
+    if rounds >= MIN_ROUNDS:
+        end = warmup + rounds * round_size
+        span = arrivals[end] - arrivals[warmup]
+        steady = sum(sizes[warmup + 1 : end + 1]) / span if span > 0 else None
     pin_warned = any("pin_memory" in str(w.message) for w in caught)
-    steady_s = end - steady_t0 if steady_t0 is not None else None
     return {
-        "first_batch_s": first_s,
-        "steady_samples_per_s": (steady_samples / steady_s) if steady_s and steady_samples else None,
-        "samples": samples,
-        "batches": batches,
+        "first_batch_s": (arrivals[0] - t0) if arrivals else None,
+        "steady_samples_per_s": steady,
+        "steady_rounds": rounds,
+        "samples": sum(sizes),
+        "batches": len(arrivals),
         "total_s": total_s,
         "cpu_s": _cpu_s() - cpu0,
         "h2d_bytes_per_s": (h2d_bytes / h2d_s) if h2d_s else None,

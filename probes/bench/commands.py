@@ -6,6 +6,9 @@ Exit codes: 0 done; 2 a bad flag or ``--dataset`` (one line naming it); 1 a run 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import signal
 import statistics
 import sys
 import time
@@ -15,11 +18,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import machine as machine_mod
 from . import output
+from .child import MIN_ROUNDS
 from .datasets import DatasetError, SyntheticDataset, calibrate_steps_per_ms, load_user_dataset, sample_bytes
 from .grid import GridError, LoaderConfig, expand, parse_shape
 from .measure import Result, RunError, measure
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_SAMPLES = 2048
 IMPROVEMENT = 1.05  # autotune: a step must beat the best so far by 5%
 
 
@@ -28,50 +33,75 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _common(p: argparse.ArgumentParser, workers_default: str) -> None:
-    g = p.add_argument_group("grid (comma lists)")
-    g.add_argument("--num-workers", default=workers_default)
-    g.add_argument("--pin-memory", default="false,true")
-    g.add_argument("--batch-size", default="128")
-    g.add_argument("--prefetch-factor", default="2")
-    g.add_argument("--persistent-workers", default="false")
-    g.add_argument("--multiprocessing-context", default="fork")
+def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
+    g = p.add_argument_group("grid (each a comma list)")
+    g.add_argument("--num-workers", default=workers_default, help="DataLoader num_workers values")
+    g.add_argument("--pin-memory", default="false,true", help="pin_memory values (true/false)")
+    g.add_argument("--batch-size", default="128", help="batch_size values")
+    g.add_argument("--prefetch-factor", default="2", help="prefetch_factor values (with workers)")
+    g.add_argument("--persistent-workers", default="false", help="persistent_workers values")
+    g.add_argument("--multiprocessing-context", default="fork", help="start methods: fork, spawn, forkserver")
+
+
+def _dataset_flags(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("dataset")
-    d.add_argument("--samples", type=int, default=2048, help="synthetic dataset length (default: %(default)s)")
-    d.add_argument("--sample-shape", default="3,224,224", help="synthetic sample shape (default: %(default)s)")
-    d.add_argument("--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated)")
+    d.add_argument("--samples", type=int, default=None, help="synthetic dataset length (default: 2048, or more when the grid needs it)")
+    d.add_argument("--sample-shape", default="3,224,224", help="synthetic sample shape")
+    d.add_argument("--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated on this machine)")
     d.add_argument("--io-ms", type=float, default=0.0, help="per-sample wait, milliseconds (simulated remote storage)")
-    d.add_argument("--dataset", metavar="MODULE:CALLABLE", help="your own Dataset instead of the synthetic one")
-    m = p.add_argument_group("measurement")
-    m.add_argument("--repeats", type=int, default=3)
-    m.add_argument("--warmup-batches", type=int, default=2)
-    o = p.add_argument_group("output")
-    o.add_argument("--json", metavar="PATH")
-    o.add_argument("--csv", metavar="PATH")
-    o.add_argument("--plot", metavar="PATH.png")
+    d.add_argument("--dataset", metavar="MODULE:CALLABLE", help="your own map-style Dataset instead of the synthetic one")
 
 
-def _dataset(args) -> tuple:
-    """``(dataset spec for the child, sample bytes, cpu_bound, calibration text)``."""
-    if args.samples < 2:
-        raise GridError(f"--samples: must be at least 2, got {args.samples}")
-    if args.cpu_ms < 0 or args.io_ms < 0:
-        raise GridError("--cpu-ms/--io-ms: must not be negative")
+def _measure_flags(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("measurement and output")
+    m.add_argument("--repeats", type=int, default=3, help="fresh subprocess runs per configuration")
+    m.add_argument("--warmup-batches", type=int, default=2, help="batches not timed (at least num_workers are skipped anyway)")
+    m.add_argument("--json", metavar="PATH", help="every measurement and the machine, as JSON")
+    m.add_argument("--csv", metavar="PATH", help="one row per run, as CSV")
+    m.add_argument("--plot", metavar="PATH.png", help="throughput against num_workers, one line per pin_memory")
+
+
+def min_samples(batch_size: int, num_workers: int, warmup_batches: int) -> int:
+    """Samples needed for a steady window of MIN_ROUNDS whole rounds of ``num_workers``
+    batches after the warm-up (see probes/bench/child.py)."""
+    rounds = max(num_workers, 1)
+    return batch_size * (max(warmup_batches, rounds) + 1 + MIN_ROUNDS * rounds)
+
+
+def _check_length(args, configs: Sequence[LoaderConfig], length: Optional[int]) -> int:
+    """The dataset length to use: ``--samples`` or 2048 raised to what the grid needs.
+
+    Raises:
+        GridError: an explicit ``--samples`` (or the user's dataset) is too short.
+    """
+    needed = max(min_samples(c.batch_size, c.num_workers, args.warmup_batches) for c in configs)
+    if length is not None:
+        if length < needed:
+            what = f"--dataset {args.dataset} has {length} items" if args.dataset else f"--samples {length} is"
+            raise GridError(
+                f"{what} too few for a steady state with this grid: need at least {needed} (or fewer workers / smaller batches)"
+            )
+        return length
+    return max(DEFAULT_SAMPLES, needed)
+
+
+def _dataset(args, configs: Sequence[LoaderConfig], randn: bool = False) -> tuple:
+    """``(dataset spec for the child, sample bytes, cpu_bound, description)``.
+
+    Raises:
+        GridError, DatasetError: naming the flag.
+    """
     if args.dataset:
         ds = load_user_dataset(args.dataset)
+        _check_length(args, configs, len(ds))
         return {"spec": args.dataset}, sample_bytes(ds), False, f"dataset {args.dataset} ({len(ds)} items)"
     shape = parse_shape(args.sample_shape)
+    samples = _check_length(args, configs, args.samples)
     rate = calibrate_steps_per_ms() if args.cpu_ms else 0.0
     steps = int(args.cpu_ms * rate)
-    syn = {
-        "samples": args.samples,
-        "shape": list(shape),
-        "cpu_steps": steps,
-        "io_s": args.io_ms / 1000,
-        "randn": getattr(args, "randn", False),
-    }
+    syn = {"samples": samples, "shape": list(shape), "cpu_steps": steps, "io_s": args.io_ms / 1000, "randn": randn}
     nbytes = sample_bytes(SyntheticDataset(2, shape))
-    text = f"synthetic: {args.samples} samples of {tuple(shape)} float32"
+    text = f"synthetic: {samples} samples of {tuple(shape)} float32" + (" (torch.randn)" if randn else "")
     if args.cpu_ms:
         text += f"; calibration: {rate:.0f} LCG steps per CPU-millisecond, so --cpu-ms {args.cpu_ms:g} = {steps} steps per sample"
     if args.io_ms:
@@ -107,8 +137,15 @@ def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: b
     if cpu_bound and single and args.cpu_ms:
         per_sample_ms = 1000 * statistics.median(run.cpu_s / run.samples for run in single[0].runs)
         print(
-            f"calibration check: with num_workers=0 each sample cost {per_sample_ms:.1f} ms of CPU in all (--cpu-ms {args.cpu_ms:g} asked, plus loading)"
+            f"calibration check: with num_workers=0 a sample cost {per_sample_ms:.1f} ms of CPU in all, for --cpu-ms {args.cpu_ms:g} "
+            f"of synthetic work plus loading ({per_sample_ms / args.cpu_ms:.0%} of the target)"
         )
+    for r in results:
+        ceil = ceilings.get(r.config.num_workers)
+        if ceil and r.throughput > 1.05 * ceil:
+            warns.append(
+                f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats"
+            )
     for w in warns:
         print(f"warning: {w}")
     settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
@@ -128,7 +165,7 @@ def cmd_bench(args) -> int:
     configs = expand(
         args.num_workers, args.pin_memory, args.batch_size, args.prefetch_factor, args.persistent_workers, args.multiprocessing_context
     )
-    dataset, nbytes, cpu_bound, text = _dataset(args)
+    dataset, nbytes, cpu_bound, text = _dataset(args, configs)
     results = _run_all(configs, dataset, args, "bench")
     _report(results, args, text, nbytes, cpu_bound)
     return EXIT_OK
@@ -146,7 +183,7 @@ def cmd_autotune(args) -> int:
     )
     candidates = sorted({c.num_workers for c in grid})
     base = grid[0]
-    dataset, nbytes, cpu_bound, text = _dataset(args)
+    dataset, nbytes, cpu_bound, text = _dataset(args, grid)
     measured = {}
 
     def at(w: int, pin: bool) -> Result:
@@ -194,72 +231,132 @@ def cmd_autotune(args) -> int:
     return EXIT_OK
 
 
+def beats(a: Result, b: Result) -> bool:
+    """``a`` is faster than ``b``: by more than 5% in median, and (with repeats) every run of
+    ``a`` above every run of ``b``, so that noise alone does not make a claim hold."""
+    if a.throughput <= IMPROVEMENT * b.throughput:
+        return False
+    return len(a.runs) < 2 or a.throughput_span[0] > b.throughput_span[1]
+
+
+def _ratio(a: Result, b: Result) -> str:
+    return f"{a.throughput / b.throughput:.2f} ({a.throughput:.0f} vs {b.throughput:.0f} samples/s, runs {a.throughput_span[0]:.0f}–{a.throughput_span[1]:.0f} vs {b.throughput_span[0]:.0f}–{b.throughput_span[1]:.0f})"
+
+
 def cmd_seed_check(args) -> int:
     """The classic three-configuration experiment, claim by claim, with measured ratios."""
-    import os
-
     import torch
 
     w = max(2, (os.cpu_count() or 2) // 2)
-    args.randn = True
-    args.sample_shape = "3,224,224"
-    dataset, nbytes, cpu_bound, text = _dataset(args)
-    bs = int(args.batch_size.split(",")[0])
+    bs = args.batch_size_one
     configs = [
         LoaderConfig(0, False, bs, 2, False, "fork"),
         LoaderConfig(w, False, bs, 2, False, "fork"),
         LoaderConfig(w, True, bs, 2, False, "fork"),
     ]
+    args.batch_size = str(bs)
+    dataset, nbytes, cpu_bound, text = _dataset(args, configs, randn=True)
     zero, more, pinned = _run_all(configs, dataset, args, "seed-check")
     cuda = torch.cuda.is_available()
-    r_more = more.throughput / zero.throughput
-    r_pin = pinned.throughput / more.throughput
     claims = [
-        ("more workers is faster", r_more > IMPROVEMENT, f"W={w}/W=0 throughput ratio {r_more:.2f}"),
+        ("more workers is faster", beats(more, zero), f"W={w}/W=0 throughput ratio {_ratio(more, zero)}"),
         (
             "pin_memory=True is fastest",
-            pinned.throughput >= max(zero.throughput, more.throughput) * IMPROVEMENT,
-            f"pin on/off ratio {r_pin:.2f}" + ("" if cuda else " (no CUDA here: pinning cannot help)"),
+            beats(pinned, more) and beats(pinned, zero),
+            f"pin on/off ratio {_ratio(pinned, more)}" + ("" if cuda else "; no CUDA here, so pinning cannot help"),
         ),
     ]
-    if not cuda:
+    if cuda:
+        claims.append(("pin_memory matters without CUDA", None, "not testable: this machine has CUDA"))
+    else:
         claims.append(
             (
                 "pin_memory matters without CUDA",
-                abs(r_pin - 1) > IMPROVEMENT - 1,
-                f"pin on/off ratio {r_pin:.2f}; torch {torch.__version__} starts no pin-memory thread without an accelerator",
+                beats(pinned, more) or beats(more, pinned),
+                f"pin on/off ratio {_ratio(pinned, more)}; torch {torch.__version__} starts no pin-memory thread without an accelerator",
             )
         )
-    else:
-        claims.append(("pin_memory matters without CUDA", None, "not testable: this machine has CUDA"))
-    results = [zero, more, pinned]
-    _report(results, args, text, nbytes, cpu_bound, {"claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in claims]})
+    if args.repeats < 2:
+        print("seed-check: one repeat per configuration: verdicts rest on single runs (use --repeats 3)")
+    _report([zero, more, pinned], args, text, nbytes, cpu_bound, {"claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in claims]})
     for claim, held, evidence in claims:
         verdict = "not tested" if held is None else ("HELD" if held else "DID NOT HOLD")
         print(f"claim: {claim!r}: {verdict} — {evidence}")
     return EXIT_OK
 
 
+_DESCRIPTIONS = {
+    "bench": "Measure DataLoader throughput over a grid of configurations, each in a fresh subprocess.",
+    "autotune": "Find the best num_workers (and whether pin_memory helps) without running the full grid.",
+    "seed-check": "Check three folk claims about num_workers and pin_memory on this machine, with measured ratios.",
+}
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one of ``bench``, ``autotune``, ``seed-check``."""
-    p = _Parser(prog=f"dlwatch probe {command}", description=__doc__.split("\n")[0])
-    _common(p, "0,1,2,4" if command != "autotune" else "0,1,2,3,4,6,8,12,16")
+    p = _Parser(prog=f"dlwatch probe {command}", description=_DESCRIPTIONS[command], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     if command == "seed-check":
-        p.set_defaults(samples=1280)
+        p.add_argument(
+            "--samples", type=int, default=None, help="number of torch.randn(3,224,224) samples (default: 2048, or more when needed)"
+        )
+        p.add_argument("--batch-size", dest="batch_size_one", type=int, default=128, help="batch_size")
+        p.set_defaults(sample_shape="3,224,224", cpu_ms=0.0, io_ms=0.0, dataset=None)
+    else:
+        _grid_flags(p, "0,1,2,4" if command == "bench" else "auto")
+        _dataset_flags(p)
+    _measure_flags(p)
     return p
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
 
 
 COMMANDS = {"bench": cmd_bench, "autotune": cmd_autotune, "seed-check": cmd_seed_check}
 
 
-def main(command: str, argv: List[str]) -> int:
-    """Run ``command`` with ``argv``; one-line errors and exit 2 for bad input."""
-    args = build_parser(command).parse_args(argv)
+def _check_outputs(args) -> None:
+    """Fail before measuring, not after, when an output file cannot be written.
+
+    Raises:
+        GridError: naming the flag.
+    """
+    for flag in ("json", "csv", "plot"):
+        path = getattr(args, flag)
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path)) or "."
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
+            raise GridError(f"--{flag} {path}: cannot write there (no such folder, not writable, or a folder)")
+
+
+def _check_numbers(args) -> None:
+    """Finite, sane numbers, or GridError naming the flag."""
+    for flag, value, top in (("--cpu-ms", getattr(args, "cpu_ms", 0.0), 60_000.0), ("--io-ms", getattr(args, "io_ms", 0.0), 60_000.0)):
+        if not math.isfinite(value) or value < 0 or value > top:
+            raise GridError(f"{flag} {value}: must be a number from 0 to {top:g}")
+    if args.samples is not None and not 2 <= args.samples <= 10**8:
+        raise GridError(f"--samples {args.samples}: must be from 2 to 100000000")
     if args.repeats < 1 or args.warmup_batches < 0:
-        print("dlwatch: error: --repeats must be ≥ 1 and --warmup-batches ≥ 0", file=sys.stderr)
-        return EXIT_USAGE
+        raise GridError("--repeats must be ≥ 1 and --warmup-batches ≥ 0")
+    if not getattr(args, "dataset", None):
+        shape = parse_shape(args.sample_shape)
+        if math.prod(shape) * 4 > 2**30:
+            raise GridError(f"--sample-shape {args.sample_shape}: over 1 GiB per sample")
+
+
+def main(command: str, argv: List[str]) -> int:
+    """Run ``command`` with ``argv``; one-line errors and exit 2 for bad input, 130 when
+    interrupted (the run in progress is killed with its workers)."""
+    args = build_parser(command).parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
+        _check_numbers(args)
+        _check_outputs(args)
         return COMMANDS[command](args)
+    except KeyboardInterrupt:
+        print("dlwatch: interrupted; the run in progress was stopped", file=sys.stderr)
+        return 130
     except (GridError, DatasetError) as e:
         print(f"dlwatch: error: {e}", file=sys.stderr)
         return EXIT_USAGE

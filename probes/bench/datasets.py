@@ -89,14 +89,14 @@ def load_user_dataset(spec: str) -> Dataset:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # the user's module may raise anything while importing
+    except BaseException as e:  # the user's module may raise anything while importing, SystemExit included
         raise DatasetError(f"--dataset {spec}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise DatasetError(f"--dataset {spec}: {module_name} has no callable {attr!r}")
     try:
         ds = factory()
-    except Exception as e:
+    except BaseException as e:  # SystemExit included: it must not end the benchmark silently
         raise DatasetError(f"--dataset {spec}: {attr}() raised {type(e).__name__}: {e}") from None
     if not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__"):
         raise DatasetError(f"--dataset {spec}: {attr}() returned {type(ds).__name__}, not a map-style Dataset (__len__ and __getitem__)")

@@ -10,6 +10,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -94,6 +95,29 @@ class Result:
         return statistics.median(vals) if vals else None
 
 
+def _sample_until_exit(proc: subprocess.Popen):
+    """Sample ``proc``'s tree until it exits; ``(peak USS sum, peak shm growth, peak fds)``,
+    or ``None`` after ``RUN_TIMEOUT_S``."""
+    sampler = Sampler(proc.pid, full_info_interval_s=SAMPLE_PERIOD_S * 2)
+    peak_uss = peak_shm = peak_fds = shm_base = None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            return None
+        s = sampler.sample()
+        uss = [p.uss_bytes for p in s.processes if p.uss_bytes is not None]
+        fds = [p.num_fds for p in s.processes if p.num_fds is not None]
+        if uss:
+            peak_uss = max(peak_uss or 0, sum(uss))
+        if fds:
+            peak_fds = max(peak_fds or 0, sum(fds))
+        if s.host.shm_used_bytes is not None:
+            shm_base = s.host.shm_used_bytes if shm_base is None else min(shm_base, s.host.shm_used_bytes)
+            peak_shm = max(peak_shm or 0, s.host.shm_used_bytes - shm_base)
+        time.sleep(SAMPLE_PERIOD_S)
+    return peak_uss, peak_shm, peak_fds
+
+
 def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
     """One fresh subprocess running ``config`` over ``dataset``.
 
@@ -102,41 +126,33 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
     """
     spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "probes.bench.child", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    sampler = Sampler(proc.pid, full_info_interval_s=SAMPLE_PERIOD_S * 2)
-    peak_uss = peak_shm = peak_fds = None
-    shm_base = None
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            s = sampler.sample()
-            uss = [p.uss_bytes for p in s.processes if p.uss_bytes is not None]
-            fds = [p.num_fds for p in s.processes if p.num_fds is not None]
-            if uss:
-                peak_uss = max(peak_uss or 0, sum(uss))
-            if fds:
-                peak_fds = max(peak_fds or 0, sum(fds))
-            if s.host.shm_used_bytes is not None:
-                shm_base = s.host.shm_used_bytes if shm_base is None else min(shm_base, s.host.shm_used_bytes)
-                peak_shm = max(peak_shm or 0, s.host.shm_used_bytes - shm_base)
-            time.sleep(SAMPLE_PERIOD_S)
-        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        from probes.repro import kill_session
+    # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "probes.bench.child", json.dumps(spec)],
+            stdout=out_f,
+            stderr=err_f,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            peaks = _sample_until_exit(proc)
+        finally:
+            if proc.poll() is None:  # timed out, interrupted or failed here: leave nothing behind
+                from probes.repro import kill_session
 
-        kill_session(proc)
-        raise RunError(f"{config.label()}: no result within {RUN_TIMEOUT_S:g} s") from None
+                kill_session(proc)
+        if peaks is None:
+            raise RunError(f"{config.label()}: no result within {RUN_TIMEOUT_S:g} s")
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
+    peak_uss, peak_shm, peak_fds = peaks
     line = next((x for x in out.splitlines() if x.startswith("BENCH-RESULT ")), None)
     if proc.returncode != 0 or line is None:
         last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RunError(f"{config.label()}: the run failed: {last}")
+        raise RunError(f"{config.label()}: the run failed (exit code {proc.returncode}): {last}")
     data = json.loads(line[len("BENCH-RESULT ") :])
     return Run(
         first_batch_s=data["first_batch_s"] or 0.0,
@@ -162,6 +178,8 @@ def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: i
             on_run()
     if result.cv > WIDE_SPREAD_CV:
         result.notes.append(f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {repeats} repeats")
+    if any(r.steady_samples_per_s is None for r in result.runs):
+        result.notes.append("some runs were too short for a steady state: their overall rate (samples / total time) was used")
     if config.pin_memory and not any(r.cuda for r in result.runs):
         result.notes.append("pin_memory: no effect without CUDA (torch starts no pin-memory thread)")
     return result

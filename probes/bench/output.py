@@ -181,7 +181,16 @@ def plot(path: str, results: Sequence[Result]) -> None:
     ax.set_xticks(sorted({r.config.num_workers for r in results}))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("samples/s (median, min–max band)")
-    ax.set_title("DataLoader throughput")
+    no_cuda = not any(run.cuda for r in results for run in r.runs)
+    ax.set_title(
+        "DataLoader throughput"
+        + (
+            " (no CUDA: pin_memory has no effect; differences are noise)"
+            if no_cuda and len({r.config.pin_memory for r in results}) > 1
+            else ""
+        ),
+        fontsize=10,
+    )
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -1,65 +1,131 @@
-"""Pass the job's stderr through to ours, byte for byte, keeping the last bytes for diagnosis
+"""Pass the job's stderr through to ours, byte for byte, keeping its last bytes for diagnosis
 (PyTorch prints the cause of most DataLoader crashes there: "killed by signal", "Bus error",
-"received 0 items of ancdata", pickling tracebacks of queue feeder threads)."""
+"received 0 items of ancdata", pickling tracebacks of queue feeder threads).
+
+The copying is done by a separate, tiny process (``python -m watchdog.collect.stderr_tail``,
+:func:`pump`) in a session of its own, not by dlwatch: if dlwatch dies (``kill -9``, the OOM
+killer), the job's stderr pipe keeps a reader and the job is unharmed; processes that outlive
+the job keep writing until they close it. The pump keeps the last bytes in memory and
+publishes them to a file (temporary file + rename) that dlwatch reads.
+"""
 
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+_PUBLISH_EVERY_S = 0.2
+
+
+def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
+    """Copy ``src_fd`` to ``dst_fd`` until EOF, publishing the last ``limit_bytes`` bytes to
+    ``tail_path`` at most every 0.2 s and at EOF. A write error on ``dst_fd`` (a closed
+    terminal) stops forwarding but not draining, so writers never block or get SIGPIPE."""
+    buf = bytearray()
+    forward, dirty, last = True, False, 0.0
+    while True:
+        try:
+            chunk = os.read(src_fd, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        if forward:
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst_fd, view) :]
+            except OSError:
+                forward = False
+        buf += chunk
+        if len(buf) > limit_bytes:
+            del buf[: len(buf) - limit_bytes]
+        dirty = True
+        now = time.monotonic()
+        if now - last >= _PUBLISH_EVERY_S:
+            _publish(tail_path, buf)
+            dirty, last = False, now
+    if dirty or not os.path.exists(tail_path):
+        _publish(tail_path, buf)
+
+
+def _publish(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class StderrTail:
-    """Copies everything from ``src_fd`` to ``dst_fd`` in a thread until EOF, keeping the last
-    ``limit_bytes`` bytes. A write error on ``dst_fd`` (a closed terminal) stops the copy but
-    keeps draining ``src_fd``, so the job never blocks on a full pipe.
+    """Starts the pump for a job's stderr.
+
+    Use :attr:`job_stderr` as the job's stderr (then :meth:`close_job_end`), :meth:`text` for
+    the kept tail, and :meth:`wait` after the job ends.
 
     Args:
-        src_fd: the read end of the job's stderr pipe (closed at EOF).
         dst_fd: where the bytes go (our stderr).
         limit_bytes: how many trailing bytes to keep.
+
+    Raises:
+        OSError: the pipe, the temporary folder or the pump process cannot be made.
     """
 
-    def __init__(self, src_fd: int, dst_fd: int, limit_bytes: int) -> None:
-        self.src_fd = src_fd
-        self.dst_fd = dst_fd
-        self.limit_bytes = limit_bytes
-        self._buf = bytearray()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._pump, name="stderr-tail", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        forward = True
+    def __init__(self, dst_fd: int, limit_bytes: int) -> None:
+        self._dir = tempfile.mkdtemp(prefix="dlwatch-stderr-")
+        self.tail_path = os.path.join(self._dir, "tail")
+        read_fd, self.job_stderr = os.pipe()
         try:
-            while True:
-                chunk = os.read(self.src_fd, 65536)
-                if not chunk:
-                    break
-                if forward:
-                    try:
-                        view = memoryview(chunk)
-                        while view:
-                            view = view[os.write(self.dst_fd, view) :]
-                    except OSError:
-                        forward = False
-                with self._lock:
-                    self._buf += chunk
-                    if len(self._buf) > self.limit_bytes:
-                        del self._buf[: len(self._buf) - self.limit_bytes]
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes)],
+                stdin=read_fd,
+                stdout=dst_fd,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outlives dlwatch; no terminal signals
+                close_fds=True,
+            )
+        finally:
+            os.close(read_fd)
+
+    def close_job_end(self) -> None:
+        """Close our copy of the job's end of the pipe (after the job was started)."""
+        try:
+            os.close(self.job_stderr)
         except OSError:
             pass
-        finally:
-            try:
-                os.close(self.src_fd)
-            except OSError:
-                pass
 
     def text(self) -> str:
-        """The kept tail, decoded as UTF-8 (invalid bytes replaced)."""
-        with self._lock:
-            return self._buf.decode("utf-8", "replace")
+        """The kept tail as last published (UTF-8, invalid bytes replaced); may lag 0.2 s."""
+        try:
+            with open(self.tail_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
-    def join(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` seconds for EOF (processes that outlive the job may hold the
-        pipe open; then the tail so far is used)."""
-        self._thread.join(timeout_s)
+    def wait(self, timeout_s: float) -> Optional[int]:
+        """Wait up to ``timeout_s`` for the pump's EOF (processes that outlive the job may hold
+        the pipe open: then the pump goes on alone and the tail so far is used)."""
+        try:
+            return self._proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def cleanup(self) -> None:
+        """Remove the tail file once the pump is done (left for the pump otherwise)."""
+        if self._proc.poll() is not None:
+            for name in os.listdir(self._dir):
+                os.unlink(os.path.join(self._dir, name))
+            os.rmdir(self._dir)
+
+
+if __name__ == "__main__":
+    pump(0, 1, sys.argv[1], int(sys.argv[2]))

@@ -156,3 +156,8 @@ def traceback_location(stderr: str) -> Optional[str]:
         if m and frames.is_user(Frame(m.group("func"), m.group("file"), int(m.group("line")), False)):
             found = f"{m.group('file')}:{m.group('line')}"
     return found
+
+
+def workers_phrase(n: int) -> str:
+    """``1 DataLoader worker is`` / ``3 DataLoader workers are``."""
+    return "1 DataLoader worker is" if n == 1 else f"{n} DataLoader workers are"

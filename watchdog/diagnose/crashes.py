@@ -61,7 +61,15 @@ def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
     peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
     evidence = [f"stderr: {line}" for line in lines[-2:]]
-    evidence.append(f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)}{_exit(facts)}")
+    creators = sorted({int(pid) for pid in re.findall(r"torch_(\d+)_", facts.stderr_tail)})
+    if creators:
+        evidence.append(
+            f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)"
+        )
+    evidence.append(
+        f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)} at the sampling interval "
+        f"(a batch's allocation that does not fit fails between samples){_exit(facts)}"
+    )
     return Diagnosis(
         kind="shm_exhausted",
         location=traceback_location(facts.stderr_tail),
@@ -73,7 +81,7 @@ def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
             "Give the job more shared memory: docker run --shm-size=8g (or --ipc=host); on Kubernetes mount an emptyDir "
             "with medium: Memory at /dev/shm; or lower batch_size × prefetch_factor × num_workers."
         ),
-        pids=tuple(w.pid for w in facts.sample.workers),
+        pids=tuple(creators) or tuple(w.pid for w in facts.sample.workers),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_SHARING_STRATEGIES),
     )
 
@@ -135,22 +143,27 @@ def worker_killed(facts: Facts) -> Optional[Diagnosis]:
     how = f"killed by signal {signal_name}" if signal_name else "exited unexpectedly"
     if oom:
         how += " by the OOM killer"
+    seen = any(facts.last_seen(pid) is not None for pid in pids)
+    if not seen:
+        evidence.append("the watchdog never sampled these workers (they died within a sampling interval of starting)")
+    low_memory = avail is not None and -avail < 0.05 * 2**30
+    memory_fix = oom or (signal_name == "Killed" and low_memory)
     return Diagnosis(
         kind="worker_killed",
         location=traceback_location(facts.stderr_tail),
         severity=SEVERITY_CRASH,
-        confidence=0.9 if oom or signal_name else 0.75,
+        confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen else 0.15),
         summary=f"DataLoader worker(s) {', '.join(map(str, pids))} {how}; the main process stopped with an error.",
         evidence=tuple(evidence),
         remedy=(
             (
                 "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
                 "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. "
-                if oom or signal_name == "Killed"
+                if memory_fix
                 else ""
             )
-            + "Check `dmesg | grep -i -e oom -e killed` and the worker's last lines on stderr; a segmentation fault points "
-            "to a native library in __getitem__."
+            + "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the worker's last "
+            "lines on stderr; a segmentation fault or bus error points to a native library in __getitem__ or to /dev/shm."
         ),
         pids=pids,
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),

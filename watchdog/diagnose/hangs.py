@@ -27,6 +27,7 @@ from .common import (
     quiet_text,
     waiting_main,
     worker_thread,
+    workers_phrase,
 )
 from .engine import rule
 
@@ -130,7 +131,7 @@ def fork_inherited_lock(facts: Facts) -> Optional[Diagnosis]:
         severity=SEVERITY_HANG,
         confidence=found.confidence,
         summary=(
-            f"{len(found.pids)} DataLoader worker(s) are deadlocked{found.where} on a lock that another thread of the main "
+            f"{workers_phrase(len(found.pids))} deadlocked{found.where} on a lock that another thread of the main "
             "process held when the workers were forked; no thread in a worker can ever release it."
         ),
         evidence=found.evidence,
@@ -218,7 +219,7 @@ def worker_blocked_io(facts: Facts) -> Optional[Diagnosis]:
         kind="worker_blocked_io",
         severity=SEVERITY_HANG,
         confidence=found.confidence,
-        summary=f"{len(found.pids)} DataLoader worker(s) are blocked in file-system or pipe I/O{found.where}; the main process waits for their batch forever.",
+        summary=f"{workers_phrase(len(found.pids))} blocked in file-system or pipe I/O{found.where}; the main process waits for their batch forever.",
         evidence=found.evidence,
         remedy=(
             "Check the storage the Dataset reads (NFS/FUSE mount, disk, FIFO): `cat /proc/<pid>/stack` as root shows the "
@@ -279,7 +280,7 @@ def worker_stuck(facts: Facts) -> Optional[Diagnosis]:
         kind="worker_stuck",
         severity=SEVERITY_HANG,
         confidence=found.confidence,
-        summary=f"{len(found.pids)} DataLoader worker(s) are stuck in the Dataset{found.where} (not on a lock, not in file I/O); the main process waits for their batch forever.",
+        summary=f"{workers_phrase(len(found.pids))} stuck in the Dataset{found.where} (not on a lock, not in file I/O); the main process waits for their batch forever.",
         evidence=found.evidence,
         remedy=(
             "Give the blocking call a timeout (socket/HTTP/storage client) or fix the loop that never returns, and set "
