@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from .. import frames
-from ..types import Facts, Frame, ProcessStack, ThreadStack
+from ..types import SEVERITY_HANG, Diagnosis, Facts, Frame, ProcessStack, ThreadStack
 
 DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.html"
 DOC_MULTI_PROCESS_LOADING = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
@@ -112,6 +112,21 @@ class WorkerFindings:
     @property
     def where(self) -> str:
         return f" at {brief(self.user)}" if self.user else ""
+
+    def hang(self, kind: str, state: str, remedy: str, docs: Tuple[str, ...]) -> Diagnosis:
+        """A hang diagnosis whose summary is ``N DataLoader workers are <state>``, where
+        ``state`` may use ``{where}`` for the user's ``file:line``."""
+        return Diagnosis(
+            kind=kind,
+            severity=SEVERITY_HANG,
+            confidence=self.confidence,
+            summary=f"{workers_phrase(len(self.pids))} {state.format(where=self.where)}",
+            evidence=self.evidence,
+            remedy=remedy,
+            pids=self.pids,
+            location=location(self.user),
+            docs=docs,
+        )
 
 
 def gather(facts: Facts, hit) -> Optional[WorkerFindings]:

@@ -27,7 +27,6 @@ from .common import (
     quiet_text,
     waiting_main,
     worker_thread,
-    workers_phrase,
 )
 from .engine import rule
 
@@ -126,24 +125,19 @@ def fork_inherited_lock(facts: Facts) -> Optional[Diagnosis]:
     found = gather(facts, _fork_lock_hit)
     if found is None:
         return None
-    return Diagnosis(
-        kind="fork_inherited_lock",
-        severity=SEVERITY_HANG,
-        confidence=found.confidence,
-        summary=(
-            f"{workers_phrase(len(found.pids))} deadlocked{found.where} on a lock that another thread of the main "
-            "process held when the workers were forked; no thread in a worker can ever release it."
+    return found.hang(
+        "fork_inherited_lock",
+        (
+            "deadlocked{where} on a lock that another thread of the main process held when the workers were forked; "
+            "no thread in a worker can ever release it."
         ),
-        evidence=found.evidence,
-        remedy=(
+        (
             'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so '
             "each worker gets fresh locks; or create the lock (or the object holding it: DB connection, logger "
             "handler, image library state) inside the worker, in worker_init_fn or lazily in __getitem__; or make "
             "sure no other thread holds it while iter(loader) forks the workers."
         ),
-        pids=found.pids,
-        location=location(found.user),
-        docs=(DOC_MULTIPROCESSING, DOC_START_METHODS),
+        (DOC_MULTIPROCESSING, DOC_START_METHODS),
     )
 
 
@@ -215,20 +209,15 @@ def worker_blocked_io(facts: Facts) -> Optional[Diagnosis]:
     found = gather(facts, _blocked_io_hit)
     if found is None:
         return None
-    return Diagnosis(
-        kind="worker_blocked_io",
-        severity=SEVERITY_HANG,
-        confidence=found.confidence,
-        summary=f"{workers_phrase(len(found.pids))} blocked in file-system or pipe I/O{found.where}; the main process waits for their batch forever.",
-        evidence=found.evidence,
-        remedy=(
+    return found.hang(
+        "worker_blocked_io",
+        "blocked in file-system or pipe I/O{where}; the main process waits for their batch forever.",
+        (
             "Check the storage the Dataset reads (NFS/FUSE mount, disk, FIFO): `cat /proc/<pid>/stack` as root shows the "
             "kernel path; set DataLoader(..., timeout=<seconds>) so the job fails instead of hanging, and use storage "
             "clients with timeouts (or copy data to local disk)."
         ),
-        pids=found.pids,
-        location=location(found.user),
-        docs=(DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
+        (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
 
 
@@ -276,19 +265,14 @@ def worker_stuck(facts: Facts) -> Optional[Diagnosis]:
     found = gather(facts, _stuck_hit)
     if found is None:
         return None
-    return Diagnosis(
-        kind="worker_stuck",
-        severity=SEVERITY_HANG,
-        confidence=found.confidence,
-        summary=f"{workers_phrase(len(found.pids))} stuck in the Dataset{found.where} (not on a lock, not in file I/O); the main process waits for their batch forever.",
-        evidence=found.evidence,
-        remedy=(
+    return found.hang(
+        "worker_stuck",
+        "stuck in the Dataset{where} (not on a lock, not in file I/O); the main process waits for their batch forever.",
+        (
             "Give the blocking call a timeout (socket/HTTP/storage client) or fix the loop that never returns, and set "
             "DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader timed out' instead of waiting forever."
         ),
-        pids=found.pids,
-        location=location(found.user),
-        docs=(DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
+        (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
 
 
