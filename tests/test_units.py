@@ -334,3 +334,29 @@ def test_non_utf8_config_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as e:
         config.load(str(cfg), {})
     assert "UTF-8" in str(e.value)
+
+
+def test_stderr_tail_is_published_when_the_stream_pauses(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from watchdog.collect.stderr_tail import StderrTail
+
+    sink = open(tmp_path / "sink", "wb")
+    tail = StderrTail(sink.fileno(), 1024)
+    try:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time; sys.stderr.write('a' * 10 + 'LAST'); sys.stderr.flush(); time.sleep(3)"],
+            stderr=tail.job_stderr,
+        )
+        tail.close_job_end()
+        deadline = time.monotonic() + 2.5
+        while "LAST" not in tail.text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tail.text().endswith("LAST")  # published while the writer is still alive
+        writer.wait(10)
+        tail.wait(5)
+        assert (tmp_path / "sink").read_bytes() == b"a" * 10 + b"LAST"
+    finally:
+        sink.close()

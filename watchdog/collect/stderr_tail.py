@@ -12,6 +12,7 @@ publishes them to a file (temporary file + rename) that dlwatch reads.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -23,11 +24,20 @@ _PUBLISH_EVERY_S = 0.2
 
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
     """Copy ``src_fd`` to ``dst_fd`` until EOF, publishing the last ``limit_bytes`` bytes to
-    ``tail_path`` at most every 0.2 s and at EOF. A write error on ``dst_fd`` (a closed
+    ``tail_path`` at most every 0.2 s, within 0.2 s of the stream pausing, and at EOF. A write error on ``dst_fd`` (a closed
     terminal) stops forwarding but not draining, so writers never block or get SIGPIPE."""
     buf = bytearray()
     forward, dirty, last = True, False, 0.0
     while True:
+        if dirty:  # publish what arrived once the stream pauses, not only when more arrives
+            try:
+                ready, _, _ = select.select([src_fd], [], [], max(0.0, last + _PUBLISH_EVERY_S - time.monotonic()))
+            except InterruptedError:
+                continue
+            if not ready:
+                _publish(tail_path, buf)
+                dirty, last = False, time.monotonic()
+                continue
         try:
             chunk = os.read(src_fd, 65536)
         except InterruptedError:
