@@ -11,6 +11,7 @@ import os
 import signal
 import stat
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -308,3 +309,34 @@ def test_crash_before_the_first_sample_is_still_diagnosed(tmp_path):
     first = load_report(folder)["diagnoses"][0]
     assert first["kind"] == "worker_killed" and first["severity"] == "crash"
     assert any("never sampled" in e for e in first["evidence"])
+
+
+def test_a_burst_of_signals_reaches_the_job_and_dlwatch_still_exits_with_its_code(tmp_path):
+    # Signal handlers only enqueue and write to a self-pipe: a handler that took a lock the
+    # interrupted loop held (threading.Event.set inside Event.wait) deadlocked dlwatch.
+    job = (
+        "import signal, sys, time\n"
+        "n = 0\n"
+        "def on_int(*_):\n"
+        "    global n\n"
+        "    n += 1\n"
+        "signal.signal(signal.SIGINT, on_int)\n"
+        "print('ready', flush=True)\n"
+        "end = time.monotonic() + 6\n"
+        "while time.monotonic() < end:\n"
+        "    time.sleep(0.05)\n"
+        "print('got', n, flush=True)\n"
+        "sys.exit(5)\n"
+    )
+    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", job])
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for i in range(400):
+            os.kill(proc.pid, signal.SIGINT)
+            if i % 4 == 0:
+                time.sleep(0.004)  # spread over the loop's wake-ups, where the old handler deadlocked
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 5, err
+        assert int(out.split("got", 1)[1]) >= 1, out
+    finally:
+        kill_tree(proc)

@@ -33,6 +33,7 @@ from .collect import discovery
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, Watcher, log
 from .errors import ConfigError, WatchdogError
+from .wake import Waker
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -156,7 +157,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     finally:
         if tail:
             tail.close_job_end()
-    wake, ended = threading.Event(), threading.Event()
+    wake, ended = Waker(), threading.Event()
     pending: List[int] = []
 
     def waiter() -> None:
@@ -165,7 +166,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         wake.set()
 
     def on_signal(signum, _frame) -> None:
-        pending.append(signum)  # handlers only enqueue; the loop forwards (NOTE in daemon.py)
+        pending.append(signum)  # handlers only enqueue and write to a self-pipe; the loop forwards
         wake.set()
 
     def forward() -> None:
@@ -207,7 +208,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     proc = discovery.check_target(args.pid)
     create_time = proc.create_time()
     pgid = os.getpgid(proc.pid)
-    wake = threading.Event()
+    wake = Waker()
     stopped: List[int] = []
 
     def job_ended() -> bool:

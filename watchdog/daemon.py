@@ -36,6 +36,7 @@ from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
 from .types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Sample, Stall
+from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
@@ -74,7 +75,8 @@ class Watcher:
         root_pid: the job's root process.
         pgid: the job's process group (signalled on terminate).
         job_ended: returns True once the job is gone.
-        wake: an event that interrupts the sleep between samples (job exit, signals).
+        wake: interrupts the sleep between samples (job exit, signals); a :class:`~watchdog.wake.Waker`,
+            never a ``threading.Event``, whose ``set()`` a signal handler must not call.
         on_tick: called every loop turn (``dlwatch run`` forwards signals there).
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         job_cmdline: the command that started the job, for reports written before main was seen.
@@ -86,7 +88,7 @@ class Watcher:
         root_pid: int,
         pgid: int,
         job_ended: Callable[[], bool],
-        wake: threading.Event,
+        wake: Waker,
         on_tick: Callable[[], None] = lambda: None,
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
