@@ -25,6 +25,8 @@ from typing import List, Optional, Tuple
 
 from tabulate import tabulate
 
+from . import cases
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
 
@@ -33,20 +35,42 @@ SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
 class Scenario:
     """One reproduction: the job's arguments, the watchdog's, and the kind expected first.
 
-    ``severity`` is ``hang``, ``crash`` or ``warning`` (for a warning the job runs to its end
-    and the kind must appear among the warnings). ``shm_size`` runs the job in a private mount
-    namespace with a tmpfs of that size on /dev/shm (needs root or CAP_SYS_ADMIN).
-    ``skip`` is why it cannot run on a CPU machine (then there is a fixture test instead).
+    ``severity`` is ``hang``, ``crash``, ``exit`` (a report after the job ended, any exit code),
+    ``warning`` (the kind must appear among the warnings, and the job runs on) or ``none`` (a
+    healthy control: no report at all, and the job exits 0). ``module`` is the target run with
+    ``python -m`` (``probes.train`` with ``job`` as its flags, or a ``probes.cases`` target).
+    ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
+    (needs root or CAP_SYS_ADMIN). ``skip`` is why it cannot run on a CPU machine (then there is
+    a fixture test instead). ``certainty`` and ``location`` (a source fragment) are checked
+    when set.
     """
 
     name: str
-    expected: str
+    expected: Optional[str]
     severity: str
     job: Tuple[str, ...] = ()
     settings: Tuple[Tuple[str, object], ...] = ()
     shm_size: Optional[str] = None
     skip: Optional[str] = None
     timeout_s: float = 120.0
+    module: str = "probes.train"
+    certainty: Optional[str] = None
+    location: Optional[str] = None
+
+
+def from_case(case) -> "Scenario":
+    """The scenario that runs a :class:`probes.cases.Case` target under the watchdog."""
+    severity = case.mode or "none"
+    return Scenario(
+        case.name,
+        case.kind,
+        severity,
+        settings=case.settings,
+        timeout_s=case.timeout_s,
+        module=f"probes.cases.{case.name}",
+        certainty=case.certainty,
+        location=case.location,
+    )
 
 
 SCENARIOS: Tuple[Scenario, ...] = (
@@ -119,6 +143,27 @@ SCENARIOS: Tuple[Scenario, ...] = (
         (("warning_interval_s", 2.0),),
     ),
 )
+_CASE_SCENARIOS = {
+    "worker_deadlock": "lock_order_in_worker",
+    "main_thread_deadlock": "main_join_prefetch_thread",
+    "loader_timeout": "loader_timeout_slow_batch",
+    "dataset_error": "dataset_exception_len_lies",
+    "shm_removed": "shm_removed",
+    "shm_leaked": "shm_leaked_after_kill",
+    "map_count_exhausted": "map_count_exhausted",
+}
+SCENARIOS = SCENARIOS + tuple(
+    Scenario(**{**from_case(cases.BY_NAME[target]).__dict__, "name": kind}) for kind, target in _CASE_SCENARIOS.items()
+) + (
+    Scenario(
+        "map_count_pressure",
+        "map_count_pressure",
+        "warning",
+        settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
+        module="probes.cases.map_count_exhausted",
+        timeout_s=240.0,
+    ),
+)
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 
@@ -167,7 +212,7 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
         "--interval",
         "1",
         "--stall-timeout",
-        "6",
+        "5",
         "--on-hang",
         "terminate",
         "--terminate-grace",
@@ -178,7 +223,7 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
     cmd.append("--")
     if s.shm_size:
         cmd += ["unshare", "-m", "sh", "-c", SHM_WRAPPER.format(size=s.shm_size), "sh"]
-    return cmd + [sys.executable, "-m", "probes.train", *s.job]
+    return cmd + [sys.executable, "-m", s.module, *s.job]
 
 
 def kill_session(proc: subprocess.Popen) -> None:
@@ -220,8 +265,67 @@ def _stamp(stdout: str, marker: str) -> Optional[float]:
     return None
 
 
+def _documents(report_dir: str) -> List[Tuple[str, dict]]:
+    out = []
+    for name in sorted(os.listdir(report_dir)) if os.path.isdir(report_dir) else []:
+        path = os.path.join(report_dir, name, "report.json")
+        if name.startswith(".") or not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            out.append((os.path.join(report_dir, name), json.load(f)))
+    return out
+
+
+def _conclusive(s: Scenario, docs: List[Tuple[str, dict]]) -> bool:
+    """True once the reports settle the scenario and the job may be ended: a hang report (a
+    suspected hang is not terminated), or the expected warning."""
+    if s.severity == "hang":
+        return any(d["mode"] == "hang" for _, d in docs)
+    if s.severity == "warning":
+        return any(x["kind"] == s.expected for _, d in docs for x in d["diagnoses"])
+    return False
+
+
+def _judge(s: Scenario, docs: List[Tuple[str, dict]], exit_code: Optional[int]) -> Tuple[bool, Optional[Tuple[str, dict]], Tuple[str, ...], str]:
+    """``(ok, the report judged, kinds seen, why not)``."""
+    if s.severity == "none":
+        kinds = tuple(d["diagnoses"][0]["kind"] for _, d in docs)
+        ok = not docs and exit_code == 0
+        return ok, (docs[0] if docs else None), kinds, "" if ok else f"a healthy job got reports {', '.join(kinds) or '(none)'}, exit {exit_code}"
+    if s.severity == "warning":
+        chosen = next(((p, d) for p, d in docs if any(x["kind"] == s.expected for x in d["diagnoses"])), docs[0] if docs else None)
+        kinds = tuple(x["kind"] for _, d in docs for x in d["diagnoses"])
+        ok = chosen is not None and any(x["kind"] == s.expected for x in chosen[1]["diagnoses"])
+        return ok, chosen, kinds, ""
+    wanted = {"hang": ("hang",), "crash": ("crash",), "exit": ("crash", "exit")}[s.severity]
+    main_docs = [(p, d) for p, d in docs if d["mode"] in wanted]
+    chosen = main_docs[0] if main_docs else None
+    kinds = tuple(x["kind"] for _, d in main_docs[:1] for x in d["diagnoses"])
+    if chosen is None:
+        return False, None, kinds, "no report"
+    first = chosen[1]["diagnoses"][0]
+    why = []
+    if first["kind"] != s.expected:
+        why.append(f"first diagnosis {first['kind']}")
+    if s.certainty and (chosen[1].get("stall") or {}).get("certainty") != s.certainty:
+        why.append(f"certainty {(chosen[1].get('stall') or {}).get('certainty')}, expected {s.certainty}")
+    if s.location:
+        loc = first.get("location") or ""
+        file, _, line = loc.rpartition(":")
+        try:
+            with open(file, encoding="utf-8") as f:
+                text = f.read().splitlines()[int(line) - 1]
+        except (OSError, ValueError, IndexError):
+            text = ""
+        if s.location not in text:
+            why.append(f"location {loc or 'none'} is not the line with {s.location!r}")
+    return not why, chosen, kinds, "; ".join(why)
+
+
 def run_scenario(s: Scenario, workdir: str) -> Outcome:
-    """Run one scenario in ``workdir``; always kills every process group it started."""
+    """Run one scenario in ``workdir``: start it under the watchdog, end it once the reports
+    settle it (a suspected hang is reported, not terminated) or it ends by itself, and judge
+    the reports. Always kills every process group it started."""
     if s.skip:
         return Outcome(s, "skipped", note=s.skip)
     if s.shm_size:
@@ -231,30 +335,26 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
     report_dir = os.path.join(workdir, "reports")
     cmd = command(s, report_dir, _config_file(workdir, s.settings))
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, _err = proc.communicate(timeout=s.timeout_s)
-    except subprocess.TimeoutExpired:
+    out_path = os.path.join(workdir, "job.stdout")
+    with open(out_path, "w", encoding="utf-8") as out_file:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out_file, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + s.timeout_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                if _conclusive(s, _documents(report_dir)):
+                    break
+                time.sleep(0.25)
+            timed_out = proc.poll() is None and not _conclusive(s, _documents(report_dir))
+        finally:
+            exit_code = proc.poll()
+            kill_session(proc)
+            _remove_leftovers(report_dir)
+    if timed_out:
         return Outcome(s, "misdiagnosed", note=f"no conclusion within {s.timeout_s:g} s", exit_code=None)
-    finally:
-        kill_session(proc)
-    folders = sorted(os.listdir(report_dir)) if os.path.isdir(report_dir) else []
-    docs = []
-    for name in folders:
-        if name.startswith("."):
-            continue
-        with open(os.path.join(report_dir, name, "report.json"), encoding="utf-8") as f:
-            docs.append((os.path.join(report_dir, name), json.load(f)))
-    if s.severity == "warning":
-        matching = [(p, d) for p, d in docs if d["diagnoses"][0]["kind"] == s.expected]
-        kinds = tuple(d["diagnoses"][0]["kind"] for _, d in docs)
-        chosen = matching[0] if matching else (docs[0] if docs else None)
-        ok = bool(matching) and proc.returncode == 0
-    else:
-        main_docs = [(p, d) for p, d in docs if d["diagnoses"][0]["severity"] != "warning"]
-        kinds = tuple(x["kind"] for _, d in main_docs[:1] for x in d["diagnoses"])
-        chosen = main_docs[0] if main_docs else None
-        ok = chosen is not None and chosen[1]["diagnoses"][0]["kind"] == s.expected
+    with open(out_path, encoding="utf-8", errors="replace") as f:
+        out = f.read()
+    docs = _documents(report_dir)
+    ok, chosen, kinds, why = _judge(s, docs, exit_code)
     latency = None
     if chosen is not None:
         detected = dt.datetime.fromisoformat(chosen[1]["detected_at"].replace("Z", "+00:00")).timestamp()
@@ -266,9 +366,23 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         kinds=kinds,
         latency_s=latency,
         report=chosen[0] if chosen else None,
-        exit_code=proc.returncode,
-        note="" if ok else f"dlwatch exited {proc.returncode}; reports: {', '.join(kinds) or 'none'}",
+        exit_code=exit_code,
+        note="" if ok else f"dlwatch exited {exit_code}; reports: {', '.join(kinds) or 'none'}; {why}",
     )
+
+
+def _remove_leftovers(report_dir: str) -> None:
+    """Remove the /dev/shm files the scenario's job left, as its report says (``shm_leaked``)."""
+    for _, doc in _documents(report_dir):
+        for d in doc["diagnoses"]:
+            if d["kind"] == "shm_leaked":
+                for pid in d["pids"]:
+                    for name in os.listdir("/dev/shm"):
+                        if name.startswith(f"torch_{pid}_"):
+                            try:
+                                os.unlink(os.path.join("/dev/shm", name))
+                            except OSError:
+                                pass
 
 
 def table(outcomes: List[Outcome]) -> str:

@@ -193,14 +193,12 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     forward()
     if tail:
         tail.wait(_STDERR_DRAIN_S)
-    if outcome.terminated:
-        return EXIT_TERMINATED
     code = _exit_code_of(proc.returncode)
     if watcher is not None:
-        watcher.after_exit(code)
+        watcher.after_exit(code, terminated=outcome.terminated)
     if tail:
         tail.cleanup()
-    return code
+    return EXIT_TERMINATED if outcome.terminated else code
 
 
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -235,6 +233,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if stopped:
         log(f"stopped by signal {stopped[0]}; pid {proc.pid} keeps running")
         return 128 + stopped[0]
+    watcher.after_exit(None, terminated=outcome.terminated)
     log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
     return EXIT_HANG_REPORTED if outcome.reports else EXIT_OK
 

@@ -19,6 +19,7 @@ NOTE [ Escalation ladder ]
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import sys
 import tempfile
@@ -26,22 +27,26 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import __version__, act, detect, report, writer
+from . import __version__, act, detect, frames, report, writer
 from .collect import cgroup, procfs, pyspy
 from .collect.sampler import Sampler
 from .collect.sampler import host_sample as sampler_host_sample
 from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
-from .types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Sample, Stall
+from .types import MODE_CRASH, MODE_EXIT, MODE_HANG, MODE_LIVE, ROLE_MAIN, ROLE_WORKER, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Sample, Stall
 from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
 # Python frames per thread whose source lines go into the report.
 _SOURCE_FRAMES_PER_THREAD = 12
+# At most this many pids are remembered for the /dev/shm leftovers check.
+_MAX_SEEN_PIDS = 100_000
+# Seconds between the two reads of every thread's wait that a proof compares.
+_STABLE_GAP_S = 0.25
 
 
 def say(text: str) -> None:
@@ -108,7 +113,10 @@ class Watcher:
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self._reported_delivery: Optional[float] = None
+        self._reported: Optional[Tuple[Optional[float], bool]] = None  # (delivery mark, terminable) of the last hang report
+        self._quiet_floor = float("-inf")  # when an examination last found no hang
+        self._said: Dict[str, float] = {}
+        self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._errors_logged = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
@@ -142,27 +150,45 @@ class Watcher:
         if sample.main is None:
             return
         self.timeline.append(sample)
+        if len(self._seen_pids) < _MAX_SEEN_PIDS:
+            self._seen_pids.update(p.pid for p in sample.processes)
         self.births.update(sample)
         self.tracker.update(sample)
+        if self.tracker.stopped:
+            self._say_once("stopped", f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): paused, not hung; the stall clock waits")
+            return
+        self._said.pop("stopped", None)
         stall = self.tracker.stall(sample)
         if stall is None:
             return
         delivery = self.tracker.last_delivery_mono
-        if self._reported_delivery is not None and delivery != self._reported_delivery:
-            self._reported_delivery = None  # a batch moved since the last report: a new hang may be reported
-        due = stall.stall_s >= self.config.stall_timeout_s or stall.no_delivery_s >= self.config.busy_stall_timeout_s
-        if due and self._reported_delivery is None and not self.job_ended():
-            self._reported_delivery = delivery
+        if self._reported is not None and delivery != self._reported[0]:
+            self._reported = None  # a batch moved since the last report: a new hang may be reported
+        trigger = detect.due_trigger(stall, self.config.stall_timeout_s, self.config.busy_stall_timeout_s, self._quiet_floor, sample.t_mono)
+        if trigger is not None and self._may_examine(trigger) and not self.job_ended():
             try:
-                self._handle_stall(sample, stall)
+                self._examine(sample, dataclasses.replace(stall, trigger=trigger))
             except Exception:
-                self._internal_error("handling a stall")
+                self._internal_error("examining a stall")
         elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
             self._last_live_look = sample.t_mono
             try:
                 self._look_for_warnings(sample)
             except Exception:
                 self._internal_error("looking for warnings")
+
+    def _say_once(self, key: str, message: str, every_s: float = 600.0) -> None:
+        now = time.monotonic()
+        if now - self._said.get(key, float("-inf")) >= every_s:
+            self._said[key] = now
+            log(message)
+
+    def _may_examine(self, trigger: str) -> bool:
+        """No examination while the last report's hang is unchanged, except once to escalate a
+        suspected hang when a proof or the busy-stall ceiling comes due."""
+        if self._reported is None:
+            return True
+        return not self._reported[1] and trigger in (detect.TRIGGER_PROOF, detect.TRIGGER_BUSY)
 
     def _oom_kills(self) -> Optional[int]:
         now = cgroup.oom_kills(self.root_pid)
@@ -182,29 +208,35 @@ class Watcher:
             self._warned[d.kind] = (sample.t_mono, pids)
             self._publish(facts, (d,), "report", f"warning-{d.kind}", summary_only=True)
 
-    def after_exit(self, exit_code: Optional[int]) -> None:
-        """Diagnose a job that ended with a non-zero ``exit_code`` from its stderr tail and the
-        timeline; write a crash report when a crash rule fires (nothing otherwise)."""
-        if not exit_code:
-            return
+    def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
+        """Look at a job that ended: a non-zero ``exit_code`` is diagnosed from the stderr tail
+        and the timeline (a crash report when a crash rule fires), and after any exit the files
+        the job left in ``/dev/shm`` are reported (``shm_leaked``). Nothing is written when
+        nothing is found."""
         try:
+            leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid})
+            crashed = bool(exit_code) and not terminated
+            if not crashed and not leftovers:
+                return
             last = self.timeline[-1] if self.timeline else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
             facts = Facts(
-                mode=MODE_CRASH,
+                mode=MODE_CRASH if crashed else MODE_EXIT,
                 sample=last,
                 timeline=tuple(self.timeline),
-                stderr_tail=self.stderr_tail(),
+                stderr_tail=self.stderr_tail() if crashed else "",
                 exit_code=exit_code,
                 oom_kills=self._oom_kills(),
                 host_cpus=self.host_cpus,
+                shm_leftovers=leftovers,
             )
-            found = tuple(d for d in diagnose(facts) if d.severity == SEVERITY_CRASH)
+            found = diagnose(facts)
             if found:
-                self._publish(facts, found, "none (the job had already exited)", "crash")
+                crash = any(d.severity == SEVERITY_CRASH for d in found)
+                self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
             self._internal_error("diagnosing the job's exit")
 
-    def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False) -> None:
+    def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = "") -> None:
         """Build, print and write one report; never raises ReportWriteError."""
         main = facts.sample.main
         if main is not None:
@@ -218,7 +250,7 @@ class Watcher:
             job = {"pid": self.root_pid, "cmdline": self.job_cmdline, "start_time": None, "root_pid": self.root_pid}
         info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
-        rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix)
+        rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
         text = report.summary_text(rep.text)
         if summary_only:
             text = "\n".join(text.splitlines()[:4]) + "\n"
@@ -231,22 +263,68 @@ class Watcher:
         except ReportWriteError as e:
             log(f"{e}; the summary above is all that was kept")
 
-    def _handle_stall(self, sample: Sample, stall: Stall) -> None:
-        cfg = self.config.py_spy
+    def _examine(self, sample: Sample, stall: Stall) -> None:
+        """Decide whether a due stall is a hang (:func:`detect.assess`); report it if so."""
+        cfg = self.config
         main = sample.main
-        main_stack = pyspy.dump(main.pid, self.pyspy, native=False, timeout_s=cfg.timeout_s)
-        verdict = detect.confirm(main.pid, main_stack, procfs.thread_details(main.pid), len(sample.workers))
+        woke = self.tracker.woke_during_stall(sample)
+        first = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
+        time.sleep(_STABLE_GAP_S)  # NOTE [ Deadlock proof ]: two reads, nothing moved between them
+        details = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
+        stable = detect.stable_details(first, details)
+        children = {p.pid: tuple(c.pid for c in sample.processes if c.ppid == p.pid) for p in sample.processes}
+        pipes = self._pipe_ends(stable)
+        live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.status not in ("T", "t")]
+        quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s)
+        inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
+        proof = detect.relevant(detect.prove(stable, children, pipes, inert), sample)
+        verdict = detect.confirm(main.pid, quick.get(main.pid), details.get(main.pid, ()), len(sample.workers))
+        if proof is None:
+            proof = detect.prove_loader_idle(verdict, sample, quick, stall, cfg.stall_timeout_s)
+        assessment = detect.assess(stall.trigger, sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s)
+        self.tracker.trust_timed_waits(assessment.timed_waits)
+        if not assessment.hang:
+            self._quiet_floor = time.monotonic()
+            self.tracker.rebaseline(self.sampler.sample())
+            self._say_once("dismissed:" + assessment.reason.split(":")[0][:40], f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}")
+            return
+        self._report_hang(sample, stall, assessment, quick, stable, pipes)
+
+    def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:
+        """Holders of the pipes that waiting threads read or write (report time only)."""
+        targets = {}
+        for pid, threads in details.items():
+            for d in threads:
+                if d.wait is not None and d.wait.fd is not None:
+                    target = procfs.fd_target(pid, d.wait.fd)
+                    if target:
+                        targets[(pid, d.wait.fd)] = target
+        pipes = {t for t in targets.values() if t.startswith("pipe:")}
+        if not pipes:
+            return detect.PipeEnds(targets, {}, {}, True)
+        readers, writers, complete = procfs.pipe_holders(pipes)
+        return detect.PipeEnds(targets, readers, writers, complete)
+
+    def _report_hang(self, sample: Sample, stall: Stall, assessment, quick, details, pipes) -> None:
+        cfg = self.config
+        main = sample.main
+        verdict, proof = assessment.verdict, assessment.proof
         pids = [main.pid] + [w.pid for w in sample.workers]
         d_state = [p.pid for p in sample.processes if p.status == "D"]
-        stacks = pyspy.dump_all(pids, self.pyspy, cfg.native, cfg.timeout_s, cfg.locals, d_state)
-        if not stacks[main.pid].ok and main_stack.ok:
-            stacks[main.pid] = main_stack
-        details = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
+        dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).status not in ("T", "t"))]
+        stacks = pyspy.dump_all(dumpable, self.pyspy, cfg.py_spy.native, cfg.py_spy.timeout_s, cfg.py_spy.locals, d_state)
+        for pid, st in quick.items():
+            if pid in stacks and not stacks[pid].ok and st.ok:
+                stacks[pid] = st
         sources = {}
         for pid, st in stacks.items():
             wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
             sources.update(procfs.source_lines(pid, wanted))
         problems = [st.error for st in stacks.values() if st.error]
+        proven = proof is not None and (main.pid in proof.pids or stall.stall_s >= cfg.stall_timeout_s)
+        terminable = proven or stall.trigger == detect.TRIGGER_BUSY
+        allowed = verdict.kind == "dataloader" or proven or cfg.terminate_outside_loader
+        terminate = cfg.on_hang == "terminate" and terminable and allowed
         facts = Facts(
             mode=MODE_HANG,
             sample=sample,
@@ -254,7 +332,7 @@ class Watcher:
             stall=stall,
             verdict=verdict,
             stacks=tuple(sorted(stacks.items())),
-            thread_details=tuple(sorted(details.items())),
+            thread_details=tuple(sorted((pid, tuple(t)) for pid, t in details.items())),
             main_threads_at_fork=self.births.as_tuple(),
             source_lines=tuple(sources.items()),
             pyspy_problem=problems[0] if problems else None,
@@ -262,19 +340,34 @@ class Watcher:
             oom_kills=self._oom_kills(),
             host_cpus=self.host_cpus,
             open_files=tuple((pid, procfs.open_files(pid)) for pid in pids),
+            proof=proof if proven else None,
+            assessment=assessment.reason,
+            fd_targets=tuple(sorted(pipes.targets.items())) if pipes else (),
+            pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
+            pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
+            worker_start_ticks=tuple((w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None),
         )
         diagnoses = diagnose(facts)
-        terminate = self.config.on_hang == "terminate" and (verdict.kind == "dataloader" or self.config.terminate_outside_loader)
-        self._publish(facts, diagnoses, "terminate" if terminate else "report", "")
+        note = ""
+        if terminate:
+            note = "proven: the job cannot move" if proven else f"no batch for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)"
+        elif cfg.on_hang == "terminate":
+            note = (
+                "not terminated: outside the DataLoader and terminate_outside_loader is false"
+                if terminable
+                else f"not terminated: suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
+            )
+        self._reported = (self.tracker.last_delivery_mono, terminable)
+        self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
         after = self.sampler.sample()
         self.tracker.rebaseline(after)
         if terminate:
-            log(f"on_hang=terminate: ending the job (process group {self.pgid}, grace {self.config.terminate_grace_s:g} s)")
+            log(f"on_hang=terminate: ending the job (process group {self.pgid}, grace {cfg.terminate_grace_s:g} s)")
             done = act.terminate_group(
                 self.pgid,
                 main.pid,
                 main.create_time,
-                self.config.terminate_grace_s,
+                cfg.terminate_grace_s,
                 [p.pid for p in after.processes] or pids,
                 self.job_ended,
             )

@@ -1,45 +1,90 @@
-"""Hang detection: is the job still moving? Pure functions of samples and stacks.
+"""Hang detection: is the job still moving, and can it ever move again? Pure functions of
+samples, kernel waits and stacks.
 
 NOTE [ Hang criterion ]
-A job is stalled when neither its iterating thread (main's main thread, ``tid == pid``) nor
-any DataLoader worker thread has made progress for ``stall_timeout_s``. Progress is judged
-per thread, never per process, because busy background threads (loggers, uploaders,
-checkpoint writers) keep a process's CPU up while its training loop is stuck. A thread made
-progress since its last mark when any of these moved past its mark:
+The *loader path* is main's iterating thread (``tid == pid``), every thread of every DataLoader
+worker, workers that are still starting (a spawned worker re-imports torch for seconds) and
+every descendant of a worker (a decoder started by ``subprocess.run`` in ``__getitem__``): a
+worker progresses when it or any of its descendants does. Roles are decided in
+``collect.discovery``. A loader-path thread made progress since its last mark when:
 
-* its I/O byte count (``rchar + wchar``: a batch read from a pipe or socket, a file read);
-* its CPU time, by at least ``cpu_progress_s``;
-* its voluntary context switches, by more than the periodic wake-ups allow.
+* its I/O byte count moved (``rchar + wchar``: a batch through a pipe or socket, a file read);
+* its CPU time moved by at least ``cpu_progress_s``;
+* it woke up (voluntary context switches rose) from a wait that is not one of PyTorch's own
+  idle polls. PyTorch's waiting loops (main's ``_try_get_data``, an idle worker's
+  ``index_queue.get``, the pin-memory thread) wake every ``MP_STATUS_CHECK_INTERVAL`` (5 s) in a
+  poll of about 5 s or a timed futex wait; any other timed wait (a sleep, a socket's 30 s
+  timeout) is the user's code and a wake from it is movement. Where the kernel wait alone is
+  ambiguous (a timed futex, a 5 s poll), the frames of the last examination decide
+  (:meth:`ProgressTracker.trust_timed_waits`). An untimed wait only ends when something ends
+  it, so a wake from one is movement too.
 
-PyTorch's waiting loops (main's ``_try_get_data``, an idle worker's ``index_queue.get``, the
-pin-memory thread) wake every ``MP_STATUS_CHECK_INTERVAL`` (5 s) to check liveness, with no
-I/O and microseconds of CPU; under GIL contention each wake-up costs a few voluntary switches
-(3 per 5 s measured here beside a busy thread). Those switches are allowed for: a waiting
-thread is quiet, and a deadlocked one shows nothing at all. Workers appearing or exiting
-(each epoch without ``persistent_workers``) count as progress too. After py-spy attaches
-(which makes threads switch), marks are re-based without counting progress.
+Workers appearing or exiting count as progress. A stopped job (state T: SIGSTOP, a debugger)
+is paused, not hung: while any loader-path process is stopped the stall clock stands still.
+After py-spy attaches (which makes threads switch), marks are re-based without counting
+progress.
 
-A second, slower criterion catches workers that burn CPU without ever sending a batch (an
-endless loop in ``__getitem__``): when main's iterating thread is quiet and no worker thread
-did any I/O for ``busy_stall_timeout_s``, the stall is examined too (``Stall.no_delivery_s``).
-CPU-only progress cannot be told apart from a slow CPU-bound batch before that, hence the
-longer default.
+Three triggers lead to an examination (``Stall.trigger``):
 
-A stall is then confirmed from main's stack (:func:`confirm`): the iterating thread inside
-the DataLoader iterator waiting for data is a DataLoader hang; anywhere else it is
-``stall_outside_loader``.
+* ``stall_timeout`` — the loader path made no progress for ``stall_timeout_s``;
+* ``proof`` — a worker or main has had every thread in an untimed wait on a private futex for
+  ``stall_timeout_s``, whatever else moves (a busy logger thread in main, a summary-writer
+  process): see NOTE [ Deadlock proof ];
+* ``busy_stall`` — no batch was delivered (main's iterating thread did no CPU or I/O, no worker
+  did I/O) for ``busy_stall_timeout_s``: workers may burn CPU or wake forever without ever
+  sending a batch. This is a suspicion, not a proof, and the ceiling for what cannot be told
+  from a slow batch sooner.
+
+The examination (:func:`assess`) classifies main's stack (:func:`confirm`), looks for a proof,
+and dismisses a stall that can still move by itself: a loader-path thread in the user's code
+in a timed wait that woke during the stall, main's bounded shutdown join, or work done anywhere
+in the job's tree meanwhile. What is not dismissed is reported, as proven or suspected.
+
+NOTE [ Deadlock proof ]
+``/proc/PID/task/TID/syscall`` shows the wait (``collect.waits``). A private futex can only be
+woken by a thread of the same process (futex(2), ``FUTEX_PRIVATE_FLAG``). A pipe can only be
+read by a holder of its read end and written by a holder of its write end; a child can only
+exit by running. So a set of threads each in an untimed wait that only threads of the set can
+end is stuck for good: no timeout will fire and nothing outside can wake it (barring signals).
+:func:`prove` finds the largest such set by removing, until nothing changes, every thread whose
+wait some thread outside the set could end; a process whose every thread stays in the set can
+never run again. A loader-level argument complements it: main waits inside the iterator for a
+batch while every worker sits idle in PyTorch's own loop and nothing moved for the whole stall,
+so no process holds or carries the batch main waits for (a batch lost by a queue feeder thread).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from . import frames
-from .types import ROLE_WORKER, HangVerdict, ProcessSample, ProcessStack, Sample, Stall, ThreadDetail
+from . import frames, states
+from .types import (
+    LOADER_ROLES,
+    ROLE_MAIN,
+    ROLE_STARTING,
+    ROLE_WORKER,
+    ROLE_WORKER_CHILD,
+    HangVerdict,
+    KernelWait,
+    ProcessSample,
+    ProcessStack,
+    Proof,
+    Sample,
+    Stall,
+    ThreadDetail,
+    ThreadSample,
+    WaitKind,
+)
 
-# Voluntary switches one periodic wake-up may cost (measured: ~3 under GIL contention).
+# Voluntary switches one periodic wake-up may cost (measured: ~3 under GIL contention); used
+# only where the kernel wait cannot be read (no ptrace-read permission).
 WAKE_SWITCH_ALLOWANCE = 4
+
+TRIGGER_STALL = "stall_timeout"
+TRIGGER_PROOF = "proof"
+TRIGGER_BUSY = "busy_stall"
 
 _Key = Tuple[int, float]  # (pid, create_time): pids are reused
 
@@ -52,17 +97,23 @@ class _Mark:
     io: Optional[int]
 
 
-def _watched_threads(p: ProcessSample, main_pid: int):
-    if p.pid == main_pid:
+def _may_be_inert(t: ThreadSample) -> bool:
+    """A thread waiting in accept(2), as multiprocessing's resource-sharer thread does; frames
+    decide at the examination whether it really is that thread."""
+    return t.wait is not None and t.wait.kind is WaitKind.FD and t.wait.syscall in ("accept", "accept4")
+
+
+def _loader_threads(p: ProcessSample) -> List[ThreadSample]:
+    if p.role == ROLE_MAIN:
         return [t for t in p.threads if t.tid == p.pid]
     return list(p.threads)
 
 
 class ProgressTracker:
-    """Tracks per-thread progress marks across samples (see NOTE [ Hang criterion ]).
+    """Tracks progress marks across samples (see NOTE [ Hang criterion ]).
 
     Args:
-        cpu_progress_s: CPU seconds since the mark that count as progress.
+        cpu_progress_s: CPU seconds since a mark that count as progress.
         wake_interval_s: the period of PyTorch's liveness wake-ups, in seconds.
     """
 
@@ -70,22 +121,47 @@ class ProgressTracker:
         self.cpu_progress_s = cpu_progress_s
         self.wake_interval_s = wake_interval_s
         self._marks: Dict[Tuple[_Key, int], _Mark] = {}
+        self._proc_marks: Dict[_Key, _Mark] = {}
         self._pid_progress: Dict[_Key, float] = {}
+        self._stuck_since: Dict[_Key, Tuple[float, tuple]] = {}
+        self._trusted: Dict[Tuple[_Key, int], tuple] = {}
         self._last_progress: Optional[float] = None
         self._last_delivery: Optional[float] = None
+        self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
+        self.stopped: Tuple[int, ...] = ()
+
+    # --- what counts as progress ------------------------------------------------------------
 
     @staticmethod
-    def _did_io(mark: _Mark, t) -> bool:
-        return t.io_bytes is not None and mark.io is not None and t.io_bytes != mark.io
+    def _did_io(mark: _Mark, io: Optional[int]) -> bool:
+        return io is not None and mark.io is not None and io != mark.io
 
-    def _moved(self, mark: _Mark, t, now: float) -> bool:
-        if self._did_io(mark, t):
-            return True
-        if t.cpu_s - mark.cpu_s >= self.cpu_progress_s:
-            return True
-        allowance = WAKE_SWITCH_ALLOWANCE * (1 + (now - mark.t_mono) / self.wake_interval_s)
-        return t.voluntary_ctxt_switches - mark.vol > allowance
+    def _woke(self, key, mark: _Mark, t: ThreadSample, now: float) -> bool:
+        if t.voluntary_ctxt_switches <= mark.vol:
+            return False
+        w = t.wait
+        if w is None or w.kind is WaitKind.UNKNOWN:  # no permission to read the wait
+            allowance = WAKE_SWITCH_ALLOWANCE * (1 + (now - mark.t_mono) / self.wake_interval_s)
+            return t.voluntary_ctxt_switches - mark.vol > allowance
+        if self._trusted.get(key) == w.signature:
+            return True  # the examination saw the user's code in this very wait
+        if w.kind is WaitKind.RUNNING or states.may_be_loader_idle_poll(w):
+            return False
+        return w.kind not in (WaitKind.ZOMBIE, WaitKind.OTHER)
+
+    def _moved(self, key, mark: _Mark, t: ThreadSample, now: float) -> bool:
+        return self._did_io(mark, t.io_bytes) or t.cpu_s - mark.cpu_s >= self.cpu_progress_s or self._woke(key, mark, t, now)
+
+    def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
+        io = None if p.read_bytes is None or p.write_bytes is None else p.read_bytes + p.write_bytes
+        mark = self._proc_marks.get(key)
+        if mark is None or self._did_io(mark, io) or p.cpu_s - mark.cpu_s >= self.cpu_progress_s:
+            self._proc_marks[key] = _Mark(now, p.cpu_s, 0, io)
+            return mark is not None
+        return False
+
+    # --- folding samples in ------------------------------------------------------------------
 
     def update(self, sample: Sample) -> None:
         """Fold one sample in; call once per sample, in time order."""
@@ -93,44 +169,101 @@ class ProgressTracker:
         main = sample.main
         if main is None:
             return
-        watched = [p for p in sample.processes if p.pid == main.pid or p.role == ROLE_WORKER]
-        members = frozenset((p.pid, p.create_time) for p in watched)
-        if self._last_progress is None or members != self._members:
-            self._last_progress = self._last_delivery = now  # workers came or went: the job moved
+        loader = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
+        self.stopped = tuple(pid for pid, p in loader.items() if p.status in ("T", "t"))
+        members = frozenset((p.pid, p.create_time) for p in loader.values() if p.role in (ROLE_MAIN, ROLE_WORKER))
+        if self._last_progress is None or members != self._members or self.stopped:
+            # Workers came or went, or the job is stopped (paused, not hung): the clock restarts.
+            self._last_progress = self._last_delivery = self._last_tree_work = now
+            self._stuck_since.clear()
         self._members = members
-        seen = set()
-        for p in watched:
+        seen, live = set(), set()
+        for p in sample.processes:
             pkey = (p.pid, p.create_time)
-            self._pid_progress.setdefault(pkey, now)
-            for t in _watched_threads(p, main.pid):
+            live.add(pkey)
+            proc_moved = self._proc_moved(pkey, p, now)
+            if proc_moved:
+                self._last_tree_work = now
+            if p.role not in LOADER_ROLES:
+                continue
+            owner = loader.get(p.owner_pid) if p.role == ROLE_WORKER_CHILD else p
+            okey = (owner.pid, owner.create_time) if owner is not None else pkey
+            self._pid_progress.setdefault(okey, now)
+            moved = proc_moved and (p.role == ROLE_WORKER_CHILD or not p.threads)
+            for t in _loader_threads(p):
                 key = (pkey, t.tid)
                 seen.add(key)
                 mark = self._marks.get(key)
-                if mark is None or self._moved(mark, t, now):
-                    if mark is None or p.pid == main.pid or self._did_io(mark, t):
+                if mark is None or self._moved(key, mark, t, now):
+                    worked = mark is not None and p.role == ROLE_MAIN and t.cpu_s - mark.cpu_s >= self.cpu_progress_s
+                    if mark is None or worked or self._did_io(mark, t.io_bytes):
                         self._last_delivery = now
                     self._marks[key] = _Mark(now, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)
-                    self._pid_progress[pkey] = now
-                    self._last_progress = now
+                    moved = True
+            if moved or self.stopped:
+                self._pid_progress[okey] = now
+                self._last_progress = now
+            self._track_stuck(pkey, p, now)
         for key in list(self._marks):
             if key not in seen:
                 del self._marks[key]
-        for pkey in list(self._pid_progress):
-            if pkey not in members:
-                del self._pid_progress[pkey]
+                self._trusted.pop(key, None)
+        for table in (self._pid_progress, self._proc_marks, self._stuck_since):
+            for pkey in list(table):
+                if pkey not in live:
+                    del table[pkey]
+
+    def _track_stuck(self, pkey: _Key, p: ProcessSample, now: float) -> None:
+        """A main or worker whose every thread waits on a private futex with no timeout, with
+        no counter moving since: a candidate for NOTE [ Deadlock proof ]."""
+        if p.role not in (ROLE_MAIN, ROLE_WORKER):
+            return
+        snapshot = tuple((t.tid, t.voluntary_ctxt_switches, t.cpu_s, t.wait.raw if t.wait else None) for t in p.threads)
+        stuck = bool(p.threads) and all(t.wait is not None and t.wait.kind is WaitKind.FUTEX_PRIVATE for t in p.threads if not _may_be_inert(t))
+        stuck = stuck and any(t.wait is not None and t.wait.kind is WaitKind.FUTEX_PRIVATE for t in p.threads)
+        known = self._stuck_since.get(pkey)
+        if not stuck or (known is not None and known[1] != snapshot):
+            self._stuck_since.pop(pkey, None)
+            if stuck:
+                self._stuck_since[pkey] = (now, snapshot)
+        elif known is None:
+            self._stuck_since[pkey] = (now, snapshot)
 
     def rebaseline(self, sample: Sample) -> None:
         """Move every mark's counters to ``sample`` without counting it as progress (after
         py-spy attached, which perturbs context switches and CPU)."""
-        main = sample.main
-        if main is None:
-            return
         for p in sample.processes:
-            for t in _watched_threads(p, main.pid):
-                key = ((p.pid, p.create_time), t.tid)
+            pkey = (p.pid, p.create_time)
+            pm = self._proc_marks.get(pkey)
+            if pm is not None:
+                io = None if p.read_bytes is None or p.write_bytes is None else p.read_bytes + p.write_bytes
+                self._proc_marks[pkey] = _Mark(pm.t_mono, p.cpu_s, 0, io)
+            for t in p.threads:
+                key = (pkey, t.tid)
                 mark = self._marks.get(key)
                 if mark is not None:
                     self._marks[key] = _Mark(mark.t_mono, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)
+
+    def trust_timed_waits(self, entries: Iterable[Tuple[int, float, int, tuple]]) -> None:
+        """Remember ``(pid, create_time, tid, wait signature)`` of threads whose frames showed
+        the user's code in a timed wait: while a thread stays in that same wait, its wake-ups
+        count as progress (see NOTE [ Hang criterion ])."""
+        for pid, create_time, tid, signature in entries:
+            self._trusted[((pid, create_time), tid)] = signature
+
+    def woke_during_stall(self, sample: Sample) -> Set[Tuple[int, int]]:
+        """``(pid, tid)`` of loader-path threads whose voluntary context switches rose since
+        their last mark without that counting as progress (woken from an ambiguous timed
+        wait). Call before py-spy attaches."""
+        out = set()
+        for p in sample.processes:
+            if p.role not in LOADER_ROLES:
+                continue
+            for t in _loader_threads(p):
+                mark = self._marks.get(((p.pid, p.create_time), t.tid))
+                if mark is not None and t.voluntary_ctxt_switches > mark.vol:
+                    out.add((p.pid, t.tid))
+        return out
 
     def stall(self, sample: Sample) -> Optional[Stall]:
         """The current stall as of ``sample`` (``stall_s`` may be small), or ``None`` before
@@ -140,29 +273,46 @@ class ProgressTracker:
             return None
         now = sample.t_mono
         ages = tuple(sorted((pkey[0], now - t) for pkey, t in self._pid_progress.items()))
+        stuck = tuple(sorted((pkey[0], now - t) for pkey, (t, _snap) in self._stuck_since.items()))
         return Stall(
             stall_s=now - self._last_progress,
             quiet_since_mono=self._last_progress,
             main_pid=main.pid,
             progress_age_s=ages,
-            no_delivery_s=now - self._last_delivery,
+            no_delivery_s=now - (self._last_delivery or now),
+            tree_quiet_s=now - (self._last_tree_work or now),
+            stuck_s=stuck,
         )
 
     @property
     def last_delivery_mono(self) -> Optional[float]:
-        """When main's iterating thread last moved or a worker last did I/O (``time.monotonic()``)."""
+        """When main's iterating thread last worked or a worker last did I/O (``time.monotonic()``)."""
         return self._last_delivery
+
+
+def due_trigger(stall: Stall, stall_timeout_s: float, busy_stall_timeout_s: float, quiet_floor_mono: float, now: float) -> Optional[str]:
+    """Which trigger (NOTE [ Hang criterion ]) fires now, or ``None``. ``quiet_floor_mono`` is
+    the last examination that found no hang: the loader's stall is counted from the later of it
+    and the last progress."""
+    if any(s >= stall_timeout_s for _pid, s in stall.stuck_s) and now - quiet_floor_mono >= stall_timeout_s:
+        return TRIGGER_PROOF
+    if stall.no_delivery_s >= busy_stall_timeout_s and now - quiet_floor_mono >= stall_timeout_s:
+        return TRIGGER_BUSY
+    if now - max(stall.quiet_since_mono, quiet_floor_mono) >= stall_timeout_s:
+        return TRIGGER_STALL
+    return None
 
 
 class WorkerBirths:
     """Remembers, for each worker, how many threads main had in the sample before the worker
     first appeared (H-FORKTHREADS in ``shared/field-notes.md``: a multi-threaded parent at
-    fork time is the risk factor of every inherited-lock deadlock)."""
+    fork time is the risk factor of every inherited-lock deadlock). A lower bound: threads that
+    lived between two samples are missed; the report adds the threads of main that are still
+    alive and started before the worker (their start times)."""
 
     def __init__(self) -> None:
         self._prev_main_threads: Optional[int] = None
         self._known: Dict[int, int] = {}
-        self._seen: set = set()
 
     def update(self, sample: Sample) -> None:
         """Fold one sample in."""
@@ -178,11 +328,6 @@ class WorkerBirths:
             if pid not in live:
                 del self._known[pid]
         self._prev_main_threads = main.num_threads
-        self._seen.update(live)
-
-    def first_seen(self, pid: int) -> bool:
-        """True once ``pid`` has been seen as a worker."""
-        return pid in self._seen
 
     def as_tuple(self) -> Tuple[Tuple[int, int], ...]:
         """``(worker pid, main's thread count before it appeared)`` pairs."""
@@ -217,3 +362,301 @@ def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tup
     return HangVerdict(
         "outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}")
     )
+
+
+# --- proofs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipeEnds:
+    """Who holds each end of the pipes that waiting threads read or write: ``targets`` maps
+    ``(pid, fd)`` to the fd's target (``pipe:[123]``); ``readers``/``writers`` map a pipe to the
+    pids holding its read/write end. ``complete`` is False when some process's descriptors could
+    not be read (another user's): then no pipe wait can be part of a proof."""
+
+    targets: Mapping[Tuple[int, int], str]
+    readers: Mapping[str, Tuple[int, ...]]
+    writers: Mapping[str, Tuple[int, ...]]
+    complete: bool
+
+
+_READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
+_WRITES = frozenset({"write", "writev", "pwrite64", "sendto", "sendmsg"})
+
+
+def _describe_wait(pid: int, d: ThreadDetail) -> str:
+    w = d.wait
+    raw = f" — `{w.raw}`" if w is not None and w.raw else ""
+    return f"pid {pid} thread {d.tid} ({d.name}): {w.detail if w else 'unknown wait'}{raw}"
+
+
+def prove(
+    details: Mapping[int, Sequence[ThreadDetail]],
+    children: Mapping[int, Sequence[int]],
+    pipes: Optional[PipeEnds] = None,
+    inert: Iterable[Tuple[int, int]] = (),
+) -> Optional[Proof]:
+    """The processes that can never run again, with the argument (NOTE [ Deadlock proof ]).
+
+    Args:
+        details: every readable process of the job: pid -> its threads with decoded waits.
+        children: pid -> its child pids (for threads waiting in wait4/waitid).
+        pipes: holders of the pipes that threads wait on; ``None`` when not collected.
+        inert: ``(pid, tid)`` of threads whose frames show they can release nothing the others
+            wait for, even when woken: multiprocessing's resource-sharer thread, which only
+            hands out file descriptors (``frames.is_resource_sharer``).
+
+    Returns ``None`` when no process is stuck for good.
+    """
+    waits: Dict[Tuple[int, int], ThreadDetail] = {}
+    for pid, threads in details.items():
+        for d in threads:
+            waits[(pid, d.tid)] = d
+
+    def pipe_of(pid: int, d: ThreadDetail) -> Optional[str]:
+        w = d.wait
+        if pipes is None or not pipes.complete or w is None or w.fd is None:
+            return None
+        target = pipes.targets.get((pid, w.fd), "")
+        return target if target.startswith("pipe:") else None
+
+    inert = set(inert)
+    candidates = set()
+    for (pid, tid), d in waits.items():
+        w = d.wait
+        if (pid, tid) in inert and w is not None and w.kind in (WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.TIMED):
+            candidates.add((pid, tid))
+            continue
+        if w is None:
+            continue
+        if w.kind is WaitKind.FUTEX_PRIVATE or (w.kind is WaitKind.CHILD and children.get(pid)):
+            candidates.add((pid, tid))
+        elif w.kind is WaitKind.FD and w.syscall in _READS | _WRITES and pipe_of(pid, d):
+            candidates.add((pid, tid))
+
+    def whole(pid: int, inside: Set[Tuple[int, int]]) -> bool:
+        threads = details.get(pid)
+        return bool(threads) and all((pid, d.tid) in inside for d in threads)
+
+    changed = True
+    while changed:
+        changed = False
+        for key in sorted(candidates):
+            pid, tid = key
+            d = waits[key]
+            w = d.wait
+            if key in inert:
+                keep = True
+            elif w.kind is WaitKind.FUTEX_PRIVATE:
+                keep = whole(pid, candidates)
+            elif w.kind is WaitKind.CHILD:
+                keep = all(whole(c, candidates) for c in children.get(pid, ()))
+            else:
+                pipe = pipe_of(pid, d)
+                others = (pipes.writers if w.syscall in _READS else pipes.readers).get(pipe, ())
+                keep = bool(others) and all(whole(o, candidates) for o in others)
+            if not keep:
+                candidates.discard(key)
+                changed = True
+    stuck = sorted(pid for pid in details if whole(pid, candidates))
+    if not stuck:
+        return None
+    lines = []
+    for pid in stuck:
+        for d in details[pid]:
+            line = _describe_wait(pid, d)
+            w = d.wait
+            if (pid, d.tid) in inert:
+                line += "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing the others wait for"
+            elif w.kind is WaitKind.FUTEX_PRIVATE:
+                line += "; a private futex is woken only by a thread of the same process"
+            elif w.kind is WaitKind.CHILD:
+                line += f"; its children {', '.join(map(str, children.get(pid, ())))} can never exit"
+            else:
+                pipe = pipe_of(pid, d)
+                end = "write" if w.syscall in _READS else "read"
+                holders = (pipes.writers if end == "write" else pipes.readers).get(pipe, ())
+                line += f"; fd {w.fd} is {pipe}, whose {end} end only pid(s) {', '.join(map(str, holders))} hold"
+            lines.append(line)
+    lines.append(
+        f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: none can ever run again"
+    )
+    return Proof("kernel", tuple(stuck), tuple(lines))
+
+
+def stable_details(
+    first: Mapping[int, Sequence[ThreadDetail]], second: Mapping[int, Sequence[ThreadDetail]]
+) -> Dict[int, Tuple[ThreadDetail, ...]]:
+    """``second`` with the wait of every thread that changed since ``first`` (another system
+    call or arguments, more voluntary context switches, or absent from one read) made
+    ``UNKNOWN``: a proof rests only on threads that were asleep, unmoved, across both reads
+    (NOTE [ Deadlock proof ])."""
+    out = {}
+    for pid, threads in second.items():
+        before = {d.tid: d for d in first.get(pid, ())}
+        kept = []
+        for d in threads:
+            b = before.get(d.tid)
+            same = (
+                b is not None
+                and b.wait is not None
+                and d.wait is not None
+                and b.wait.raw == d.wait.raw
+                and b.voluntary_ctxt_switches == d.voluntary_ctxt_switches
+            )
+            kept.append(d if same else dataclasses.replace(d, wait=KernelWait(WaitKind.UNKNOWN, detail="changed between two reads")))
+        out[pid] = tuple(kept)
+    return out
+
+
+def relevant(proof: Optional[Proof], sample: Sample) -> Optional[Proof]:
+    """``proof`` when it covers main or a DataLoader worker (a stuck helper process alone does
+    not stop the job), else ``None``."""
+    if proof is None:
+        return None
+    loader = {p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER)}
+    return proof if loader & set(proof.pids) else None
+
+
+def prove_loader_idle(
+    verdict: HangVerdict,
+    sample: Sample,
+    stacks: Mapping[int, ProcessStack],
+    stall: Stall,
+    stall_timeout_s: float,
+) -> Optional[Proof]:
+    """The loader-level argument (NOTE [ Deadlock proof ]): main waits in the iterator for a
+    batch, every worker's threads sit idle in PyTorch's own loops, main's pin-memory thread (if
+    any) is idle, and no loader-path thread moved for the whole stall. ``None`` otherwise."""
+    if verdict.kind != "dataloader" or verdict.thread is None or frames.loader_wait_depth(verdict.thread) is None:
+        return None
+    workers = sample.workers
+    if not workers or stall.stall_s < stall_timeout_s or any(p.role == ROLE_STARTING for p in sample.processes):
+        return None
+    main_stack = stacks.get(sample.main.pid) if sample.main else None
+    if main_stack is None or not main_stack.ok:
+        return None
+    for t in main_stack.threads:
+        if frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE) and not states.is_loader_idle(t):
+            return None
+    lines = [f"main pid {sample.main.pid}: the iterating thread waits for the next batch in the DataLoader iterator"]
+    for w in workers:
+        st = stacks.get(w.pid)
+        if st is None or not st.ok or not st.threads:
+            return None
+        if not all(states.is_loader_idle(t) for t in st.threads):
+            return None
+        lines.append(f"worker pid {w.pid}: every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task")
+    lines.append(
+        f"no loader thread did CPU work or I/O for {stall.stall_s:.0f} s: no process holds or carries the batch main waits for, so it never comes"
+    )
+    return Proof("loader_idle", tuple(w.pid for w in workers), tuple(lines))
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The outcome of an examination: ``hang`` (report it) or not, and why.
+
+    ``verdict`` classifies main's stall; ``proof`` is set when the job provably cannot move;
+    ``reason`` says why a stall was dismissed (``hang`` False) or what triggered the report;
+    ``timed_waits`` are threads in the user's timed waits, for
+    :meth:`ProgressTracker.trust_timed_waits`.
+    """
+
+    hang: bool
+    verdict: HangVerdict
+    reason: str
+    proof: Optional[Proof] = None
+    timed_waits: Tuple[Tuple[int, float, int, tuple], ...] = ()
+
+
+def _thread_of(stack: Optional[ProcessStack], tid: int):
+    if stack is None or not stack.ok:
+        return None
+    return next((t for t in stack.threads if t.tid == tid), None)
+
+
+def assess(
+    trigger: str,
+    sample: Sample,
+    stall: Stall,
+    verdict: HangVerdict,
+    stacks: Mapping[int, ProcessStack],
+    details: Mapping[int, Sequence[ThreadDetail]],
+    proof: Optional[Proof],
+    woke: Set[Tuple[int, int]],
+    stall_timeout_s: float,
+) -> Assessment:
+    """Decide whether an examined stall is a hang (NOTE [ Hang criterion ]).
+
+    Args:
+        trigger: what led here (``TRIGGER_*``).
+        sample: the sample that triggered it; ``stall`` its stall.
+        verdict: :func:`confirm`'s classification of main's stack.
+        stacks: Python stacks of main and the workers, by pid.
+        details: ``/proc`` thread details (with decoded waits), by pid.
+        proof: :func:`prove`'s or :func:`prove_loader_idle`'s result, if any.
+        woke: threads that woke during the stall (:meth:`ProgressTracker.woke_during_stall`).
+        stall_timeout_s: the configured stall timeout, seconds.
+    """
+    if proof is not None and (proof.kind != "kernel" or stall.main_pid in proof.pids):
+        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof)
+    timed = []
+    for p in sample.processes:
+        if p.role not in (ROLE_MAIN, ROLE_WORKER):
+            continue
+        for d in details.get(p.pid, ()):
+            if p.role == ROLE_MAIN and d.tid != p.pid:
+                continue
+            t = _thread_of(stacks.get(p.pid), d.tid)
+            if d.wait is None or d.wait.kind is not WaitKind.TIMED or t is None or states.is_loader_idle(t):
+                continue
+            if frames.innermost_user(t) is None and not frames.has_frame(t, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
+                continue
+            timed.append((p, d, t))
+    entries = tuple((p.pid, p.create_time, d.tid, d.wait.signature) for p, d, t in timed if frames.innermost_user(t) is not None)
+    if trigger == TRIGGER_BUSY:
+        return Assessment(True, verdict, f"no batch was delivered for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)", None, entries)
+    for p, d, t in timed:
+        if (p.pid, d.tid) in woke and frames.innermost_user(t) is not None:
+            user = frames.innermost_user(t)
+            return Assessment(
+                False,
+                verdict,
+                f"pid {p.pid} thread {d.tid} waits with a timeout in the job's code at {frames.where(user)} and keeps waking: slow, not stuck",
+                None,
+                entries,
+            )
+    vt = verdict.thread
+    if vt is not None and frames.has_frame(vt, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
+        main_detail = next((d for d in details.get(stall.main_pid, ()) if d.tid == vt.tid), None)
+        bound_s = (len(sample.workers) + 1) * frames.MP_STATUS_CHECK_INTERVAL_S + stall_timeout_s
+        if main_detail is not None and main_detail.wait is not None and main_detail.wait.kind is WaitKind.TIMED and stall.stall_s < bound_s:
+            return Assessment(
+                False,
+                verdict,
+                "main joins DataLoader workers with a timeout at shutdown (_shutdown_workers: join(timeout=5), then terminate): bounded",
+                None,
+                entries,
+            )
+    if proof is not None:  # workers that can never run again, while main is not bounded by a shutdown join
+        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
+    if stall.tree_quiet_s < stall.stall_s - 1e-6:
+        return Assessment(
+            False,
+            verdict,
+            f"the loader is quiet but the job's process tree did work {stall.tree_quiet_s:.0f} s ago: busy elsewhere, not provably stuck",
+            None,
+            entries,
+        )
+    return Assessment(True, verdict, f"the loader made no progress for {stall.stall_s:.0f} s and nothing else in the job moved", None, entries)
+
+
+def stopped_processes(sample: Sample) -> List[ProcessSample]:
+    """Loader-path processes in state T or t (stopped by a signal or a debugger)."""
+    return [p for p in sample.processes if p.role in LOADER_ROLES and p.status in ("T", "t")]
+
+
+def kernel_wait_of(details: Sequence[ThreadDetail], tid: int) -> Optional[KernelWait]:
+    """The decoded wait of thread ``tid`` among ``details``, or ``None``."""
+    return next((d.wait for d in details if d.tid == tid), None)

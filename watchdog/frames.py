@@ -151,39 +151,6 @@ WCHAN_FAMILIES = {
 }
 
 
-# x86_64 system call numbers seen in blocked threads (arch/x86/entry/syscalls/syscall_64.tbl).
-SYSCALL_NAMES_X86_64 = {
-    "0": "read",
-    "1": "write",
-    "2": "open",
-    "7": "poll",
-    "17": "pread64",
-    "23": "select",
-    "35": "nanosleep",
-    "45": "recvfrom",
-    "47": "recvmsg",
-    "61": "wait4",
-    "202": "futex",
-    "230": "clock_nanosleep",
-    "232": "epoll_wait",
-    "247": "waitid",
-    "257": "openat",
-    "270": "pselect6",
-    "271": "ppoll",
-    "281": "epoll_pwait",
-}
-
-
-def syscall_name(number: Optional[str]) -> str:
-    """``257 (openat)`` for a system call number on x86_64, the number alone elsewhere."""
-    import platform
-
-    if number is None:
-        return "?"
-    name = SYSCALL_NAMES_X86_64.get(number) if platform.machine() == "x86_64" else None
-    return f"{number} ({name})" if name else number
-
-
 def wchan_family(wchan: Optional[str]) -> Optional[str]:
     """The family (a key of ``WCHAN_FAMILIES``) of a kernel wait channel name, or ``None``.
 
@@ -278,6 +245,71 @@ def native_lock_frame(thread: ThreadStack) -> Optional[Frame]:
     return None
 
 
+# Native libraries of OpenMP runtimes: GNU (libgomp), Intel (libiomp5), LLVM (libomp). Their
+# thread pools do not survive fork (pytorch/pytorch#17199, #41197).
+OPENMP_MODULES = ("libgomp", "libiomp", "libomp")
+# CPython's own lock acquisition (Modules/_threadmodule.c, Python/thread_pthread.h).
+CPYTHON_LOCK_NATIVE = frozenset(
+    {
+        "lock_PyThread_acquire_lock",
+        "rlock_acquire",
+        "PyThread_acquire_lock_timed",
+        "acquire_timed",
+        "_PyMutex_LockTimed",
+        "_PyMutex_LockSlow",
+        "_PySemaphore_Wait",
+        "PyMutex_Lock",
+    }
+)
+# Python-level waits for a notification from another thread (threading.py, queue.py,
+# concurrent/futures/_base.py).
+_NOTIFY_WAITS = {
+    "Future.result": "future",
+    "Condition.wait": "condition",
+    "Event.wait": "condition",
+    "Barrier.wait": "condition",
+    "Semaphore.acquire": "condition",
+    "Thread.join": "join",
+    "Thread._wait_for_tstate_lock": "join",
+}
+
+
+def _top_native(thread: ThreadStack) -> list:
+    out = []
+    for f in thread.frames:
+        if not f.native:
+            break
+        out.append(f)
+    return out
+
+
+def lock_holder(thread: ThreadStack, source: Optional[str] = None) -> Optional[str]:
+    """What kind of thing ``thread`` waits to acquire, from its frames: ``openmp`` (an OpenMP
+    runtime's native frames on top), ``join`` (``Thread.join``), ``future`` (a
+    ``concurrent.futures`` result), ``condition`` (a ``threading`` Condition, Event, Semaphore
+    or a ``queue.Queue``), ``native_mutex`` (glibc's mutex or semaphore), ``python_lock`` (CPython's
+    lock, or a source line that takes one), or ``None``. ``source`` is the innermost Python
+    frame's source line, when known."""
+    top = _top_native(thread)
+    if any(any(m in (f.module or f.file) for m in OPENMP_MODULES) or f.function.startswith(("gomp_", "__kmp_")) for f in top):
+        return "openmp"
+    py = python_frames(thread)[:4]
+    kinds = [_NOTIFY_WAITS.get(f.function) for f in py]
+    for kind in ("future", "join"):  # the outer, more specific wait names what is awaited
+        if kind in kinds:
+            return kind
+    if "condition" in kinds or any(f.function.rsplit(".", 1)[-1] in ("get", "put") and normalise_path(f.file).endswith("/queue.py") for f in py):
+        return "condition"
+    names = {f.function.split("@")[0] for f in top}
+    if names & CPYTHON_LOCK_NATIVE:
+        return "python_lock"
+    if names & LOCK_ACQUIRE_NATIVE:
+        return "native_mutex"
+    if line_takes_lock(source):
+        return "python_lock"
+    return None
+
+
 def waits_on_condition(thread: ThreadStack) -> bool:
     """True when the innermost Python frame is a wait for a notification (a Condition, Event
     or queue), which blocks on a lock internally but is not a lock-holder wait."""
@@ -323,16 +355,21 @@ def worker_loop_thread(stack_threads: Iterable[ThreadStack]) -> Optional[ThreadS
 
 
 def is_idle_worker(thread: ThreadStack) -> bool:
-    """True when a worker-loop thread waits for its next index (``index_queue.get`` directly
-    under the worker loop), i.e. is healthy-idle rather than inside the Dataset."""
-    for f in thread.frames:
-        if frame_in(f, WORKER_LOOP_FUNCS):
+    """True when a worker-loop thread waits for its next index: ``Queue.get`` called directly by
+    the worker loop (``index_queue.get(timeout=MP_STATUS_CHECK_INTERVAL)`` in worker.py), i.e.
+    healthy-idle. A ``Queue.get`` called from the Dataset is the user's wait, not this one."""
+    py = python_frames(thread)
+    for i, f in enumerate(py):
+        if frame_in(f, WORKER_LOOP_FUNCS) or frame_in(f, FETCH_FUNCS) or is_user(f):
             return False
-        if frame_in(f, FETCH_FUNCS) or is_user(f):
-            return False
-        if f.function in ("Queue.get",):
+        if f.function.endswith("Queue.get") and i + 1 < len(py) and frame_in(py[i + 1], WORKER_LOOP_FUNCS):
             return True
     return False
+
+
+def innermost_user_above(thread: ThreadStack, depth: int) -> Optional[Frame]:
+    """The innermost frame of the user's code among the ``depth`` innermost frames, or ``None``."""
+    return next((f for f in thread.frames[:depth] if is_user(f)), None)
 
 
 def loader_wait_depth(thread: ThreadStack) -> Optional[int]:
@@ -345,6 +382,13 @@ def loader_wait_depth(thread: ThreadStack) -> Optional[int]:
         elif wait_at is not None and frame_in(f, LOADER_NEXT_FUNCS, DATALOADER_FILE):
             return wait_at
     return None
+
+
+def is_resource_sharer(thread: ThreadStack) -> bool:
+    """True for multiprocessing's resource-sharer thread (``_ResourceSharer._serve`` in
+    multiprocessing/resource_sharer.py), which only hands file descriptors to processes that
+    connect to it and touches no lock of the user's."""
+    return any(f.function.endswith("_serve") and "resource_sharer" in normalise_path(f.file) for f in thread.frames)
 
 
 def is_feeder_thread(thread: ThreadStack) -> bool:

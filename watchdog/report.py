@@ -108,10 +108,28 @@ def _timeline(samples: Iterable[Sample]) -> List[dict]:
     return out
 
 
+def _stall(facts: Facts) -> Optional[dict]:
+    """The detector's side of a hang: what triggered it, how long things were quiet, the
+    assessment, and the proof when there is one."""
+    st = facts.stall
+    if st is None:
+        return None
+    return {
+        "trigger": st.trigger,
+        "stall_s": round(st.stall_s, 2),
+        "no_delivery_s": round(st.no_delivery_s, 2),
+        "tree_quiet_s": round(st.tree_quiet_s, 2),
+        "assessment": facts.assessment or None,
+        "certainty": "proven" if facts.proof is not None else "suspected",
+        "proof": None if facts.proof is None else {"kind": facts.proof.kind, "pids": list(facts.proof.pids), "lines": list(facts.proof.lines)},
+    }
+
+
 def _diag_dict(d: Diagnosis) -> dict:
     return {
         "kind": d.kind,
         "severity": d.severity,
+        "certainty": d.certainty or None,
         "confidence": round(d.confidence, 2),
         "summary": d.summary,
         "evidence": list(d.evidence),
@@ -147,6 +165,7 @@ def build(
     environment: Optional[Dict[str, str]],
     watchdog_info: dict,
     suffix: str = "",
+    action_note: str = "",
 ) -> Report:
     """Assemble the report.
 
@@ -159,6 +178,7 @@ def build(
         environment: main's redacted environment, or ``None``.
         watchdog_info: version, settings and the py-spy binary used.
         suffix: appended to the folder name (``crash``, ``warning-<kind>``), or empty.
+        action_note: why the action was (or was not) taken, or empty.
     """
     role_of = roles(facts)
     processes = []
@@ -175,6 +195,7 @@ def build(
         "mode": facts.mode,
         "detected_at": utc_iso(detected_wall),
         "stall_s": round(facts.stall.stall_s, 2) if facts.stall else None,
+        "stall": _stall(facts),
         "verdict": (
             {"kind": facts.verdict.kind, "confirmed_by_stack": facts.verdict.confirmed_by_stack, "reason": facts.verdict.reason}
             if facts.verdict
@@ -184,6 +205,7 @@ def build(
         "oom_kills": facts.oom_kills,
         "stderr_tail": facts.stderr_tail[-8192:] if facts.stderr_tail else None,
         "action": action,
+        "action_note": action_note or None,
         "diagnoses": [_diag_dict(d) for d in diagnoses],
         "pyspy_problem": facts.pyspy_problem,
         "host": asdict(facts.sample.host),
@@ -236,25 +258,36 @@ def text_lines(doc: dict) -> Iterable[str]:
         state = f"exited with code {doc['exit_code']}"
     else:
         state = "running"
-    yield f"dlwatch: {first['severity']} {first['kind']} — job pid {job['pid']} {state} ({cmd})"
+    happened = {"hang": "job hung", "crash": "job crashed", "exit": "job ended", "live": "warning"}.get(doc["mode"], doc["mode"])
+    stall = doc.get("stall") or {}
+    if doc["mode"] == "hang":
+        happened += f" ({stall.get('certainty') or 'suspected'})"
+    yield f"dlwatch: {happened}: {first['kind']} — job pid {job['pid']} {state} ({cmd})"
     yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
     if first.get("location"):
         yield f"  where:  {first['location']}"
     yield f"  fix:    {first['remedy']}"
     if first["docs"]:
         yield f"  docs:   {' '.join(first['docs'])}"
-    yield f"  action: {doc['action']}"
+    yield f"  action: {doc['action']}" + (f" ({doc['action_note']})" if doc.get("action_note") else "")
     if doc.get("pyspy_problem"):
         yield f"  stacks: {doc['pyspy_problem']}"
+    if doc["mode"] == "hang" and stall:
+        yield f"  why:    {stall.get('assessment') or ''} (trigger: {stall.get('trigger')})"
     yield ""
     yield "Evidence:"
     for line in first["evidence"]:
         yield f"  - {line}"
+    if stall.get("proof") and not any(line.startswith("proof:") for line in first["evidence"]):
+        yield ""
+        yield "Proof (the job cannot move by itself):"
+        for line in stall["proof"]["lines"]:
+            yield f"  - {line}"
     if len(doc["diagnoses"]) > 1:
         yield ""
         yield "Other findings:"
         for d in doc["diagnoses"][1:]:
-            yield f"  {d['kind']} ({d['severity']}, confidence {d['confidence']:.2f}): {d['summary']}"
+            yield f"  {d['kind']} ({d['severity']}{', ' + d['certainty'] if d.get('certainty') else ''}, confidence {d['confidence']:.2f}): {d['summary']}"
             for line in d["evidence"]:
                 yield f"    - {line}"
     yield ""

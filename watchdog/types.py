@@ -7,17 +7,81 @@ is ``time.time()`` (seconds since the epoch), used only for stamps shown to peop
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 ROLE_MAIN = "main"
 ROLE_WORKER = "dataloader_worker"
+ROLE_WORKER_CHILD = "worker_child"
+ROLE_STARTING = "worker_starting"
 ROLE_FORKSERVER = "forkserver"
 ROLE_OTHER = "other"
+# Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect.py).
+LOADER_ROLES = frozenset({ROLE_MAIN, ROLE_WORKER, ROLE_WORKER_CHILD, ROLE_STARTING})
 
 SEVERITY_HANG = "hang"
 SEVERITY_CRASH = "crash"
 SEVERITY_WARNING = "warning"
+
+
+class WaitKind(str, enum.Enum):
+    """What a thread waits for, decided once from ``/proc/PID/task/TID/{stat,syscall}`` (see
+    :mod:`watchdog.collect.waits`). The value is what reports show."""
+
+    RUNNING = "running"
+    """On a CPU or runnable (state R, or ``syscall`` reads ``running``)."""
+    FUTEX_PRIVATE = "futex_private"
+    """An untimed wait on a process-private futex: only a thread of the same process can end it
+    (``FUTEX_PRIVATE_FLAG``, futex(2)). Python locks, conditions, queues, pthread mutexes and
+    OpenMP barriers wait this way."""
+    FUTEX_SHARED = "futex_shared"
+    """An untimed wait on a shared futex (``multiprocessing`` locks, semaphores, events): any
+    process that maps it can end it."""
+    TIMED = "timed"
+    """A wait with a timeout (a futex with a timeout, poll/select/epoll with one, nanosleep): it
+    ends by itself."""
+    FD = "fd"
+    """An untimed wait on file descriptors: read/write/recv/send/accept/connect/open, or
+    poll/select/epoll without a timeout. It ends when the other party acts."""
+    DISK = "disk"
+    """Uninterruptible sleep (state D): file-system or device I/O."""
+    CHILD = "child"
+    """Waiting for a child process to exit (wait4/waitid)."""
+    STOPPED = "stopped"
+    """Stopped by a signal or a debugger (state T or t): paused, not hung."""
+    ZOMBIE = "zombie"
+    """Exited, not yet reaped (state Z or X)."""
+    OTHER = "other"
+    """Blocked in another system call."""
+    UNKNOWN = "unknown"
+    """Not readable (no permission, or the thread ended)."""
+
+
+@dataclass(frozen=True)
+class KernelWait:
+    """One thread's wait, decoded from its state letter and its ``syscall`` file.
+
+    ``syscall`` is the system call's name (``futex``, ``poll``; the number when the name is not
+    known); ``timeout_ms`` the timeout in milliseconds where the call gives it in a register
+    (poll, epoll_wait), ``None`` otherwise; ``fd`` the file descriptor a read/write-like call
+    waits on; ``futex_op`` the futex operation word; ``detail`` a short human description
+    (``futex(FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG), no timeout``); ``raw`` the ``syscall`` line.
+    """
+
+    kind: WaitKind
+    syscall: Optional[str] = None
+    timeout_ms: Optional[int] = None
+    fd: Optional[int] = None
+    futex_op: Optional[int] = None
+    detail: str = ""
+    raw: Optional[str] = None
+
+    @property
+    def signature(self) -> Tuple[object, ...]:
+        """What stays the same while a thread repeats the same wait (to recognise a loop of
+        timed waits between two looks)."""
+        return (self.kind, self.syscall, self.timeout_ms, self.futex_op, self.fd)
 
 
 @dataclass(frozen=True)
@@ -36,6 +100,7 @@ class ThreadSample:
     voluntary_ctxt_switches: int
     nonvoluntary_ctxt_switches: int
     io_bytes: Optional[int]
+    wait: Optional[KernelWait] = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +110,10 @@ class ProcessSample:
     Memory in bytes; ``uss_bytes``/``pss_bytes`` are sampled at a slower cadence and hold the
     latest value read (``None`` until first read or without permission). ``status`` is the
     one-letter Linux state (R, S, D, Z, T, …). ``start_method`` is ``fork``, ``spawn``,
-    ``forkserver`` or ``None`` for non-workers. ``cpu_affinity`` is the number of CPUs the
+    ``forkserver`` or ``None`` for non-workers. ``role`` is decided once, in
+    :mod:`watchdog.collect.discovery`; ``owner_pid`` is the worker a ``worker_child`` descends
+    from. ``threads`` are read for main, workers and starting workers. ``map_count`` is the
+    number of memory mappings (lines of ``/proc/PID/maps``), read with USS. ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
     for main and workers only.
@@ -72,15 +140,19 @@ class ProcessSample:
     threads: Tuple[ThreadSample, ...] = ()
     cpu_affinity: Optional[int] = None
     cpu_quota: Optional[float] = None
+    owner_pid: Optional[int] = None
+    map_count: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class HostSample:
-    """Host-wide facts: ``/dev/shm`` size and use (``statvfs``, bytes) and available memory."""
+    """Host-wide facts: ``/dev/shm`` size and use (``statvfs``, bytes), available memory, and
+    ``vm.max_map_count`` (the most memory mappings one process may have)."""
 
     shm_total_bytes: Optional[int]
     shm_used_bytes: Optional[int]
     mem_available_bytes: int
+    max_map_count: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +236,8 @@ class ThreadDetail:
     """What ``/proc`` alone tells about a thread at report time (no ptrace needed).
 
     ``syscall`` is the first field of ``/proc/PID/task/TID/syscall``: the system call number,
-    ``running`` or ``None`` when unreadable.
+    ``running`` or ``None`` when unreadable; ``wait`` the decoded wait; ``start_ticks`` when the
+    thread started, in clock ticks since boot (``stat`` field 22), ``None`` when unreadable.
     """
 
     tid: int
@@ -172,16 +245,23 @@ class ThreadDetail:
     state: str
     wchan: Optional[str]
     syscall: Optional[str]
+    wait: Optional[KernelWait] = None
+    start_ticks: Optional[int] = None
+    voluntary_ctxt_switches: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class Stall:
-    """A stall found by the detector: nothing that matters moved for ``stall_s`` seconds.
+    """The detector's view of the loader's progress (see NOTE [ Hang criterion ] in detect.py).
 
-    ``quiet_since_mono`` is when the last progress was seen (``time.monotonic()``).
-    ``progress_age_s`` maps pid to the seconds since that process's watched threads last moved.
-    ``no_delivery_s`` is how long main's iterating thread has been quiet while no worker did
-    any I/O (workers may burn CPU, but no batch was sent): see NOTE [ Hang criterion ].
+    ``stall_s`` is how long the loader path has made no progress, since ``quiet_since_mono``
+    (``time.monotonic()``). ``progress_age_s`` maps pid to the seconds since that process's
+    loader threads (or descendants) last moved. ``no_delivery_s`` is how long no batch was
+    delivered (main's iterating thread did no CPU or I/O and no worker did I/O).
+    ``tree_quiet_s`` is how long no process of the job's tree did CPU work or I/O. ``stuck_s``
+    maps the pid of a main or worker whose every thread has waited on a private futex with no
+    timeout, unchanged, to how long. ``trigger`` is what led to the examination
+    (``stall_timeout``, ``proof`` or ``busy_stall``), set once one is due.
     """
 
     stall_s: float
@@ -189,6 +269,24 @@ class Stall:
     main_pid: int
     progress_age_s: Tuple[Tuple[int, float], ...]
     no_delivery_s: float = 0.0
+    tree_quiet_s: float = 0.0
+    stuck_s: Tuple[Tuple[int, float], ...] = ()
+    trigger: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Why the job can never move by itself (NOTE [ Deadlock proof ] in detect.py).
+
+    ``kind`` is ``kernel`` (every thread of ``pids`` waits, with no timeout, for something only
+    threads of that same set could do) or ``loader_idle`` (main waits inside the iterator for a
+    batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved).
+    ``lines`` is the argument, one line per thread or link, the conclusion last.
+    """
+
+    kind: str
+    pids: Tuple[int, ...]
+    lines: Tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -213,6 +311,8 @@ class Diagnosis:
 
     ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or metric;
     ``location`` is the ``file:line`` in the user's code where it applies, when known.
+    ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock proof ] in
+    detect.py), empty for crashes and warnings.
     """
 
     kind: str
@@ -224,11 +324,13 @@ class Diagnosis:
     pids: Tuple[int, ...]
     location: Optional[str] = None
     docs: Tuple[str, ...] = ()
+    certainty: str = ""
 
 
 MODE_HANG = "hang"
 MODE_CRASH = "crash"
 MODE_LIVE = "live"
+MODE_EXIT = "exit"  # the job ended with exit code 0 (only leftovers are looked for)
 
 
 @dataclass(frozen=True)
@@ -237,7 +339,9 @@ class Facts:
 
     ``mode`` says why the facts were gathered: ``hang`` (a confirmed stall: ``stall`` and
     ``verdict`` are set, stacks were taken), ``crash`` (the job exited non-zero: ``exit_code``
-    and the stderr tail are set) or ``live`` (a periodic look at the timeline for warnings).
+    and the stderr tail are set), ``exit`` (the job exited with 0) or ``live`` (a periodic look
+    at the timeline for warnings). ``shm_leftovers`` lists ``(name, bytes)`` of the files the
+    job's processes left in ``/dev/shm`` after it ended (``torch_<pid>_…``).
     ``stacks`` and ``thread_details`` are keyed by pid. ``main_threads_at_fork`` maps a worker
     pid to the number of threads main had in the last sample before that worker appeared.
     ``source_lines`` maps ``(file, line)`` to the stripped source text, when it could be read.
@@ -245,7 +349,11 @@ class Facts:
     ``stderr_tail`` is the last 64 KiB of the job's stderr (``dlwatch run`` only).
     ``oom_kills`` is how many OOM kills the job's cgroup counted while it was watched.
     ``host_cpus`` is the number of online CPUs of the host. ``open_files`` maps a pid to the
-    targets of its file descriptors (``/proc/PID/fd``), read at report time.
+    targets of its file descriptors (``/proc/PID/fd``), read at report time. ``proof`` is set
+    when the hang is proven (NOTE [ Deadlock proof ]); ``assessment`` says why the stall was
+    judged a hang. ``fd_targets`` maps ``(pid, fd)`` to the target of a descriptor a thread
+    waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write end; ``worker_start_ticks``
+    maps a worker pid to its start time in clock ticks since boot (``stat`` field 22).
     """
 
     mode: str
@@ -263,6 +371,17 @@ class Facts:
     oom_kills: Optional[int] = None
     host_cpus: int = 1
     open_files: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()
+    proof: Optional[Proof] = None
+    assessment: str = ""
+    fd_targets: Tuple[Tuple[Tuple[int, int], str], ...] = ()
+    pipe_readers: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+    pipe_writers: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+    worker_start_ticks: Tuple[Tuple[int, int], ...] = ()
+    shm_leftovers: Tuple[Tuple[str, int], ...] = ()
+
+    def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
+        """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""
+        return next((d for d in self.threads_of(pid) if d.tid == tid), None)
 
     def stack(self, pid: int) -> Optional[ProcessStack]:
         """The py-spy result for ``pid``, or ``None`` when it was not dumped."""

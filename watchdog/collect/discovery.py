@@ -1,23 +1,35 @@
-"""Find the job's main process and its DataLoader workers, and give each process a role.
+"""Find the job's main process and its DataLoader workers, and give each process a role, once.
 
-Workers are recognised by PyTorch's process name (``pt_data_worker``, torch >= 2.5,
-pytorch/pytorch#128448); their start method by how multiprocessing starts them: under ``fork``
-a child of main with main's command line; under ``spawn`` a child running
-``multiprocessing.spawn``; under ``forkserver`` a child of the forkserver process
-(``multiprocessing.forkserver``). On torch < 2.5 (no names) only fork workers are found while
-sampling; roles are confirmed from stacks at report time (``_worker_loop``).
+Roles (decided here, before anything is diagnosed; ``watchdog.types``):
+
+* ``main`` — the job's main Python process;
+* ``dataloader_worker`` — a process PyTorch named ``pt_data_worker`` (torch >= 2.5,
+  pytorch/pytorch#128448), whatever its start method: under ``fork`` a child of main with main's
+  command line, under ``spawn`` a child running ``multiprocessing.spawn``, under ``forkserver``
+  a child of the forkserver process (``multiprocessing.forkserver``). On torch < 2.5, which
+  names no process, a fork child of main with main's command line is taken for one;
+* ``worker_starting`` — an unnamed spawn or forkserver child (or a fork child a moment old)
+  that is still starting: a spawned worker re-imports torch for seconds before it is named;
+* ``worker_child`` — any descendant of a worker (an ffmpeg-style decoder started by
+  ``subprocess.run`` in ``__getitem__``): the worker progresses when it does;
+* ``forkserver`` — the forkserver process itself;
+* ``other`` — everything else: a plain ``multiprocessing.Process`` (a summary writer), the
+  resource tracker, ``torch_shm_manager``, an unnamed child older than the start window.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
 from .. import frames
 from ..errors import NoSuchTarget, NotPython, TargetAccessDenied, TargetError
-from ..types import ROLE_FORKSERVER, ROLE_MAIN, ROLE_OTHER, ROLE_WORKER
+from ..types import ROLE_FORKSERVER, ROLE_MAIN, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER, ROLE_WORKER_CHILD
 
 
 def is_python(proc: psutil.Process) -> bool:
@@ -112,46 +124,126 @@ def _cmdline(proc: psutil.Process) -> Tuple[str, ...]:
         return ()
 
 
-def classify(main: psutil.Process) -> List[Tuple[psutil.Process, str, Optional[str]]]:
-    """``(process, role, start_method)`` for main and every descendant, main first.
+# Seconds a spawn/forkserver child may take to become a named worker (importing torch under
+# load); a fork worker renames itself within milliseconds of the fork.
+WORKER_START_WINDOW_S = 90.0
+FORK_RENAME_WINDOW_S = 3.0
+_TORCH_VERSION = re.compile(r"""^__version__\s*=\s*['"](\d+)\.(\d+)""", re.M)
 
-    ``start_method`` is ``fork``/``spawn``/``forkserver`` for workers, else ``None``.
-    Processes that vanish during the walk are left out. Cost: about 1 ms.
-    """
-    out: List[Tuple[psutil.Process, str, Optional[str]]] = [(main, ROLE_MAIN, None)]
+
+def torch_names_workers(pid: int) -> Optional[bool]:
+    """Whether the torch that ``pid`` has loaded names its worker processes (torch >= 2.5):
+    read from ``torch/version.py`` beside the ``libtorch`` library in ``/proc/PID/maps``, seen
+    through ``/proc/PID/root``. ``None`` when no torch is loaded or the file is unreadable."""
+    lib = None
     try:
-        descendants = main.children(recursive=True)
-    except psutil.Error:
-        return out
-    main_cmd = _cmdline(main)
-    forkservers: Dict[int, bool] = {}
-    for proc in descendants:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split(None, 5)  # address perms offset dev inode path
+                at = fields[5].find("/torch/lib/libtorch") if len(fields) == 6 else -1
+                if at >= 0:
+                    lib = fields[5][:at]
+                    break
+    except OSError:
+        return None
+    if lib is None:
+        return None
+    for path in (f"/proc/{pid}/root{lib}/torch/version.py", f"{lib}/torch/version.py"):
         try:
-            name, ppid = proc.name(), proc.ppid()
+            with open(path, encoding="utf-8") as f:
+                m = _TORCH_VERSION.search(f.read())
+        except OSError:
+            continue
+        if m:
+            return (int(m.group(1)), int(m.group(2))) >= (2, 5)
+    return None
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One process of the job with its role (see the module docstring). ``start_method`` is
+    ``fork``/``spawn``/``forkserver`` for workers (and starting ones); ``owner_pid`` is the
+    worker a ``worker_child`` descends from."""
+
+    proc: psutil.Process
+    role: str
+    start_method: Optional[str] = None
+    owner_pid: Optional[int] = None
+
+
+class Classifier:
+    """Classifies main's descendants; remembers per main whether its torch names workers.
+
+    Args:
+        clock: ``time.time`` (seconds since the epoch, as psutil's ``create_time``).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._names_workers: Dict[Tuple[int, float], Optional[bool]] = {}
+
+    def _modern(self, main: psutil.Process) -> bool:
+        try:
+            key = (main.pid, main.create_time())
         except psutil.Error:
-            continue
-        cmd = _cmdline(proc)
-        joined = " ".join(cmd)
-        if "multiprocessing.forkserver" in joined:
-            forkservers[proc.pid] = True
-            out.append((proc, ROLE_FORKSERVER, None))
-            continue
-        if "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
-            out.append((proc, ROLE_OTHER, None))
-            continue
-        if ppid in forkservers:
-            method = "forkserver"
-        elif "multiprocessing.spawn" in joined or "spawn_main" in joined:
-            method = "spawn"
-        elif ppid == main.pid and cmd == main_cmd:
-            method = "fork"
-        else:
-            method = None
-        # torch >= 2.5 names its workers; without the name only a fork child with main's command
-        # line is taken for one (torch < 2.5): a spawned child may be anything (a distributed
-        # peer, a Pool), and would pass its own wake-ups off as the loader's progress.
-        if name in frames.WORKER_COMMS or (method == "fork" and ppid == main.pid):
-            out.append((proc, ROLE_WORKER, method or "fork"))
-        else:
-            out.append((proc, ROLE_OTHER, None))
-    return out
+            return True
+        if self._names_workers.get(key) is None:
+            self._names_workers[key] = torch_names_workers(main.pid)
+        return self._names_workers[key] is not False  # unknown: assume a current torch
+
+    def classify(self, main: psutil.Process) -> List[Classified]:
+        """Main first, then every descendant, parents before children. Processes that vanish
+        during the walk are left out. Cost: about 1 ms plus one read per new process."""
+        out = [Classified(main, ROLE_MAIN)]
+        try:
+            descendants = main.children(recursive=True)
+        except psutil.Error:
+            return out
+        info = {}
+        for proc in descendants:
+            try:
+                info[proc.pid] = (proc, proc.name(), proc.ppid(), _cmdline(proc), proc.create_time())
+            except psutil.Error:
+                continue
+        main_cmd = _cmdline(main)
+        now = self.clock()
+        role_of: Dict[int, Classified] = {main.pid: out[0]}
+        modern: Optional[bool] = None
+        pending = sorted(info.values(), key=lambda x: x[4])  # parents are older than their children
+        for proc, name, ppid, cmd, created in pending:
+            parent = role_of.get(ppid)
+            joined = " ".join(cmd)
+            age = now - created
+            if parent is not None and parent.role in (ROLE_WORKER, ROLE_WORKER_CHILD):
+                owner = parent.proc.pid if parent.role == ROLE_WORKER else parent.owner_pid
+                found = Classified(proc, ROLE_WORKER_CHILD, owner_pid=owner)
+            elif name in frames.WORKER_COMMS:
+                if parent is not None and parent.role == ROLE_FORKSERVER:
+                    method = "forkserver"
+                elif "multiprocessing.spawn" in joined or "spawn_main" in joined:
+                    method = "spawn"
+                else:
+                    method = "fork"
+                found = Classified(proc, ROLE_WORKER, method)
+            elif parent is not None and parent.role == ROLE_FORKSERVER:
+                found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "forkserver")
+            elif "multiprocessing.forkserver" in joined:
+                found = Classified(proc, ROLE_FORKSERVER)
+            elif "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
+                found = Classified(proc, ROLE_OTHER)
+            elif ppid == main.pid and ("multiprocessing.spawn" in joined or "spawn_main" in joined):
+                found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "spawn")
+            elif ppid == main.pid and cmd == main_cmd:
+                if modern is None:
+                    modern = self._modern(main)
+                if not modern:
+                    found = Classified(proc, ROLE_WORKER, "fork")  # torch < 2.5 names nothing
+                elif age < FORK_RENAME_WINDOW_S:
+                    found = Classified(proc, ROLE_STARTING, "fork")
+                else:  # a plain multiprocessing.Process: its wake-ups are not the loader's
+                    found = Classified(proc, ROLE_OTHER)
+            else:
+                found = Classified(proc, ROLE_OTHER)
+            role_of[proc.pid] = found
+            out.append(found)
+        return out

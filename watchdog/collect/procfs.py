@@ -13,6 +13,7 @@ import re
 from typing import Dict, Optional, Tuple
 
 from ..types import ThreadDetail, ThreadSample
+from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SECRET_KEY = re.compile(r"SECRET|TOKEN|PASSW|PASSWD|CREDENTIAL|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY", re.I)
@@ -42,6 +43,16 @@ def parse_stat(text: str) -> Tuple[str, str, float]:
     return comm, rest[0], (int(rest[11]) + int(rest[12])) / CLK_TCK
 
 
+def stat_start_ticks(text: str) -> int:
+    """``starttime`` (field 22) of a ``stat`` line: when the task started, in clock ticks since
+    boot.
+
+    Raises:
+        ValueError, IndexError: the text is not a ``stat`` line.
+    """
+    return int(text[text.rindex(")") + 2 :].split()[19])
+
+
 def parse_status_fields(text: str, *keys: str) -> Dict[str, int]:
     """Integer fields of a ``status`` file (e.g. ``voluntary_ctxt_switches``)."""
     out = {}
@@ -61,8 +72,9 @@ def _io_bytes(base: str) -> Optional[int]:
 
 
 def thread_samples(pid: int) -> Tuple[ThreadSample, ...]:
-    """Progress counters of every thread of ``pid`` (``/proc/PID/task/*``); threads that end
-    while being read are skipped. Cost: three small reads per thread."""
+    """Progress counters and the decoded wait (:func:`watchdog.collect.waits.decode`) of every
+    thread of ``pid`` (``/proc/PID/task/*``); threads that end while being read are skipped.
+    Cost: four small reads per thread."""
     try:
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
     except OSError:
@@ -87,6 +99,7 @@ def thread_samples(pid: int) -> Tuple[ThreadSample, ...]:
                 voluntary_ctxt_switches=ctx.get("voluntary_ctxt_switches", 0),
                 nonvoluntary_ctxt_switches=ctx.get("nonvoluntary_ctxt_switches", 0),
                 io_bytes=_io_bytes(base),
+                wait=waits.decode(state, _read(f"{base}/syscall")),
             )
         )
     return tuple(out)
@@ -100,21 +113,106 @@ def wchan(pid: int, tid: Optional[int] = None) -> Optional[str]:
     return text.strip() if text is not None else None
 
 
-def syscall(pid: int, tid: int) -> Optional[str]:
-    """First field of ``/proc/PID/task/TID/syscall``: the system call number the thread is
-    blocked in, ``running``, or ``None`` when unreadable (needs ptrace-read access)."""
-    text = _read(f"/proc/{pid}/task/{tid}/syscall")
-    if not text:
-        return None
-    return text.split()[0]
-
-
 def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
-    """State, name, wait channel and system call of every thread of ``pid`` (report time)."""
+    """State, name, wait channel, system call, decoded wait and start time of every thread of
+    ``pid`` (report time). Threads that end while being read are skipped."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return ()
     out = []
-    for t in thread_samples(pid):
-        out.append(ThreadDetail(tid=t.tid, name=t.name, state=t.state, wchan=wchan(pid, t.tid), syscall=syscall(pid, t.tid)))
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        stat = _read(f"{base}/stat")
+        if stat is None:
+            continue
+        try:
+            comm, state, _cpu = parse_stat(stat)
+            start = stat_start_ticks(stat)
+        except (ValueError, IndexError):
+            continue
+        raw = _read(f"{base}/syscall")
+        status = _read(f"{base}/status") or ""
+        out.append(
+            ThreadDetail(
+                tid=tid,
+                name=comm,
+                state=state,
+                wchan=wchan(pid, tid),
+                syscall=raw.split()[0] if raw and raw.strip() else None,
+                wait=waits.decode(state, raw),
+                start_ticks=start,
+                voluntary_ctxt_switches=parse_status_fields(status, "voluntary_ctxt_switches").get("voluntary_ctxt_switches"),
+            )
+        )
     return tuple(out)
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """When ``pid`` started, in clock ticks since boot (``stat`` field 22), or ``None``."""
+    text = _read(f"/proc/{pid}/stat")
+    try:
+        return stat_start_ticks(text) if text else None
+    except (ValueError, IndexError):
+        return None
+
+
+def fd_target(pid: int, fd: int) -> Optional[str]:
+    """The target of ``pid``'s descriptor ``fd`` (``pipe:[123]``, ``socket:[456]``, a path), or
+    ``None``."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _access_mode(pid: int, fd: str) -> Optional[int]:
+    text = _read(f"/proc/{pid}/fdinfo/{fd}")
+    for line in (text or "").splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8) & 3  # O_RDONLY 0, O_WRONLY 1, O_RDWR 2
+    return None
+
+
+def pipe_holders(pipes) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int, ...]], bool]:
+    """``(readers, writers, complete)`` for each pipe in ``pipes`` (``pipe:[N]`` targets): the
+    pids of every process on the host holding its read or write end (``/proc/*/fd`` and
+    ``fdinfo`` access modes). ``complete`` is False when some process's descriptors could not
+    be read (another user's without privilege), so an unseen holder may exist. Cost: one
+    directory listing per process, one readlink per descriptor; for report time only."""
+    wanted = set(pipes)
+    readers: Dict[str, set] = {p: set() for p in wanted}
+    writers: Dict[str, set] = {p: set() for p in wanted}
+    complete = True
+    if not wanted:
+        return {}, {}, True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            complete = False
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target in wanted:
+                mode = _access_mode(pid, fd)
+                if mode in (0, 2, None):
+                    readers[target].add(pid)
+                if mode in (1, 2, None):
+                    writers[target].add(pid)
+    return (
+        {k: tuple(sorted(v)) for k, v in readers.items()},
+        {k: tuple(sorted(v)) for k, v in writers.items()},
+        complete,
+    )
 
 
 _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
@@ -179,4 +277,47 @@ def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
             out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
+    return tuple(out)
+
+
+def map_count(pid: int) -> Optional[int]:
+    """How many memory mappings ``pid`` has (lines of ``/proc/PID/maps``), or ``None``. Cost:
+    reading the whole file (about 100 bytes a mapping), hence the slow cadence."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return None
+
+
+def max_map_count() -> Optional[int]:
+    """``vm.max_map_count`` (``/proc/sys/vm/max_map_count``): the most mappings one process may
+    have, or ``None``."""
+    text = _read("/proc/sys/vm/max_map_count")
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+_SHM_NAME = re.compile(r"^torch_(\d+)_")
+
+
+def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]:
+    """``(name, bytes)`` of the files in ``folder`` that PyTorch's ``file_system`` sharing
+    strategy created for one of ``pids`` (``torch_<pid>_<…>``, torch/csrc/CudaIPCTypes and
+    libshm naming) and nobody removed. Empty when none or unreadable."""
+    wanted = {str(p) for p in pids}
+    out = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return ()
+    for name in sorted(names):
+        m = _SHM_NAME.match(name)
+        if m and m.group(1) in wanted:
+            try:
+                out.append((name, os.stat(os.path.join(folder, name)).st_size))
+            except OSError:
+                continue
     return tuple(out)

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 import psutil
 
-from ..types import ROLE_MAIN, ROLE_WORKER, HostSample, ProcessSample, Sample
+from ..types import ROLE_MAIN, ROLE_STARTING, ROLE_WORKER, HostSample, ProcessSample, Sample
 from . import cgroup, discovery, procfs
 
 _STATUS_LETTER = {
@@ -42,7 +42,12 @@ def host_sample(main_pid: Optional[int]) -> HostSample:
         shm_total = st.f_blocks * st.f_frsize
         shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         break
-    return HostSample(shm_total_bytes=shm_total, shm_used_bytes=shm_used, mem_available_bytes=psutil.virtual_memory().available)
+    return HostSample(
+        shm_total_bytes=shm_total,
+        shm_used_bytes=shm_used,
+        mem_available_bytes=psutil.virtual_memory().available,
+        max_map_count=procfs.max_map_count(),
+    )
 
 
 class Sampler:
@@ -59,7 +64,8 @@ class Sampler:
         self._root: Optional[psutil.Process] = None
         self._main: Optional[psutil.Process] = None
         self._procs: Dict[Tuple[int, float], psutil.Process] = {}
-        self._full: Dict[Tuple[int, float], Tuple[float, Optional[int], Optional[int]]] = {}
+        self._full: Dict[Tuple[int, float], Tuple[float, Optional[int], Optional[int], Optional[int]]] = {}
+        self._classifier = discovery.Classifier()
         self._quota_value: Optional[float] = None
         self._quota_read_at = float("-inf")
 
@@ -88,8 +94,8 @@ class Sampler:
         main = self._find_main()
         processes = []
         if main is not None:
-            for proc, role, method in discovery.classify(main):
-                ps = self._process_sample(self._cached(proc), role, method, t_mono)
+            for c in self._classifier.classify(main):
+                ps = self._process_sample(self._cached(c.proc), c.role, c.start_method, t_mono, c.owner_pid)
                 if ps is not None:
                     processes.append(ps)
         live = {(p.pid, p.create_time) for p in processes}
@@ -99,19 +105,23 @@ class Sampler:
                 self._procs.pop(key, None)
         return Sample(t_mono=t_mono, wall=wall, processes=tuple(processes), host=host_sample(main.pid if main else None))
 
-    def _full_info(self, proc: psutil.Process, key, now: float) -> Tuple[Optional[int], Optional[int]]:
+    def _full_info(self, proc: psutil.Process, key, now: float) -> Tuple[Optional[int], Optional[int], Optional[int]]:
+        """USS, PSS and the map count, read at most every ``full_info_interval_s``."""
         last = self._full.get(key)
         if last is not None and now - last[0] < self.full_info_interval_s:
-            return last[1], last[2]
+            return last[1], last[2], last[3]
         try:
             full = proc.memory_full_info()
             uss, pss = full.uss, getattr(full, "pss", None)
         except psutil.AccessDenied:
             uss = pss = None
-        self._full[key] = (now, uss, pss)
-        return uss, pss
+        maps = procfs.map_count(proc.pid)
+        self._full[key] = (now, uss, pss, maps)
+        return uss, pss, maps
 
-    def _process_sample(self, proc: psutil.Process, role: str, method: Optional[str], now: float) -> Optional[ProcessSample]:
+    def _process_sample(
+        self, proc: psutil.Process, role: str, method: Optional[str], now: float, owner_pid: Optional[int] = None
+    ) -> Optional[ProcessSample]:
         try:
             with proc.oneshot():
                 create_time = proc.create_time()
@@ -132,6 +142,7 @@ class Sampler:
                 except psutil.AccessDenied:
                     cmdline = ()
             watched = role in (ROLE_MAIN, ROLE_WORKER)
+            threaded = watched or role == ROLE_STARTING
             affinity = quota = None
             if watched:
                 try:
@@ -139,7 +150,7 @@ class Sampler:
                 except (psutil.AccessDenied, AttributeError, OSError):
                     affinity = None
                 quota = self._quota(proc.pid, role)
-            uss, pss = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None)
+            uss, pss, maps = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None, None)
         except psutil.NoSuchProcess:
             return None
         except psutil.AccessDenied:
@@ -163,9 +174,11 @@ class Sampler:
             read_bytes=read_b,
             write_bytes=write_b,
             start_method=method,
-            threads=procfs.thread_samples(proc.pid) if watched else (),
+            threads=procfs.thread_samples(proc.pid) if threaded else (),
             cpu_affinity=affinity,
             cpu_quota=quota,
+            owner_pid=owner_pid,
+            map_count=maps,
         )
 
     def _quota(self, pid: int, role: str) -> Optional[float]:

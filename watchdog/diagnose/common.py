@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from .. import frames
-from ..types import SEVERITY_HANG, Diagnosis, Facts, Frame, ProcessStack, ThreadStack
+from .. import states
+from ..types import MODE_HANG, Facts, Frame, ProcessSample, ProcessStack, ThreadDetail, ThreadStack
+from .engine import Finding
 
 DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.html"
 DOC_MULTI_PROCESS_LOADING = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
@@ -65,7 +67,7 @@ def kernel_wait(facts: Facts, pid: int, tid: int) -> str:
     """``state S, wchan futex_do_wait, syscall 202`` for one thread (from ``/proc``)."""
     for t in facts.threads_of(pid):
         if t.tid == tid:
-            return f"state {t.state}, wchan {t.wchan or '?'}, syscall {frames.syscall_name(t.syscall)}"
+            return f"state {t.state}, wchan {t.wchan or '?'}, {t.wait.detail if t.wait else 'system call unknown'}"
     return "state unknown (thread not readable)"
 
 
@@ -77,6 +79,7 @@ def worker_thread(stack: Optional[ProcessStack], pid: int) -> Optional[ThreadSta
 
 
 def waiting_main(facts: Facts) -> str:
+    """``main pid N: <verdict reason>, iterating at file:line`` (main's side of a hang)."""
     v = facts.verdict
     how = "" if v.confirmed_by_stack else " (presumed from /proc: py-spy could not read main)"
     t = v.thread
@@ -95,51 +98,112 @@ def brief(frame: Optional[Frame]) -> str:
 
 
 def quiet_text(facts: Facts, pid: int) -> str:
+    """``no CPU, I/O or context-switch progress for N s`` for ``pid``."""
     age = quiet_for(facts, pid)
     return "no progress seen" if age is None else f"no CPU, I/O or context-switch progress for {age:.0f} s"
 
 
 @dataclass(frozen=True)
-class WorkerFindings:
-    """Per-worker hits of one rule, gathered: evidence (main's wait first), pids, the first
-    user frame, and the highest confidence."""
+class WorkerView:
+    """One DataLoader worker as every hang rule sees it, decided once per facts.
 
-    evidence: Tuple[str, ...]
-    pids: Tuple[int, ...]
+    ``loop`` is the thread that runs (or should run) the worker loop and ``loop_detail`` its
+    ``/proc`` details; ``state`` what the loop does (:class:`~watchdog.states.WorkerState`);
+    ``activity`` how the loop thread waits (:class:`~watchdog.states.Activity`); ``others`` the
+    worker's other threads that could hold a lock (not idle queue feeder threads); ``proven``
+    whether the facts' proof covers this worker; ``top`` and ``user`` the loop thread's innermost
+    frame and innermost frame of the user's code.
+    """
+
+    proc: ProcessSample
+    stack: Optional[ProcessStack]
+    loop: Optional[ThreadStack]
+    loop_detail: Optional[ThreadDetail]
+    state: states.WorkerState
+    activity: states.Activity
+    others: Tuple[ThreadStack, ...]
+    quiet: bool
+    proven: bool
+    top: Optional[Frame]
     user: Optional[Frame]
-    confidence: float
 
     @property
-    def where(self) -> str:
-        return f" at {brief(self.user)}" if self.user else ""
+    def pid(self) -> int:
+        return self.proc.pid
 
-    def hang(self, kind: str, state: str, remedy: str, docs: Tuple[str, ...]) -> Diagnosis:
-        """A hang diagnosis whose summary is ``N DataLoader workers are <state>``, where
-        ``state`` may use ``{where}`` for the user's ``file:line``."""
-        return Diagnosis(
-            kind=kind,
-            severity=SEVERITY_HANG,
-            confidence=self.confidence,
-            summary=f"{workers_phrase(len(self.pids))} {state.format(where=self.where)}",
-            evidence=self.evidence,
-            remedy=remedy,
-            pids=self.pids,
-            location=location(self.user),
-            docs=docs,
+
+_VIEWS: List[Tuple[Facts, Tuple[WorkerView, ...]]] = []
+
+
+def worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
+    """Every worker of the sample as a :class:`WorkerView` (computed once per facts)."""
+    for known, views in _VIEWS:
+        if known is facts:
+            return views
+    proven_pids = set(facts.proof.pids) if facts.proof is not None and facts.proof.kind == "kernel" else set()
+    out = []
+    for w in facts.sample.workers:
+        stack = facts.stack(w.pid)
+        loop = worker_thread(stack, w.pid)
+        tid = loop.tid if loop is not None else w.pid
+        detail = facts.detail(w.pid, tid)
+        others = tuple(x for x in stack.threads if loop is not None and x.tid != loop.tid and not states.is_loader_idle(x)) if stack and stack.ok else ()
+        out.append(
+            WorkerView(
+                proc=w,
+                stack=stack,
+                loop=loop,
+                loop_detail=detail,
+                state=states.worker_state(loop),
+                activity=states.activity(detail.wait if detail else None, loop),
+                others=others,
+                quiet=facts.stall is not None and is_quiet(facts, w.pid),
+                proven=w.pid in proven_pids,
+                top=loop.frames[0] if loop is not None and loop.frames else None,
+                user=frames.innermost_user(loop) if loop is not None else None,
+            )
         )
+    views = tuple(out)
+    _VIEWS[:] = [(facts, views)]
+    return views
 
 
-def gather(facts: Facts, hit) -> Optional[WorkerFindings]:
-    """Apply ``hit(facts, worker) -> (confidence, evidence lines, user frame) | None`` to every
-    worker of a DataLoader hang; ``None`` when the stall is not one or no worker matched."""
-    if not facts.loader_hang():
-        return None
-    hits = [(w, h) for w in facts.sample.workers for h in [hit(facts, w)] if h is not None]
+def loader_stalled_on(facts: Facts, view: WorkerView) -> bool:
+    """True when a hang rule may speak of this worker: main waits in the loader (a DataLoader
+    hang) or the proof shows the worker can never run again."""
+    return facts.mode == MODE_HANG and (facts.loader_hang() or view.proven)
+
+
+def gather(facts: Facts, hit) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...], Optional[Frame], float]]:
+    """Apply ``hit(facts, view) -> (confidence, evidence lines, user frame) | None`` to every
+    worker a hang rule may speak of; ``(evidence, pids, first user frame, confidence)`` with
+    main's wait first, or ``None`` when no worker matched."""
+    hits = [(v, h) for v in worker_views(facts) if loader_stalled_on(facts, v) for h in [hit(facts, v)] if h is not None]
     if not hits:
         return None
-    evidence = [waiting_main(facts)] + [line for _, h in hits for line in h[1]]
+    head = [waiting_main(facts)] if facts.loader_hang() else []
+    evidence = head + [line for _, h in hits for line in h[1]]
     user = next((h[2] for _, h in hits if h[2] is not None), None)
-    return WorkerFindings(tuple(evidence), tuple(w.pid for w, _ in hits), user, max(h[0] for _, h in hits))
+    return tuple(evidence), tuple(v.pid for v, _ in hits), user, max(h[0] for _, h in hits)
+
+
+def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, ...]) -> Optional[Finding]:
+    """A finding whose summary is ``N DataLoader workers are <state>``, where ``state`` may use
+    ``{where}`` for the user's ``file:line``; ``None`` when no worker matched ``hit``."""
+    found = gather(facts, hit)
+    if found is None:
+        return None
+    evidence, pids, user, confidence = found
+    where = f" at {brief(user)}" if user else ""
+    return Finding(
+        confidence=confidence,
+        summary=f"{workers_phrase(len(pids))} {state.format(where=where)}",
+        evidence=evidence,
+        remedy=remedy,
+        pids=pids,
+        location=location(user),
+        docs=docs,
+    )
 
 
 def stderr_lines(facts: Facts, pattern: "re.Pattern[str]") -> List[str]:

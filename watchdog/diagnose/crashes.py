@@ -1,21 +1,35 @@
 """Crash rules: the job (or a worker) died, and PyTorch said why on stderr.
 
 They read PyTorch's own error text in the stderr tail together with what the timeline saw of
-the processes, and fire in ``crash`` mode (the job exited) and in ``hang`` mode (a dead
-worker or an exhausted resource explains a lost batch). Messages matched, from
+the processes, and fire in ``crash`` mode (the job exited) and most of them in ``hang`` mode
+too (an exhausted resource explains a lost batch). Errors that carry an errno are classified
+by it, not by their wording (NOTE [ Errno classes ]). Messages matched, from
 torch/utils/data/dataloader.py (``_try_get_data``), torch/utils/data/_utils/signal_handling.py
-and torch/csrc/DataLoader.cpp (worker signal handlers), torch/multiprocessing/reductions.py and
-torch/csrc/cuda (lazy init), and CPython multiprocessing.
+and torch/csrc/DataLoader.cpp (worker signal handlers), aten/src/ATen/MapAllocator.cpp
+("unable to open shared memory object", "unable to mmap"), torch/utils/data/_utils/worker.py
+(``ExceptionWrapper``: "Caught X in DataLoader worker process N" and "Original Traceback"),
+torch/cuda (lazy init), and CPython multiprocessing.
+
+NOTE [ Errno classes ]
+``MapAllocator`` and Python's ``OSError`` end their messages with the errno: ``… (24)`` or
+``[Errno 24]``. 24 EMFILE: descriptors (``fd_exhausted``); 28 ENOSPC, or a SIGBUS: ``/dev/shm``
+is full (``shm_exhausted``); 12 ENOMEM on ``mmap``: memory maps or memory
+(``map_count_exhausted`` when the map count is near ``vm.max_map_count``); 2 ENOENT on a
+``/torch_*`` object: the file was deleted underneath the job (``shm_removed``: systemd-logind
+``RemoveIPC``, a ``/dev/shm`` cleaner). A rule whose measured figures disagree (``/dev/shm``
+nearly empty for ``shm_exhausted``) says so and ranks last (NOTE [ Rule ranks ]).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import List, Optional, Tuple
 
-from ..types import MODE_CRASH, MODE_LIVE, SEVERITY_CRASH, Diagnosis, Facts
+from .. import frames
+from ..types import MODE_CRASH, MODE_EXIT, MODE_HANG, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Frame
 from .common import (
     DOC_CUDA_FORK,
+    DOC_DATALOADER,
     DOC_MULTI_PROCESS_LOADING,
     DOC_MULTIPROCESSING,
     DOC_SHARING_STRATEGIES,
@@ -25,14 +39,20 @@ from .common import (
     stderr_lines,
     traceback_location,
 )
-from .engine import rule
+from .engine import Finding, rule
 
-_KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)")
-_SHM = re.compile(
-    r"insufficient shared memory|unable to allocate shared memory|Unexpected bus error|No space left on device \(28\)|unable to write to file </torch_|unable to open shared memory object",
-    re.I,
+CRASH_AND_HANG = (MODE_CRASH, MODE_HANG)
+CRASH = (MODE_CRASH,)
+
+_ERRNO = re.compile(r"\((\d+)\)\s*$|\[Errno (\d+)\]")
+# Lines where PyTorch or Python report a failed shared-memory or descriptor operation.
+_RESOURCE_LINE = re.compile(
+    r"shared memory|/torch_|unable to mmap|unable to write to file|unable to resize file|Too many open files|"
+    r"received 0 items of ancdata|No space left on device|Unexpected bus error|killed by signal: Bus error|\[Errno \d+\]"
 )
-_FD = re.compile(r"received 0 items of ancdata|Too many open files|OSError: \[Errno 24\]")
+_SIGBUS = re.compile(r"Unexpected bus error|killed by signal: Bus error|insufficient shared memory", re.I)
+_KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)")
+_NATIVE_SIGNAL = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) encountered in worker")
 _START = re.compile(
     r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object|Can't get attribute '[^']+' on <module '__main__'"
     r"|An attempt has been made to start a new process before|daemonic processes are not allowed to have children"
@@ -42,20 +62,62 @@ _PICKLE = re.compile(r"[Cc]an't pickle|cannot pickle")
 # Popen._launch -> reduction.dump in popen_spawn_posix.py / popen_forkserver.py).
 _START_PATH = re.compile(r"popen_(?:spawn|forkserver)_posix\.py|popen_forkserver\.py|in _launch\b")
 _CUDA_FORK = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
+_TIMED_OUT = re.compile(r"DataLoader timed out after (\d+(?:\.\d+)?) seconds")
+_CAUGHT = re.compile(r"Caught (\w+(?:\.\w+)*) in DataLoader worker process (\d+)")
+_TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
-
-def _applies(facts: Facts) -> bool:
-    return facts.mode != MODE_LIVE and bool(facts.stderr_tail)
+# Share of RLIMIT_NOFILE / vm.max_map_count at which a process counts as having hit it.
+NEAR_LIMIT = 0.9
 
 
 def _exit(facts: Facts) -> str:
     return "" if facts.exit_code is None else f"; the job exited with code {facts.exit_code}"
 
 
-@rule(rank=1)
-def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
-    """``/dev/shm`` full: workers put every batch's tensors in shared memory (field notes B12)."""
-    lines = stderr_lines(facts, _SHM) if _applies(facts) else []
+def errno_of(line: str) -> Optional[int]:
+    """The errno a PyTorch or Python error line ends with (``… (24)``, ``[Errno 24]``), or ``None``."""
+    m = _ERRNO.search(line)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def resource_errors(stderr: str) -> List[Tuple[str, Optional[int]]]:
+    """``(line, errno)`` for each stderr line that reports a failed shared-memory, mapping or
+    descriptor operation (NOTE [ Errno classes ]), in order."""
+    out = []
+    for line in stderr.splitlines():
+        if _RESOURCE_LINE.search(line):
+            code = errno_of(line)
+            if code is None and ("Too many open files" in line or "ancdata" in line):
+                code = 24
+            elif code is None and "No space left on device" in line:
+                code = 28
+            out.append((line.strip(), code))
+    return out
+
+
+def _errors_with(facts: Facts, codes) -> List[str]:
+    return [line for line, code in resource_errors(facts.stderr_tail) if code in codes]
+
+
+def _near_limit(facts: Facts, used, limit) -> List[Tuple[str, int, int, int]]:
+    """``(role, pid, used, limit)`` of processes whose ``used(p)`` came within NEAR_LIMIT of
+    ``limit(p)`` (or the host's) at their last sample, highest share first: who hit the limit,
+    with the limit in force then."""
+    last = {}
+    for s in facts.timeline:
+        for p in s.processes:
+            u, lim = used(p), limit(p, s)
+            if u is not None and lim:
+                last[p.pid] = (p.role, p.pid, u, lim)
+    hot = [x for x in last.values() if x[2] >= NEAR_LIMIT * x[3]]
+    return sorted(hot, key=lambda x: -x[2] / x[3])
+
+
+@rule("shm_exhausted", SEVERITY_CRASH, 1, CRASH_AND_HANG)
+def shm_exhausted(facts: Facts) -> Optional[Finding]:
+    """``/dev/shm`` full: workers put every batch's tensors in shared memory (field notes B12):
+    ENOSPC (28), or a bus error when a page of a full tmpfs is first touched."""
+    lines = _errors_with(facts, {28}) + [line.strip() for line in facts.stderr_tail.splitlines() if _SIGBUS.search(line)]
     if not lines:
         return None
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
@@ -63,17 +125,15 @@ def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
     evidence = [f"stderr: {line}" for line in lines[-2:]]
     creators = sorted({int(pid) for pid in re.findall(r"torch_(\d+)_", facts.stderr_tail)})
     if creators:
-        evidence.append(
-            f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)"
-        )
+        evidence.append(f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)")
     evidence.append(
         f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)} at the sampling interval "
         f"(a batch's allocation that does not fit fails between samples){_exit(facts)}"
     )
-    return Diagnosis(
-        kind="shm_exhausted",
-        location=traceback_location(facts.stderr_tail),
-        severity=SEVERITY_CRASH,
+    contradiction = None
+    if peak is not None and total and peak < 0.25 * total:
+        contradiction = f"/dev/shm was at most {peak / total:.1%} used"
+    return Finding(
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
         summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
         evidence=tuple(evidence),
@@ -82,54 +142,125 @@ def shm_exhausted(facts: Facts) -> Optional[Diagnosis]:
             "with medium: Memory at /dev/shm; or lower batch_size × prefetch_factor × num_workers."
         ),
         pids=tuple(creators) or tuple(w.pid for w in facts.sample.workers),
+        location=traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_SHARING_STRATEGIES),
+        contradiction=contradiction,
     )
 
 
-@rule(rank=2)
-def fd_exhausted(facts: Facts) -> Optional[Diagnosis]:
-    """File descriptors exhausted under the ``file_descriptor`` sharing strategy: one fd per
-    shared tensor storage held by main (field notes B13)."""
-    lines = stderr_lines(facts, _FD) if _applies(facts) else []
+@rule("shm_removed", SEVERITY_CRASH, 1, CRASH_AND_HANG)
+def shm_removed(facts: Facts) -> Optional[Finding]:
+    """A shared-memory file PyTorch still needed was deleted underneath the job: ENOENT (2) on a
+    ``/torch_*`` object (field notes B15: systemd-logind ``RemoveIPC``, a ``/dev/shm`` cleaner)."""
+    lines = [line for line in _errors_with(facts, {2}) if "/torch_" in line or "shared memory" in line]
     if not lines:
         return None
-    main = facts.sample.main
-    pid = main.pid if main else None
-    peak = max_over_timeline(facts, lambda s: s.main.num_fds if s.main else None)
-    limit = max_over_timeline(facts, lambda s: s.main.rlimit_nofile_soft if s.main else None)
-    evidence = [f"stderr: {line}" for line in lines[-2:]]
-    evidence.append(
-        f"main pid {pid}: peak open file descriptors seen {peak if peak is not None else 'unknown'} of RLIMIT_NOFILE {limit if limit is not None else 'unknown'}{_exit(facts)}"
-    )
-    return Diagnosis(
-        kind="fd_exhausted",
-        location=traceback_location(facts.stderr_tail),
-        severity=SEVERITY_CRASH,
-        confidence=0.9,
-        summary=f"The main process ran out of file descriptors (RLIMIT_NOFILE {limit}) receiving shared tensors from workers.",
-        evidence=tuple(evidence),
+    total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
+    peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
+    return Finding(
+        confidence=0.85,
+        summary="A shared-memory file of the job was deleted while still in use (No such file or directory on a /torch_* object).",
+        evidence=tuple(f"stderr: {line}" for line in lines[-2:])
+        + (f"/dev/shm: peak use seen {mib(peak)} of {mib(total)}: it was not full{_exit(facts)}",),
         remedy=(
-            'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
-            "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536); do not keep many batches alive in main."
+            "Something removes files from /dev/shm while the job runs: set RemoveIPC=no in /etc/systemd/logind.conf (when "
+            "the job's user logs out), stop /dev/shm cleaners (tmpreaper, cron jobs), or use the file_descriptor sharing strategy."
         ),
-        pids=(pid,) if pid else (),
+        pids=tuple(w.pid for w in facts.sample.workers),
+        location=traceback_location(facts.stderr_tail),
         docs=(DOC_SHARING_STRATEGIES,),
     )
 
 
-@rule(rank=5)
-def worker_killed(facts: Facts) -> Optional[Diagnosis]:
+@rule("fd_exhausted", SEVERITY_CRASH, 2, CRASH_AND_HANG)
+def fd_exhausted(facts: Facts) -> Optional[Finding]:
+    """File descriptors exhausted (EMFILE, 24): under the ``file_descriptor`` sharing strategy
+    one fd per shared tensor storage, in the process that hit its RLIMIT_NOFILE (field notes B13)."""
+    lines = _errors_with(facts, {24})
+    if not lines:
+        return None
+    hot = _near_limit(facts, lambda p: p.num_fds, lambda p, s: p.rlimit_nofile_soft)
+    evidence = [f"stderr: {line}" for line in lines[-2:]]
+    if hot:
+        for role, pid, used, limit in hot[:4]:
+            evidence.append(f"{role} pid {pid}: {used} open file descriptors of RLIMIT_NOFILE {limit} at its last sample")
+        who = ", ".join(f"{role} pid {pid}" for role, pid, _, _ in hot[:3])
+        limits = sorted({limit for *_, limit in hot})
+        summary = f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors between processes."
+        pids = tuple(pid for _, pid, _, _ in hot)
+    else:
+        peak = max_over_timeline(facts, lambda s: max((p.num_fds or 0) for p in s.processes) if s.processes else None)
+        evidence.append(f"the highest descriptor count seen in any process was {peak} (the limit was hit between samples){_exit(facts)}")
+        summary = "A process of the job ran out of file descriptors (Too many open files) passing shared tensors."
+        pids = tuple(p.pid for p in facts.sample.processes if p.role in ("main", "dataloader_worker"))
+    return Finding(
+        confidence=0.9,
+        summary=summary,
+        evidence=tuple(evidence),
+        remedy=(
+            'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
+            "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, larger "
+            "tensors per sample, and do not keep many batches alive in main."
+        ),
+        pids=pids,
+        location=traceback_location(facts.stderr_tail),
+        docs=(DOC_SHARING_STRATEGIES,),
+    )
+
+
+@rule("map_count_exhausted", SEVERITY_CRASH, 2, CRASH_AND_HANG)
+def map_count_exhausted(facts: Facts) -> Optional[Finding]:
+    """``mmap`` failed with ENOMEM (12): each shared tensor received from a worker is one
+    mapping in main, and a process may have at most ``vm.max_map_count`` (65530 by default;
+    pytorch/pytorch#92134, #60626)."""
+    lines = [line for line in _errors_with(facts, {12}) if "mmap" in line or "shared memory" in line]
+    if not lines:
+        return None
+    hot = _near_limit(facts, lambda p: p.map_count, lambda p, s: s.host.max_map_count)
+    peak = max_over_timeline(facts, lambda s: max((p.map_count or 0) for p in s.processes) if s.processes else None)
+    limit = max_over_timeline(facts, lambda s: s.host.max_map_count)
+    evidence = [f"stderr: {line}" for line in lines[-2:]]
+    evidence += [f"{role} pid {pid}: {used} memory mappings of vm.max_map_count {lim} at its last sample" for role, pid, used, lim in hot[:3]]
+    if not hot:
+        evidence.append(f"highest map count seen: {peak} of vm.max_map_count {limit}")
+    avail = max_over_timeline(facts, lambda s: -s.host.mem_available_bytes)
+    if avail is not None:
+        evidence.append(f"lowest available memory seen: {mib(-avail)}{_exit(facts)}")
+    near = bool(hot) or (peak is not None and limit and peak >= 0.75 * limit)
+    who = ", ".join(f"{role} pid {pid}" for role, pid, _, _ in hot[:2]) or "a process of the job"
+    return Finding(
+        confidence=0.9 if near else 0.5,
+        summary=f"{who} ran out of memory mappings (vm.max_map_count {limit}): every shared tensor it keeps alive is one mapping.",
+        evidence=tuple(evidence),
+        remedy=(
+            "Do not keep received batches alive (copy what you cache: tensor.clone(), or .numpy().copy(), frees the shared "
+            "mapping); batch more samples per tensor; or raise the limit: sysctl -w vm.max_map_count=262144."
+        ),
+        pids=tuple(pid for _, pid, _, _ in hot) or ((facts.sample.main.pid,) if facts.sample.main else ()),
+        location=traceback_location(facts.stderr_tail),
+        docs=(DOC_SHARING_STRATEGIES, "https://github.com/pytorch/pytorch/issues/92134"),
+        contradiction=None if near or peak is None else f"the highest map count seen was {peak} of {limit}: memory itself ran out, not mappings",
+    )
+
+
+@rule("worker_killed", SEVERITY_CRASH, 5, CRASH)
+def worker_killed(facts: Facts) -> Optional[Finding]:
     """A worker vanished or was killed by a signal; PyTorch raises "DataLoader worker (pid N) is
-    killed by signal" (SIGCHLD handler) or "exited unexpectedly" (``_try_get_data``)."""
-    if facts.mode != MODE_CRASH or not facts.stderr_tail:
+    killed by signal" (SIGCHLD handler) or "exited unexpectedly" (``_try_get_data``). The
+    worker's own C handler prints "Unexpected segmentation fault encountered in worker" first;
+    when main's message loses the race, that line alone names the signal."""
+    if not facts.stderr_tail:
         return None
     matches = list(_KILLED.finditer(facts.stderr_tail))
-    if not matches:
+    native = _NATIVE_SIGNAL.search(facts.stderr_tail)
+    if not matches and native is None:
         return None
-    m = next((x for x in reversed(matches) if x.group(2)), matches[-1])  # "killed by signal" says more
-    pids = tuple(int(p) for p in re.findall(r"\d+", m.group(1)))
-    signal_name = m.group(2)
-    evidence = [f"stderr: {m.group(0)}"]
+    m = next((x for x in reversed(matches) if x.group(2)), matches[-1] if matches else None)  # "killed by signal" says more
+    pids = tuple(int(p) for p in re.findall(r"\d+", m.group(1))) if m else ()
+    signal_name = (m.group(2) if m else None) or (native.group(1).capitalize() if native else None)
+    evidence = [f"stderr: {m.group(0)}"] if m else []
+    if native is not None:
+        evidence.append(f"stderr: {native.group(0)} (the worker's own signal handler, torch/csrc/DataLoader.cpp)")
     for pid in pids:
         last = facts.last_seen(pid)
         if last is not None:
@@ -144,47 +275,51 @@ def worker_killed(facts: Facts) -> Optional[Diagnosis]:
     if oom:
         how += " by the OOM killer"
     seen = any(facts.last_seen(pid) is not None for pid in pids)
-    if not seen:
+    if pids and not seen:
         evidence.append("the watchdog never sampled these workers (they died within a sampling interval of starting)")
     low_memory = avail is not None and -avail < 0.05 * 2**30
-    memory_fix = oom or (signal_name == "Killed" and low_memory)
-    return Diagnosis(
-        kind="worker_killed",
-        location=traceback_location(facts.stderr_tail),
-        severity=SEVERITY_CRASH,
-        confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen else 0.15),
-        summary=f"DataLoader worker(s) {', '.join(map(str, pids))} {how}; the main process stopped with an error.",
+    segfault = (signal_name or "").lower().startswith(("segmentation", "floating"))
+    if segfault:
+        remedy = (
+            "A native library called from __getitem__ crashed (a decoder, a C extension, ctypes): this is a bug or bad input, "
+            "not memory. Reproduce with num_workers=0 under `python -X faulthandler` (or gdb) to get the native stack, check "
+            "the record being decoded, and upgrade or replace the library."
+        )
+    elif oom or (signal_name == "Killed" and low_memory):
+        remedy = (
+            "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
+            "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. Check `dmesg | grep -i -e oom -e killed`."
+        )
+    else:
+        remedy = (
+            "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the worker's last "
+            "lines on stderr; a segmentation fault points to a native library in __getitem__, a bus error to /dev/shm."
+        )
+    who = f"DataLoader worker(s) {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
+    return Finding(
+        confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen or not pids else 0.15),
+        summary=f"{who} {how}; the main process stopped with an error.",
         evidence=tuple(evidence),
-        remedy=(
-            (
-                "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
-                "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. "
-                if memory_fix
-                else ""
-            )
-            + "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the worker's last "
-            "lines on stderr; a segmentation fault or bus error points to a native library in __getitem__ or to /dev/shm."
-        ),
+        remedy=remedy,
         pids=pids,
+        location=traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
     )
 
 
-@rule(rank=3)
-def worker_start_failed(facts: Facts) -> Optional[Diagnosis]:
+@rule("worker_start_failed", SEVERITY_CRASH, 3, CRASH)
+def worker_start_failed(facts: Facts) -> Optional[Finding]:
     """Workers could not start: under spawn/forkserver the Dataset, ``collate_fn`` or
     ``worker_init_fn`` cannot be pickled, ``__main__`` is re-imported without a main guard, or
     the loader runs in a daemonic process (field notes B28–B30)."""
-    if facts.mode != MODE_CRASH or not facts.stderr_tail:
-        return None  # workers that cannot start end the job at once: never a hang
+    if not facts.stderr_tail:
+        return None
     lines = [x for x in stderr_lines(facts, _START) if not _PICKLE.search(x) or _START_PATH.search(facts.stderr_tail)]
     if not lines:
         return None
     line = lines[-1]
     if "bootstrapping phase" in line or "start a new process before" in line:
-        remedy = (
-            'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main module in every worker.'
-        )
+        remedy = 'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main module in every worker.'
     elif "daemonic" in line:
         remedy = "Do not create a DataLoader with num_workers > 0 (or a Pool) inside a DataLoader worker or other daemonic process; use num_workers=0 there."
     else:
@@ -200,29 +335,24 @@ def worker_start_failed(facts: Facts) -> Optional[Diagnosis]:
         + (f" (start method {', '.join(methods)})" if methods else "")
         + _exit(facts)
     )
-    return Diagnosis(
-        kind="worker_start_failed",
-        location=traceback_location(facts.stderr_tail),
-        severity=SEVERITY_CRASH,
+    return Finding(
         confidence=0.9,
         summary=f"DataLoader workers could not start: {line[:160]}",
         evidence=tuple(evidence),
         remedy=remedy,
         pids=(facts.sample.main.pid,) if facts.sample.main else (),
+        location=traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_START_METHODS),
     )
 
 
-@rule(rank=4)
-def cuda_in_forked_worker(facts: Facts) -> Optional[Diagnosis]:
+@rule("cuda_in_forked_worker", SEVERITY_CRASH, 4, CRASH_AND_HANG)
+def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
     """CUDA was initialised in the parent and touched again in a forked worker (field notes B10)."""
-    lines = stderr_lines(facts, _CUDA_FORK) if _applies(facts) else []
+    lines = stderr_lines(facts, _CUDA_FORK)
     if not lines:
         return None
-    return Diagnosis(
-        kind="cuda_in_forked_worker",
-        location=traceback_location(facts.stderr_tail),
-        severity=SEVERITY_CRASH,
+    return Finding(
         confidence=0.95,
         summary="A forked DataLoader worker touched CUDA after the main process had initialised it.",
         evidence=tuple(f"stderr: {line}" for line in lines[-2:]) + (f"exit code {facts.exit_code}",) * (facts.exit_code is not None),
@@ -232,5 +362,146 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Diagnosis]:
             "(e.g. torch.load without map_location)."
         ),
         pids=tuple(w.pid for w in facts.sample.workers),
+        location=traceback_location(facts.stderr_tail),
         docs=(DOC_CUDA_FORK, DOC_START_METHODS),
+    )
+
+
+def _workers_cpu_s(facts: Facts, window_s: float) -> Tuple[Optional[float], int]:
+    """CPU seconds all workers used in the last ``window_s`` of the timeline, and how many
+    workers were seen then."""
+    if not facts.timeline:
+        return None, 0
+    end = facts.timeline[-1].t_mono
+    recent = [s for s in facts.timeline if s.t_mono >= end - window_s]
+    if len(recent) < 2:
+        return None, 0
+    total, pids = 0.0, set()
+    first = {}
+    for s in recent:
+        for w in s.workers:
+            first.setdefault((w.pid, w.create_time), w.cpu_s)
+            pids.add(w.pid)
+    last = {}
+    for s in recent:
+        for w in s.workers:
+            last[(w.pid, w.create_time)] = w.cpu_s
+    total = sum(last[k] - first[k] for k in last)
+    return total, len(pids)
+
+
+@rule("loader_timeout", SEVERITY_CRASH, 6, CRASH)
+def loader_timeout(facts: Facts) -> Optional[Finding]:
+    """``DataLoader(timeout=N)`` expired: main raised "DataLoader timed out after N seconds"
+    (``_try_get_data`` in dataloader.py). Busy workers mean the timeout is shorter than a batch
+    takes; quiet workers mean one was stuck and the timeout did its job."""
+    m = _TIMED_OUT.search(facts.stderr_tail or "")
+    if m is None:
+        return None
+    timeout_s = float(m.group(1))
+    cpu, workers = _workers_cpu_s(facts, timeout_s)
+    evidence = [f"stderr: {m.group(0)}"]
+    busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
+    if cpu is not None:
+        evidence.append(f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the error{_exit(facts)}")
+    if busy:
+        summary = f"DataLoader(timeout={timeout_s:g}) fired while the workers were busy computing a batch: the timeout is shorter than a batch takes."
+        remedy = (
+            f"Raise DataLoader(timeout=…) above the slowest batch (more than {timeout_s:g} s here, with margin for load), or make "
+            "batches cheaper (smaller batch_size, lighter transforms, more workers if CPUs allow). Nothing was deadlocked."
+        )
+    else:
+        summary = f"DataLoader(timeout={timeout_s:g}) fired while the workers did no work: a worker was stuck, and the timeout turned the hang into this error."
+        remedy = (
+            "The timeout did its job: find what the worker waited on (a storage or network call without a timeout, a lock); "
+            "run under `dlwatch run` with stall_timeout_s below the DataLoader timeout to get the worker's stack before it fires."
+        )
+    return Finding(
+        confidence=0.85 if cpu is not None else 0.7,
+        summary=summary,
+        evidence=tuple(evidence),
+        remedy=remedy,
+        pids=tuple(w.pid for w in facts.sample.workers),
+        location=traceback_location(facts.stderr_tail),
+        docs=(DOC_DATALOADER,),
+    )
+
+
+def original_traceback(stderr: str) -> Tuple[Optional[str], Optional[Frame], Optional[str]]:
+    """From the last "Original Traceback" PyTorch printed (``ExceptionWrapper.reraise``): the
+    exception line, the innermost frame of the user's code, and its source line (the line
+    after the ``File …`` line), each ``None`` when absent."""
+    at = stderr.rfind("Original Traceback (most recent call last):")
+    if at < 0:
+        return None, None, None
+    lines = stderr[at:].splitlines()[1:]
+    exc, user, source = None, None, None
+    for i, line in enumerate(lines):
+        m = _TB_FILE.match(line)
+        if m:
+            f = Frame(m.group("func"), m.group("file"), int(m.group("line")), False)
+            if frames.is_user(f):
+                user = f
+                nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+                source = None if _TB_FILE.match(lines[i + 1] if i + 1 < len(lines) else "") else nxt or None
+        elif line and not line.startswith((" ", "\t")):
+            exc = line.strip()
+            break
+    return exc, user, source
+
+
+@rule("dataset_error", SEVERITY_CRASH, 7, CRASH)
+def dataset_error(facts: Facts) -> Optional[Finding]:
+    """An exception raised in the Dataset (``__getitem__``, ``__iter__``, ``collate_fn``,
+    ``worker_init_fn``) inside a worker, which PyTorch re-raises in main as "Caught X in
+    DataLoader worker process N" with the worker's "Original Traceback" (``ExceptionWrapper`` in
+    torch/_utils.py)."""
+    m = None
+    for m in _CAUGHT.finditer(facts.stderr_tail or ""):
+        pass
+    if m is None:
+        return None
+    exc, user, source = original_traceback(facts.stderr_tail)
+    where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else "the Dataset"
+    evidence = [f"stderr: {m.group(0)}"]
+    if exc:
+        evidence.append(f"stderr (Original Traceback): {exc}")
+    if user is not None:
+        evidence.append(f"raised at {where}" + (f": `{source}`" if source else ""))
+    evidence.append(f"worker id {m.group(2)} raised it; main re-raised it and stopped{_exit(facts)}")
+    hint = ""
+    if m.group(1).endswith("IndexError"):
+        hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
+    return Finding(
+        confidence=0.9 if exc else 0.75,
+        summary=f"The Dataset raised {exc or m.group(1)} at {where} in DataLoader worker {m.group(2)}; the main process re-raised it.",
+        evidence=tuple(evidence),
+        remedy=(
+            "Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process with "
+            "num_workers=0 (or dataset[i] for the failing index) to debug it in place." + hint
+        ),
+        pids=(facts.sample.main.pid,) if facts.sample.main else (),
+        location=f"{user.file}:{user.line}" if user else traceback_location(facts.stderr_tail),
+        docs=(DOC_DATALOADER,),
+    )
+
+
+@rule("shm_leaked", SEVERITY_WARNING, 60, (MODE_CRASH, MODE_EXIT))
+def shm_leaked(facts: Facts) -> Optional[Finding]:
+    """After the job ended, files its processes created in ``/dev/shm`` (``torch_<pid>_…``,
+    the ``file_system`` sharing strategy) are still there and hold shared memory until removed."""
+    if not facts.shm_leftovers:
+        return None
+    total = sum(size for _, size in facts.shm_leftovers)
+    pids = sorted({int(name.split("_")[1]) for name, _ in facts.shm_leftovers})
+    patterns = " ".join(f"/dev/shm/torch_{pid}_*" for pid in pids[:8])
+    return Finding(
+        confidence=0.95,
+        summary=f"The job left {len(facts.shm_leftovers)} file(s) ({mib(total)}) in /dev/shm; they hold shared memory until removed.",
+        evidence=tuple(f"/dev/shm/{name}: {size} bytes" for name, size in facts.shm_leftovers[:5])
+        + (f"… and {len(facts.shm_leftovers) - 5} more",) * (len(facts.shm_leftovers) > 5)
+        + (f"created by pid(s) {', '.join(map(str, pids))} of this job (the pid is in each name){_exit(facts)}",),
+        remedy=f"Remove them once no process of the job runs: rm -f {patterns}",
+        pids=tuple(pids),
+        docs=(DOC_SHARING_STRATEGIES,),
     )

@@ -1,44 +1,145 @@
 """The rule registry and ranking.
 
-A rule is a function ``(Facts) -> Diagnosis | None`` registered with :func:`rule` and a
-``rank``: when several fire, the one that explains the others comes first (a worker blocked
-on an inherited lock explains main waiting for data), then higher confidence. Every fired
-rule is listed. ``unknown`` is added when no hang or crash rule fired.
+A rule is a function ``(Facts) -> Finding | None`` declared with :func:`rule`: its kind, its
+severity, its rank and the modes it applies to. The engine calls a rule only in its modes and
+turns its :class:`Finding` into a :class:`~watchdog.types.Diagnosis`, filling in kind, severity
+and certainty. Every fired rule is listed; ``unknown`` is added when no hang or crash rule
+fired during a hang.
+
+NOTE [ Rule ranks ]
+When several rules fire, the one that explains the others comes first; then higher
+confidence. A finding that a measured figure contradicts (``Finding.contradiction``) ranks
+below every finding that agrees with all of them. The table, lower first:
+
+====  ======================  ==========================================================
+rank  kind                    why here
+====  ======================  ==========================================================
+1     shm_exhausted           an exhausted /dev/shm explains lost batches and crashes
+1     shm_removed             a deleted shared-memory file explains the same
+2     fd_exhausted            exhausted descriptors explain lost batches
+2     map_count_exhausted     exhausted memory maps explain a failed mmap
+3     worker_start_failed     workers that cannot start explain every later error
+4     cuda_in_forked_worker   a specific worker error, before the generic one
+5     worker_killed           a dead worker explains main's error
+6     loader_timeout          main's own timeout fired: the cause is the slow batch
+7     dataset_error           an exception in the Dataset, re-raised by main
+10    fork_inherited_lock     a deadlocked worker explains main waiting for data
+11    worker_deadlock         the same, within the worker's own threads
+12    pin_memory_stall        main's pin thread, before what waits on it
+13    main_thread_deadlock    main's threads wait on each other
+15    worker_blocked_io       a worker blocked in the kernel
+18    batch_lost              a lost batch (after the exhaustion that caused it)
+20    worker_stuck            a worker stuck in the Dataset for another reason
+25    shutdown_hang           main stuck shutting the iterator down
+30    stall_outside_loader    main stopped outside the loader
+50+   warnings                live findings, in the order of live.py
+====  ======================  ==========================================================
+
+A unit test checks that this table and the registered rules agree.
 """
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple
 
-from ..types import MODE_HANG, SEVERITY_WARNING, Diagnosis, Facts
+from ..types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_HANG, SEVERITY_WARNING, Diagnosis, Facts
 
-Rule = Callable[[Facts], Optional[Diagnosis]]
-RULES: List[Tuple[int, str, Rule]] = []
+ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
+# Added to the rank of a finding that a measured figure contradicts.
+CONTRADICTED_PENALTY = 1000
 
 
-def rule(rank: int) -> Callable[[Rule], Rule]:
-    """Register a rule; lower ``rank`` explains more and is listed first."""
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found; the engine adds kind, severity and certainty.
 
-    def register(fn: Rule) -> Rule:
-        RULES.append((rank, fn.__name__, fn))
-        RULES.sort(key=lambda r: r[0])
+    ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or figure;
+    ``location`` is the ``file:line`` in the user's code, when known; ``contradiction`` names a
+    measured figure that disagrees with this finding (it then ranks last, and says so).
+    """
+
+    confidence: float
+    summary: str
+    evidence: Tuple[str, ...]
+    remedy: str
+    pids: Tuple[int, ...]
+    location: Optional[str] = None
+    docs: Tuple[str, ...] = ()
+    contradiction: Optional[str] = None
+
+
+RuleFn = Callable[[Facts], Optional[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule: ``fn`` runs only when the facts' mode is in ``modes``."""
+
+    kind: str
+    severity: str
+    rank: int
+    modes: FrozenSet[str]
+    fn: RuleFn
+
+
+RULES: List[Rule] = []
+
+
+def rule(kind: str, severity: str, rank: int, modes: Iterable[str]) -> Callable[[RuleFn], RuleFn]:
+    """Register a rule (see NOTE [ Rule ranks ] for ``rank``)."""
+
+    def register(fn: RuleFn) -> RuleFn:
+        RULES.append(Rule(kind, severity, rank, frozenset(modes), fn))
+        RULES.sort(key=lambda r: r.rank)
         return fn
 
     return register
 
 
+def certainty(facts: Facts, severity: str, pids: Tuple[int, ...]) -> str:
+    """``proven`` for a hang finding backed by the facts' proof (it covers one of ``pids``, or
+    is the loader-level argument); ``suspected`` for any other hang finding; empty otherwise."""
+    if severity != SEVERITY_HANG or facts.mode != MODE_HANG:
+        return ""
+    proof = facts.proof
+    if proof is not None and (proof.kind == "loader_idle" or set(proof.pids) & set(pids)):
+        return "proven"
+    return "suspected"
+
+
+def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
+    evidence = f.evidence + ((f"contradicted by a measurement: {f.contradiction}",) if f.contradiction else ())
+    return Diagnosis(
+        kind=r.kind,
+        severity=r.severity,
+        confidence=f.confidence,
+        summary=f.summary,
+        evidence=evidence,
+        remedy=f.remedy,
+        pids=f.pids,
+        location=f.location,
+        docs=f.docs,
+        certainty=certainty(facts, r.severity, f.pids),
+    )
+
+
 def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
-    """Run every rule on ``facts``; the findings, most likely first. Never empty for a hang
-    (``unknown`` is the fallback); may be empty for a crash or a live look."""
+    """Run every rule of ``facts.mode``; the findings, most likely first. Never empty for a
+    hang (``unknown`` is the fallback); may be empty for a crash or a live look."""
     from . import hangs  # the fallback rule lives there
 
     fired = []
-    for rank, _name, fn in RULES:
-        found = fn(facts)
+    for r in RULES:
+        if facts.mode not in r.modes:
+            continue
+        found = r.fn(facts)
         if found is not None:
-            fired.append((rank, -found.confidence, found))
+            rank = r.rank + (CONTRADICTED_PENALTY if found.contradiction else 0)
+            fired.append((rank, -found.confidence, _diagnosis(facts, r, found)))
     fired.sort(key=lambda x: (x[0], x[1]))
-    found = tuple(d for _, _, d in fired)
-    if facts.mode == MODE_HANG and not any(d.severity != SEVERITY_WARNING for d in found):
-        found = (hangs.unknown(facts),) + found
-    return found
+    out = tuple(d for _, _, d in fired)
+    if facts.mode == MODE_HANG and not any(d.severity != SEVERITY_WARNING for d in out):
+        f = hangs.unknown(facts)
+        out = (_diagnosis(facts, Rule("unknown", SEVERITY_HANG, 99, frozenset({MODE_HANG}), hangs.unknown), f),) + out
+    return out

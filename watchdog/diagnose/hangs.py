@@ -1,8 +1,9 @@
-"""Hang rules: what a stalled job's stacks, kernel waits and stderr say.
+"""Hang rules: what a stalled job's stacks, kernel waits, proof and stderr say.
 
-No rule matches on a single frame name where another cause produces the same frame: a worker
-idle in ``index_queue.get`` is healthy, and main in ``_try_get_data`` is only the symptom; each
-rule combines a stack shape with the worker's quiescence and its kernel wait state.
+Rules read the states decided once in :mod:`watchdog.states` and :func:`common.worker_views`
+(how each thread waits, what each worker's loop does) and the facts' proof; none matches on
+another rule's evidence text. A worker idle in ``index_queue.get`` is healthy, and main in
+``_try_get_data`` is only the symptom.
 """
 
 from __future__ import annotations
@@ -11,57 +12,62 @@ import re
 from typing import List, Optional, Tuple
 
 from .. import frames
-from ..types import MODE_HANG, SEVERITY_HANG, Diagnosis, Facts, Frame, ProcessSample, ProcessStack, ThreadStack
+from ..states import Activity, WorkerState
+from ..types import MODE_HANG, SEVERITY_HANG, Facts, Frame, ThreadStack
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
     DOC_MULTI_PROCESS_LOADING,
     DOC_MULTIPROCESSING,
     DOC_START_METHODS,
+    WorkerView,
     brief,
     describe,
-    gather,
-    is_quiet,
     kernel_wait,
     location,
     quiet_text,
     waiting_main,
-    worker_thread,
+    worker_finding,
+    worker_views,
 )
-from .engine import rule
+from .engine import Finding, rule
+
+HANG = (MODE_HANG,)
+
+# What a worker (or a thread) waits to acquire, by frames.lock_holder(), for sentences.
+HOLDER_TEXT = {
+    "openmp": "the OpenMP runtime's thread pool (libgomp/libiomp), whose threads do not exist in a forked child",
+    "future": "a concurrent.futures result that only a thread pool's thread could set",
+    "condition": "a condition, event or queue.Queue that only another thread could signal",
+    "join": "a thread to finish",
+    "native_mutex": "a native mutex (pthread_mutex_lock)",
+    "python_lock": "a threading.Lock",
+}
 
 
-def lock_wait(facts: Facts, pid: int, t: ThreadStack) -> Optional[str]:
-    """How ``t`` is seen to be acquiring a lock, or ``None``: a native lock-acquire frame on top
-    of its Python frames, or (Python-only stacks) a source line that takes a lock. Waits for a
-    notification (Condition, Event, queues) are not lock-holder waits."""
-    if frames.waits_on_condition(t):
-        return None
-    nat = frames.native_lock_frame(t)
-    if nat is not None:
-        return f"native frame {nat.function} ({frames.short_path(nat.file)})"
-    top = frames.innermost_python(t)
-    if top is not None and frames.line_takes_lock(facts.source(top.file, top.line)):
-        return "its innermost Python line takes a lock"
-    return None
+def fork_threads_text(facts: Facts, pid: int) -> str:
+    """How many threads main ran when worker ``pid`` was forked, and which: the larger of the
+    count in the last sample before the fork and the threads of main still alive that started
+    before the worker (their ``stat`` start times), with their names."""
+    sampled = dict(facts.main_threads_at_fork).get(pid)
+    start = dict(facts.worker_start_ticks).get(pid)
+    main = facts.sample.main
+    before = []
+    if start is not None and main is not None:
+        before = [d for d in facts.threads_of(main.pid) if d.start_ticks is not None and d.start_ticks <= start]
+    count = max(sampled or 0, len(before))
+    if not count:
+        return ""
+    if count == 1:
+        return "; main ran a single thread at the fork as far as was seen, so the holder was a short-lived thread"
+    names = ", ".join(f"{d.name} ({d.tid})" for d in before[:8])
+    seen = f": {names} are still alive" if names else ""
+    return f"; main ran at least {count} threads when it forked this worker{seen}"
 
 
-def other_live_threads(stack: ProcessStack, t: ThreadStack) -> List[ThreadStack]:
-    """Threads of the worker besides ``t`` that could hold a lock (queue feeder threads idle in
-    ``Queue._feed`` cannot hold the user's lock)."""
-    return [x for x in stack.threads if x.tid != t.tid and not frames.is_feeder_thread(x)]
-
-
-def fork_context(facts: Facts, w: ProcessSample) -> str:
-    """``start method fork; main ran N threads at the last sample before the fork``."""
-    n = dict(facts.main_threads_at_fork).get(w.pid)
-    if n is None:
-        extra = ""
-    elif n > 1:
-        extra = f"; main ran {n} threads at the last sample before the fork"
-    else:
-        extra = "; main ran a single thread at the last sample before the fork, so the holder was a short-lived thread"
-    return f"start method {w.start_method or 'fork'}{extra}"
+def fork_context(facts: Facts, v: WorkerView) -> str:
+    """``start method fork; main ran at least N threads when it forked this worker: …``."""
+    return f"start method {v.proc.start_method or 'fork'}{fork_threads_text(facts, v.pid)}"
 
 
 def fork_site(t: ThreadStack) -> Optional[Frame]:
@@ -77,79 +83,287 @@ def fork_site(t: ThreadStack) -> Optional[Frame]:
     return None
 
 
-# --- hangs ----------------------------------------------------------------------------------
+def _holder(facts: Facts, t: ThreadStack) -> Optional[str]:
+    top = frames.innermost_python(t)
+    return frames.lock_holder(t, facts.source(top.file, top.line) if top else None)
 
 
-def _fork_lock_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if w.start_method not in (None, "fork") or not is_quiet(facts, w.pid):
+def _proof_line(facts: Facts, pid: int) -> List[str]:
+    if facts.proof is None or pid not in facts.proof.pids:
+        return []
+    mine = [line for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
+    return [f"proof: {line}" for line in mine] + [f"proof: {facts.proof.lines[-1]}"]
+
+
+# --- fork-inherited locks and deadlocks inside a worker -------------------------------------------
+
+
+def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
+    if v.proc.start_method not in (None, "fork") or not v.quiet or v.others:
         return None
-    stack = facts.stack(w.pid)
-    t = worker_thread(stack, w.pid)
+    if v.activity not in (Activity.PRIVATE_WAIT, Activity.UNKNOWN):
+        return None
+    t = v.loop
     if t is not None:
-        how = lock_wait(facts, w.pid, t)
-        if how is None or other_live_threads(stack, t):
+        holder = _holder(facts, t)
+        if holder is None and not v.proven:
             return None
         top = frames.innermost_python(t)
-        user = frames.innermost_user(t) or top
+        what = HOLDER_TEXT.get(holder or "", "something only another thread of its process could release")
         lines = [
-            f"worker pid {w.pid} ({w.name}): thread {t.tid} blocked acquiring a lock at {describe(facts, w.pid, top)} — {how}",
-            f"worker pid {w.pid}: {kernel_wait(facts, w.pid, t.tid)}; {quiet_text(facts, w.pid)}; "
-            f"the worker has no other thread that could release it; {fork_context(facts, w)}",
+            f"worker pid {v.pid} ({v.proc.name}): thread {t.tid} waits for {what}, at {describe(facts, v.pid, top)}",
+            f"worker pid {v.pid}: {kernel_wait(facts, v.pid, t.tid)}; {quiet_text(facts, v.pid)}; "
+            f"the worker has no other thread that could release it; {fork_context(facts, v)}",
         ]
-        if user is not None and user is not top:
-            lines.append(f"worker pid {w.pid}: called from {describe(facts, w.pid, user)}")
+        native = [f for f in t.frames if f.native][:3]
+        if holder in ("openmp", "native_mutex") and native:
+            lines.append(f"worker pid {v.pid}: native frames on top: {' ← '.join(describe(facts, v.pid, f) for f in native)}")
+        if v.user is not None and v.user is not top:
+            lines.append(f"worker pid {v.pid}: called from {describe(facts, v.pid, v.user)}")
         site = fork_site(t)
         if site is not None:
             lines.append(
-                f"worker pid {w.pid}: forked when the iterator was created at {describe(facts, w.pid, site)}: "
-                "another thread of main held the lock at that moment"
+                f"worker pid {v.pid}: forked when the iterator was created at {describe(facts, v.pid, site)}: "
+                "only the forking thread is copied into the child"
             )
-        return (0.9 if "native" in how else 0.75), lines, user
-    details = facts.threads_of(w.pid)
-    loop = next((d for d in details if d.tid == w.pid), None)
-    if loop is None or frames.wchan_family(loop.wchan) != "futex":
+        lines += _proof_line(facts, v.pid)
+        confidence = 0.95 if v.proven else (0.85 if holder in ("openmp", "native_mutex", "python_lock") else 0.7)
+        return confidence, lines, v.user or top
+    if v.loop_detail is None or frames.wchan_family(v.loop_detail.wchan) != "futex":
         return None
-    n = dict(facts.main_threads_at_fork).get(w.pid)
+    n = dict(facts.main_threads_at_fork).get(v.pid)
     lines = [
-        f"worker pid {w.pid} ({w.name}): no stack (py-spy unavailable); main thread {kernel_wait(facts, w.pid, w.pid)} — a futex wait with no wake-up; {quiet_text(facts, w.pid)}",
-        f"worker pid {w.pid}: {fork_context(facts, w)}",
-    ]
-    return (0.55 if (n or 0) > 1 else 0.4), lines, None
+        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); main thread {kernel_wait(facts, v.pid, v.pid)}; {quiet_text(facts, v.pid)}",
+        f"worker pid {v.pid}: {fork_context(facts, v)}",
+    ] + _proof_line(facts, v.pid)
+    return (0.6 if v.proven else 0.55 if (n or 0) > 1 else 0.4), lines, None
 
 
-@rule(rank=10)
-def fork_inherited_lock(facts: Facts) -> Optional[Diagnosis]:
-    """Forked workers blocked acquiring a lock that no thread in them can release: it was held
-    by another thread of the parent at ``fork()``, and only the forking thread survives in the
-    child (POSIX ``fork``; CPython docs on start methods; PyTorch multiprocessing notes)."""
-    found = gather(facts, _fork_lock_hit)
+_FORK_REMEDY = {
+    "openmp": (
+        "Do not run multi-threaded (OpenMP) work in fork-started workers: PyTorch sets one intra-op thread per "
+        "worker for this reason, so remove torch.set_num_threads(>1) from worker_init_fn (and OMP_NUM_THREADS>1 "
+        'inside workers); or start workers with DataLoader(..., multiprocessing_context="forkserver") (or "spawn").'
+    ),
+    "future": (
+        "Create thread pools (concurrent.futures executors, client libraries with background threads) inside the "
+        'worker, in worker_init_fn or lazily in __getitem__, not before iter(loader); or use multiprocessing_context="forkserver".'
+    ),
+    "condition": (
+        "The thread that would signal this condition or queue lives only in the main process: create the object and its "
+        'thread inside the worker (worker_init_fn), or use multiprocessing_context="forkserver" (or "spawn").'
+    ),
+}
+_FORK_REMEDY_DEFAULT = (
+    'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so each worker gets '
+    "fresh locks; or create the lock (or the object holding it: DB connection, logger handler, image library state) inside "
+    "the worker, in worker_init_fn or lazily in __getitem__; or make sure no other thread holds it while iter(loader) forks."
+)
+
+
+@rule("fork_inherited_lock", SEVERITY_HANG, 10, HANG)
+def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
+    """Forked workers wait for a lock, condition or thread pool that no thread in them can
+    release: only the forking thread survives ``fork()``, so a lock another thread of the parent
+    held, or a pool whose threads lived in the parent, stays stuck in the child (POSIX ``fork``;
+    CPython docs on start methods; PyTorch multiprocessing notes; pytorch/pytorch#41197)."""
+    found = worker_finding(
+        facts,
+        _fork_lock_hit,
+        "deadlocked{where} on state inherited through fork (a lock, condition or thread pool of the main process); no thread in a worker can ever release it.",
+        _FORK_REMEDY_DEFAULT,
+        (DOC_MULTIPROCESSING, DOC_START_METHODS),
+    )
     if found is None:
         return None
-    return found.hang(
-        "fork_inherited_lock",
+    holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in found.pids and v.loop is not None}
+    holder = next(iter(holders)) if len(holders) == 1 else None
+    if holder in _FORK_REMEDY:
+        summary = found.summary.replace("state inherited through fork (a lock, condition or thread pool of the main process)", HOLDER_TEXT[holder])
+        return Finding(**{**found.__dict__, "summary": summary, "remedy": _FORK_REMEDY[holder]})
+    return found
+
+
+def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
+    if not v.proven or v.stack is None or not v.stack.ok:
+        return None
+    threads = [t for t in v.stack.threads if not frames.is_feeder_thread(t)]
+    if len(threads) < 2 and v.proc.start_method in (None, "fork"):
+        return None  # one thread, forked: fork_inherited_lock
+    lines = []
+    for t in threads:
+        top = frames.innermost_python(t)
+        user = frames.innermost_user(t) or top
+        what = HOLDER_TEXT.get(_holder(facts, t) or "", "something only a thread of its process could release")
+        lines.append(f"worker pid {v.pid}: thread {t.tid} ({t.name or '?'}) waits for {what} at {describe(facts, v.pid, user)}")
+        lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
+    lines += _proof_line(facts, v.pid)
+    return 0.9, lines, v.user
+
+
+@rule("worker_deadlock", SEVERITY_HANG, 11, HANG)
+def worker_deadlock(facts: Facts) -> Optional[Finding]:
+    """A worker's own threads wait on each other: every thread of it is in an untimed wait on a
+    private futex (two locks taken in opposite orders, a lock taken twice), so none can run."""
+    return worker_finding(
+        facts,
+        _self_deadlock_hit,
+        "deadlocked{where}: every thread of the worker waits for a lock or condition that only another of its own threads could release.",
         (
-            "deadlocked{where} on a lock that another thread of the main process held when the workers were forked; "
-            "no thread in a worker can ever release it."
+            "Take locks in one global order in __getitem__ and in any thread it starts (or use one lock); never take a "
+            "non-reentrant lock twice in one thread (threading.RLock if needed); acquire with a timeout to fail loudly."
         ),
-        (
-            'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so '
-            "each worker gets fresh locks; or create the lock (or the object holding it: DB connection, logger "
-            "handler, image library state) inside the worker, in worker_init_fn or lazily in __getitem__; or make "
-            "sure no other thread holds it while iter(loader) forks the workers."
-        ),
-        (DOC_MULTIPROCESSING, DOC_START_METHODS),
+        (DOC_MULTI_PROCESS_LOADING,),
     )
 
 
-def _dataset_frames(t: ThreadStack) -> Optional[Tuple[Optional[Frame], Frame]]:
-    """``(innermost frame, innermost user frame)`` of a worker-loop thread that is inside the
-    Dataset (not idle waiting for an index), else ``None``."""
-    if frames.is_idle_worker(t) or not frames.has_frame(t, frames.FETCH_FUNCS | frames.WORKER_LOOP_FUNCS):
+# --- a deadlock inside main -------------------------------------------------------------------
+
+
+def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Frame], List[str]]:
+    """Evidence lines (one per thread of main, the iterating thread first), main's user frame,
+    and the holder kinds seen."""
+    stack = facts.stack(pid)
+    lines, kinds, where = [], [], None
+    if stack is None or not stack.ok:
+        return [f"main pid {pid}: no stack ({facts.pyspy_problem or 'not dumped'})"], None, kinds
+    for t in sorted(stack.threads, key=lambda x: x.tid != pid):
+        top = frames.innermost_python(t)
+        user = frames.innermost_user(t) or top
+        holder = _holder(facts, t)
+        kinds.append(holder or "")
+        detail = facts.detail(pid, t.tid)
+        wait = detail.wait.detail if detail is not None and detail.wait is not None else "unknown wait"
+        target = ""
+        if detail is not None and detail.wait is not None and detail.wait.fd is not None:
+            pipe = dict(facts.fd_targets).get((pid, detail.wait.fd))
+            if pipe:
+                readers = dict(facts.pipe_readers).get(pipe, ())
+                target = f"; fd {detail.wait.fd} is {pipe}, read only by pid(s) {', '.join(map(str, readers)) or 'none'}"
+        doing = f"waits for {HOLDER_TEXT[holder]}" if holder in HOLDER_TEXT else f"is in {describe(facts, pid, top)}"
+        lines.append(f"main pid {pid}: thread {t.tid} ({t.name or '?'}) {doing} at {describe(facts, pid, user)} — {wait}{target}")
+        if where is None and user is not None and t.tid == pid:
+            where = user
+    return lines, where, kinds
+
+
+@rule("main_thread_deadlock", SEVERITY_HANG, 13, HANG)
+def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
+    """The main process's threads wait on each other: the proof shows every thread of main in an
+    untimed wait that only another of them could end (a join of a thread blocked on a full queue,
+    multiprocessing's exit handler joining a queue feeder thread blocked on a pipe nobody reads:
+    ``Queue._finalize_join`` in multiprocessing/queues.py, pytorch/pytorch#48666)."""
+    main = facts.sample.main
+    if main is None or facts.proof is None or facts.proof.kind != "kernel" or main.pid not in facts.proof.pids:
         return None
-    user = frames.innermost_user(t)
-    if user is None:
+    lines, where, kinds = _main_threads_chain(facts, main.pid)
+    stack = facts.stack(main.pid)
+    at_exit = stack is not None and any(frames.has_frame(t, frozenset({"_exit_function", "_run_finalizers"})) for t in stack.threads)
+    feeder = stack is not None and any(frames.is_feeder_thread(t) for t in stack.threads)
+    if at_exit and feeder:
+        summary = (
+            "The main process hangs at interpreter exit: multiprocessing's exit handler joins a queue's feeder thread, "
+            "which is blocked writing to a pipe that no process will read again."
+        )
+        remedy = (
+            "Before exiting, drain the queue and join its consumer process, or call queue.cancel_join_thread() on a queue "
+            "whose reader may be gone (it may drop unsent items); do not leave a daemonic consumer behind a full queue."
+        )
+    else:
+        summary = f"Deadlock in the main process{f' at {brief(where)}' if where else ''}: its threads wait on each other and none can run."
+        remedy = (
+            "Do not join (or wait for) a thread that is itself blocked: drain the queue it puts into (or put with a timeout "
+            "and check a stop flag) before join(); join with a timeout to fail loudly; take locks in one order."
+        )
+    evidence = tuple(lines + [f"proof: {line}" for line in facts.proof.lines])
+    return Finding(0.95, summary, evidence, remedy, (main.pid,), location(where), (DOC_MULTIPROCESSING,))
+
+
+# --- workers blocked in I/O or elsewhere --------------------------------------------------------
+
+
+def _thread_wchan_family(facts: Facts, pid: int, tid: int) -> Optional[str]:
+    d = facts.detail(pid, tid)
+    return frames.wchan_family(d.wchan if d else None)
+
+
+def _fd_target(facts: Facts, v: WorkerView) -> Optional[str]:
+    w = v.loop_detail.wait if v.loop_detail is not None else None
+    if w is None or w.fd is None:
         return None
-    return (t.frames[0] if t.frames else None), user
+    return dict(facts.fd_targets).get((v.pid, w.fd))
+
+
+def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
+    if not v.quiet or v.state is WorkerState.IDLE or _fork_lock_hit(facts, v) is not None:
+        return None
+    tid = v.loop.tid if v.loop is not None else v.pid
+    family = _thread_wchan_family(facts, v.pid, tid)
+    target = _fd_target(facts, v) or ""
+    if target.startswith("socket:"):
+        return None  # a socket's peer is another machine or process: worker_stuck
+    in_kernel_io = v.activity is Activity.KERNEL_IO or family in frames.IO_WCHAN_FAMILIES or (
+        v.activity is Activity.FD_WAIT and (target.startswith(("pipe:", "/")) or v.loop_detail.wait.syscall in ("open", "openat"))
+    )
+    if not in_kernel_io:
+        return None
+    lines = [f"worker pid {v.pid} ({v.proc.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, v.pid, tid)}"]
+    if target:
+        lines.append(f"worker pid {v.pid}: it waits on fd {v.loop_detail.wait.fd}, which is {target}")
+    if target.startswith("pipe:"):
+        readers = dict(facts.pipe_readers).get(target, ())
+        writers = dict(facts.pipe_writers).get(target, ())
+        writing = v.loop_detail.wait.syscall in ("write", "writev", "sendto", "sendmsg", "pwrite64")
+        others = [p for p in (readers if writing else writers) if p != v.pid]
+        lines.append(
+            f"worker pid {v.pid}: the pipe's {'read' if writing else 'write'} end is held by pid(s) {', '.join(map(str, others)) or 'no other process'}"
+        )
+    if v.loop is not None:
+        lines.append(f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}")
+    else:
+        lines.append(f"worker pid {v.pid}: no stack (py-spy unavailable)")
+    files = dict(facts.open_files).get(v.pid, ())
+    regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
+    lines.append(f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}")
+    return (0.85 if v.loop is not None else 0.5), lines, v.user
+
+
+def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    views = [v for v in worker_views(facts) if v.pid in pids]
+    targets = [_fd_target(facts, v) or "" for v in views]
+    if any(t.startswith("pipe:") for t in targets):
+        writing = any(
+            v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.syscall in ("write", "writev") for v in views
+        )
+        if writing:
+            return (
+                "The process that reads this pipe (often the job's stdout or stderr: a `| tee`, a log shipper, a pager) "
+                "stopped reading or died while another process keeps the pipe open: restart or fix the reader, or write "
+                "logs to a file; print from workers sparingly."
+            )
+        return "Nothing writes to the pipe this worker reads: check the process meant to feed it; read with a timeout."
+    if any(v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.syscall in ("open", "openat") for v in views):
+        return "The worker opens a FIFO (named pipe) that no process opens for writing: start the writer first, or open it non-blocking."
+    return (
+        "Check the storage the Dataset reads (NFS/FUSE mount, disk): `cat /proc/<pid>/stack` as root shows the kernel path; "
+        "set DataLoader(..., timeout=<seconds>) so the job fails instead of hanging, and use storage clients with timeouts "
+        "(or copy data to local disk)."
+    )
+
+
+@rule("worker_blocked_io", SEVERITY_HANG, 15, HANG)
+def worker_blocked_io(facts: Facts) -> Optional[Finding]:
+    """A worker blocked in the kernel in file-system or pipe code (state D, or a wait such as
+    ``wait_for_partner``, ``rpc_wait_bit_killable``, ``request_wait_answer``, a pipe read or
+    write). The remedy follows the descriptor's target: a pipe's other end, a FIFO, storage."""
+    found = worker_finding(
+        facts,
+        _blocked_io_hit,
+        "blocked in file-system or pipe I/O{where}; the main process waits for their batch forever.",
+        "",
+        (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
+    )
+    return None if found is None else Finding(**{**found.__dict__, "remedy": _io_remedy(facts, found.pids)})
 
 
 def _busy_cpu_s(facts: Facts, pid: int) -> Optional[float]:
@@ -161,119 +375,91 @@ def _busy_cpu_s(facts: Facts, pid: int) -> Optional[float]:
     return cpu[-1] - cpu[0] if len(cpu) >= 2 else None
 
 
-def _thread_wchan_family(facts: Facts, pid: int, tid: int) -> Optional[str]:
-    return frames.wchan_family(next((d.wchan for d in facts.threads_of(pid) if d.tid == tid), None))
+_STUCK_DOING = {
+    Activity.TIMED_WAIT: "in a timed wait (a sleep, or a call with a timeout)",
+    Activity.SHARED_WAIT: "waiting on a lock, semaphore or event shared with another process",
+    Activity.FD_WAIT: "waiting on a file descriptor with no timeout",
+    Activity.CHILD_WAIT: "waiting for a child process to exit",
+    Activity.PRIVATE_WAIT: "waiting for another thread of the worker",
+    Activity.RUNNING: "burning CPU without returning a batch",
+}
 
 
-def _blocked_io_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if not is_quiet(facts, w.pid) or _fork_lock_hit(facts, w) is not None:
+def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
+    if _fork_lock_hit(facts, v) is not None or _blocked_io_hit(facts, v) is not None or _self_deadlock_hit(facts, v) is not None:
         return None
-    t = worker_thread(facts.stack(w.pid), w.pid)
-    tid = t.tid if t is not None else w.pid
-    family = _thread_wchan_family(facts, w.pid, tid)
-    state = next((d.state for d in facts.threads_of(w.pid) if d.tid == tid), w.status)
-    native_io = None
-    if t is not None:
-        native_io = next((f for f in t.frames[:3] if f.native and f.function.split("@")[0] in frames.IO_NATIVE), None)
-        if _dataset_frames(t) is None:
+    busy_cpu = None if v.quiet else _busy_cpu_s(facts, v.pid)
+    busy = busy_cpu is not None and facts.stall is not None and busy_cpu >= 0.5 * facts.stall.no_delivery_s
+    if not v.quiet and not busy:
+        return None
+    if v.loop is not None:
+        if v.state is not WorkerState.IN_DATASET or v.user is None:
             return None
-    in_kernel_io = (
-        state == "D" or family in frames.IO_WCHAN_FAMILIES or (native_io is not None and family not in ("sleep", "socket", "futex", "poll"))
-    )
-    if not in_kernel_io:
-        return None
-    user = frames.innermost_user(t) if t is not None else None
-    files = dict(facts.open_files).get(w.pid, ())
-    regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
-    lines = [
-        f"worker pid {w.pid} ({w.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, w.pid, tid)}"
-        + (" — uninterruptible sleep (D)" if state == "D" else f" — {BLOCKED_DOING.get(family or '', 'in I/O')}"),
-    ]
-    if t is not None:
-        lines.append(
-            f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, t.frames[0] if t.frames else None)}, called from {describe(facts, w.pid, user)}"
-        )
-    else:
-        lines.append(f"worker pid {w.pid}: no stack (py-spy unavailable)")
-    lines.append(
-        f"worker pid {w.pid}: {quiet_text(facts, w.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}"
-    )
-    return (0.85 if t is not None else 0.5), lines, user
-
-
-@rule(rank=15)
-def worker_blocked_io(facts: Facts) -> Optional[Diagnosis]:
-    """A worker blocked in the kernel in file-system or pipe code (state D, or a wait channel
-    such as ``wait_for_partner``, ``rpc_wait_bit_killable``, ``request_wait_answer``, ``pipe_read``):
-    a stuck network file system, FUSE mount, disk or FIFO. Main waits forever (``timeout=0``)."""
-    found = gather(facts, _blocked_io_hit)
-    if found is None:
-        return None
-    return found.hang(
-        "worker_blocked_io",
-        "blocked in file-system or pipe I/O{where}; the main process waits for their batch forever.",
-        (
-            "Check the storage the Dataset reads (NFS/FUSE mount, disk, FIFO): `cat /proc/<pid>/stack` as root shows the "
-            "kernel path; set DataLoader(..., timeout=<seconds>) so the job fails instead of hanging, and use storage "
-            "clients with timeouts (or copy data to local disk)."
-        ),
-        (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
-    )
-
-
-def _stuck_hit(facts: Facts, w: ProcessSample) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if _fork_lock_hit(facts, w) is not None or _blocked_io_hit(facts, w) is not None:
-        return None
-    quiet = is_quiet(facts, w.pid)
-    busy_cpu = None if quiet else _busy_cpu_s(facts, w.pid)
-    if not quiet and not (busy_cpu is not None and facts.stall is not None and busy_cpu >= 0.5 * facts.stall.no_delivery_s):
-        return None
-    stack = facts.stack(w.pid)
-    t = worker_thread(stack, w.pid)
-    if t is not None:
-        found = _dataset_frames(t)
-        if found is None:
-            return None
-        top, user = found
-        if quiet:
-            doing = BLOCKED_DOING.get(_thread_wchan_family(facts, w.pid, t.tid) or "", "blocked")
-            how = quiet_text(facts, w.pid)
-        else:
-            doing = "burning CPU without returning a batch"
+        if busy:
+            doing = _STUCK_DOING[Activity.RUNNING]
             how = f"{busy_cpu:.0f} s of CPU in the last {facts.stall.no_delivery_s:.0f} s, and no I/O: no batch was sent"
+        else:
+            doing = _STUCK_DOING.get(v.activity, "blocked")
+            family = _thread_wchan_family(facts, v.pid, v.loop.tid)
+            if v.activity in (Activity.FD_WAIT, Activity.UNKNOWN) and family in BLOCKED_DOING:
+                doing = BLOCKED_DOING[family]
+            target = _fd_target(facts, v)
+            if target:
+                doing += f" ({target})"
+            how = quiet_text(facts, v.pid)
         lines = [
-            f"worker pid {w.pid} ({w.name}): thread {t.tid} {doing} in the Dataset at {describe(facts, w.pid, user)}",
-            f"worker pid {w.pid}: innermost frame {describe(facts, w.pid, top)}; {kernel_wait(facts, w.pid, t.tid)}; {how}",
+            f"worker pid {v.pid} ({v.proc.name}): thread {v.loop.tid} {doing} in the Dataset at {describe(facts, v.pid, v.user)}",
+            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}; {kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
         ]
-        return 0.8, lines, user
-    if not quiet:
+        return 0.8, lines, v.user
+    if not v.quiet:
         return None
-    family = _thread_wchan_family(facts, w.pid, w.pid)
+    family = _thread_wchan_family(facts, v.pid, v.pid)
     if family not in ("sleep", "socket"):
         return None
-    lines = [
-        f"worker pid {w.pid} ({w.name}): no stack (py-spy unavailable); {kernel_wait(facts, w.pid, w.pid)} ({family}); {quiet_text(facts, w.pid)}"
-    ]
+    lines = [f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); {kernel_wait(facts, v.pid, v.pid)} ({family}); {quiet_text(facts, v.pid)}"]
     return 0.45, lines, None
 
 
-@rule(rank=20)
-def worker_stuck(facts: Facts) -> Optional[Diagnosis]:
-    """A worker blocked or sleeping inside the Dataset (not on a lock) while main waits for its
-    batch forever: ``DataLoader(timeout=0)``, the default, waits without limit
-    (``_MultiProcessingDataLoaderIter._try_get_data`` in torch/utils/data/dataloader.py)."""
-    found = gather(facts, _stuck_hit)
-    if found is None:
-        return None
-    return found.hang(
-        "worker_stuck",
-        "stuck in the Dataset{where} (not on a lock, not in file I/O); the main process waits for their batch forever.",
-        (
-            "Give the blocking call a timeout (socket/HTTP/storage client) or fix the loop that never returns, and set "
-            "DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader timed out' instead of waiting forever."
-        ),
+def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    acts = {v.activity for v in worker_views(facts) if v.pid in pids}
+    busy = facts.stall is not None and facts.stall.trigger == "busy_stall" and Activity.RUNNING in acts
+    if busy:
+        return "Fix the loop in __getitem__ that never returns (py-spy dump --pid <worker> shows where it spins); set DataLoader(..., timeout=<seconds>) to fail instead of hanging."
+    if acts == {Activity.TIMED_WAIT}:
+        return (
+            "The wait has a timeout and may end by itself: if samples legitimately take this long (remote storage, a slow "
+            "service), raise stall_timeout_s above the slowest sample; if not, find why the call at the location above "
+            "keeps waiting. DataLoader(..., timeout=<seconds>) bounds how long main waits for a batch."
+        )
+    if Activity.SHARED_WAIT in acts:
+        return (
+            "Another process was meant to set this event, release this lock or feed this queue and never did: check it (or "
+            "that it still exists), and wait with a timeout; DataLoader(..., timeout=<seconds>) makes the job fail instead of hanging."
+        )
+    return (
+        "Give the blocking call a timeout (socket.settimeout, an HTTP or storage client's timeout, Queue.get(timeout=…)) "
+        "and set DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader timed out' instead of waiting forever."
+    )
+
+
+@rule("worker_stuck", SEVERITY_HANG, 20, HANG)
+def worker_stuck(facts: Facts) -> Optional[Finding]:
+    """A worker blocked, sleeping or spinning inside the Dataset (not on an inherited lock, not
+    in file I/O) while main waits for its batch: ``DataLoader(timeout=0)``, the default, waits
+    without limit (``_MultiProcessingDataLoaderIter._try_get_data`` in dataloader.py). The
+    remedy follows how the worker waits (a timed wait, another process, a socket)."""
+    found = worker_finding(
+        facts,
+        _stuck_hit,
+        "stuck in the Dataset{where}; the main process waits for their batch.",
+        "",
         (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
+    return None if found is None else Finding(**{**found.__dict__, "remedy": _stuck_remedy(facts, found.pids)})
+
+
+# --- lost batches, the pin thread, shutdown, and main outside the loader ----------------------
 
 
 _FEEDER_FRAME = re.compile(r'multiprocessing[/\\]queues\.py", line \d+, in _feed')
@@ -301,48 +487,43 @@ def feeder_failures(stderr: str) -> List[Tuple[str, Optional[str]]]:
     return out
 
 
-@rule(rank=18)
-def batch_lost(facts: Facts) -> Optional[Diagnosis]:
-    """A worker's batch never reached main: its queue feeder thread failed to pickle or send it,
-    printed a traceback, and dropped it; the worker went back to waiting and main waits forever
-    for that index (field notes B22; ``multiprocessing.queues.Queue._feed``)."""
+@rule("batch_lost", SEVERITY_HANG, 18, HANG)
+def batch_lost(facts: Facts) -> Optional[Finding]:
+    """A batch main waits for will never come: a worker's queue feeder thread failed to pickle or
+    send it and dropped it (field notes B22; ``multiprocessing.queues.Queue._feed``), or, proven
+    from the outside, every worker sits idle in PyTorch's loop holding no task while main waits."""
     if not facts.loader_hang():
         return None
     failures = feeder_failures(facts.stderr_tail)
-    if not failures:
+    idle_proof = facts.proof is not None and facts.proof.kind == "loader_idle"
+    if not failures and not idle_proof:
         return None
-    idle, evidence = [], [waiting_main(facts)]
+    evidence = [waiting_main(facts)]
     for exc, user in failures[-3:]:
         evidence.append(f"stderr: a worker's queue feeder thread failed to send a batch: {exc}" + (f" (raised at {user})" if user else ""))
-    for w in facts.sample.workers:
-        t = worker_thread(facts.stack(w.pid), w.pid)
-        if t is not None and frames.is_idle_worker(t):
-            idle.append(w.pid)
-        elif t is None and _thread_wchan_family(facts, w.pid, w.pid) == "poll":
-            idle.append(w.pid)
+    idle = [v.pid for v in worker_views(facts) if v.state is WorkerState.IDLE]
     if idle:
-        evidence.append(
-            f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent"
-        )
-    return Diagnosis(
-        kind="batch_lost",
-        severity=SEVERITY_HANG,
-        confidence=0.85 if idle else 0.6,
-        summary=f"A batch was lost: a worker failed to send it to the main process ({failures[-1][0][:120]}), and main waits for it forever.",
+        evidence.append(f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent")
+    if idle_proof:
+        evidence += [f"proof: {line}" for line in facts.proof.lines]
+    why = f"a worker failed to send it to the main process ({failures[-1][0][:120]})" if failures else "no worker holds it and none is sending it"
+    return Finding(
+        confidence=0.9 if idle_proof else 0.6,
+        summary=f"A batch was lost: {why}, and main waits for it forever.",
         evidence=tuple(evidence),
         remedy=(
-            "Make every sample picklable (return tensors, numbers, strings; no open files, locks, sockets or C handles "
-            "in the sample or the collate_fn's output), and set DataLoader(..., timeout=<seconds>) so a lost batch "
-            "fails the job instead of hanging it."
+            "Make every sample picklable (return tensors, numbers, strings; no open files, locks, sockets or C handles in the "
+            "sample or the collate_fn's output); read the feeder thread's traceback on stderr; and set "
+            "DataLoader(..., timeout=<seconds>) so a lost batch fails the job instead of hanging it."
         ),
         pids=tuple(w.pid for w in facts.sample.workers),
-        location=failures[-1][1],
+        location=failures[-1][1] if failures else None,
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_DATALOADER),
     )
 
 
-@rule(rank=12)
-def pin_memory_stall(facts: Facts) -> Optional[Diagnosis]:
+@rule("pin_memory_stall", SEVERITY_HANG, 12, HANG)
+def pin_memory_stall(facts: Facts) -> Optional[Finding]:
     """The pin-memory thread of main (``_pin_memory_loop`` in torch/utils/data/_utils/pin_memory.py)
     is blocked inside pinning (``pin_memory``, a CUDA host allocation) rather than idle in
     ``in_queue.get``, while main waits on its output queue."""
@@ -356,27 +537,18 @@ def pin_memory_stall(facts: Facts) -> Optional[Diagnosis]:
         if not frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE):
             continue
         top = frames.innermost_python(t)
-        if (
-            top is not None
-            and top.function.endswith("Queue.get")
-            and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
-        ):
+        if top is not None and top.function.endswith("Queue.get") and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE):
             continue  # idle: waiting for the next batch from the workers
-        if not (
-            frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
-            or any(f.native and "cuda" in (f.function + (f.module or "")).lower() for f in t.frames)
-        ):
-            continue
         cuda = [f for f in t.frames if f.native and "cuda" in (f.function + (f.module or "")).lower()]
+        if not (frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE) or cuda):
+            continue
         blocked_at = " ← ".join(describe(facts, pid, f) for f in cuda[:3]) or describe(facts, pid, t.frames[0] if t.frames else None)
         evidence = (
             waiting_main(facts),
             f"main pid {pid}: pin-memory thread {t.tid} ({t.name or 'pt_data_pin'}) blocked at {blocked_at}, inside {describe(facts, pid, top)}",
             f"main pid {pid}: pin-memory thread {t.tid} {kernel_wait(facts, pid, t.tid)}",
         )
-        return Diagnosis(
-            kind="pin_memory_stall",
-            severity=SEVERITY_HANG,
+        return Finding(
             confidence=0.8,
             summary="The pin-memory thread of the main process is stuck pinning a batch (page-locked host allocation), so no batch reaches the training loop.",
             evidence=evidence,
@@ -386,16 +558,16 @@ def pin_memory_stall(facts: Facts) -> Optional[Diagnosis]:
                 "creating CUDA contexts while the loader pins."
             ),
             pids=(pid,),
-            location=None,
             docs=(DOC_MULTI_PROCESS_LOADING, "https://pytorch.org/docs/stable/data.html#memory-pinning"),
         )
     return None
 
 
-@rule(rank=25)
-def shutdown_hang(facts: Facts) -> Optional[Diagnosis]:
+@rule("shutdown_hang", SEVERITY_HANG, 25, HANG)
+def shutdown_hang(facts: Facts) -> Optional[Finding]:
     """Main is stuck shutting the iterator down (``_shutdown_workers`` in dataloader.py: joining
-    workers or the pin-memory thread) at the end of an epoch or at interpreter exit."""
+    workers or the pin-memory thread) at the end of an epoch or at interpreter exit, beyond the
+    bounded join-with-timeout that PyTorch does per worker."""
     v = facts.verdict
     if not facts.loader_hang() or v.thread is None or not frames.has_frame(v.thread, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
         return None
@@ -407,16 +579,13 @@ def shutdown_hang(facts: Facts) -> Optional[Diagnosis]:
         evidence.append(f"main pid {pid}: reached from {describe(facts, pid, user)}")
     for w in facts.sample.workers:
         evidence.append(f"worker pid {w.pid}: state {w.status}, wchan {w.wchan}, {quiet_text(facts, w.pid)}")
+    stack = facts.stack(pid)
     joins_pin = any(f.function.endswith("join") for f in v.thread.frames[:6]) and any(
-        frames.has_frame(t, frames.PIN_LOOP_FUNCS) for t in (facts.stack(pid).threads if facts.stack(pid) else ())
+        frames.has_frame(t, frames.PIN_LOOP_FUNCS) for t in (stack.threads if stack else ())
     )
-    return Diagnosis(
-        kind="shutdown_hang",
-        severity=SEVERITY_HANG,
+    return Finding(
         confidence=0.75,
-        summary="The main process is stuck shutting a DataLoader iterator down"
-        + (" (joining the pin-memory thread)" if joins_pin else "")
-        + ".",
+        summary="The main process is stuck shutting a DataLoader iterator down" + (" (joining the pin-memory thread)" if joins_pin else "") + ".",
         evidence=tuple(evidence),
         remedy=(
             "Exhaust or delete iterators explicitly before exit (del it) and avoid killing workers by hand; with "
@@ -429,17 +598,21 @@ def shutdown_hang(facts: Facts) -> Optional[Diagnosis]:
     )
 
 
-@rule(rank=30)
-def stall_outside_loader(facts: Facts) -> Optional[Diagnosis]:
+@rule("stall_outside_loader", SEVERITY_HANG, 30, HANG)
+def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     """Main's iterating thread stopped outside any DataLoader iterator (a collective, a lock,
-    a sleep, user I/O); the loader is not the cause."""
+    a sleep, user I/O), and no proof shows main deadlocked (``main_thread_deadlock`` covers that)."""
     v = facts.verdict
-    if facts.mode != MODE_HANG or v is None or v.kind != "outside_loader":
+    if v is None or v.kind != "outside_loader":
         return None
     pid = facts.stall.main_pid
+    if facts.proof is not None and pid in facts.proof.pids:
+        return None
     t = v.thread
     evidence = [f"main pid {pid}: {v.reason}" + ("" if v.confirmed_by_stack else " (from /proc only: py-spy could not read main)")]
     user = None
+    collective = None
+    timed = False
     if t is not None:
         top = t.frames[0] if t.frames else None
         user = frames.innermost_user(t)
@@ -447,6 +620,8 @@ def stall_outside_loader(facts: Facts) -> Optional[Diagnosis]:
         if user is not None and user is not top:
             evidence.append(f"main pid {pid}: in the job's code at {describe(facts, pid, user)}")
         evidence.append(f"main pid {pid}: thread {t.tid} {kernel_wait(facts, pid, t.tid)}")
+        detail = facts.detail(pid, t.tid)
+        timed = detail is not None and detail.wait is not None and detail.wait.kind.value == "timed"
         collective = next((f for f in t.frames if not f.native and frames.is_collective(f)), None)
         if collective is not None:
             evidence.insert(
@@ -457,45 +632,44 @@ def stall_outside_loader(facts: Facts) -> Optional[Diagnosis]:
         evidence.append(f"main pid {pid}: main thread {kernel_wait(facts, pid, pid)}")
     evidence.append(f"main pid {pid}: {quiet_text(facts, pid)}; {len(facts.sample.workers)} DataLoader worker(s) alive")
     where = f" at {brief(user)}" if user else ""
-    if any("collective" in e for e in evidence):
+    if collective is not None:
         where += ", in a torch.distributed collective"
-    return Diagnosis(
-        kind="stall_outside_loader",
-        severity=SEVERITY_HANG,
+    if timed:
+        where += " (a timed wait: it ends by itself)"
+    return Finding(
         confidence=0.8 if v.confirmed_by_stack else 0.4,
         summary=f"The training loop stopped outside the DataLoader{where}; no batch was requested for {facts.stall.stall_s:.0f} s.",
         evidence=tuple(evidence),
         remedy=(
-            "Look at main's stack below: the job waits there, not on its data. If that wait is legitimate (a long "
-            "checkpoint, an evaluation, a barrier), raise stall_timeout_s; the watchdog does not end such a job "
-            "unless terminate_outside_loader is true."
+            "Look at main's stack below: the job waits there, not on its data. If that wait is expected (a long checkpoint, "
+            "an evaluation, a barrier), raise stall_timeout_s; the watchdog does not end such a job unless "
+            "terminate_outside_loader is true and no batch came for busy_stall_timeout_s."
         ),
         pids=(pid,),
         location=location(user),
-        docs=("https://pytorch.org/docs/stable/distributed.html",) if "collective" in where else (),
+        docs=("https://pytorch.org/docs/stable/distributed.html",) if collective is not None else (),
     )
 
 
-def unknown(facts: Facts) -> Diagnosis:
+def unknown(facts: Facts) -> Finding:
     """The fallback when no rule matched: the stall and every stack are attached."""
     v = facts.verdict
     evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {facts.stall.main_pid}: {v.reason}"]
-    for w in facts.sample.workers:
-        t = worker_thread(facts.stack(w.pid), w.pid)
-        top = frames.innermost_python(t) if t else None
+    for view in worker_views(facts):
         evidence.append(
-            f"worker pid {w.pid}: state {w.status}, wchan {w.wchan}, {quiet_text(facts, w.pid)}"
-            + (f", at {describe(facts, w.pid, top)}" if top else "")
+            f"worker pid {view.pid}: state {view.proc.status}, wchan {view.proc.wchan}, {view.activity.value}, {quiet_text(facts, view.pid)}"
+            + (f", at {describe(facts, view.pid, view.user or view.top)}" if view.user or view.top else "")
         )
     if facts.pyspy_problem:
         evidence.append(facts.pyspy_problem)
-    return Diagnosis(
-        kind="unknown",
-        severity=SEVERITY_HANG,
+    user = next((view.user for view in worker_views(facts) if view.user is not None), None)
+    return Finding(
         confidence=0.2,
         summary=f"The job made no progress for {facts.stall.stall_s:.0f} s and no known cause matched; every stack is attached.",
         evidence=tuple(evidence),
         remedy="Read the stacks below (main's iterating thread first, then each worker's innermost frames).",
         pids=(facts.stall.main_pid,) + tuple(w.pid for w in facts.sample.workers),
+        location=location(user),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
+

@@ -9,9 +9,11 @@ from __future__ import annotations
 import statistics
 from typing import List, Optional, Tuple
 
-from ..types import MODE_LIVE, SEVERITY_WARNING, Diagnosis, Facts, Sample
+from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, Sample
 from .common import DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING, DOC_SHARING_STRATEGIES, mib
-from .engine import rule
+from .engine import Finding, rule
+
+LIVE = (MODE_LIVE,)
 
 PRESSURE_FRACTION = 0.8
 # Copy-on-read growth: at least this much per worker, this fast, fitted this well.
@@ -19,6 +21,9 @@ GROWTH_MIN_BYTES = 64 * 2**20
 GROWTH_MIN_BYTES_PER_S = 1 * 2**20
 GROWTH_MIN_R2 = 0.8
 GROWTH_MIN_POINTS = 4
+# Copy-on-read level: every worker's USS at least this much, and this share of main's RSS.
+COPIED_MIN_BYTES = 256 * 2**20
+COPIED_MIN_SHARE = 0.3
 # Oversubscription: runnable threads above this multiple of usable CPUs, in this share of samples.
 OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
@@ -27,7 +32,7 @@ OVERSUBSCRIBED_MIN_INVOLUNTARY_PER_S = 100.0
 
 
 def _live(facts: Facts) -> bool:
-    return facts.mode == MODE_LIVE and facts.sample.main is not None
+    return facts.sample.main is not None
 
 
 def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
@@ -43,65 +48,84 @@ def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
     return sxy / sxx, (sxy * sxy) / (sxx * syy)
 
 
-@rule(rank=50)
-def worker_memory_growth(facts: Facts) -> Optional[Diagnosis]:
-    """Workers' USS grows steadily: the copy-on-read effect (reference counting writes to every
-    page of Python objects a worker touches, un-sharing the parent's copy-on-write pages;
-    pytorch/pytorch#13246)."""
-    if not _live(facts):
+def _uss_points(facts: Facts, w) -> List[Tuple[float, float]]:
+    points, last = [], None
+    for s in facts.timeline:
+        p = s.process(w.pid)
+        if p is not None and p.create_time == w.create_time and p.uss_bytes is not None and p.uss_bytes != last:
+            points.append((s.t_mono, float(p.uss_bytes)))
+            last = p.uss_bytes
+    return points
+
+
+@rule("worker_memory_growth", SEVERITY_WARNING, 50, LIVE)
+def worker_memory_growth(facts: Facts) -> Optional[Finding]:
+    """Workers' private memory (USS) grows steadily, or already holds a large share of what they
+    inherited from main: the copy-on-read effect (reference counting writes to every page of
+    Python objects a worker touches, un-sharing the parent's copy-on-write pages;
+    pytorch/pytorch#13246). Judged by slope and by level: each worker's USS against main's RSS,
+    the total the workers duplicate, and what one more worker would cost."""
+    if not _live(facts) or not facts.sample.workers:
         return None
-    growing = []
+    main = facts.sample.main
+    growing, copied = [], []
     for w in facts.sample.workers:
-        points, last = [], None
-        for s in facts.timeline:
-            p = s.process(w.pid)
-            if p is not None and p.create_time == w.create_time and p.uss_bytes is not None and p.uss_bytes != last:
-                points.append((s.t_mono, float(p.uss_bytes)))
-                last = p.uss_bytes
-        if len(points) < GROWTH_MIN_POINTS:
-            continue
-        slope, r2 = fit_line(points)
-        grown = points[-1][1] - points[0][1]
-        if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
-            growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
-    if not growing:
+        points = _uss_points(facts, w)
+        if len(points) >= GROWTH_MIN_POINTS:
+            slope, r2 = fit_line(points)
+            grown = points[-1][1] - points[0][1]
+            if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
+                growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
+        if w.uss_bytes and main.rss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.rss_bytes:
+            copied.append(w)
+    if not growing and len(copied) < len(facts.sample.workers):
         return None
-    total_slope = sum(g[1] for g in growing)
-    avail = facts.sample.host.mem_available_bytes
-    eta_s = avail / total_slope if total_slope > 0 else float("inf")
     evidence = [
         f"worker pid {pid}: USS +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
         for pid, slope, grown, span, now in growing
     ]
-    evidence.append(
-        f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers"
-    )
-    return Diagnosis(
-        kind="worker_memory_growth",
-        severity=SEVERITY_WARNING,
+    avail = facts.sample.host.mem_available_bytes
+    total_slope = sum(g[1] for g in growing)
+    if copied:
+        per = [w.uss_bytes for w in copied]
+        mean = sum(per) / len(per)
+        evidence += [f"worker pid {w.pid}: USS {mib(w.uss_bytes)}, {w.uss_bytes / main.rss_bytes:.0%} of main's RSS ({mib(main.rss_bytes)})" for w in copied[:4]]
+        evidence.append(
+            f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about {mib(mean)}; "
+            f"available memory {mib(avail)}"
+        )
+    if growing:
+        eta_s = avail / total_slope if total_slope > 0 else float("inf")
+        evidence.append(f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers")
+        summary = f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate."
+    else:
+        share = min(w.uss_bytes / main.rss_bytes for w in copied)
+        summary = (
+            f"Each of the {len(copied)} DataLoader workers holds at least {share:.0%} of the main process's memory as private "
+            f"copies ({mib(sum(w.uss_bytes for w in copied))} in all): one more worker costs about {mib(sum(w.uss_bytes for w in copied) / len(copied))}."
+        )
+    return Finding(
         confidence=0.7,
-        summary=f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate.",
+        summary=summary,
         evidence=tuple(evidence),
         remedy=(
             "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python lists/dicts/strings "
             "(each Python object touched in a worker un-shares its page); or lower num_workers."
         ),
-        pids=tuple(g[0] for g in growing),
+        pids=tuple(g[0] for g in growing) or tuple(w.pid for w in copied),
         docs=(DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING),
     )
 
 
-@rule(rank=51)
-def fd_pressure(facts: Facts) -> Optional[Diagnosis]:
+@rule("fd_pressure", SEVERITY_WARNING, 51, LIVE)
+def fd_pressure(facts: Facts) -> Optional[Finding]:
     """Open file descriptors above 80% of RLIMIT_NOFILE in a process of the job."""
     if not _live(facts):
         return None
     hot = [p for p in facts.sample.processes if p.num_fds and p.rlimit_nofile_soft and p.num_fds > PRESSURE_FRACTION * p.rlimit_nofile_soft]
     if not hot:
         return None
-    return Diagnosis(
-        kind="fd_pressure",
-        severity=SEVERITY_WARNING,
+    return Finding(
         confidence=0.8,
         summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of their file-descriptor limit; the loader fails with 'Too many open files' at 100%.",
         evidence=tuple(f"{p.role} pid {p.pid}: {p.num_fds} open file descriptors of RLIMIT_NOFILE {p.rlimit_nofile_soft}" for p in hot),
@@ -111,17 +135,43 @@ def fd_pressure(facts: Facts) -> Optional[Diagnosis]:
     )
 
 
-@rule(rank=52)
-def shm_pressure(facts: Facts) -> Optional[Diagnosis]:
+@rule("map_count_pressure", SEVERITY_WARNING, 51, LIVE)
+def map_count_pressure(facts: Facts) -> Optional[Finding]:
+    """A process of the job holds over 80% of ``vm.max_map_count`` memory mappings: every shared
+    tensor kept alive in main is one mapping, and ``mmap`` fails with ENOMEM at the limit
+    (pytorch/pytorch#92134)."""
+    limit = facts.sample.host.max_map_count
+    if not _live(facts) or not limit:
+        return None
+    hot = [p for p in facts.sample.processes if p.map_count and p.map_count > PRESSURE_FRACTION * limit]
+    if not hot:
+        return None
+    rates = []
+    for p in hot:
+        seen = [(s.t_mono, s.process(p.pid).map_count) for s in facts.timeline if s.process(p.pid) and s.process(p.pid).map_count]
+        if len(seen) >= 2 and seen[-1][0] > seen[0][0]:
+            rate = (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
+            if rate > 0:
+                rates.append(f"{p.role} pid {p.pid}: +{rate:.0f} mappings/s; the limit is reached in about {(limit - p.map_count) / rate:.0f} s")
+    return Finding(
+        confidence=0.8,
+        summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of vm.max_map_count ({limit}); mmap fails with 'Cannot allocate memory (12)' at 100%.",
+        evidence=tuple(f"{p.role} pid {p.pid}: {p.map_count} memory mappings of vm.max_map_count {limit}" for p in hot) + tuple(rates),
+        remedy="Do not keep received batches alive (clone what you cache); batch more samples per tensor; or sysctl -w vm.max_map_count=262144.",
+        pids=tuple(p.pid for p in hot),
+        docs=(DOC_SHARING_STRATEGIES,),
+    )
+
+
+@rule("shm_pressure", SEVERITY_WARNING, 52, LIVE)
+def shm_pressure(facts: Facts) -> Optional[Finding]:
     """``/dev/shm`` (as the job sees it) more than 80% full."""
     if not _live(facts):
         return None
     h = facts.sample.host
     if not h.shm_total_bytes or h.shm_used_bytes is None or h.shm_used_bytes <= PRESSURE_FRACTION * h.shm_total_bytes:
         return None
-    return Diagnosis(
-        kind="shm_pressure",
-        severity=SEVERITY_WARNING,
+    return Finding(
         confidence=0.8,
         summary=f"/dev/shm is {h.shm_used_bytes / h.shm_total_bytes:.0%} full ({mib(h.shm_used_bytes)} of {mib(h.shm_total_bytes)}); workers crash with a bus error when it fills.",
         evidence=(f"/dev/shm: {mib(h.shm_used_bytes)} used of {mib(h.shm_total_bytes)} (statvfs, as the job sees it)",),
@@ -144,8 +194,8 @@ def usable_cpus(facts: Facts) -> Tuple[Optional[float], str]:
     return min(options)
 
 
-@rule(rank=53)
-def cpu_affinity_narrowed(facts: Facts) -> Optional[Diagnosis]:
+@rule("cpu_affinity_narrowed", SEVERITY_WARNING, 53, LIVE)
+def cpu_affinity_narrowed(facts: Facts) -> Optional[Finding]:
     """The job may use fewer CPUs than the host has, and fewer than ``num_workers + 1``: every
     worker inherits the parent's affinity (field notes B32)."""
     if not _live(facts) or not facts.sample.workers:
@@ -154,9 +204,7 @@ def cpu_affinity_narrowed(facts: Facts) -> Optional[Diagnosis]:
     n = len(facts.sample.workers)
     if usable is None or usable >= facts.host_cpus or usable >= n + 1:
         return None
-    return Diagnosis(
-        kind="cpu_affinity_narrowed",
-        severity=SEVERITY_WARNING,
+    return Finding(
         confidence=0.85,
         summary=f"The job may use {usable:g} CPU(s) ({how}) on a {facts.host_cpus}-CPU host, for the main process and {n} workers.",
         evidence=tuple(f"{p.role} pid {p.pid}: CPU affinity {p.cpu_affinity} CPU(s)" for p in [facts.sample.main, *facts.sample.workers]),
@@ -177,8 +225,8 @@ def _involuntary(s: Sample) -> int:
     return sum(t.nonvoluntary_ctxt_switches for p in s.processes for t in p.threads)
 
 
-@rule(rank=54)
-def cpu_oversubscribed(facts: Facts) -> Optional[Diagnosis]:
+@rule("cpu_oversubscribed", SEVERITY_WARNING, 54, LIVE)
+def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
     """More runnable threads across main and workers than usable CPUs, with involuntary context
     switches climbing: e.g. many workers each running multi-threaded numpy/torch ops (B31)."""
     if not _live(facts) or not facts.sample.workers:
@@ -195,17 +243,26 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Diagnosis]:
     if len(over) < OVERSUBSCRIBED_SHARE * len(recent) or rate < OVERSUBSCRIBED_MIN_INVOLUNTARY_PER_S:
         return None
     threads = max(p.num_threads for p in facts.sample.workers)
-    return Diagnosis(
-        kind="cpu_oversubscribed",
-        severity=SEVERITY_WARNING,
+    per_worker = max((sum(1 for t in p.threads if t.state == "R") for s in recent for p in s.workers), default=0)
+    narrowed = usable < facts.host_cpus
+    if per_worker > 1:
+        remedy = (
+            f"Workers run up to {per_worker} runnable threads each: keep one intra-op thread per worker (no "
+            "torch.set_num_threads(>1) in worker_init_fn; OMP_NUM_THREADS=1 for numpy/OpenCV) and lower num_workers to the usable CPUs."
+        )
+    else:
+        remedy = f"Each worker runs one thread at a time, so there are simply more busy processes than CPUs: lower num_workers to about {max(1, int(usable) - 1)}."
+    if narrowed:
+        remedy += f" The job may use only {usable:g} of the host's {facts.host_cpus} CPUs ({how}): widen the affinity or quota it was started with."
+    return Finding(
         confidence=0.75,
         summary=f"A median of {statistics.median(runnable):.0f} threads compete for {usable:g} usable CPU(s); the loader slows down instead of speeding up.",
         evidence=(
             f"runnable threads (state R) across main and {len(facts.sample.workers)} workers: median {statistics.median(runnable):.0f} over {len(recent)} samples, above {OVERSUBSCRIBED_FACTOR:g} × {usable:g} usable CPUs ({how}) in {len(over)} of them",
             f"involuntary context switches: {rate:.0f}/s across the job",
-            f"workers run up to {threads} threads each",
+            f"workers run up to {threads} threads each, at most {per_worker} of them runnable at once",
         ),
-        remedy="Keep one intra-op thread per worker (do not call torch.set_num_threads(>1) in worker_init_fn; set OMP_NUM_THREADS=1 for numpy/OpenCV) and lower num_workers to the usable CPUs.",
+        remedy=remedy,
         pids=tuple(p.pid for p in [facts.sample.main, *facts.sample.workers]),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import DLWATCH, ROOT
+from tests.real.helpers import DLWATCH, ROOT
 
 TINY = ["--samples", "240", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3"]
 

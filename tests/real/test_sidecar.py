@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests.helpers import DLWATCH, PY, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
+from tests.real.helpers import DLWATCH, PY, ROOT, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
 
 STALL_S, INTERVAL_S = 5.0, 1.0
 TERMINATE_AFTER_4_S = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2"]
@@ -91,7 +91,7 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
 
 
 def _lock_line() -> int:
-    with open(os.path.join(os.path.dirname(__file__), "..", "probes", "train.py"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "probes", "train.py"), encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
             if line.strip().startswith("with _SAMPLE_LOCK:"):
                 return i
@@ -99,7 +99,7 @@ def _lock_line() -> int:
 
 
 def test_fork_lock_without_ptrace_still_reports_from_proc_with_the_remedy(tmp_path):
-    fake = os.path.join(os.path.dirname(__file__), "fixtures", "fake-py-spy-ptrace-denied")
+    fake = os.path.join(os.path.dirname(__file__), "..", "fixtures", "fake-py-spy-ptrace-denied")
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"py_spy:\n  path: {fake}\n")
     code, out, err = run_dlwatch(
@@ -191,16 +191,22 @@ def test_sleeping_main_is_stall_outside_loader_and_not_terminated(tmp_path):
         kill_tree(proc)
 
 
-def test_worker_stuck_in_sleep(tmp_path):
+def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_busy_stall_ceiling(tmp_path):
+    # A sleep is a timed wait: it may end by itself, so the stall is reported as suspected and
+    # the job is left alone; only busy_stall_timeout_s without a batch allows ending it.
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("busy_stall_timeout_s: 12\n")
     code, out, err = run_dlwatch(
-        ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path)],
+        ["--config", str(cfg), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")],
         TRAIN + ["--fault", "worker-sleep", "--num-workers", "2", "--batch-size", "300", "--samples", "300"],
     )
     assert code == 124, err
-    (folder,) = reports(str(tmp_path))
-    first = load_report(folder)["diagnoses"][0]
-    assert first["kind"] == "worker_stuck", first
-    assert "time.sleep" in " ".join(first["evidence"])
+    first, last = (load_report(f) for f in reports(str(tmp_path / "r")))
+    assert first["diagnoses"][0]["kind"] == last["diagnoses"][0]["kind"] == "worker_stuck"
+    assert "time.sleep" in " ".join(first["diagnoses"][0]["evidence"])
+    assert first["action"] == "report" and "suspected" in first["action_note"]
+    assert last["action"] == "terminate" and "busy_stall_timeout_s" in last["action_note"]
+    assert last["stall"]["trigger"] == "busy_stall"
 
 
 @pytest.mark.parametrize(
@@ -242,7 +248,7 @@ def test_healthy_variants_are_never_reported(tmp_path, job_args):
 )
 def test_bad_input_exits_2_naming_it(args, needle):
     done = subprocess.run(
-        DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr

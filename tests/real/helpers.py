@@ -13,7 +13,7 @@ from typing import Callable, List, Optional
 
 from probes.repro import kill_session
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
 TRAIN = [PY, "-m", "probes.train"]
 DLWATCH = [PY, "-m", "watchdog"]

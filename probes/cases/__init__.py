@@ -1,0 +1,59 @@
+"""Small training jobs modelled on public bug reports, one per failure class, and healthy
+controls that must never be reported. Each is a target: a plain script that never imports
+``watchdog``, run as ``python -m probes.cases.NAME``; its docstring cites the reports it is
+modelled on and says what the watchdog must conclude. ``CASES`` is the index the tests and
+``dlwatch probe repro`` read: the verdict each case must get.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Case:
+    """One target and its verdict: ``kind`` first among the reports of ``mode`` (``hang``,
+    ``crash``, ``exit``, ``warning``), or no report at all when ``kind`` is ``None``.
+    ``certainty`` (``proven``/``suspected``) is checked for hangs; ``location`` is a source
+    fragment the first diagnosis's ``file:line`` must point at; ``settings`` are watchdog
+    settings for the run; ``timeout_s`` bounds it."""
+
+    name: str
+    kind: Optional[str]
+    mode: Optional[str] = None
+    certainty: Optional[str] = None
+    location: Optional[str] = None
+    settings: Tuple[Tuple[str, object], ...] = ()
+    timeout_s: float = 120.0
+
+
+CASES: Tuple[Case, ...] = (
+    Case("openmp_pool_after_fork", "fork_inherited_lock", "hang", "proven", "torch.exp(x).sum()"),
+    Case("thread_pool_before_fork", "fork_inherited_lock", "hang", "proven", "future.result()"),
+    Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
+    Case("mp_queue_nothing_feeds", "worker_stuck", "hang", "suspected", "self.jobs.get()"),
+    Case("mp_event_never_set", "worker_stuck", "hang", "suspected", "self.ready.wait()"),
+    Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
+    Case("exit_hang_queue_feeder", "main_thread_deadlock", "hang", "proven"),
+    Case("fd_exhausted_in_workers", "fd_exhausted", "hang"),
+    Case("stdout_reader_gone", "worker_blocked_io", "hang", "suspected"),
+    Case("summary_writer_and_deadlock", "fork_inherited_lock", "hang", "proven", "with LOCK:"),
+    Case("loader_timeout_slow_batch", "loader_timeout", "crash"),
+    Case("dataset_exception_len_lies", "dataset_error", "crash", location="name = self.frames[i]"),
+    Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
+    Case("nested_pool_in_worker", "worker_start_failed", "crash"),
+    Case("spawn_without_main_guard", "worker_start_failed", "crash"),
+    Case("shm_removed", "shm_removed", "crash"),
+    Case("shm_leaked_after_kill", "shm_leaked", "exit"),
+    Case("map_count_exhausted", "map_count_exhausted", "crash", settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)), timeout_s=240.0),
+    Case("copy_on_read_index", "worker_memory_growth", "warning", settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0))),
+    Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
+    Case("iterable_not_sharded", None),
+    Case("healthy_decoder_subprocess", None),
+    Case("healthy_slow_samples", None),
+    Case("healthy_socket_timeout", None),
+    Case("healthy_main_joins_threads", None),
+    Case("healthy_slow_worker_shutdown", None),
+)
+BY_NAME = {c.name: c for c in CASES}

@@ -1,0 +1,56 @@
+"""Jobs modelled on public bug reports (``probes/cases/``), each run for real under
+``dlwatch run`` with a 5 s stall timeout and ``on_hang: terminate``, and the verdict each must
+get (``probes.cases.CASES``): the right kind first, proven or suspected as it should be, the
+right line; the healthy controls never reported and never ended. Each run is bounded and every
+process group it starts is killed (``probes.repro.run_scenario``).
+
+The cases: probes/cases/openmp_pool_after_fork.py, thread_pool_before_fork.py,
+lock_order_in_worker.py, mp_queue_nothing_feeds.py, mp_event_never_set.py,
+main_join_prefetch_thread.py, exit_hang_queue_feeder.py, fd_exhausted_in_workers.py,
+stdout_reader_gone.py, summary_writer_and_deadlock.py, loader_timeout_slow_batch.py,
+dataset_exception_len_lies.py, worker_segfault_mid_epoch.py, nested_pool_in_worker.py,
+spawn_without_main_guard.py, shm_removed.py, shm_leaked_after_kill.py, map_count_exhausted.py,
+copy_on_read_index.py, taskset_one_cpu.py, iterable_not_sharded.py and the healthy_*.py controls.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from probes import cases, repro
+from tests.real.helpers import ROOT, load_report
+
+TERMINATED = 124
+
+
+@pytest.mark.parametrize("name", [c.name for c in cases.CASES])
+def test_case_gets_its_verdict(name, tmp_path):
+    case = cases.BY_NAME[name]
+    outcome = repro.run_scenario(repro.from_case(case), str(tmp_path))
+    assert outcome.status == "ok", (outcome.first, outcome.kinds, outcome.note)
+    if case.kind is None:
+        return
+    doc = load_report(outcome.report)
+    if doc["action"] == "terminate":  # terminating rests on a proof or the busy-stall ceiling
+        assert doc["stall"]["certainty"] == "proven" or doc["stall"]["trigger"] == "busy_stall", doc["stall"]
+    if case.mode == "hang":
+        assert doc["mode"] == "hang" and doc["diagnoses"][0]["severity"] in ("hang", "crash")
+        assert report_header(outcome.report).startswith("dlwatch: job hung")
+
+
+def report_header(folder: str) -> str:
+    with open(os.path.join(folder, "report.txt"), encoding="utf-8") as f:
+        return f.readline()
+
+
+def test_every_case_target_is_in_the_index_and_never_imports_the_watchdog():
+    folder = os.path.join(ROOT, "probes", "cases")
+    targets = {n[:-3] for n in os.listdir(folder) if n.endswith(".py") and n != "__init__.py"}
+    assert targets == set(cases.BY_NAME)
+    for name in targets:
+        with open(os.path.join(folder, name + ".py"), encoding="utf-8") as f:
+            text = f.read()
+        assert "import watchdog" not in text and "from watchdog" not in text, name
+        assert "Run: ``python -m probes.cases." in text, name

@@ -1,0 +1,37 @@
+"""The diagnosis catalogue: one real reproduction per kind that a CPU machine can produce (run
+under ``dlwatch`` by ``probes.repro``, bounded, process groups killed) and a coverage meta-test.
+The kinds that need a GPU or have no known CPU reproduction have fixture tests in
+``tests/unit/test_diagnose.py``."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from probes import repro
+from tests.real.helpers import ROOT
+from watchdog.diagnose import RULES
+
+RUNNABLE = [s.name for s in repro.SCENARIOS if not s.skip]
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_reproduction_is_diagnosed(name, tmp_path):
+    s = repro.BY_NAME[name]
+    outcome = repro.run_scenario(s, str(tmp_path))
+    if outcome.status == "skipped":
+        pytest.skip(outcome.note)
+    assert outcome.status == "ok", (outcome.first, outcome.kinds, outcome.note)
+    assert outcome.latency_s is not None and outcome.latency_s < 60
+
+
+def test_every_catalogue_kind_has_a_scenario_a_rule_and_a_readme_row():
+    kinds = {r.kind for r in RULES}
+    assert {s.expected for s in repro.SCENARIOS} <= kinds
+    assert kinds - {s.expected for s in repro.SCENARIOS} == set()
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for kind in kinds | {"unknown"}:
+        assert re.search(rf"^\| `{kind}` \|", readme, re.M), f"README lacks a row for {kind}"

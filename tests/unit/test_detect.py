@@ -1,0 +1,247 @@
+"""Detection on hand-built samples: what counts as progress (NOTE [ Hang criterion ]), which
+trigger comes due, the proofs (NOTE [ Deadlock proof ]) and the examination's verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.builders import (
+    IDLE_POLL,
+    LOCK_UNTIMED,
+    MAIN_PID,
+    MP_LOCK,
+    PIPE_WRITE,
+    SLEEP,
+    SOCKET_POLL_30S,
+    WORKER_PID,
+    detail,
+    fixture,
+    proc,
+    sample,
+    stall,
+    thread,
+)
+from watchdog import detect
+from watchdog.collect import pyspy
+from watchdog.types import ROLE_MAIN, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER, ROLE_WORKER_CHILD, HangVerdict, ProcessStack, Proof
+
+
+def _run(tracker, seconds, make):
+    for i in range(seconds + 1):
+        tracker.update(sample(float(i), make(i)))
+    return tracker.stall(sample(float(seconds), make(seconds)))
+
+
+def test_pytorch_idle_polls_and_busy_background_threads_are_not_loader_progress():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    stall = _run(
+        tracker,
+        12,
+        lambda i: [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, vol=3 * (i // 5)), thread(11, cpu=float(i), syscall=None, state="R")], cpu=float(i)),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, vol=2 * (i // 5))], "fork"),
+        ],
+    )
+    assert stall.stall_s == pytest.approx(12.0)
+    assert dict(stall.progress_age_s)[WORKER_PID] == pytest.approx(12.0)
+    assert stall.tree_quiet_s == 0.0  # the busy thread is work in the tree, not the loader's progress
+
+
+def test_wakes_from_the_users_timed_waits_are_progress():
+    # Samples that sleep 2-4 s each (remote storage) or wait on a socket with a 30 s timeout:
+    # the worker's wake-ups are its own code moving, not PyTorch's 5 s polls.
+    for syscall in (SLEEP, SOCKET_POLL_30S):
+        tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+        stall = _run(
+            tracker,
+            12,
+            lambda i, syscall=syscall: [
+                proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+                proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, vol=i // 3, syscall=syscall)], "fork"),
+            ],
+        )
+        assert stall.stall_s < 3.0, syscall
+
+
+def test_ambiguous_timed_futex_wakes_count_only_once_the_examination_trusts_them():
+    timed_futex = "202 0x1 0x89 0x0 0x7ffe 0x0 0x0 0x7f 0x7f"
+
+    def make(i):
+        return [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, vol=i // 2, syscall=timed_futex)], "fork"),
+        ]
+
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    assert _run(tracker, 8, make).stall_s == pytest.approx(8.0)
+    assert (WORKER_PID, WORKER_PID) in tracker.woke_during_stall(sample(8.0, make(8)))
+    sig = make(0)[1].threads[0].wait.signature
+    tracker.trust_timed_waits([(WORKER_PID, 1.0, WORKER_PID, sig)])
+    tracker.update(sample(10.0, make(10)))
+    assert tracker.stall(sample(10.0, make(10))).stall_s == 0.0
+
+
+def test_worker_children_and_starting_workers_are_the_loaders_progress_but_other_processes_are_not():
+    def make(i, child_role):
+        return [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall="61 0x1 0x0 0x0 0x0 0x0 0x0 0x7f 0x7f")], "fork"),
+            proc(3000, child_role, [], ppid=WORKER_PID, cpu=float(i), owner_pid=WORKER_PID if child_role == ROLE_WORKER_CHILD else None),
+        ]
+
+    busy_child = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_WORKER_CHILD))
+    assert busy_child.stall_s < 1.0 and dict(busy_child.progress_age_s)[WORKER_PID] < 1.0
+    starting = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_STARTING))
+    assert starting.stall_s < 1.0
+    summary_writer = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_OTHER))
+    assert summary_writer.stall_s == pytest.approx(10.0) and summary_writer.tree_quiet_s < 1.0
+
+
+def test_a_stopped_job_stops_the_stall_clock():
+    def make(i):
+        status = "T" if 3 <= i <= 30 else "S"
+        return [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state=status)], status=status), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")]
+
+    tracker = detect.ProgressTracker(0.05)
+    for i in range(31):
+        tracker.update(sample(float(i), make(i)))
+    assert tracker.stopped == (MAIN_PID,)
+    assert tracker.stall(sample(30.0, make(30))).stall_s == 0.0
+    tracker.update(sample(34.0, make(34)))
+    assert tracker.stopped == () and tracker.stall(sample(34.0, make(34))).stall_s == pytest.approx(4.0)
+
+
+def test_io_cpu_and_new_workers_are_progress():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    w = proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")
+    tracker.update(sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), w]))
+    tracker.update(sample(5.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, io=4096)]), w]))
+    assert tracker.stall(sample(6.0, [proc(MAIN_PID, ROLE_MAIN, [])])).stall_s == pytest.approx(1.0)
+    tracker.update(sample(9.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, io=4096)]), w, proc(21, ROLE_WORKER, [thread(21)], "fork")]))
+    assert tracker.stall(sample(9.0, [proc(MAIN_PID, ROLE_MAIN, [])])).stall_s == 0.0
+
+
+def test_a_worker_whose_every_thread_waits_on_a_private_futex_becomes_a_proof_candidate():
+    def make(i):
+        return [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID), thread(11, cpu=float(i), state="R", syscall=None)], cpu=float(i)),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=LOCK_UNTIMED)], "fork"),
+        ]
+
+    tracker = detect.ProgressTracker(0.05)
+    st = _run(tracker, 6, make)
+    assert dict(st.stuck_s)[WORKER_PID] == pytest.approx(6.0)
+    assert detect.due_trigger(st, 5.0, 300.0, float("-inf"), 6.0) == detect.TRIGGER_PROOF
+    assert detect.due_trigger(st, 10.0, 300.0, float("-inf"), 6.0) is None
+
+
+def test_due_trigger_respects_the_last_dismissal():
+    st = stall(s=20.0)
+    assert detect.due_trigger(st, 5.0, 300.0, float("-inf"), 30.0) == detect.TRIGGER_STALL
+    assert detect.due_trigger(st, 5.0, 300.0, 28.0, 30.0) is None
+    assert detect.due_trigger(stall(s=400.0), 5.0, 300.0, float("-inf"), 500.0) == detect.TRIGGER_BUSY
+
+
+# --- proofs ---------------------------------------------------------------------------------------
+
+
+def test_a_process_whose_threads_all_wait_on_private_futexes_is_proven_stuck():
+    proof = detect.prove({WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED),)}, {})
+    assert proof.kind == "kernel" and proof.pids == (WORKER_PID,)
+    assert "0x189" in proof.lines[0] and "private futex" in proof.lines[0]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "202 0x1 0x89 0x0 0x7ffe 0x0 0x0 0x7f 0x7f",  # a timed wait: it wakes
+        MP_LOCK,  # a shared futex: another process may wake it
+        "running",
+        IDLE_POLL,
+    ],
+)
+def test_no_proof_while_any_thread_can_still_run(other):
+    state = "R" if other == "running" else "S"
+    assert detect.prove({MAIN_PID: (detail(MAIN_PID, LOCK_UNTIMED), detail(12, other, state=state))}, {}) is None
+
+
+def test_a_pipe_writer_whose_only_reader_is_itself_stuck_is_proven():
+    # multiprocessing's exit handler joins a feeder thread blocked writing to a pipe only main reads.
+    details = {MAIN_PID: (detail(MAIN_PID, LOCK_UNTIMED), detail(12, PIPE_WRITE))}
+    pipes = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID,)}, {"pipe:[77]": (MAIN_PID,)}, True)
+    proof = detect.prove(details, {}, pipes)
+    assert proof is not None and proof.pids == (MAIN_PID,)
+    assert any("pipe:[77]" in line for line in proof.lines)
+    other_reader = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID, 5000)}, {}, True)
+    assert detect.prove(details, {}, other_reader) is None
+    incomplete = detect.PipeEnds(pipes.targets, pipes.readers, pipes.writers, False)
+    assert detect.prove(details, {}, incomplete) is None
+
+
+def test_changed_waits_between_two_reads_are_not_trusted():
+    first = {WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED, vol=5),)}
+    moved = {WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED, vol=6),)}
+    assert detect.prove(detect.stable_details(first, first), {}) is not None
+    assert detect.prove(detect.stable_details(first, moved), {}) is None
+
+
+def test_the_loader_idle_proof_needs_every_worker_idle_and_main_waiting():
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")])
+    verdict = HangVerdict("dataloader", True, "waits", main_threads[0])
+    idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
+    stacks = {MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0), WORKER_PID: ProcessStack(WORKER_PID, idle, False, None, "", 0.0)}
+    proof = detect.prove_loader_idle(verdict, smp, stacks, stall(s=20.0), 5.0)
+    assert proof is not None and proof.kind == "loader_idle"
+    busy = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    stacks[WORKER_PID] = ProcessStack(WORKER_PID, busy, True, None, "", 0.0)
+    assert detect.prove_loader_idle(verdict, smp, stacks, stall(s=20.0), 5.0) is None
+
+
+# --- the examination ------------------------------------------------------------------------------
+
+
+def _exam(worker_syscall, worker_stack, woke=frozenset(), tree_quiet=20.0, proof=None, verdict_kind="dataloader"):
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork")])
+    st = stall(s=20.0, tree_quiet_s=tree_quiet) if tree_quiet != 20.0 else stall(s=20.0)
+    verdict = HangVerdict(verdict_kind, True, "waits", main_threads[0])
+    stacks = {MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0), WORKER_PID: ProcessStack(WORKER_PID, worker_stack, False, None, "", 0.0)}
+    details = {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
+    return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, stacks, details, proof, set(woke), 5.0)
+
+
+def _sleeping_worker():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    return (t,)
+
+
+def test_a_users_timed_wait_that_woke_is_dismissed_and_trusted():
+    a = _exam(SLEEP, _sleeping_worker(), woke={(WORKER_PID, WORKER_PID)})
+    assert not a.hang and "timeout" in a.reason
+    assert a.timed_waits and a.timed_waits[0][2] == WORKER_PID
+
+
+def test_a_users_timed_wait_that_never_woke_is_a_suspected_hang():
+    a = _exam(SLEEP, _sleeping_worker())
+    assert a.hang and a.proof is None
+
+
+def test_work_elsewhere_in_the_tree_dismisses_an_unproven_stall_but_not_a_proven_one():
+    assert not _exam(SLEEP, _sleeping_worker(), tree_quiet=2.0).hang
+    proof = Proof("kernel", (WORKER_PID,), ("x",))
+    assert _exam(LOCK_UNTIMED, _sleeping_worker(), tree_quiet=2.0, proof=proof).hang
+
+
+def test_the_busy_stall_ceiling_is_always_a_hang():
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(400.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)])])
+    a = detect.assess(detect.TRIGGER_BUSY, smp, stall(s=400.0, worker_pids=()), HangVerdict("dataloader", True, "w", main_threads[0]), {}, {}, None, set(), 5.0)
+    assert a.hang and "busy_stall" in a.reason
+
+
+def test_confirm_without_stack_uses_proc_wait_state():
+    details = (detail(10, IDLE_POLL, wchan="poll_schedule_timeout.constprop.0"),)
+    v = detect.confirm(10, None, details, worker_count=2)
+    assert v.kind == "dataloader" and not v.confirmed_by_stack
+    assert detect.confirm(10, None, details, worker_count=0).kind == "outside_loader"

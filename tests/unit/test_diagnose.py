@@ -1,0 +1,481 @@
+"""Diagnosis rules on captured py-spy JSON, /proc waits and stderr texts, and on hand-built
+stacks for shapes a CPU machine cannot capture: one test per failure class, plus the rank
+table and the rule contract."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.unit.builders import (
+    IDLE_POLL,
+    LOCK_UNTIMED,
+    MAIN_PID,
+    PIPE_READ,
+    PIPE_WRITE,
+    SLEEP,
+    WORKER_PID,
+    detail,
+    fixture,
+    hang_facts,
+    proc,
+    python_only,
+    sample,
+    stall,
+    thread,
+)
+from watchdog import frames
+from watchdog.collect import pyspy
+from watchdog.diagnose import RULES, diagnose, engine
+from watchdog.diagnose.crashes import errno_of, original_traceback
+from watchdog.diagnose.hangs import feeder_failures
+from watchdog.types import (
+    MODE_CRASH,
+    MODE_EXIT,
+    MODE_LIVE,
+    ROLE_MAIN,
+    ROLE_WORKER,
+    Facts,
+    Frame,
+    HangVerdict,
+    ProcessStack,
+    Proof,
+    ThreadStack,
+)
+
+TORCH = "/opt/venv/lib/python3.11/site-packages/torch/utils/data"
+STDLIB = "/usr/lib/python3.11"
+USER = "/home/user/train/data.py"
+
+
+def _frames(*spec):
+    return tuple(Frame(f, file, line, native, module=file if native else None) for f, file, line, native in spec)
+
+
+def _worker_loop_frames():
+    return (
+        ("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54, False),
+        ("_worker_loop", f"{TORCH}/_utils/worker.py", 374, False),
+    )
+
+
+def _kernel_proof(*pids):
+    return Proof("kernel", tuple(pids), tuple(f"pid {p} thread {p} (x): futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout" for p in pids) + ("conclusion",))
+
+
+# --- hangs ------------------------------------------------------------------------------------
+
+
+def test_native_lock_frames_give_fork_inherited_lock_and_a_proof_makes_it_proven():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    suspected = diagnose(hang_facts([t]))[0]
+    assert suspected.kind == "fork_inherited_lock" and suspected.certainty == "suspected"
+    assert suspected.pids == (WORKER_PID,) and suspected.location.endswith("probes/train.py:102")
+    proven = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0]
+    assert proven.kind == "fork_inherited_lock" and proven.certainty == "proven" and proven.confidence >= 0.9
+    assert any(e.startswith("proof:") for e in proven.evidence)
+
+
+def test_python_only_stack_needs_the_source_line_or_a_proof_to_call_it_inherited():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = python_only(t)
+    top = frames.innermost_python(t)
+    with_line = diagnose(hang_facts([t], sources=[((top.file, top.line), "with _SAMPLE_LOCK:")]))[0]
+    assert with_line.kind == "fork_inherited_lock"
+    without = diagnose(hang_facts([t], sources=[((top.file, top.line), "return self._read(index)")]))[0]
+    assert without.kind == "worker_stuck"
+    proven = diagnose(hang_facts([t], sources=[((top.file, top.line), "return self._read(index)")], proof=_kernel_proof(WORKER_PID)))[0]
+    assert proven.kind == "fork_inherited_lock"
+
+
+def test_a_spawned_worker_on_a_lock_is_not_inherited_and_with_a_proof_is_its_own_deadlock():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    assert "fork_inherited_lock" not in [d.kind for d in diagnose(hang_facts([t], method="spawn"))]
+    assert diagnose(hang_facts([t], method="spawn", proof=_kernel_proof(WORKER_PID)))[0].kind == "worker_deadlock"
+
+
+def test_openmp_frames_in_a_forked_worker_name_the_runtime_and_its_remedy():
+    t = ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("0x7f1696c1e073", "libgomp.so.1", 0, True),
+            ("0x7f1696c1ca9d", "libgomp.so.1", 0, True),
+            ("at::native::AVX512::exp_kernel", "libtorch_cpu.so", 0, True),
+            ("AugDataset.__getitem__", USER, 19, False),
+            *_worker_loop_frames(),
+        ),
+    )
+    facts = hang_facts([t], worker_details=(detail(WORKER_PID, "202 0x5588b93d9e14 0x80 0x10 0x0 0xca 0x0 0x7f 0x7f"),), proof=_kernel_proof(WORKER_PID))
+    first = diagnose(facts)[0]
+    assert first.kind == "fork_inherited_lock" and "OpenMP" in first.summary
+    assert "set_num_threads" in first.remedy and "socket" not in first.remedy
+    assert first.location == f"{USER}:19"
+
+
+def test_a_future_from_a_thread_pool_created_before_fork_is_inherited_state():
+    t = ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+            ("Future.result", f"{STDLIB}/concurrent/futures/_base.py", 451, False),
+            ("Remote.__getitem__", USER, 40, False),
+            *_worker_loop_frames(),
+        ),
+    )
+    first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0]
+    assert first.kind == "fork_inherited_lock" and "thread pool" in first.summary
+    assert "worker_init_fn" in first.remedy
+
+
+def test_two_threads_taking_locks_in_opposite_orders_are_a_worker_deadlock_naming_both_lines():
+    loop = ThreadStack(WORKER_PID, "MainThread", False, False, _frames(("Data.__getitem__", USER, 30, False), *_worker_loop_frames()))
+    helper = ThreadStack(WORKER_PID + 1, "helper", False, False, _frames(("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)))
+    details = (detail(WORKER_PID, LOCK_UNTIMED), detail(WORKER_PID + 1, LOCK_UNTIMED))
+    facts = hang_facts([loop, helper], worker_details=details, proof=_kernel_proof(WORKER_PID))
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_deadlock" and first.certainty == "proven"
+    text = " ".join(first.evidence)
+    assert f"{USER}:30" in text and f"{USER}:55" in text
+
+
+def test_a_worker_waiting_on_a_multiprocessing_queue_is_stuck_at_the_users_line():
+    t = ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("_ConnectionBase.recv_bytes", f"{STDLIB}/multiprocessing/connection.py", 216, False),
+            ("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 103, False),
+            ("Jobs.__getitem__", USER, 12, False),
+            *_worker_loop_frames(),
+        ),
+    )
+    facts = hang_facts([t], worker_details=(detail(WORKER_PID, PIPE_READ, wchan="anon_pipe_read"),), fd_targets=(((WORKER_PID, 6), "pipe:[9]"),), pipe_writers=(("pipe:[9]", (MAIN_PID, WORKER_PID)),))
+    first = diagnose(facts)[0]
+    assert first.kind in ("worker_stuck", "worker_blocked_io") and first.location == f"{USER}:12"
+    assert "NFS" not in first.remedy
+
+
+def test_a_worker_blocked_writing_to_a_pipe_is_told_about_the_reader_not_the_storage():
+    t = ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(("TextIOWrapper.write", "<frozen io>", 0, False), ("Data.__getitem__", USER, 8, False), *_worker_loop_frames()),
+    )
+    facts = hang_facts(
+        [t],
+        worker_details=(detail(WORKER_PID, PIPE_WRITE, wchan="anon_pipe_write"),),
+        fd_targets=(((WORKER_PID, 9), "pipe:[42]"),),
+        pipe_readers=(("pipe:[42]", (4000,)),),
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_blocked_io"
+    assert "reader" in first.remedy and "NFS" not in first.remedy
+    assert any("4000" in e for e in first.evidence)
+
+
+def test_a_timed_wait_is_not_told_to_add_a_timeout():
+    t = ThreadStack(WORKER_PID, "MainThread", False, False, _frames(("sleep", "<built-in>", 0, False), ("Data.__getitem__", USER, 5, False), *_worker_loop_frames()))
+    first = diagnose(hang_facts([t], worker_details=(detail(WORKER_PID, SLEEP, wchan="hrtimer_nanosleep"),)))[0]
+    assert first.kind == "worker_stuck" and first.certainty == "suspected"
+    assert "stall_timeout_s" in first.remedy and "Give the blocking call a timeout" not in first.remedy
+
+
+def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
+    idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
+    found = diagnose(hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL, wchan="poll_schedule_timeout"),)))
+    assert [d.kind for d in found] == ["unknown"]
+
+
+def test_a_loader_idle_proof_is_a_lost_batch():
+    idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
+    facts = hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL),), proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")))
+    first = diagnose(facts)[0]
+    assert first.kind == "batch_lost" and first.certainty == "proven"
+
+
+def test_without_stacks_proc_facts_still_diagnose_with_lower_confidence():
+    first = diagnose(hang_facts([], stacks_ok=False))[0]
+    assert first.kind == "fork_inherited_lock" and first.confidence <= 0.6
+
+
+def _main_facts(main_threads, main_details, proof, **kw):
+    main = proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, syscall=LOCK_UNTIMED)])
+    smp = sample(30.0, [main])
+    return Facts(
+        mode="hang",
+        sample=smp,
+        timeline=(smp,),
+        stall=stall(worker_pids=()),
+        verdict=HangVerdict("outside_loader", True, "not in a loader", main_threads[0]),
+        stacks=((MAIN_PID, ProcessStack(MAIN_PID, tuple(main_threads), False, None, "", 0.1)),),
+        thread_details=((MAIN_PID, tuple(main_details)),),
+        proof=proof,
+        **kw,
+    )
+
+
+def test_main_joining_a_thread_blocked_on_a_full_queue_is_a_main_thread_deadlock_naming_both():
+    main_t = ThreadStack(MAIN_PID, "MainThread", False, False, _frames(
+        ("Thread._wait_for_tstate_lock", f"{STDLIB}/threading.py", 1132, False),
+        ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
+        ("ThreadPrefetcher.close", USER, 30, False),
+        ("main", USER, 44, False),
+    ))
+    prefetch = ThreadStack(MAIN_PID + 1, "prefetch", False, False, _frames(
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Queue.put", f"{STDLIB}/queue.py", 140, False),
+        ("ThreadPrefetcher._run", USER, 21, False),
+    ))
+    facts = _main_facts([main_t, prefetch], [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, LOCK_UNTIMED)], _kernel_proof(MAIN_PID))
+    found = diagnose(facts)
+    first = found[0]
+    assert first.kind == "main_thread_deadlock" and first.certainty == "proven"
+    text = " ".join(first.evidence)
+    assert f"{USER}:30" in text and f"{USER}:21" in text and "prefetch" in text
+    assert "stall_outside_loader" not in [d.kind for d in found]  # it would contradict the proof
+    assert first.location == f"{USER}:30"
+
+
+def test_a_hang_at_exit_joining_a_queue_feeder_names_the_exit_and_the_pipe():
+    main_t = ThreadStack(MAIN_PID, "MainThread", False, False, _frames(
+        ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
+        ("Queue._finalize_join", f"{STDLIB}/multiprocessing/queues.py", 199, False),
+        ("Finalize.__call__", f"{STDLIB}/multiprocessing/util.py", 224, False),
+        ("_run_finalizers", f"{STDLIB}/multiprocessing/util.py", 300, False),
+        ("_exit_function", f"{STDLIB}/multiprocessing/util.py", 360, False),
+    ))
+    feeder = ThreadStack(MAIN_PID + 1, "QueueFeederThread", False, False, _frames(
+        ("_ConnectionBase.send_bytes", f"{STDLIB}/multiprocessing/connection.py", 205, False),
+        ("Queue._feed", f"{STDLIB}/multiprocessing/queues.py", 250, False),
+    ))
+    facts = _main_facts(
+        [main_t, feeder],
+        [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, PIPE_WRITE)],
+        _kernel_proof(MAIN_PID),
+        fd_targets=(((MAIN_PID, 9), "pipe:[5]"),),
+        pipe_readers=(("pipe:[5]", (MAIN_PID,)),),
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "main_thread_deadlock" and "exit" in first.summary
+    assert "cancel_join_thread" in first.remedy
+    assert any("pipe:[5]" in e for e in first.evidence)
+
+
+def test_stall_outside_loader_names_mains_frame():
+    first = diagnose(hang_facts([], verdict_kind="outside_loader"))[0]
+    assert first.kind == "stall_outside_loader" and first.pids == (MAIN_PID,) and first.certainty == "suspected"
+
+
+def _main_only_facts(stack_file: str, verdict_reason: str, pid: int) -> Facts:
+    threads = pyspy.parse_dump(fixture(stack_file))
+    main = proc(pid, ROLE_MAIN, [])
+    worker = proc(pid + 5, ROLE_WORKER, [], "fork")
+    smp = sample(30.0, [main, worker])
+    return Facts(
+        mode="hang",
+        sample=smp,
+        timeline=(smp,),
+        stall=stall(pid, (pid + 5,)),
+        verdict=HangVerdict("dataloader", True, verdict_reason, threads[0]),
+        stacks=((pid, ProcessStack(pid, threads, True, None, "", 0.1)),),
+    )
+
+
+def test_pin_memory_stall_fixture():
+    first = diagnose(_main_only_facts("pyspy_main_pin_memory_stall.json", "waits for a batch", 4000))[0]
+    assert first.kind == "pin_memory_stall"
+    assert any("cudaHostAlloc" in e for e in first.evidence)
+
+
+def test_shutdown_hang_fixture():
+    first = diagnose(_main_only_facts("pyspy_main_shutdown_hang.json", "shutting down", 4100))[0]
+    assert first.kind == "shutdown_hang"
+    assert first.location == "/home/user/train.py:88"
+
+
+def test_collective_wait_is_named_in_stall_outside_loader():
+    threads = pyspy.parse_dump(fixture("pyspy_main_collective.json"))
+    facts = _main_only_facts("pyspy_main_collective.json", "outside", 4200)
+    facts = Facts(**{**facts.__dict__, "verdict": HangVerdict("outside_loader", True, "not in a loader", threads[0])})
+    first = diagnose(facts)[0]
+    assert first.kind == "stall_outside_loader"
+    assert "collective" in first.summary and any("barrier" in e for e in first.evidence)
+
+
+def test_feeder_traceback_is_parsed_with_the_user_frame():
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+        "    obj = _ForkingPickler.dumps(obj)\n"
+        '  File "/home/user/data.py", line 12, in __reduce__\n'
+        "    raise TypeError('no')\n"
+        "TypeError: cannot pickle 'Foo' object\n"
+    )
+    assert feeder_failures(stderr) == [("TypeError: cannot pickle 'Foo' object", "/home/user/data.py:12")]
+    assert feeder_failures('Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: x\n') == []
+
+
+def test_more_specific_cause_comes_before_batch_lost():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+        "OSError: [Errno 24] Too many open files\n"
+    )
+    kinds = [d.kind for d in diagnose(hang_facts([t], stderr_tail=stderr))]
+    assert kinds.index("fd_exhausted") < kinds.index("batch_lost")
+
+
+# --- crashes --------------------------------------------------------------------------------------
+
+
+def _crash(stderr, procs=None, timeline=None, **kw):
+    procs = procs or [proc(MAIN_PID, ROLE_MAIN, [])]
+    smp = sample(50.0, procs, **kw.pop("host", {}))
+    return Facts(mode=MODE_CRASH, sample=smp, timeline=tuple(timeline or (smp,)), stderr_tail=stderr, exit_code=1, **kw)
+
+
+def test_errno_classes():
+    assert errno_of("RuntimeError: unable to open shared memory object </torch_1_2_3> in read-write mode: Too many open files (24)") == 24
+    assert errno_of("OSError: [Errno 28] No space left on device") == 28
+    assert errno_of("no errno here") is None
+
+
+def test_loader_timeout_with_busy_workers_says_the_timeout_is_too_short():
+    def s(t, cpu):
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [], "fork", cpu=cpu), proc(WORKER_PID + 1, ROLE_WORKER, [], "fork", cpu=cpu)])
+
+    busy = [s(float(t), float(t)) for t in range(10)]
+    first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=busy))[0]
+    assert first.kind == "loader_timeout" and "shorter than a batch" in first.summary and "Raise DataLoader(timeout" in first.remedy
+    quiet = [s(float(t), 1.0) for t in range(10)]
+    first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=quiet))[0]
+    assert first.kind == "loader_timeout" and "stuck" in first.summary
+
+
+def test_an_exception_in_the_dataset_names_it_and_the_users_line():
+    first = diagnose(_crash(fixture("stderr_dataset_exception.txt")))[0]
+    assert first.kind == "dataset_error"
+    assert "IndexError: list index out of range" in first.summary
+    assert first.location == "/home/user/train/dataset_exception_len_lies.py:21"
+    assert "__len__" in first.remedy
+    exc, user, source = original_traceback(fixture("stderr_dataset_exception.txt"))
+    assert user.function == "__getitem__" and source.startswith("name = self.frames[i]")
+
+
+def test_a_pool_in_a_worker_is_a_start_failure_first():
+    kinds = [d.kind for d in diagnose(_crash(fixture("stderr_nested_pool.txt")))]
+    assert kinds[0] == "worker_start_failed" and "dataset_error" in kinds
+
+
+@pytest.mark.parametrize("name", ["stderr_worker_segfault.txt", "stderr_worker_segfault_race.txt"])
+def test_a_segfault_is_a_killed_worker_with_a_native_remedy_even_when_mains_message_lost_the_race(name):
+    first = diagnose(_crash(fixture(name)))[0]
+    assert first.kind == "worker_killed" and "egmentation" in first.summary
+    assert "native" in first.remedy and "Memory:" not in first.remedy
+
+
+def test_fd_exhaustion_is_attributed_to_the_processes_at_their_limit():
+    workers = [proc(p, ROLE_WORKER, [], "fork", num_fds=199, rlimit=200) for p in (WORKER_PID, WORKER_PID + 1)]
+    main = proc(MAIN_PID, ROLE_MAIN, [], num_fds=40, rlimit=4096)
+    stderr = "RuntimeError: unable to open shared memory object </torch_2847_1_2> in read-write mode: Too many open files (24)\n"
+    found = diagnose(_crash(stderr, [main, *workers], host={"shm_total": 1 << 30, "shm_used": 50_000}))
+    first = found[0]
+    assert first.kind == "fd_exhausted" and set(first.pids) == {WORKER_PID, WORKER_PID + 1}
+    assert "RLIMIT_NOFILE 200" in first.summary and "main" not in first.summary
+    assert "shm_exhausted" not in [d.kind for d in found]
+
+
+def test_shm_exhausted_contradicted_by_an_empty_dev_shm_ranks_last():
+    stderr = "RuntimeError: unable to write to file </torch_5_6_7>: No space left on device (28)\n"
+    full = diagnose(_crash(stderr, host={"shm_total": 64 << 20, "shm_used": 63 << 20}))[0]
+    assert full.kind == "shm_exhausted" and not any("contradicted" in e for e in full.evidence)
+    empty = diagnose(_crash(stderr + "OSError: [Errno 24] Too many open files\n", host={"shm_total": 64 << 30, "shm_used": 1 << 20}))
+    assert empty[0].kind == "fd_exhausted" and any("contradicted" in e for e in empty[-1].evidence)
+
+
+def test_a_deleted_shared_memory_file_is_shm_removed_not_exhausted():
+    stderr = "RuntimeError: unable to open shared memory object </torch_12_34_0> in read-write mode: No such file or directory (2)\n"
+    found = diagnose(_crash(stderr, host={"shm_total": 24 << 30, "shm_used": 10 << 20}))
+    assert found[0].kind == "shm_removed" and "RemoveIPC" in found[0].remedy
+    assert "shm_exhausted" not in [d.kind for d in found]
+
+
+def test_a_failed_mmap_near_max_map_count_is_map_count_exhausted():
+    stderr = "RuntimeError: unable to mmap 4 bytes from file </torch_12_34_0>: Cannot allocate memory (12)\n"
+    main = proc(MAIN_PID, ROLE_MAIN, [], map_count=65_400)
+    first = diagnose(_crash(stderr, [main], host={"max_maps": 65530}))[0]
+    assert first.kind == "map_count_exhausted" and "65530" in first.summary and "max_map_count" in first.remedy
+
+
+def test_files_left_in_dev_shm_after_exit_are_reported_with_how_to_remove_them():
+    smp = sample(1.0, [])
+    facts = Facts(mode=MODE_EXIT, sample=smp, timeline=(), exit_code=0, shm_leftovers=(("torch_42_a_0", 512), ("torch_42_a_1", 512)))
+    (only,) = diagnose(facts)
+    assert only.kind == "shm_leaked" and "rm -f /dev/shm/torch_42_*" in only.remedy
+
+
+def test_cuda_in_forked_worker_fixture():
+    first = diagnose(_crash(fixture("stderr_cuda_in_forked_worker.txt")))[0]
+    assert first.kind == "cuda_in_forked_worker"
+
+
+# --- warnings -------------------------------------------------------------------------------------
+
+
+def test_copy_on_read_is_judged_by_level_not_only_by_slope():
+    def s(t):
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], rss=1200 << 20), *(proc(p, ROLE_WORKER, [], "fork", uss=450 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
+
+    timeline = tuple(s(float(t)) for t in range(20))
+    found = diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
+    first = found[0]
+    assert first.kind == "worker_memory_growth" and "one more worker costs" in first.summary
+    small = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], rss=1200 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=40 << 20)]) for t in range(20))
+    assert diagnose(Facts(mode=MODE_LIVE, sample=small[-1], timeline=small)) == ()
+
+
+def test_oversubscription_remedy_follows_the_measured_thread_counts():
+    def s(t):
+        workers = [proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1) for p in range(100, 106)]
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers])
+
+    timeline = tuple(s(float(t)) for t in range(10))
+    found = {d.kind: d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline, host_cpus=4))}
+    assert "cpu_oversubscribed" in found and "cpu_affinity_narrowed" in found
+    remedy = found["cpu_oversubscribed"].remedy
+    assert "set_num_threads" not in remedy and "affinity" in remedy
+
+
+def test_map_count_pressure_warns_before_the_crash():
+    timeline = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], map_count=40_000 + 1300 * t)], max_maps=65530) for t in range(12))
+    (first,) = [d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline)) if d.kind == "map_count_pressure"]
+    assert "65530" in first.summary and any("mappings/s" in e for e in first.evidence)
+
+
+# --- the rule contract ------------------------------------------------------------------------------
+
+
+def test_the_rank_table_in_the_engine_note_matches_the_registered_rules():
+    ranks = {kind: int(rank) for rank, kind in re.findall(r"^(\d+)\s+(\w+)\s", engine.__doc__, re.M)}
+    for r in RULES:
+        if r.rank < 50:
+            assert ranks.get(r.kind) == r.rank, r.kind
+    assert set(ranks) - {"warnings"} <= {r.kind for r in RULES}
+
+
+def test_the_engine_runs_a_rule_only_in_its_modes():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    live = Facts(**{**hang_facts([t]).__dict__, "mode": MODE_LIVE})
+    assert all(d.severity == "warning" for d in diagnose(live))

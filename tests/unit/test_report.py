@@ -1,0 +1,51 @@
+"""Reports: the document, the text (short at the top), and atomic owner-only writing."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tests.unit.builders import MAIN_PID, fixture, hang_facts
+from watchdog import report, writer
+from watchdog.collect import pyspy
+from watchdog.diagnose import diagnose
+from watchdog.errors import ReportWriteError
+from watchdog.types import Report
+
+
+def test_report_text_is_short_at_the_top_and_json_has_required_fields():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    facts = hang_facts([t])
+    rep = report.build(
+        facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}, 1.8e9, "report", {"A": "b"}, {}
+    )
+    doc = rep.document
+    for key in ("schema_version", "job", "detected_at", "stall_s", "stall", "processes", "timeline", "diagnoses"):
+        assert key in doc
+    for key in ("kind", "severity", "certainty", "confidence", "summary", "evidence", "remedy", "pids"):
+        assert key in doc["diagnoses"][0]
+    head = rep.text.splitlines()[:7]
+    assert head[0].startswith("dlwatch: job hung (suspected): fork_inherited_lock") and any(line.strip().startswith("fix:") for line in head)
+    assert "Stacks" not in report.summary_text(rep.text) and "Stacks" in rep.text
+
+
+def test_writer_is_atomic_and_owner_only(tmp_path):
+    rep = Report("20260101T000000Z-1", {"a": 1}, "text\n", (("py-spy-1.json", "[]"),))
+    path = writer.write(rep, str(tmp_path / "r"))
+    assert sorted(os.listdir(path)) == ["py-spy-1.json", "report.json", "report.txt"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(os.path.join(path, f)).st_mode) == 0o600 for f in os.listdir(path))
+    second = writer.write(rep, str(tmp_path / "r"))
+    assert second != path and os.path.isdir(second)
+
+
+def test_writer_failure_names_the_folder_and_leaves_nothing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rep = Report("n", {}, "t", ())
+    with pytest.raises(ReportWriteError) as e:
+        writer.write(rep, str(blocker / "sub"))
+    assert str(blocker) in str(e.value)
+    assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(str(tmp_path / "ok"))
