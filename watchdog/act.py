@@ -1,7 +1,10 @@
 """The only module that sends signals: ending a hung job.
 
-A process is identified by ``(pid, create_time)`` and checked before each signal, as psutil's
-``_raise_if_pid_reused`` does, so a reused PID is never signalled.
+Only the job's own processes are signalled: the tree found under the job's root (never the
+process group of an attached job, which may hold the shell or launcher that started it). Each
+process is identified by ``(pid, create_time)`` and checked before every signal, as psutil's
+``Process.send_signal`` does after ``_raise_if_pid_reused``; processes that vanish meanwhile
+are skipped. SIGTERM first, SIGKILL for whatever remains after the grace period.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import psutil
+
+Identity = Tuple[int, float]  # (pid, create_time)
 
 
 def same_process(pid: int, create_time: float) -> bool:
@@ -22,55 +27,97 @@ def same_process(pid: int, create_time: float) -> bool:
         return False
 
 
-def terminate_group(
-    pgid: int,
-    leader_pid: int,
-    leader_create_time: float,
-    grace_s: float,
-    tree_pids: Iterable[int] = (),
-    ended: Optional[Callable[[], bool]] = None,
-) -> str:
-    """SIGTERM the process group ``pgid``, then SIGKILL it after ``grace_s`` seconds if any
-    member remains. When ``pgid`` is this process's own group (an attached job started from
-    the same shell), the job's processes (``tree_pids``) are signalled one by one instead.
-
-    Returns a short account of what was done. ``ended`` (optional) tells when the job is
-    gone, for a job that is this process's child and must be reaped by the caller.
-    """
-    if not same_process(leader_pid, leader_create_time):
-        return f"pid {leader_pid} is no longer the job; nothing signalled"
-    own_group = pgid == os.getpgrp()
-    tree = [p for p in tree_pids if p != os.getpid()]
-
-    def send(sig: int) -> None:
-        if own_group:
-            for pid in tree:
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-        else:
-            try:
-                os.killpg(pgid, sig)
-            except OSError:
-                pass
-
-    def alive() -> bool:
-        if ended is not None and not ended():
-            return True
-        if own_group:
-            return any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in tree)
+def _verified(members: Iterable[Identity]) -> List[psutil.Process]:
+    out = []
+    for pid, create_time in dict.fromkeys(members):
+        if pid == os.getpid():
+            continue
         try:
-            os.killpg(pgid, 0)
-            return True
-        except OSError:
-            return False
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - create_time) < 0.01:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
 
-    send(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not alive():
-            return f"SIGTERM sent to process group {pgid}; the job ended"
-        time.sleep(0.05)
-    send(signal.SIGKILL)
-    return f"SIGTERM sent to process group {pgid}, then SIGKILL after {grace_s:g} s"
+
+def _with_descendants(procs: List[psutil.Process]) -> List[psutil.Process]:
+    """``procs`` plus their descendants now (children forked during the grace period)."""
+    seen = {p.pid: p for p in procs}
+    for p in list(procs):
+        try:
+            for c in p.children(recursive=True):
+                seen.setdefault(c.pid, c)
+        except psutil.Error:
+            continue
+    seen.pop(os.getpid(), None)
+    return list(seen.values())
+
+
+def _send(procs: Iterable[psutil.Process], sig: int) -> int:
+    sent = 0
+    for p in procs:
+        try:
+            p.send_signal(sig)  # psutil refuses a pid that now names another process
+            sent += 1
+        except psutil.Error:
+            continue
+    return sent
+
+
+def _alive(procs: Iterable[psutil.Process]) -> List[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def terminate_tree(
+    members: Iterable[Identity],
+    grace_s: float,
+    own_group: Optional[int] = None,
+    ended: Optional[Callable[[], bool]] = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """End the job's processes: SIGTERM to each of ``members`` that is still the same process,
+    then SIGKILL to whatever of them (and of their descendants) remains after ``grace_s``
+    seconds.
+
+    Args:
+        members: ``(pid, create_time)`` of every process of the job's tree (root and main
+            first); a pid that now names another process is never signalled.
+        grace_s: seconds between SIGTERM and SIGKILL.
+        own_group: the job's process group when ``dlwatch run`` created it for the job alone
+            (signalled too, to reach processes that left the tree); ``None`` for ``attach``.
+        ended: returns True once the job's root is gone (``dlwatch run`` reaps its own child,
+            so its exit is not waited for here).
+
+    Returns a one-line account of what was done. Never raises.
+    """
+    procs = _verified(members)
+    if not procs:
+        return "the job's processes are gone; nothing signalled"
+    sent = _send(procs, signal.SIGTERM)
+    if own_group is not None and own_group != os.getpgrp():
+        try:
+            os.killpg(own_group, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = clock() + grace_s
+    while clock() < deadline:
+        if not _alive(procs) and (ended is None or ended()):
+            return f"SIGTERM sent to {sent} process(es) of the job; the job ended"
+        sleep(0.05)
+    left = _alive(_with_descendants(procs))
+    killed = _send(left, signal.SIGKILL)
+    if own_group is not None and own_group != os.getpgrp():
+        try:
+            os.killpg(own_group, signal.SIGKILL)
+        except OSError:
+            pass
+    return f"SIGTERM sent to {sent} process(es) of the job, then SIGKILL to {killed} still alive after {grace_s:g} s"

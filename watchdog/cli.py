@@ -205,7 +205,6 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """Watch an already-running job until it ends."""
     proc = discovery.check_target(args.pid)
     create_time = proc.create_time()
-    pgid = os.getpgid(proc.pid)
     wake = Waker()
     stopped: List[int] = []
 
@@ -225,7 +224,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
     for sig in _FORWARDED:
         signal.signal(sig, on_signal)
-    watcher = Watcher(cfg, proc.pid, pgid, lambda: job_ended() or bool(stopped), wake)
+    watcher = Watcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
     outcome = watcher.run()
     if outcome.terminated:

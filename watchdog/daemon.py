@@ -5,15 +5,20 @@ stage's failure is caught here, logged once, and watching goes on; no signal is 
 ``on_hang: terminate`` is configured.
 
 NOTE [ Escalation ladder ]
-1. Every ``interval_s``: cheap psutil and ``/proc`` reads (no ptrace).
-2. After ``stall_timeout_s`` without progress (NOTE [ Hang criterion ] in detect.py): one
-   Python-only py-spy dump of main classifies the stall.
-3. Then py-spy dumps main and every worker in parallel (native frames when configured) and
-   ``/proc`` gives every thread's state, wait channel and system call.
-4. The report is written; with ``on_hang: terminate`` the job's process group gets SIGTERM,
-   then SIGKILL after ``terminate_grace_s`` (a ``stall_outside_loader`` only when
-   ``terminate_outside_loader`` is true). With ``report`` the same unchanged hang is not
-   reported twice; a new report needs progress first.
+1. Every ``interval_s``: cheap psutil and ``/proc`` reads (no ptrace), including each loader
+   thread's kernel wait (``/proc/PID/task/TID/syscall``).
+2. When a trigger comes due (NOTE [ Hang criterion ] in detect.py): every thread's wait is read
+   twice, 0.25 s apart; Python-only py-spy dumps of main and the workers; the holders of pipes
+   that threads wait on. :func:`detect.assess` then proves the hang (NOTE [ Deadlock proof ]),
+   reports it as suspected, or dismisses it (the stall clock restarts).
+3. A hang: py-spy dumps main and every worker in parallel (native frames when configured), and
+   the report is written.
+4. With ``on_hang: terminate`` the job's own processes (its tree, and its process group under
+   ``dlwatch run``) get SIGTERM, then SIGKILL after ``terminate_grace_s``, only when the hang is
+   proven or no batch came for ``busy_stall_timeout_s``; outside the loader only when proven or
+   ``terminate_outside_loader`` is true. A suspected hang is reported and left alone. The same
+   unchanged hang is not reported twice, except once more when a proof or the busy-stall
+   ceiling comes due after a suspected report.
 """
 
 from __future__ import annotations
@@ -78,7 +83,9 @@ class Watcher:
     Args:
         config: validated settings.
         root_pid: the job's root process.
-        pgid: the job's process group (signalled on terminate).
+        own_group: the job's process group when dlwatch created it for the job alone
+            (``dlwatch run``), signalled on terminate besides the job's tree; ``None`` for
+            ``attach``, whose job may share its group with the shell that started it.
         job_ended: returns True once the job is gone.
         wake: interrupts the sleep between samples (job exit, signals); a :class:`~watchdog.wake.Waker`,
             never a ``threading.Event``, whose ``set()`` a signal handler must not call.
@@ -91,7 +98,7 @@ class Watcher:
         self,
         config: Config,
         root_pid: int,
-        pgid: int,
+        own_group: Optional[int],
         job_ended: Callable[[], bool],
         wake: Waker,
         on_tick: Callable[[], None] = lambda: None,
@@ -100,7 +107,7 @@ class Watcher:
     ) -> None:
         self.config = config
         self.root_pid = root_pid
-        self.pgid = pgid
+        self.own_group = own_group
         self.job_ended = job_ended
         self.wake = wake
         self.on_tick = on_tick
@@ -321,7 +328,7 @@ class Watcher:
             wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
             sources.update(procfs.source_lines(pid, wanted))
         problems = [st.error for st in stacks.values() if st.error]
-        proven = proof is not None and (main.pid in proof.pids or stall.stall_s >= cfg.stall_timeout_s)
+        proven = proof is not None
         terminable = proven or stall.trigger == detect.TRIGGER_BUSY
         allowed = verdict.kind == "dataloader" or proven or cfg.terminate_outside_loader
         terminate = cfg.on_hang == "terminate" and terminable and allowed
@@ -362,14 +369,7 @@ class Watcher:
         after = self.sampler.sample()
         self.tracker.rebaseline(after)
         if terminate:
-            log(f"on_hang=terminate: ending the job (process group {self.pgid}, grace {cfg.terminate_grace_s:g} s)")
-            done = act.terminate_group(
-                self.pgid,
-                main.pid,
-                main.create_time,
-                cfg.terminate_grace_s,
-                [p.pid for p in after.processes] or pids,
-                self.job_ended,
-            )
-            log(done)
+            log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
+            members = self.sampler.root_identity() + [(p.pid, p.create_time) for p in (after.processes or sample.processes)]
+            log(act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended))
             self.outcome.terminated = True

@@ -384,6 +384,19 @@ def loader_wait_depth(thread: ThreadStack) -> Optional[int]:
     return None
 
 
+def waits_on_mp_queue(thread: ThreadStack) -> bool:
+    """True when the thread's innermost Python frames, above the user's code, read a
+    multiprocessing queue or connection (``Queue.get`` in multiprocessing/queues.py,
+    ``Connection.recv*`` in multiprocessing/connection.py): a wait for another process to send."""
+    for f in python_frames(thread):
+        if is_user(f):
+            return False
+        path = normalise_path(f.file)
+        if path.endswith(("multiprocessing/queues.py", "multiprocessing/connection.py")):
+            return True
+    return False
+
+
 def is_resource_sharer(thread: ThreadStack) -> bool:
     """True for multiprocessing's resource-sharer thread (``_ResourceSharer._serve`` in
     multiprocessing/resource_sharer.py), which only hands file descriptors to processes that

@@ -10,6 +10,7 @@ watchdog must report ``shm_leaked`` after the exit: how many files, how much mem
 
 import os
 import signal
+import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -29,7 +30,8 @@ def main():
     kept = []
     for step, batch in enumerate(DataLoader(Samples(), batch_size=4, num_workers=2)):
         kept.append(batch)
-        if step == 100:
+        time.sleep(0.01)  # some training
+        if step == 400:
             print("killing the job's process group", flush=True)
             os.killpg(os.getpgrp(), signal.SIGKILL)
 

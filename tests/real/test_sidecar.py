@@ -346,3 +346,23 @@ def test_a_burst_of_signals_reaches_the_job_and_dlwatch_still_exits_with_its_cod
         assert int(out.split("got", 1)[1]) >= 1, out
     finally:
         kill_tree(proc)
+
+
+def test_attach_terminate_ends_the_jobs_tree_but_not_the_launcher_that_started_it(tmp_path):
+    # The launcher shell shares the job's process group; ending the group would kill it too.
+    marker = tmp_path / "launcher-survived"
+    script = f"{PY} -m probes.train --fault fork-lock --num-workers 2 & wait $!; echo $? > {marker}; sleep 30"
+    launcher = start(["sh", "-c", script])
+    watcher = None
+    try:
+        job = wait_for(lambda: next((c for c in psutil.Process(launcher.pid).children() if "probes.train" in " ".join(c.cmdline())), None), 30, "the job")
+        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")])
+        out, err = watcher.communicate(timeout=120)
+        assert watcher.returncode == 124, err
+        wait_for(marker.exists, 30, "the launcher to see its job end")
+        assert launcher.poll() is None  # the launcher lives on
+        assert int(marker.read_text()) in (128 + signal.SIGTERM, 128 + signal.SIGKILL, 1)
+    finally:
+        kill_tree(launcher)
+        if watcher is not None:
+            kill_tree(watcher)

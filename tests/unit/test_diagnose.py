@@ -160,7 +160,8 @@ def test_a_worker_waiting_on_a_multiprocessing_queue_is_stuck_at_the_users_line(
     )
     facts = hang_facts([t], worker_details=(detail(WORKER_PID, PIPE_READ, wchan="anon_pipe_read"),), fd_targets=(((WORKER_PID, 6), "pipe:[9]"),), pipe_writers=(("pipe:[9]", (MAIN_PID, WORKER_PID)),))
     first = diagnose(facts)[0]
-    assert first.kind in ("worker_stuck", "worker_blocked_io") and first.location == f"{USER}:12"
+    assert first.kind == "worker_stuck" and first.location == f"{USER}:12"
+    assert "multiprocessing queue" in first.evidence[1]
     assert "NFS" not in first.remedy
 
 
@@ -436,13 +437,13 @@ def test_cuda_in_forked_worker_fixture():
 
 def test_copy_on_read_is_judged_by_level_not_only_by_slope():
     def s(t):
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], rss=1200 << 20), *(proc(p, ROLE_WORKER, [], "fork", uss=450 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20), *(proc(p, ROLE_WORKER, [], "fork", uss=140 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
 
     timeline = tuple(s(float(t)) for t in range(20))
     found = diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
     first = found[0]
     assert first.kind == "worker_memory_growth" and "one more worker costs" in first.summary
-    small = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], rss=1200 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=40 << 20)]) for t in range(20))
+    small = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], uss=72 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=16 << 20)]) for t in range(20))
     assert diagnose(Facts(mode=MODE_LIVE, sample=small[-1], timeline=small)) == ()
 
 

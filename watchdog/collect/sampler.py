@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import psutil
 
@@ -79,6 +79,15 @@ class Sampler:
         except psutil.Error:
             self._main = None
         return self._main
+
+    def root_identity(self) -> List[Tuple[int, float]]:
+        """``[(pid, create_time)]`` of the job's root process (a shell or launcher above main),
+        or empty when it is gone or was never read."""
+        try:
+            root = self._root or psutil.Process(self.root_pid)
+            return [(root.pid, root.create_time())]
+        except psutil.Error:
+            return []
 
     def _cached(self, proc: psutil.Process) -> psutil.Process:
         # Reuse Process objects so psutil's own caches (create_time) stay valid.

@@ -300,8 +300,8 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
     tid = v.loop.tid if v.loop is not None else v.pid
     family = _thread_wchan_family(facts, v.pid, tid)
     target = _fd_target(facts, v) or ""
-    if target.startswith("socket:"):
-        return None  # a socket's peer is another machine or process: worker_stuck
+    if target.startswith("socket:") or (v.loop is not None and frames.waits_on_mp_queue(v.loop)):
+        return None  # a socket's peer, or a multiprocessing queue's feeder, is another process: worker_stuck
     in_kernel_io = v.activity is Activity.KERNEL_IO or family in frames.IO_WCHAN_FAMILIES or (
         v.activity is Activity.FD_WAIT and (target.startswith(("pipe:", "/")) or v.loop_detail.wait.syscall in ("open", "openat"))
     )
@@ -404,7 +404,12 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             if v.activity in (Activity.FD_WAIT, Activity.UNKNOWN) and family in BLOCKED_DOING:
                 doing = BLOCKED_DOING[family]
             target = _fd_target(facts, v)
-            if target:
+            if frames.waits_on_mp_queue(v.loop):
+                writers = [p for p in dict(facts.pipe_writers).get(target or "", ()) if p != v.pid]
+                doing = "waiting on a multiprocessing queue that no process feeds" + (
+                    f" (its pipe's write end is held by pid(s) {', '.join(map(str, writers))})" if writers else ""
+                )
+            elif target:
                 doing += f" ({target})"
             how = quiet_text(facts, v.pid)
         lines = [

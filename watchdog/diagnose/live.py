@@ -21,9 +21,10 @@ GROWTH_MIN_BYTES = 64 * 2**20
 GROWTH_MIN_BYTES_PER_S = 1 * 2**20
 GROWTH_MIN_R2 = 0.8
 GROWTH_MIN_POINTS = 4
-# Copy-on-read level: every worker's USS at least this much, and this share of main's RSS.
-COPIED_MIN_BYTES = 256 * 2**20
-COPIED_MIN_SHARE = 0.3
+# Copy-on-read level: every worker's USS at least this much, and this share of main's own USS
+# (measured here: a healthy worker holds about 20% of main's, a copy-on-read one 70%).
+COPIED_MIN_BYTES = 96 * 2**20
+COPIED_MIN_SHARE = 0.5
 # Oversubscription: runnable threads above this multiple of usable CPUs, in this share of samples.
 OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
@@ -60,11 +61,11 @@ def _uss_points(facts: Facts, w) -> List[Tuple[float, float]]:
 
 @rule("worker_memory_growth", SEVERITY_WARNING, 50, LIVE)
 def worker_memory_growth(facts: Facts) -> Optional[Finding]:
-    """Workers' private memory (USS) grows steadily, or already holds a large share of what they
-    inherited from main: the copy-on-read effect (reference counting writes to every page of
-    Python objects a worker touches, un-sharing the parent's copy-on-write pages;
-    pytorch/pytorch#13246). Judged by slope and by level: each worker's USS against main's RSS,
-    the total the workers duplicate, and what one more worker would cost."""
+    """Workers' private memory (USS) grows steadily, or is already large next to main's own: the
+    copy-on-read effect (reference counting writes to every page of Python objects a worker
+    touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged by
+    slope and by level: each worker's USS against main's USS, the total the workers hold, and
+    what one more worker would cost."""
     if not _live(facts) or not facts.sample.workers:
         return None
     main = facts.sample.main
@@ -76,7 +77,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             grown = points[-1][1] - points[0][1]
             if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
                 growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
-        if w.uss_bytes and main.rss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.rss_bytes:
+        if w.uss_bytes and main.uss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.uss_bytes:
             copied.append(w)
     if not growing and len(copied) < len(facts.sample.workers):
         return None
@@ -89,7 +90,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     if copied:
         per = [w.uss_bytes for w in copied]
         mean = sum(per) / len(per)
-        evidence += [f"worker pid {w.pid}: USS {mib(w.uss_bytes)}, {w.uss_bytes / main.rss_bytes:.0%} of main's RSS ({mib(main.rss_bytes)})" for w in copied[:4]]
+        evidence += [f"worker pid {w.pid}: USS {mib(w.uss_bytes)}, {w.uss_bytes / main.uss_bytes:.0%} of main's own USS ({mib(main.uss_bytes)})" for w in copied[:4]]
         evidence.append(
             f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about {mib(mean)}; "
             f"available memory {mib(avail)}"
@@ -99,10 +100,11 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         evidence.append(f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers")
         summary = f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate."
     else:
-        share = min(w.uss_bytes / main.rss_bytes for w in copied)
+        share = min(w.uss_bytes / main.uss_bytes for w in copied)
         summary = (
-            f"Each of the {len(copied)} DataLoader workers holds at least {share:.0%} of the main process's memory as private "
-            f"copies ({mib(sum(w.uss_bytes for w in copied))} in all): one more worker costs about {mib(sum(w.uss_bytes for w in copied) / len(copied))}."
+            f"Each of the {len(copied)} DataLoader workers holds private memory of at least {share:.0%} of main's own "
+            f"({mib(sum(w.uss_bytes for w in copied))} in all, usually copy-on-read copies of the Dataset's Python objects): "
+            f"one more worker costs about {mib(sum(w.uss_bytes for w in copied) / len(copied))}."
         )
     return Finding(
         confidence=0.7,
