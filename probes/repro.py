@@ -372,17 +372,24 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
 
 
 def _remove_leftovers(report_dir: str) -> None:
-    """Remove the /dev/shm files the scenario's job left, as its report says (``shm_leaked``)."""
+    """Remove the /dev/shm files the scenario's job may have left: those of every pid its
+    reports name (``shm_leaked`` lists them; the process tables and timeline hold the rest)."""
+    pids = set()
     for _, doc in _documents(report_dir):
-        for d in doc["diagnoses"]:
-            if d["kind"] == "shm_leaked":
-                for pid in d["pids"]:
-                    for name in os.listdir("/dev/shm"):
-                        if name.startswith(f"torch_{pid}_"):
-                            try:
-                                os.unlink(os.path.join("/dev/shm", name))
-                            except OSError:
-                                pass
+        pids.update(p for d in doc["diagnoses"] for p in d["pids"])
+        pids.update(p["pid"] for p in doc.get("processes", ()))
+        pids.update(p["pid"] for s in doc.get("timeline", ()) for p in s["processes"])
+    prefixes = tuple(f"torch_{pid}_" for pid in pids)
+    try:
+        names = os.listdir("/dev/shm") if prefixes else []
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith(prefixes):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
 
 
 def table(outcomes: List[Outcome]) -> str:

@@ -54,14 +54,21 @@ def _with_descendants(procs: List[psutil.Process]) -> List[psutil.Process]:
     return list(seen.values())
 
 
-def _send(procs: Iterable[psutil.Process], sig: int) -> int:
+def _send(procs: Iterable[psutil.Process], sig: int, own_group: Optional[int]) -> int:
+    """Send ``sig`` to each process (psutil refuses a pid that now names another process) and
+    to ``own_group`` when given and not ours; how many processes were signalled."""
     sent = 0
     for p in procs:
         try:
-            p.send_signal(sig)  # psutil refuses a pid that now names another process
+            p.send_signal(sig)
             sent += 1
         except psutil.Error:
             continue
+    if own_group is not None and own_group != os.getpgrp():
+        try:
+            os.killpg(own_group, sig)
+        except OSError:
+            pass
     return sent
 
 
@@ -102,22 +109,12 @@ def terminate_tree(
     procs = _verified(members)
     if not procs:
         return "the job's processes are gone; nothing signalled"
-    sent = _send(procs, signal.SIGTERM)
-    if own_group is not None and own_group != os.getpgrp():
-        try:
-            os.killpg(own_group, signal.SIGTERM)
-        except OSError:
-            pass
+    sent = _send(procs, signal.SIGTERM, own_group)
     deadline = clock() + grace_s
     while clock() < deadline:
         if not _alive(procs) and (ended is None or ended()):
             return f"SIGTERM sent to {sent} process(es) of the job; the job ended"
         sleep(0.05)
     left = _alive(_with_descendants(procs))
-    killed = _send(left, signal.SIGKILL)
-    if own_group is not None and own_group != os.getpgrp():
-        try:
-            os.killpg(own_group, signal.SIGKILL)
-        except OSError:
-            pass
+    killed = _send(left, signal.SIGKILL, own_group)
     return f"SIGTERM sent to {sent} process(es) of the job, then SIGKILL to {killed} still alive after {grace_s:g} s"

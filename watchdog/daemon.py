@@ -48,6 +48,8 @@ from .wake import Waker
 _WARNING_COOLDOWN_S = 600.0
 # Python frames per thread whose source lines go into the report.
 _SOURCE_FRAMES_PER_THREAD = 12
+# Seconds to wait, after the job ends, for its torch_shm_manager daemons to remove its files.
+_SHM_MANAGER_WAIT_S = 10.0
 # At most this many pids are remembered for the /dev/shm leftovers check.
 _MAX_SEEN_PIDS = 100_000
 # Seconds between the two reads of every thread's wait that a proof compares.
@@ -124,6 +126,7 @@ class Watcher:
         self._quiet_floor = float("-inf")  # when an examination last found no hang
         self._said: Dict[str, float] = {}
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
+        self._shm_managers: Set[Tuple[int, float]] = set()  # torch_shm_manager daemons seen
         self._errors_logged = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
@@ -159,6 +162,7 @@ class Watcher:
         self.timeline.append(sample)
         if len(self._seen_pids) < _MAX_SEEN_PIDS:
             self._seen_pids.update(p.pid for p in sample.processes)
+            self._shm_managers.update((p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1]))
         self.births.update(sample)
         self.tracker.update(sample)
         if self.tracker.stopped:
@@ -221,7 +225,13 @@ class Watcher:
         the job left in ``/dev/shm`` are reported (``shm_leaked``). Nothing is written when
         nothing is found."""
         try:
-            leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid})
+            deadline = time.monotonic() + _SHM_MANAGER_WAIT_S
+            while time.monotonic() < deadline and any(act.same_process(*m) for m in self._shm_managers):
+                time.sleep(0.1)  # torch_shm_manager removes its clients' files once they are gone
+            alive = [pid for pid, ct in self._shm_managers if act.same_process(pid, ct)]
+            leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid}) if not alive else ()
+            if alive and procfs.shm_leftovers(self._seen_pids):
+                log(f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files")
             crashed = bool(exit_code) and not terminated
             if not crashed and not leftovers:
                 return

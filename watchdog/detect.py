@@ -5,7 +5,10 @@ NOTE [ Hang criterion ]
 The *loader path* is main's iterating thread (``tid == pid``), every thread of every DataLoader
 worker, workers that are still starting (a spawned worker re-imports torch for seconds) and
 every descendant of a worker (a decoder started by ``subprocess.run`` in ``__getitem__``): a
-worker progresses when it or any of its descendants does. Roles are decided in
+worker progresses when it or any of its descendants does. Starting workers and descendants
+count by their work only (I/O, or CPU at ``BUSY_SHARE`` of a core or more), never by wake-ups:
+a spawned process that is not a worker at all (a distributed peer polling its sockets) must not
+pass for the loader's progress. The same measure says whether anything in the job's tree worked. Roles are decided in
 ``collect.discovery``. A loader-path thread made progress since its last mark when:
 
 * its I/O byte count moved (``rchar + wchar``: a batch through a pipe or socket, a file read);
@@ -82,6 +85,11 @@ from .types import (
 # only where the kernel wait cannot be read (no ptrace-read permission).
 WAKE_SWITCH_ALLOWANCE = 4
 
+# A whole process (a starting worker, a worker's child, anything in the job's tree) works when
+# it used at least this share of one core since its mark: a decoder or an import of torch does,
+# a background poller waking every 10 ms (gloo's loop: about 1.5% here) does not.
+BUSY_SHARE = 0.05
+
 TRIGGER_STALL = "stall_timeout"
 TRIGGER_PROOF = "proof"
 TRIGGER_BUSY = "busy_stall"
@@ -156,7 +164,8 @@ class ProgressTracker:
     def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
         io = None if p.read_bytes is None or p.write_bytes is None else p.read_bytes + p.write_bytes
         mark = self._proc_marks.get(key)
-        if mark is None or self._did_io(mark, io) or p.cpu_s - mark.cpu_s >= self.cpu_progress_s:
+        worked = mark is not None and p.cpu_s - mark.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - mark.t_mono))
+        if mark is None or self._did_io(mark, io) or worked:
             self._proc_marks[key] = _Mark(now, p.cpu_s, 0, io)
             return mark is not None
         return False
@@ -189,8 +198,8 @@ class ProgressTracker:
             owner = loader.get(p.owner_pid) if p.role == ROLE_WORKER_CHILD else p
             okey = (owner.pid, owner.create_time) if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
-            moved = proc_moved and (p.role == ROLE_WORKER_CHILD or not p.threads)
-            for t in _loader_threads(p):
+            moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
+            for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
                 key = (pkey, t.tid)
                 seen.add(key)
                 mark = self._marks.get(key)

@@ -88,9 +88,22 @@ IO_NATIVE = frozenset(
 # Wait-channel families of a task blocked in file-system or pipe code.
 IO_WCHAN_FAMILIES = frozenset({"disk_or_network_fs", "fifo_open", "pipe"})
 
+# CPython's own lock acquisition (Modules/_threadmodule.c, Python/thread_pthread.h).
+CPYTHON_LOCK_NATIVE = frozenset(
+    {
+        "lock_PyThread_acquire_lock",
+        "rlock_acquire",
+        "PyThread_acquire_lock_timed",
+        "acquire_timed",
+        "_PyMutex_LockTimed",
+        "_PyMutex_LockSlow",
+        "_PySemaphore_Wait",
+        "PyMutex_Lock",
+    }
+)
 # Native frames of a thread blocked acquiring a lock: OpenMP runtimes, CPython's lock (3.11/3.12
 # and the 3.13+ PyMutex/parking lot), glibc's mutex and semaphore waits.
-LOCK_ACQUIRE_NATIVE = frozenset(
+LOCK_ACQUIRE_NATIVE = CPYTHON_LOCK_NATIVE | frozenset(
     {
         # GNU OpenMP (libgomp) and Intel OpenMP (libiomp5) waits inherited across fork (B02, B03).
         "gomp_mutex_lock_slow",
@@ -100,14 +113,6 @@ LOCK_ACQUIRE_NATIVE = frozenset(
         "__kmp_acquire_queuing_lock",
         "__kmp_suspend_64",
         "__kmp_wait_template",
-        "lock_PyThread_acquire_lock",
-        "rlock_acquire",
-        "PyThread_acquire_lock_timed",
-        "acquire_timed",
-        "_PyMutex_LockTimed",
-        "_PyMutex_LockSlow",
-        "_PySemaphore_Wait",
-        "PyMutex_Lock",
         "pthread_mutex_lock",
         "___pthread_mutex_lock",
         "__pthread_mutex_lock",
@@ -248,19 +253,6 @@ def native_lock_frame(thread: ThreadStack) -> Optional[Frame]:
 # Native libraries of OpenMP runtimes: GNU (libgomp), Intel (libiomp5), LLVM (libomp). Their
 # thread pools do not survive fork (pytorch/pytorch#17199, #41197).
 OPENMP_MODULES = ("libgomp", "libiomp", "libomp")
-# CPython's own lock acquisition (Modules/_threadmodule.c, Python/thread_pthread.h).
-CPYTHON_LOCK_NATIVE = frozenset(
-    {
-        "lock_PyThread_acquire_lock",
-        "rlock_acquire",
-        "PyThread_acquire_lock_timed",
-        "acquire_timed",
-        "_PyMutex_LockTimed",
-        "_PyMutex_LockSlow",
-        "_PySemaphore_Wait",
-        "PyMutex_Lock",
-    }
-)
 # Python-level waits for a notification from another thread (threading.py, queue.py,
 # concurrent/futures/_base.py).
 _NOTIFY_WAITS = {

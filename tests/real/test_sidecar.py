@@ -366,3 +366,25 @@ def test_attach_terminate_ends_the_jobs_tree_but_not_the_launcher_that_started_i
         kill_tree(launcher)
         if watcher is not None:
             kill_tree(watcher)
+
+
+def test_a_job_paused_with_sigstop_longer_than_the_stall_timeout_is_never_reported_or_ended(tmp_path):
+    proc = start(
+        DLWATCH
+        + ["run", "--stall-timeout", "5", "--on-hang", "terminate", "--report-dir", str(tmp_path), "--"]
+        + TRAIN
+        + ["--num-workers", "2", "--epochs", "4", "--sample-delay-s", "0.02", "--samples", "160"]
+    )
+    try:
+        job = wait_for(lambda: next((c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())), None), 30, "the job")
+        wait_for(lambda: len(job.children()) >= 2, 60, "the workers")
+        os.killpg(job.pid, signal.SIGSTOP)  # as a debugger or an operator pausing the job
+        time.sleep(12)
+        os.killpg(job.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert "[train] done" in out
+        assert reports(str(tmp_path)) == [], err
+        assert "stopped" in err  # it says why it waits
+    finally:
+        kill_tree(proc)

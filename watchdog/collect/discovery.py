@@ -126,7 +126,7 @@ def _cmdline(proc: psutil.Process) -> Tuple[str, ...]:
 
 # Seconds a spawn/forkserver child may take to become a named worker (importing torch under
 # load); a fork worker renames itself within milliseconds of the fork.
-WORKER_START_WINDOW_S = 90.0
+WORKER_START_WINDOW_S = 60.0
 FORK_RENAME_WINDOW_S = 3.0
 _TORCH_VERSION = re.compile(r"""^__version__\s*=\s*['"](\d+)\.(\d+)""", re.M)
 
@@ -214,7 +214,9 @@ class Classifier:
             parent = role_of.get(ppid)
             joined = " ".join(cmd)
             age = now - created
-            if parent is not None and parent.role in (ROLE_WORKER, ROLE_WORKER_CHILD):
+            if "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
+                found = Classified(proc, ROLE_OTHER)  # daemons of their own, not the loader's work
+            elif parent is not None and parent.role in (ROLE_WORKER, ROLE_WORKER_CHILD):
                 owner = parent.proc.pid if parent.role == ROLE_WORKER else parent.owner_pid
                 found = Classified(proc, ROLE_WORKER_CHILD, owner_pid=owner)
             elif name in frames.WORKER_COMMS:
@@ -229,8 +231,6 @@ class Classifier:
                 found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "forkserver")
             elif "multiprocessing.forkserver" in joined:
                 found = Classified(proc, ROLE_FORKSERVER)
-            elif "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
-                found = Classified(proc, ROLE_OTHER)
             elif ppid == main.pid and ("multiprocessing.spawn" in joined or "spawn_main" in joined):
                 found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "spawn")
             elif ppid == main.pid and cmd == main_cmd:
