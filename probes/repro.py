@@ -41,7 +41,8 @@ class Scenario:
     ``python -m`` (``probes.train`` with ``job`` as its flags, or a ``probes.cases`` target).
     ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
     (needs root or CAP_SYS_ADMIN). ``skip`` is why it cannot run on a CPU machine (then there is
-    a fixture test instead). ``certainty`` and ``location`` (a source fragment) are checked
+    a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
+    also have fixture tests). ``certainty`` and ``location`` (a source fragment) are checked
     when set.
     """
 
@@ -56,6 +57,7 @@ class Scenario:
     module: str = "probes.train"
     certainty: Optional[str] = None
     location: Optional[str] = None
+    needs_cuda: bool = False
 
 
 def from_case(case) -> "Scenario":
@@ -91,7 +93,7 @@ SCENARIOS: Tuple[Scenario, ...] = (
         (("terminate_outside_loader", True),),
     ),
     Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no known CPU reproduction; fixture test"),
-    Scenario("pin_memory_stall", "pin_memory_stall", "hang", skip="needs CUDA: python -m probes.gpu.pin_memory_stall; fixture test"),
+    Scenario("pin_memory_stall", "pin_memory_stall", "hang", module="probes.gpu.pin_memory_stall", needs_cuda=True),
     Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
     Scenario("shm_exhausted", "shm_exhausted", "crash", ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"), shm_size="8m"),
     Scenario(
@@ -100,12 +102,9 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario(
         "worker_start_failed", "worker_start_failed", "crash", ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn")
     ),
-    Scenario(
-        "cuda_in_forked_worker",
-        "cuda_in_forked_worker",
-        "crash",
-        skip="needs CUDA: python -m probes.gpu.cuda_in_forked_worker; fixture test",
-    ),
+    Scenario("cuda_in_forked_worker", "cuda_in_forked_worker", "crash", module="probes.gpu.cuda_in_forked_worker", needs_cuda=True),
+    Scenario("pin_memory_healthy", None, "none", ("--pin-memory", "--epochs", "3", "--samples", "512"), needs_cuda=True),
+    Scenario("fork_inherited_lock_pin_memory", "fork_inherited_lock", "hang", ("--fault", "fork-lock", "--pin-memory"), needs_cuda=True, certainty="proven"),
     Scenario(
         "worker_memory_growth",
         "worker_memory_growth",
@@ -179,6 +178,13 @@ class Outcome:
     report: Optional[str] = None
     exit_code: Optional[int] = None
     note: str = ""
+
+
+def cuda_available() -> bool:
+    """Whether the torch that the scenarios run with sees a CUDA device (asked in a subprocess,
+    so this process never initialises CUDA)."""
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() == "True"
 
 
 def can_private_shm() -> Optional[str]:
@@ -328,6 +334,8 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
     the reports. Always kills every process group it started."""
     if s.skip:
         return Outcome(s, "skipped", note=s.skip)
+    if s.needs_cuda and not cuda_available():
+        return Outcome(s, "skipped", note=f"needs CUDA (python -m {s.module}); fixture test")
     if s.shm_size:
         why = can_private_shm()
         if why:
