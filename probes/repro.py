@@ -164,6 +164,7 @@ SCENARIOS = SCENARIOS + tuple(
     ),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
+CASE_SCENARIOS = {c.name: from_case(c) for c in cases.CASES}
 
 
 @dataclass
@@ -419,20 +420,22 @@ def table(outcomes: List[Outcome]) -> str:
 def main(argv=None) -> int:
     """``repro NAME…|--all``; exits 1 when a scenario is misdiagnosed, 2 for an unknown name."""
     p = argparse.ArgumentParser(prog="dlwatch probe repro", description="Reproduce known DataLoader failures under the watchdog.")
-    p.add_argument("names", nargs="*", metavar="NAME", help="scenario names: " + ", ".join(BY_NAME))
-    p.add_argument("--all", action="store_true", help="run every scenario")
+    p.add_argument("names", nargs="*", metavar="NAME", help="scenario or case names: " + ", ".join(list(BY_NAME) + list(CASE_SCENARIOS)))
+    p.add_argument("--all", action="store_true", help="run every scenario of the catalogue")
+    p.add_argument("--cases", action="store_true", help="run every case modelled on a public bug report, healthy controls included (probes/cases)")
     p.add_argument("--report-dir", metavar="DIR", help="where each scenario's reports go (default: dlwatch-reports/repro-<UTC time>)")
     args = p.parse_args(argv)
-    unknown = [n for n in args.names if n not in BY_NAME]
-    if unknown or (not args.names and not args.all):
+    known = {**CASE_SCENARIOS, **BY_NAME}
+    unknown = [n for n in args.names if n not in known]
+    if unknown or (not args.names and not args.all and not args.cases):
         print(
-            f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(BY_NAME)}"
+            f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(known)}"
             if unknown
-            else "dlwatch: error: name a scenario or --all",
+            else "dlwatch: error: name a scenario, or --all, or --cases",
             file=sys.stderr,
         )
         return 2
-    chosen = list(SCENARIOS) if args.all else [BY_NAME[n] for n in args.names]
+    chosen = (list(SCENARIOS) if args.all else []) + (list(CASE_SCENARIOS.values()) if args.cases else []) + [known[n] for n in args.names]
     base = args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     outcomes = []
     for i, s in enumerate(chosen, 1):

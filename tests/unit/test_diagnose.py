@@ -480,3 +480,17 @@ def test_the_engine_runs_a_rule_only_in_its_modes():
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
     live = Facts(**{**hang_facts([t]).__dict__, "mode": MODE_LIVE})
     assert all(d.severity == "warning" for d in diagnose(live))
+
+
+def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_worker():
+    # Sampling every second saw 2 threads; 5 were alive at the fork (their start times say so).
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    main_details = tuple(detail(MAIN_PID + k, IDLE_POLL, start_ticks=100 + k) for k in range(5)) + (detail(MAIN_PID + 9, IDLE_POLL, start_ticks=300),)
+    facts = hang_facts(
+        [t],
+        main_threads_at_fork=((WORKER_PID, 2),),
+        worker_start_ticks=((WORKER_PID, 200),),
+        thread_details=((MAIN_PID, main_details), (WORKER_PID, (detail(WORKER_PID, LOCK_UNTIMED),))),
+    )
+    text = " ".join(diagnose(facts)[0].evidence)
+    assert "at least 5 threads" in text and str(MAIN_PID + 9) not in text

@@ -194,6 +194,8 @@ def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, 
     if found is None:
         return None
     evidence, pids, user, confidence = found
+    if any(line.startswith("proof: ") for line in evidence):
+        evidence += (f"proof: {facts.proof.lines[-1]}",)
     where = f" at {brief(user)}" if user else ""
     return Finding(
         confidence=confidence,

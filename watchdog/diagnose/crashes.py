@@ -113,6 +113,21 @@ def _near_limit(facts: Facts, used, limit) -> List[Tuple[str, int, int, int]]:
     return sorted(hot, key=lambda x: -x[2] / x[3])
 
 
+_ROLE_WORDS = {"main": "the main process", "dataloader_worker": "DataLoader worker"}
+
+
+def _who(hot) -> str:
+    """``DataLoader workers 12640, 12641`` / ``the main process 12637`` for findings' summaries."""
+    parts = []
+    for role in dict.fromkeys(r for r, *_ in hot):
+        pids = [str(pid) for r, pid, _, _ in hot if r == role][:4]
+        word = _ROLE_WORDS.get(role, role)
+        if role == "dataloader_worker" and len(pids) > 1:
+            word = "DataLoader workers"
+        parts.append(f"{word} {', '.join(pids)}")
+    return " and ".join(parts)
+
+
 @rule("shm_exhausted", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_exhausted(facts: Facts) -> Optional[Finding]:
     """``/dev/shm`` full: workers put every batch's tensors in shared memory (field notes B12):
@@ -184,7 +199,7 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
     if hot:
         for role, pid, used, limit in hot[:4]:
             evidence.append(f"{role} pid {pid}: {used} open file descriptors of RLIMIT_NOFILE {limit} at its last sample")
-        who = ", ".join(f"{role} pid {pid}" for role, pid, _, _ in hot[:3])
+        who = _who(hot)
         limits = sorted({limit for *_, limit in hot})
         summary = f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors between processes."
         pids = tuple(pid for _, pid, _, _ in hot)
@@ -227,7 +242,7 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
     if avail is not None:
         evidence.append(f"lowest available memory seen: {mib(-avail)}{_exit(facts)}")
     near = bool(hot) or (peak is not None and limit and peak >= 0.75 * limit)
-    who = ", ".join(f"{role} pid {pid}" for role, pid, _, _ in hot[:2]) or "a process of the job"
+    who = _who(hot) if hot else "a process of the job"
     return Finding(
         confidence=0.9 if near else 0.5,
         summary=f"{who} ran out of memory mappings (vm.max_map_count {limit}): every shared tensor it keeps alive is one mapping.",

@@ -48,20 +48,27 @@ HOLDER_TEXT = {
 def fork_threads_text(facts: Facts, pid: int) -> str:
     """How many threads main ran when worker ``pid`` was forked, and which: the larger of the
     count in the last sample before the fork and the threads of main still alive that started
-    before the worker (their ``stat`` start times), with their names."""
+    before the worker (``stat`` start times; within one clock tick, thread IDs, which the kernel
+    hands out in order), named as py-spy names them."""
     sampled = dict(facts.main_threads_at_fork).get(pid)
     start = dict(facts.worker_start_ticks).get(pid)
     main = facts.sample.main
     before = []
     if start is not None and main is not None:
-        before = [d for d in facts.threads_of(main.pid) if d.start_ticks is not None and d.start_ticks <= start]
+        before = [
+            d
+            for d in facts.threads_of(main.pid)
+            if d.start_ticks is not None and (d.start_ticks < start or (d.start_ticks == start and d.tid < pid))
+        ]
     count = max(sampled or 0, len(before))
     if not count:
         return ""
     if count == 1:
         return "; main ran a single thread at the fork as far as was seen, so the holder was a short-lived thread"
-    names = ", ".join(f"{d.name} ({d.tid})" for d in before[:8])
-    seen = f": {names} are still alive" if names else ""
+    stack = facts.stack(main.pid) if main is not None else None
+    py_names = {t.tid: t.name for t in stack.threads} if stack is not None and stack.ok else {}
+    names = ", ".join(f"{py_names.get(d.tid) or d.name} ({d.tid})" for d in before[:8])
+    seen = f": {names} started before it and are still alive" if names else ""
     return f"; main ran at least {count} threads when it forked this worker{seen}"
 
 
@@ -89,10 +96,10 @@ def _holder(facts: Facts, t: ThreadStack) -> Optional[str]:
 
 
 def _proof_line(facts: Facts, pid: int) -> List[str]:
+    """The proof's lines about ``pid`` (its conclusion is added once per finding)."""
     if facts.proof is None or pid not in facts.proof.pids:
         return []
-    mine = [line for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
-    return [f"proof: {line}" for line in mine] + [f"proof: {facts.proof.lines[-1]}"]
+    return [f"proof: {line}" for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
 
 
 # --- fork-inherited locks and deadlocks inside a worker -------------------------------------------
@@ -229,7 +236,7 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
         return [f"main pid {pid}: no stack ({facts.pyspy_problem or 'not dumped'})"], None, kinds
     for t in sorted(stack.threads, key=lambda x: x.tid != pid):
         top = frames.innermost_python(t)
-        user = frames.innermost_user(t) or top
+        user = frames.innermost_user(t)
         holder = _holder(facts, t)
         kinds.append(holder or "")
         detail = facts.detail(pid, t.tid)
@@ -240,8 +247,9 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
             if pipe:
                 readers = dict(facts.pipe_readers).get(pipe, ())
                 target = f"; fd {detail.wait.fd} is {pipe}, read only by pid(s) {', '.join(map(str, readers)) or 'none'}"
-        doing = f"waits for {HOLDER_TEXT[holder]}" if holder in HOLDER_TEXT else f"is in {describe(facts, pid, top)}"
-        lines.append(f"main pid {pid}: thread {t.tid} ({t.name or '?'}) {doing} at {describe(facts, pid, user)} — {wait}{target}")
+        doing = f"waits for {HOLDER_TEXT[holder]}, at" if holder in HOLDER_TEXT else "is at"
+        at = describe(facts, pid, top) + (f", called from {describe(facts, pid, user)}" if user is not None and user is not top else "")
+        lines.append(f"main pid {pid}: thread {t.tid} ({t.name or '?'}) {doing} {at} — {wait}{target}")
         if where is None and user is not None and t.tid == pid:
             where = user
     return lines, where, kinds
@@ -511,7 +519,7 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
         evidence.append(f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent")
     if idle_proof:
         evidence += [f"proof: {line}" for line in facts.proof.lines]
-    why = f"a worker failed to send it to the main process ({failures[-1][0][:120]})" if failures else "no worker holds it and none is sending it"
+    why = f"a worker failed to send it to the main process ({failures[-1][0][:240]})" if failures else "no worker holds it and none is sending it"
     return Finding(
         confidence=0.9 if idle_proof else 0.6,
         summary=f"A batch was lost: {why}, and main waits for it forever.",
