@@ -323,9 +323,9 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         writers = dict(facts.pipe_writers).get(target, ())
         writing = v.loop_detail.wait.syscall in ("write", "writev", "sendto", "sendmsg", "pwrite64")
         others = [p for p in (readers if writing else writers) if p != v.pid]
-        lines.append(
-            f"worker pid {v.pid}: the pipe's {'read' if writing else 'write'} end is held by pid(s) {', '.join(map(str, others)) or 'no other process'}"
-        )
+        roles = {p.pid: p.role for p in facts.sample.processes}
+        held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in others)
+        lines.append(f"worker pid {v.pid}: the pipe's {'read' if writing else 'write'} end is held by pid(s) {held or 'no other process'}")
     if v.loop is not None:
         lines.append(f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}")
     else:
