@@ -41,7 +41,19 @@ from .collect.sampler import host_sample as sampler_host_sample
 from .config import Config
 from .diagnose import diagnose
 from .errors import ReportWriteError
-from .types import MODE_CRASH, MODE_EXIT, MODE_HANG, MODE_LIVE, ROLE_MAIN, ROLE_WORKER, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Sample, Stall
+from .types import (
+    MODE_CRASH,
+    MODE_EXIT,
+    MODE_HANG,
+    MODE_LIVE,
+    ROLE_MAIN,
+    ROLE_WORKER,
+    SEVERITY_CRASH,
+    SEVERITY_WARNING,
+    Facts,
+    Sample,
+    Stall,
+)
 from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).

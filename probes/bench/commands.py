@@ -19,7 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from . import machine as machine_mod
 from . import output
 from .child import MIN_ROUNDS
-from .datasets import DatasetError, SyntheticDataset, calibrate_steps_per_ms, load_user_dataset, sample_bytes
+from .datasets import (
+    DatasetError,
+    SyntheticDataset,
+    calibrate_steps_per_ms,
+    load_user_dataset,
+    sample_bytes,
+)
 from .grid import GridError, LoaderConfig, expand, parse_shape
 from .measure import Result, RunError, measure
 

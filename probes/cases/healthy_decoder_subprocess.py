@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import torch
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset
 
 DECODER = "import time\nt = time.time()\nwhile time.time() - t < {s}:\n    sum(range(1000))\n"
 

@@ -16,7 +16,18 @@ import time
 import psutil
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, ROOT, TRAIN, kill_tree, load_report, reports, start, wait_for, workers_started_t
+from tests.real.helpers import (
+    DLWATCH,
+    PY,
+    ROOT,
+    TRAIN,
+    kill_tree,
+    load_report,
+    reports,
+    start,
+    wait_for,
+    workers_started_t,
+)
 
 STALL_S, INTERVAL_S = 5.0, 1.0
 TERMINATE_AFTER_4_S = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2"]

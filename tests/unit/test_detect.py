@@ -23,7 +23,16 @@ from tests.unit.builders import (
 )
 from watchdog import detect
 from watchdog.collect import pyspy
-from watchdog.types import ROLE_MAIN, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER, ROLE_WORKER_CHILD, HangVerdict, ProcessStack, Proof
+from watchdog.types import (
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_STARTING,
+    ROLE_WORKER,
+    ROLE_WORKER_CHILD,
+    HangVerdict,
+    ProcessStack,
+    Proof,
+)
 
 
 def _run(tracker, seconds, make):

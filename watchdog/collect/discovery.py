@@ -29,7 +29,14 @@ import psutil
 
 from .. import frames
 from ..errors import NoSuchTarget, NotPython, TargetAccessDenied, TargetError
-from ..types import ROLE_FORKSERVER, ROLE_MAIN, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER, ROLE_WORKER_CHILD
+from ..types import (
+    ROLE_FORKSERVER,
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_STARTING,
+    ROLE_WORKER,
+    ROLE_WORKER_CHILD,
+)
 
 
 def is_python(proc: psutil.Process) -> bool:

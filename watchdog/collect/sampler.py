@@ -15,7 +15,14 @@ from typing import Dict, List, Optional, Tuple
 
 import psutil
 
-from ..types import ROLE_MAIN, ROLE_STARTING, ROLE_WORKER, HostSample, ProcessSample, Sample
+from ..types import (
+    ROLE_MAIN,
+    ROLE_STARTING,
+    ROLE_WORKER,
+    HostSample,
+    ProcessSample,
+    Sample,
+)
 from . import cgroup, discovery, procfs
 
 _STATUS_LETTER = {

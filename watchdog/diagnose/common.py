@@ -7,9 +7,16 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from .. import frames
-from .. import states
-from ..types import MODE_HANG, Facts, Frame, ProcessSample, ProcessStack, ThreadDetail, ThreadStack
+from .. import frames, states
+from ..types import (
+    MODE_HANG,
+    Facts,
+    Frame,
+    ProcessSample,
+    ProcessStack,
+    ThreadDetail,
+    ThreadStack,
+)
 from .engine import Finding
 
 DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.html"

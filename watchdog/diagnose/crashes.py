@@ -26,7 +26,15 @@ import re
 from typing import List, Optional, Tuple
 
 from .. import frames
-from ..types import MODE_CRASH, MODE_EXIT, MODE_HANG, SEVERITY_CRASH, SEVERITY_WARNING, Facts, Frame
+from ..types import (
+    MODE_CRASH,
+    MODE_EXIT,
+    MODE_HANG,
+    SEVERITY_CRASH,
+    SEVERITY_WARNING,
+    Facts,
+    Frame,
+)
 from .common import (
     DOC_CUDA_FORK,
     DOC_DATALOADER,
@@ -471,11 +479,10 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
     ``worker_init_fn``) inside a worker, which PyTorch re-raises in main as "Caught X in
     DataLoader worker process N" with the worker's "Original Traceback" (``ExceptionWrapper`` in
     torch/_utils.py)."""
-    m = None
-    for m in _CAUGHT.finditer(facts.stderr_tail or ""):
-        pass
-    if m is None:
+    caught = list(_CAUGHT.finditer(facts.stderr_tail or ""))
+    if not caught:
         return None
+    m = caught[-1]
     exc, user, source = original_traceback(facts.stderr_tail)
     where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else "the Dataset"
     evidence = [f"stderr: {m.group(0)}"]

@@ -43,7 +43,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple
 
-from ..types import MODE_CRASH, MODE_HANG, MODE_LIVE, SEVERITY_HANG, SEVERITY_WARNING, Diagnosis, Facts
+from ..types import (
+    MODE_CRASH,
+    MODE_HANG,
+    MODE_LIVE,
+    SEVERITY_HANG,
+    SEVERITY_WARNING,
+    Diagnosis,
+    Facts,
+)
 
 ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
 # Added to the rank of a finding that a measured figure contradicts.

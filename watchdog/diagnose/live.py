@@ -10,7 +10,12 @@ import statistics
 from typing import List, Optional, Tuple
 
 from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, Sample
-from .common import DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING, DOC_SHARING_STRATEGIES, mib
+from .common import (
+    DOC_MEMORY_LEAK,
+    DOC_MULTI_PROCESS_LOADING,
+    DOC_SHARING_STRATEGIES,
+    mib,
+)
 from .engine import Finding, rule
 
 LIVE = (MODE_LIVE,)
