@@ -160,7 +160,7 @@ SCENARIOS = SCENARIOS + tuple(
         "warning",
         settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
         module="probes.cases.map_count_exhausted",
-        timeout_s=240.0,
+        timeout_s=170.0,
     ),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}

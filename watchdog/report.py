@@ -141,18 +141,20 @@ def _diag_dict(d: Diagnosis) -> dict:
 
 
 def roles(facts: Facts) -> Dict[int, Tuple[str, str]]:
-    """``pid -> (role, source)``: the discovered role, confirmed or corrected by the stack
-    (a thread running ``_worker_loop`` makes a process a DataLoader worker)."""
+    """``pid -> (role, source)``: the role decided once by discovery, and a note when the stack
+    disagrees (a thread running ``_worker_loop`` in a process not taken for a worker, as on
+    torch < 2.5 under spawn, or none in one that was). The role itself is never changed here."""
     out = {}
     for p in facts.sample.processes:
-        role, source = p.role, "discovery"
+        source = "discovery"
         stack = facts.stack(p.pid)
         if stack is not None and stack.ok and p.role != "main":
-            if frames.is_worker_stack(stack.threads):
-                role, source = "dataloader_worker", "stack"
-            elif p.role == "dataloader_worker":
+            runs_loop = frames.is_worker_stack(stack.threads)
+            if runs_loop and p.role != "dataloader_worker":
+                source = "discovery (its stack runs the worker loop)"
+            elif not runs_loop and p.role == "dataloader_worker":
                 source = "discovery (no _worker_loop in stack)"
-        out[p.pid] = (role, source)
+        out[p.pid] = (p.role, source)
     return out
 
 

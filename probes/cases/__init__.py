@@ -46,7 +46,7 @@ CASES: Tuple[Case, ...] = (
     Case("spawn_without_main_guard", "worker_start_failed", "crash"),
     Case("shm_removed", "shm_removed", "crash"),
     Case("shm_leaked_after_kill", "shm_leaked", "exit"),
-    Case("map_count_exhausted", "map_count_exhausted", "crash", settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)), timeout_s=240.0),
+    Case("map_count_exhausted", "map_count_exhausted", "crash", settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)), timeout_s=170.0),
     Case("copy_on_read_index", "worker_memory_growth", "warning", settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0))),
     Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
     Case("iterable_not_sharded", None),
