@@ -17,7 +17,8 @@ class Case:
     ``crash``, ``exit``, ``warning``), or no report at all when ``kind`` is ``None``.
     ``certainty`` (``proven``/``suspected``) is checked for hangs; ``location`` is a source
     fragment the first diagnosis's ``file:line`` must point at; ``settings`` are watchdog
-    settings for the run; ``timeout_s`` bounds it."""
+    settings for the run; ``timeout_s`` bounds it; ``warnings`` are kinds that must also have been
+    warned about while the job ran."""
 
     name: str
     kind: Optional[str]
@@ -26,6 +27,7 @@ class Case:
     location: Optional[str] = None
     settings: Tuple[Tuple[str, object], ...] = ()
     timeout_s: float = 120.0
+    warnings: Tuple[str, ...] = ()
 
 
 CASES: Tuple[Case, ...] = (
@@ -46,7 +48,14 @@ CASES: Tuple[Case, ...] = (
     Case("spawn_without_main_guard", "worker_start_failed", "crash"),
     Case("shm_removed", "shm_removed", "crash"),
     Case("shm_leaked_after_kill", "shm_leaked", "exit"),
-    Case("map_count_exhausted", "map_count_exhausted", "crash", settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)), timeout_s=170.0),
+    Case(
+        "map_count_exhausted",
+        "map_count_exhausted",
+        "crash",
+        settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
+        timeout_s=170.0,
+        warnings=("map_count_pressure",),
+    ),
     Case("copy_on_read_index", "worker_memory_growth", "warning", settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0))),
     Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
     Case("iterable_not_sharded", None),

@@ -20,7 +20,7 @@ import os
 import pytest
 
 from probes import cases, repro
-from tests.real.helpers import ROOT, load_report
+from tests.real.helpers import ROOT, load_report, reports
 
 TERMINATED = 124
 
@@ -33,6 +33,8 @@ def test_case_gets_its_verdict(name, tmp_path):
     if case.kind is None:
         return
     doc = load_report(outcome.report)
+    warned = {d["diagnoses"][0]["kind"] for d in map(load_report, reports(os.path.dirname(outcome.report))) if d["mode"] == "live"}
+    assert set(case.warnings) <= warned, warned
     if doc["action"] == "terminate":  # terminating rests on a proof or the busy-stall ceiling
         assert doc["stall"]["certainty"] == "proven" or doc["stall"]["trigger"] == "busy_stall", doc["stall"]
     if case.mode == "hang":
