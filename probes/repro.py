@@ -1,7 +1,7 @@
 """``dlwatch probe repro NAME|--all``: run each known failure class under the watchdog and
 check that the expected diagnosis comes first.
 
-A client (``shared/style.md``): it starts the target ``probes.train`` with a fault under
+A client: it starts the target ``probes.train`` with a fault under
 ``python -m watchdog run`` with short timeouts, reads the report(s), and prints one row per
 scenario: expected kind, what came first, the detection latency (from the moment the job
 printed that it injected the fault, or from its start) and the report folder. Scenarios that

@@ -1,6 +1,6 @@
 """dataloader-watchdog: a sidecar that tells why a PyTorch training job stopped moving.
 
-The pipeline runs in one direction (see ``shared/style.md``)::
+The pipeline runs in one direction::
 
     collect (procfs, discovery, pyspy) -> detect -> diagnose -> report -> act
 

@@ -246,6 +246,7 @@ class Watcher:
                 log(f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files")
             crashed = bool(exit_code) and not terminated
             if not crashed and not leftovers:
+                self._report_survivors()
                 return
             last = self.timeline[-1] if self.timeline else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
             facts = Facts(
@@ -261,9 +262,21 @@ class Watcher:
             found = diagnose(facts)
             if found:
                 crash = any(d.severity == SEVERITY_CRASH for d in found)
+                if not crash:
+                    facts = dataclasses.replace(facts, mode=MODE_EXIT)  # killed or ended, not a crash we can name
                 self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
             self._internal_error("diagnosing the job's exit")
+        self._report_survivors()
+
+    def _report_survivors(self) -> None:
+        """Say which processes of the job still run after it ended (workers orphaned by a main
+        that was killed keep their hang forever); never signals them."""
+        last = self.timeline[-1].processes if self.timeline else ()
+        alive = [(p.pid, p.role) for p in last if p.role != "other" and act.same_process(p.pid, p.create_time)]
+        if alive:
+            shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
+            log(f"{len(alive)} process(es) of the job still run after it ended: {shown}; to end them: kill {' '.join(str(p) for p, _ in alive[:8])}")
 
     def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = "") -> None:
         """Build, print and write one report; never raises ReportWriteError."""
@@ -306,7 +319,8 @@ class Watcher:
         live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.status not in ("T", "t")]
         quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s)
         inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
-        proof = detect.relevant(detect.prove(stable, children, pipes, inert), sample)
+        names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
+        proof = detect.relevant(detect.prove(stable, children, pipes, inert, names), sample)
         verdict = detect.confirm(main.pid, quick.get(main.pid), details.get(main.pid, ()), len(sample.workers))
         if proof is None:
             proof = detect.prove_loader_idle(verdict, sample, quick, stall, cfg.stall_timeout_s)

@@ -314,25 +314,28 @@ def due_trigger(stall: Stall, stall_timeout_s: float, busy_stall_timeout_s: floa
 
 class WorkerBirths:
     """Remembers, for each worker, how many threads main had in the sample before the worker
-    first appeared (H-FORKTHREADS in ``shared/field-notes.md``: a multi-threaded parent at
-    fork time is the risk factor of every inherited-lock deadlock). A lower bound: threads that
+    first appeared (a multi-threaded parent at fork time is the risk factor of every
+    inherited-lock deadlock: only the forking thread exists in the child, CPython's ``os.fork``
+    documentation). A lower bound: threads that
     lived between two samples are missed; the report adds the threads of main that are still
     alive and started before the worker (their start times)."""
 
     def __init__(self) -> None:
         self._prev_main_threads: Optional[int] = None
         self._known: Dict[int, int] = {}
+        self._seen: set = set()
 
     def update(self, sample: Sample) -> None:
-        """Fold one sample in."""
+        """Fold one sample in. A worker already there at the first sample (``attach``) gets no
+        count: main's threads then were counted after the fork."""
         main = sample.main
         if main is None:
             return
-        live = set()
-        for w in sample.workers:
-            live.add(w.pid)
-            if w.pid not in self._known and self._prev_main_threads is not None:
-                self._known[w.pid] = self._prev_main_threads  # unknown for workers already there at the first sample
+        live = {p.pid for p in sample.processes if p.role in (ROLE_WORKER, ROLE_STARTING)}
+        for pid in live - self._seen:
+            if self._prev_main_threads is not None:
+                self._known[pid] = self._prev_main_threads
+        self._seen = live
         for pid in list(self._known):
             if pid not in live:
                 del self._known[pid]
@@ -393,10 +396,10 @@ _READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
 _WRITES = frozenset({"write", "writev", "pwrite64", "sendto", "sendmsg"})
 
 
-def _describe_wait(pid: int, d: ThreadDetail) -> str:
+def _describe_wait(pid: int, d: ThreadDetail, name: Optional[str] = None) -> str:
     w = d.wait
     raw = f" — `{w.raw}`" if w is not None and w.raw else ""
-    return f"pid {pid} thread {d.tid} ({d.name}): {w.detail if w else 'unknown wait'}{raw}"
+    return f"pid {pid} thread {d.tid} ({name or d.name}): {w.detail if w else 'unknown wait'}{raw}"
 
 
 def prove(
@@ -404,6 +407,7 @@ def prove(
     children: Mapping[int, Sequence[int]],
     pipes: Optional[PipeEnds] = None,
     inert: Iterable[Tuple[int, int]] = (),
+    names: Optional[Mapping[Tuple[int, int], str]] = None,
 ) -> Optional[Proof]:
     """The processes that can never run again, with the argument (NOTE [ Deadlock proof ]).
 
@@ -414,6 +418,7 @@ def prove(
         inert: ``(pid, tid)`` of threads whose frames show they can release nothing the others
             wait for, even when woken: multiprocessing's resource-sharer thread, which only
             hands out file descriptors (``frames.is_resource_sharer``).
+        names: ``(pid, tid)`` to the thread's Python name (py-spy's), for the argument's lines.
 
     Returns ``None`` when no process is stuck for good.
     """
@@ -473,7 +478,7 @@ def prove(
     lines = []
     for pid in stuck:
         for d in details[pid]:
-            line = _describe_wait(pid, d)
+            line = _describe_wait(pid, d, (names or {}).get((pid, d.tid)))
             w = d.wait
             if (pid, d.tid) in inert:
                 line += "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing the others wait for"

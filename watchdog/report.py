@@ -249,6 +249,19 @@ def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
             yield f"        … {len(t['frames']) - limit} more frames"
 
 
+def _signal_note(code: int) -> str:
+    """`` (killed by SIGKILL)`` for an exit code of 128 + N, as shells and ``dlwatch run`` report
+    a death by signal N; empty otherwise."""
+    import signal as _signal
+
+    if 128 < code < 128 + 65:
+        try:
+            return f" (killed by {_signal.Signals(code - 128).name})"
+        except ValueError:
+            return ""
+    return ""
+
+
 def text_lines(doc: dict) -> Iterable[str]:
     """The human summary of a report document: headline, cause, fix, then everything else."""
     job = doc["job"]
@@ -257,7 +270,7 @@ def text_lines(doc: dict) -> Iterable[str]:
     if doc["stall_s"] is not None:
         state = f"stalled {doc['stall_s']:.0f} s"
     elif doc["exit_code"] is not None:
-        state = f"exited with code {doc['exit_code']}"
+        state = f"exited with code {doc['exit_code']}" + _signal_note(doc["exit_code"])
     else:
         state = "running"
     happened = {"hang": "job hung", "crash": "job crashed", "exit": "job ended", "live": "warning"}.get(doc["mode"], doc["mode"])
@@ -293,7 +306,8 @@ def text_lines(doc: dict) -> Iterable[str]:
             for line in d["evidence"]:
                 yield f"    - {line}"
     yield ""
-    yield f"Processes (detected at {doc['detected_at']}):"
+    when = "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"
+    yield f"Processes ({when}):"
     rows = [
         [
             p["pid"],

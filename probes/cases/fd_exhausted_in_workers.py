@@ -1,5 +1,4 @@
-"""Target: workers run out of file descriptors (field notes B13; pytorch/pytorch#11201,
-#973). The job lowers its own RLIMIT_NOFILE to 200 (inherited by the workers) and each sample
+"""Target: workers run out of file descriptors (pytorch/pytorch#11201, #973). The job lowers its own RLIMIT_NOFILE to 200 (inherited by the workers) and each sample
 is a list of 300 small tensors: under the default ``file_descriptor`` sharing strategy each
 storage travels as one descriptor, so the worker's queue feeder thread fails with "Too many open
 files" and the batch is lost; main waits forever. ``/dev/shm`` stays nearly empty.

@@ -1,5 +1,5 @@
 """Target: a job killed with SIGKILL under the ``file_system`` sharing strategy leaves its
-``/dev/shm/torch_<pid>_…`` files behind (field notes B16): nothing runs to unlink them. The job
+``/dev/shm/torch_<pid>_…`` files behind: nothing runs to unlink them. The job
 keeps some batches alive, then all its processes are killed at once, as ``docker kill`` or a
 cgroup-wide OOM kill would: its process group and the ``torch_shm_manager`` daemons (which run
 in sessions of their own and would otherwise remove the files). Exit code 137.

@@ -1,5 +1,5 @@
-"""Target: a shared-memory file is deleted underneath the job (field notes B15: systemd-logind
-``RemoveIPC`` when the user logs out, a ``/dev/shm`` cleaner). Under the ``file_system``
+"""Target: a shared-memory file is deleted underneath the job (systemd-logind's ``RemoveIPC``
+when the user logs out, logind.conf(5); a ``/dev/shm`` cleaner). Under the ``file_system``
 sharing strategy workers pass batches as ``/dev/shm/torch_<pid>_…`` files; a cleaner thread
 removes them before main opens them, and main fails with "unable to open shared memory object
 … No such file or directory (2)", while ``/dev/shm`` is almost empty. Exit code 1.

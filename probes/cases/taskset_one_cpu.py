@@ -1,6 +1,6 @@
 """Target: a job narrowed to one CPU (``taskset -c 0``, a Slurm or container CPU set) running
-four CPU-bound workers with one intra-op thread each, as PyTorch sets in workers (field notes
-B32). Healthy but slow; the job never calls ``torch.set_num_threads``.
+four CPU-bound workers with one intra-op thread each, as PyTorch sets in workers (a child inherits the
+parent's CPU affinity, sched_setaffinity(2)). Healthy but slow; the job never calls ``torch.set_num_threads``.
 
 Run: ``python -m probes.cases.taskset_one_cpu``. The watchdog must warn
 ``cpu_affinity_narrowed``; any oversubscription warning must point at the affinity and the

@@ -1,7 +1,7 @@
 """Take one :class:`~watchdog.types.Sample` of the job: every process's cheap metrics on each
 call, per-thread progress counters for main and workers, USS/PSS at a slower cadence.
 
-Costs measured on the development machine (``shared/field-notes.md``): psutil's cheap reads
+Costs measured on the development machine (psutil 7.2, torch 2.13, Linux 6.18): psutil's cheap reads
 10–40 µs each under ``oneshot()``; ``memory_full_info()`` (USS/PSS, ``smaps_rollup``)
 4–5 ms on a torch process, hence ``full_info_interval_s``; ``children(recursive=True)`` ~1 ms.
 """

@@ -196,7 +196,8 @@ def gather(facts: Facts, hit) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...]
 
 def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, ...]) -> Optional[Finding]:
     """A finding whose summary is ``N DataLoader workers are <state>``, where ``state`` may use
-    ``{where}`` for the user's ``file:line``; ``None`` when no worker matched ``hit``."""
+    ``{where}`` for the user's ``file:line`` and ``{their}`` for ``its``/``their``; ``None`` when
+    no worker matched ``hit``."""
     found = gather(facts, hit)
     if found is None:
         return None
@@ -206,7 +207,7 @@ def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, 
     where = f" at {brief(user)}" if user else ""
     return Finding(
         confidence=confidence,
-        summary=f"{workers_phrase(len(pids))} {state.format(where=where)}",
+        summary=f"{workers_phrase(len(pids))} {state.format(where=where, their='its' if len(pids) == 1 else 'their')}",
         evidence=evidence,
         remedy=remedy,
         pids=pids,

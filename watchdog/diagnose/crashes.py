@@ -138,7 +138,7 @@ def _who(hot) -> str:
 
 @rule("shm_exhausted", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_exhausted(facts: Facts) -> Optional[Finding]:
-    """``/dev/shm`` full: workers put every batch's tensors in shared memory (field notes B12):
+    """``/dev/shm`` full: workers put every batch's tensors in shared memory (PyTorch's multi-process data loading notes; Docker's default is 64 MB):
     ENOSPC (28), or a bus error when a page of a full tmpfs is first touched."""
     lines = _errors_with(facts, {28}) + [line.strip() for line in facts.stderr_tail.splitlines() if _SIGBUS.search(line)]
     if not lines:
@@ -174,7 +174,7 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
 @rule("shm_removed", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_removed(facts: Facts) -> Optional[Finding]:
     """A shared-memory file PyTorch still needed was deleted underneath the job: ENOENT (2) on a
-    ``/torch_*`` object (field notes B15: systemd-logind ``RemoveIPC``, a ``/dev/shm`` cleaner)."""
+    ``/torch_*`` object (systemd-logind's ``RemoveIPC``, logind.conf(5); a ``/dev/shm`` cleaner)."""
     lines = [line for line in _errors_with(facts, {2}) if "/torch_" in line or "shared memory" in line]
     if not lines:
         return None
@@ -198,7 +198,7 @@ def shm_removed(facts: Facts) -> Optional[Finding]:
 @rule("fd_exhausted", SEVERITY_CRASH, 2, CRASH_AND_HANG)
 def fd_exhausted(facts: Facts) -> Optional[Finding]:
     """File descriptors exhausted (EMFILE, 24): under the ``file_descriptor`` sharing strategy
-    one fd per shared tensor storage, in the process that hit its RLIMIT_NOFILE (field notes B13)."""
+    one fd per shared tensor storage, in the process that hit its RLIMIT_NOFILE (pytorch/pytorch#973, #11201)."""
     lines = _errors_with(facts, {24})
     if not lines:
         return None
@@ -334,7 +334,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
 def worker_start_failed(facts: Facts) -> Optional[Finding]:
     """Workers could not start: under spawn/forkserver the Dataset, ``collate_fn`` or
     ``worker_init_fn`` cannot be pickled, ``__main__`` is re-imported without a main guard, or
-    the loader runs in a daemonic process (field notes B28–B30)."""
+    the loader runs in a daemonic process (CPython's multiprocessing programming guidelines)."""
     if not facts.stderr_tail:
         return None
     lines = [x for x in stderr_lines(facts, _START) if not _PICKLE.search(x) or _START_PATH.search(facts.stderr_tail)]
@@ -371,7 +371,7 @@ def worker_start_failed(facts: Facts) -> Optional[Finding]:
 
 @rule("cuda_in_forked_worker", SEVERITY_CRASH, 4, CRASH_AND_HANG)
 def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
-    """CUDA was initialised in the parent and touched again in a forked worker (field notes B10)."""
+    """CUDA was initialised in the parent and touched again in a forked worker (PyTorch's notes on CUDA in multiprocessing)."""
     lines = stderr_lines(facts, _CUDA_FORK)
     if not lines:
         return None

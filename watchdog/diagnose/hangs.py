@@ -68,8 +68,12 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     stack = facts.stack(main.pid) if main is not None else None
     py_names = {t.tid: t.name for t in stack.threads} if stack is not None and stack.ok else {}
     names = ", ".join(f"{py_names.get(d.tid) or d.name} ({d.tid})" for d in before[:8])
-    seen = f": {names} started before it and are still alive" if names else ""
-    return f"; main ran at least {count} threads when it forked this worker{seen}"
+    text = f"; main ran at least {count} threads when it forked this worker"
+    if names:
+        text += f"; still alive of those: {names}"
+    if len(before) < count:
+        text += f"; {count - len(before)} of them ended since (the holder may be among them)"
+    return text
 
 
 def fork_context(facts: Facts, v: WorkerView) -> str:
@@ -367,7 +371,7 @@ def worker_blocked_io(facts: Facts) -> Optional[Finding]:
     found = worker_finding(
         facts,
         _blocked_io_hit,
-        "blocked in file-system or pipe I/O{where}; the main process waits for their batch forever.",
+        "blocked in file-system or pipe I/O{where}; the main process waits for {their} batch forever.",
         "",
         (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
@@ -465,7 +469,7 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
     found = worker_finding(
         facts,
         _stuck_hit,
-        "stuck in the Dataset{where}; the main process waits for their batch.",
+        "stuck in the Dataset{where}; the main process waits for {their} batch.",
         "",
         (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
@@ -503,7 +507,7 @@ def feeder_failures(stderr: str) -> List[Tuple[str, Optional[str]]]:
 @rule("batch_lost", SEVERITY_HANG, 18, HANG)
 def batch_lost(facts: Facts) -> Optional[Finding]:
     """A batch main waits for will never come: a worker's queue feeder thread failed to pickle or
-    send it and dropped it (field notes B22; ``multiprocessing.queues.Queue._feed``), or, proven
+    send it and dropped it (``multiprocessing.queues.Queue._feed`` prints the error and drops the item), or, proven
     from the outside, every worker sits idle in PyTorch's loop holding no task while main waits."""
     if not facts.loader_hang():
         return None

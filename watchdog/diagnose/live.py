@@ -204,7 +204,7 @@ def usable_cpus(facts: Facts) -> Tuple[Optional[float], str]:
 @rule("cpu_affinity_narrowed", SEVERITY_WARNING, 53, LIVE)
 def cpu_affinity_narrowed(facts: Facts) -> Optional[Finding]:
     """The job may use fewer CPUs than the host has, and fewer than ``num_workers + 1``: every
-    worker inherits the parent's affinity (field notes B32)."""
+    worker inherits the parent's affinity mask, sched_setaffinity(2))."""
     if not _live(facts) or not facts.sample.workers:
         return None
     usable, how = usable_cpus(facts)
