@@ -36,8 +36,9 @@ class Scenario:
     """One reproduction: the job's arguments, the watchdog's, and the kind expected first.
 
     ``severity`` is ``hang``, ``crash``, ``exit`` (a report after the job ended, any exit code),
-    ``warning`` (the kind must appear among the warnings, and the job runs on) or ``none`` (a
-    healthy control: no report at all, and the job exits 0). ``module`` is the target run with
+    ``warning`` (the kind must appear among the warnings, and the job runs on), ``none`` (a
+    healthy control: no report at all, and the job exits 0) or ``unharmed`` (reports allowed,
+    none proven or terminating, and the job exits 0). ``module`` is the target run with
     ``python -m`` (``probes.train`` with ``job`` as its flags, or a ``probes.cases`` target).
     ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
     (needs root or CAP_SYS_ADMIN). ``skip`` is why it cannot run on a CPU machine (then there is
@@ -58,6 +59,7 @@ class Scenario:
     certainty: Optional[str] = None
     location: Optional[str] = None
     needs_cuda: bool = False
+    stall_timeout_s: float = 5.0
 
 
 def from_case(case) -> "Scenario":
@@ -67,11 +69,13 @@ def from_case(case) -> "Scenario":
         case.name,
         case.kind,
         severity,
+        job=case.args,
         settings=case.settings,
         timeout_s=case.timeout_s,
-        module=f"probes.cases.{case.name}",
+        module=case.module,
         certainty=case.certainty,
         location=case.location,
+        stall_timeout_s=case.stall_timeout_s,
     )
 
 
@@ -219,7 +223,7 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
         "--interval",
         "1",
         "--stall-timeout",
-        "5",
+        f"{s.stall_timeout_s:g}",
         "--on-hang",
         "terminate",
         "--terminate-grace",
@@ -295,9 +299,10 @@ def _conclusive(s: Scenario, docs: List[Tuple[str, dict]]) -> bool:
 
 def _judge(s: Scenario, docs: List[Tuple[str, dict]], exit_code: Optional[int]) -> Tuple[bool, Optional[Tuple[str, dict]], Tuple[str, ...], str]:
     """``(ok, the report judged, kinds seen, why not)``."""
-    if s.severity == "none":
+    if s.severity in ("none", "unharmed"):
         kinds = tuple(d["diagnoses"][0]["kind"] for _, d in docs)
-        ok = not docs and exit_code == 0
+        harmed = [d for _, d in docs if d["action"] == "terminate" or (d.get("stall") or {}).get("certainty") == "proven"]
+        ok = exit_code == 0 and (not docs if s.severity == "none" else not harmed)
         return ok, (docs[0] if docs else None), kinds, "" if ok else f"a healthy job got reports {', '.join(kinds) or '(none)'}, exit {exit_code}"
     if s.severity == "warning":
         chosen = next(((p, d) for p, d in docs if any(x["kind"] == s.expected for x in d["diagnoses"])), docs[0] if docs else None)

@@ -157,40 +157,44 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     finally:
         if tail:
             tail.close_job_end()
-    wake, ended = Waker(), threading.Event()
+    wake, forward_wake, ended = Waker(), Waker(), threading.Event()
     pending: List[int] = []
 
     def waiter() -> None:
         proc.wait()
         ended.set()
         wake.set()
+        forward_wake.set()
 
     def on_signal(signum, _frame) -> None:
-        pending.append(signum)  # handlers only enqueue and write to a self-pipe; the loop forwards
+        pending.append(signum)  # handlers only enqueue and write to a self-pipe; a thread forwards
+        forward_wake.set()
         wake.set()
 
-    def forward() -> None:
-        while pending:
-            sig = pending.pop(0)
-            try:
-                os.killpg(proc.pid, sig)
-            except OSError:
-                pass
+    def forwarder() -> None:
+        # Its own thread, so a signal reaches the job at once, even while the loop examines a
+        # stall (py-spy dumps take seconds).
+        while True:
+            while pending:
+                try:
+                    os.killpg(proc.pid, pending.pop(0))
+                except OSError:
+                    pass
+            if ended.is_set():
+                return
+            forward_wake.wait(0.5)
 
     for sig in _FORWARDED:
         signal.signal(sig, on_signal)
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
+    threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
     try:
-        watcher = Watcher(
-            cfg, proc.pid, proc.pid, ended.is_set, wake, on_tick=forward, stderr_tail=tail.text if tail else str, job_cmdline=cmd
-        )
+        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
-    while not ended.wait(0.2):
-        forward()
-    forward()
+    ended.wait()
     if tail:
         tail.wait(_STDERR_DRAIN_S)
     code = _exit_code_of(proc.returncode)

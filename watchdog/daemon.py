@@ -103,7 +103,6 @@ class Watcher:
         job_ended: returns True once the job is gone.
         wake: interrupts the sleep between samples (job exit, signals); a :class:`~watchdog.wake.Waker`,
             never a ``threading.Event``, whose ``set()`` a signal handler must not call.
-        on_tick: called every loop turn (``dlwatch run`` forwards signals there).
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         job_cmdline: the command that started the job, for reports written before main was seen.
     """
@@ -115,7 +114,6 @@ class Watcher:
         own_group: Optional[int],
         job_ended: Callable[[], bool],
         wake: Waker,
-        on_tick: Callable[[], None] = lambda: None,
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
     ) -> None:
@@ -124,7 +122,6 @@ class Watcher:
         self.own_group = own_group
         self.job_ended = job_ended
         self.wake = wake
-        self.on_tick = on_tick
         self.stderr_tail = stderr_tail
         self.job_cmdline = list(job_cmdline or [])
         self.stop = threading.Event()
@@ -155,7 +152,6 @@ class Watcher:
         if self.pyspy is None:
             log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
         while not self.stop.is_set() and not self.job_ended():
-            self.on_tick()
             try:
                 self._tick()
             except Exception:  # never let the watchdog's failure reach the job
@@ -164,7 +160,6 @@ class Watcher:
                 break
             self.wake.wait(self.config.interval_s)
             self.wake.clear()
-        self.on_tick()
         return self.outcome
 
     def _tick(self) -> None:
@@ -320,7 +315,8 @@ class Watcher:
         quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s)
         inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
         names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
-        proof = detect.relevant(detect.prove(stable, children, pipes, inert, names), sample)
+        wakeable = {p.pid: why for p in sample.processes for why in [procfs.timer_wakeup(p.pid)] if why}
+        proof = detect.relevant(detect.prove(stable, children, pipes, inert, names, wakeable), sample)
         verdict = detect.confirm(main.pid, quick.get(main.pid), details.get(main.pid, ()), len(sample.workers))
         if proof is None:
             proof = detect.prove_loader_idle(verdict, sample, quick, stall, cfg.stall_timeout_s)
@@ -352,6 +348,14 @@ class Watcher:
         cfg = self.config
         main = sample.main
         verdict, proof = assessment.verdict, assessment.proof
+        decision = detect.termination(
+            assessment, stall, sample, cfg.stall_timeout_s, cfg.busy_stall_timeout_s, cfg.terminate_outside_loader
+        )
+        terminable = decision.grounded and decision.allowed
+        terminate = cfg.on_hang == "terminate" and terminable
+        if self._reported is not None and not terminable:
+            self._quiet_floor = time.monotonic()  # already reported, and still not to be ended: look again later
+            return
         pids = [main.pid] + [w.pid for w in sample.workers]
         d_state = [p.pid for p in sample.processes if p.status == "D"]
         dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).status not in ("T", "t"))]
@@ -364,10 +368,6 @@ class Watcher:
             wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
             sources.update(procfs.source_lines(pid, wanted))
         problems = [st.error for st in stacks.values() if st.error]
-        proven = proof is not None
-        terminable = proven or stall.trigger == detect.TRIGGER_BUSY
-        allowed = verdict.kind == "dataloader" or proven or cfg.terminate_outside_loader
-        terminate = cfg.on_hang == "terminate" and terminable and allowed
         facts = Facts(
             mode=MODE_HANG,
             sample=sample,
@@ -383,7 +383,7 @@ class Watcher:
             oom_kills=self._oom_kills(),
             host_cpus=self.host_cpus,
             open_files=tuple((pid, procfs.open_files(pid)) for pid in pids),
-            proof=proof if proven else None,
+            proof=proof,
             assessment=assessment.reason,
             fd_targets=tuple(sorted(pipes.targets.items())) if pipes else (),
             pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
@@ -391,15 +391,13 @@ class Watcher:
             worker_start_ticks=tuple((w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None),
         )
         diagnoses = diagnose(facts)
-        note = ""
         if terminate:
-            note = "proven: the job cannot move" if proven else f"no batch for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)"
+            note = decision.note
         elif cfg.on_hang == "terminate":
-            note = (
-                "not terminated: outside the DataLoader and terminate_outside_loader is false"
-                if terminable
-                else f"not terminated: suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
-            )
+            note = f"not terminated: {decision.note}"
+        else:
+            note = ""
+        self._quiet_floor = time.monotonic()
         self._reported = (self.tracker.last_delivery_mono, terminable)
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
         after = self.sampler.sample()

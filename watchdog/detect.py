@@ -48,7 +48,10 @@ NOTE [ Deadlock proof ]
 woken by a thread of the same process (futex(2), ``FUTEX_PRIVATE_FLAG``). A pipe can only be
 read by a holder of its read end and written by a holder of its write end; a child can only
 exit by running. So a set of threads each in an untimed wait that only threads of the set can
-end is stuck for good: no timeout will fire and nothing outside can wake it (barring signals).
+end is stuck for good: no timeout will fire and nothing outside can wake it, barring signals
+from outside. A process that catches a timer signal or holds POSIX timers may signal itself
+(a Python handler runs in the main thread and may release what the others wait for), so its
+threads are never part of a proof (``procfs.timer_wakeup``).
 :func:`prove` finds the largest such set by removing, until nothing changes, every thread whose
 wait some thread outside the set could end; a process whose every thread stays in the set can
 never run again. A loader-level argument complements it: main waits inside the iterator for a
@@ -408,6 +411,7 @@ def prove(
     pipes: Optional[PipeEnds] = None,
     inert: Iterable[Tuple[int, int]] = (),
     names: Optional[Mapping[Tuple[int, int], str]] = None,
+    wakeable: Optional[Mapping[int, str]] = None,
 ) -> Optional[Proof]:
     """The processes that can never run again, with the argument (NOTE [ Deadlock proof ]).
 
@@ -419,6 +423,8 @@ def prove(
             wait for, even when woken: multiprocessing's resource-sharer thread, which only
             hands out file descriptors (``frames.is_resource_sharer``).
         names: ``(pid, tid)`` to the thread's Python name (py-spy's), for the argument's lines.
+        wakeable: pid to why that process might wake itself from a timer signal
+            (``procfs.timer_wakeup``): none of its threads is part of a proof.
 
     Returns ``None`` when no process is stuck for good.
     """
@@ -438,6 +444,8 @@ def prove(
     candidates = set()
     for (pid, tid), d in waits.items():
         w = d.wait
+        if wakeable and pid in wakeable:
+            continue
         if (pid, tid) in inert and w is not None and w.kind in (WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.TIMED):
             candidates.add((pid, tid))
             continue
@@ -567,6 +575,24 @@ def prove_loader_idle(
     return Proof("loader_idle", tuple(w.pid for w in workers), tuple(lines))
 
 
+def in_bounded_shutdown(verdict: HangVerdict) -> bool:
+    """True when main's stack shows PyTorch's shutdown joining a worker process
+    (``_shutdown_workers`` -> ``BaseProcess.join``): it joins each worker with
+    ``timeout=MP_STATUS_CHECK_INTERVAL`` and then terminates it (dataloader.py,
+    pytorch/pytorch#39869), so a worker stuck at exit holds main for at most 5 s. Joining the
+    pin-memory thread (``Thread.join``) has no timeout and is not bounded."""
+    t = verdict.thread
+    if t is None or not frames.has_frame(t, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
+        return False
+    return any(f.function == "BaseProcess.join" for f in t.frames)
+
+
+def shutdown_bound_s(sample: Sample, stall_timeout_s: float) -> float:
+    """The longest PyTorch's shutdown may hold main: 5 s per worker (and the pin thread), plus
+    one stall timeout of slack, in seconds."""
+    return (len(sample.workers) + 1) * frames.MP_STATUS_CHECK_INTERVAL_S + stall_timeout_s
+
+
 @dataclass(frozen=True)
 class Assessment:
     """The outcome of an examination: ``hang`` (report it) or not, and why.
@@ -641,18 +667,14 @@ def assess(
                 None,
                 entries,
             )
-    vt = verdict.thread
-    if vt is not None and frames.has_frame(vt, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
-        main_detail = next((d for d in details.get(stall.main_pid, ()) if d.tid == vt.tid), None)
-        bound_s = (len(sample.workers) + 1) * frames.MP_STATUS_CHECK_INTERVAL_S + stall_timeout_s
-        if main_detail is not None and main_detail.wait is not None and main_detail.wait.kind is WaitKind.TIMED and stall.stall_s < bound_s:
-            return Assessment(
-                False,
-                verdict,
-                "main joins DataLoader workers with a timeout at shutdown (_shutdown_workers: join(timeout=5), then terminate): bounded",
-                None,
-                entries,
-            )
+    if in_bounded_shutdown(verdict) and stall.stall_s < shutdown_bound_s(sample, stall_timeout_s):
+        return Assessment(
+            False,
+            verdict,
+            "main joins DataLoader workers with a timeout at shutdown (_shutdown_workers: join(timeout=5), then terminate): bounded",
+            None,
+            entries,
+        )
     if proof is not None:  # workers that can never run again, while main is not bounded by a shutdown join
         return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
     if stall.tree_quiet_s < stall.stall_s - 1e-6:
@@ -674,3 +696,48 @@ def stopped_processes(sample: Sample) -> List[ProcessSample]:
 def kernel_wait_of(details: Sequence[ThreadDetail], tid: int) -> Optional[KernelWait]:
     """The decoded wait of thread ``tid`` among ``details``, or ``None``."""
     return next((d.wait for d in details if d.tid == tid), None)
+
+
+@dataclass(frozen=True)
+class Termination:
+    """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in daemon.py).
+
+    ``grounded`` is True when the evidence holds for the whole job: a proof that main can never
+    run again, a worker proof while main's stack shows it waiting for that data (or once the
+    longest bounded shutdown has passed), the loader-level proof, or the busy-stall ceiling with
+    main's stack read. ``allowed`` adds the outside-the-loader setting. ``note`` says why, for the
+    report's action line.
+    """
+
+    grounded: bool
+    allowed: bool
+    note: str
+
+
+def termination(
+    assessment: Assessment, stall: Stall, sample: Sample, stall_timeout_s: float, busy_stall_timeout_s: float, terminate_outside_loader: bool
+) -> Termination:
+    """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`)."""
+    verdict, proof = assessment.verdict, assessment.proof
+    main_proven = proof is not None and proof.kind == "kernel" and stall.main_pid in proof.pids
+    waiting_for_data = verdict.confirmed_by_stack and verdict.kind == "dataloader" and not in_bounded_shutdown(verdict)
+    bound_s = shutdown_bound_s(sample, stall_timeout_s)
+    if main_proven or (proof is not None and proof.kind == "loader_idle"):
+        grounded, note = True, "proven: the job cannot move"
+    elif proof is not None and (waiting_for_data or stall.stall_s >= bound_s):
+        grounded, note = True, "proven: workers can never run again and main waits for their data"
+    elif proof is not None:
+        grounded, note = False, (
+            f"proven stuck workers, but main's stack is unknown and PyTorch's shutdown would end them within {bound_s:.0f} s: "
+            "terminate waits until then"
+        )
+    elif stall.trigger == TRIGGER_BUSY and verdict.confirmed_by_stack:
+        grounded, note = True, f"no batch for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)"
+    elif stall.trigger == TRIGGER_BUSY:
+        grounded, note = False, "no batch for busy_stall_timeout_s, but main's stack is unknown: not ended without it"
+    else:
+        grounded, note = False, f"suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({busy_stall_timeout_s:g} s)"
+    allowed = verdict.kind == "dataloader" or main_proven or terminate_outside_loader
+    if grounded and not allowed:
+        note = "outside the DataLoader and terminate_outside_loader is false"
+    return Termination(grounded, allowed, note)

@@ -13,8 +13,12 @@ from typing import Optional, Tuple
 
 @dataclass(frozen=True)
 class Case:
-    """One target and its verdict: ``kind`` first among the reports of ``mode`` (``hang``,
-    ``crash``, ``exit``, ``warning``), or no report at all when ``kind`` is ``None``.
+    """One run of a target and its verdict: ``kind`` first among the reports of ``mode``
+    (``hang``, ``crash``, ``exit``, ``warning``); no report at all when ``kind`` is ``None`` and
+    ``mode`` is ``None``; with ``mode`` ``unharmed``, reports are allowed but the job must end by
+    itself with exit code 0 (a job that waits legitimately in a way that looks like a hang).
+    ``target`` is the script when it differs from ``name``, run with ``args`` and a stall
+    timeout of ``stall_timeout_s`` seconds.
     ``certainty`` (``proven``/``suspected``) is checked for hangs; ``location`` is a source
     fragment the first diagnosis's ``file:line`` must point at; ``settings`` are watchdog
     settings for the run; ``timeout_s`` bounds it; ``warnings`` are kinds that must also have been
@@ -28,6 +32,14 @@ class Case:
     settings: Tuple[Tuple[str, object], ...] = ()
     timeout_s: float = 120.0
     warnings: Tuple[str, ...] = ()
+    target: Optional[str] = None
+    args: Tuple[str, ...] = ()
+    stall_timeout_s: float = 5.0
+
+    @property
+    def module(self) -> str:
+        """The target's module (``python -m`` name): ``probes.cases.<target or name>``."""
+        return f"probes.cases.{self.target or self.name}"
 
 
 CASES: Tuple[Case, ...] = (
@@ -64,5 +76,7 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_socket_timeout", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),
+    Case("healthy_slow_worker_shutdown_6_workers", None, target="healthy_slow_worker_shutdown", args=("6",), stall_timeout_s=2.0),
+    Case("healthy_signal_wakes_main", None, "unharmed", stall_timeout_s=2.0),
 )
 BY_NAME = {c.name: c for c in CASES}

@@ -3,10 +3,12 @@ forever, so a worker cannot exit by itself at the end of an epoch: PyTorch's
 ``_shutdown_workers`` joins each worker for 5 s (``MP_STATUS_CHECK_INTERVAL``) and then
 terminates it (pytorch/pytorch#39869). Each epoch end stalls about 5 s per worker, bounded.
 
-Run: ``python -m probes.cases.healthy_slow_worker_shutdown``. The watchdog must never report or
-end it, although each stuck worker is provably unable to exit by itself.
+Run: ``python -m probes.cases.healthy_slow_worker_shutdown [NUM_WORKERS]`` (2 by default). The
+watchdog must never report or end it, although each stuck worker is provably unable to exit by
+itself, whatever the number of workers and however short the stall timeout.
 """
 
+import sys
 import threading
 
 import torch
@@ -18,7 +20,8 @@ def worker_init(_):
 
 
 def main():
-    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=2, worker_init_fn=worker_init)
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=workers, worker_init_fn=worker_init)
     for epoch in range(3):
         for (x,) in loader:
             pass

@@ -109,6 +109,20 @@ def test_secret_environment_values_are_redacted():
         }
     )
     assert env["OMP_NUM_THREADS"] == "4"
+    more = procfs.redact_env(
+        {
+            "GITHUB_PAT": "x",
+            "CI_JOB_JWT": "x",
+            "DB_PASS": "x",
+            "SIGNING_SALT": "x",
+            "SENTRY_DSN": "https://k@h/1",
+            "AZURE_STORAGE_CONNECTION_STRING": "AccountName=a;AccountKey=abc;",
+            "SIGNED": "https://h/blob?sv=1&sig=abc",
+            "PWD": "/work",
+        }
+    )
+    assert more["PWD"] == "/work"
+    assert all(procfs.REDACTED in v and "abc" not in v for k, v in more.items() if k != "PWD")
     assert env["DATABASE_URL"] == "postgres://u:<redacted>@h/db"
     assert {env[k] for k in ("AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DB_PASSWORD")} == {procfs.REDACTED}
 

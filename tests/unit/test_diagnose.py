@@ -494,3 +494,11 @@ def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_work
     )
     text = " ".join(diagnose(facts)[0].evidence)
     assert "at least 5 threads" in text and str(MAIN_PID + 9) not in text
+
+
+def test_spawned_workers_own_memory_is_not_copy_on_read():
+    def s(t):
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20), *(proc(p, ROLE_WORKER, [], "spawn", uss=144 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
+
+    timeline = tuple(s(float(t)) for t in range(20))
+    assert "worker_memory_growth" not in [d.kind for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))]

@@ -16,7 +16,13 @@ from ..types import ThreadDetail, ThreadSample
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-_SECRET_KEY = re.compile(r"SECRET|TOKEN|PASSW|PASSWD|CREDENTIAL|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY", re.I)
+_SECRET_KEY = re.compile(
+    r"SECRET|TOKEN|PASSW|PASSWD|_PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY"
+    r"|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
+    re.I,
+)
+# Values that carry a secret whatever their key is called (Azure connection strings, signed URLs).
+_SECRET_VALUE = re.compile(r"(AccountKey|SharedAccessKey|SharedAccessSignature|sig|password|pwd)=([^;&\s]+)", re.I)
 REDACTED = "<redacted>"
 
 
@@ -219,11 +225,16 @@ _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(
 
 
 def redact_env(env: Dict[str, str]) -> Dict[str, str]:
-    """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, …) replaced,
-    and passwords inside URLs (``postgres://user:PASSWORD@host``) replaced in every value."""
+    """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, PAT, JWT, DSN,
+    WEBHOOK, …) replaced, and in every other value the passwords inside URLs
+    (``postgres://user:PASSWORD@host``) and ``AccountKey=``/``sig=``-style parts replaced."""
     out = {}
     for k, v in env.items():
-        out[k] = REDACTED if _SECRET_KEY.search(k) else _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, v)
+        if _SECRET_KEY.search(k):
+            out[k] = REDACTED
+        else:
+            v = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, v)
+            out[k] = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", v)
     return out
 
 
@@ -321,3 +332,26 @@ def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]
             except OSError:
                 continue
     return tuple(out)
+
+
+# Signals a process's own timers deliver: SIGALRM (alarm, setitimer ITIMER_REAL), SIGVTALRM and
+# SIGPROF (setitimer); signal(7), setitimer(2).
+_TIMER_SIGNALS = {14: "SIGALRM", 26: "SIGVTALRM", 27: "SIGPROF"}
+
+
+def timer_wakeup(pid: int) -> Optional[str]:
+    """Why ``pid`` might wake itself although all its threads wait without a timeout, or
+    ``None``: it catches a timer signal (``SigCgt`` in ``/proc/PID/status``; a Python handler runs
+    in the main thread and can release what it waits for) or has POSIX timers
+    (``/proc/PID/timers``)."""
+    status = _read(f"/proc/{pid}/status") or ""
+    caught = 0
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            caught = int(line.split()[1], 16)
+    names = [name for sig, name in _TIMER_SIGNALS.items() if caught >> (sig - 1) & 1]
+    if names:
+        return f"it catches {', '.join(names)}, so a timer it armed may wake it"
+    if (_read(f"/proc/{pid}/timers") or "").strip():
+        return "it has POSIX timers (/proc/PID/timers), which may wake it"
+    return None

@@ -51,6 +51,7 @@ SYSCALLS_X86_64: Dict[int, str] = {
     72: "fcntl",
     73: "flock",
     128: "rt_sigtimedwait",
+    219: "restart_syscall",
     130: "rt_sigsuspend",
     202: "futex",
     230: "clock_nanosleep",
@@ -77,6 +78,7 @@ SYSCALLS_GENERIC: Dict[int, str] = {
     68: "pwrite64",
     72: "pselect6",
     73: "ppoll",
+    128: "restart_syscall",
     95: "waitid",
     98: "futex",
     101: "nanosleep",
@@ -194,6 +196,10 @@ def decode(state: Optional[str], syscall_text: Optional[str], machine: Optional[
         found = KernelWait(WaitKind.FD, name, fd=fd, detail=f"{name} on fd {fd}, no timeout")
     elif name in _OPEN_CALLS:
         found = KernelWait(WaitKind.FD, name, detail=f"{name}, no timeout")
+    elif name == "restart_syscall":
+        # The kernel restarts this way only calls with a timeout (nanosleep, poll, futex waits)
+        # after a stop (a debugger, py-spy attaching): restart_syscall(2).
+        found = KernelWait(WaitKind.TIMED, name, detail="a timed wait, restarted after an interruption")
     elif name in ("wait4", "waitid"):
         found = KernelWait(WaitKind.CHILD, name, detail="waiting for a child process to exit")
     elif name == "rt_sigtimedwait":

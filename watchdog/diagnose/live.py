@@ -82,7 +82,8 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             grown = points[-1][1] - points[0][1]
             if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
                 growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
-        if w.uss_bytes and main.uss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.uss_bytes:
+        forked = w.start_method in (None, "fork")  # spawn/forkserver workers share nothing with main: their USS is their own
+        if forked and w.uss_bytes and main.uss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.uss_bytes:
             copied.append(w)
     if not growing and len(copied) < len(facts.sample.workers):
         return None
