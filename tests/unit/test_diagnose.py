@@ -60,6 +60,11 @@ def _worker_loop_frames():
     )
 
 
+def _in_dataset(*spec):
+    """The worker's loop thread, inside the Dataset: ``spec`` frames (innermost first) above fetch."""
+    return ThreadStack(WORKER_PID, "MainThread", False, False, _frames(*spec, *_worker_loop_frames()))
+
+
 def _kernel_proof(*pids):
     return Proof("kernel", tuple(pids), tuple(f"pid {p} thread {p} (x): futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout" for p in pids) + ("conclusion",))
 
@@ -96,18 +101,11 @@ def test_a_spawned_worker_on_a_lock_is_not_inherited_and_with_a_proof_is_its_own
 
 
 def test_openmp_frames_in_a_forked_worker_name_the_runtime_and_its_remedy():
-    t = ThreadStack(
-        WORKER_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(
-            ("0x7f1696c1e073", "libgomp.so.1", 0, True),
-            ("0x7f1696c1ca9d", "libgomp.so.1", 0, True),
-            ("at::native::AVX512::exp_kernel", "libtorch_cpu.so", 0, True),
-            ("AugDataset.__getitem__", USER, 19, False),
-            *_worker_loop_frames(),
-        ),
+    t = _in_dataset(
+        ("0x7f1696c1e073", "libgomp.so.1", 0, True),
+        ("0x7f1696c1ca9d", "libgomp.so.1", 0, True),
+        ("at::native::AVX512::exp_kernel", "libtorch_cpu.so", 0, True),
+        ("AugDataset.__getitem__", USER, 19, False),
     )
     facts = hang_facts([t], worker_details=(detail(WORKER_PID, "202 0x5588b93d9e14 0x80 0x10 0x0 0xca 0x0 0x7f 0x7f"),), proof=_kernel_proof(WORKER_PID))
     first = diagnose(facts)[0]
@@ -117,17 +115,10 @@ def test_openmp_frames_in_a_forked_worker_name_the_runtime_and_its_remedy():
 
 
 def test_a_future_from_a_thread_pool_created_before_fork_is_inherited_state():
-    t = ThreadStack(
-        WORKER_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(
-            ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
-            ("Future.result", f"{STDLIB}/concurrent/futures/_base.py", 451, False),
-            ("Remote.__getitem__", USER, 40, False),
-            *_worker_loop_frames(),
-        ),
+    t = _in_dataset(
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Future.result", f"{STDLIB}/concurrent/futures/_base.py", 451, False),
+        ("Remote.__getitem__", USER, 40, False),
     )
     first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0]
     assert first.kind == "fork_inherited_lock" and "thread pool" in first.summary
@@ -135,7 +126,7 @@ def test_a_future_from_a_thread_pool_created_before_fork_is_inherited_state():
 
 
 def test_two_threads_taking_locks_in_opposite_orders_are_a_worker_deadlock_naming_both_lines():
-    loop = ThreadStack(WORKER_PID, "MainThread", False, False, _frames(("Data.__getitem__", USER, 30, False), *_worker_loop_frames()))
+    loop = _in_dataset(("Data.__getitem__", USER, 30, False))
     helper = ThreadStack(WORKER_PID + 1, "helper", False, False, _frames(("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)))
     details = (detail(WORKER_PID, LOCK_UNTIMED), detail(WORKER_PID + 1, LOCK_UNTIMED))
     facts = hang_facts([loop, helper], worker_details=details, proof=_kernel_proof(WORKER_PID))
@@ -146,17 +137,10 @@ def test_two_threads_taking_locks_in_opposite_orders_are_a_worker_deadlock_namin
 
 
 def test_a_worker_waiting_on_a_multiprocessing_queue_is_stuck_at_the_users_line():
-    t = ThreadStack(
-        WORKER_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(
-            ("_ConnectionBase.recv_bytes", f"{STDLIB}/multiprocessing/connection.py", 216, False),
-            ("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 103, False),
-            ("Jobs.__getitem__", USER, 12, False),
-            *_worker_loop_frames(),
-        ),
+    t = _in_dataset(
+        ("_ConnectionBase.recv_bytes", f"{STDLIB}/multiprocessing/connection.py", 216, False),
+        ("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 103, False),
+        ("Jobs.__getitem__", USER, 12, False),
     )
     facts = hang_facts([t], worker_details=(detail(WORKER_PID, PIPE_READ, wchan="anon_pipe_read"),), fd_targets=(((WORKER_PID, 6), "pipe:[9]"),), pipe_writers=(("pipe:[9]", (MAIN_PID, WORKER_PID)),))
     first = diagnose(facts)[0]
@@ -166,13 +150,7 @@ def test_a_worker_waiting_on_a_multiprocessing_queue_is_stuck_at_the_users_line(
 
 
 def test_a_worker_blocked_writing_to_a_pipe_is_told_about_the_reader_not_the_storage():
-    t = ThreadStack(
-        WORKER_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(("TextIOWrapper.write", "<frozen io>", 0, False), ("Data.__getitem__", USER, 8, False), *_worker_loop_frames()),
-    )
+    t = _in_dataset(("TextIOWrapper.write", "<frozen io>", 0, False), ("Data.__getitem__", USER, 8, False))
     facts = hang_facts(
         [t],
         worker_details=(detail(WORKER_PID, PIPE_WRITE, wchan="anon_pipe_write"),),
@@ -186,7 +164,7 @@ def test_a_worker_blocked_writing_to_a_pipe_is_told_about_the_reader_not_the_sto
 
 
 def test_a_timed_wait_is_not_told_to_add_a_timeout():
-    t = ThreadStack(WORKER_PID, "MainThread", False, False, _frames(("sleep", "<built-in>", 0, False), ("Data.__getitem__", USER, 5, False), *_worker_loop_frames()))
+    t = _in_dataset(("sleep", "<built-in>", 0, False), ("Data.__getitem__", USER, 5, False))
     first = diagnose(hang_facts([t], worker_details=(detail(WORKER_PID, SLEEP, wchan="hrtimer_nanosleep"),)))[0]
     assert first.kind == "worker_stuck" and first.certainty == "suspected"
     assert "stall_timeout_s" in first.remedy and "Give the blocking call a timeout" not in first.remedy
