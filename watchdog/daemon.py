@@ -321,6 +321,10 @@ class Watcher:
         if proof is None:
             proof = detect.prove_loader_idle(verdict, sample, quick, stall, cfg.stall_timeout_s)
         assessment = detect.assess(stall.trigger, sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s)
+        now = self.sampler.sample()
+        if detect.loader_members(now) != detect.loader_members(sample):
+            # Workers came or went while we looked (an epoch ended): the job moved.
+            assessment = detect.Assessment(False, verdict, "the job's workers changed during the examination: it moved")
         self.tracker.trust_timed_waits(assessment.timed_waits)
         if not assessment.hang:
             self._quiet_floor = time.monotonic()

@@ -183,7 +183,7 @@ class ProgressTracker:
             return
         loader = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
         self.stopped = tuple(pid for pid, p in loader.items() if p.status in ("T", "t"))
-        members = frozenset((p.pid, p.create_time) for p in loader.values() if p.role in (ROLE_MAIN, ROLE_WORKER))
+        members = loader_members(sample)
         if self._last_progress is None or members != self._members or self.stopped:
             # Workers came or went, or the job is stopped (paused, not hung): the clock restarts.
             self._last_progress = self._last_delivery = self._last_tree_work = now
@@ -651,15 +651,14 @@ def assess(
             t = _thread_of(stacks.get(p.pid), d.tid)
             if d.wait is None or d.wait.kind is not WaitKind.TIMED or t is None or states.is_loader_idle(t):
                 continue
-            if frames.innermost_user(t) is None and not frames.has_frame(t, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
-                continue
-            timed.append((p, d, t))
-    entries = tuple((p.pid, p.create_time, d.tid, d.wait.signature) for p, d, t in timed if frames.innermost_user(t) is not None)
+            if frames.waits_in_user_code(t) is not None:
+                timed.append((p, d, t))
+    entries = tuple((p.pid, p.create_time, d.tid, d.wait.signature) for p, d, t in timed)
     if trigger == TRIGGER_BUSY:
         return Assessment(True, verdict, f"no batch was delivered for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)", None, entries)
     for p, d, t in timed:
-        if (p.pid, d.tid) in woke and frames.innermost_user(t) is not None:
-            user = frames.innermost_user(t)
+        if (p.pid, d.tid) in woke:
+            user = frames.waits_in_user_code(t)
             return Assessment(
                 False,
                 verdict,
@@ -686,6 +685,11 @@ def assess(
             entries,
         )
     return Assessment(True, verdict, f"the loader made no progress for {stall.stall_s:.0f} s and nothing else in the job moved", None, entries)
+
+
+def loader_members(sample: Sample) -> frozenset:
+    """``(pid, create_time)`` of main and the workers: when it changes, the job moved."""
+    return frozenset((p.pid, p.create_time) for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER))
 
 
 def stopped_processes(sample: Sample) -> List[ProcessSample]:

@@ -359,6 +359,18 @@ def is_idle_worker(thread: ThreadStack) -> bool:
     return False
 
 
+def waits_in_user_code(thread: ThreadStack) -> Optional[Frame]:
+    """The user's frame that is waiting, when the innermost Python frame that is not the standard
+    library belongs to the user (``time.sleep`` or a socket's ``recv`` called from
+    ``__getitem__``), or ``None`` (a wait in PyTorch's code, such as ``_shutdown_workers``
+    joining a worker, is PyTorch's even though the user's loop is further down)."""
+    for f in python_frames(thread):
+        if is_stdlib(f):
+            continue
+        return f if is_user(f) else None
+    return None
+
+
 def innermost_user_above(thread: ThreadStack, depth: int) -> Optional[Frame]:
     """The innermost frame of the user's code among the ``depth`` innermost frames, or ``None``."""
     return next((f for f in thread.frames[:depth] if is_user(f)), None)
