@@ -692,16 +692,6 @@ def loader_members(sample: Sample) -> frozenset:
     return frozenset((p.pid, p.create_time) for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER))
 
 
-def stopped_processes(sample: Sample) -> List[ProcessSample]:
-    """Loader-path processes in state T or t (stopped by a signal or a debugger)."""
-    return [p for p in sample.processes if p.role in LOADER_ROLES and p.status in ("T", "t")]
-
-
-def kernel_wait_of(details: Sequence[ThreadDetail], tid: int) -> Optional[KernelWait]:
-    """The decoded wait of thread ``tid`` among ``details``, or ``None``."""
-    return next((d.wait for d in details if d.tid == tid), None)
-
-
 @dataclass(frozen=True)
 class Termination:
     """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in daemon.py).

@@ -61,30 +61,6 @@ COLLECTIVE_FUNCS = frozenset(
         "rendezvous",
     }
 )
-# Native I/O entry points (glibc) a worker blocked in file I/O shows on top of its stack.
-IO_NATIVE = frozenset(
-    {
-        "read",
-        "__libc_read",
-        "__read_nocancel",
-        "pread64",
-        "__libc_pread64",
-        "readv",
-        "open",
-        "open64",
-        "__open64",
-        "__libc_open64",
-        "openat",
-        "openat64",
-        "__openat64",
-        "fstat",
-        "stat",
-        "__xstat64",
-        "fsync",
-        "write",
-        "__libc_write",
-    }
-)
 # Wait-channel families of a task blocked in file-system or pipe code.
 IO_WCHAN_FAMILIES = frozenset({"disk_or_network_fs", "fifo_open", "pipe"})
 
@@ -127,9 +103,6 @@ LOCK_ACQUIRE_NATIVE = CPYTHON_LOCK_NATIVE | frozenset(
         "do_futex_wait",
     }
 )
-# Python-level waits that block on a lock internally but are waits for a notification, not
-# for a lock's holder (threading.Condition/Event, queue.Queue, multiprocessing queues).
-CONDITION_WAIT_FUNCS = frozenset({"Condition.wait", "Event.wait", "Queue.get", "Queue.put", "Barrier.wait"})
 # A source line that takes a lock: ``x.acquire(`` or ``with <expr naming a lock>:``.
 _ACQUIRE_CALL = re.compile(r"\.acquire\s*\(")
 _WITH_EXPR = re.compile(r"^\s*(?:async\s+)?with\s+(?P<expr>.+?):\s*$")
@@ -300,13 +273,6 @@ def lock_holder(thread: ThreadStack, source: Optional[str] = None) -> Optional[s
     if line_takes_lock(source):
         return "python_lock"
     return None
-
-
-def waits_on_condition(thread: ThreadStack) -> bool:
-    """True when the innermost Python frame is a wait for a notification (a Condition, Event
-    or queue), which blocks on a lock internally but is not a lock-holder wait."""
-    top = innermost_python(thread)
-    return top is not None and top.function in CONDITION_WAIT_FUNCS
 
 
 def _is_lock_name(word: str) -> bool:
