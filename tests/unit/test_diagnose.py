@@ -376,6 +376,23 @@ def test_fd_exhaustion_is_attributed_to_the_processes_at_their_limit():
     assert "shm_exhausted" not in [d.kind for d in found]
 
 
+def test_a_full_dev_shm_in_a_workers_collate_is_shm_exhausted_even_between_samples():
+    # The failing segment is gone by the next sample: /dev/shm looked empty. The errno decides.
+    found = diagnose(_crash(fixture("stderr_shm_exhausted_in_worker.txt"), host={"shm_total": 8 << 20, "shm_used": 0}))
+    assert found[0].kind == "shm_exhausted" and not any("contradicted" in e for e in found[0].evidence)
+    assert "dataset_error" not in [d.kind for d in found]
+
+
+def test_enospc_on_a_disk_path_is_not_shared_memory():
+    stderr = (
+        "RuntimeError: Caught OSError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "/home/user/train/ds.py", line 9, in __getitem__\n    f.write(blob)\n'
+        "OSError: [Errno 28] No space left on device: '/data/cache/17.bin'\n"
+    )
+    found = diagnose(_crash(stderr))
+    assert found[0].kind == "dataset_error" and "shm_exhausted" not in [d.kind for d in found]
+
+
 def test_shm_exhausted_contradicted_by_an_empty_dev_shm_ranks_last():
     stderr = "RuntimeError: unable to write to file </torch_5_6_7>: No space left on device (28)\n"
     full = diagnose(_crash(stderr, host={"shm_total": 64 << 20, "shm_used": 63 << 20}))[0]

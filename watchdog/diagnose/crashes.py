@@ -16,8 +16,13 @@ NOTE [ Errno classes ]
 is full (``shm_exhausted``); 12 ENOMEM on ``mmap``: memory maps or memory
 (``map_count_exhausted`` when the map count is near ``vm.max_map_count``); 2 ENOENT on a
 ``/torch_*`` object: the file was deleted underneath the job (``shm_removed``: systemd-logind
-``RemoveIPC``, a ``/dev/shm`` cleaner). A rule whose measured figures disagree (``/dev/shm``
-nearly empty for ``shm_exhausted``) says so and ranks last (NOTE [ Rule ranks ]).
+``RemoveIPC``, a ``/dev/shm`` cleaner). ENOSPC on a path outside ``/dev/shm`` is a full disk,
+not shared memory. The kernel's errno outweighs ``/dev/shm`` use sampled once per interval: a
+batch that does not fit fails between samples, and its segment is gone by the next one. So a
+nearly empty ``/dev/shm`` contradicts ``shm_exhausted`` (which then says so and ranks last, NOTE
+[ Rule ranks ]) only when stderr also holds another errno class that could explain the failure.
+These errors are the loader's, wherever they were raised: ``dataset_error`` leaves them to the
+rules above, since "fix the Dataset code" is the wrong remedy for a full ``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -107,6 +112,39 @@ def _errors_with(facts: Facts, codes) -> List[str]:
     return [line for line, code in resource_errors(facts.stderr_tail) if code in codes]
 
 
+_SHM_OBJECT = re.compile(r"/torch_|shared memory|\(shm\)|/dev/shm")
+_QUOTED_PATH = re.compile(r"['\"<](/[^'\">]*)['\">]")
+
+
+def names_shared_memory(line: str) -> bool:
+    """Whether an error line is about a shared-memory object: a ``/torch_…`` segment
+    (aten/src/ATen/MapAllocator.cpp), "shared memory", or a path under ``/dev/shm``."""
+    return bool(_SHM_OBJECT.search(line))
+
+
+def _shm_full_lines(stderr: str) -> List[str]:
+    """ENOSPC lines about shared memory, or with no path at all, and bus errors (NOTE [ Errno
+    classes ]); ``[Errno 28] … '/data/cache/x'`` is a full disk and is left out."""
+    lines = [
+        line
+        for line, code in resource_errors(stderr)
+        if code == 28 and (names_shared_memory(line) or not _QUOTED_PATH.search(line))
+    ]
+    return lines + [line.strip() for line in stderr.splitlines() if _SIGBUS.search(line)]
+
+
+def is_loader_resource_error(line: str) -> bool:
+    """Whether an exception line is one of the loader's resource errors that a rule of its own
+    explains (NOTE [ Errno classes ]): any EMFILE, a bus error, or ENOSPC / ENOENT / ENOMEM on
+    shared memory."""
+    if _SIGBUS.search(line):
+        return True
+    for _, code in resource_errors(line):
+        if code == 24 or (code in (2, 12, 28) and names_shared_memory(line)):
+            return True
+    return False
+
+
 def _near_limit(facts: Facts, used, limit) -> List[Tuple[str, int, int, int]]:
     """``(role, pid, used, limit)`` of processes whose ``used(p)`` came within NEAR_LIMIT of
     ``limit(p)`` (or the host's) at their last sample, highest share first: who hit the limit,
@@ -140,7 +178,7 @@ def _who(hot) -> str:
 def shm_exhausted(facts: Facts) -> Optional[Finding]:
     """``/dev/shm`` full: workers put every batch's tensors in shared memory (PyTorch's multi-process data loading notes; Docker's default is 64 MB):
     ENOSPC (28), or a bus error when a page of a full tmpfs is first touched."""
-    lines = _errors_with(facts, {28}) + [line.strip() for line in facts.stderr_tail.splitlines() if _SIGBUS.search(line)]
+    lines = _shm_full_lines(facts.stderr_tail)
     if not lines:
         return None
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
@@ -154,8 +192,9 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
         f"(a batch's allocation that does not fit fails between samples){_exit(facts)}"
     )
     contradiction = None
-    if peak is not None and total and peak < 0.25 * total:
-        contradiction = f"/dev/shm was at most {peak / total:.1%} used"
+    rivals = sorted({code for _, code in resource_errors(facts.stderr_tail) if code in (2, 12, 24)})
+    if rivals and peak is not None and total and peak < 0.25 * total:
+        contradiction = f"/dev/shm was at most {peak / total:.1%} used, and stderr also reports errno {', '.join(map(str, rivals))}"
     return Finding(
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
         summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
@@ -175,7 +214,7 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
 def shm_removed(facts: Facts) -> Optional[Finding]:
     """A shared-memory file PyTorch still needed was deleted underneath the job: ENOENT (2) on a
     ``/torch_*`` object (systemd-logind's ``RemoveIPC``, logind.conf(5); a ``/dev/shm`` cleaner)."""
-    lines = [line for line in _errors_with(facts, {2}) if "/torch_" in line or "shared memory" in line]
+    lines = [line for line in _errors_with(facts, {2}) if names_shared_memory(line)]
     if not lines:
         return None
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
@@ -484,6 +523,8 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
         return None
     m = caught[-1]
     exc, user, source = original_traceback(facts.stderr_tail)
+    if exc and is_loader_resource_error(exc):
+        return None
     where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else "the Dataset"
     evidence = [f"stderr: {m.group(0)}"]
     if exc:
