@@ -27,6 +27,16 @@ def same_process(pid: int, create_time: float) -> bool:
         return False
 
 
+def still_running(pid: int, create_time: float) -> bool:
+    """True when ``pid`` still names the process created at ``create_time`` and it is not a
+    zombie (a dead child its parent has not reaped yet)."""
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _verified(members: Iterable[Identity]) -> List[psutil.Process]:
     out = []
     for pid, create_time in dict.fromkeys(members):

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 from . import __version__
 from . import config as config_mod
-from .collect import discovery
+from .collect import discovery, inside
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, Watcher, log
 from .errors import ConfigError, WatchdogError
@@ -63,6 +63,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-hook", action="store_true", help="no inside view: do not put dlwatch's sitecustomize on the job's PYTHONPATH (hook: false)")
     p.add_argument("--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it")
     p.add_argument("--report-dir", metavar="DIR", help="where report folders are written (report_dir)")
     p.add_argument("--interval", type=float, metavar="S", help="sampling period in seconds (interval_s)")
@@ -84,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
+    sub.add_parser(
+        "hook-env",
+        help="print the environment that gives `dlwatch attach` the inside view: env $(dlwatch hook-env) python train.py",
+        description="Print PYTHONPATH=… DLWATCH_HOOK_DIR=… (a new private folder) for a job started by hand; "
+        "`dlwatch attach --pid PID` then finds the folder in the job's environment.",
+    )
     probe = sub.add_parser(
         "probe",
         help="reproductions and benchmarks (need the [probes] extra): repro NAME|--all, bench, autotune, seed-check",
@@ -108,6 +115,8 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
             flag_of[key] = flag
     if args.no_native:
         overrides["py_spy.native"] = False
+    if args.no_hook:
+        overrides["hook"] = False
     try:
         return config_mod.load(args.config, overrides)
     except ConfigError as e:
@@ -145,14 +154,18 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return EXIT_NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    folder, reader = _hook_folder(cfg)
+    env = inside.hook_env(os.environ, folder, os.getpid()) if folder else None
     tail = _start_stderr_tail(cfg)
     try:
-        proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, **group)
+        proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
     except FileNotFoundError:
         log(f"cannot start {cmd[0]!r}: command not found")
+        _remove(folder)
         return EXIT_NOT_FOUND
     except OSError as e:
         log(f"cannot start {cmd[0]!r}: {e.strerror or e}")
+        _remove(folder)
         return EXIT_CANNOT_EXECUTE
     finally:
         if tail:
@@ -190,7 +203,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
     try:
-        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd)
+        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd, inside=reader)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
@@ -202,7 +215,38 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         watcher.after_exit(code, terminated=outcome.terminated)
     if tail:
         tail.cleanup()
+    _remove(folder)
     return EXIT_TERMINATED if outcome.terminated else code
+
+
+def _hook_folder(cfg: config_mod.Config):
+    """``(folder, reader)`` for the inside view of a job ``dlwatch run`` starts: a new private
+    folder, or ``(None, reader saying why not)`` with ``hook: false`` or when it cannot be made."""
+    if not cfg.hook:
+        return None, inside.InsideReader(None, "no inside view (hook: false / --no-hook)")
+    try:
+        folder = inside.make_folder()
+    except OSError as e:
+        log(f"no inside view: cannot create its folder ({e.strerror}); watching from outside only")
+        return None, inside.InsideReader(None, f"no inside view (its folder could not be created: {e.strerror})")
+    return folder, inside.InsideReader(folder)
+
+
+def _remove(folder: Optional[str]) -> None:
+    if folder:
+        inside.remove_folder(folder)
+
+
+def cmd_hook_env() -> int:
+    """Print ``PYTHONPATH=… DLWATCH_HOOK_DIR=…`` with a new private folder, for ``env $(…)``."""
+    try:
+        folder = inside.make_folder()
+    except OSError as e:
+        log(f"error: cannot create the inside view's folder: {e.strerror}")
+        return EXIT_USAGE
+    env = inside.hook_env(os.environ, folder, None)
+    print(f"PYTHONPATH={env['PYTHONPATH']} DLWATCH_HOOK_DIR={folder}")
+    return EXIT_OK
 
 
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -228,7 +272,11 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
     for sig in _FORWARDED:
         signal.signal(sig, on_signal)
-    watcher = Watcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake)
+    folder = inside.folder_of(proc.pid) if cfg.hook else None
+    reader = inside.InsideReader(
+        folder, "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)" if cfg.hook else "no inside view (hook: false / --no-hook)"
+    )
+    watcher = Watcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
     outcome = watcher.run()
     if outcome.terminated:
@@ -237,6 +285,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         log(f"stopped by signal {stopped[0]}; pid {proc.pid} keeps running")
         return 128 + stopped[0]
     watcher.after_exit(None, terminated=outcome.terminated)
+    if folder:
+        inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended
     log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
     return EXIT_HANG_REPORTED if outcome.reports else EXIT_OK
 
@@ -257,6 +307,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "probe":
         return cmd_probe(args.probe_args)
+    if args.command == "hook-env":
+        return cmd_hook_env()
     try:
         cfg = load_config(args)
         if args.command == "run":

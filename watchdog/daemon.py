@@ -36,10 +36,12 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import __version__, act, detect, frames, report, writer
 from .collect import cgroup, procfs, pyspy
+from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .collect.sampler import host_sample as sampler_host_sample
 from .config import Config
 from .diagnose import diagnose
+from .diagnose.hangs import ENCLOSING_LINES
 from .errors import ReportWriteError
 from .types import (
     MODE_CRASH,
@@ -51,6 +53,7 @@ from .types import (
     SEVERITY_CRASH,
     SEVERITY_WARNING,
     Facts,
+    InsideView,
     Sample,
     Stall,
 )
@@ -66,6 +69,16 @@ _SHM_MANAGER_WAIT_S = 10.0
 _MAX_SEEN_PIDS = 100_000
 # Seconds between the two reads of every thread's wait that a proof compares.
 _STABLE_GAP_S = 0.25
+
+
+def _fork_source_lines(record) -> List[Tuple[str, int]]:
+    """Source lines to read for a fork record: each user frame of the threads at the fork, and
+    the lines above it where a ``with LOCK:`` enclosing it would be (``lock_holder_at_fork``)."""
+    wanted = []
+    for t in record.threads[:16]:
+        for f in [f for f in t.frames if frames.is_user(f)][:6]:
+            wanted += [(f.file, line) for line in range(max(1, f.line - ENCLOSING_LINES), f.line + 1)]
+    return wanted
 
 
 def say(text: str) -> None:
@@ -105,6 +118,7 @@ class Watcher:
             never a ``threading.Event``, whose ``set()`` a signal handler must not call.
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         job_cmdline: the command that started the job, for reports written before main was seen.
+        inside: reader of the job's own DataLoader records (``None``: no inside view).
     """
 
     def __init__(
@@ -116,6 +130,7 @@ class Watcher:
         wake: Waker,
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
+        inside: Optional[InsideReader] = None,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -124,6 +139,7 @@ class Watcher:
         self.wake = wake
         self.stderr_tail = stderr_tail
         self.job_cmdline = list(job_cmdline or [])
+        self.inside = inside or InsideReader(None, "no inside view (not enabled for this job)")
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -162,10 +178,20 @@ class Watcher:
             self.wake.clear()
         return self.outcome
 
+    def _inside_view(self, pids=None, forks: bool = True) -> InsideView:
+        try:
+            return self.inside.read(pids, forks)
+        except Exception:
+            self._internal_error("reading the inside view")
+            return InsideView(note="the inside view could not be read")
+
     def _tick(self) -> None:
         sample = self.sampler.sample()
         if sample.main is None:
             return
+        loaders = self._inside_view([p.pid for p in sample.processes], forks=False).loaders
+        if loaders:
+            sample = dataclasses.replace(sample, loaders=loaders)
         self.timeline.append(sample)
         if len(self._seen_pids) < _MAX_SEEN_PIDS:
             self._seen_pids.update(p.pid for p in sample.processes)
@@ -215,7 +241,7 @@ class Watcher:
         return now - self._oom_at_start
 
     def _look_for_warnings(self, sample: Sample) -> None:
-        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus)
+        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=self._inside_view([p.pid for p in sample.processes]))
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:
                 continue
@@ -253,6 +279,7 @@ class Watcher:
                 oom_kills=self._oom_kills(),
                 host_cpus=self.host_cpus,
                 shm_leftovers=leftovers,
+                inside=self._inside_view(),
             )
             found = diagnose(facts)
             if found:
@@ -268,7 +295,7 @@ class Watcher:
         """Say which processes of the job still run after it ended (workers orphaned by a main
         that was killed keep their hang forever); never signals them."""
         last = self.timeline[-1].processes if self.timeline else ()
-        alive = [(p.pid, p.role) for p in last if p.role != "other" and act.same_process(p.pid, p.create_time)]
+        alive = [(p.pid, p.role) for p in last if p.role != "other" and act.still_running(p.pid, p.create_time)]
         if alive:
             shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
             log(f"{len(alive)} process(es) of the job still run after it ended: {shown}; to end them: kill {' '.join(str(p) for p, _ in alive[:8])}")
@@ -371,6 +398,9 @@ class Watcher:
         for pid, st in stacks.items():
             wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
             sources.update(procfs.source_lines(pid, wanted))
+        view = self._inside_view([p.pid for p in sample.processes])
+        for record in view.forks:
+            sources.update(procfs.source_lines(record.pid, _fork_source_lines(record)))
         problems = [st.error for st in stacks.values() if st.error]
         facts = Facts(
             mode=MODE_HANG,
@@ -393,6 +423,7 @@ class Watcher:
             pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
             pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
             worker_start_ticks=tuple((w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None),
+            inside=view,
         )
         diagnoses = diagnose(facts)
         if terminate:

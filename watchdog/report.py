@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from tabulate import tabulate
 
 from . import frames
-from .types import Diagnosis, Facts, ProcessSample, ProcessStack, Report, Sample
+from .types import Diagnosis, Facts, ForkRecord, Frame, InsideView, LoaderView, ProcessSample, ProcessStack, Report, Sample
 
 SCHEMA_VERSION = 1
 STACKS_HEADING = "Stacks (innermost frame first):"
@@ -81,6 +81,66 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
     return entry
 
 
+def _frame_dict(f) -> Optional[dict]:
+    return None if f is None else {"function": f.function, "file": f.file, "line": f.line}
+
+
+def loader_dict(v: LoaderView, now: float) -> dict:
+    """One iterator of the inside view, for ``report.json`` (seconds, counts)."""
+    return {
+        "pid": v.pid,
+        "iterator": v.iterator,
+        "kind": v.kind,
+        "site": _frame_dict(v.site),
+        "settings": dict(v.settings),
+        "dataset_type": v.dataset_type,
+        "iterable": v.iterable,
+        "workers": list(v.workers),
+        "worker_exitcodes": list(v.worker_exitcodes),
+        "epoch": v.epoch,
+        "batches": v.batches,
+        "wait_s": round(v.wait_s, 3),
+        "data_wait_fraction": None if v.data_wait_fraction is None else round(v.data_wait_fraction, 4),
+        "first_batch_s": None if v.first_batch_s is None else round(v.first_batch_s, 3),
+        "interval_p50_s": v.interval_p50_s,
+        "interval_p99_s": v.interval_p99_s,
+        "intervals": v.intervals,
+        "in_next_for_s": None if v.waiting_since is None else round(max(0.0, now - v.waiting_since), 2),
+        "waiting_idx": v.waiting_idx if v.waiting_since is not None else None,
+        "waiting_worker": v.waiting_worker if v.waiting_since is not None else None,
+        "last_batch_age_s": None if v.last_batch is None else round(max(0.0, now - v.last_batch), 2),
+    }
+
+
+def _fork_dict(r: ForkRecord) -> dict:
+    return {
+        "pid": r.pid,
+        "iterator": r.iterator,
+        "site": _frame_dict(r.site),
+        "workers": list(r.workers),
+        "threads": [
+            {
+                "name": t.name,
+                "native_id": t.native_id,
+                "daemon": t.daemon,
+                "forking": t.forking,
+                "frames": [_frame_dict(f) for f in t.frames],
+            }
+            for t in r.threads
+        ],
+    }
+
+
+def _inside(view: Optional[InsideView], now: float) -> dict:
+    if view is None:
+        return {"note": "no inside view", "loaders": [], "threads_at_fork": []}
+    return {
+        "note": view.note,
+        "loaders": [loader_dict(v, now) for v in view.loaders],
+        "threads_at_fork": [_fork_dict(r) for r in view.forks[-4:]],
+    }
+
+
 def _timeline(samples: Iterable[Sample]) -> List[dict]:
     out = []
     for s in samples:
@@ -91,6 +151,11 @@ def _timeline(samples: Iterable[Sample]) -> List[dict]:
                 "shm_used_bytes": s.host.shm_used_bytes,
                 "shm_total_bytes": s.host.shm_total_bytes,
                 "mem_available_bytes": s.host.mem_available_bytes,
+                # [pid, iterator, epoch, batches, wait_s, seconds inside __next__ or null]
+                "loaders": [
+                    [v.pid, v.iterator, v.epoch, v.batches, round(v.wait_s, 3), None if v.waiting_since is None else round(s.t_mono - v.waiting_since, 2)]
+                    for v in s.loaders
+                ],
                 "processes": [
                     {
                         "pid": p.pid,
@@ -213,6 +278,7 @@ def build(
         "host": asdict(facts.sample.host),
         "processes": processes,
         "main_threads_at_fork": {str(k): v for k, v in facts.main_threads_at_fork},
+        "inside_view": _inside(facts.inside, facts.sample.t_mono),
         "environment": environment,
         "watchdog": watchdog_info,
         "timeline": _timeline(facts.timeline),
@@ -262,6 +328,61 @@ def _signal_note(code: int) -> str:
     return ""
 
 
+def _ms(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.0f} s"
+
+
+_SETTINGS_SHOWN = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size", "timeout", "multiprocessing_context")
+
+
+def _inside_lines(view: Optional[dict]) -> Iterable[str]:
+    """The DataLoader section of the text: each iterator's settings, batches, data wait and
+    what main waits for; then the threads that ran when its workers were forked."""
+    if not view:
+        return
+    yield ""
+    yield "DataLoader (inside view):"
+    if view.get("note"):
+        yield f"  ({view['note']})"
+    for v in view["loaders"]:
+        site = v["site"]
+        where = f"{frames.short_path(site['file'])}:{site['line']}" if site else "?"
+        settings = " ".join(f"{k}={v['settings'][k]}" for k in _SETTINGS_SHOWN if k in v["settings"])
+        yield f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
+        wait = "-" if v["data_wait_fraction"] is None else f"{v['data_wait_fraction']:.0%}"
+        line = (
+            f"    {v['batches']} batches (epoch {v['epoch']}); data wait {wait}; between batches p50 {_ms(v['interval_p50_s'])}, "
+            f"p99 {_ms(v['interval_p99_s'])}; last batch {_ms(v['last_batch_age_s'])} ago"
+        )
+        yield line
+        if v["in_next_for_s"] is not None and v["waiting_worker"] is not None and v["waiting_worker"] >= 0:
+            w = v["waiting_worker"]
+            pid = v["workers"][w] if w < len(v["workers"]) else None
+            yield f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}" + (f" (pid {pid})" if pid else "") + f" for {_ms(v['in_next_for_s'])}"
+        if v["worker_exitcodes"] and any(c is not None for c in v["worker_exitcodes"]):
+            codes = ", ".join(f"{p}: {c}" for p, c in zip(v["workers"], v["worker_exitcodes"]))
+            yield f"    worker exit codes: {codes}"
+    for r in view["threads_at_fork"]:
+        site = r["site"]
+        where = f"{frames.short_path(site['file'])}:{site['line']}" if site else "?"
+        yield f"  threads of pid {r['pid']} when iterator {r['iterator']} ({where}) forked workers {', '.join(map(str, r['workers'])) or '?'}:"
+        for t in r["threads"]:
+            yield f"    {t['name'] or '?'} (tid {t['native_id']}{', forking' if t['forking'] else ''}): {_at(t['frames'])}"
+
+
+def _at(frame_dicts: List[dict]) -> str:
+    """``function (file:line)`` of the innermost frame of the user's code, else of the innermost
+    frame outside the standard library, else of the innermost."""
+    as_frames = [Frame(f["function"], f["file"], f["line"], False) for f in frame_dicts]
+    for pick in (frames.is_user, lambda f: not frames.is_stdlib(f), lambda f: True):
+        for f in as_frames:
+            if pick(f):
+                return f"{f.function} ({frames.short_path(f.file)}:{f.line})"
+    return "?"
+
+
 def text_lines(doc: dict) -> Iterable[str]:
     """The human summary of a report document: headline, cause, fix, then everything else."""
     job = doc["job"]
@@ -305,6 +426,7 @@ def text_lines(doc: dict) -> Iterable[str]:
             yield f"  {d['kind']} ({d['severity']}{', ' + d['certainty'] if d.get('certainty') else ''}, confidence {d['confidence']:.2f}): {d['summary']}"
             for line in d["evidence"]:
                 yield f"    - {line}"
+    yield from _inside_lines(doc.get("inside_view"))
     yield ""
     when = "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"
     yield f"Processes ({when}):"

@@ -156,13 +156,108 @@ class HostSample:
 
 
 @dataclass(frozen=True)
+class LoaderView:
+    """One DataLoader iterator as the job's own process records it (the inside view, see
+    ``watchdog/bootstrap/_dlwatch_inside.py``). Times are ``time.monotonic()`` seconds.
+
+    ``settings`` holds the DataLoader's arguments as ``(name, value)`` pairs (``num_workers``,
+    ``pin_memory``, ``persistent_workers``, ``prefetch_factor``, ``batch_size``, ``timeout``,
+    ``multiprocessing_context`` as the start method, ...). ``batches`` and ``wait_s`` count over
+    the iterator's life: the time main spent inside ``__next__`` for the batches delivered.
+    ``waiting_since`` is when main last entered ``__next__`` without a batch since (``None``:
+    not inside); after an epoch's last batch it stays set with ``waiting_worker`` -1 until the
+    next epoch. ``waiting_idx`` is the batch index main waits for and ``waiting_worker`` the
+    worker id that owns it (-1 unknown). ``interval_p50_s``/``interval_p99_s`` are percentiles
+    of the time between consecutive batches within an epoch (each bucket's upper bound, so never
+    low by more than a quarter octave), over ``intervals`` intervals.
+    """
+
+    pid: int
+    iterator: int
+    kind: str
+    site: Optional["Frame"]
+    settings: Tuple[Tuple[str, object], ...]
+    dataset_type: Optional[str]
+    iterable: bool
+    workers: Tuple[int, ...]
+    worker_exitcodes: Tuple[Optional[int], ...]
+    created: float
+    batches: int
+    wait_s: float
+    epoch: int
+    first_batch_s: Optional[float]
+    waiting_since: Optional[float]
+    waiting_idx: int
+    waiting_worker: int
+    last_batch: Optional[float]
+    intervals: int
+    interval_p50_s: Optional[float]
+    interval_p99_s: Optional[float]
+
+    def setting(self, name: str, default: object = None) -> object:
+        """One DataLoader argument as recorded, or ``default``."""
+        return dict(self.settings).get(name, default)
+
+    @property
+    def data_wait_fraction(self) -> Optional[float]:
+        """Share of the time from the iterator's creation to its last batch that main spent
+        waiting inside ``__next__`` (0..1), or ``None`` before the first batch."""
+        if self.last_batch is None or self.last_batch <= self.created:
+            return None
+        return min(1.0, self.wait_s / (self.last_batch - self.created))
+
+    @property
+    def label(self) -> str:
+        """``train.py:42 (pid 7, iterator 3)``: where the iterator was created."""
+        where = f"{self.site.file.rsplit('/', 1)[-1]}:{self.site.line}" if self.site else "DataLoader"
+        return f"{where} (pid {self.pid}, iterator {self.iterator})"
+
+
+@dataclass(frozen=True)
+class ThreadAtFork:
+    """A thread of the forking process when a DataLoader iterator forked its workers, from the
+    inside view: ``frames`` innermost first, as py-spy's; ``forking`` marks the thread that
+    called ``fork``."""
+
+    name: Optional[str]
+    native_id: Optional[int]
+    daemon: Optional[bool]
+    forking: bool
+    frames: Tuple["Frame", ...]
+
+
+@dataclass(frozen=True)
+class ForkRecord:
+    """The threads of ``pid`` when iterator ``iterator`` forked its workers ``workers``."""
+
+    pid: int
+    iterator: int
+    site: Optional["Frame"]
+    workers: Tuple[int, ...]
+    threads: Tuple[ThreadAtFork, ...]
+
+
+@dataclass(frozen=True)
+class InsideView:
+    """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
+    per live iterator, ``forks`` per iterator that forked workers, and ``note`` saying why the
+    view is empty or partial (``None`` when it is fine)."""
+
+    loaders: Tuple[LoaderView, ...] = ()
+    forks: Tuple[ForkRecord, ...] = ()
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Sample:
-    """Everything read at one instant: the job's processes (main first) and the host."""
+    """Everything read at one instant: the job's processes (main first), the host, and the
+    inside view's loaders (empty without the hook)."""
 
     t_mono: float
     wall: float
     processes: Tuple[ProcessSample, ...]
     host: HostSample
+    loaders: Tuple[LoaderView, ...] = ()
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
@@ -344,7 +439,7 @@ class Facts:
     job's processes left in ``/dev/shm`` after it ended (``torch_<pid>_…``).
     ``stacks`` and ``thread_details`` are keyed by pid. ``main_threads_at_fork`` maps a worker
     pid to the number of threads main had in the last sample before that worker appeared.
-    ``source_lines`` maps ``(file, line)`` to the stripped source text, when it could be read.
+    ``source_lines`` maps ``(file, line)`` to the source text (indentation kept), when it could be read.
     ``pyspy_problem`` says why stacks are missing (permission, binary missing, timeout).
     ``stderr_tail`` is the last 64 KiB of the job's stderr (``dlwatch run`` only).
     ``oom_kills`` is how many OOM kills the job's cgroup counted while it was watched.
@@ -354,6 +449,8 @@ class Facts:
     judged a hang. ``fd_targets`` maps ``(pid, fd)`` to the target of a descriptor a thread
     waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write end; ``worker_start_ticks``
     maps a worker pid to its start time in clock ticks since boot (``stat`` field 22).
+    ``inside`` is the job's own record of its DataLoaders (``None``: no hook, ``dlwatch attach``
+    without the opt-in, ``--no-hook``).
     """
 
     mode: str
@@ -378,6 +475,7 @@ class Facts:
     pipe_writers: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
     worker_start_ticks: Tuple[Tuple[int, int], ...] = ()
     shm_leftovers: Tuple[Tuple[str, int], ...] = ()
+    inside: Optional[InsideView] = None
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""
@@ -393,6 +491,11 @@ class Facts:
 
     def source(self, file: str, line: int) -> Optional[str]:
         """The source text of ``file:line`` as read at report time, or ``None``."""
+        text = dict(self.source_lines).get((file, line))
+        return None if text is None else text.strip()
+
+    def source_raw(self, file: str, line: int) -> Optional[str]:
+        """The source text of ``file:line`` with its indentation, or ``None``."""
         return dict(self.source_lines).get((file, line))
 
     def progress_age_s(self, pid: int) -> Optional[float]:

@@ -99,6 +99,14 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(os.path.join(folder, "report.json")).st_mode) == 0o600
     assert "fork_inherited_lock" in err
+    # The inside view: the loader's settings, and the thread that held the lock at the fork.
+    (loader,) = doc["inside_view"]["loaders"]
+    assert loader["settings"]["num_workers"] == 2 and loader["pid"] == doc["job"]["pid"]
+    assert set(loader["workers"]) == {w["pid"] for w in workers}
+    held = [e for e in first["evidence"] if "at the fork, thread lock-holder" in e]
+    assert held and "held _SAMPLE_LOCK" in held[0] and "inside `with _SAMPLE_LOCK:`" in held[0], first["evidence"]
+    (fork,) = doc["inside_view"]["threads_at_fork"]
+    assert {t["name"] for t in fork["threads"]} >= {"MainThread", "lock-holder"} | ({"busy"} if busy_thread else set())
 
 
 def _lock_line() -> int:

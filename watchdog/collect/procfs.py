@@ -252,7 +252,8 @@ def environ(pid: int) -> Optional[Dict[str, str]]:
 
 
 def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
-    """The stripped source text of each ``(file, line)`` in ``wanted``, as the target sees the
+    """The source text of each ``(file, line)`` in ``wanted`` (indentation kept, trailing
+    whitespace removed), as the target sees the
     file (through ``/proc/PID/root``, so paths inside a container resolve). Each file is read
     once; unreadable ones are left out."""
     by_file: Dict[str, set] = {}
@@ -266,7 +267,7 @@ def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for i, text in enumerate(f, 1):
                         if i in lines:
-                            out[(file, i)] = text.strip()
+                            out[(file, i)] = text.rstrip()
                         if i >= max(lines):
                             break
                 break

@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 from .. import frames
 from ..states import Activity, WorkerState
-from ..types import MODE_HANG, SEVERITY_HANG, Facts, Frame, ThreadStack
+from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, ThreadAtFork, ThreadStack
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
@@ -45,11 +45,64 @@ HOLDER_TEXT = {
 }
 
 
+def fork_record_of(facts: Facts, pid: int) -> Optional[ForkRecord]:
+    """The job's own record of the threads when worker ``pid`` was forked (the inside view)."""
+    if facts.inside is None:
+        return None
+    return next((r for r in facts.inside.forks if pid in r.workers), None)
+
+
+_LOCK_NAME = re.compile(r"\bwith\s+([A-Za-z_][\w.]*)\s*[:,]|([A-Za-z_][\w.]*)\.acquire\(")
+# Lines above a frame's line searched for the ``with LOCK:`` that encloses it (the daemon reads them).
+ENCLOSING_LINES = 20
+
+
+def lock_name(source: Optional[str]) -> Optional[str]:
+    """``_SAMPLE_LOCK`` from ``with _SAMPLE_LOCK:`` or ``_SAMPLE_LOCK.acquire()``, else ``None``."""
+    m = _LOCK_NAME.search(source or "")
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def lock_holder_at_fork(facts: Facts, record: ForkRecord, name: str) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
+    """The thread of ``record`` (not the forking one) inside a ``with NAME:`` block (or after
+    ``NAME.acquire()``) at the fork: ``(thread, its frame, line of the with, its text)``. Raw
+    source lines (indentation kept) come from the daemon, up to ``ENCLOSING_LINES`` above each
+    user frame of the threads at fork."""
+    pattern = re.compile(r"^\s*(?:with\s+" + re.escape(name) + r"\b|.*\b" + re.escape(name) + r"\.acquire\()")
+    for t in record.threads:
+        if t.forking:
+            continue
+        for f in [f for f in t.frames if frames.is_user(f)][:6]:
+            here = facts.source_raw(f.file, f.line)
+            if here is None:
+                continue
+            for line in range(f.line - 1, max(0, f.line - ENCLOSING_LINES) - 1, -1):
+                text = facts.source_raw(f.file, line)
+                if text is not None and pattern.match(text) and _indent(text) < _indent(here):
+                    return t, f, line, text.strip()
+    return None
+
+
 def fork_threads_text(facts: Facts, pid: int) -> str:
-    """How many threads main ran when worker ``pid`` was forked, and which: the larger of the
+    """How many threads main ran when worker ``pid`` was forked, and which: from the job's own
+    record at the fork when there is one (:func:`fork_record_of`); else the larger of the
     count in the last sample before the fork and the threads of main still alive that started
     before the worker (``stat`` start times; within one clock tick, thread IDs, which the kernel
     hands out in order), named as py-spy names them."""
+    record = fork_record_of(facts, pid)
+    if record is not None:
+        others = [t for t in record.threads if not t.forking]
+        if not others:
+            return "; main ran a single thread when it forked this worker (recorded at the fork): the lock was taken by that same thread before iter(), or by a library's native thread"
+        shown = "; ".join(
+            f"{t.name or '?'} (tid {t.native_id}) at {describe(facts, record.pid, _innermost_user(t))}" for t in others[:6]
+        )
+        more = f"; and {len(others) - 6} more" if len(others) > 6 else ""
+        return f"; main ran {len(others) + 1} threads when it forked this worker (recorded at the fork): the forking one and {shown}{more}"
     sampled = dict(facts.main_threads_at_fork).get(pid)
     start = dict(facts.worker_start_ticks).get(pid)
     main = facts.sample.main
@@ -74,6 +127,10 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     if len(before) < count:
         text += f"; {count - len(before)} of them ended since (the holder may be among them)"
     return text
+
+
+def _innermost_user(t: ThreadAtFork) -> Frame:
+    return next((f for f in t.frames if frames.is_user(f)), None) or next((f for f in t.frames if not frames.is_stdlib(f)), None) or t.frames[0]
 
 
 def fork_context(facts: Facts, v: WorkerView) -> str:
@@ -126,6 +183,15 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
             f"worker pid {v.pid}: {kernel_wait(facts, v.pid, t.tid)}; {quiet_text(facts, v.pid)}; "
             f"the worker has no other thread that could release it; {fork_context(facts, v)}",
         ]
+        name = lock_name(facts.source(top.file, top.line)) if top is not None else None
+        record = fork_record_of(facts, v.pid)
+        held = lock_holder_at_fork(facts, record, name) if record is not None and name else None
+        if held is not None:
+            ht, hf, hline, htext = held
+            lines.append(
+                f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} held {name}: "
+                f"it was at {describe(facts, record.pid, hf)}, inside `{htext}` ({frames.short_path(hf.file)}:{hline})"
+            )
         native = [f for f in t.frames if f.native][:3]
         if holder in ("openmp", "native_mutex") and native:
             lines.append(f"worker pid {v.pid}: native frames on top: {' ← '.join(describe(facts, v.pid, f) for f in native)}")

@@ -1,0 +1,142 @@
+"""The inside view's bootstrap on real jobs: it records, and the job cannot tell it is there
+(exit code, stdout, stderr, its own sitecustomize), also under torchrun."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from tests.real.helpers import DLWATCH, PY, kill_tree, start
+from watchdog.collect import inside
+
+JOB = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 32
+        def __getitem__(self, i):
+            if i == int(os.environ.get("FAIL_AT", "-1")):
+                raise ValueError(f"sample {i} is corrupt")
+            return torch.tensor([i * i])
+
+    print("PYTHONPATH=" + os.environ.get("PYTHONPATH", ""), flush=True)
+    print("sitecustomize:", getattr(sys.modules.get("sitecustomize"), "MARK", None), flush=True)
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2)
+    for epoch in range(2):
+        total = sum(int(b.sum()) for b in loader)
+        print(f"epoch {epoch} total {total}", flush=True)
+    print("to stderr", file=sys.stderr)
+    sys.exit(int(os.environ.get("EXIT", "0")))
+    """
+)
+
+
+def _run(cmd, env, timeout_s=120):
+    proc = start(cmd, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    finally:
+        kill_tree(proc)
+
+
+def _hooked(env, folder):
+    return inside.hook_env(env, str(folder), os.getpid())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"EXIT": "3"}, {"FAIL_AT": "13"}],
+    ids=["clean-exit", "exit-3", "dataset-error-traceback"],
+)
+def test_the_job_cannot_tell_the_hook_is_there(tmp_path, extra):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    base = {**os.environ, **extra}
+    base.pop("PYTHONPATH", None)
+    plain = _run([PY, str(script)], base)
+    hooked = _run([PY, str(script)], _hooked(base, folder))
+    assert hooked[0] == plain[0]
+    assert hooked[1].replace(inside.BOOT_DIR, "") == plain[1]
+    assert hooked[2] == plain[2]
+    if "FAIL_AT" in extra:
+        assert "Caught ValueError in DataLoader worker process" in hooked[2] and "_dlwatch" not in hooked[2]
+    else:
+        view = inside.InsideReader(str(folder)).read()
+        assert [v.batches for v in view.loaders] == [8, 8], view
+
+
+def test_the_jobs_own_sitecustomize_still_runs_and_its_errors_read_the_same(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("MARK = 'theirs'\nprint('their sitecustomize ran')\n")
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    base = {**os.environ, "PYTHONPATH": str(own)}
+    plain = _run([PY, str(script)], base)
+    hooked = _run([PY, str(script)], _hooked(base, folder))
+    assert "their sitecustomize ran" in plain[1] and "sitecustomize: theirs" in plain[1]
+    assert hooked[0] == plain[0] == 0
+    assert hooked[1].replace(inside.BOOT_DIR + os.pathsep, "") == plain[1]
+    assert hooked[2] == plain[2]
+    (own / "sitecustomize.py").write_text("raise RuntimeError('their sitecustomize is broken')\n")
+    plain = _run([PY, "-c", "print('ran')"], base)
+    hooked = _run([PY, "-c", "print('ran')"], _hooked(base, folder))
+    assert "their sitecustomize is broken" in plain[2]
+    assert hooked == plain
+
+
+def test_dlwatch_run_no_hook_leaves_pythonpath_alone(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code, out, err = _run(DLWATCH + ["run", "--no-hook", "--report-dir", str(tmp_path), "--", PY, str(script)], env)
+    assert code == 0, err
+    assert "PYTHONPATH=\n" in out
+    before = _hook_folders()
+    code, out, err = _run(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, str(script)], env)
+    assert code == 0, err
+    assert f"PYTHONPATH={inside.BOOT_DIR}\n" in out
+    assert _hook_folders() - before == set()  # removed when the job ended
+
+
+def _hook_folders():
+    import tempfile
+
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("dlwatch-hook-")}
+
+
+RANKS = textwrap.dedent(
+    """
+    import os, torch
+    from torch.utils.data import DataLoader, TensorDataset
+    rank = int(os.environ["RANK"])
+    loader = DataLoader(TensorDataset(torch.arange(40.0)), batch_size=4, num_workers=1)
+    n = sum(1 for _ in loader)
+    print(f"rank {rank} batches {n}", flush=True)
+    """
+)
+
+
+def test_every_rank_records_under_torchrun(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    env = _hooked({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, folder)
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0", str(script)]
+    code, out, err = _run(cmd, env, timeout_s=150)
+    assert code == 0, err
+    view = inside.InsideReader(str(folder)).read()
+    assert sorted(v.batches for v in view.loaders) == [10, 10], view
+    assert len({v.pid for v in view.loaders}) == 2

@@ -1,0 +1,121 @@
+"""The inside view's file format and reader, on a recorder file captured from a real job
+(tests/fixtures/inside: two epochs of a 2-worker fork DataLoader, with one extra thread
+running in main) and on counters written here by the recorder's own slot writer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.unit.builders import MAIN_PID, proc, sample
+from watchdog import report
+from watchdog.collect import inside
+from watchdog.types import ROLE_MAIN, Diagnosis, Facts
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")
+FMT = inside.FORMAT
+
+
+def test_every_interval_falls_inside_its_buckets_bounds():
+    for ns in [1_000, 1_500, 3_999, 4_000, 7_777, 10**6, 123_456_789, 5 * 10**9, 60 * 10**9]:
+        lo, hi = FMT.bucket_bounds_s(FMT.bucket_of(ns))
+        assert lo <= (ns // 1000) / 1e6 < hi, ns  # whole microseconds
+        assert hi / lo <= 1.26  # a quarter octave at most
+
+
+def test_percentiles_take_the_upper_bound_of_the_bucket():
+    hist = [0] * FMT.BUCKETS
+    hist[FMT.bucket_of(10 * 10**6)] = 98  # 98 intervals of 10 ms
+    hist[FMT.bucket_of(2 * 10**9)] = 2  # 2 of 2 s
+    assert 0.010 <= inside.percentile_s(tuple(hist), 0.5) < 0.0126
+    assert 2.0 <= inside.percentile_s(tuple(hist), 0.99) < 2.52
+    assert inside.percentile_s(tuple([0] * FMT.BUCKETS), 0.99) is None
+
+
+def test_the_captured_record_reads_as_two_iterators_with_their_settings_and_threads_at_fork():
+    view = inside.InsideReader(FIXTURE).read()
+    assert view.note is None
+    assert [v.iterator for v in view.loaders] == [1, 2]
+    first = view.loaders[0]
+    assert first.batches == 16 and first.kind == "_MultiProcessingDataLoaderIter"
+    assert first.setting("num_workers") == 2 and first.setting("multiprocessing_context") == "fork"
+    assert first.site.file == "/home/user/train/train.py" and first.site.line == 12
+    assert len(first.workers) == 2 and first.worker_exitcodes == (0, 0)
+    assert 0 < first.data_wait_fraction < 1 and first.interval_p50_s <= first.interval_p99_s
+    assert first.intervals == 15  # the first batch of an epoch is not an interval
+    fork = view.forks[0]
+    names = {t.name: t for t in fork.threads}
+    assert set(names) == {"MainThread", "my-bg"} and names["MainThread"].forking
+    assert names["my-bg"].frames[0].function == "bg" and names["my-bg"].frames[0].line == 8
+
+
+def test_a_slot_being_written_is_skipped_and_a_foreign_file_is_named(tmp_path):
+    shutil.copy(os.path.join(FIXTURE, "10114.json"), tmp_path / "10114.json")
+    data = bytearray(open(os.path.join(FIXTURE, "10114.bin"), "rb").read())
+    off = FMT.HEADER_SIZE  # slot 0
+    seq = int.from_bytes(data[off : off + 8], "little")
+    data[off : off + 8] = (seq | 1).to_bytes(8, "little")  # odd: the writer is inside
+    (tmp_path / "10114.bin").write_bytes(bytes(data))
+    (tmp_path / "777.bin").write_bytes(b"not a recorder file" + bytes(FMT.FILE_SIZE))
+    view = inside.InsideReader(str(tmp_path)).read()
+    assert [v.iterator for v in view.loaders] == [2]
+    assert "777.bin" in view.note
+
+
+def test_counters_written_by_the_recorder_round_trip(tmp_path):
+    FMT._FOLDER = str(tmp_path)
+    try:
+        proc_state = FMT._Process(str(tmp_path))
+        record = {"kind": "_MultiProcessingDataLoaderIter", "settings": {"num_workers": 4}, "workers": [11, 12, 13, 14]}
+        slot = proc_state.new_iterator(record)
+        proc_state.write_json()
+        for _ in range(3):
+            slot.enter(0, 0)
+            slot.delivered()
+        slot.enter(3, 2)
+    finally:
+        FMT._FOLDER = None
+    (loader,) = inside.InsideReader(str(tmp_path)).read().loaders
+    assert loader.batches == 3 and loader.intervals == 2 and loader.first_batch_s is not None
+    assert loader.waiting_since is not None and loader.waiting_idx == 3 and loader.waiting_worker == 2
+    assert loader.setting("num_workers") == 4 and loader.workers == (11, 12, 13, 14)
+
+
+def test_hook_env_puts_the_bootstrap_first_and_keeps_the_jobs_path():
+    env = inside.hook_env({"PYTHONPATH": "/opt/lib", "DLWATCH_HOOK_ANCESTOR": "1"}, "/tmp/x", 42)
+    assert env["PYTHONPATH"] == inside.BOOT_DIR + os.pathsep + "/opt/lib"
+    assert env[FMT.ENV_DIR] == "/tmp/x" and env[FMT.ENV_ANCESTOR] == "42"
+    assert FMT.ENV_ANCESTOR not in inside.hook_env({"DLWATCH_HOOK_ANCESTOR": "1"}, "/tmp/x", None)
+    assert os.path.isfile(os.path.join(inside.BOOT_DIR, "sitecustomize.py"))
+
+
+def test_the_report_shows_batches_data_wait_and_the_threads_at_fork():
+    view = inside.InsideReader(FIXTURE).read()
+    last = max(v.last_batch for v in view.loaders)
+    s = sample(last + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
+    facts = Facts(mode="live", sample=s, timeline=(s,), inside=view)
+    found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
+    rep = report.build(facts, found, {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None}, 0.0, "report", None, {})
+    text = rep.text
+    assert "DataLoader (inside view):" in text and "16 batches (epoch 0)" in text and "data wait" in text
+    assert "my-bg (tid" in text and "bg (/home/user/train/train.py:8)" in text
+    loaders = rep.document["inside_view"]["loaders"]
+    assert loaders[0]["batches"] == 16 and loaders[0]["settings"]["num_workers"] == 2
+
+
+@pytest.mark.parametrize("line", ["sitecustomize.py", "_dlwatch_inside.py"])
+def test_the_bootstrap_uses_the_standard_library_only(line):
+    import ast
+
+    tree = ast.parse(open(os.path.join(inside.BOOT_DIR, line)).read())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    import sys
+
+    assert imported <= set(sys.stdlib_module_names) | {"_dlwatch_inside"}, imported

@@ -1,0 +1,581 @@
+"""The recorder that runs inside the job's Python processes (armed by dlwatch's ``sitecustomize``).
+
+What it records, per DataLoader iterator (``torch.utils.data.dataloader._BaseDataLoaderIter``):
+where it was created and its settings, batches delivered, the time main spent inside
+``__next__``, a histogram of the intervals between batches, and the batch index (and the worker
+that owns it) that main is waiting for; and, when the iterator forks its workers, every thread of
+the forking process with its Python stack.
+
+How it stays out of the job's way:
+
+* Standard library only; nothing happens until the job imports ``torch.utils.data.dataloader``.
+* No wrapper functions: a wrapper's frame would show in every traceback that passes through it
+  and change the job's stderr. Instead, two attributes that PyTorch itself reads or writes at
+  the right moments become data descriptors of ``_BaseDataLoaderIter``: ``_profile_name`` (read
+  once at the top of ``__next__``, set last in ``__init__``) and ``_num_yielded`` (set after
+  each batch, reset to 0 at each epoch start), in torch/utils/data/dataloader.py. An epoch that
+  ends (StopIteration) leaves "in ``__next__``" set until the next event: the sidecar checks
+  it against main's own thread before it counts as waiting.
+  Their getters and setters return normally, so no traceback ever holds one of our frames.
+  The fork-time record is an ``os.register_at_fork(before=…)`` handler.
+* Hot path (two calls per batch): ``struct.pack_into`` on a shared ``mmap`` of a small file;
+  no system call, no lock, no thread. The sidecar reads the file at its own pace; a sequence
+  counter per slot (odd while being written) lets it skip a torn read.
+* Rare events (an iterator created, its workers started, the process exiting) rewrite a small
+  JSON file atomically (temp file + rename).
+* Any error disables the recorder in that process and writes the reason for the sidecar.
+
+Files, in the private 0700 folder ``$DLWATCH_HOOK_DIR``: ``<pid>.bin`` (``FILE_SIZE`` bytes:
+``HEADER`` then ``SLOTS`` slots of ``SLOT_SIZE`` bytes: ``SLOT`` fields then ``BUCKETS``
+little-endian uint32 counts) and ``<pid>.json``. Times are ``CLOCK_MONOTONIC`` nanoseconds
+(``time.monotonic_ns``), comparable with the sidecar's ``time.monotonic``.
+"""
+
+import json
+import mmap
+import os
+import struct
+import sys
+import threading
+import time
+
+ENV_DIR = "DLWATCH_HOOK_DIR"
+ENV_ANCESTOR = "DLWATCH_HOOK_ANCESTOR"
+TARGET = "torch.utils.data.dataloader"
+
+MAGIC = b"DLWH"
+VERSION = 1
+HEADER = struct.Struct("<4sIII")  # magic, version, pid, slots
+HEADER_SIZE = 64
+SLOTS = 8
+# seq, iterator id, batches, wait ns, in __next__ since (ns, 0: not waiting), last batch at (ns),
+# waited-for batch index, its worker id (-1: unknown), epoch, first batch's latency (ns)
+SLOT = struct.Struct("<QQQQQQqqQQ")
+BUCKETS = 128
+HIST = struct.Struct("<%dI" % BUCKETS)
+SLOT_SIZE = 640
+FILE_SIZE = HEADER_SIZE + SLOTS * SLOT_SIZE
+MAX_ITERATORS = 16  # iterators kept in the JSON record
+MAX_THREADS = 64  # threads recorded at fork
+MAX_FRAMES = 40  # frames per thread recorded at fork
+
+_OFF_SEQ, _OFF_ID, _OFF_BATCHES = 0, 8, 16
+_OFF_SINCE, _OFF_IDX = 32, 48
+_OFF_EPOCH = 64
+_OFF_HIST = SLOT.size
+_Q = struct.Struct("<Q")
+_QQQQ = struct.Struct("<QQQQ")
+_QQQ = struct.Struct("<QQQ")
+_QQ = struct.Struct("<qq")
+_I = struct.Struct("<I")
+
+
+def bucket_of(ns):
+    """Histogram bucket of an interval of ``ns`` nanoseconds: four buckets per power of two of
+    microseconds, from 1 µs (bucket 0) to about 36 minutes (bucket ``BUCKETS - 1``)."""
+    us = ns // 1000
+    if us < 1:
+        return 0
+    b = us.bit_length() - 1
+    sub = (us >> (b - 2)) & 3 if b >= 2 else (us << (2 - b)) & 3
+    return min(4 * b + sub, BUCKETS - 1)
+
+
+def bucket_bounds_s(index):
+    """``(low, high)`` in seconds of the intervals counted in bucket ``index``."""
+    b, sub = divmod(index, 4)
+    return ((4 + sub) << b) / 4e6, ((5 + sub) << b) / 4e6
+
+
+def read_slots(buf):
+    """Parse a ``<pid>.bin`` buffer (bytes-like, ``FILE_SIZE`` bytes).
+
+    Returns ``(pid, slots)``: ``slots`` is a list of dicts (``iterator``, ``batches``,
+    ``wait_ns``, ``since_ns``, ``last_ns``, ``waiting_idx``, ``waiting_worker``, ``epoch``,
+    ``first_ns``, ``hist``) for the slots in use whose read was consistent.
+
+    Raises:
+        ValueError: not a recorder file of this version.
+    """
+    magic, version, pid, slots = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC or version != VERSION or slots != SLOTS or len(buf) < FILE_SIZE:
+        raise ValueError("not a dlwatch recorder file of version %d" % VERSION)
+    out = []
+    for i in range(SLOTS):
+        off = HEADER_SIZE + i * SLOT_SIZE
+        for _ in range(3):
+            fields = SLOT.unpack_from(buf, off)
+            hist = HIST.unpack_from(buf, off + _OFF_HIST)
+            if fields[0] % 2 == 0 and _Q.unpack_from(buf, off)[0] == fields[0]:
+                break
+        else:
+            continue  # being written three times in a row: skip it this time
+        if not fields[1]:
+            continue
+        keys = ("seq", "iterator", "batches", "wait_ns", "since_ns", "last_ns", "waiting_idx", "waiting_worker", "epoch", "first_ns")
+        rec = dict(zip(keys, fields))
+        rec["slot"] = i
+        rec["hist"] = hist
+        out.append(rec)
+    return pid, out
+
+
+class _Slot(object):
+    """One iterator's counters in the shared file; written by the thread that iterates it."""
+
+    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches")
+
+    def __init__(self, buf, index, iterator_id):
+        self.buf, self.off = buf, HEADER_SIZE + index * SLOT_SIZE
+        self.seq = _Q.unpack_from(buf, self.off)[0] | 1
+        self.batches = self.wait_ns = self.since = self.last = self.epoch = self.first = self.epoch_batches = 0
+        self.created = time.monotonic_ns()
+        self.counts = [0] * BUCKETS
+        buf[self.off : self.off + SLOT_SIZE] = bytes(SLOT_SIZE)
+        _Q.pack_into(buf, self.off, self.seq)
+        SLOT.pack_into(buf, self.off, self.seq, iterator_id, 0, 0, 0, 0, -1, -1, 0, 0)
+        self._done()
+
+    def _begin(self):
+        self.seq += 1 if self.seq % 2 == 0 else 2
+        _Q.pack_into(self.buf, self.off, self.seq)
+
+    def _done(self):
+        self.seq += 1
+        _Q.pack_into(self.buf, self.off, self.seq)
+
+    def enter(self, idx, worker):
+        """Main entered ``__next__``, waiting for batch ``idx`` of worker ``worker``."""
+        now = time.monotonic_ns()
+        self.since = now
+        self._begin()
+        _Q.pack_into(self.buf, self.off + _OFF_SINCE, now)
+        _QQ.pack_into(self.buf, self.off + _OFF_IDX, idx, worker)
+        self._done()
+
+    def delivered(self):
+        """``__next__`` returned a batch."""
+        now = time.monotonic_ns()
+        self.batches += 1
+        self.epoch_batches += 1
+        if self.since:
+            self.wait_ns += now - self.since
+        self._begin()
+        if self.last:
+            b = bucket_of(now - self.last)
+            self.counts[b] += 1
+            _I.pack_into(self.buf, self.off + _OFF_HIST + 4 * b, self.counts[b])
+        elif not self.first:
+            self.first = now - self.created
+            _Q.pack_into(self.buf, self.off + 72, self.first)
+        self.last, self.since = now, 0
+        _QQQQ.pack_into(self.buf, self.off + _OFF_BATCHES, self.batches, self.wait_ns, 0, now)
+        self._done()
+
+    def stopped(self, new_epoch):
+        """Not waiting any more: the epoch ended, the workers were shut down, or (``new_epoch``)
+        the iterator was reset for the next epoch; the first batch of an epoch is not an interval."""
+        if new_epoch and self.epoch_batches:
+            self.epoch += 1
+            self.epoch_batches = 0
+        self.since = self.last = 0
+        self._begin()
+        _QQQ.pack_into(self.buf, self.off + _OFF_SINCE, 0, 0, 0)
+        _Q.pack_into(self.buf, self.off + _OFF_EPOCH, self.epoch)
+        self._done()
+
+
+class _Process(object):
+    """The recorder's state in one process (a forked child starts its own)."""
+
+    def __init__(self, folder):
+        self.pid = os.getpid()
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.next_id = 1
+        self.iterators = []  # JSON records, oldest first
+        self.workers = {}  # iterator id -> its multiprocessing.Process objects, for exit codes
+        path = os.path.join(folder, "%d.bin" % self.pid)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            os.ftruncate(fd, FILE_SIZE)
+            self.buf = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        HEADER.pack_into(self.buf, 0, MAGIC, VERSION, self.pid, SLOTS)
+
+    def new_iterator(self, record):
+        with self.lock:
+            iterator_id = self.next_id
+            self.next_id += 1
+            index = (iterator_id - 1) % SLOTS
+            record["id"], record["slot"] = iterator_id, index
+            self.iterators = [r for r in self.iterators if r.get("slot") != index or r.get("id", 0) <= iterator_id - SLOTS]
+            self.iterators.append(record)
+            del self.iterators[:-MAX_ITERATORS]
+            kept = {r["id"] for r in self.iterators}
+            self.workers = {k: v for k, v in self.workers.items() if k in kept}
+        return _Slot(self.buf, index, iterator_id)
+
+    def write_json(self, disabled=None):
+        doc = {
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "python": sys.version.split()[0],
+            "torch": getattr(sys.modules.get("torch"), "__version__", None),
+            "disabled": disabled,
+            "iterators": self.iterators,
+        }
+        for record in self.iterators:
+            workers = self.workers.get(record["id"])
+            if workers is not None:
+                # The exit code multiprocessing already has (Popen.returncode), never a new
+                # waitpid: reaping a worker is PyTorch's business.
+                record["worker_exitcodes"] = [getattr(getattr(w, "_popen", None), "returncode", None) for w in workers]
+        _write_atomic(os.path.join(self.folder, "%d.json" % self.pid), doc)
+
+
+def _write_atomic(path, doc):
+    tmp = "%s.%d.tmp" % (path, threading.get_ident())
+    data = json.dumps(doc, default=lambda o: None, separators=(",", ":")).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+_FOLDER = None
+_STATE = None
+_DISABLED = None
+_TORCH_DIR = None
+_MP_INIT_CODE = None
+
+
+def _state():
+    global _STATE
+    st = _STATE
+    if st is None or st.pid != os.getpid():
+        st = _STATE = _Process(_FOLDER)
+    return st
+
+
+def _disable(reason):
+    """Stop recording in this process and leave the reason for the sidecar."""
+    global _DISABLED
+    if _DISABLED is None:
+        _DISABLED = reason
+        try:
+            _state().write_json(disabled=reason)
+        except Exception:
+            pass
+
+
+def _outside_torch(frame):
+    """The innermost frame outside torch's package and this file: where the user's code called in."""
+    here = __file__.rstrip("c")
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (_TORCH_DIR and name.startswith(_TORCH_DIR)) and name.rstrip("c") != here:
+            return {"file": name, "line": frame.f_lineno, "function": frame.f_code.co_name}
+        frame = frame.f_back
+    return None
+
+
+def _qualname(obj):
+    if obj is None:
+        return None
+    return getattr(obj, "__qualname__", None) or type(obj).__qualname__
+
+
+def _start_method(context):
+    import multiprocessing
+
+    if context is None:
+        # allow_none: asking without it would fix the start method for the whole job.
+        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if isinstance(context, str):
+        return context
+    get = getattr(context, "get_start_method", None)
+    return get() if get is not None else str(context)
+
+
+def _loader_of(frame):
+    """The ``DataLoader`` being iterated: ``loader`` in ``_BaseDataLoaderIter.__init__``'s frame."""
+    for _ in range(4):
+        if frame is None:
+            return None
+        loader = frame.f_locals.get("loader") if frame.f_code.co_name == "__init__" else None
+        if loader is not None:
+            return loader
+        frame = frame.f_back
+    return None
+
+
+def _created(it):
+    """An iterator finished ``_BaseDataLoaderIter.__init__`` (it set ``_profile_name``)."""
+    frame = sys._getframe(2)
+    loader = _loader_of(frame)
+    settings = {}
+    if loader is not None:
+        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "timeout", "drop_last", "in_order"):
+            value = getattr(loader, key, None)
+            settings[key] = value if isinstance(value, (bool, int, float, str)) or value is None else str(value)
+        settings["multiprocessing_context"] = _start_method(getattr(loader, "multiprocessing_context", None)) if loader.num_workers else None
+        settings["worker_init_fn"] = _qualname(getattr(loader, "worker_init_fn", None))
+        settings["collate_fn"] = _qualname(getattr(loader, "collate_fn", None))
+        settings["sampler"] = _qualname(type(getattr(loader, "sampler", None)))
+    dataset = it.__dict__.get("_dataset")
+    record = {
+        "kind": type(it).__name__,
+        "created_ns": time.monotonic_ns(),
+        "created_wall": time.time(),
+        "site": _outside_torch(frame),
+        "settings": settings,
+        "pin_memory_effective": it.__dict__.get("_pin_memory"),
+        "dataset": {"type": _qualname(type(dataset)), "module": type(dataset).__module__},
+        "iterable": it.__dict__.get("_dataset_kind") == 1,
+        "workers": None,
+        "threads_at_fork": None,
+    }
+    st = _state()
+    slot = st.new_iterator(record)
+    it.__dict__["_dlwatch"] = (slot, record)
+    st.write_json()
+
+
+def _record_of(it):
+    entry = it.__dict__.get("_dlwatch")
+    if entry is None or _DISABLED is not None:
+        return None
+    return entry
+
+
+def _entered(it):
+    entry = _record_of(it)
+    if entry is None:
+        return
+    slot, record = entry
+    d = it.__dict__
+    if record["workers"] is None and d.get("_workers"):
+        workers = d["_workers"]
+        record["workers"] = [getattr(w, "pid", None) for w in workers]
+        st = _state()
+        st.workers[record["id"]] = list(workers)
+        st.write_json()
+    idx = d.get("_rcvd_idx", d.get("_num_yielded_dlwatch", 0))
+    info = d.get("_task_info")
+    owner = info.get(idx) if info else None
+    slot.enter(idx, owner[0] if owner else -1)
+
+
+class _Attribute(object):
+    """A data descriptor standing in for one instance attribute of ``_BaseDataLoaderIter``; it
+    keeps the value in the instance's ``__dict__`` (under ``NAME_dlwatch``) and tells the
+    recorder when it is read or written. PyTorch sets both attributes in ``__init__`` before any
+    read, so the AttributeError branch is there for completeness only."""
+
+    def __init__(self, name, on_get=None, on_set=None):
+        self.key = name + "_dlwatch"
+        self.on_get, self.on_set = on_get, on_set
+
+    def __get__(self, it, owner=None):
+        if it is None:
+            return self
+        try:
+            value = it.__dict__[self.key]
+        except KeyError:
+            name = self.key[: -len("_dlwatch")]
+            raise AttributeError("%r object has no attribute %r" % (type(it).__name__, name)) from None
+        if self.on_get is not None and _DISABLED is None:
+            try:
+                self.on_get(it)
+            except Exception as e:
+                _disable("%s: %r" % (self.key, e))
+        return value
+
+    def __set__(self, it, value):
+        it.__dict__[self.key] = value
+        if self.on_set is not None and _DISABLED is None:
+            try:
+                self.on_set(it, value)
+            except Exception as e:
+                _disable("%s: %r" % (self.key, e))
+
+    def __delete__(self, it):
+        it.__dict__.pop(self.key, None)
+
+
+def _on_profile_name_set(it, _value):
+    if "_dlwatch" not in it.__dict__:
+        _created(it)
+
+
+def _on_num_yielded_set(it, value):
+    entry = _record_of(it)
+    if entry is None:
+        return
+    if value:
+        entry[0].delivered()
+    else:
+        entry[0].stopped(new_epoch=True)
+
+
+def _threads_now(skip_frame):
+    """Every thread of this process: name, ids, daemon flag and Python stack (innermost last)."""
+    by_ident = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in list(sys._current_frames().items())[:MAX_THREADS]:
+        if ident == threading.get_ident():
+            frame = skip_frame
+        stack = []
+        while frame is not None and len(stack) < MAX_FRAMES:
+            stack.append({"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name})
+            frame = frame.f_back
+        stack.reverse()
+        t = by_ident.get(ident)
+        out.append(
+            {
+                "name": t.name if t else None,
+                "ident": ident,
+                "native_id": getattr(t, "native_id", None) if t else None,
+                "daemon": t.daemon if t else None,
+                "forking": ident == threading.get_ident(),
+                "stack": stack,
+            }
+        )
+    return out
+
+
+def _before_fork():
+    """``os.register_at_fork(before=…)``: when a DataLoader iterator forks its workers, record
+    the forking process's threads once per iterator."""
+    if _DISABLED is not None or _MP_INIT_CODE is None:
+        return
+    try:
+        caller = sys._getframe(1)
+        frame = caller
+        for _ in range(12):
+            if frame is None:
+                return
+            if frame.f_code is _MP_INIT_CODE:
+                break
+            frame = frame.f_back
+        else:
+            return
+        it = frame.f_locals.get("self")
+        entry = _record_of(it) if it is not None else None
+        if entry is None or entry[1]["threads_at_fork"] is not None:
+            return
+        entry[1]["threads_at_fork"] = _threads_now(caller)
+        entry[1]["forked_ns"] = time.monotonic_ns()
+    except Exception as e:
+        _disable("at fork: %r" % (e,))
+
+
+def _after_fork_in_child():
+    global _STATE
+    _STATE = None  # the parent's file is the parent's; the child opens its own when it needs one
+
+
+def _at_exit():
+    st = _STATE
+    if st is not None and st.pid == os.getpid() and _DISABLED is None:
+        try:
+            st.write_json()
+        except Exception:
+            pass
+
+
+def install(module):
+    """Make the two attributes of ``module._BaseDataLoaderIter`` observable (see the module
+    docstring) and register the fork and exit handlers.
+
+    Raises:
+        AttributeError: this torch's ``dataloader`` lacks a class the recorder needs.
+    """
+    global _TORCH_DIR, _MP_INIT_CODE
+    import atexit
+
+    base = module._BaseDataLoaderIter
+    multi = module._MultiProcessingDataLoaderIter
+    torch_module = sys.modules.get("torch")
+    torch_file = getattr(torch_module, "__file__", None) or module.__file__
+    _TORCH_DIR = os.path.dirname(os.path.abspath(torch_file)) + os.sep
+    _MP_INIT_CODE = multi.__init__.__code__
+    base._profile_name = _Attribute("_profile_name", on_get=_entered, on_set=_on_profile_name_set)
+    base._num_yielded = _Attribute("_num_yielded", on_set=_on_num_yielded_set)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+    atexit.register(_at_exit)
+
+
+class _Finder(object):
+    """A ``sys.meta_path`` entry that never finds anything: each time the job imports a new
+    module it checks whether ``torch.utils.data.dataloader`` has finished loading, installs the
+    recorder, and leaves ``sys.meta_path``. (Wrapping the module's loader instead would put our
+    frame in the traceback of any error raised while torch imports.)"""
+
+    def find_spec(self, name, path=None, target=None):
+        module = sys.modules.get(TARGET)
+        if module is not None and hasattr(module, "_MultiProcessingDataLoaderIter") and hasattr(module, "DataLoader"):
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            _install_safely(module)
+        return None
+
+    def invalidate_caches(self):
+        pass
+
+
+def _install_safely(module):
+    try:
+        install(module)
+    except Exception as e:
+        _disable("cannot install on this torch: %r" % (e,))
+
+
+def _descends_from(ancestor):
+    pid = os.getpid()
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return False
+
+
+def arm():
+    """Arm the recorder in this process when it belongs to the watched job: ``$DLWATCH_HOOK_DIR``
+    is a folder owned by this user and closed to others, and ``$DLWATCH_HOOK_ANCESTOR`` (the
+    watchdog's pid, set by ``dlwatch run``) is an ancestor; without that variable (the opt-in
+    ``env $(dlwatch hook-env) …`` for ``attach``) every process that has the folder records.
+    Otherwise do nothing."""
+    global _FOLDER
+    folder = os.environ.get(ENV_DIR)
+    if not folder:
+        return
+    if os.environ.get(ENV_ANCESTOR):
+        try:
+            ancestor = int(os.environ[ENV_ANCESTOR])
+        except ValueError:
+            return
+        if not _descends_from(ancestor):
+            return
+    st = os.stat(folder)
+    if not os.path.isdir(folder) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return
+    _FOLDER = folder
+    module = sys.modules.get(TARGET)
+    if module is not None and hasattr(module, "_MultiProcessingDataLoaderIter"):
+        _install_safely(module)
+    else:
+        sys.meta_path.insert(0, _Finder())

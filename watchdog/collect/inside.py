@@ -1,0 +1,261 @@
+"""The inside view: what the job's own Python processes record about their DataLoaders.
+
+``dlwatch run`` creates a private folder (mode 0700), puts ``watchdog/bootstrap`` first on the
+job's ``PYTHONPATH`` and names the folder in ``DLWATCH_HOOK_DIR``; the recorder
+(``watchdog/bootstrap/_dlwatch_inside.py``, which also defines the file format) writes
+``<pid>.bin`` (counters in a shared ``mmap``, updated per batch) and ``<pid>.json`` (settings,
+workers, threads at fork; rewritten on rare events). This module reads them at each tick: one
+``scandir``, and per file one ``read`` of 5 KiB (``.bin``) or a ``stat`` (``.json``, parsed
+again only when it changed). For ``dlwatch attach`` the job opts in when it starts:
+``PYTHONPATH=$(dlwatch hook-path) DLWATCH_HOOK_DIR=DIR``, and ``attach --hook-dir DIR`` reads it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from ..types import Frame, ForkRecord, InsideView, LoaderView, ThreadAtFork
+
+BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
+
+
+def _load_format():
+    """The recorder module itself, loaded by path under a private name: one definition of the
+    file format for writer and reader. It is standard-library only and does nothing on import."""
+    spec = importlib.util.spec_from_file_location("_dlwatch_inside_format", os.path.join(BOOT_DIR, "_dlwatch_inside.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FORMAT = _load_format()
+
+
+def hook_env(env: Mapping[str, str], folder: str, ancestor_pid: Optional[int]) -> Dict[str, str]:
+    """``env`` with the bootstrap first on ``PYTHONPATH`` and the recorder's variables set.
+
+    Args:
+        env: the environment the job would get.
+        folder: the private folder the job's processes write to.
+        ancestor_pid: the pid whose descendants record (the watchdog's own); ``None``: every
+            process that inherits the variables records (the opt-in for ``attach``).
+    """
+    out = dict(env)
+    path = out.get("PYTHONPATH")
+    out["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
+    out[FORMAT.ENV_DIR] = folder
+    out.pop(FORMAT.ENV_ANCESTOR, None)
+    if ancestor_pid is not None:
+        out[FORMAT.ENV_ANCESTOR] = str(ancestor_pid)
+    return out
+
+
+def folder_of(pid: int) -> Optional[str]:
+    """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
+    environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), when it is a folder of ours
+    closed to others; else ``None``."""
+    from .procfs import environ
+
+    folder = (environ(pid) or {}).get(FORMAT.ENV_DIR)
+    if not folder:
+        return None
+    for path in (folder, f"/proc/{pid}/root{folder}"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if os.path.isdir(path) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+            return path
+    return None
+
+
+def make_folder() -> str:
+    """A new private folder (0700) for the recorder's files.
+
+    Raises:
+        OSError: the temporary directory cannot be written.
+    """
+    return tempfile.mkdtemp(prefix="dlwatch-hook-")
+
+
+def remove_folder(folder: str) -> None:
+    """Remove the recorder's folder and its files; errors are ignored (it lives in /tmp)."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def percentile_s(hist: Tuple[int, ...], q: float) -> Optional[float]:
+    """The ``q`` quantile (0..1) of a recorder histogram, as the upper bound of its bucket in
+    seconds, or ``None`` for an empty histogram."""
+    total = sum(hist)
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(hist):
+        seen += n
+        if n and seen >= rank:
+            return FORMAT.bucket_bounds_s(i)[1]
+    return FORMAT.bucket_bounds_s(len(hist) - 1)[1]
+
+
+def _frame(d: Optional[dict]) -> Optional[Frame]:
+    if not d:
+        return None
+    return Frame(str(d.get("function")), str(d.get("file")), int(d.get("line") or 0), False)
+
+
+def _settings(d: Mapping[str, object]) -> Tuple[Tuple[str, object], ...]:
+    return tuple((str(k), v) for k, v in d.items() if isinstance(v, (bool, int, float, str)) or v is None)
+
+
+def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[LoaderView, ...]:
+    """Join a process's JSON record and its counters into one :class:`LoaderView` per live
+    iterator (its slot's iterator id matches a record).
+
+    Args:
+        pid: the process that wrote them.
+        doc: the parsed ``<pid>.json`` (``None``: not written yet).
+        slots: ``read_slots``'s dicts. The recorder's ``CLOCK_MONOTONIC`` nanoseconds become
+            ``time.monotonic()`` seconds (the same clock on Linux).
+    """
+    records = {r.get("id"): r for r in (doc or {}).get("iterators", []) if isinstance(r, dict)}
+    out = []
+    for s in slots:
+        r = records.get(s["iterator"], {})
+
+        def t(ns: int) -> Optional[float]:
+            return ns / 1e9 if ns else None
+
+        out.append(
+            LoaderView(
+                pid=pid,
+                iterator=int(s["iterator"]),
+                kind=str(r.get("kind") or "?"),
+                site=_frame(r.get("site")),
+                settings=_settings(r.get("settings") or {}),
+                dataset_type=(r.get("dataset") or {}).get("type"),
+                iterable=bool(r.get("iterable")),
+                workers=tuple(int(p) for p in (r.get("workers") or []) if p),
+                worker_exitcodes=tuple(r.get("worker_exitcodes") or ()),
+                created=(r.get("created_ns") or 0) / 1e9,
+                batches=int(s["batches"]),
+                wait_s=s["wait_ns"] / 1e9,
+                epoch=int(s["epoch"]),
+                first_batch_s=s["first_ns"] / 1e9 if s["first_ns"] else None,
+                waiting_since=t(s["since_ns"]),
+                waiting_idx=int(s["waiting_idx"]),
+                waiting_worker=int(s["waiting_worker"]),
+                last_batch=t(s["last_ns"]),
+                intervals=sum(s["hist"]),
+                interval_p50_s=percentile_s(s["hist"], 0.5),
+                interval_p99_s=percentile_s(s["hist"], 0.99),
+            )
+        )
+    return tuple(out)
+
+
+def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
+    """The threads at fork of each iterator in a process's JSON record that forked workers."""
+    out = []
+    for r in (doc or {}).get("iterators", []):
+        threads = r.get("threads_at_fork") if isinstance(r, dict) else None
+        if not threads:
+            continue
+        out.append(
+            ForkRecord(
+                pid=pid,
+                iterator=int(r.get("id") or 0),
+                site=_frame(r.get("site")),
+                workers=tuple(int(p) for p in (r.get("workers") or []) if p),
+                threads=tuple(
+                    ThreadAtFork(
+                        name=t.get("name"),
+                        native_id=t.get("native_id"),
+                        daemon=t.get("daemon"),
+                        forking=bool(t.get("forking")),
+                        frames=tuple(_frame(f) for f in reversed(t.get("stack") or []) if f),
+                    )
+                    for t in threads
+                ),
+            )
+        )
+    return tuple(out)
+
+
+class InsideReader:
+    """Reads the recorder's folder at each tick; never raises (a bad file is skipped and named
+    in the view's ``note``).
+
+    Args:
+        folder: the private folder given to the job, or ``None`` (no inside view).
+        why_none: the note when ``folder`` is ``None``.
+    """
+
+    def __init__(self, folder: Optional[str], why_none: str = "no inside view") -> None:
+        self.folder = folder
+        self.why_none = why_none
+        self._docs: Dict[int, Tuple[int, Optional[dict]]] = {}  # pid -> (mtime_ns, parsed JSON)
+        self._problems: Dict[int, str] = {}
+        self._saw_any = False
+
+    def _doc(self, pid: int, path: str) -> Optional[dict]:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            return self._docs.get(pid, (0, None))[1]
+        cached = self._docs.get(pid)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        try:
+            with open(path, "rb") as f:
+                doc = json.loads(f.read(4 << 20))
+        except (OSError, ValueError) as e:
+            self._problems[pid] = f"{os.path.basename(path)}: {e}"
+            return cached[1] if cached else None
+        self._docs[pid] = (mtime, doc)
+        if doc.get("disabled"):
+            self._problems[pid] = f"the recorder in pid {pid} stopped: {doc['disabled']}"
+        return doc
+
+    def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True) -> InsideView:
+        """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
+        ``forks``, the fork records of every process that wrote."""
+        if self.folder is None:
+            return InsideView(note=self.why_none)
+        wanted = None if pids is None else set(pids)
+        loaders: List[LoaderView] = []
+        fork_list: List[ForkRecord] = []
+        try:
+            names = sorted(e.name for e in os.scandir(self.folder))
+        except OSError as e:
+            return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if not stem.isdigit() or ext not in ("bin", "json"):
+                continue
+            pid = int(stem)
+            path = os.path.join(self.folder, name)
+            if ext == "json":
+                if forks:
+                    fork_list.extend(fork_records(pid, self._doc(pid, path)))
+                continue
+            if wanted is not None and pid not in wanted:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    buf = f.read(FORMAT.FILE_SIZE)
+                _, slots = FORMAT.read_slots(buf)
+            except (OSError, ValueError, Exception) as e:  # struct.error is an Exception
+                self._problems[pid] = f"{name}: {e}"
+                continue
+            self._saw_any = True
+            loaders.extend(loader_views(pid, self._doc(pid, os.path.join(self.folder, f"{pid}.json")), slots))
+        note = "; ".join(sorted(set(self._problems.values()))) or None
+        if not loaders and not fork_list and note is None and not self._saw_any:
+            note = "no DataLoader iterator recorded yet"
+        return InsideView(loaders=tuple(loaders), forks=tuple(fork_list), note=note)
