@@ -39,6 +39,8 @@ class Config(_Strict):
     interval_s: float = Field(1.0, ge=0.1, le=60)
     stall_timeout_s: float = Field(60.0, gt=0)
     busy_stall_timeout_s: float = Field(300.0, gt=0)
+    stall_min_s: float = Field(10.0, gt=0)
+    stall_p99_factor: float = Field(10.0, ge=1)
     on_hang: Literal["report", "terminate"] = "report"
     terminate_outside_loader: bool = False
     terminate_grace_s: float = Field(10.0, ge=0, le=600)

@@ -149,6 +149,7 @@ class Watcher:
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
         self._reported: Optional[Tuple[Optional[float], bool]] = None  # (delivery mark, terminable) of the last hang report
         self._quiet_floor = float("-inf")  # when an examination last found no hang
+        self._rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
         self._said: Dict[str, float] = {}
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._shm_managers: Set[Tuple[int, float]] = set()  # torch_shm_manager daemons seen
@@ -208,10 +209,12 @@ class Watcher:
         delivery = self.tracker.last_delivery_mono
         if self._reported is not None and delivery != self._reported[0]:
             self._reported = None  # a batch moved since the last report: a new hang may be reported
-        trigger = detect.due_trigger(stall, self.config.stall_timeout_s, self.config.busy_stall_timeout_s, self._quiet_floor, sample.t_mono)
+        cfg = self.config
+        rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
+        trigger = detect.due_trigger(stall, cfg.stall_timeout_s, cfg.busy_stall_timeout_s, self._quiet_floor, sample.t_mono, rule, self._rhythm_floor)
         if trigger is not None and self._may_examine(trigger) and not self.job_ended():
             try:
-                self._examine(sample, dataclasses.replace(stall, trigger=trigger))
+                self._examine(sample, dataclasses.replace(stall, trigger=trigger, rule=self._rule_text(trigger, rule)))
             except Exception:
                 self._internal_error("examining a stall")
         elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
@@ -220,6 +223,18 @@ class Watcher:
                 self._look_for_warnings(sample)
             except Exception:
                 self._internal_error("looking for warnings")
+
+    def _rule_text(self, trigger: str, rule: Optional[detect.Rhythm]) -> str:
+        """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py)."""
+        cfg = self.config
+        if trigger == detect.TRIGGER_RHYTHM and rule is not None:
+            return rule.rule
+        if trigger == detect.TRIGGER_BUSY:
+            return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
+        if trigger == detect.TRIGGER_PROOF:
+            return f"every thread of a process in an untimed private-futex wait, unchanged, for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
+        why = " (the fixed timeout: " + ("no inside view" if not self.timeline or not self.timeline[-1].loaders else "main not waiting on a worker, or too few batches for a rhythm") + ")"
+        return f"no progress of the loader path for stall_timeout_s ({cfg.stall_timeout_s:g} s)" + why
 
     def _say_once(self, key: str, message: str, every_s: float = 600.0) -> None:
         now = time.monotonic()
@@ -345,14 +360,22 @@ class Watcher:
         wakeable = {p.pid: why for p in sample.processes for why in [procfs.timer_wakeup(p.pid)] if why}
         proof = detect.relevant(detect.prove(stable, children, pipes, inert, names, wakeable), sample)
         verdict = detect.confirm(main.pid, quick.get(main.pid), details.get(main.pid, ()), len(sample.workers))
+        early = stall.trigger == detect.TRIGGER_RHYTHM
         if proof is None:
-            proof = detect.prove_loader_idle(verdict, sample, quick, stall, cfg.stall_timeout_s)
+            timeout = min(cfg.stall_timeout_s, stall.stall_s) if early else cfg.stall_timeout_s
+            proof = detect.prove_loader_idle(verdict, sample, quick, stall, timeout)
         assessment = detect.assess(stall.trigger, sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s)
         now = self.sampler.sample()
         if detect.loader_members(now) != detect.loader_members(sample):
             # Workers came or went while we looked (an epoch ended): the job moved.
             assessment = detect.Assessment(False, verdict, "the job's workers changed during the examination: it moved")
         self.tracker.trust_timed_waits(assessment.timed_waits)
+        if early and assessment.hang and assessment.proof is None:
+            # NOTE [ Batch rhythm ]: before stall_timeout_s only a proven hang is reported.
+            self._rhythm_floor = time.monotonic()
+            self.tracker.rebaseline(self.sampler.sample())
+            self._say_once("rhythm", f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: looking again, reported at stall_timeout_s if it lasts")
+            return
         if not assessment.hang:
             self._quiet_floor = time.monotonic()
             self.tracker.rebaseline(self.sampler.sample())

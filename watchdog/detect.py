@@ -33,6 +33,10 @@ Three triggers lead to an examination (``Stall.trigger``):
 * ``proof`` — a worker or main has had every thread in an untimed wait on a private futex for
   ``stall_timeout_s``, whatever else moves (a busy logger thread in main, a summary-writer
   process): see NOTE [ Deadlock proof ];
+* ``batch_rhythm`` — with the inside view (NOTE [ Batch rhythm ]): main has waited in
+  ``__next__`` for a batch a worker owns, and the loader path made no progress, for
+  ``max(stall_min_s, stall_p99_factor × p99 interval between batches)``, when that is shorter
+  than ``stall_timeout_s``;
 * ``busy_stall`` — no batch was delivered (main's iterating thread did no CPU or I/O, no worker
   did I/O) for ``busy_stall_timeout_s``: workers may burn CPU or wake forever without ever
   sending a batch. This is a suspicion, not a proof, and the ceiling for what cannot be told
@@ -42,6 +46,18 @@ The examination (:func:`assess`) classifies main's stack (:func:`confirm`), look
 and dismisses a stall that can still move by itself: a loader-path thread in the user's code
 in a timed wait that woke during the stall, main's bounded shutdown join, or work done anywhere
 in the job's tree meanwhile. What is not dismissed is reported, as proven or suspected.
+
+NOTE [ Batch rhythm ]
+A loader that delivers a batch every 50 ms and then deadlocks should not need a 60 s timeout.
+Once an iterator of main has at least ``MIN_INTERVALS`` intervals between batches (the first
+batch of an epoch is not one), the stall that counts is ``max(stall_min_s, k × p99)`` with
+``k = stall_p99_factor``, capped by ``stall_timeout_s`` (which alone applies before that, and
+to a main not waiting in ``__next__``). Defaults from ``dlwatch probe rhythm`` on healthy
+variants: the longest interval of a run was at most 3 × its p99, and at most 0.33 s, so
+``k = 10`` and ``stall_min_s = 10`` leave a margin of 3 and 30. The rule only moves the
+examination earlier: before ``stall_timeout_s`` only a *proven* hang is reported; a suspected
+one waits for ``stall_timeout_s`` as before. A loader whose batches take 40 s has a p99 of
+40 s or more, so its rule is the plain ``stall_timeout_s`` and the usual progress criterion.
 
 NOTE [ Deadlock proof ]
 ``/proc/PID/task/TID/syscall`` shows the wait (``collect.waits``). A private futex can only be
@@ -96,6 +112,10 @@ BUSY_SHARE = 0.05
 TRIGGER_STALL = "stall_timeout"
 TRIGGER_PROOF = "proof"
 TRIGGER_BUSY = "busy_stall"
+TRIGGER_RHYTHM = "batch_rhythm"
+
+# Intervals between batches an iterator must have before its p99 sets the stall (NOTE [ Batch rhythm ]).
+MIN_INTERVALS = 20
 
 _Key = Tuple[int, float]  # (pid, create_time): pids are reused
 
@@ -302,16 +322,67 @@ class ProgressTracker:
         return self._last_delivery
 
 
-def due_trigger(stall: Stall, stall_timeout_s: float, busy_stall_timeout_s: float, quiet_floor_mono: float, now: float) -> Optional[str]:
+@dataclass(frozen=True)
+class Rhythm:
+    """The batch-rhythm stall rule for the iterator main waits on (NOTE [ Batch rhythm ]):
+    ``timeout_s`` is the stall that counts, ``since`` when main entered ``__next__``
+    (``time.monotonic()``), ``rule`` the sentence for the report."""
+
+    timeout_s: float
+    since: float
+    rule: str
+
+
+def rhythm(sample: Sample, stall_timeout_s: float, stall_min_s: float, factor: float) -> Optional[Rhythm]:
+    """The batch-rhythm rule in force now, or ``None``: main is inside ``__next__`` of an
+    iterator with at least ``MIN_INTERVALS`` intervals, waiting for a batch a worker owns (an
+    epoch's end leaves no owner), and ``max(stall_min_s, factor × p99)`` is below
+    ``stall_timeout_s``. With several such iterators, the most patient one's."""
+    main = sample.main
+    if main is None:
+        return None
+    found = [
+        v
+        for v in sample.loaders
+        if v.pid == main.pid and v.waiting_since is not None and v.waiting_worker >= 0 and v.intervals >= MIN_INTERVALS and v.interval_p99_s
+    ]
+    if not found:
+        return None
+    v = max(found, key=lambda x: x.interval_p99_s or 0.0)
+    timeout = max(stall_min_s, factor * (v.interval_p99_s or 0.0))
+    if timeout >= stall_timeout_s:
+        return None
+    rule = (
+        f"batch rhythm of {v.label}: p99 {v.interval_p99_s * 1000:.0f} ms between batches over {v.intervals} intervals, "
+        f"so a stall counts after max(stall_min_s {stall_min_s:g} s, {factor:g} × p99) = {timeout:.1f} s (stall_timeout_s {stall_timeout_s:g} s otherwise)"
+    )
+    return Rhythm(timeout, v.waiting_since, rule)
+
+
+def due_trigger(
+    stall: Stall,
+    stall_timeout_s: float,
+    busy_stall_timeout_s: float,
+    quiet_floor_mono: float,
+    now: float,
+    rhythm_rule: Optional[Rhythm] = None,
+    rhythm_floor_mono: float = float("-inf"),
+) -> Optional[str]:
     """Which trigger (NOTE [ Hang criterion ]) fires now, or ``None``. ``quiet_floor_mono`` is
     the last examination that found no hang: the loader's stall is counted from the later of it
-    and the last progress."""
+    and the last progress. ``rhythm_rule`` (:func:`rhythm`) adds the earlier batch-rhythm
+    trigger, counted from the later of the last progress, main's entry into ``__next__``, the
+    last examination and ``rhythm_floor_mono`` (the last rhythm examination that proved nothing)."""
     if any(s >= stall_timeout_s for _pid, s in stall.stuck_s) and now - quiet_floor_mono >= stall_timeout_s:
         return TRIGGER_PROOF
     if stall.no_delivery_s >= busy_stall_timeout_s and now - quiet_floor_mono >= stall_timeout_s:
         return TRIGGER_BUSY
     if now - max(stall.quiet_since_mono, quiet_floor_mono) >= stall_timeout_s:
         return TRIGGER_STALL
+    if rhythm_rule is not None:
+        since = max(stall.quiet_since_mono, rhythm_rule.since, quiet_floor_mono, rhythm_floor_mono)
+        if now - since >= rhythm_rule.timeout_s:
+            return TRIGGER_RHYTHM
     return None
 
 

@@ -181,6 +181,7 @@ def _stall(facts: Facts) -> Optional[dict]:
         return None
     return {
         "trigger": st.trigger,
+        "rule": st.rule or None,
         "stall_s": round(st.stall_s, 2),
         "no_delivery_s": round(st.no_delivery_s, 2),
         "tree_quiet_s": round(st.tree_quiet_s, 2),
@@ -410,6 +411,8 @@ def text_lines(doc: dict) -> Iterable[str]:
         yield f"  stacks: {doc['pyspy_problem']}"
     if doc["mode"] == "hang" and stall:
         yield f"  why:    {stall.get('assessment') or ''} (trigger: {stall.get('trigger')})"
+        if stall.get("rule"):
+            yield f"  rule:   {stall['rule']}"
     yield ""
     yield "Evidence:"
     for line in first["evidence"]:

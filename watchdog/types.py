@@ -356,7 +356,8 @@ class Stall:
     ``tree_quiet_s`` is how long no process of the job's tree did CPU work or I/O. ``stuck_s``
     maps the pid of a main or worker whose every thread has waited on a private futex with no
     timeout, unchanged, to how long. ``trigger`` is what led to the examination
-    (``stall_timeout``, ``proof`` or ``busy_stall``), set once one is due.
+    (``stall_timeout``, ``proof``, ``batch_rhythm`` or ``busy_stall``), set once one is due;
+    ``rule`` says which stall rule was in force and why (NOTE [ Batch rhythm ]).
     """
 
     stall_s: float
@@ -367,6 +368,7 @@ class Stall:
     tree_quiet_s: float = 0.0
     stuck_s: Tuple[Tuple[int, float], ...] = ()
     trigger: Optional[str] = None
+    rule: str = ""
 
 
 @dataclass(frozen=True)

@@ -254,3 +254,42 @@ def test_confirm_without_stack_uses_proc_wait_state():
     v = detect.confirm(10, None, details, worker_count=2)
     assert v.kind == "dataloader" and not v.confirmed_by_stack
     assert detect.confirm(10, None, details, worker_count=0).kind == "outside_loader"
+
+
+def _loader(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1):
+    from watchdog.types import LoaderView
+
+    return LoaderView(
+        pid=pid, iterator=1, kind="_MultiProcessingDataLoaderIter", site=None, settings=(("num_workers", 2),), dataset_type="DS",
+        iterable=False, workers=(WORKER_PID, WORKER_PID + 1), worker_exitcodes=(), created=0.0, batches=intervals + 1, wait_s=1.0,
+        epoch=0, first_batch_s=0.5, waiting_since=since, waiting_idx=intervals + 1, waiting_worker=worker, last_batch=since,
+        intervals=intervals, interval_p50_s=p99 / 2, interval_p99_s=p99,
+    )
+
+
+def _with_loaders(*loaders):
+    import dataclasses
+
+    return dataclasses.replace(sample(120.0, [proc(MAIN_PID, ROLE_MAIN, [])]), loaders=loaders)
+
+
+def test_the_batch_rhythm_rule_needs_enough_intervals_a_waiting_main_and_a_worker_that_owns_the_batch():
+    assert detect.rhythm(_with_loaders(_loader()), 60.0, 10.0, 10.0).timeout_s == 10.0  # max(10, 10 x 20 ms)
+    assert detect.rhythm(_with_loaders(_loader(p99=2.0)), 60.0, 10.0, 10.0).timeout_s == 20.0
+    assert detect.rhythm(_with_loaders(_loader(p99=40.0)), 60.0, 10.0, 10.0) is None  # slower than stall_timeout_s
+    assert detect.rhythm(_with_loaders(_loader(intervals=19)), 60.0, 10.0, 10.0) is None
+    assert detect.rhythm(_with_loaders(_loader(since=None)), 60.0, 10.0, 10.0) is None  # main is not in __next__
+    assert detect.rhythm(_with_loaders(_loader(worker=-1)), 60.0, 10.0, 10.0) is None  # an epoch ended
+    assert detect.rhythm(_with_loaders(_loader(pid=WORKER_PID)), 60.0, 10.0, 10.0) is None  # not main's iterator
+    two = detect.rhythm(_with_loaders(_loader(p99=0.5), _loader(p99=3.0)), 60.0, 10.0, 10.0)
+    assert two.timeout_s == 30.0 and "p99 3000 ms" in two.rule  # the most patient iterator
+
+
+def test_the_batch_rhythm_trigger_counts_from_the_later_of_entering_next_and_the_last_progress():
+    rule = detect.rhythm(_with_loaders(_loader(since=105.0)), 60.0, 10.0, 10.0)
+    quiet = stall(quiet_since_mono=100.0, s=20.0)
+    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 114.0, rule) is None
+    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, rule) == detect.TRIGGER_RHYTHM
+    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 120.0, rule, rhythm_floor_mono=112.0) is None  # looked at 112
+    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 160.0, rule) == detect.TRIGGER_STALL
+    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, None) is None

@@ -1,0 +1,132 @@
+"""``dlwatch probe rhythm``: how irregular is a healthy loader's rhythm? The measurement behind
+the batch-rhythm stall rule's defaults (``stall_min_s``, ``stall_p99_factor`` in config.yaml).
+
+Runs healthy ``probes.train`` variants one after another with the inside view's recorder on
+(``watchdog/bootstrap``), and reads each iterator's histogram of intervals between batches:
+p50, p99 and the longest interval (each as its bucket's upper bound, so within a quarter
+octave). The rule declares a stall after ``max(stall_min_s, k × p99)`` with no batch; a healthy
+run whose longest interval exceeds ``k × p99`` would have been examined. The table shows
+``longest / p99`` per run and the largest over all runs: ``k`` must sit well above it.
+
+Exit codes: 0 done; 1 a run failed; 2 a bad flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+from tabulate import tabulate
+
+from watchdog.collect import inside
+
+# Healthy variants: name -> probes.train arguments. Each must end with exit code 0.
+VARIANTS: Dict[str, Sequence[str]] = {
+    "fast, 2 workers": ("--num-workers", "2", "--samples", "2048", "--epochs", "2"),
+    "fast, 4 workers, batch 8": ("--num-workers", "4", "--batch-size", "8", "--samples", "2048", "--epochs", "1"),
+    "1 worker": ("--num-workers", "1", "--samples", "1024", "--epochs", "1"),
+    "in-process (num_workers=0)": ("--num-workers", "0", "--samples", "1024", "--epochs", "1"),
+    "slow samples (sleep 20 ms)": ("--num-workers", "2", "--sample-delay-s", "0.02", "--samples", "512", "--epochs", "1"),
+    "CPU work per sample (5 ms)": ("--num-workers", "2", "--cpu-ms", "5", "--samples", "1024", "--epochs", "1"),
+    "busy thread in main": ("--num-workers", "2", "--busy-thread", "--samples", "1024", "--epochs", "1"),
+    "persistent workers, validation between epochs": (
+        "--num-workers", "2", "--persistent-workers", "--validate-s", "1", "--samples", "1024", "--epochs", "3",
+    ),
+    "spawn workers": ("--num-workers", "2", "--multiprocessing-context", "spawn", "--samples", "1024", "--epochs", "1"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(2, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _upper_of_longest(hist: Sequence[int]) -> Optional[float]:
+    top = max((i for i, n in enumerate(hist) if n), default=None)
+    return None if top is None else inside.FORMAT.bucket_bounds_s(top)[1]
+
+
+def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
+    """Run ``python -m probes.train ARGS`` with the recorder on; one dict per iterator:
+    ``batches``, ``intervals``, ``p50_s``, ``p99_s``, ``longest_s``.
+
+    Raises:
+        RuntimeError: the run failed or timed out.
+    """
+    folder = inside.make_folder()
+    try:
+        env = inside.hook_env(os.environ, folder, os.getpid())
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        done = subprocess.run(
+            [sys.executable, "-m", "probes.train", *args], env=env, cwd=root, capture_output=True, text=True, timeout=timeout_s
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")
+        out = []
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".bin"):
+                continue
+            with open(os.path.join(folder, name), "rb") as f:
+                _, slots = inside.FORMAT.read_slots(f.read())
+            for s in slots:
+                hist = s["hist"]
+                out.append(
+                    {
+                        "batches": s["batches"],
+                        "intervals": sum(hist),
+                        "p50_s": inside.percentile_s(hist, 0.5),
+                        "p99_s": inside.percentile_s(hist, 0.99),
+                        "longest_s": _upper_of_longest(hist),
+                    }
+                )
+        return out
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout_s:g} s") from None
+    finally:
+        inside.remove_folder(folder)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Measure every variant (or those named) and print the table; see the module docstring."""
+    p = _Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
+    p.add_argument("variants", nargs="*", help=f"variants to run (default: all): {'; '.join(VARIANTS)}")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
+    args = p.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variant {unknown[0]!r}")
+    rows, failed = [], 0
+    for name in args.variants or list(VARIANTS):
+        try:
+            found = measure_variant(VARIANTS[name], args.timeout)
+        except RuntimeError as e:
+            print(f"dlwatch: {name}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        for r in found:
+            if r["intervals"] < 20 or not r["p99_s"]:
+                continue  # too few for a p99 (the rule waits for 20 intervals too)
+            rows.append({"variant": name, **r, "longest_over_p99": r["longest_s"] / r["p99_s"]})
+    table = [
+        [r["variant"], r["batches"], f"{r['p50_s'] * 1e3:.1f}", f"{r['p99_s'] * 1e3:.1f}", f"{r['longest_s'] * 1e3:.1f}", f"{r['longest_over_p99']:.2f}"]
+        for r in rows
+    ]
+    print(tabulate(table, headers=["variant", "batches", "p50 ms", "p99 ms", "longest ms", "longest / p99"]))
+    if rows:
+        print(f"\nlargest longest/p99 over {len(rows)} iterator(s): {max(r['longest_over_p99'] for r in rows):.2f}")
+    if args.json:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.json)) or ".")
+        with os.fdopen(fd, "w") as f:
+            json.dump(rows, f, indent=1)
+        os.replace(tmp, args.json)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
