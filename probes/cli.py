@@ -1,12 +1,12 @@
 """The ``probe`` commands: ``dlwatch probe repro NAME|--all``, ``bench``, ``autotune``,
-``seed-check`` and ``rhythm`` (also ``python -m probes …``)."""
+``seed-check``, ``rhythm`` and ``hook-cost`` (also ``python -m probes …``)."""
 
 from __future__ import annotations
 
 import sys
 from typing import List, Optional
 
-COMMANDS = ("repro", "bench", "autotune", "seed-check", "rhythm")
+COMMANDS = ("repro", "bench", "autotune", "seed-check", "rhythm", "hook-cost")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -19,6 +19,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from . import repro
 
         return repro.main(argv[1:])
+    if argv[0] == "hook-cost":
+        from . import hook_cost
+
+        return hook_cost.main(argv[1:])
     if argv[0] == "rhythm":
         from . import rhythm
 

@@ -141,3 +141,27 @@ def test_bad_bench_input_is_refused_before_measuring(args, needle):
     code, _, err = probe("bench", "--num-workers", "0", "--repeats", "1", *args, timeout_s=60)
     assert code == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_rhythm_measures_a_healthy_loaders_intervals(tmp_path):
+    out_json = tmp_path / "r.json"
+    code, out, err = probe("rhythm", "fast, 2 workers", "--json", str(out_json))
+    assert code == 0, err
+    rows = json.loads(out_json.read_text())
+    assert rows and all(r["intervals"] >= 20 and 0 < r["p50_s"] <= r["p99_s"] <= r["longest_s"] for r in rows)
+    assert "longest / p99" in out
+
+
+def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
+    out_json = tmp_path / "h.json"
+    code, out, err = probe("hook-cost", "--rounds", "1", "--loaders", "in-process", "--json", str(out_json))
+    assert code == 0, err
+    (r,) = json.loads(out_json.read_text())
+    assert r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5  # generous: speed is the benchmark's
+    assert r["file_bytes"] > 5000 and r["record_bytes"] > 0  # the recorder ran and wrote
+
+
+@pytest.mark.parametrize("args, needle", [(["rhythm", "nope"], "'nope'"), (["hook-cost", "--loaders", "nope"], "'nope'")])
+def test_bad_rhythm_and_hook_cost_input_is_one_line_exit_2(args, needle):
+    code, out, err = probe(*args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
