@@ -110,6 +110,15 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario("pin_memory_healthy", None, "none", ("--pin-memory", "--epochs", "3", "--samples", "512"), needs_cuda=True),
     Scenario("fork_inherited_lock_pin_memory", "fork_inherited_lock", "hang", ("--fault", "fork-lock", "--pin-memory"), needs_cuda=True, certainty="proven"),
     Scenario(
+        # main keeps its last 60 pinned batches of 32 MiB: the caching host allocator grows by about 100 MiB/s
+        "pinned_memory_growth",
+        "pinned_memory_growth",
+        "warning",
+        ("--pin-memory", "--keep-batches", "60", "--sample-kib", "1024", "--batch-size", "32", "--samples", "2400", "--sample-delay-s", "0.02", "--epochs", "1"),
+        (("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        needs_cuda=True,
+    ),
+    Scenario(
         "worker_memory_growth",
         "worker_memory_growth",
         "warning",

@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
+    status = sub.add_parser(
+        "status",
+        help="what a running job's DataLoaders are doing now (its inside view) and its pinned memory: dlwatch status --pid PID",
+        description="Print, for a job started by `dlwatch run` (or with `env $(dlwatch hook-env) …`), each DataLoader "
+        "iterator's settings, batches, data wait and what main waits for, and each CUDA process's pinned host memory.",
+    )
+    status.add_argument("--pid", type=int, required=True, help="the job's main process (or any process of it)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub.add_parser(
         "hook-env",
         help="print the environment that gives `dlwatch attach` the inside view: env $(dlwatch hook-env) python train.py",
@@ -237,6 +245,33 @@ def _remove(folder: Optional[str]) -> None:
         inside.remove_folder(folder)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """``dlwatch status --pid N``: the job's inside view and pinned memory, now."""
+    import json
+    import time
+
+    import psutil
+
+    from . import report
+    from .collect import procfs
+
+    proc = discovery.check_target(args.pid)
+    try:
+        tree = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        tree = [proc]
+    folder = inside.folder_of(proc.pid)
+    reader = inside.InsideReader(folder, "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`")
+    view = reader.read([p.pid for p in tree])
+    pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid)[1]}
+    doc = report.status_document(view, pinned, time.monotonic())
+    try:
+        print(json.dumps(doc, indent=1) if args.json else "\n".join(report.status_lines(doc)), flush=True)
+    except BrokenPipeError:  # `dlwatch status … | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
 def cmd_hook_env() -> int:
     """Print ``PYTHONPATH=… DLWATCH_HOOK_DIR=…`` with a new private folder, for ``env $(…)``."""
     try:
@@ -309,6 +344,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":
         return cmd_hook_env()
+    if args.command == "status":
+        try:
+            return cmd_status(args)
+        except WatchdogError as e:
+            log(f"error: {e}")
+            return EXIT_USAGE
     try:
         cfg = load_config(args)
         if args.command == "run":

@@ -42,6 +42,7 @@ def _metrics(p: ProcessSample) -> dict:
         "num_threads": p.num_threads,
         "read_bytes": p.read_bytes,
         "write_bytes": p.write_bytes,
+        "pinned_bytes": p.pinned_bytes,
     }
 
 
@@ -93,6 +94,7 @@ def loader_dict(v: LoaderView, now: float) -> dict:
         "kind": v.kind,
         "site": _frame_dict(v.site),
         "settings": dict(v.settings),
+        "pin_memory_effective": v.pin_memory_effective,
         "dataset_type": v.dataset_type,
         "iterable": v.iterable,
         "workers": list(v.workers),
@@ -288,6 +290,22 @@ def build(
     return Report(folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files))
 
 
+def status_document(view: InsideView, pinned: Dict[int, Optional[int]], now: float) -> dict:
+    """What ``dlwatch status`` shows of a running job: its inside view and, per process that
+    uses CUDA, its pinned host memory in bytes."""
+    return {"inside_view": _inside(view, now), "pinned_bytes": {str(pid): b for pid, b in sorted(pinned.items())}}
+
+
+def status_lines(doc: dict) -> List[str]:
+    """The text of :func:`status_document`."""
+    lines = [line for line in _inside_lines(doc["inside_view"]) if line]
+    for pid, b in doc["pinned_bytes"].items():
+        lines.append(f"  pid {pid}: pinned host memory {_mib(b)} MiB (/dev/nvidiactl mappings in smaps)")
+    if not doc["pinned_bytes"]:
+        lines.append("  no process of the job uses CUDA (no /dev/nvidiactl mapping): nothing is pinned")
+    return lines
+
+
 def summary_text(text: str) -> str:
     """The report text without its stacks section (what is printed to stderr)."""
     return text.split("\n" + STACKS_HEADING, 1)[0].rstrip("\n") + "\n"
@@ -362,6 +380,8 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
             w = v["waiting_worker"]
             pid = v["workers"][w] if w < len(v["workers"]) else None
             yield f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}" + (f" (pid {pid})" if pid else "") + f" for {_ms(v['in_next_for_s'])}"
+        if v["settings"].get("pin_memory") and v.get("pin_memory_effective") is False:
+            yield "    pin_memory=True does nothing here: torch sees no accelerator, so no pin-memory thread runs and nothing is pinned"
         if v["worker_exitcodes"] and any(c is not None for c in v["worker_exitcodes"]):
             codes = ", ".join(f"{p}: {c}" for p, c in zip(v["workers"], v["worker_exitcodes"]))
             yield f"    worker exit codes: {codes}"
@@ -448,9 +468,12 @@ def text_lines(doc: dict) -> Iterable[str]:
         ]
         for p in doc["processes"]
     ]
-    table = tabulate(
-        rows, headers=["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"], tablefmt="simple"
-    )
+    headers = ["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"]
+    if any(p.get("pinned_bytes") is not None for p in doc["processes"]):
+        headers.append("PINNED MiB")  # CUDA pinned host memory, only where CUDA is in use
+        for row, p in zip(rows, doc["processes"]):
+            row.append(_mib(p.get("pinned_bytes")))
+    table = tabulate(rows, headers=headers, tablefmt="simple")
     for line in table.splitlines():
         yield f"  {line}"
     host = doc["host"]

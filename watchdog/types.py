@@ -113,7 +113,9 @@ class ProcessSample:
     ``forkserver`` or ``None`` for non-workers. ``role`` is decided once, in
     :mod:`watchdog.collect.discovery`; ``owner_pid`` is the worker a ``worker_child`` descends
     from. ``threads`` are read for main, workers and starting workers. ``map_count`` is the
-    number of memory mappings (lines of ``/proc/PID/maps``), read with USS. ``cpu_affinity`` is the number of CPUs the
+    number of memory mappings (lines of ``/proc/PID/maps``), read with USS. ``pinned_bytes`` is
+    CUDA pinned host memory (``/dev/nvidiactl`` mappings in ``/proc/PID/smaps``), read with USS
+    and only for a process that maps that device (``None`` otherwise). ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
     for main and workers only.
@@ -142,6 +144,7 @@ class ProcessSample:
     cpu_quota: Optional[float] = None
     owner_pid: Optional[int] = None
     map_count: Optional[int] = None
+    pinned_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class HostSample:
     shm_used_bytes: Optional[int]
     mem_available_bytes: int
     max_map_count: Optional[int] = None
+    mem_total_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,11 @@ class LoaderView:
     next epoch. ``waiting_idx`` is the batch index main waits for and ``waiting_worker`` the
     worker id that owns it (-1 unknown). ``interval_p50_s``/``interval_p99_s`` are percentiles
     of the time between consecutive batches within an epoch (each bucket's upper bound, so never
-    low by more than a quarter octave), over ``intervals`` intervals.
+    low by more than a quarter octave), over ``intervals`` intervals. ``pin_memory_effective``
+    is PyTorch's own decision (``pin_memory`` and an accelerator present). ``host_memory`` is
+    ``torch.cuda.host_memory_stats()`` (PyTorch's caching host allocator: bytes and counts, keys
+    as that torch names them) once CUDA is initialised, refreshed about every 5 s while batches
+    flow; ``pin_thread_alive`` whether the pin-memory thread ran at that refresh.
     """
 
     pid: int
@@ -193,6 +201,9 @@ class LoaderView:
     intervals: int
     interval_p50_s: Optional[float]
     interval_p99_s: Optional[float]
+    pin_memory_effective: Optional[bool] = None
+    host_memory: Tuple[Tuple[str, float], ...] = ()
+    pin_thread_alive: Optional[bool] = None
 
     def setting(self, name: str, default: object = None) -> object:
         """One DataLoader argument as recorded, or ``default``."""

@@ -140,3 +140,38 @@ def test_every_rank_records_under_torchrun(tmp_path):
     view = inside.InsideReader(str(folder)).read()
     assert sorted(v.batches for v in view.loaders) == [10, 10], view
     assert len({v.pid for v in view.loaders}) == 2
+
+
+PAUSING = textwrap.dedent(
+    """
+    import os, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.arange(400.0)), batch_size=4, num_workers=2)
+    for i, batch in enumerate(loader):
+        if i == 30:
+            print(f"paused pid={os.getpid()}", flush=True)
+            time.sleep(120)
+    """
+)
+
+
+def test_dlwatch_status_shows_a_running_jobs_loader(tmp_path):
+    import re
+    import subprocess
+
+    from tests.real.helpers import wait_for
+
+    script = tmp_path / "job.py"
+    script.write_text(PAUSING)
+    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, str(script)])
+    try:
+        line = wait_for(lambda: proc.stdout.readline(), 60, "the job to pause")
+        pid = int(re.search(r"pid=(\d+)", line).group(1))
+        done = subprocess.run(DLWATCH + ["status", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "31 batches (epoch 0)" in done.stdout and "num_workers=2" in done.stdout, done.stdout
+        assert "nothing is pinned" in done.stdout
+        bad = subprocess.run(DLWATCH + ["status", "--pid", "999999999"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "999999999" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    finally:
+        kill_tree(proc)

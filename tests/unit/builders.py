@@ -99,7 +99,7 @@ def proc(pid, role, threads, method=None, ppid=1, cpu=0.0, status="S", **kw):
 
 
 def sample(t, procs, **host):
-    return Sample(t_mono=t, wall=1e9 + t, processes=tuple(procs), host=HostSample(host.get("shm_total"), host.get("shm_used"), 1 << 30, host.get("max_maps")))
+    return Sample(t_mono=t, wall=1e9 + t, processes=tuple(procs), host=HostSample(host.get("shm_total"), host.get("shm_used"), 1 << 30, host.get("max_maps"), host.get("total")))
 
 
 def stall(main_pid=MAIN_PID, worker_pids=(WORKER_PID,), s=20.0, **kw):

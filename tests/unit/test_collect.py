@@ -138,3 +138,9 @@ def test_shm_leftovers_match_only_the_jobs_pids(tmp_path):
     (tmp_path / "torch_999_abc_0").write_bytes(b"x")
     (tmp_path / "sem.mp-1").write_bytes(b"")
     assert procfs.shm_leftovers({123, 5}, str(tmp_path)) == (("torch_123_abc_0", 10),)
+
+
+def test_pinned_memory_is_the_rss_of_shared_nvidiactl_mappings_only():
+    text = fixture("smaps_pinned.txt")
+    assert procfs.pinned_bytes_from_smaps(text) == (2097152 + 2048) * 1024  # the private one is not pinned memory
+    assert procfs.pinned_bytes_from_smaps(text.replace("/dev/nvidiactl", "/dev/zero")) == 0

@@ -497,3 +497,29 @@ def test_spawned_workers_own_memory_is_not_copy_on_read():
 
     timeline = tuple(s(float(t)) for t in range(20))
     assert "worker_memory_growth" not in [d.kind for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))]
+
+
+def _pinned_timeline(values_mib, ram_gib=64):
+    out = []
+    for i, v in enumerate(values_mib):
+        main = proc(MAIN_PID, ROLE_MAIN, [], pinned_bytes=v * 2**20)
+        out.append(sample(float(i * 10), [main], total=ram_gib * 2**30))
+    return out
+
+
+def test_pinned_memory_that_grows_steadily_is_a_warning_naming_the_allocator():
+    timeline = _pinned_timeline([1024, 2048, 3072, 4096, 5120])
+    found = diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))
+    (pinned,) = [d for d in found if d.kind == "pinned_memory_growth"]
+    assert "grows steadily" in pinned.summary and "caching host allocator" in pinned.summary
+    assert any("grew by 4096.0 MiB" in e for e in pinned.evidence) and "prefetch_factor" in pinned.remedy
+
+
+def test_steady_or_small_pinned_memory_and_no_cuda_are_not_warnings():
+    for values in ([1024] * 5, [100, 150, 200, 250, 300]):  # flat; grows by less than 256 MiB
+        timeline = _pinned_timeline(values)
+        assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))]
+    large = _pinned_timeline([20 * 1024] * 5)  # a third of 64 GiB, flat: large
+    assert "pinned_memory_growth" in [d.kind for d in diagnose(Facts(mode="live", sample=large[-1], timeline=tuple(large)))]
+    s = sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [])])
+    assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=s, timeline=(s,)))]

@@ -119,3 +119,14 @@ def test_the_bootstrap_uses_the_standard_library_only(line):
     import sys
 
     assert imported <= set(sys.stdlib_module_names) | {"_dlwatch_inside"}, imported
+
+
+def test_pin_memory_without_an_accelerator_is_said_to_do_nothing():
+    import dataclasses
+
+    view = inside.InsideReader(FIXTURE).read()
+    loader = dataclasses.replace(view.loaders[0], settings=(("pin_memory", True), ("num_workers", 2)), pin_memory_effective=False)
+    doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {}, loader.last_batch + 1.0)
+    text = "\n".join(report.status_lines(doc))
+    assert "pin_memory=True does nothing here" in text and "nothing is pinned" in text
+    assert doc["inside_view"]["loaders"][0]["pin_memory_effective"] is False

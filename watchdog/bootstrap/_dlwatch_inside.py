@@ -58,6 +58,7 @@ FILE_SIZE = HEADER_SIZE + SLOTS * SLOT_SIZE
 MAX_ITERATORS = 16  # iterators kept in the JSON record
 MAX_THREADS = 64  # threads recorded at fork
 MAX_FRAMES = 40  # frames per thread recorded at fork
+CUDA_EVERY_NS = 5 * 10**9  # how often, while batches flow, the CUDA host allocator's stats are read
 
 _OFF_SEQ, _OFF_ID, _OFF_BATCHES = 0, 8, 16
 _OFF_SINCE, _OFF_IDX = 32, 48
@@ -123,12 +124,13 @@ def read_slots(buf):
 class _Slot(object):
     """One iterator's counters in the shared file; written by the thread that iterates it."""
 
-    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches")
+    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches", "cuda_next")
 
     def __init__(self, buf, index, iterator_id):
         self.buf, self.off = buf, HEADER_SIZE + index * SLOT_SIZE
         self.seq = _Q.unpack_from(buf, self.off)[0] | 1
         self.batches = self.wait_ns = self.since = self.last = self.epoch = self.first = self.epoch_batches = 0
+        self.cuda_next = 0  # when to look at CUDA's host allocator next (ns)
         self.created = time.monotonic_ns()
         self.counts = [0] * BUCKETS
         buf[self.off : self.off + SLOT_SIZE] = bytes(SLOT_SIZE)
@@ -368,6 +370,27 @@ def _entered(it):
     info = d.get("_task_info")
     owner = info.get(idx) if info else None
     slot.enter(idx, owner[0] if owner else -1)
+    if slot.since >= slot.cuda_next:
+        slot.cuda_next = slot.since + CUDA_EVERY_NS
+        if _cuda_refresh(it, record):
+            _state().write_json()
+
+
+def _cuda_refresh(it, record):
+    """Once CUDA is initialised (never initialise it here): PyTorch's caching host allocator
+    statistics (``torch.cuda.host_memory_stats``, torch >= 2.7, numbers only) and whether the
+    pin-memory thread runs. Returns whether anything was recorded."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return False
+    out = {}
+    stats = getattr(cuda, "host_memory_stats", None)
+    if stats is not None:
+        out["host_memory_stats"] = {k: v for k, v in stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    thread = it.__dict__.get("_pin_memory_thread")
+    out["pin_thread_alive"] = thread.is_alive() if thread is not None else None
+    record["cuda"] = out
+    return True
 
 
 class _Attribute(object):

@@ -154,6 +154,11 @@ def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[
                 intervals=sum(s["hist"]),
                 interval_p50_s=percentile_s(s["hist"], 0.5),
                 interval_p99_s=percentile_s(s["hist"], 0.99),
+                pin_memory_effective=r.get("pin_memory_effective"),
+                host_memory=tuple(
+                    (str(k), float(v)) for k, v in sorted(((r.get("cuda") or {}).get("host_memory_stats") or {}).items()) if isinstance(v, (int, float))
+                ),
+                pin_thread_alive=(r.get("cuda") or {}).get("pin_thread_alive"),
             )
         )
     return tuple(out)

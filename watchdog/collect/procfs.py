@@ -292,14 +292,51 @@ def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
     return tuple(out)
 
 
+# The NVIDIA driver's control device: CUDA maps pinned host memory (cudaHostAlloc, PyTorch's
+# CachingHostAllocator behind pin_memory) as shared mappings of it.
+NVIDIA_CTL = b"/dev/nvidiactl"
+
+
 def map_count(pid: int) -> Optional[int]:
     """How many memory mappings ``pid`` has (lines of ``/proc/PID/maps``), or ``None``. Cost:
     reading the whole file (about 100 bytes a mapping), hence the slow cadence."""
+    return maps_summary(pid)[0]
+
+
+def maps_summary(pid: int) -> Tuple[Optional[int], bool]:
+    """``(mapping count, whether /dev/nvidiactl is mapped)`` from one read of
+    ``/proc/PID/maps``; ``(None, False)`` when unreadable."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+            data = f.read()
     except OSError:
-        return None
+        return None, False
+    return data.count(b"\n"), NVIDIA_CTL in data
+
+
+def pinned_bytes_from_smaps(text: str) -> int:
+    """Bytes of CUDA pinned host memory in a ``/proc/PID/smaps`` text: the ``Rss`` of every
+    shared mapping (``s`` in its permissions) of ``/dev/nvidiactl``. Those pages count in RSS and
+    never in ``VmLck``/``VmPin`` (the driver pins them itself); proc(5) describes the format."""
+    total, counting = 0, False
+    for line in text.splitlines():
+        head = line.split(None, 6)
+        if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:  # a mapping's header line
+            counting = len(head) == 6 and head[5] == NVIDIA_CTL.decode() and head[1].endswith("s")
+        elif counting and line.startswith("Rss:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                total += int(parts[1]) * 1024
+    return total
+
+
+def pinned_bytes(pid: int) -> Optional[int]:
+    """CUDA pinned host memory of ``pid`` in bytes (:func:`pinned_bytes_from_smaps`), or
+    ``None`` when ``/proc/PID/smaps`` cannot be read. Cost: the kernel walks every mapping's
+    pages (milliseconds on a large process): call it only for processes that map
+    ``/dev/nvidiactl``, at the slow cadence."""
+    text = _read(f"/proc/{pid}/smaps")
+    return None if text is None else pinned_bytes_from_smaps(text)
 
 
 def max_map_count() -> Optional[int]:

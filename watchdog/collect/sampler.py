@@ -49,11 +49,13 @@ def host_sample(main_pid: Optional[int]) -> HostSample:
         shm_total = st.f_blocks * st.f_frsize
         shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         break
+    vm = psutil.virtual_memory()
     return HostSample(
         shm_total_bytes=shm_total,
         shm_used_bytes=shm_used,
-        mem_available_bytes=psutil.virtual_memory().available,
+        mem_available_bytes=vm.available,
         max_map_count=procfs.max_map_count(),
+        mem_total_bytes=vm.total,
     )
 
 
@@ -121,19 +123,21 @@ class Sampler:
                 self._procs.pop(key, None)
         return Sample(t_mono=t_mono, wall=wall, processes=tuple(processes), host=host_sample(main.pid if main else None))
 
-    def _full_info(self, proc: psutil.Process, key, now: float) -> Tuple[Optional[int], Optional[int], Optional[int]]:
-        """USS, PSS and the map count, read at most every ``full_info_interval_s``."""
+    def _full_info(self, proc: psutil.Process, key, now: float) -> Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]:
+        """USS, PSS, the map count and CUDA pinned bytes (``None`` unless the process maps
+        ``/dev/nvidiactl``), read at most every ``full_info_interval_s``."""
         last = self._full.get(key)
         if last is not None and now - last[0] < self.full_info_interval_s:
-            return last[1], last[2], last[3]
+            return last[1], last[2], last[3], last[4]
         try:
             full = proc.memory_full_info()
             uss, pss = full.uss, getattr(full, "pss", None)
         except psutil.AccessDenied:
             uss = pss = None
-        maps = procfs.map_count(proc.pid)
-        self._full[key] = (now, uss, pss, maps)
-        return uss, pss, maps
+        maps, nvidia = procfs.maps_summary(proc.pid)
+        pinned = procfs.pinned_bytes(proc.pid) if nvidia else None
+        self._full[key] = (now, uss, pss, maps, pinned)
+        return uss, pss, maps, pinned
 
     def _process_sample(
         self, proc: psutil.Process, role: str, method: Optional[str], now: float, owner_pid: Optional[int] = None
@@ -166,7 +170,7 @@ class Sampler:
                 except (psutil.AccessDenied, AttributeError, OSError):
                     affinity = None
                 quota = self._quota(proc.pid, role)
-            uss, pss, maps = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None, None)
+            uss, pss, maps, pinned = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None, None, None)
         except psutil.NoSuchProcess:
             return None
         except psutil.AccessDenied:
@@ -195,6 +199,7 @@ class Sampler:
             cpu_quota=quota,
             owner_pid=owner_pid,
             map_count=maps,
+            pinned_bytes=pinned,
         )
 
     def _quota(self, pid: int, role: str) -> Optional[float]:

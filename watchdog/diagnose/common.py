@@ -26,6 +26,7 @@ DOC_START_METHODS = "https://docs.python.org/3/library/multiprocessing.html#cont
 DOC_SHARING_STRATEGIES = "https://pytorch.org/docs/stable/multiprocessing.html#sharing-strategies"
 DOC_CUDA_FORK = "https://pytorch.org/docs/stable/notes/multiprocessing.html#cuda-in-multiprocessing"
 DOC_MEMORY_LEAK = "https://github.com/pytorch/pytorch/issues/13246"
+DOC_PIN_MEMORY = "https://pytorch.org/docs/stable/data.html#memory-pinning"
 
 # What a worker is doing, by the family of its kernel wait channel (frames.WCHAN_FAMILIES).
 BLOCKED_DOING = {

@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, Sample
 from .common import (
     DOC_MEMORY_LEAK,
+    DOC_PIN_MEMORY,
     DOC_MULTI_PROCESS_LOADING,
     DOC_SHARING_STRATEGIES,
     mib,
@@ -35,6 +36,9 @@ OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
 OVERSUBSCRIBED_MIN_SAMPLES = 5
 OVERSUBSCRIBED_MIN_INVOLUNTARY_PER_S = 100.0
+# CUDA pinned host memory: a warning at this share of RAM, or when it grows steadily this much.
+PINNED_RAM_SHARE = 0.25
+PINNED_GROWTH_MIN_BYTES = 256 * 2**20
 
 
 def _live(facts: Facts) -> bool:
@@ -273,4 +277,66 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
         remedy=remedy,
         pids=tuple(p.pid for p in [facts.sample.main, *facts.sample.workers]),
         docs=(DOC_MULTI_PROCESS_LOADING,),
+    )
+
+
+def _pinned_points(facts: Facts) -> List[Tuple[float, float]]:
+    """``(t, bytes)``: the job's pinned host memory in all, at each sample where it changed."""
+    points, last = [], None
+    for s in facts.timeline:
+        values = [p.pinned_bytes for p in s.processes if p.pinned_bytes is not None]
+        if values and sum(values) != last:
+            last = sum(values)
+            points.append((s.t_mono, float(last)))
+    return points
+
+
+@rule("pinned_memory_growth", SEVERITY_WARNING, 55, LIVE)
+def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
+    """CUDA pinned host memory (``/dev/nvidiactl`` mappings in ``smaps``) holds a large share of
+    RAM or grows steadily. PyTorch's CachingHostAllocator (aten/src/ATen/cuda/CachingHostAllocator.cpp)
+    rounds each pinned block up to a power of two and keeps freed blocks cached for reuse, never
+    returning them to the system while the process lives: ``pin_memory=True`` with large or
+    variable-size batches and a deep prefetch grows it."""
+    if not _live(facts):
+        return None
+    procs = [p for p in facts.sample.processes if p.pinned_bytes]
+    if not procs:
+        return None
+    total = sum(p.pinned_bytes for p in procs)
+    ram = facts.sample.host.mem_total_bytes
+    points = _pinned_points(facts)
+    growing = None
+    if len(points) >= GROWTH_MIN_POINTS:
+        slope, r2 = fit_line(points)
+        grown = points[-1][1] - points[0][1]
+        if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= PINNED_GROWTH_MIN_BYTES:
+            growing = (slope, grown, points[-1][0] - points[0][0])
+    large = bool(ram) and total >= PINNED_RAM_SHARE * ram
+    if not growing and not large:
+        return None
+    evidence = [f"{p.role} pid {p.pid}: {mib(p.pinned_bytes)} of pinned host memory (/dev/nvidiactl mappings in smaps)" for p in procs[:6]]
+    if ram:
+        evidence.append(f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available {mib(facts.sample.host.mem_available_bytes)}")
+    if growing:
+        slope, grown, span = growing
+        evidence.append(f"pinned memory grew by {mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s), steadily")
+    for v in facts.sample.loaders:
+        if v.setting("pin_memory"):
+            evidence.append(
+                f"{v.label}: pin_memory=True, batch_size={v.setting('batch_size')}, num_workers={v.setting('num_workers')}, "
+                f"prefetch_factor={v.setting('prefetch_factor')}"
+            )
+    what = "grows steadily" if growing else "holds a large share of RAM"
+    return Finding(
+        confidence=0.7 if growing else 0.6,
+        summary=f"CUDA pinned host memory {what}: {mib(total)} in all; PyTorch's caching host allocator keeps freed pinned blocks for reuse and never returns them while the process lives.",
+        evidence=tuple(evidence),
+        remedy=(
+            "Lower what is pinned at once: prefetch_factor × num_workers × batch size with pin_memory=True; keep batch "
+            "shapes fixed (each new size is cached as a new power-of-two block); or turn pin_memory off and measure "
+            "(`dlwatch probe bench --pin-memory false,true`). torch.cuda.host_memory_stats() shows the allocator's own view."
+        ),
+        pids=tuple(p.pid for p in procs),
+        docs=(DOC_PIN_MEMORY,),
     )
