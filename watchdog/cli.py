@@ -163,7 +163,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     folder, reader = _hook_folder(cfg)
-    env = inside.hook_env(os.environ, folder, os.getpid()) if folder else None
+    env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
     tail = _start_stderr_tail(cfg)
     try:
         proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)

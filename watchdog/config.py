@@ -51,6 +51,7 @@ class Config(_Strict):
     warning_interval_s: float = Field(5.0, gt=0)
     stderr_tail_bytes: int = Field(65536, ge=0, le=16 * 2**20)
     hook: bool = True
+    data_checks: bool = True
     py_spy: PySpyConfig = PySpyConfig()
 
 

@@ -269,9 +269,10 @@ class Watcher:
 
     def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
         """Look at a job that ended: a non-zero ``exit_code`` is diagnosed from the stderr tail
-        and the timeline (a crash report when a crash rule fires), and after any exit the files
-        the job left in ``/dev/shm`` are reported (``shm_leaked``). Nothing is written when
-        nothing is found."""
+        and the timeline (a crash report when a crash rule fires); after any exit the files the
+        job left in ``/dev/shm`` are reported (``shm_leaked``), and what the inside view saw of
+        its data (``iterable_replicated``, ``rng_duplicated``). Nothing is written when nothing
+        is found."""
         try:
             deadline = time.monotonic() + _SHM_MANAGER_WAIT_S
             while time.monotonic() < deadline and any(act.same_process(*m) for m in self._shm_managers):
@@ -281,7 +282,7 @@ class Watcher:
             if alive and procfs.shm_leftovers(self._seen_pids):
                 log(f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files")
             crashed = bool(exit_code) and not terminated
-            if not crashed and not leftovers:
+            if terminated and not leftovers:
                 self._report_survivors()
                 return
             last = self.timeline[-1] if self.timeline else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
@@ -296,7 +297,8 @@ class Watcher:
                 shm_leftovers=leftovers,
                 inside=self._inside_view(),
             )
-            found = diagnose(facts)
+            # A warning already written while the job ran is not written again.
+            found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in self._warned)]
             if found:
                 crash = any(d.severity == SEVERITY_CRASH for d in found)
                 if not crash:

@@ -95,6 +95,8 @@ def loader_dict(v: LoaderView, now: float) -> dict:
         "site": _frame_dict(v.site),
         "settings": dict(v.settings),
         "pin_memory_effective": v.pin_memory_effective,
+        "host_memory_stats": dict(v.host_memory) or None,
+        "pin_thread_alive": v.pin_thread_alive,
         "dataset_type": v.dataset_type,
         "iterable": v.iterable,
         "workers": list(v.workers),
@@ -380,6 +382,12 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
             w = v["waiting_worker"]
             pid = v["workers"][w] if w < len(v["workers"]) else None
             yield f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}" + (f" (pid {pid})" if pid else "") + f" for {_ms(v['in_next_for_s'])}"
+        stats = v.get("host_memory_stats") or {}
+        shown = [(k, x) for k, x in stats.items() if k.endswith(("bytes.current", "bytes.peak")) or k.startswith("num_host_alloc")][:6]
+        if shown:
+            parts = [f"{k} {_mib(int(x))} MiB" if "bytes" in k else f"{k} {x:g}" for k, x in shown]
+            alive = {True: "; pin-memory thread alive", False: "; pin-memory thread NOT alive"}.get(v.get("pin_thread_alive"), "")
+            yield f"    CUDA host allocator (torch.cuda.host_memory_stats): {', '.join(parts)}{alive}"
         if v["settings"].get("pin_memory") and v.get("pin_memory_effective") is False:
             yield "    pin_memory=True does nothing here: torch sees no accelerator, so no pin-memory thread runs and nothing is pinned"
         if v["worker_exitcodes"] and any(c is not None for c in v["worker_exitcodes"]):

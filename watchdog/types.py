@@ -178,6 +178,8 @@ class LoaderView:
     ``torch.cuda.host_memory_stats()`` (PyTorch's caching host allocator: bytes and counts, keys
     as that torch names them) once CUDA is initialised, refreshed about every 5 s while batches
     flow; ``pin_thread_alive`` whether the pin-memory thread ran at that refresh.
+    ``first_batches`` holds ``(worker id, digest)`` of each worker's first batch, for an
+    ``IterableDataset`` with several workers (equal digests: every worker replays the stream).
     """
 
     pid: int
@@ -204,6 +206,7 @@ class LoaderView:
     pin_memory_effective: Optional[bool] = None
     host_memory: Tuple[Tuple[str, float], ...] = ()
     pin_thread_alive: Optional[bool] = None
+    first_batches: Tuple[Tuple[int, str], ...] = ()
 
     def setting(self, name: str, default: object = None) -> object:
         """One DataLoader argument as recorded, or ``default``."""
@@ -249,14 +252,30 @@ class ForkRecord:
 
 
 @dataclass(frozen=True)
+class RngCheck:
+    """One DataLoader worker's random generators as it recorded them: digests of each
+    generator's state (``(name, digest)``) when it created its fetcher (after PyTorch seeded it
+    and after ``worker_init_fn``) and again some samples later (``later`` empty until then)."""
+
+    pid: int
+    ppid: int
+    worker_id: int
+    num_workers: int
+    start: Tuple[Tuple[str, str], ...]
+    later: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
-    per live iterator, ``forks`` per iterator that forked workers, and ``note`` saying why the
-    view is empty or partial (``None`` when it is fine)."""
+    per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
+    recorded its random generators, and ``note`` saying why the view is empty or partial
+    (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
     note: Optional[str] = None
+    rng: Tuple[RngCheck, ...] = ()
 
 
 @dataclass(frozen=True)

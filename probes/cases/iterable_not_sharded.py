@@ -2,8 +2,10 @@
 ``IterableDataset`` that does not shard by ``get_worker_info()`` is replayed in full by every
 worker. No hang, no crash; exit code 0.
 
-Run: ``python -m probes.cases.iterable_not_sharded``. The watchdog must stay silent (no report):
-nothing a ``/proc`` sampler sees is wrong; catching the duplicates needs the loader's own view.
+Run: ``python -m probes.cases.iterable_not_sharded``. Nothing a ``/proc`` sampler sees is wrong;
+the inside view compares the workers' first batches: the watchdog must warn
+``iterable_replicated`` (in the report written when the job ends), and never call it a hang or
+a crash.
 """
 
 import time

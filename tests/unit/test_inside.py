@@ -130,3 +130,73 @@ def test_pin_memory_without_an_accelerator_is_said_to_do_nothing():
     text = "\n".join(report.status_lines(doc))
     assert "pin_memory=True does nothing here" in text and "nothing is pinned" in text
     assert doc["inside_view"]["loaders"][0]["pin_memory_effective"] is False
+
+
+def test_cuda_host_allocator_figures_are_shown_when_the_job_recorded_them():
+    import dataclasses
+
+    view = inside.InsideReader(FIXTURE).read()
+    stats = (("allocated_bytes.current", 512 * 2**20), ("num_host_alloc", 12.0), ("reserved_bytes.peak", 1024 * 2**20))
+    loader = dataclasses.replace(view.loaders[0], host_memory=stats, pin_thread_alive=True)
+    doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {4242: 1 << 30}, loader.last_batch + 1.0)
+    text = "\n".join(report.status_lines(doc))
+    assert "allocated_bytes.current 512.0 MiB" in text and "num_host_alloc 12" in text and "pin-memory thread alive" in text
+    assert "pid 4242: pinned host memory 1024.0 MiB" in text
+
+
+def test_the_recorder_reads_cuda_host_stats_only_once_cuda_is_initialised(monkeypatch):
+    import sys
+    import types
+
+    class Thread:
+        def is_alive(self):
+            return True
+
+    state = {"init": False}
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: state["init"], host_memory_stats=lambda: {"allocated_bytes.current": 4096, "flag": True, "name": "x"}
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    it = types.SimpleNamespace(_pin_memory_thread=Thread())
+    record = {}
+    assert FMT._cuda_refresh(it, record) is False and "cuda" not in record  # never initialises CUDA itself
+    state["init"] = True
+    assert FMT._cuda_refresh(it, record) is True
+    assert record["cuda"] == {"host_memory_stats": {"allocated_bytes.current": 4096}, "pin_thread_alive": True}
+
+
+def _data_facts(view):
+    s = sample(1000.0, [proc(MAIN_PID, ROLE_MAIN, [])])
+    return Facts(mode="exit", sample=s, timeline=(s,), inside=view, exit_code=0)
+
+
+def test_identical_first_batches_of_an_iterable_dataset_are_a_replicated_stream():
+    import dataclasses
+
+    from watchdog.diagnose import diagnose
+
+    view = inside.InsideReader(FIXTURE).read()
+    base = dataclasses.replace(view.loaders[0], iterable=True, dataset_type="RecordStream")
+    same = dataclasses.replace(base, first_batches=((0, "aa"), (1, "aa")))
+    (found,) = [d for d in diagnose(_data_facts(dataclasses.replace(view, loaders=(same,)))) if d.kind == "iterable_replicated"]
+    assert "replays the same stream" in found.summary and "get_worker_info" in found.remedy
+    differ = dataclasses.replace(base, first_batches=((0, "aa"), (1, "bb")))
+    assert not [d for d in diagnose(_data_facts(dataclasses.replace(view, loaders=(differ,))))]
+
+
+def test_a_generator_copied_into_workers_and_drawn_from_is_duplicated_randomness():
+    from watchdog.diagnose import diagnose
+    from watchdog.types import InsideView, RngCheck
+
+    def check(pid, wid, start, later):
+        return RngCheck(pid, MAIN_PID, wid, 2, tuple(start.items()), tuple(later.items()))
+
+    g = "Crops.rng (Generator)"
+    drawn = (check(11, 0, {g: "s", "random (global)": "r0"}, {g: "t", "random (global)": "r0"}), check(12, 1, {g: "s", "random (global)": "r1"}, {g: "t", "random (global)": "r1"}))
+    (found,) = diagnose(_data_facts(InsideView(rng=drawn)))
+    assert found.kind == "rng_duplicated" and "Crops.rng" in found.summary and "worker_init_fn" in found.remedy
+    unused = (check(11, 0, {g: "s"}, {g: "s"}), check(12, 1, {g: "s"}, {g: "s"}))  # never drawn from in the workers
+    not_yet = (check(11, 0, {g: "s"}, {}), check(12, 1, {g: "s"}, {}))  # fewer samples than the second look
+    seeded = (check(11, 0, {g: "s0"}, {g: "t0"}), check(12, 1, {g: "s1"}, {g: "t1"}))
+    for checks in (unused, not_yet, seeded):
+        assert not diagnose(_data_facts(InsideView(rng=checks)))

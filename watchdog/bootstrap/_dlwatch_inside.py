@@ -15,7 +15,11 @@ How it stays out of the job's way:
   once at the top of ``__next__``, set last in ``__init__``) and ``_num_yielded`` (set after
   each batch, reset to 0 at each epoch start), in torch/utils/data/dataloader.py. An epoch that
   ends (StopIteration) leaves "in ``__next__``" set until the next event: the sidecar checks
-  it against main's own thread before it counts as waiting.
+  it against main's own thread before it counts as waiting. The data checks (off with
+  ``DLWATCH_DATA_CHECKS=0``) do the same with ``_BaseDatasetFetcher.drop_last`` (set last
+  when a worker creates its fetcher, after seeding and ``worker_init_fn``) and
+  ``_BaseDatasetFetcher.dataset`` (read once a sample; counted for the first
+  ``RNG_RECHECK_AFTER`` samples only), in torch/utils/data/_utils/fetch.py.
   Their getters and setters return normally, so no traceback ever holds one of our frames.
   The fork-time record is an ``os.register_at_fork(before=…)`` handler.
 * Hot path (two calls per batch): ``struct.pack_into`` on a shared ``mmap`` of a small file;
@@ -41,6 +45,7 @@ import time
 
 ENV_DIR = "DLWATCH_HOOK_DIR"
 ENV_ANCESTOR = "DLWATCH_HOOK_ANCESTOR"
+ENV_CHECKS = "DLWATCH_DATA_CHECKS"  # "0": no data-correctness checks
 TARGET = "torch.utils.data.dataloader"
 
 MAGIC = b"DLWH"
@@ -59,6 +64,8 @@ MAX_ITERATORS = 16  # iterators kept in the JSON record
 MAX_THREADS = 64  # threads recorded at fork
 MAX_FRAMES = 40  # frames per thread recorded at fork
 CUDA_EVERY_NS = 5 * 10**9  # how often, while batches flow, the CUDA host allocator's stats are read
+RNG_RECHECK_AFTER = 32  # samples a worker fetches before its RNG states are read again
+MAX_RNG_ATTRIBUTES = 64  # Dataset attributes looked at for random generators
 
 _OFF_SEQ, _OFF_ID, _OFF_BATCHES = 0, 8, 16
 _OFF_SINCE, _OFF_IDX = 32, 48
@@ -124,13 +131,14 @@ def read_slots(buf):
 class _Slot(object):
     """One iterator's counters in the shared file; written by the thread that iterates it."""
 
-    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches", "cuda_next")
+    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches", "cuda_next", "worker")
 
     def __init__(self, buf, index, iterator_id):
         self.buf, self.off = buf, HEADER_SIZE + index * SLOT_SIZE
         self.seq = _Q.unpack_from(buf, self.off)[0] | 1
         self.batches = self.wait_ns = self.since = self.last = self.epoch = self.first = self.epoch_batches = 0
         self.cuda_next = 0  # when to look at CUDA's host allocator next (ns)
+        self.worker = -1  # the worker that owns the batch main waits for
         self.created = time.monotonic_ns()
         self.counts = [0] * BUCKETS
         buf[self.off : self.off + SLOT_SIZE] = bytes(SLOT_SIZE)
@@ -149,7 +157,7 @@ class _Slot(object):
     def enter(self, idx, worker):
         """Main entered ``__next__``, waiting for batch ``idx`` of worker ``worker``."""
         now = time.monotonic_ns()
-        self.since = now
+        self.since, self.worker = now, worker
         self._begin()
         _Q.pack_into(self.buf, self.off + _OFF_SINCE, now)
         _QQ.pack_into(self.buf, self.off + _OFF_IDX, idx, worker)
@@ -188,7 +196,8 @@ class _Slot(object):
 
 
 class _Process(object):
-    """The recorder's state in one process (a forked child starts its own)."""
+    """The recorder's state in one process (a forked child starts its own). The counters' file
+    is created with the first iterator: a worker that only fetches writes its JSON record only."""
 
     def __init__(self, folder):
         self.pid = os.getpid()
@@ -197,17 +206,24 @@ class _Process(object):
         self.next_id = 1
         self.iterators = []  # JSON records, oldest first
         self.workers = {}  # iterator id -> its multiprocessing.Process objects, for exit codes
-        path = os.path.join(folder, "%d.bin" % self.pid)
+        self.worker = None  # in a DataLoader worker: its id and the RNG states it started with
+        self.buf = None
+
+    def _map(self):
+        path = os.path.join(self.folder, "%d.bin" % self.pid)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
             os.ftruncate(fd, FILE_SIZE)
-            self.buf = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            buf = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        HEADER.pack_into(self.buf, 0, MAGIC, VERSION, self.pid, SLOTS)
+        HEADER.pack_into(buf, 0, MAGIC, VERSION, self.pid, SLOTS)
+        self.buf = buf
 
     def new_iterator(self, record):
         with self.lock:
+            if self.buf is None:
+                self._map()
             iterator_id = self.next_id
             self.next_id += 1
             index = (iterator_id - 1) % SLOTS
@@ -227,6 +243,7 @@ class _Process(object):
             "torch": getattr(sys.modules.get("torch"), "__version__", None),
             "disabled": disabled,
             "iterators": self.iterators,
+            "worker": self.worker,
         }
         for record in self.iterators:
             workers = self.workers.get(record["id"])
@@ -249,6 +266,7 @@ def _write_atomic(path, doc):
 
 
 _FOLDER = None
+_CHECKS = os.environ.get(ENV_CHECKS, "1") != "0"
 _STATE = None
 _DISABLED = None
 _TORCH_DIR = None
@@ -340,6 +358,7 @@ def _created(it):
         "iterable": it.__dict__.get("_dataset_kind") == 1,
         "workers": None,
         "threads_at_fork": None,
+        "check_first_batches": _CHECKS and it.__dict__.get("_dataset_kind") == 1 and (settings.get("num_workers") or 0) > 1,
     }
     st = _state()
     slot = st.new_iterator(record)
@@ -441,8 +460,139 @@ def _on_num_yielded_set(it, value):
         return
     if value:
         entry[0].delivered()
+        if entry[1].get("check_first_batches"):
+            try:
+                _first_batch(entry[0], entry[1])
+            except Exception as e:  # a check's failure stops that check only
+                entry[1]["check_first_batches"] = False
+                entry[1]["check_error"] = repr(e)
     else:
         entry[0].stopped(new_epoch=True)
+
+
+def _digest(data):
+    import hashlib
+
+    return hashlib.blake2b(data if isinstance(data, bytes) else repr(data).encode(), digest_size=8).hexdigest()
+
+
+def fingerprint(obj):
+    """A short digest of a batch: each tensor's shape, dtype and first 256 values (CPU tensors
+    only; a GPU tensor by shape and dtype), and plain values, through lists, tuples and dicts
+    (16 items, 4 levels at most). Equal batches give equal digests."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+
+    def walk(o, depth):
+        if depth > 4:
+            return
+        if hasattr(o, "detach") and hasattr(o, "reshape") and hasattr(o, "shape"):
+            h.update(repr((tuple(o.shape), str(getattr(o, "dtype", "")))).encode())
+            if getattr(getattr(o, "device", None), "type", "cpu") == "cpu":
+                h.update(repr(o.detach().reshape(-1)[:256].tolist()).encode())
+        elif isinstance(o, (list, tuple)):
+            h.update(b"[")
+            for x in o[:16]:
+                walk(x, depth + 1)
+        elif isinstance(o, dict):
+            for k in sorted(o, key=str)[:16]:
+                h.update(str(k).encode())
+                walk(o[k], depth + 1)
+        elif o is None or isinstance(o, (str, bytes, int, float, bool)):
+            h.update(repr(o)[:256].encode())
+        else:
+            h.update(type(o).__qualname__.encode())
+
+    walk(obj, 0)
+    return h.hexdigest()
+
+
+def _first_batch(slot, record):
+    """An IterableDataset with several workers: the digest of each worker's first batch (epoch
+    0), taken from ``data`` in ``__next__``'s frame; equal digests across workers mean every
+    worker replays the same stream (pytorch/pytorch#30599)."""
+    seen = record.setdefault("first_batches", {})
+    key = str(slot.worker)
+    if slot.worker < 0 or key in seen or slot.epoch:
+        return
+    frame = sys._getframe(3)  # _first_batch <- _on_num_yielded_set <- __set__ <- __next__
+    if frame.f_code.co_name != "__next__":
+        return
+    seen[key] = fingerprint(frame.f_locals.get("data"))
+    if len(seen) >= int(record["settings"].get("num_workers") or 0):
+        record["check_first_batches"] = False
+    _state().write_json()
+
+
+def _rng_states(dataset):
+    """Digests of the random generators a worker would draw from: ``random``'s and numpy's
+    global ones, and ``random.Random``, numpy ``Generator``/``RandomState`` and ``torch.Generator``
+    objects held by the Dataset's attributes."""
+    import random
+
+    out = {"random (global)": _digest(random.getstate())}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        state = np.random.get_state()
+        out["numpy.random (global)"] = _digest(state[1].tobytes() + repr(state[2:]).encode())
+    torch = sys.modules.get("torch")
+    attrs = getattr(dataset, "__dict__", None) or {}
+    for name, value in list(attrs.items())[:MAX_RNG_ATTRIBUTES]:
+        key = "%s.%s (%s)" % (type(dataset).__name__, name, type(value).__qualname__)
+        if isinstance(value, random.Random):
+            out[key] = _digest(value.getstate())
+        elif np is not None and isinstance(value, np.random.Generator):
+            out[key] = _digest(value.bit_generator.state)
+        elif np is not None and isinstance(value, np.random.RandomState):
+            state = value.get_state()
+            out[key] = _digest(state[1].tobytes() + repr(state[2:]).encode())
+        elif torch is not None and isinstance(value, getattr(torch, "Generator", ())):
+            out[key] = _digest(bytes(value.get_state().tolist()))
+    return out
+
+
+def _worker_info():
+    module = sys.modules.get("torch.utils.data._utils.worker")
+    get = getattr(module, "get_worker_info", None)
+    return get() if get is not None else None
+
+
+def _on_fetcher_ready(fetcher, _value):
+    """A DataLoader worker created its fetcher (``_BaseDatasetFetcher.__init__`` set
+    ``drop_last``, last): after PyTorch seeded it and after ``worker_init_fn``. Record the
+    states of its random generators; :func:`_on_sample` records them again later."""
+    info = _worker_info()
+    if info is None:
+        return  # num_workers=0: the main process fetches
+    st = _state()
+    st.worker = {"id": info.id, "num_workers": info.num_workers, "seed": info.seed, "rng_start": None, "rng_later": None}
+    try:
+        st.worker["rng_start"] = _rng_states(fetcher.__dict__.get("dataset_dlwatch"))
+        fetcher.__dict__["_dlwatch_samples"] = 0
+    except Exception as e:  # a check's failure stops that check only
+        st.worker["check_error"] = repr(e)
+    st.write_json()
+
+
+def _on_sample(fetcher):
+    """Each read of the fetcher's ``dataset`` (once a sample): after ``RNG_RECHECK_AFTER``
+    reads, the generators' states again, to tell which ones the worker drew from."""
+    d = fetcher.__dict__
+    n = d.get("_dlwatch_samples")
+    if n is None:
+        return
+    if n + 1 < RNG_RECHECK_AFTER:
+        d["_dlwatch_samples"] = n + 1
+        return
+    del d["_dlwatch_samples"]
+    st = _state()
+    if st.worker is not None:
+        try:
+            st.worker["rng_later"] = _rng_states(d.get("dataset_dlwatch"))
+        except Exception as e:
+            st.worker["check_error"] = repr(e)
+        st.write_json()
 
 
 def _threads_now(skip_frame):
@@ -512,8 +662,8 @@ def _at_exit():
 
 
 def install(module):
-    """Make the two attributes of ``module._BaseDataLoaderIter`` observable (see the module
-    docstring) and register the fork and exit handlers.
+    """Make the attributes of ``module._BaseDataLoaderIter`` (and, with the data checks, of the
+    fetcher) observable (see the module docstring) and register the fork and exit handlers.
 
     Raises:
         AttributeError: this torch's ``dataloader`` lacks a class the recorder needs.
@@ -529,6 +679,10 @@ def install(module):
     _MP_INIT_CODE = multi.__init__.__code__
     base._profile_name = _Attribute("_profile_name", on_get=_entered, on_set=_on_profile_name_set)
     base._num_yielded = _Attribute("_num_yielded", on_set=_on_num_yielded_set)
+    if _CHECKS:
+        fetcher = module._utils.fetch._BaseDatasetFetcher
+        fetcher.dataset = _Attribute("dataset", on_get=_on_sample)
+        fetcher.drop_last = _Attribute("drop_last", on_set=_on_fetcher_ready)
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
     atexit.register(_at_exit)
 

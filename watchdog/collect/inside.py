@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..types import Frame, ForkRecord, InsideView, LoaderView, ThreadAtFork
+from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -36,7 +36,7 @@ def _load_format():
 FORMAT = _load_format()
 
 
-def hook_env(env: Mapping[str, str], folder: str, ancestor_pid: Optional[int]) -> Dict[str, str]:
+def hook_env(env: Mapping[str, str], folder: str, ancestor_pid: Optional[int], data_checks: bool = True) -> Dict[str, str]:
     """``env`` with the bootstrap first on ``PYTHONPATH`` and the recorder's variables set.
 
     Args:
@@ -44,12 +44,16 @@ def hook_env(env: Mapping[str, str], folder: str, ancestor_pid: Optional[int]) -
         folder: the private folder the job's processes write to.
         ancestor_pid: the pid whose descendants record (the watchdog's own); ``None``: every
             process that inherits the variables records (the opt-in for ``attach``).
+        data_checks: ``False`` turns the recorder's data-correctness checks off.
     """
     out = dict(env)
     path = out.get("PYTHONPATH")
     out["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
     out[FORMAT.ENV_DIR] = folder
     out.pop(FORMAT.ENV_ANCESTOR, None)
+    out.pop(FORMAT.ENV_CHECKS, None)
+    if not data_checks:
+        out[FORMAT.ENV_CHECKS] = "0"
     if ancestor_pid is not None:
         out[FORMAT.ENV_ANCESTOR] = str(ancestor_pid)
     return out
@@ -159,6 +163,7 @@ def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[
                     (str(k), float(v)) for k, v in sorted(((r.get("cuda") or {}).get("host_memory_stats") or {}).items()) if isinstance(v, (int, float))
                 ),
                 pin_thread_alive=(r.get("cuda") or {}).get("pin_thread_alive"),
+                first_batches=tuple(sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if str(k).lstrip("-").isdigit())),
             )
         )
     return tuple(out)
@@ -190,6 +195,21 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
             )
         )
     return tuple(out)
+
+
+def rng_check(pid: int, doc: Optional[dict]) -> Optional[RngCheck]:
+    """A worker's record of its random generators (``worker`` in its JSON), or ``None``."""
+    w = (doc or {}).get("worker")
+    if not isinstance(w, dict) or not w.get("rng_start"):
+        return None
+    return RngCheck(
+        pid=pid,
+        ppid=int(doc.get("ppid") or 0),
+        worker_id=int(w.get("id", -1)),
+        num_workers=int(w.get("num_workers") or 0),
+        start=tuple(sorted((str(k), str(v)) for k, v in w["rng_start"].items())),
+        later=tuple(sorted((str(k), str(v)) for k, v in (w.get("rng_later") or {}).items())),
+    )
 
 
 class InsideReader:
@@ -235,6 +255,7 @@ class InsideReader:
         wanted = None if pids is None else set(pids)
         loaders: List[LoaderView] = []
         fork_list: List[ForkRecord] = []
+        rng: List[RngCheck] = []
         try:
             names = sorted(e.name for e in os.scandir(self.folder))
         except OSError as e:
@@ -246,8 +267,12 @@ class InsideReader:
             pid = int(stem)
             path = os.path.join(self.folder, name)
             if ext == "json":
+                doc = self._doc(pid, path)
                 if forks:
-                    fork_list.extend(fork_records(pid, self._doc(pid, path)))
+                    fork_list.extend(fork_records(pid, doc))
+                check = rng_check(pid, doc)
+                if check is not None:
+                    rng.append(check)
                 continue
             if wanted is not None and pid not in wanted:
                 continue
@@ -263,4 +288,4 @@ class InsideReader:
         note = "; ".join(sorted(set(self._problems.values()))) or None
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
-        return InsideView(loaders=tuple(loaders), forks=tuple(fork_list), note=note)
+        return InsideView(loaders=tuple(loaders), forks=tuple(fork_list), note=note, rng=tuple(rng))

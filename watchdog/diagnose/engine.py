@@ -32,7 +32,7 @@ rank  kind                    why here
 20    worker_stuck            a worker stuck in the Dataset for another reason
 25    shutdown_hang           main stuck shutting the iterator down
 30    stall_outside_loader    main stopped outside the loader
-50+   warnings                live findings, in the order of live.py
+50+   warnings                live findings, in the order of live.py, then data.py
 ====  ======================  ==========================================================
 
 A unit test checks that this table and the registered rules agree.
