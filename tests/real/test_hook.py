@@ -46,6 +46,15 @@ def _run(cmd, env, timeout_s=120):
         kill_tree(proc)
 
 
+def _timing_free(stderr):
+    """``stderr`` with the line numbers of dataloader.py's frames blanked: ``_next_data`` returns
+    a failed batch from one of two lines depending on whether it arrived before it was asked
+    for (a race between workers, with or without the hook)."""
+    import re
+
+    return re.sub(r'(dataloader\.py", line )\d+', r"\1N", stderr)
+
+
 def _hooked(env, folder):
     return inside.hook_env(env, str(folder), os.getpid())
 
@@ -66,7 +75,7 @@ def test_the_job_cannot_tell_the_hook_is_there(tmp_path, extra):
     hooked = _run([PY, str(script)], _hooked(base, folder))
     assert hooked[0] == plain[0]
     assert hooked[1].replace(inside.BOOT_DIR, "") == plain[1]
-    assert hooked[2] == plain[2]
+    assert _timing_free(hooked[2]) == _timing_free(plain[2])
     if "FAIL_AT" in extra:
         assert "Caught ValueError in DataLoader worker process" in hooked[2] and "_dlwatch" not in hooked[2]
     else:
