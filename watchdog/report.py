@@ -486,10 +486,19 @@ def text_lines(doc: dict) -> Iterable[str]:
         yield f"  {line}"
     host = doc["host"]
     yield f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: {_mib(host['mem_available_bytes'])} MiB"
-    if not any(p["stack"] for p in doc["processes"]):
+    forks = (doc.get("inside_view") or {}).get("threads_at_fork") or []
+    if not any(p["stack"] for p in doc["processes"]) and not forks:
         return  # warnings and crash reports take no stacks
     yield ""
     yield STACKS_HEADING
     for p in doc["processes"]:
+        if p["stack"] is None and forks:
+            continue
         yield f"  pid {p['pid']} ({p['role']}, {p['name']}):"
         yield from _stack_lines(p)
+    for r in forks:
+        yield f"  threads of pid {r['pid']} when iterator {r['iterator']} forked workers {', '.join(map(str, r['workers'])) or '?'} (recorded by the job at the fork):"
+        for t in r["threads"]:
+            yield f"    thread {t['native_id']} {t['name'] or ''}{' (forking)' if t['forking'] else ''}"
+            for f in t["frames"][:40]:
+                yield f"        {f['function']} ({frames.short_path(f['file'])}:{f['line']})"

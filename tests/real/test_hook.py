@@ -184,3 +184,25 @@ def test_dlwatch_status_shows_a_running_jobs_loader(tmp_path):
         assert bad.returncode == 2 and "999999999" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     finally:
         kill_tree(proc)
+
+
+def test_a_process_outside_the_watched_tree_does_not_record(tmp_path):
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    stranger = subprocess.Popen(["sleep", "60"])  # alive, but not an ancestor of the job
+    try:
+        env = inside.hook_env({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, str(folder), stranger.pid)
+        code, out, err = _run([PY, str(script)], env)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert code == 0, err
+    assert os.listdir(folder) == []
+    # A folder open to others is refused too, even for the watched tree.
+    folder.chmod(0o755)
+    code, out, err = _run([PY, str(script)], _hooked({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, folder))
+    assert code == 0 and os.listdir(folder) == []

@@ -200,3 +200,23 @@ def test_a_generator_copied_into_workers_and_drawn_from_is_duplicated_randomness
     seeded = (check(11, 0, {g: "s0"}, {g: "t0"}), check(12, 1, {g: "s1"}, {g: "t1"}))
     for checks in (unused, not_yet, seeded):
         assert not diagnose(_data_facts(InsideView(rng=checks)))
+
+
+def test_the_full_report_text_holds_every_thread_at_fork_with_its_stack():
+    view = inside.InsideReader(FIXTURE).read()
+    s = sample(max(v.last_batch for v in view.loaders) + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
+    found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
+    rep = report.build(Facts(mode="crash", sample=s, timeline=(s,), inside=view, exit_code=1), found, {"pid": MAIN_PID, "cmdline": ["python"], "start_time": None}, 0.0, "report", None, {})
+    stacks = rep.text.split(report.STACKS_HEADING, 1)[1]
+    assert "recorded by the job at the fork" in stacks and "thread" in stacks and "my-bg" in stacks
+    assert "bg (/home/user/train/train.py:8)" in stacks and "_launch (" in stacks
+    assert report.STACKS_HEADING not in report.summary_text(rep.text)
+
+
+def test_a_recorder_that_stopped_itself_is_named_with_its_reason(tmp_path):
+    import json
+
+    (tmp_path / "77.json").write_text(json.dumps({"pid": 77, "disabled": "cannot install on this torch: AttributeError('x')", "iterators": []}))
+    view = inside.InsideReader(str(tmp_path)).read()
+    assert "pid 77 stopped: cannot install on this torch" in view.note
+    assert "not enabled" in inside.InsideReader(None, "no inside view (not enabled)").read().note
