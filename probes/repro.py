@@ -163,6 +163,8 @@ _CASE_SCENARIOS = {
     "shm_removed": "shm_removed",
     "shm_leaked": "shm_leaked_after_kill",
     "map_count_exhausted": "map_count_exhausted",
+    "iterable_replicated": "iterable_not_sharded",
+    "rng_duplicated": "rng_copied_into_workers",
 }
 SCENARIOS = SCENARIOS + tuple(
     Scenario(**{**from_case(cases.BY_NAME[target]).__dict__, "name": kind}) for kind, target in _CASE_SCENARIOS.items()

@@ -26,6 +26,11 @@ def test_reproduction_is_diagnosed(name, tmp_path):
         pytest.skip(outcome.note)
     assert outcome.status == "ok", (outcome.first, outcome.kinds, outcome.note)
     assert outcome.latency_s is not None and outcome.latency_s < 60
+    if s.module == "probes.train" and outcome.report:
+        # Every report of a probes.train job carries the inside view: batches, data wait, intervals.
+        with open(os.path.join(outcome.report, "report.txt"), encoding="utf-8") as f:
+            text = f.read()
+        assert "DataLoader (inside view):" in text and " batches (epoch " in text and "data wait" in text, text[:3000]
 
 
 def test_every_catalogue_kind_has_a_scenario_a_rule_and_a_readme_row():
