@@ -28,6 +28,17 @@ def start(cmd: List[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(cmd, start_new_session=True, **kw)
 
 
+def run_bounded(cmd: List[str], timeout_s: float = 120, **kw):
+    """Run ``cmd`` (see :func:`start`) to its end within ``timeout_s``; ``(exit code, stdout,
+    stderr)``. Whatever happens, every process group it started is killed."""
+    proc = start(cmd, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    finally:
+        kill_tree(proc)
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc``, every descendant and every process group among them, then reap."""
     kill_session(proc)

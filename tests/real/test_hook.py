@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, kill_tree, start
+from tests.real.helpers import DLWATCH, PY, kill_tree, run_bounded, start
 from watchdog.collect import inside
 
 JOB = textwrap.dedent(
@@ -38,12 +38,7 @@ JOB = textwrap.dedent(
 
 
 def _run(cmd, env, timeout_s=120):
-    proc = start(cmd, env=env)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out, err
-    finally:
-        kill_tree(proc)
+    return run_bounded(cmd, timeout_s, env=env)
 
 
 def _timing_free(stderr):

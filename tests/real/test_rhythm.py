@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import textwrap
 
-from tests.real.helpers import DLWATCH, PY, kill_tree, load_report, reports, start
+from tests.real.helpers import DLWATCH, PY, load_report, reports, run_bounded
 
 FAST_THEN_DEADLOCK = textwrap.dedent(
     """
@@ -59,12 +59,7 @@ SLOW_IRREGULAR = textwrap.dedent(
 def _run(tmp_path, script_text, args, timeout_s):
     script = tmp_path / "job.py"
     script.write_text(script_text)
-    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, str(script)])
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out, err
-    finally:
-        kill_tree(proc)
+    return run_bounded(DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, str(script)], timeout_s)
 
 
 def test_a_fast_loader_that_deadlocks_is_reported_in_about_ten_seconds_at_the_defaults(tmp_path):

@@ -24,6 +24,7 @@ from tests.real.helpers import (
     kill_tree,
     load_report,
     reports,
+    run_bounded,
     start,
     wait_for,
     workers_started_t,
@@ -38,12 +39,7 @@ def _parse_iso(stamp: str) -> float:
 
 
 def run_dlwatch(args, job, timeout_s=120):
-    proc = start(DLWATCH + ["run"] + args + ["--"] + job)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out, err
-    finally:
-        kill_tree(proc)
+    return run_bounded(DLWATCH + ["run"] + args + ["--"] + job, timeout_s)
 
 
 def test_healthy_job_exits_0_without_report(tmp_path):
