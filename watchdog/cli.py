@@ -31,7 +31,7 @@ from . import __version__
 from . import config as config_mod
 from .collect import discovery, inside
 from .collect.stderr_tail import StderrTail
-from .daemon import Outcome, Watcher, log
+from .daemon import JobWatcher, Outcome, log
 from .errors import ConfigError, WatchdogError
 from .wake import Waker
 
@@ -211,7 +211,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
     try:
-        watcher = Watcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd, inside=reader)
+        watcher = JobWatcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd, inside=reader)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
@@ -311,7 +311,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     reader = inside.InsideReader(
         folder, "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)" if cfg.hook else "no inside view (hook: false / --no-hook)"
     )
-    watcher = Watcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
+    watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
     outcome = watcher.run()
     if outcome.terminated:

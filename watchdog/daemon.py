@@ -34,8 +34,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+import psutil
+
 from . import __version__, act, detect, frames, report, writer
-from .collect import cgroup, procfs, pyspy
+from .collect import cgroup, discovery, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .collect.sampler import host_sample as sampler_host_sample
@@ -119,6 +121,13 @@ class Watcher:
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         job_cmdline: the command that started the job, for reports written before main was seen.
         inside: reader of the job's own DataLoader records (``None``: no inside view).
+        rank: the rank variables (``RANK``, ``WORLD_SIZE``, …) of the training process this
+            watcher watches as its main, under a multi-rank launcher (:class:`JobWatcher`).
+        examine: ``False`` samples only, for the job-level report after it ends (the launcher
+            of a multi-rank job: its ranks have watchers of their own).
+        peers: the other ranks whose DataLoader is stalled now, one line each
+            (:meth:`JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
+            loader is stuck is waiting for that rank, and says so instead of reporting a hang.
     """
 
     def __init__(
@@ -131,6 +140,9 @@ class Watcher:
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
         inside: Optional[InsideReader] = None,
+        rank: Optional[Dict[str, str]] = None,
+        examine: bool = True,
+        peers: Callable[[], List[str]] = list,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -140,6 +152,10 @@ class Watcher:
         self.stderr_tail = stderr_tail
         self.job_cmdline = list(job_cmdline or [])
         self.inside = inside or InsideReader(None, "no inside view (not enabled for this job)")
+        self.rank = dict(rank) if rank else None
+        self.examine = examine
+        self.peers = peers
+        self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -169,15 +185,19 @@ class Watcher:
         if self.pyspy is None:
             log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
         while not self.stop.is_set() and not self.job_ended():
-            try:
-                self._tick()
-            except Exception:  # never let the watchdog's failure reach the job
-                self._internal_error("sampling")
+            self.step()
             if self.outcome.terminated:
                 break
             self.wake.wait(self.config.interval_s)
             self.wake.clear()
         return self.outcome
+
+    def step(self) -> None:
+        """One tick: sample, and examine, report or warn when due. Never raises."""
+        try:
+            self._tick()
+        except Exception:  # never let the watchdog's failure reach the job
+            self._internal_error("sampling")
 
     def _inside_view(self, pids=None, forks: bool = True) -> InsideView:
         try:
@@ -198,6 +218,8 @@ class Watcher:
             self._seen_pids.update(p.pid for p in sample.processes)
             self._shm_managers.update((p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1]))
         self.births.update(sample)
+        if not self.examine:
+            return
         self.tracker.update(sample)
         if self.tracker.stopped:
             self._say_once("stopped", f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): paused, not hung; the stall clock waits")
@@ -329,6 +351,9 @@ class Watcher:
             }
         else:  # the job ended before its first sample
             job = {"pid": self.root_pid, "cmdline": self.job_cmdline, "start_time": None, "root_pid": self.root_pid}
+        if self.rank:
+            job["rank"] = dict(self.rank)
+            suffix = "-".join(x for x in (f"rank{self.rank.get('RANK')}", suffix) if x)
         info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
@@ -404,6 +429,19 @@ class Watcher:
         cfg = self.config
         main = sample.main
         verdict, proof = assessment.verdict, assessment.proof
+        if self.rank and verdict.kind != "dataloader" and proof is None:
+            stalled = self.peers()
+            if stalled:
+                # Its loader is fine: it waits (in a collective) for a rank whose loader is stuck.
+                self._quiet_floor = time.monotonic()
+                self._say_once(
+                    "waits-for-peer",
+                    f"rank {self.rank.get('RANK')} (pid {main.pid}) stalled {stall.stall_s:.0f} s outside its DataLoader, "
+                    f"waiting for another rank: {stalled[0]}; that rank's report has the cause",
+                    every_s=cfg.stall_timeout_s * 10,
+                )
+                self.tracker.rebaseline(self.sampler.sample())
+                return
         decision = detect.termination(
             assessment, stall, sample, cfg.stall_timeout_s, cfg.busy_stall_timeout_s, cfg.terminate_outside_loader
         )
@@ -459,6 +497,7 @@ class Watcher:
             note = ""
         self._quiet_floor = time.monotonic()
         self._reported = (self.tracker.last_delivery_mono, terminable)
+        self.last_hang_kind_in_loader = diagnoses[0].kind if verdict.kind == "dataloader" else ""
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
         after = self.sampler.sample()
         self.tracker.rebaseline(after)
@@ -467,3 +506,142 @@ class Watcher:
             members = self.sampler.root_identity() + [(p.pid, p.create_time) for p in (after.processes or sample.processes)]
             log(act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended))
             self.outcome.terminated = True
+
+
+# Seconds between looks for a job's ranks (each look reads the environment of the processes
+# above the ranks).
+_RANK_DISCOVERY_S = 2.0
+# With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
+# only every this many ticks.
+_JOB_SAMPLE_EVERY = 5
+
+
+class JobWatcher:
+    """Watches a job that may run several training ranks (``torchrun``'s elastic agent, a
+    launcher script): each process whose environment sets ``RANK`` is watched by a
+    :class:`Watcher` of its own, as the main process of its DataLoader workers, and its reports
+    name the rank. The launcher itself is sampled for the report written after the job ends,
+    never examined: it polls its ranks and would look busy or stuck for reasons of its own.
+    Without ranks, one :class:`Watcher` watches the job as before.
+
+    Ending a stuck rank (``on_hang: terminate``) signals that rank's own tree only, never the
+    launcher or the process group: the launcher then applies its own policy
+    (``torchrun --max-restarts``: restart the ranks, or stop them all and exit non-zero).
+
+    Args: as :class:`Watcher`.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        root_pid: int,
+        own_group: Optional[int],
+        job_ended: Callable[[], bool],
+        wake: Waker,
+        stderr_tail: Callable[[], str] = lambda: "",
+        job_cmdline: Optional[List[str]] = None,
+        inside: Optional[InsideReader] = None,
+    ) -> None:
+        self.config = config
+        self.root_pid = root_pid
+        self.job_ended = job_ended
+        self.wake = wake
+        self.stop = threading.Event()
+        self._stderr_tail = stderr_tail
+        self._inside = inside
+        self.job = Watcher(config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside)
+        self.ranks: Dict[Tuple[int, float], Watcher] = {}
+        self._all: List[Watcher] = [self.job]
+        self._next_discovery = float("-inf")
+        self._ticks = 0
+
+    @property
+    def outcome(self) -> Outcome:
+        """Reports of every watcher so far, and whether any of them ended the job or a rank."""
+        return Outcome([r for w in self._all for r in w.outcome.reports], any(w.outcome.terminated for w in self._all))
+
+    def _discover(self) -> None:
+        now = time.monotonic()
+        if now < self._next_discovery:
+            return
+        self._next_discovery = now + _RANK_DISCOVERY_S
+        try:
+            found = discovery.find_ranks(psutil.Process(self.root_pid))
+        except psutil.Error:
+            return
+        for proc, env in found:
+            try:
+                key = (proc.pid, proc.create_time())
+            except psutil.Error:
+                continue
+            if key in self.ranks:
+                continue
+            w = Watcher(
+                self.config,
+                proc.pid,
+                None,
+                lambda key=key: not act.still_running(*key),
+                self.wake,
+                self._stderr_tail,
+                None,
+                self._inside,
+                rank=env,
+                peers=lambda key=key: self.loader_stalls(except_key=key),
+            )
+            self.ranks[key] = w
+            self._all.append(w)
+            world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
+            log(f"watching rank {env.get('RANK')}{world} (pid {proc.pid}) and its DataLoader workers")
+        for key in [k for k, w in self.ranks.items() if w.job_ended()]:
+            del self.ranks[key]  # its reports stay in the outcome
+        self.job.examine = not self.ranks
+
+    def loader_stalls(self, except_key: Optional[Tuple[int, float]] = None) -> List[str]:
+        """One line per rank (other than ``except_key``) whose DataLoader is stalled now: its
+        main has waited in ``__next__`` for a batch a worker owns (the inside view) for at least
+        half of ``stall_timeout_s``, or its last report was a DataLoader hang."""
+        out = []
+        now = time.monotonic()
+        for key, w in self.ranks.items():
+            if key == except_key or not w.timeline:
+                continue
+            last = w.timeline[-1]
+            name = f"rank {(w.rank or {}).get('RANK')} (pid {w.root_pid})"
+            for v in last.loaders:
+                if v.pid == w.root_pid and v.waiting_since is not None and v.waiting_worker >= 0 and now - v.waiting_since >= self.config.stall_timeout_s / 2:
+                    pid = v.workers[v.waiting_worker] if v.waiting_worker < len(v.workers) else None
+                    out.append(
+                        f"{name} has waited {now - v.waiting_since:.0f} s in its DataLoader for batch {v.waiting_idx} from worker "
+                        f"{v.waiting_worker}" + (f" (pid {pid})" if pid else "")
+                    )
+                    break
+            else:
+                if w.last_hang_kind_in_loader:
+                    out.append(f"{name}: its DataLoader hang was reported ({w.last_hang_kind_in_loader})")
+        return out
+
+    def run(self) -> Outcome:
+        """Watch until the job ends or ``stop`` is set; a single-process job also stops once it
+        is terminated."""
+        if self.job.pyspy is None:
+            log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
+        while not self.stop.is_set() and not self.job_ended():
+            try:
+                self._discover()
+            except Exception:
+                self.job._internal_error("looking for ranks")
+            if not self.ranks or self._ticks % _JOB_SAMPLE_EVERY == 0:
+                self.job.step()
+            self._ticks += 1
+            for w in list(self.ranks.values()):
+                if not w.job_ended():
+                    w.step()
+            if self.job.outcome.terminated:
+                break
+            self.wake.wait(self.config.interval_s)
+            self.wake.clear()
+        return self.outcome
+
+    def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
+        """The job-level look after the job ended (:meth:`Watcher.after_exit`)."""
+        self.job.after_exit(exit_code, terminated)

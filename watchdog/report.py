@@ -427,7 +427,9 @@ def text_lines(doc: dict) -> Iterable[str]:
     stall = doc.get("stall") or {}
     if doc["mode"] == "hang":
         happened += f" ({stall.get('certainty') or 'suspected'})"
-    yield f"dlwatch: {happened}: {first['kind']} — job pid {job['pid']} {state} ({cmd})"
+    rank = job.get("rank") or {}
+    who = f"rank {rank.get('RANK')}" + (f" of {rank['WORLD_SIZE']}" if rank.get("WORLD_SIZE") else "") + f" pid {job['pid']}" if rank else f"job pid {job['pid']}"
+    yield f"dlwatch: {happened}: {first['kind']} — {who} {state} ({cmd})"
     yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
     if first.get("location"):
         yield f"  where:  {first['location']}"

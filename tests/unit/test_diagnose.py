@@ -523,3 +523,34 @@ def test_steady_or_small_pinned_memory_and_no_cuda_are_not_warnings():
     assert "pinned_memory_growth" in [d.kind for d in diagnose(Facts(mode="live", sample=large[-1], timeline=tuple(large)))]
     s = sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [])])
     assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=s, timeline=(s,)))]
+
+
+def _fork_view(*threads):
+    from watchdog.types import ForkRecord, InsideView, ThreadAtFork
+
+    return InsideView(forks=(ForkRecord(MAIN_PID, 1, None, (WORKER_PID,), tuple(ThreadAtFork(n, tid, False, forking, _frames(*fr)) for n, tid, forking, fr in threads)),))
+
+
+def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
+    t = _in_dataset(
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Event.wait", f"{STDLIB}/threading.py", 622, False),
+        ("Frames.__getitem__", USER, 9, False),
+    )
+    forking = ("MainThread", MAIN_PID, True, [("__iter__", f"{TORCH}/dataloader.py", 490, False), ("main", USER, 20, False)])
+    other = ("uploader", MAIN_PID + 1, False, [("Event.wait", f"{STDLIB}/threading.py", 622, False), ("upload", USER, 70, False)])
+    with_other = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking, other)))[0]
+    assert with_other.kind == "fork_inherited_lock"
+    assert any("uploader (tid" in e for e in with_other.evidence)  # the threads at fork, from the job's record
+    alone = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking)))[0]
+    assert alone.kind == "worker_deadlock" and "only thread waits" in alone.summary and "setter" in alone.remedy
+    # Without a record (no inside view) nothing rules inheritance out: the verdict stays as it was.
+    assert diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0].kind == "fork_inherited_lock"
+
+
+def test_a_lock_the_forking_thread_itself_held_is_inherited_even_when_it_was_alone():
+    t = _in_dataset(("Frames.__getitem__", USER, 9, False))
+    forking = ("MainThread", MAIN_PID, True, [("main", USER, 21, False)])
+    sources = (((USER, 9), "        with LOCK:"), ((USER, 20), "    with LOCK:"), ((USER, 21), "        it = iter(loader)"))
+    first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_fork_view(forking)))[0]
+    assert first.kind == "fork_inherited_lock"

@@ -124,6 +124,47 @@ def find_main(root: psutil.Process) -> Optional[psutil.Process]:
     return None
 
 
+# Environment variables that torchrun (torch/distributed/elastic/agent/server/api.py) and most
+# launchers set for each rank; ``RANK`` marks a training process.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+
+
+def rank_env(pid: int) -> Optional[Dict[str, str]]:
+    """The rank variables (``RANK_VARS``) in ``/proc/PID/environ`` when ``RANK`` is among them,
+    else ``None`` (also when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key.decode("ascii", "replace") in RANK_VARS:
+            env[key.decode()] = value.decode("utf-8", "replace")
+    return env if "RANK" in env else None
+
+
+def find_ranks(root: psutil.Process) -> List[Tuple[psutil.Process, Dict[str, str]]]:
+    """The job's training ranks: the topmost Python processes of the tree whose environment sets
+    ``RANK`` (torchrun's workers, a launcher's ranks), with their rank variables, in tree order.
+    Their descendants (DataLoader workers inherit ``RANK``) belong to them and are not ranks;
+    nor is a process PyTorch named as a DataLoader worker. Empty for a single-process job."""
+    out = []
+    queue = [root]
+    while queue:
+        proc = queue.pop(0)
+        try:
+            env = rank_env(proc.pid) if proc.name() not in frames.WORKER_COMMS and is_python(proc) else None
+            if env is not None:
+                out.append((proc, env))
+                continue
+            queue.extend(proc.children())
+        except psutil.Error:
+            continue
+    return out
+
+
 def _cmdline(proc: psutil.Process) -> Tuple[str, ...]:
     try:
         return tuple(proc.cmdline())

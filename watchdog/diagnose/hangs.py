@@ -67,14 +67,14 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip())
 
 
-def lock_holder_at_fork(facts: Facts, record: ForkRecord, name: str) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
+def lock_holder_at_fork(facts: Facts, record: ForkRecord, name: str, forking: bool = False) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
     """The thread of ``record`` (not the forking one) inside a ``with NAME:`` block (or after
     ``NAME.acquire()``) at the fork: ``(thread, its frame, line of the with, its text)``. Raw
     source lines (indentation kept) come from the daemon, up to ``ENCLOSING_LINES`` above each
     user frame of the threads at fork."""
     pattern = re.compile(r"^\s*(?:with\s+" + re.escape(name) + r"\b|.*\b" + re.escape(name) + r"\.acquire\()")
     for t in record.threads:
-        if t.forking:
+        if t.forking != forking:
             continue
         for f in [f for f in t.frames if frames.is_user(f)][:6]:
             here = facts.source_raw(f.file, f.line)
@@ -166,6 +166,28 @@ def _proof_line(facts: Facts, pid: int) -> List[str]:
 # --- fork-inherited locks and deadlocks inside a worker -------------------------------------------
 
 
+# What a Python thread of the parent could have held at the fork; OpenMP pools and native mutexes
+# belong to threads that ``threading`` does not list, so the fork record cannot rule those out.
+_PYTHON_HOLDERS = ("python_lock", "condition", "future", "join")
+
+
+def alone_at_fork(facts: Facts, pid: int) -> bool:
+    """True when the job's own record at the fork (the inside view) shows that the forking
+    thread was the only Python thread of the parent: no other Python thread can have held a
+    Python lock or condition that the worker inherited."""
+    record = fork_record_of(facts, pid)
+    return record is not None and not [t for t in record.threads if not t.forking]
+
+
+def _forking_thread_held(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
+    """Whether the forking thread itself was inside ``with NAME:`` for the lock the worker waits
+    on (the worker's copy of that thread then waits for a lock its own copy holds)."""
+    top = frames.innermost_python(t)
+    name = lock_name(facts.source(top.file, top.line)) if top is not None else None
+    record = fork_record_of(facts, v.pid)
+    return bool(name and record is not None and lock_holder_at_fork(facts, record, name, forking=True))
+
+
 def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
     if v.proc.start_method not in (None, "fork") or not v.quiet or v.others:
         return None
@@ -176,6 +198,8 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         holder = _holder(facts, t)
         if holder is None and not v.proven:
             return None
+        if holder in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not _forking_thread_held(facts, v, t):
+            return None  # nothing was inherited locked: worker_deadlock (its own threads, or none)
         top = frames.innermost_python(t)
         what = HOLDER_TEXT.get(holder or "", "something only another thread of its process could release")
         lines = [
@@ -264,9 +288,12 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
 def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
     if not v.proven or v.stack is None or not v.stack.ok:
         return None
-    threads = [t for t in v.stack.threads if not frames.is_feeder_thread(t)]
-    if len(threads) < 2 and v.proc.start_method in (None, "fork"):
-        return None  # one thread, forked: fork_inherited_lock
+    threads = [t for t in v.stack.threads if not frames.is_feeder_thread(t) and not frames.is_resource_sharer(t)]
+    if not threads:
+        return None
+    inherited_ruled_out = _holder(facts, threads[0]) in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not _forking_thread_held(facts, v, threads[0])
+    if len(threads) < 2 and v.proc.start_method in (None, "fork") and not inherited_ruled_out:
+        return None  # one thread, forked: fork_inherited_lock, unless the fork record rules that out
     lines = []
     for t in threads:
         top = frames.innermost_python(t)
@@ -274,6 +301,11 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
         what = HOLDER_TEXT.get(_holder(facts, t) or "", "something only a thread of its process could release")
         lines.append(f"worker pid {v.pid}: thread {t.tid} ({t.name or '?'}) waits for {what} at {describe(facts, v.pid, user)}")
         lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
+    if len(threads) < 2:
+        lines.append(
+            f"worker pid {v.pid}: its only thread waits; the job's record at the fork shows no other Python thread in the "
+            "parent, so nothing was inherited locked: no thread exists that could ever signal it"
+        )
     lines += _proof_line(facts, v.pid)
     return 0.9, lines, v.user
 
@@ -281,8 +313,10 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
 @rule("worker_deadlock", SEVERITY_HANG, 11, HANG)
 def worker_deadlock(facts: Facts) -> Optional[Finding]:
     """A worker's own threads wait on each other: every thread of it is in an untimed wait on a
-    private futex (two locks taken in opposite orders, a lock taken twice), so none can run."""
-    return worker_finding(
+    private futex (two locks taken in opposite orders, a lock taken twice), so none can run; or
+    its only thread waits for an event, condition or lock that no thread of it can ever signal,
+    when the job's record at the fork rules out an inherited one."""
+    found = worker_finding(
         facts,
         _self_deadlock_hit,
         "deadlocked{where}: every thread of the worker waits for a lock or condition that only another of its own threads could release.",
@@ -292,6 +326,18 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
         ),
         (DOC_MULTI_PROCESS_LOADING,),
     )
+    if found is not None and any("its only thread waits" in line for line in found.evidence):
+        summary = found.summary.replace(
+            "every thread of the worker waits for a lock or condition that only another of its own threads could release",
+            "the worker's only thread waits for an event, condition or lock that no thread of it can ever signal or release",
+        )
+        remedy = (
+            "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter is another "
+            "process or a thread the worker never started (create the object where its setter lives, e.g. in worker_init_fn); "
+            "wait with a timeout to fail loudly."
+        )
+        return Finding(**{**found.__dict__, "summary": summary, "remedy": remedy})
+    return found
 
 
 # --- a deadlock inside main -------------------------------------------------------------------
