@@ -164,6 +164,7 @@ _CASE_SCENARIOS = {
     "shm_leaked": "shm_leaked_after_kill",
     "map_count_exhausted": "map_count_exhausted",
     "iterable_replicated": "iterable_not_sharded",
+    "uneven_batches": "uneven_shards_mp_spawn",
     "rng_duplicated": "rng_copied_into_workers",
 }
 SCENARIOS = SCENARIOS + tuple(

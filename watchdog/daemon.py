@@ -143,6 +143,7 @@ class Watcher:
         rank: Optional[Dict[str, str]] = None,
         examine: bool = True,
         peers: Callable[[], List[str]] = list,
+        peer_loaders: Callable[[], tuple] = tuple,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -155,7 +156,9 @@ class Watcher:
         self.rank = dict(rank) if rank else None
         self.examine = examine
         self.peers = peers
+        self.peer_loaders = peer_loaders
         self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
+        self.last_hang_kind = ""
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -487,6 +490,8 @@ class Watcher:
             pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
             worker_start_ticks=tuple((w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None),
             inside=view,
+            rank=(self.rank or {}).get("RANK"),
+            peer_loaders=self.peer_loaders(),
         )
         diagnoses = diagnose(facts)
         if terminate:
@@ -498,6 +503,7 @@ class Watcher:
         self._quiet_floor = time.monotonic()
         self._reported = (self.tracker.last_delivery_mono, terminable)
         self.last_hang_kind_in_loader = diagnoses[0].kind if verdict.kind == "dataloader" else ""
+        self.last_hang_kind = diagnoses[0].kind
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
         after = self.sampler.sample()
         self.tracker.rebaseline(after)
@@ -565,8 +571,11 @@ class JobWatcher:
         if now < self._next_discovery:
             return
         self._next_discovery = now + _RANK_DISCOVERY_S
+        owners = set()
+        if self._inside is not None:
+            owners = {v.pid for v in self._inside.read(None, forks=False).loaders}
         try:
-            found = discovery.find_ranks(psutil.Process(self.root_pid))
+            found = discovery.find_ranks(psutil.Process(self.root_pid), owners)
         except psutil.Error:
             return
         for proc, env in found:
@@ -587,6 +596,7 @@ class JobWatcher:
                 self._inside,
                 rank=env,
                 peers=lambda key=key: self.loader_stalls(except_key=key),
+                peer_loaders=lambda key=key: self.loaders_of_ranks(except_key=key),
             )
             self.ranks[key] = w
             self._all.append(w)
@@ -597,9 +607,10 @@ class JobWatcher:
         self.job.examine = not self.ranks
 
     def loader_stalls(self, except_key: Optional[Tuple[int, float]] = None) -> List[str]:
-        """One line per rank (other than ``except_key``) whose DataLoader is stalled now: its
+        """One line per rank (other than ``except_key``) that explains why the others wait: its
         main has waited in ``__next__`` for a batch a worker owns (the inside view) for at least
-        half of ``stall_timeout_s``, or its last report was a DataLoader hang."""
+        half of ``stall_timeout_s``, or its last report was a DataLoader hang or uneven batches
+        across ranks."""
         out = []
         now = time.monotonic()
         for key, w in self.ranks.items():
@@ -618,7 +629,19 @@ class JobWatcher:
             else:
                 if w.last_hang_kind_in_loader:
                     out.append(f"{name}: its DataLoader hang was reported ({w.last_hang_kind_in_loader})")
+                elif w.last_hang_kind == "uneven_batches":
+                    out.append(f"{name}: uneven batches across ranks were reported")
         return out
+
+    def loaders_of_ranks(self, except_key: Optional[Tuple[int, float]] = None) -> tuple:
+        """``((rank, loaders of its main), …)`` for every rank but ``except_key``, from its
+        latest sample (:attr:`Facts.peer_loaders`)."""
+        out = []
+        for key, w in self.ranks.items():
+            if key == except_key or not w.timeline:
+                continue
+            out.append((str((w.rank or {}).get("RANK")), tuple(v for v in w.timeline[-1].loaders if v.pid == w.root_pid)))
+        return tuple(out)
 
     def run(self) -> Outcome:
         """Watch until the job ends or ``stop`` is set; a single-process job also stops once it

@@ -482,7 +482,9 @@ class Facts:
     waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write end; ``worker_start_ticks``
     maps a worker pid to its start time in clock ticks since boot (``stat`` field 22).
     ``inside`` is the job's own record of its DataLoaders (``None``: no hook, ``dlwatch attach``
-    without the opt-in, ``--no-hook``).
+    without the opt-in, ``--no-hook``). In a multi-rank job, ``rank`` names the rank whose main
+    these facts are about, and ``peer_loaders`` holds each other rank's name and the inside
+    view of its main's iterators at the same time.
     """
 
     mode: str
@@ -508,6 +510,8 @@ class Facts:
     worker_start_ticks: Tuple[Tuple[int, int], ...] = ()
     shm_leftovers: Tuple[Tuple[str, int], ...] = ()
     inside: Optional[InsideView] = None
+    rank: Optional[str] = None
+    peer_loaders: Tuple[Tuple[str, Tuple[LoaderView, ...]], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

@@ -70,6 +70,7 @@ CASES: Tuple[Case, ...] = (
     ),
     Case("copy_on_read_index", "worker_memory_growth", "warning", settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0))),
     Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
+    Case("uneven_shards_mp_spawn", "uneven_batches", "hang", "suspected"),
     Case("iterable_not_sharded", "iterable_replicated", "warning"),
     Case("rng_copied_into_workers", "rng_duplicated", "warning"),
     Case("healthy_iterable_sharded", None),

@@ -10,7 +10,8 @@ main_join_prefetch_thread.py, exit_hang_queue_feeder.py, fd_exhausted_in_workers
 stdout_reader_gone.py, summary_writer_and_deadlock.py, loader_timeout_slow_batch.py,
 dataset_exception_len_lies.py, worker_segfault_mid_epoch.py, nested_pool_in_worker.py,
 spawn_without_main_guard.py, shm_removed.py, shm_leaked_after_kill.py, map_count_exhausted.py,
-copy_on_read_index.py, taskset_one_cpu.py, iterable_not_sharded.py, rng_copied_into_workers.py and
+copy_on_read_index.py, taskset_one_cpu.py, iterable_not_sharded.py, rng_copied_into_workers.py,
+uneven_shards_mp_spawn.py and
 the healthy_*.py controls.
 """
 

@@ -23,7 +23,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -145,23 +145,39 @@ def rank_env(pid: int) -> Optional[Dict[str, str]]:
     return env if "RANK" in env else None
 
 
-def find_ranks(root: psutil.Process) -> List[Tuple[psutil.Process, Dict[str, str]]]:
-    """The job's training ranks: the topmost Python processes of the tree whose environment sets
-    ``RANK`` (torchrun's workers, a launcher's ranks), with their rank variables, in tree order.
-    Their descendants (DataLoader workers inherit ``RANK``) belong to them and are not ranks;
-    nor is a process PyTorch named as a DataLoader worker. Empty for a single-process job."""
-    out = []
+def find_ranks(root: psutil.Process, loader_owners: Collection[int] = ()) -> List[Tuple[psutil.Process, Dict[str, str]]]:
+    """The job's training ranks, with their rank variables, in tree order: the topmost Python
+    processes of the tree whose environment sets ``RANK`` (torchrun's workers, a launcher's
+    ranks), and the topmost processes below the job's main that own a DataLoader iterator
+    (``loader_owners``, from the inside view: ranks started by ``torch.multiprocessing.spawn``,
+    which sets no variable; numbered by start order, as ``spawn`` starts them, and marked
+    ``RANK_SOURCE=start order``). Their descendants (DataLoader workers inherit ``RANK``) belong
+    to them; a process PyTorch named as a DataLoader worker is never a rank. Empty for a
+    single-process job."""
+    out: List[Tuple[psutil.Process, Dict[str, str]]] = []
+    spawned: List[psutil.Process] = []
+    main = find_main(root)
     queue = [root]
     while queue:
         proc = queue.pop(0)
         try:
-            env = rank_env(proc.pid) if proc.name() not in frames.WORKER_COMMS and is_python(proc) else None
+            if proc.name() in frames.WORKER_COMMS:
+                continue
+            env = rank_env(proc.pid) if is_python(proc) else None
             if env is not None:
                 out.append((proc, env))
+                continue
+            if main is not None and proc.pid in loader_owners and proc.pid != main.pid:
+                spawned.append(proc)
                 continue
             queue.extend(proc.children())
         except psutil.Error:
             continue
+    if spawned and not out:
+        spawned.sort(key=lambda p: (p.create_time(), p.pid))
+        out = [(p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"}) for i, p in enumerate(spawned)]
+        if main is not None and main.pid in loader_owners:
+            out.insert(0, (main, {"RANK": "main", "RANK_SOURCE": "the job's main process"}))
     return out
 
 

@@ -31,6 +31,7 @@ rank  kind                    why here
 18    batch_lost              a lost batch (after the exhaustion that caused it)
 20    worker_stuck            a worker stuck in the Dataset for another reason
 25    shutdown_hang           main stuck shutting the iterator down
+29    uneven_batches          ranks ran out of batches at different counts (uneven shards)
 30    stall_outside_loader    main stopped outside the loader
 50+   warnings                live findings, in the order of live.py, then data.py
 ====  ======================  ==========================================================

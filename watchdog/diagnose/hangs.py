@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 from .. import frames
 from ..states import Activity, WorkerState
-from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, ThreadAtFork, ThreadStack
+from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, LoaderView, ThreadAtFork, ThreadStack
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
@@ -724,6 +724,67 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
         pids=(pid,) + tuple(w.pid for w in facts.sample.workers),
         location=location(user),
         docs=(DOC_MULTI_PROCESS_LOADING,),
+    )
+
+
+DOC_UNEVEN_INPUTS = "https://pytorch.org/tutorials/advanced/generic_join.html"
+
+
+def _epoch_over(v: LoaderView) -> bool:
+    """The iterator's epoch has ended: main was in ``__next__`` with no worker owning the next
+    batch (StopIteration; the recorder leaves that mark until the next epoch)."""
+    return v.batches > 0 and v.waiting_since is not None and v.waiting_worker < 0
+
+
+@rule("uneven_batches", SEVERITY_HANG, 29, HANG)
+def uneven_batches(facts: Facts) -> Optional[Finding]:
+    """Ranks of a distributed job whose DataLoaders yield different numbers of batches: the
+    rank that runs out leaves the loop for its end-of-epoch collective, the others wait in the
+    next step's collective (DDP's gradient all-reduce) for a rank that never joins it, until the
+    collective timeout (allenai/allennlp#5088, microsoft/PyMarlin#80). Read from the inside view
+    of every rank: the same iterator over, on one rank, while another delivered a different
+    count and is still mid-epoch."""
+    if facts.rank is None or not facts.peer_loaders or facts.verdict is None or facts.verdict.kind == "dataloader":
+        return None
+    main = facts.sample.main
+    own = [v for v in facts.sample.loaders if main is not None and v.pid == main.pid]
+    if not own:
+        return None
+    latest = {facts.rank: max(own, key=lambda v: v.iterator)}
+    for rank, loaders in facts.peer_loaders:
+        if loaders:
+            latest[rank] = max(loaders, key=lambda v: v.iterator)
+    same = {r: v for r, v in latest.items() if v.iterator == latest[facts.rank].iterator}
+    over = {r: v for r, v in same.items() if _epoch_over(v)}
+    going = {r: v for r, v in same.items() if not _epoch_over(v)}
+    if not over or not going or len({v.batches for v in same.values()}) < 2:
+        return None
+    short = min(over.items(), key=lambda rv: rv[1].batches)
+    long = max(going.items(), key=lambda rv: rv[1].batches)
+    evidence = [
+        f"rank {r}: its DataLoader ({v.label}) ended the epoch after {v.batches} batches; the rank left the loop"
+        for r, v in sorted(over.items())
+    ] + [f"rank {r}: {v.batches} batches delivered in the same epoch, and more to come" for r, v in sorted(going.items())]
+    evidence.append(f"rank {facts.rank} (this report): main waits outside the DataLoader: {facts.verdict.reason}")
+    where = frames.innermost_user(facts.verdict.thread) if facts.verdict.thread is not None else None
+    if where is not None:
+        evidence.append(f"rank {facts.rank}: {describe(facts, main.pid, where)}")
+    return Finding(
+        confidence=0.85,
+        summary=(
+            f"The ranks' shards are uneven: rank {short[0]}'s DataLoader ran out after {short[1].batches} batches while rank "
+            f"{long[0]} delivered {long[1].batches} and has more, so the ranks wait in different collectives for each other "
+            "until the collective timeout."
+        ),
+        evidence=tuple(evidence),
+        remedy=(
+            "Give every rank the same number of batches: torch.utils.data.distributed.DistributedSampler (it pads the shards "
+            "to equal length; drop_last=True trims instead), or split files evenly; for inputs that are uneven by nature wrap "
+            "the loop in torch.distributed.algorithms.join.Join([model]) (DDP joins uneven inputs through it)."
+        ),
+        pids=(main.pid,),
+        location=f"{where.file}:{where.line}" if where is not None else None,
+        docs=(DOC_UNEVEN_INPUTS,),
     )
 
 
