@@ -360,15 +360,11 @@ class Watcher:
         info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
-        text = report.summary_text(rep.text)
-        if summary_only:
-            text = "\n".join(text.splitlines()[:4]) + "\n"
-        say(text)
+        say(report.short_summary(rep.text, warning=summary_only))
         try:
             path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
             self.outcome.reports.append(path)
-            stacks = f" (stacks of every process in {os.path.join(path, 'report.txt')})" if facts.mode == MODE_HANG else ""
-            log(f"report written to {path}{stacks}")
+            log(f"full report: {os.path.join(path, 'report.txt')}")
         except ReportWriteError as e:
             log(f"{e}; the summary above is all that was kept")
 

@@ -308,6 +308,27 @@ def status_lines(doc: dict) -> List[str]:
     return lines
 
 
+# Width of the summary printed to stderr (``short_summary``).
+SHORT_WIDTH = 100
+_SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:")
+
+
+def short_summary(text: str, warning: bool = False) -> str:
+    """What goes to stderr when a report is written: its first line and the ``cause``,
+    ``where``, ``fix``, ``action`` (and ``stacks``, when py-spy could not read them) lines, each
+    wrapped to ``SHORT_WIDTH`` characters; a warning gets its first line and cause only. The
+    report file holds the rest."""
+    import textwrap
+
+    lines = text.splitlines()
+    keep = [lines[0]] + [line for line in lines[1:8] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)]
+    out = []
+    for line in keep:
+        indent = " " * (len(line) - len(line.lstrip()) + (8 if line.startswith("  ") else 2))
+        out += textwrap.wrap(line, SHORT_WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [line]
+    return "\n".join(out) + "\n"
+
+
 def summary_text(text: str) -> str:
     """The report text without its stacks section (what is printed to stderr)."""
     return text.split("\n" + STACKS_HEADING, 1)[0].rstrip("\n") + "\n"

@@ -49,3 +49,26 @@ def test_writer_failure_names_the_folder_and_leaves_nothing(tmp_path):
         writer.write(rep, str(blocker / "sub"))
     assert str(blocker) in str(e.value)
     assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(str(tmp_path / "ok"))
+
+
+def test_the_stderr_summary_is_short_and_wrapped():
+    text = "\n".join(
+        [
+            "dlwatch: job hung (proven): fork_inherited_lock — job pid 1 stalled 5 s (" + "python train.py " * 10 + ")",
+            "  cause:  " + "a long cause sentence " * 12,
+            "  where:  /home/user/train/data.py:40",
+            "  fix:    " + "do this and that " * 12,
+            "  docs:   https://pytorch.org/docs/stable/notes/multiprocessing.html",
+            "  action: terminate (proven)",
+            "  why:    proven: every thread waits",
+            "",
+            "Evidence:",
+            "  - worker pid 2: futex",
+        ]
+    )
+    short = report.short_summary(text)
+    lines = short.splitlines()
+    assert all(len(line) <= report.SHORT_WIDTH for line in lines), lines
+    assert "cause:" in short and "where:" in short and "fix:" in short and "action:" in short
+    assert "Evidence" not in short and "docs:" not in short and "why:" not in short
+    assert report.short_summary(text, warning=True).count("\n") < len(lines)

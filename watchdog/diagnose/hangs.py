@@ -160,7 +160,11 @@ def _proof_line(facts: Facts, pid: int) -> List[str]:
     """The proof's lines about ``pid`` (its conclusion is added once per finding)."""
     if facts.proof is None or pid not in facts.proof.pids:
         return []
-    return [f"proof: {line}" for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
+    # The raw syscall line (addresses) stays in the report's proof section, not in evidence.
+    return [f"proof: {_RAW_SYSCALL.sub('', line)}" for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
+
+
+_RAW_SYSCALL = re.compile(r" — `[^`]*`")
 
 
 # --- fork-inherited locks and deadlocks inside a worker -------------------------------------------
