@@ -314,6 +314,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
     outcome = watcher.run()
+    if outcome.terminated or stopped:
+        watcher.alerts.wait(cfg.exec_timeout_s)
     if outcome.terminated:
         return EXIT_TERMINATED
     if stopped:

@@ -52,6 +52,10 @@ class Config(_Strict):
     stderr_tail_bytes: int = Field(65536, ge=0, le=16 * 2**20)
     hook: bool = True
     data_checks: bool = True
+    on_hang_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
+    on_crash_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
+    on_warning_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
+    exec_timeout_s: float = Field(30.0, gt=0, le=3600)
     py_spy: PySpyConfig = PySpyConfig()
 
 

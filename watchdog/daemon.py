@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import psutil
 
 from . import __version__, act, detect, frames, report, writer
+from .alert import Alerts
 from .collect import cgroup, discovery, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
@@ -125,6 +126,8 @@ class Watcher:
             watcher watches as its main, under a multi-rank launcher (:class:`JobWatcher`).
         examine: ``False`` samples only, for the job-level report after it ends (the launcher
             of a multi-rank job: its ranks have watchers of their own).
+        alerts: runs ``on_*_exec`` after each report (shared by the watchers of one job).
+        peer_loaders: the other ranks' main iterators now (:meth:`JobWatcher.loaders_of_ranks`).
         peers: the other ranks whose DataLoader is stalled now, one line each
             (:meth:`JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
             loader is stuck is waiting for that rank, and says so instead of reporting a hang.
@@ -144,6 +147,7 @@ class Watcher:
         examine: bool = True,
         peers: Callable[[], List[str]] = list,
         peer_loaders: Callable[[], tuple] = tuple,
+        alerts: Optional[Alerts] = None,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -157,6 +161,7 @@ class Watcher:
         self.examine = examine
         self.peers = peers
         self.peer_loaders = peer_loaders
+        self.alerts = alerts or Alerts({k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")}, config.exec_timeout_s, log)
         self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
         self.last_hang_kind = ""
         self.stop = threading.Event()
@@ -365,6 +370,19 @@ class Watcher:
             path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
             self.outcome.reports.append(path)
             log(f"full report: {os.path.join(path, 'report.txt')}")
+            first = diagnoses[0]
+            self.alerts.fire(
+                facts.mode,
+                {
+                    "DLWATCH_REPORT": path,
+                    "DLWATCH_KIND": first.kind,
+                    "DLWATCH_MODE": facts.mode,
+                    "DLWATCH_SUMMARY": first.summary,
+                    "DLWATCH_ACTION": action,
+                    "DLWATCH_JOB_PID": str(job["pid"]),
+                    "DLWATCH_RANK": str((self.rank or {}).get("RANK", "")),
+                },
+            )
         except ReportWriteError as e:
             log(f"{e}; the summary above is all that was kept")
 
@@ -552,6 +570,7 @@ class JobWatcher:
         self._stderr_tail = stderr_tail
         self._inside = inside
         self.job = Watcher(config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside)
+        self.alerts = self.job.alerts
         self.ranks: Dict[Tuple[int, float], Watcher] = {}
         self._all: List[Watcher] = [self.job]
         self._next_discovery = float("-inf")
@@ -593,6 +612,7 @@ class JobWatcher:
                 rank=env,
                 peers=lambda key=key: self.loader_stalls(except_key=key),
                 peer_loaders=lambda key=key: self.loaders_of_ranks(except_key=key),
+                alerts=self.alerts,
             )
             self.ranks[key] = w
             self._all.append(w)
@@ -662,5 +682,7 @@ class JobWatcher:
         return self.outcome
 
     def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
-        """The job-level look after the job ended (:meth:`Watcher.after_exit`)."""
+        """The job-level look after the job ended (:meth:`Watcher.after_exit`); then waits up to
+        ``exec_timeout_s`` for alert commands still running."""
         self.job.after_exit(exit_code, terminated)
+        self.alerts.wait(self.config.exec_timeout_s)

@@ -430,3 +430,23 @@ def test_without_stacks_a_long_wait_outside_the_loader_is_never_ended_at_the_bus
     assert code == 0, err
     assert "done" in out
     assert all(load_report(f)["action"] == "report" for f in reports(str(tmp_path / "r")))
+
+
+def test_an_alert_command_runs_after_a_hang_report_and_its_failure_changes_nothing(tmp_path):
+    marker = tmp_path / "alert.txt"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"on_hang_exec: 'echo \"$DLWATCH_KIND $DLWATCH_MODE $DLWATCH_REPORT\" > {marker}'\n"
+        "on_crash_exec: 'exit 7'\n"
+        "exec_timeout_s: 20\n"
+    )
+    code, out, err = run_dlwatch(
+        ["--config", str(cfg), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")],
+        TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
+    )
+    assert code == 124, err
+    kind, mode, folder = marker.read_text().split()
+    assert kind == "fork_inherited_lock" and mode == "hang" and folder in reports(str(tmp_path / "r"))
+    code, out, err = run_dlwatch(["--config", str(cfg), "--report-dir", str(tmp_path / "c")], TRAIN + ["--fault", "worker-killed"])
+    assert code != 0 and reports(str(tmp_path / "c"))  # the crash report was written
+    assert "on_crash_exec exited with code 7" in err

@@ -1,0 +1,71 @@
+"""Alert hooks: the user's command, run after a report is written (``on_hang_exec``,
+``on_crash_exec``, ``on_warning_exec``). Like ``act``, a module with side effects; it never
+raises into the watch loop and never blocks it: each command runs in a thread of its own,
+through ``/bin/sh -c`` (so ``$DLWATCH_REPORT`` expands), with stdin closed, its output
+discarded and a timeout; a failure is logged in one line and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from typing import Callable, Dict, List, Mapping, Optional
+
+# Report modes -> the setting whose command runs for them.
+SETTING_OF_MODE = {"hang": "on_hang_exec", "crash": "on_crash_exec", "live": "on_warning_exec", "exit": "on_warning_exec"}
+
+
+class Alerts:
+    """Runs the configured command for each report.
+
+    Args:
+        commands: setting name (``on_hang_exec``, …) -> shell command, or ``None`` for none.
+        timeout_s: seconds a command may run before it is killed.
+        log: where one-line failures go.
+    """
+
+    def __init__(self, commands: Mapping[str, Optional[str]], timeout_s: float, log: Callable[[str], None]) -> None:
+        self.commands = {k: v for k, v in commands.items() if v}
+        self.timeout_s = timeout_s
+        self.log = log
+        self._threads: List[threading.Thread] = []
+
+    def fire(self, mode: str, env: Mapping[str, str]) -> None:
+        """Run the command for a report of ``mode`` (``hang``, ``crash``, ``live``, ``exit``),
+        with ``env`` (``DLWATCH_REPORT``, ``DLWATCH_KIND``, …) added to dlwatch's environment."""
+        setting = SETTING_OF_MODE.get(mode)
+        cmd = self.commands.get(setting or "")
+        if not cmd:
+            return
+        full = {**os.environ, **env}
+        t = threading.Thread(target=self._run, args=(setting, cmd, full), name=f"alert-{setting}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _run(self, setting: str, cmd: str, env: Dict[str, str]) -> None:
+        try:
+            done = subprocess.run(
+                ["/bin/sh", "-c", cmd],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=self.timeout_s,
+                start_new_session=True,  # never in the job's or the terminal's process group
+            )
+            if done.returncode != 0:
+                tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                self.log(f"{setting} exited with code {done.returncode}: {tail[0][:200]}")
+        except subprocess.TimeoutExpired:
+            self.log(f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed")
+        except OSError as e:
+            self.log(f"{setting} could not run: {e.strerror or e}")
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds in all for commands still running (at exit)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
