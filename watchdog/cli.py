@@ -51,6 +51,7 @@ _OVERRIDES = {
     "--terminate-grace": ("terminate_grace_s", float),
     "--report-dir": ("report_dir", str),
     "--pyspy-timeout": ("py_spy.timeout_s", float),
+    "--metrics-port": ("metrics_port", int),
 }
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
@@ -72,6 +73,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--terminate-grace", type=float, metavar="S", help="seconds between SIGTERM and SIGKILL (terminate_grace_s)")
     p.add_argument("--pyspy-timeout", type=float, metavar="S", help="per-process py-spy timeout in seconds (py_spy.timeout_s)")
     p.add_argument("--no-native", action="store_true", help="Python frames only (py_spy.native: false)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port (metrics_port)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +164,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return EXIT_NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    server, collector = _start_metrics(cfg)
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
     tail = _start_stderr_tail(cfg)
@@ -212,6 +215,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     outcome, watcher = Outcome(), None
     try:
         watcher = JobWatcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd, inside=reader)
+        _attach_metrics(collector, watcher)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
@@ -224,7 +228,33 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if tail:
         tail.cleanup()
     _remove(folder)
+    if server is not None:
+        server.shutdown()
     return EXIT_TERMINATED if outcome.terminated else code
+
+
+def _start_metrics(cfg: config_mod.Config):
+    """``(server, collector)`` serving Prometheus metrics when ``metrics_port`` is set, else
+    ``(None, None)``.
+
+    Raises:
+        ConfigError: the port cannot be bound (naming it).
+    """
+    if cfg.metrics_port is None:
+        return None, None
+    from . import metrics
+
+    collector = metrics.JobMetrics(list)
+    try:
+        return metrics.serve(cfg.metrics_port, collector, cfg.metrics_addr), collector
+    except OSError as e:
+        raise ConfigError("metrics_port", f"cannot listen on {cfg.metrics_addr}:{cfg.metrics_port}: {e.strerror or e}", "settings") from None
+
+
+def _attach_metrics(collector, watcher: JobWatcher) -> None:
+    if collector is not None:
+        collector.watchers = watcher.metrics_view
+        watcher.on_report = collector.note_report
 
 
 def _hook_folder(cfg: config_mod.Config):
@@ -311,7 +341,9 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     reader = inside.InsideReader(
         folder, "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)" if cfg.hook else "no inside view (hook: false / --no-hook)"
     )
+    server, collector = _start_metrics(cfg)
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
+    _attach_metrics(collector, watcher)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
     outcome = watcher.run()
     if outcome.terminated or stopped:

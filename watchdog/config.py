@@ -56,6 +56,8 @@ class Config(_Strict):
     on_crash_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
     on_warning_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
     exec_timeout_s: float = Field(30.0, gt=0, le=3600)
+    metrics_port: Optional[int] = Field(None, ge=1, le=65535)
+    metrics_addr: str = Field("0.0.0.0", min_length=1, pattern=_NO_NUL)
     py_spy: PySpyConfig = PySpyConfig()
 
 

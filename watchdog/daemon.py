@@ -164,6 +164,8 @@ class Watcher:
         self.alerts = alerts or Alerts({k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")}, config.exec_timeout_s, log)
         self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
         self.last_hang_kind = ""
+        self.last_stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
+        self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -234,6 +236,7 @@ class Watcher:
             return
         self._said.pop("stopped", None)
         stall = self.tracker.stall(sample)
+        self.last_stall_s = None if stall is None else stall.stall_s
         if stall is None:
             return
         delivery = self.tracker.last_delivery_mono
@@ -371,6 +374,7 @@ class Watcher:
             self.outcome.reports.append(path)
             log(f"full report: {os.path.join(path, 'report.txt')}")
             first = diagnoses[0]
+            self.on_report(facts.mode, first.kind, str((self.rank or {}).get("RANK", "")))
             self.alerts.fire(
                 facts.mode,
                 {
@@ -571,6 +575,8 @@ class JobWatcher:
         self._inside = inside
         self.job = Watcher(config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside)
         self.alerts = self.job.alerts
+        self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
+        self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[Tuple[int, float], Watcher] = {}
         self._all: List[Watcher] = [self.job]
         self._next_discovery = float("-inf")
@@ -614,6 +620,7 @@ class JobWatcher:
                 peer_loaders=lambda key=key: self.loaders_of_ranks(except_key=key),
                 alerts=self.alerts,
             )
+            w.on_report = lambda *a: self.on_report(*a)
             self.ranks[key] = w
             self._all.append(w)
             world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
@@ -648,6 +655,13 @@ class JobWatcher:
                 elif w.last_hang_kind == "uneven_batches":
                     out.append(f"{name}: uneven batches across ranks were reported")
         return out
+
+    def metrics_view(self) -> List[Tuple[str, Optional[Sample], Optional[float]]]:
+        """``[(rank, latest sample, seconds since progress)]`` for :class:`~watchdog.metrics.JobMetrics`:
+        each rank's, or the job's when it has no ranks. Read from another thread: only the
+        last values each watcher stored."""
+        watchers = list(self.ranks.values()) or [self.job]
+        return [(str((w.rank or {}).get("RANK", "")), w.timeline[-1] if w.timeline else None, w.last_stall_s) for w in watchers]
 
     def loaders_of_ranks(self, except_key: Optional[Tuple[int, float]] = None) -> tuple:
         """``((rank, loaders of its main), …)`` for every rank but ``except_key``, from its

@@ -450,3 +450,52 @@ def test_an_alert_command_runs_after_a_hang_report_and_its_failure_changes_nothi
     code, out, err = run_dlwatch(["--config", str(cfg), "--report-dir", str(tmp_path / "c")], TRAIN + ["--fault", "worker-killed"])
     assert code != 0 and reports(str(tmp_path / "c"))  # the crash report was written
     assert "on_crash_exec exited with code 7" in err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prometheus_metrics_are_served_while_a_real_job_runs(tmp_path):
+    import urllib.request
+
+    port = _free_port()
+    job = TRAIN + ["--num-workers", "2", "--epochs", "1", "--samples", "400", "--sample-delay-s", "0.05"]
+    proc = start(DLWATCH + ["run", "--metrics-port", str(port), "--report-dir", str(tmp_path)] + ["--"] + job)
+    try:
+
+        def scrape():
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                return None
+            return text if 'dlwatch_loader_batches{' in text and 'role="dataloader_worker"' in text else None
+
+        text = wait_for(scrape, 60, "metrics with the loader's batches and the workers")
+        assert 'dlwatch_process_cpu_seconds_total{rank="",role="main",worker_id=""}' in text
+        assert 'dlwatch_process_resident_memory_bytes{rank="",role="dataloader_worker",worker_id="1"}' in text
+        assert "dlwatch_seconds_since_progress" in text and "dlwatch_shm_size_bytes" in text
+        assert "pid=" not in text  # workers get new pids every epoch: never a label
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    finally:
+        kill_tree(proc)
+
+
+def test_a_metrics_port_in_use_is_a_one_line_error_before_the_job_starts(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        marker = tmp_path / "started"
+        done = subprocess.run(
+            DLWATCH + ["run", "--metrics-port", str(port), "--", PY, "-c", f"open({str(marker)!r}, 'w')"], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 2 and "metrics_port" in done.stderr and str(port) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not marker.exists()
