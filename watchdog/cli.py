@@ -87,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
+    reports_p = sub.add_parser("reports", help="list report folders, newest first: dlwatch reports [DIR]")
+    reports_p.add_argument("dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)")
+    reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
+    reports_p.add_argument("-n", type=int, default=None, metavar="N", help="only the newest N")
+    show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
+    show.add_argument("report", help="a report folder")
+    show.add_argument("--full", action="store_true", help="the whole report.txt, stacks included")
+    show.add_argument("--html", action="store_true", help="write one self-contained HTML page and print its path")
+    show.add_argument("--out", metavar="PATH", help="where --html writes (default REPORT/report.html)")
     status = sub.add_parser(
         "status",
         help="what a running job's DataLoaders are doing now (its inside view) and its pinned memory: dlwatch status --pid PID",
@@ -302,6 +311,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `dlwatch … | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def cmd_reports(args: argparse.Namespace) -> int:
+    """``dlwatch reports [DIR]``: report folders, newest first."""
+    from . import browse
+
+    report_dir = args.dir or config_mod.load(args.config, {}).report_dir
+    table, n = browse.listing(report_dir, args.n)
+    _print(table if n else f"no reports in {report_dir}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``dlwatch show REPORT``: the summary again, the whole report, or its HTML page."""
+    from . import browse
+
+    if args.html:
+        _print(browse.write_html(args.report, args.out))
+        return EXIT_OK
+    _print(browse.text(args.report, full=args.full).rstrip("\n"))
+    return EXIT_OK
+
+
 def cmd_hook_env() -> int:
     """Print ``PYTHONPATH=… DLWATCH_HOOK_DIR=…`` with a new private folder, for ``env $(…)``."""
     try:
@@ -378,11 +415,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":
         return cmd_hook_env()
-    if args.command == "status":
+    if args.command in ("status", "reports", "show"):
         try:
-            return cmd_status(args)
+            return {"status": cmd_status, "reports": cmd_reports, "show": cmd_show}[args.command](args)
         except WatchdogError as e:
             log(f"error: {e}")
+            return EXIT_USAGE
+        except OSError as e:
+            log(f"error: {e.filename or ''}: {e.strerror or e}")
             return EXIT_USAGE
     try:
         cfg = load_config(args)

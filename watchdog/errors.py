@@ -65,3 +65,11 @@ class ReportWriteError(WatchdogError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         super().__init__(f"cannot write report to {path}: {reason}")
+
+
+class ReportNotFound(WatchdogError):
+    """A path that is not a readable report folder (no ``report.json`` in it)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path!r}: {why}")
+        self.path = path

@@ -1,0 +1,130 @@
+"""Reading reports back: ``dlwatch reports [DIR]`` lists them, ``dlwatch show REPORT`` prints
+one again (``--html`` renders it as one self-contained HTML page, see :mod:`watchdog.html`).
+Reads only what :mod:`watchdog.writer` wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional, Tuple
+
+from tabulate import tabulate
+
+from . import frames
+from .errors import ReportNotFound
+
+
+def load(folder: str) -> dict:
+    """The ``report.json`` document of a report folder.
+
+    Raises:
+        ReportNotFound: no such folder, no ``report.json`` in it, or not valid JSON.
+    """
+    path = os.path.join(folder, "report.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ReportNotFound(folder, "not a report folder (no report.json)") from None
+    except (OSError, ValueError) as e:
+        raise ReportNotFound(folder, f"cannot read report.json: {getattr(e, 'strerror', None) or e}") from None
+
+
+def folders(report_dir: str) -> List[str]:
+    """Report folders under ``report_dir``, newest first (their names start with the UTC time);
+    temporary folders of reports being written are left out.
+
+    Raises:
+        ReportNotFound: ``report_dir`` is not a readable folder.
+    """
+    try:
+        names = os.listdir(report_dir)
+    except OSError as e:
+        raise ReportNotFound(report_dir, e.strerror or str(e)) from None
+    found = [os.path.join(report_dir, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(report_dir, n, "report.json"))]
+    return sorted(found, key=os.path.basename, reverse=True)
+
+
+def row(folder: str, doc: dict) -> List[str]:
+    """One line of ``dlwatch reports``: time, job pid, rank, mode, first kind, where, action."""
+    first = (doc.get("diagnoses") or [{}])[0]
+    job = doc.get("job") or {}
+    rank = (job.get("rank") or {}).get("RANK", "")
+    where = first.get("location") or ""
+    if where:
+        file, _, line = where.rpartition(":")
+        where = f"{frames.short_path(file)}:{line}"
+    mode = doc.get("mode", "")
+    if mode == "hang":
+        mode += f" ({(doc.get('stall') or {}).get('certainty') or 'suspected'})"
+    return [
+        (doc.get("detected_at") or "")[:19].replace("T", " "),
+        str(job.get("pid", "")),
+        str(rank),
+        mode,
+        first.get("kind", ""),
+        where,
+        doc.get("action", ""),
+        os.path.basename(folder),
+    ]
+
+
+def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
+    """The table of ``dlwatch reports`` and how many reports it lists; unreadable folders are
+    listed with their error instead of dropped.
+
+    Raises:
+        ReportNotFound: ``report_dir`` is not a readable folder.
+    """
+    rows = []
+    for folder in folders(report_dir)[:limit]:
+        try:
+            rows.append(row(folder, load(folder)))
+        except ReportNotFound as e:
+            rows.append(["", "", "", "", "", str(e), "", os.path.basename(folder)])
+    headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "FOLDER"]
+    return tabulate(rows, headers=headers, tablefmt="simple"), len(rows)
+
+
+def text(folder: str, full: bool = False) -> str:
+    """The report's text again: its summary (``report.txt`` without the stacks), or all of it.
+
+    Raises:
+        ReportNotFound: not a report folder.
+    """
+    from .report import summary_text
+
+    load(folder)
+    try:
+        with open(os.path.join(folder, "report.txt"), encoding="utf-8") as f:
+            body = f.read()
+    except OSError as e:
+        raise ReportNotFound(folder, f"cannot read report.txt: {e.strerror}") from None
+    return body if full else summary_text(body)
+
+
+def write_html(folder: str, out: Optional[str] = None) -> str:
+    """Render the report at ``folder`` as one HTML page (:mod:`watchdog.html`), written
+    atomically to ``out`` (default ``FOLDER/report.html``, mode 0600); returns its path.
+
+    Raises:
+        ReportNotFound: not a report folder.
+        OSError: the page cannot be written.
+    """
+    import tempfile
+
+    from . import html as html_mod
+
+    doc = load(folder)
+    page = html_mod.render(doc, text(folder, full=True))
+    out = out or os.path.join(folder, "report.html")
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)) or ".", prefix=".report.html.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out

@@ -1,0 +1,179 @@
+"""One report as a self-contained HTML page (``dlwatch show --html REPORT``): the summary, the
+evidence, plots of the timeline and every stack, collapsible. No network access is needed to
+read it: the plots are PNGs inside the page. The plots need matplotlib (the ``[html]`` or
+``[probes]`` extra); without it the page says so and holds everything else.
+
+Plots, against seconds since the first sample, with the stall window shaded: CPU use of each
+process (% of one core), RSS and USS, open fds against RLIMIT_NOFILE, ``/dev/shm`` use, and,
+with the inside view, each iterator's batches and data wait.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Dict, List, Optional, Tuple
+
+from .report import STACKS_HEADING
+
+_STYLE = """
+body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 12px; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
+.plots img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0; }
+details { margin: 0.4em 0; } summary { cursor: pointer; font-weight: 600; }
+.note { color: #8a6d3b; }
+"""
+
+
+def _series(doc: dict) -> Tuple[List[float], Dict[str, Dict[str, List[Tuple[float, float]]]], List[Tuple[float, float]], Dict[str, List[Tuple[float, float, float]]]]:
+    """From the timeline: times, per-process series (cpu %, rss, uss, fds, fd limit) keyed by
+    ``role pid``, /dev/shm use, and per-iterator ``(t, batches, wait_s)``."""
+    timeline = doc.get("timeline") or []
+    if not timeline:
+        return [], {}, [], {}
+    t0 = timeline[0]["t_mono"]
+    times = [s["t_mono"] - t0 for s in timeline]
+    procs: Dict[str, Dict[str, List[Tuple[float, float]]]] = {}
+    last_cpu: Dict[int, Tuple[float, float]] = {}
+    shm = []
+    loaders: Dict[str, List[Tuple[float, float, float]]] = {}
+    for t, s in zip(times, timeline):
+        if s.get("shm_used_bytes") is not None:
+            shm.append((t, s["shm_used_bytes"] / 2**20))
+        for p in s.get("processes", []):
+            key = f"{p['role']} {p['pid']}"
+            series = procs.setdefault(key, {"cpu": [], "rss": [], "uss": [], "fds": [], "limit": []})
+            prev = last_cpu.get(p["pid"])
+            if prev is not None and t > prev[0]:
+                series["cpu"].append((t, 100.0 * (p["cpu_s"] - prev[1]) / (t - prev[0])))
+            last_cpu[p["pid"]] = (t, p["cpu_s"])
+            series["rss"].append((t, p["rss_bytes"] / 2**20))
+            if p.get("uss_bytes") is not None:
+                series["uss"].append((t, p["uss_bytes"] / 2**20))
+            if p.get("num_fds") is not None:
+                series["fds"].append((t, p["num_fds"]))
+            if p.get("rlimit_nofile_soft"):
+                series["limit"].append((t, p["rlimit_nofile_soft"]))
+        for entry in s.get("loaders", []):
+            pid, iterator, _epoch, batches, wait_s = entry[:5]
+            loaders.setdefault(f"pid {pid} iterator {iterator}", []).append((t, batches, wait_s))
+    return times, procs, shm, loaders
+
+
+def _stall_window(doc: dict, times: List[float]) -> Optional[Tuple[float, float]]:
+    stall = doc.get("stall") or {}
+    if not times or not stall.get("stall_s"):
+        return None
+    end = times[-1]
+    return max(0.0, end - stall["stall_s"]), end
+
+
+def plots(doc: dict) -> List[Tuple[str, bytes]]:
+    """``(title, PNG bytes)`` for each plot of the report's timeline (none without samples).
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times, procs, shm, loaders = _series(doc)
+    if not times:
+        return []
+    window = _stall_window(doc, times)
+    out = []
+    colors = {k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])}  # one colour per process, in every plot
+
+    def figure(title: str, ylabel: str, lines):
+        fig, ax = plt.subplots(figsize=(10, 3.2), dpi=90)
+        for label, points, style in lines:
+            if points:
+                key = label.rsplit(" ", 1)[0] if label.endswith((" RSS", " USS", " limit")) else label
+                ax.plot([p[0] for p in points], [p[1] for p in points], style, label=label, linewidth=1.2, color=colors.get(key))
+        if window is not None:
+            ax.axvspan(window[0], window[1], color="#d62728", alpha=0.12, label="stall")
+        ax.set_title(title)
+        ax.set_xlabel("seconds since the first sample")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize=7, loc="upper left", ncol=3)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        out.append((title, buf.getvalue()))
+
+    figure("CPU", "% of one core", [(k, v["cpu"], "-") for k, v in procs.items()])
+    figure("Memory", "MiB", [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()] + [(f"{k} USS", v["uss"], "--") for k, v in procs.items()])
+    most = max((n for v in procs.values() for _, n in v["fds"]), default=0)
+    limits = sorted({n for v in procs.values() for _, n in v["limit"]})
+    if limits and limits[0] <= 10 * max(most, 1):  # a limit near the counts is drawn; a far one is named
+        figure("Open file descriptors", "fds", [(k, v["fds"], "-") for k, v in procs.items()] + [(f"{k} limit", v["limit"], ":") for k, v in procs.items() if v["limit"]])
+    else:
+        limit = f" (RLIMIT_NOFILE {', '.join(str(int(x)) for x in limits)})" if limits else ""
+        figure("Open file descriptors" + limit, "fds", [(k, v["fds"], "-") for k, v in procs.items()])
+    figure("/dev/shm", "MiB used", [("/dev/shm", shm, "-")])
+    if loaders:
+        figure("Batches delivered (inside view)", "batches", [(k, [(t, b) for t, b, _ in v], "-") for k, v in loaders.items()])
+        figure("Data wait (inside view)", "seconds main waited in __next__", [(k, [(t, w) for t, _, w in v], "-") for k, v in loaders.items()])
+    return out
+
+
+def render(doc: dict, text: str) -> str:
+    """The HTML page of a report: ``doc`` is its ``report.json``, ``text`` its ``report.txt``."""
+    summary, _, stacks = text.partition("\n" + STACKS_HEADING)
+    first = (doc.get("diagnoses") or [{}])[0]
+    title = f"dlwatch: {doc.get('mode', '')}: {first.get('kind', '')} — job pid {(doc.get('job') or {}).get('pid', '')}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1 id=\"title\">{html.escape(title)}</h1>",
+        f"<p id=\"cause\"><b>Cause:</b> {html.escape(first.get('summary', ''))}</p>",
+    ]
+    if first.get("location"):
+        parts.append(f"<p><b>Where:</b> <code>{html.escape(first['location'])}</code></p>")
+    parts.append(f"<p><b>Fix:</b> {html.escape(first.get('remedy', ''))}</p>")
+    parts.append(f"<p><b>Action:</b> {html.escape(str(doc.get('action', '')))} {html.escape(doc.get('action_note') or '')}</p>")
+    parts.append('<h2>Evidence</h2><ul id="evidence">')
+    parts += [f"<li>{html.escape(line)}</li>" for line in first.get("evidence", [])]
+    parts.append("</ul>")
+    parts.append('<h2>Timeline</h2><div class="plots" id="plots">')
+    try:
+        images = plots(doc)
+        if not images:
+            parts.append('<p class="note">No samples in the timeline.</p>')
+        for name, png in images:
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    except ImportError:
+        parts.append('<p class="note">Plots need matplotlib: pip install "dataloader-watchdog[html]".</p>')
+    parts.append("</div>")
+    parts.append('<h2>Report</h2><details open><summary>report.txt (summary)</summary>')
+    parts.append(f"<pre>{html.escape(summary)}</pre></details>")
+    if stacks.strip():
+        parts.append('<h2>Stacks</h2><div id="stacks">')
+        for block in _stack_blocks(stacks):
+            head, _, body = block.partition("\n")
+            parts.append(f"<details><summary>{html.escape(head.strip())}</summary><pre>{html.escape(body)}</pre></details>")
+        parts.append("</div>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _stack_blocks(stacks: str) -> List[str]:
+    """The stacks section split into one block per process (lines starting at two spaces)."""
+    blocks: List[str] = []
+    for line in stacks.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            blocks.append(line)
+        elif blocks:
+            blocks[-1] += "\n" + line
+    return blocks
