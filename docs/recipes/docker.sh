@@ -1,0 +1,10 @@
+#!/bin/sh
+# Docker: enough /dev/shm for the DataLoader (the default is 64 MB), SYS_PTRACE for py-spy, and
+# the metrics port. dlwatch runs inside the training container, in front of the job.
+exec docker run --rm \
+  --shm-size=8g \
+  --cap-add SYS_PTRACE \
+  -p 9400:9400 \
+  -v "$PWD/dlwatch-reports:/workspace/dlwatch-reports" \
+  my-registry/train:latest \
+  dlwatch run --metrics-port 9400 --report-dir /workspace/dlwatch-reports -- python train.py --epochs 10
