@@ -12,6 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from tabulate import tabulate
 
 from . import frames
+from .collect.procfs import redact_cmdline
 from .types import Diagnosis, Facts, ForkRecord, Frame, InsideView, LoaderView, ProcessSample, ProcessStack, Report, Sample
 
 SCHEMA_VERSION = 1
@@ -53,7 +54,7 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         "role": role,
         "role_source": role_source,
         "name": p.name,
-        "cmdline": list(p.cmdline),
+        "cmdline": redact_cmdline(p.cmdline),
         "start_method": p.start_method,
         **_metrics(p),
         "threads_proc": [asdict(d) for d in details],
@@ -252,6 +253,7 @@ def build(
         suffix: appended to the folder name (``crash``, ``warning-<kind>``), or empty.
         action_note: why the action was (or was not) taken, or empty.
     """
+    job = {**job, "cmdline": redact_cmdline(job.get("cmdline") or [])}
     role_of = roles(facts)
     processes = []
     raw_files = []

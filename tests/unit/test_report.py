@@ -72,3 +72,17 @@ def test_the_stderr_summary_is_short_and_wrapped():
     assert "cause:" in short and "where:" in short and "fix:" in short and "action:" in short
     assert "Evidence" not in short and "docs:" not in short and "why:" not in short
     assert report.short_summary(text, warning=True).count("\n") < len(lines)
+
+
+def test_secret_looking_arguments_are_redacted_from_command_lines():
+    from watchdog.collect.procfs import REDACTED, redact_cmdline
+
+    args = ["python", "train.py", "--api-key=abc123", "--hf-token", "hf_XYZ", "WANDB_API_KEY=k1", "--db", "postgres://u:pw@h/db", "--lr", "0.1", "--password"]
+    out = redact_cmdline(args)
+    assert out[:2] == ["python", "train.py"] and out[2] == f"--api-key={REDACTED}"
+    assert out[3:5] == ["--hf-token", REDACTED] and out[5] == f"WANDB_API_KEY={REDACTED}"
+    assert out[7] == f"postgres://u:{REDACTED}@h/db" and out[8:10] == ["--lr", "0.1"]
+    assert "abc123" not in " ".join(out) and "hf_XYZ" not in " ".join(out) and "pw@" not in " ".join(out)
+    facts = hang_facts([])
+    rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": args, "start_time": None}, 1.8e9, "report", None, {})
+    assert "abc123" not in rep.text and "hf_XYZ" not in str(rep.document)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..types import ThreadDetail, ThreadSample
 from . import waits
@@ -235,6 +235,31 @@ def redact_env(env: Dict[str, str]) -> Dict[str, str]:
         else:
             v = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, v)
             out[k] = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", v)
+    return out
+
+
+def redact_cmdline(args) -> List[str]:
+    """A command line with secret-looking values replaced: ``--api-key=V`` and ``--api-key V``
+    (flag names as secret-looking as :func:`redact_env`'s keys), ``TOKEN=V`` assignments, and
+    passwords inside URLs and ``password=``-style parts of any argument."""
+    out: List[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, _value = arg.partition("=")
+        key = name.lstrip("-").replace("-", "_")
+        if key and _SECRET_KEY.search(key) and (eq or name.startswith("-")):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        arg = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, arg)
+        out.append(_SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", arg))
     return out
 
 
