@@ -148,7 +148,7 @@ def _exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _start_stderr_tail(cfg: config_mod.Config) -> Optional[StderrTail]:
+def _start_stderr_tail(cfg: config_mod.Config, orphan_cleanup=()) -> Optional[StderrTail]:
     """The stderr pass-through with its kept tail, or ``None`` (the job's stderr then is ours,
     untouched): when ``stderr_tail_bytes`` is 0, when our stderr is closed, or when the pump
     cannot start."""
@@ -156,7 +156,7 @@ def _start_stderr_tail(cfg: config_mod.Config) -> Optional[StderrTail]:
         return None
     try:
         os.fstat(2)
-        return StderrTail(2, cfg.stderr_tail_bytes)
+        return StderrTail(2, cfg.stderr_tail_bytes, orphan_cleanup)
     except OSError as e:
         if e.errno != errno.EBADF:
             log(f"cannot capture the job's stderr ({e.strerror}); crash diagnosis from stderr is off")
@@ -176,7 +176,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg)
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
-    tail = _start_stderr_tail(cfg)
+    tail = _start_stderr_tail(cfg, [folder] if folder else [])
     try:
         proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
     except FileNotFoundError:

@@ -499,3 +499,24 @@ def test_a_metrics_port_in_use_is_a_one_line_error_before_the_job_starts(tmp_pat
         )
     assert done.returncode == 2 and "metrics_port" in done.stderr and str(port) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not marker.exists()
+
+
+def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
+    import glob
+    import tempfile
+
+    def ours():
+        return set(glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-stderr-*")) + glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-hook-*")))
+
+    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--"] + TRAIN + ["--num-workers", "1", "--sample-delay-s", "0.05"])
+    try:
+        pump = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "stderr_tail" in " ".join(c.cmdline())], 60, "the stderr pump")[0]
+        tail_path, _limit, hook = pump.cmdline()[-3:]
+        new = {os.path.dirname(tail_path), hook}
+        assert new <= ours() and os.path.basename(hook).startswith("dlwatch-hook-")
+        job = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())], 60, "the job")[0]
+        os.kill(proc.pid, signal.SIGKILL)  # dlwatch dies; its stderr pump lives on
+        os.killpg(job.pid, signal.SIGKILL)  # then the job ends: its stderr closes, the pump sees EOF
+        wait_for(lambda: not (new & ours()), 30, "the pump to remove the orphaned folders")
+    finally:
+        kill_tree(proc)

@@ -6,18 +6,21 @@ The copying is done by a separate, tiny process (``python -m watchdog.collect.st
 :func:`pump`) in a session of its own, not by dlwatch: if dlwatch dies (``kill -9``, the OOM
 killer), the job's stderr pipe keeps a reader and the job is unharmed; processes that outlive
 the job keep writing until they close it. The pump keeps the last bytes in memory and
-publishes them to a file (temporary file + rename) that dlwatch reads.
+publishes them to a file (temporary file + rename) that dlwatch reads. If dlwatch is gone by
+the time the stream ends (killed: its folders would stay in ``/tmp``), the pump removes its
+own folder and the folders dlwatch named for it (the inside view's), since nobody else will.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 _PUBLISH_EVERY_S = 0.2
 
@@ -85,18 +88,20 @@ class StderrTail:
     Args:
         dst_fd: where the bytes go (our stderr).
         limit_bytes: how many trailing bytes to keep.
+        orphan_cleanup: folders the pump removes, with its own, if dlwatch is gone when the
+            job's stderr ends.
 
     Raises:
         OSError: the pipe, the temporary folder or the pump process cannot be made.
     """
 
-    def __init__(self, dst_fd: int, limit_bytes: int) -> None:
+    def __init__(self, dst_fd: int, limit_bytes: int, orphan_cleanup: Sequence[str] = ()) -> None:
         self._dir = tempfile.mkdtemp(prefix="dlwatch-stderr-")
         self.tail_path = os.path.join(self._dir, "tail")
         read_fd, self.job_stderr = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes)],
+                [sys.executable, "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes), *orphan_cleanup],
                 stdin=read_fd,
                 stdout=dst_fd,
                 stderr=subprocess.DEVNULL,
@@ -137,5 +142,16 @@ class StderrTail:
             os.rmdir(self._dir)
 
 
+def main(argv: Sequence[str]) -> None:
+    """``python -m watchdog.collect.stderr_tail TAIL_PATH LIMIT [FOLDER …]``: pump stdin to
+    stdout; at EOF, when the process that started it (dlwatch) is gone, remove TAIL_PATH's
+    folder and each FOLDER."""
+    parent = os.getppid()
+    pump(0, 1, argv[0], int(argv[1]))
+    if os.getppid() != parent:  # dlwatch died: reparented
+        for folder in [os.path.dirname(argv[0]), *argv[2:]]:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    pump(0, 1, sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1:])
