@@ -554,3 +554,20 @@ def test_a_lock_the_forking_thread_itself_held_is_inherited_even_when_it_was_alo
     sources = (((USER, 9), "        with LOCK:"), ((USER, 20), "    with LOCK:"), ((USER, 21), "        it = iter(loader)"))
     first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_fork_view(forking)))[0]
     assert first.kind == "fork_inherited_lock"
+
+
+def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
+    import dataclasses
+
+    from tests.unit.test_detect import _loader
+
+    own = dataclasses.replace(_loader(intervals=4, since=None, worker=0), batches=5)  # mid-epoch, in backward()
+    peer = dataclasses.replace(_loader(pid=MAIN_PID + 100, intervals=3, since=50.0, worker=-1), batches=4)  # epoch over
+    facts = hang_facts([], verdict_kind="outside_loader", rank="0", peer_loaders=(("1", (peer,)),))
+    facts = dataclasses.replace(facts, sample=dataclasses.replace(facts.sample, loaders=(own,)))
+    first = diagnose(facts)[0]
+    assert first.kind == "uneven_batches" and "rank 1's DataLoader ran out after 4 batches" in first.summary
+    assert "rank 0 delivered 5" in first.summary and "DistributedSampler" in first.remedy
+    assert any("process group's timeout" in e for e in first.evidence)
+    even = dataclasses.replace(peer, batches=5)
+    assert diagnose(dataclasses.replace(facts, peer_loaders=(("1", (even,)),)))[0].kind != "uneven_batches"

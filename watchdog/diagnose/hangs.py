@@ -732,6 +732,13 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
 
 
 DOC_UNEVEN_INPUTS = "https://pytorch.org/tutorials/advanced/generic_join.html"
+# What ends a collective wait if nothing else does (torch/distributed/constants.py:
+# default_pg_timeout, default_pg_nccl_timeout; init_process_group(timeout=…) overrides both).
+COLLECTIVE_TIMEOUT_TEXT = (
+    "left alone, the process group's timeout ends this wait (PyTorch's default: 30 minutes; 10 for NCCL; "
+    "init_process_group(timeout=…) sets it): each waiting rank then raises a timeout error from this collective "
+    "and the job fails, with no word about the DataLoader"
+)
 
 
 def _epoch_over(v: LoaderView) -> bool:
@@ -770,6 +777,7 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
         for r, v in sorted(over.items())
     ] + [f"rank {r}: {v.batches} batches delivered in the same epoch, and more to come" for r, v in sorted(going.items())]
     evidence.append(f"rank {facts.rank} (this report): main waits outside the DataLoader: {facts.verdict.reason}")
+    evidence.append(COLLECTIVE_TIMEOUT_TEXT)
     where = frames.innermost_user(facts.verdict.thread) if facts.verdict.thread is not None else None
     if where is not None:
         evidence.append(f"rank {facts.rank}: {describe(facts, main.pid, where)}")
@@ -822,6 +830,7 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
                 1,
                 f"main pid {pid}: waits in a torch.distributed collective, {describe(facts, pid, collective)}: another rank has not reached it (uneven batches per rank, a crashed or slower rank)",
             )
+            evidence.insert(2, COLLECTIVE_TIMEOUT_TEXT)
     else:
         evidence.append(f"main pid {pid}: main thread {kernel_wait(facts, pid, pid)}")
     evidence.append(f"main pid {pid}: {quiet_text(facts, pid)}; {len(facts.sample.workers)} DataLoader worker(s) alive")
