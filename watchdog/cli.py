@@ -31,7 +31,8 @@ from . import __version__
 from . import config as config_mod
 from .collect import discovery, inside
 from .collect.stderr_tail import StderrTail
-from .daemon import JobWatcher, Outcome, log
+from .daemon import Outcome, log
+from .ranks import JobWatcher
 from .errors import ConfigError, WatchdogError
 from .wake import Waker
 
