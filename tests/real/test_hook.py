@@ -201,3 +201,33 @@ def test_a_process_outside_the_watched_tree_does_not_record(tmp_path):
     folder.chmod(0o755)
     code, out, err = _run([PY, str(script)], _hooked({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, folder))
     assert code == 0 and os.listdir(folder) == []
+
+
+FETCHER_SUBCLASS = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils.fetch import _MapDatasetFetcher
+
+    class Fetch(_MapDatasetFetcher):  # fills __dict__ itself, as some libraries do
+        def __init__(self, ds):
+            self.__dict__.update(dataset=ds, auto_collation=False, collate_fn=lambda x: x, drop_last=False)
+
+    f = Fetch([1, 2, 8, 3])
+    print(f.fetch(2), sorted(vars(f)))
+    it = iter(DataLoader([1, 2, 3]))
+    next(it)
+    print(sorted(k for k in vars(it) if not k.startswith("_dlwatch")))
+    """
+)
+
+
+def test_code_that_reads_or_fills_the_hooked_objects_dicts_sees_no_difference(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(FETCHER_SUBCLASS)
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    plain = _run([PY, str(script)], base)
+    hooked = _run([PY, str(script)], _hooked(base, folder))
+    assert plain[0] == 0 and hooked == plain, (plain, hooked)

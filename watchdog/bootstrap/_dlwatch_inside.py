@@ -385,7 +385,7 @@ def _entered(it):
         st = _state()
         st.workers[record["id"]] = list(workers)
         st.write_json()
-    idx = d.get("_rcvd_idx", d.get("_num_yielded_dlwatch", 0))
+    idx = d.get("_rcvd_idx", d.get("_num_yielded", 0))
     info = d.get("_task_info")
     owner = info.get(idx) if info else None
     slot.enter(idx, owner[0] if owner else -1)
@@ -413,13 +413,15 @@ def _cuda_refresh(it, record):
 
 
 class _Attribute(object):
-    """A data descriptor standing in for one instance attribute of ``_BaseDataLoaderIter``; it
-    keeps the value in the instance's ``__dict__`` (under ``NAME_dlwatch``) and tells the
-    recorder when it is read or written. PyTorch sets both attributes in ``__init__`` before any
-    read, so the AttributeError branch is there for completeness only."""
+    """A data descriptor standing in for one instance attribute (of ``_BaseDataLoaderIter`` or
+    ``_BaseDatasetFetcher``); it keeps the value where Python would, in the instance's
+    ``__dict__`` under the attribute's own name (so ``vars()`` and code that fills ``__dict__``
+    directly see no difference), and tells the recorder when it is read or written. PyTorch sets
+    these attributes in ``__init__`` before any read, so the AttributeError branch is there
+    for completeness only."""
 
     def __init__(self, name, on_get=None, on_set=None):
-        self.key = name + "_dlwatch"
+        self.key = name
         self.on_get, self.on_set = on_get, on_set
 
     def __get__(self, it, owner=None):
@@ -428,8 +430,7 @@ class _Attribute(object):
         try:
             value = it.__dict__[self.key]
         except KeyError:
-            name = self.key[: -len("_dlwatch")]
-            raise AttributeError("%r object has no attribute %r" % (type(it).__name__, name)) from None
+            raise AttributeError("%r object has no attribute %r" % (type(it).__name__, self.key)) from None
         if self.on_get is not None and _DISABLED is None:
             try:
                 self.on_get(it)
@@ -446,7 +447,10 @@ class _Attribute(object):
                 _disable("%s: %r" % (self.key, e))
 
     def __delete__(self, it):
-        it.__dict__.pop(self.key, None)
+        try:
+            del it.__dict__[self.key]
+        except KeyError:
+            raise AttributeError(self.key) from None
 
 
 def _on_profile_name_set(it, _value):
@@ -568,7 +572,7 @@ def _on_fetcher_ready(fetcher, _value):
     st = _state()
     st.worker = {"id": info.id, "num_workers": info.num_workers, "seed": info.seed, "rng_start": None, "rng_later": None}
     try:
-        st.worker["rng_start"] = _rng_states(fetcher.__dict__.get("dataset_dlwatch"))
+        st.worker["rng_start"] = _rng_states(fetcher.__dict__.get("dataset"))
         fetcher.__dict__["_dlwatch_samples"] = 0
     except Exception as e:  # a check's failure stops that check only
         st.worker["check_error"] = repr(e)
@@ -589,7 +593,7 @@ def _on_sample(fetcher):
     st = _state()
     if st.worker is not None:
         try:
-            st.worker["rng_later"] = _rng_states(d.get("dataset_dlwatch"))
+            st.worker["rng_later"] = _rng_states(d.get("dataset"))
         except Exception as e:
             st.worker["check_error"] = repr(e)
         st.write_json()
