@@ -8,10 +8,13 @@ discarded and a timeout; a failure is logged in one line and changes nothing els
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from typing import Callable, Dict, List, Mapping, Optional
 
+# Bytes of a command's stderr kept for the log line when it fails.
+_STDERR_KEPT = 4096
 # Report modes -> the setting whose command runs for them.
 SETTING_OF_MODE = {"hang": "on_hang_exec", "crash": "on_crash_exec", "live": "on_warning_exec", "exit": "on_warning_exec"}
 
@@ -45,22 +48,41 @@ class Alerts:
 
     def _run(self, setting: str, cmd: str, env: Dict[str, str]) -> None:
         try:
-            done = subprocess.run(
+            proc = subprocess.Popen(
                 ["/bin/sh", "-c", cmd],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                timeout=self.timeout_s,
                 start_new_session=True,  # never in the job's or the terminal's process group
             )
-            if done.returncode != 0:
-                tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-                self.log(f"{setting} exited with code {done.returncode}: {tail[0][:200]}")
-        except subprocess.TimeoutExpired:
-            self.log(f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed")
         except OSError as e:
             self.log(f"{setting} could not run: {e.strerror or e}")
+            return
+        tail = bytearray()
+
+        def drain() -> None:  # keep only the end of what it prints: a chatty command costs no memory
+            for chunk in iter(lambda: proc.stderr.read(65536), b""):
+                tail.extend(chunk)
+                del tail[:-_STDERR_KEPT]
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(self.timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its whole session: children too
+            except OSError:
+                pass
+            proc.wait()
+            self.log(f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed, with its children")
+            return
+        finally:
+            reader.join(1.0)
+        if code != 0:
+            last = bytes(tail).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+            self.log(f"{setting} exited with code {code}: {last[0][:200]}")
 
     def wait(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` seconds in all for commands still running (at exit)."""

@@ -347,8 +347,12 @@ def cmd_hook_env() -> int:
     except OSError as e:
         log(f"error: cannot create the inside view's folder: {e.strerror}")
         return EXIT_USAGE
+    import shlex
+
     env = inside.hook_env(os.environ, folder, None)
-    print(f"PYTHONPATH={env['PYTHONPATH']} DLWATCH_HOOK_DIR={folder}")
+    # Quoted for the shell where needed: `eval "export $(dlwatch hook-env)"` works with any path;
+    # `env $(dlwatch hook-env) …` with paths that hold no spaces.
+    print(f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder)}")
     return EXIT_OK
 
 

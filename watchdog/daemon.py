@@ -364,7 +364,11 @@ class Watcher:
         if self.rank:
             job["rank"] = dict(self.rank)
             suffix = "-".join(x for x in (f"rank{self.rank.get('RANK')}", suffix) if x)
-        info = {"version": __version__, "py_spy": self.pyspy, "settings": self.config.model_dump()}
+        settings = self.config.model_dump()
+        for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec"):
+            if settings.get(key):
+                settings[key] = procfs.REDACTED  # a shell command, which may carry a token
+        info = {"version": __version__, "py_spy": self.pyspy, "settings": settings}
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
         say(report.short_summary(rep.text, warning=summary_only))

@@ -508,15 +508,18 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
     def ours():
         return set(glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-stderr-*")) + glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-hook-*")))
 
-    proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--"] + TRAIN + ["--num-workers", "1", "--sample-delay-s", "0.05"])
+    # Output to files: a pipe nobody reads would fill and block the pump before it sees EOF.
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--"] + TRAIN + ["--num-workers", "1", "--sample-delay-s", "0.05"], stdout=out, stderr=err)
     try:
         pump = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "stderr_tail" in " ".join(c.cmdline())], 60, "the stderr pump")[0]
-        tail_path, _limit, hook = pump.cmdline()[-3:]
+        tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
         new = {os.path.dirname(tail_path), hook}
         assert new <= ours() and os.path.basename(hook).startswith("dlwatch-hook-")
         job = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())], 60, "the job")[0]
         os.kill(proc.pid, signal.SIGKILL)  # dlwatch dies; its stderr pump lives on
         os.killpg(job.pid, signal.SIGKILL)  # then the job ends: its stderr closes, the pump sees EOF
         wait_for(lambda: not (new & ours()), 30, "the pump to remove the orphaned folders")
+        wait_for(lambda: not pump.is_running(), 30, "the pump to exit")
     finally:
         kill_tree(proc)

@@ -17,12 +17,14 @@ from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SECRET_KEY = re.compile(
-    r"SECRET|TOKEN|PASSW|PASSWD|_PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY"
+    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY"
     r"|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
     re.I,
 )
 # Values that carry a secret whatever their key is called (Azure connection strings, signed URLs).
 _SECRET_VALUE = re.compile(r"(AccountKey|SharedAccessKey|SharedAccessSignature|sig|password|pwd)=([^;&\s]+)", re.I)
+# An HTTP credential inside any value: "Authorization: Bearer X", "Basic X", "token X".
+_AUTH_VALUE = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+[^\s\"']+", re.I)
 REDACTED = "<redacted>"
 
 
@@ -227,14 +229,11 @@ _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(
 def redact_env(env: Dict[str, str]) -> Dict[str, str]:
     """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, PAT, JWT, DSN,
     WEBHOOK, …) replaced, and in every other value the passwords inside URLs
-    (``postgres://user:PASSWORD@host``) and ``AccountKey=``/``sig=``-style parts replaced."""
+    (``postgres://user:PASSWORD@host``), ``AccountKey=``/``sig=``-style parts and HTTP
+    credentials (``Bearer X``) replaced (:func:`redact_value`)."""
     out = {}
     for k, v in env.items():
-        if _SECRET_KEY.search(k):
-            out[k] = REDACTED
-        else:
-            v = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, v)
-            out[k] = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", v)
+        out[k] = REDACTED if _SECRET_KEY.search(k) else redact_value(v)
     return out
 
 
@@ -258,9 +257,16 @@ def redact_cmdline(args) -> List[str]:
                 out.append(arg)
                 hide_next = True
             continue
-        arg = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, arg)
-        out.append(_SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", arg))
+        out.append(redact_value(arg))
     return out
+
+
+def redact_value(text: str) -> str:
+    """``text`` with passwords inside URLs, ``password=``-style parts and HTTP credentials
+    (``Bearer X``, ``Basic X``) replaced."""
+    text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _AUTH_VALUE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
 
 
 def environ(pid: int) -> Optional[Dict[str, str]]:

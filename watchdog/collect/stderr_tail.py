@@ -23,6 +23,8 @@ import time
 from typing import Optional, Sequence
 
 _PUBLISH_EVERY_S = 0.2
+# Marks, in the tail's folder, that the pump saw the end of the stream and published it all.
+_EOF = "eof"
 
 
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
@@ -101,7 +103,9 @@ class StderrTail:
         read_fd, self.job_stderr = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes), *orphan_cleanup],
+                # -I: not the job's PYTHONPATH (its sitecustomize, the inside view's bootstrap)
+                # nor the user's site; dlwatch's own installation is all it needs.
+                [sys.executable, "-I", "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes), str(os.getpid()), *orphan_cleanup],
                 stdin=read_fd,
                 stdout=dst_fd,
                 stderr=subprocess.DEVNULL,
@@ -126,31 +130,42 @@ class StderrTail:
         except OSError:
             return ""
 
-    def wait(self, timeout_s: float) -> Optional[int]:
-        """Wait up to ``timeout_s`` for the pump's EOF (processes that outlive the job may hold
-        the pipe open: then the pump goes on alone and the tail so far is used)."""
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the pump to reach the end of the job's stderr and
+        publish the whole tail (processes that outlive the job may hold the pipe open: then the
+        pump goes on alone and the tail so far is used). Returns whether it did."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(self._dir, _EOF)) or self._proc.poll() is not None:
+                return True
+            time.sleep(0.05)
+        return False
 
     def cleanup(self) -> None:
-        """Remove the tail file once the pump is done (left for the pump otherwise)."""
-        if self._proc.poll() is not None:
-            for name in os.listdir(self._dir):
-                os.unlink(os.path.join(self._dir, name))
-            os.rmdir(self._dir)
+        """Remove the tail's folder; the pump, which waits for that after the end of the
+        stream, then exits (or exits at the end of the stream, if that comes later)."""
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def main(argv: Sequence[str]) -> None:
-    """``python -m watchdog.collect.stderr_tail TAIL_PATH LIMIT [FOLDER …]``: pump stdin to
-    stdout; at EOF, when the process that started it (dlwatch) is gone, remove TAIL_PATH's
-    folder and each FOLDER."""
-    parent = os.getppid()
+    """``python -m watchdog.collect.stderr_tail TAIL_PATH LIMIT DLWATCH_PID [FOLDER …]``: pump
+    stdin to stdout; at EOF mark the tail complete, then wait until dlwatch removes TAIL_PATH's
+    folder, or dies first (this process is then no longer its child; the pid is passed, not
+    read at start, since dlwatch may die before this interpreter starts): then remove that
+    folder and each FOLDER, since nobody else will."""
+    parent = int(argv[2])
+    folder = os.path.dirname(argv[0])
     pump(0, 1, argv[0], int(argv[1]))
-    if os.getppid() != parent:  # dlwatch died: reparented
-        for folder in [os.path.dirname(argv[0]), *argv[2:]]:
-            shutil.rmtree(folder, ignore_errors=True)
+    try:
+        open(os.path.join(folder, _EOF), "wb").close()
+    except OSError:
+        pass
+    while os.path.isdir(folder):
+        if os.getppid() != parent:  # dlwatch died: reparented
+            for path in [folder, *argv[3:]]:
+                shutil.rmtree(path, ignore_errors=True)
+            return
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":
