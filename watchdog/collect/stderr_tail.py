@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 _PUBLISH_EVERY_S = 0.2
 # Marks, in the tail's folder, that the pump saw the end of the stream and published it all.
