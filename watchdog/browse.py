@@ -23,11 +23,26 @@ def load(folder: str) -> dict:
     path = os.path.join(folder, "report.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except FileNotFoundError:
         raise ReportNotFound(folder, "not a report folder (no report.json)") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         raise ReportNotFound(folder, f"cannot read report.json: {getattr(e, 'strerror', None) or e}") from None
+    if not _well_formed(doc):
+        raise ReportNotFound(folder, "report.json is not a dlwatch report (wrong shape)")
+    return doc
+
+
+def _well_formed(doc) -> bool:
+    """The fields the browsing code reads, with their types."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("job", {}), dict):
+        return False
+    diagnoses = doc.get("diagnoses")
+    if not isinstance(diagnoses, list) or not diagnoses or not all(isinstance(d, dict) for d in diagnoses):
+        return False
+    first = diagnoses[0]
+    texts = ("kind", "summary", "remedy", "location")
+    return all(isinstance(first.get(k), str) or first.get(k) is None for k in texts) and isinstance(first.get("evidence", []), list) and isinstance(doc.get("timeline", []), list)
 
 
 def folders(report_dir: str) -> List[str]:
@@ -65,7 +80,7 @@ def row(folder: str, doc: dict) -> List[str]:
         first.get("kind", ""),
         where,
         doc.get("action", ""),
-        os.path.basename(folder),
+        folder,
     ]
 
 
@@ -81,7 +96,7 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
         try:
             rows.append(row(folder, load(folder)))
         except ReportNotFound as e:
-            rows.append(["", "", "", "", "", str(e), "", os.path.basename(folder)])
+            rows.append(["", "", "", "", "", str(e), "", folder])
     headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "FOLDER"]
     return tabulate(rows, headers=headers, tablefmt="simple"), len(rows)
 
@@ -96,7 +111,7 @@ def text(folder: str, full: bool = False) -> str:
 
     load(folder)
     try:
-        with open(os.path.join(folder, "report.txt"), encoding="utf-8") as f:
+        with open(os.path.join(folder, "report.txt"), encoding="utf-8", errors="replace") as f:
             body = f.read()
     except OSError as e:
         raise ReportNotFound(folder, f"cannot read report.txt: {e.strerror}") from None
@@ -116,15 +131,23 @@ def write_html(folder: str, out: Optional[str] = None) -> str:
     from . import html as html_mod
 
     doc = load(folder)
-    page = html_mod.render(doc, text(folder, full=True))
-    out = out or os.path.join(folder, "report.html")
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)) or ".", prefix=".report.html.")
+    try:
+        page = html_mod.render(doc, text(folder, full=True))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited report.json
+        raise ReportNotFound(folder, f"report.json cannot be rendered: {e!r}") from None
+    out = os.path.join(folder, "report.html") if out is None else out
+    if not out or os.path.isdir(out):
+        raise ReportNotFound(out, "--out must name a file to write, not a folder or nothing")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".report.html.")
+    except OSError as e:
+        raise ReportNotFound(out, f"cannot write there: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(page)
         os.replace(tmp, out)
-    except BaseException:
+    except OSError as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+        raise ReportNotFound(out, f"cannot write there: {e.strerror or e}") from None
     return out

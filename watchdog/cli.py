@@ -77,6 +77,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port (metrics_port)")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``dlwatch`` argument parser."""
     parser = _Parser(prog="dlwatch", description="Watch a PyTorch training job; explain why its DataLoader stopped moving.")
@@ -91,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     reports_p = sub.add_parser("reports", help="list report folders, newest first: dlwatch reports [DIR]")
     reports_p.add_argument("dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)")
     reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
-    reports_p.add_argument("-n", type=int, default=None, metavar="N", help="only the newest N")
+    reports_p.add_argument("-n", type=_positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
     show.add_argument("report", help="a report folder")
     show.add_argument("--full", action="store_true", help="the whole report.txt, stacks included")
@@ -174,7 +181,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return EXIT_NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    server, collector = _start_metrics(cfg)
+    server, collector = _start_metrics(cfg, *_metrics_origin(args))
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
     tail = _start_stderr_tail(cfg, [folder] if folder else [])
@@ -240,25 +247,41 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     _remove(folder)
     if server is not None:
         server.shutdown()
+    written = watcher.outcome.reports if watcher is not None else []
+    if written or outcome.terminated:
+        # The last word, after whatever the job printed while it went down.
+        what = "ended the hung job (exit 124)" if outcome.terminated else f"the job exited with code {code}"
+        log(f"{what}; {len(written)} report(s), the last: {os.path.join(written[-1], 'report.txt')}" if written else what)
     return EXIT_TERMINATED if outcome.terminated else code
 
 
-def _start_metrics(cfg: config_mod.Config):
+def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", source: str = "settings"):
     """``(server, collector)`` serving Prometheus metrics when ``metrics_port`` is set, else
-    ``(None, None)``.
+    ``(None, None)``. ``port_key``/``source`` name where the port came from, for the error.
 
     Raises:
-        ConfigError: the port cannot be bound (naming it).
+        ConfigError: the port cannot be bound, or the address does not resolve (naming it).
     """
     if cfg.metrics_port is None:
         return None, None
     from . import metrics
 
+    import socket
+
     collector = metrics.JobMetrics(list)
     try:
         return metrics.serve(cfg.metrics_port, collector, cfg.metrics_addr), collector
+    except socket.gaierror as e:  # the address does not resolve
+        raise ConfigError("metrics_addr", f"cannot listen on {cfg.metrics_addr!r}: {e.strerror or e}", source) from None
     except OSError as e:
-        raise ConfigError("metrics_port", f"cannot listen on {cfg.metrics_addr}:{cfg.metrics_port}: {e.strerror or e}", "settings") from None
+        raise ConfigError(port_key, f"cannot listen on {cfg.metrics_addr}:{cfg.metrics_port}: {e.strerror or e}", source) from None
+
+
+def _metrics_origin(args: argparse.Namespace):
+    """``(key, source)`` naming where the metrics port came from: the flag or the settings."""
+    if args.metrics_port is not None:
+        return "--metrics-port", "command line"
+    return "metrics_port", args.config or "settings"
 
 
 def _attach_metrics(collector, watcher: JobWatcher) -> None:
@@ -287,22 +310,28 @@ def _remove(folder: Optional[str]) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``dlwatch status --pid N``: the job's inside view and pinned memory, now."""
+    import dataclasses
     import json
     import time
 
     import psutil
 
-    from . import report
+    from . import frames, report
     from .collect import procfs
 
     proc = discovery.check_target(args.pid)
     try:
+        if proc.name() in frames.WORKER_COMMS and proc.parent() is not None:
+            log(f"pid {proc.pid} is a DataLoader worker of pid {proc.ppid()}: showing that process")
+            proc = proc.parent()
         tree = [proc] + proc.children(recursive=True)
     except psutil.Error:
         tree = [proc]
     folder = inside.folder_of(proc.pid)
     reader = inside.InsideReader(folder, "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`")
-    view = reader.read([p.pid for p in tree])
+    pids = [p.pid for p in tree]
+    view = reader.read(pids)
+    view = dataclasses.replace(view, forks=tuple(r for r in view.forks if r.pid in pids))  # this process's tree only
     pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid)[1]}
     doc = report.status_document(view, pinned, time.monotonic())
     try:
@@ -383,7 +412,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     reader = inside.InsideReader(
         folder, "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)" if cfg.hook else "no inside view (hook: false / --no-hook)"
     )
-    server, collector = _start_metrics(cfg)
+    server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
     log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")

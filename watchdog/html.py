@@ -62,6 +62,15 @@ def _series(doc: dict) -> Tuple[List[float], Dict[str, Dict[str, List[Tuple[floa
     return times, procs, shm, loaders
 
 
+def _changes(points: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The points where the value changed (a slow-cadence reading held between reads)."""
+    out: List[Tuple[float, float]] = []
+    for t, v in points:
+        if not out or v != out[-1][1]:
+            out.append((t, v))
+    return out
+
+
 def _stall_window(doc: dict, times: List[float]) -> Optional[Tuple[float, float]]:
     stall = doc.get("stall") or {}
     if not times or not stall.get("stall_s"):
@@ -89,7 +98,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
     colors = {k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])}  # one colour per process, in every plot
 
     def figure(title: str, ylabel: str, lines):
-        fig, ax = plt.subplots(figsize=(10, 3.2), dpi=90)
+        fig, ax = plt.subplots(figsize=(12, 3.2), dpi=90)
         for label, points, style in lines:
             if points:
                 key = label.rsplit(" ", 1)[0] if label.endswith((" RSS", " USS", " limit")) else label
@@ -101,8 +110,8 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ax.legend(fontsize=7, loc="upper left", ncol=3)
+        if handles:  # beside the plot, never over the lines
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
@@ -110,7 +119,8 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         out.append((title, buf.getvalue()))
 
     figure("CPU", "% of one core", [(k, v["cpu"], "-") for k, v in procs.items()])
-    figure("Memory", "MiB", [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()] + [(f"{k} USS", v["uss"], "--") for k, v in procs.items()])
+    # USS is read every full_info_interval_s: a point per read, not a line held between reads.
+    figure("Memory (USS: dots, read every full_info_interval_s)", "MiB", [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()] + [(f"{k} USS", _changes(v["uss"]), "o") for k, v in procs.items()])
     most = max((n for v in procs.values() for _, n in v["fds"]), default=0)
     limits = sorted({n for v in procs.values() for _, n in v["limit"]})
     if limits and limits[0] <= 10 * max(most, 1):  # a limit near the counts is drawn; a far one is named
@@ -141,7 +151,8 @@ def render(doc: dict, text: str) -> str:
     if first.get("location"):
         parts.append(f"<p><b>Where:</b> <code>{html.escape(first['location'])}</code></p>")
     parts.append(f"<p><b>Fix:</b> {html.escape(first.get('remedy', ''))}</p>")
-    parts.append(f"<p><b>Action:</b> {html.escape(str(doc.get('action', '')))} {html.escape(doc.get('action_note') or '')}</p>")
+    note = f" ({doc['action_note']})" if doc.get("action_note") else ""
+    parts.append(f"<p><b>Action:</b> {html.escape(str(doc.get('action', '')) + note)}</p>")
     parts.append('<h2>Evidence</h2><ul id="evidence">')
     parts += [f"<li>{html.escape(line)}</li>" for line in first.get("evidence", [])]
     parts.append("</ul>")

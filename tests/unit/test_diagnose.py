@@ -4,6 +4,7 @@ table and the rule contract."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -571,3 +572,19 @@ def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
     assert any("process group's timeout" in e for e in first.evidence)
     even = dataclasses.replace(peer, batches=5)
     assert diagnose(dataclasses.replace(facts, peer_loaders=(("1", (even,)),)))[0].kind != "uneven_batches"
+
+
+def test_without_the_fork_record_a_worker_waiting_on_an_event_with_main_seen_alone_is_a_less_sure_inheritance():
+    t = _in_dataset(
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Event.wait", f"{STDLIB}/threading.py", 622, False),
+        ("Frames.__getitem__", USER, 9, False),
+    )
+    main_detail = detail(MAIN_PID, LOCK_UNTIMED, start_ticks=100)
+    facts = hang_facts([t], proof=_kernel_proof(WORKER_PID), main_threads_at_fork=((WORKER_PID, 1),), worker_start_ticks=((WORKER_PID, 500),))
+    facts = dataclasses.replace(facts, thread_details=facts.thread_details + ((MAIN_PID, (main_detail,)),))
+    first = diagnose(facts)[0]
+    assert first.kind == "fork_inherited_lock" and first.confidence <= 0.6
+    assert any("no other thread of main was seen at the fork" in e for e in first.evidence)
+    busy = dataclasses.replace(facts, main_threads_at_fork=((WORKER_PID, 3),))
+    assert diagnose(busy)[0].confidence >= 0.9

@@ -183,6 +183,18 @@ def alone_at_fork(facts: Facts, pid: int) -> bool:
     return record is not None and not [t for t in record.threads if not t.forking]
 
 
+def _seen_alone_at_fork(facts: Facts, pid: int) -> bool:
+    """From the sampler alone: main ran one thread in the last sample before worker ``pid``
+    appeared, and none of its live threads started before the worker."""
+    sampled = dict(facts.main_threads_at_fork).get(pid)
+    start = dict(facts.worker_start_ticks).get(pid)
+    main = facts.sample.main
+    if sampled is None or sampled > 1 or main is None or start is None:
+        return False
+    before = [d for d in facts.threads_of(main.pid) if d.start_ticks is not None and d.start_ticks <= start and d.tid != main.pid]
+    return not before
+
+
 def _forking_thread_held(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
     """Whether the forking thread itself was inside ``with NAME:`` for the lock the worker waits
     on (the worker's copy of that thread then waits for a lock its own copy holds)."""
@@ -233,6 +245,13 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
             )
         lines += _proof_line(facts, v.pid)
         confidence = 0.95 if v.proven else (0.85 if holder in ("openmp", "native_mutex", "python_lock") else 0.7)
+        if holder in _PYTHON_HOLDERS and fork_record_of(facts, v.pid) is None and _seen_alone_at_fork(facts, v.pid):
+            # Without the job's own record, nothing shows a thread that could have held it.
+            lines.append(
+                f"worker pid {v.pid}: no other thread of main was seen at the fork (sampled; no inside view): it may "
+                "never have been held by anyone, only never set; the proof stands, the cause is the less sure part"
+            )
+            confidence = 0.6
         return confidence, lines, v.user or top
     if v.loop_detail is None or frames.wchan_family(v.loop_detail.wchan) != "futex":
         return None
