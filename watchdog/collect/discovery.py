@@ -149,8 +149,9 @@ def find_ranks(root: psutil.Process, loader_owners: Collection[int] = ()) -> Lis
     """The job's training ranks, with their rank variables, in tree order: the topmost Python
     processes of the tree whose environment sets ``RANK`` (torchrun's workers, a launcher's
     ranks), and the topmost processes below the job's main that own a DataLoader iterator
-    (``loader_owners``, from the inside view: ranks started by ``torch.multiprocessing.spawn``,
-    which sets no variable; numbered by start order, as ``spawn`` starts them, and marked
+    (``loader_owners``, from the inside view) or have children PyTorch named as DataLoader
+    workers (torch >= 2.5, without the inside view): ranks started by
+    ``torch.multiprocessing.spawn``, which sets no variable; numbered by start order, as ``spawn`` starts them, and marked
     ``RANK_SOURCE=start order``). Their descendants (DataLoader workers inherit ``RANK``) belong
     to them; a process PyTorch named as a DataLoader worker is never a rank. Empty for a
     single-process job."""
@@ -167,18 +168,46 @@ def find_ranks(root: psutil.Process, loader_owners: Collection[int] = ()) -> Lis
             if env is not None:
                 out.append((proc, env))
                 continue
-            if main is not None and proc.pid in loader_owners and proc.pid != main.pid:
+            children = proc.children()
+            owns_workers = any(_name(c) in frames.WORKER_COMMS for c in children)
+            if main is not None and proc.pid != main.pid and (proc.pid in loader_owners or owns_workers):
                 spawned.append(proc)
                 continue
-            queue.extend(proc.children())
+            queue.extend(children)
         except psutil.Error:
             continue
     if spawned and not out:
+        spawned = _with_spawned_siblings(spawned)
         spawned.sort(key=lambda p: (p.create_time(), p.pid))
         out = [(p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"}) for i, p in enumerate(spawned)]
         if main is not None and main.pid in loader_owners:
             out.insert(0, (main, {"RANK": "main", "RANK_SOURCE": "the job's main process"}))
     return out
+
+
+def _with_spawned_siblings(found: List[psutil.Process]) -> List[psutil.Process]:
+    """``found`` plus their siblings that ``multiprocessing`` started the same way (spawn or
+    forkserver children, not DataLoader workers): the ranks of one ``torch.multiprocessing.spawn``
+    call, including those whose loaders are already done or not yet started."""
+    out = {p.pid: p for p in found}
+    for p in found:
+        try:
+            parent = p.parent()
+            siblings = parent.children() if parent is not None else []
+        except psutil.Error:
+            continue
+        for sib in siblings:
+            line = " ".join(_cmdline(sib))
+            if sib.pid not in out and _name(sib) not in frames.WORKER_COMMS and ("spawn_main" in line or "--multiprocessing-fork" in line):
+                out[sib.pid] = sib
+    return list(out.values())
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
 
 
 def _cmdline(proc: psutil.Process) -> Tuple[str, ...]:
