@@ -23,6 +23,10 @@ from .wake import Waker
 # Seconds between looks for a job's ranks (each look reads the environment of the processes
 # above the ranks).
 _RANK_DISCOVERY_S = 2.0
+# … after this many seconds without a new rank: each look walks the tree (psutil children()
+# scans /proc), so a settled job is looked at less often.
+_RANK_DISCOVERY_SETTLED_S = 10.0
+_SETTLE_AFTER_S = 60.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
@@ -68,6 +72,7 @@ class JobWatcher:
         self.ranks: Dict[Tuple[int, float], Watcher] = {}
         self._all: List[Watcher] = [self.job]
         self._next_discovery = float("-inf")
+        self._last_new_rank = time.monotonic()
         self._ticks = 0
 
     @property
@@ -79,7 +84,8 @@ class JobWatcher:
         now = time.monotonic()
         if now < self._next_discovery:
             return
-        self._next_discovery = now + _RANK_DISCOVERY_S
+        settled = now - self._last_new_rank >= _SETTLE_AFTER_S
+        self._next_discovery = now + (_RANK_DISCOVERY_SETTLED_S if settled else _RANK_DISCOVERY_S)
         owners = set()
         if self._inside is not None:
             owners = {v.pid for v in self._inside.read(None, forks=False).loaders}
@@ -111,6 +117,7 @@ class JobWatcher:
             w.on_report = lambda *a: self.on_report(*a)
             self.ranks[key] = w
             self._all.append(w)
+            self._last_new_rank = now
             world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
             log(f"watching rank {env.get('RANK')}{world} (pid {proc.pid}) and its DataLoader workers")
         for key in [k for k, w in self.ranks.items() if w.job_ended()]:
