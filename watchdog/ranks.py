@@ -16,7 +16,7 @@ from .collect import discovery
 from .collect.inside import InsideReader
 from .config import Config
 from .daemon import Outcome, Watcher, log
-from .types import Sample
+from .types import ROLE_LAUNCHER, ROLE_RANK, Sample
 from .wake import Waker
 
 
@@ -123,6 +123,21 @@ class JobWatcher:
         for key in [k for k, w in self.ranks.items() if w.job_ended()]:
             del self.ranks[key]  # its reports stay in the outcome
         self.job.examine = not self.ranks
+        self.job.sampler.role_overrides = self._roles(found)
+
+    def _roles(self, found) -> Dict[int, str]:
+        """Roles for the launcher's own sample: ``launcher`` for the job's main when its ranks
+        are other processes, ``rank`` for each rank."""
+        if not self.ranks:
+            return {}
+        roles = {proc.pid: ROLE_RANK for proc, _env in found}
+        try:
+            main = discovery.find_main(psutil.Process(self.root_pid))
+        except psutil.Error:
+            main = None
+        if main is not None and main.pid not in roles:
+            roles[main.pid] = ROLE_LAUNCHER
+        return roles
 
     def loader_stalls(self, except_key: Optional[Tuple[int, float]] = None) -> List[str]:
         """One line per rank (other than ``except_key``) that explains why the others wait: its

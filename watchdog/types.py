@@ -17,6 +17,10 @@ ROLE_WORKER_CHILD = "worker_child"
 ROLE_STARTING = "worker_starting"
 ROLE_FORKSERVER = "forkserver"
 ROLE_OTHER = "other"
+# Multi-rank jobs (watchdog.ranks): the launcher above the ranks (torchrun's elastic agent, the
+# process that called torch.multiprocessing.spawn), and each rank as the launcher's sample sees it.
+ROLE_LAUNCHER = "launcher"
+ROLE_RANK = "rank"
 # Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect.py).
 LOADER_ROLES = frozenset({ROLE_MAIN, ROLE_WORKER, ROLE_WORKER_CHILD, ROLE_STARTING})
 
@@ -298,9 +302,10 @@ class Sample:
 
     @property
     def main(self) -> Optional[ProcessSample]:
-        """The job's main process, or ``None`` when it was not found in this sample."""
+        """The job's main process (the launcher of a multi-rank job), or ``None`` when it was
+        not found in this sample."""
         for p in self.processes:
-            if p.role == ROLE_MAIN:
+            if p.role in (ROLE_MAIN, ROLE_LAUNCHER):
                 return p
         return None
 

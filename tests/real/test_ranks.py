@@ -14,6 +14,7 @@ RANKS = textwrap.dedent(
     from torch.utils.data import DataLoader, Dataset
 
     STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
+    FAILING_RANK = int(os.environ.get("FAILING_RANK", "-1"))
 
     class Frames(Dataset):
         def __len__(self):
@@ -21,6 +22,9 @@ RANKS = textwrap.dedent(
         def __getitem__(self, i):
             if int(os.environ["RANK"]) == STUCK_RANK and i >= 64:
                 threading.Event().wait()   # this rank's workers block forever
+            if int(os.environ["RANK"]) == FAILING_RANK and i >= 64:
+                time.sleep(6)  # a slow corrupt record: the job runs long enough to be sampled whole
+                raise ValueError(f"sample {i} is corrupt")
             return torch.ones(4)
 
     def main():
@@ -41,12 +45,12 @@ RANKS = textwrap.dedent(
 )
 
 
-def _torchrun(tmp_path, stuck_rank, args, timeout_s=150):
+def _torchrun(tmp_path, stuck_rank, args, timeout_s=150, failing_rank=-1):
     import os
 
     script = tmp_path / "train_ranks.py"
     script.write_text(RANKS)
-    env = {**os.environ, "STUCK_RANK": str(stuck_rank)}
+    env = {**os.environ, "STUCK_RANK": str(stuck_rank), "FAILING_RANK": str(failing_rank)}
     cmd = DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
     return run_bounded(cmd, timeout_s, env=env)
 
@@ -60,7 +64,8 @@ def test_a_rank_whose_workers_block_is_named_and_ended_and_the_other_rank_waits_
     assert doc["job"]["rank"]["RANK"] == "1" and doc["job"]["rank"]["WORLD_SIZE"] == "2"
     first = doc["diagnoses"][0]
     assert first["kind"] in ("worker_deadlock", "fork_inherited_lock", "worker_stuck"), first
-    assert first["location"].endswith("train_ranks.py:12"), first["location"]
+    stuck_line = next(i for i, line in enumerate(RANKS.splitlines(), 1) if "threading.Event().wait()" in line)
+    assert first["location"].endswith(f"train_ranks.py:{stuck_line}"), first["location"]
     assert doc["stall"]["certainty"] == "proven"
     assert "rank 1 of 2" in err and "waiting for another rank: rank 1" in err, err[-3000:]
 
@@ -71,3 +76,15 @@ def test_a_healthy_two_rank_job_gets_no_report(tmp_path):
     assert "rank 0 done" in out and "rank 1 done" in out
     assert reports(str(tmp_path / "reports")) == [], err
     assert "watching rank 0 of 2" in err and "watching rank 1 of 2" in err
+
+
+def test_a_rank_that_crashes_gets_a_crash_report_with_the_launcher_and_ranks_named(tmp_path):
+    code, out, err = _torchrun(tmp_path, -1, ["--stall-timeout", "30"], failing_rank=1)
+    assert code != 0, err
+    found = reports(str(tmp_path / "reports"))
+    assert found, err[-2000:]
+    doc = load_report(found[-1])
+    assert doc["mode"] == "crash" and doc["diagnoses"][0]["kind"] == "dataset_error", doc["diagnoses"][0]
+    roles = {p["role"] for s in doc["timeline"] for p in s["processes"]}
+    assert "launcher" in roles and "rank" in roles, roles
+    assert "sample 64 is corrupt" in doc["diagnoses"][0]["summary"]  # torchrun's [rank1]: prefixes are read through

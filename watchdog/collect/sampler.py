@@ -76,6 +76,8 @@ class Sampler:
         self._full: Dict[Tuple[int, float], Tuple[float, Optional[int], Optional[int], Optional[int]]] = {}
         self._classifier = discovery.Classifier()
         self._quota_value: Optional[float] = None
+        # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
+        self.role_overrides: Dict[int, str] = {}
         self._quota_read_at = float("-inf")
 
     def _find_main(self) -> Optional[psutil.Process]:
@@ -113,7 +115,8 @@ class Sampler:
         processes = []
         if main is not None:
             for c in self._classifier.classify(main):
-                ps = self._process_sample(self._cached(c.proc), c.role, c.start_method, t_mono, c.owner_pid)
+                role = self.role_overrides.get(c.proc.pid, c.role)
+                ps = self._process_sample(self._cached(c.proc), role, c.start_method, t_mono, c.owner_pid)
                 if ps is not None:
                     processes.append(ps)
         live = {(p.pid, p.create_time) for p in processes}

@@ -14,6 +14,7 @@ own folder and the folders dlwatch named for it (the inside view's), since nobod
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -70,6 +71,16 @@ def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
         _publish(tail_path, buf)
 
 
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?", re.M)
+
+
+def without_rank_prefixes(text: str) -> str:
+    """``text`` without the ``[rank1]: `` that torchrun puts before each line a rank prints
+    (``--tee``/``--log-dir`` and torch >= 2.2's default redirects), so that PyTorch's own
+    messages and tracebacks read as they do in a single process."""
+    return _RANK_PREFIX.sub("", text)
+
+
 def _publish(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -123,10 +134,11 @@ class StderrTail:
             pass
 
     def text(self) -> str:
-        """The kept tail as last published (UTF-8, invalid bytes replaced); may lag 0.2 s."""
+        """The kept tail as last published (UTF-8, invalid bytes replaced, torchrun's rank
+        prefixes removed: :func:`without_rank_prefixes`); may lag 0.2 s."""
         try:
             with open(self.tail_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
+                return without_rank_prefixes(f.read().decode("utf-8", "replace"))
         except OSError:
             return ""
 
