@@ -288,7 +288,7 @@ class Watcher:
         return now - self._oom_at_start
 
     def _look_for_warnings(self, sample: Sample) -> None:
-        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=self._inside_view([p.pid for p in sample.processes]))
+        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=self._inside_view([p.pid for p in sample.processes], forks=False))
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:
                 continue
