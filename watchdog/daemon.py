@@ -404,7 +404,7 @@ class Watcher:
         stable = detect.stable_details(first, details)
         children = {p.pid: tuple(c.pid for c in sample.processes if c.ppid == p.pid) for p in sample.processes}
         pipes = self._pipe_ends(stable)
-        live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.status not in ("T", "t")]
+        live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.state not in ("T", "t")]
         quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s)
         inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
         names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
@@ -475,8 +475,8 @@ class Watcher:
             self._quiet_floor = time.monotonic()  # already reported, and still not to be ended: look again later
             return
         pids = [main.pid] + [w.pid for w in sample.workers]
-        d_state = [p.pid for p in sample.processes if p.status == "D"]
-        dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).status not in ("T", "t"))]
+        d_state = [p.pid for p in sample.processes if p.state == "D"]
+        dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).state not in ("T", "t"))]
         stacks = pyspy.dump_all(dumpable, self.pyspy, cfg.py_spy.native, cfg.py_spy.timeout_s, cfg.py_spy.locals, d_state)
         for pid, st in quick.items():
             if pid in stacks and not stacks[pid].ok and st.ok:

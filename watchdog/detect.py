@@ -185,7 +185,7 @@ class ProgressTracker:
         return self._did_io(mark, t.io_bytes) or t.cpu_s - mark.cpu_s >= self.cpu_progress_s or self._woke(key, mark, t, now)
 
     def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
-        io = None if p.read_bytes is None or p.write_bytes is None else p.read_bytes + p.write_bytes
+        io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
         mark = self._proc_marks.get(key)
         worked = mark is not None and p.cpu_s - mark.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - mark.t_mono))
         if mark is None or self._did_io(mark, io) or worked:
@@ -202,7 +202,7 @@ class ProgressTracker:
         if main is None:
             return
         loader = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
-        self.stopped = tuple(pid for pid, p in loader.items() if p.status in ("T", "t"))
+        self.stopped = tuple(pid for pid, p in loader.items() if p.state in ("T", "t"))
         members = loader_members(sample)
         if self._last_progress is None or members != self._members or self.stopped:
             # Workers came or went, or the job is stopped (paused, not hung): the clock restarts.
@@ -268,7 +268,7 @@ class ProgressTracker:
             pkey = (p.pid, p.create_time)
             pm = self._proc_marks.get(pkey)
             if pm is not None:
-                io = None if p.read_bytes is None or p.write_bytes is None else p.read_bytes + p.write_bytes
+                io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
                 self._proc_marks[pkey] = _Mark(pm.t_mono, p.cpu_s, 0, io)
             for t in p.threads:
                 key = (pkey, t.tid)

@@ -32,7 +32,7 @@ def folder_name(wall: float, pid: int) -> str:
 def _metrics(p: ProcessSample) -> dict:
     """The per-sample metrics of one process (bytes, seconds, counts)."""
     return {
-        "status": p.status,
+        "state": p.state,
         "wchan": p.wchan,
         "cpu_s": round(p.cpu_s, 3),
         "rss_bytes": p.rss_bytes,
@@ -41,8 +41,8 @@ def _metrics(p: ProcessSample) -> dict:
         "num_fds": p.num_fds,
         "rlimit_nofile_soft": p.rlimit_nofile_soft,
         "num_threads": p.num_threads,
-        "read_bytes": p.read_bytes,
-        "write_bytes": p.write_bytes,
+        "read_chars": p.read_chars,
+        "write_chars": p.write_chars,
         "pinned_bytes": p.pinned_bytes,
     }
 
@@ -491,7 +491,7 @@ def text_lines(doc: dict) -> Iterable[str]:
             p["pid"],
             p["role"],
             p["start_method"] or "",
-            p["status"],
+            p["state"],
             p["wchan"],
             f"{p['cpu_s']:.1f}",
             _mib(p["rss_bytes"]),

@@ -112,7 +112,7 @@ class ProcessSample:
     """One process at one instant (psutil ``oneshot()`` plus ``/proc`` reads).
 
     Memory in bytes; ``uss_bytes``/``pss_bytes`` are sampled at a slower cadence and hold the
-    latest value read (``None`` until first read or without permission). ``status`` is the
+    latest value read (``None`` until first read or without permission). ``state`` is the
     one-letter Linux state (R, S, D, Z, T, …). ``start_method`` is ``fork``, ``spawn``,
     ``forkserver`` or ``None`` for non-workers. ``role`` is decided once, in
     :mod:`watchdog.collect.discovery`; ``owner_pid`` is the worker a ``worker_child`` descends
@@ -131,7 +131,7 @@ class ProcessSample:
     role: str
     name: str
     cmdline: Tuple[str, ...]
-    status: str
+    state: str
     wchan: Optional[str]
     cpu_s: float
     rss_bytes: int
@@ -140,8 +140,8 @@ class ProcessSample:
     num_fds: Optional[int]
     rlimit_nofile_soft: Optional[int]
     num_threads: int
-    read_bytes: Optional[int]
-    write_bytes: Optional[int]
+    read_chars: Optional[int]
+    write_chars: Optional[int]
     start_method: Optional[str]
     threads: Tuple[ThreadSample, ...] = ()
     cpu_affinity: Optional[int] = None

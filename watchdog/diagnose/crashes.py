@@ -326,7 +326,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     for pid in pids:
         last = facts.last_seen(pid)
         if last is not None:
-            evidence.append(f"worker pid {pid}: last seen state {last.status}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}")
+            evidence.append(f"worker pid {pid}: last seen state {last.state}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}")
     oom = bool(facts.oom_kills)
     if oom:
         evidence.append(f"the job's cgroup counted {facts.oom_kills} OOM kill(s) (memory.events oom_kill) while it was watched")

@@ -730,7 +730,7 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
     if user is not None:
         evidence.append(f"main pid {pid}: reached from {describe(facts, pid, user)}")
     for w in facts.sample.workers:
-        evidence.append(f"worker pid {w.pid}: state {w.status}, wchan {w.wchan}, {quiet_text(facts, w.pid)}")
+        evidence.append(f"worker pid {w.pid}: state {w.state}, wchan {w.wchan}, {quiet_text(facts, w.pid)}")
     stack = facts.stack(pid)
     joins_pin = any(f.function.endswith("join") for f in v.thread.frames[:6]) and any(
         frames.has_frame(t, frames.PIN_LOOP_FUNCS) for t in (stack.threads if stack else ())
@@ -879,7 +879,7 @@ def unknown(facts: Facts) -> Finding:
     evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {facts.stall.main_pid}: {v.reason}"]
     for view in worker_views(facts):
         evidence.append(
-            f"worker pid {view.pid}: state {view.proc.status}, wchan {view.proc.wchan}, {view.activity.value}, {quiet_text(facts, view.pid)}"
+            f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, {quiet_text(facts, view.pid)}"
             + (f", at {describe(facts, view.pid, view.user or view.top)}" if view.user or view.top else "")
         )
     if facts.pyspy_problem:
