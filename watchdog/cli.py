@@ -1,19 +1,7 @@
 """``dlwatch``: the command line. The only module that prints to the user and exits.
 
-Exit codes (also in README.md):
-
-========  ==========================================================================
-``run``   the job's own exit code (128 + N when the job died of signal N), after a
-          crash report when a DataLoader crash is recognised on the job's stderr;
-          124 when the watchdog ended the job after a hang (as timeout(1) does);
-          126/127 when the command cannot be executed (not executable, bad format) / is not found;
-          2 for a usage or configuration error (nothing was started).
-``attach`` 0 the job ended and no hang was reported; 3 the job ended (or watching
-          stopped) after one or more hang reports; 124 the watchdog ended the job;
-          2 usage/configuration error, or a PID that does not exist, is not Python
-          or cannot be read; 128 + N when dlwatch itself was stopped by signal N.
-any       1 an internal error of dlwatch itself.
-========  ==========================================================================
+Exit codes: the members of :class:`watchdog.exits.Exit` (README "Exit codes" describes each
+command's); ``run`` also passes on the job's own code, and ``attach`` 128 + N after signal N.
 """
 
 from __future__ import annotations
@@ -34,15 +22,9 @@ from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
 from .ranks import JobWatcher
 from .errors import ConfigError, WatchdogError
+from .exits import Exit, of_signal
 from .wake import Waker
 
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_USAGE = 2
-EXIT_HANG_REPORTED = 3
-EXIT_TERMINATED = 124
-EXIT_CANNOT_EXECUTE = 126
-EXIT_NOT_FOUND = 127
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
 _OVERRIDES = {
@@ -61,7 +43,7 @@ _STDERR_DRAIN_S = 2.0
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, names the input, exit 2
-        self.exit(EXIT_USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(Exit.USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -153,7 +135,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
 
 
 def _exit_code_of(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+    return of_signal(-returncode) if returncode < 0 else returncode
 
 
 def _start_stderr_tail(cfg: config_mod.Config, orphan_cleanup=()) -> Optional[StderrTail]:
@@ -178,7 +160,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
     if not cmd[0]:
         log("cannot start '': command not found")
-        return EXIT_NOT_FOUND
+        return Exit.NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
@@ -187,17 +169,18 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     tail = _start_stderr_tail(cfg, [folder] if folder else [])
     try:
         proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
-    except FileNotFoundError:
-        log(f"cannot start {cmd[0]!r}: command not found")
-        _remove(folder)
-        return EXIT_NOT_FOUND
     except OSError as e:
-        log(f"cannot start {cmd[0]!r}: {e.strerror or e}")
-        _remove(folder)
-        return EXIT_CANNOT_EXECUTE
-    finally:
+        log(f"cannot start {cmd[0]!r}: " + ("command not found" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))))
         if tail:
             tail.close_job_end()
+            tail.wait(_STDERR_DRAIN_S)
+            tail.cleanup()
+        _remove(folder)
+        if server is not None:
+            server.shutdown()
+        return Exit.NOT_FOUND if isinstance(e, FileNotFoundError) else Exit.CANNOT_EXECUTE
+    if tail:
+        tail.close_job_end()
     wake, forward_wake, ended = Waker(), Waker(), threading.Event()
     pending: List[int] = []
 
@@ -252,7 +235,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         # The last word, after whatever the job printed while it went down.
         what = "ended the hung job (exit 124)" if outcome.terminated else f"the job exited with code {code}"
         log(f"{what}; {len(written)} report(s), the last: {os.path.join(written[-1], 'report.txt')}" if written else what)
-    return EXIT_TERMINATED if outcome.terminated else code
+    return Exit.TERMINATED if outcome.terminated else code
 
 
 def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", source: str = "settings"):
@@ -338,7 +321,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1) if args.json else "\n".join(report.status_lines(doc)), flush=True)
     except BrokenPipeError:  # `dlwatch status … | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_OK
+    return Exit.OK
 
 
 def _print(text: str) -> None:
@@ -355,7 +338,7 @@ def cmd_reports(args: argparse.Namespace) -> int:
     report_dir = args.dir or config_mod.load(args.config, {}).report_dir
     table, n = browse.listing(report_dir, args.n)
     _print(table if n else f"no reports in {report_dir}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -364,9 +347,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     if args.html:
         _print(browse.write_html(args.report, args.out))
-        return EXIT_OK
+        return Exit.OK
     _print(browse.text(args.report, full=args.full).rstrip("\n"))
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_hook_env() -> int:
@@ -375,14 +358,14 @@ def cmd_hook_env() -> int:
         folder = inside.make_folder()
     except OSError as e:
         log(f"error: cannot create the inside view's folder: {e.strerror}")
-        return EXIT_USAGE
+        return Exit.USAGE
     import shlex
 
     env = inside.hook_env(os.environ, folder, None)
     # Quoted for the shell where needed: `eval "export $(dlwatch hook-env)"` works with any path;
     # `env $(dlwatch hook-env) …` with paths that hold no spaces.
     print(f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder)}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -420,15 +403,15 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if outcome.terminated or stopped:
         watcher.alerts.wait(cfg.exec_timeout_s)
     if outcome.terminated:
-        return EXIT_TERMINATED
+        return Exit.TERMINATED
     if stopped:
         log(f"stopped by signal {stopped[0]}; pid {proc.pid} keeps running")
-        return 128 + stopped[0]
+        return of_signal(stopped[0])
     watcher.after_exit(None, terminated=outcome.terminated)
     if folder:
         inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended
     log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
-    return EXIT_HANG_REPORTED if outcome.reports else EXIT_OK
+    return Exit.HANG_REPORTED if outcome.reports else Exit.OK
 
 
 def cmd_probe(probe_args: List[str]) -> int:
@@ -437,7 +420,7 @@ def cmd_probe(probe_args: List[str]) -> int:
         from probes import cli as probes_cli
     except ImportError as e:
         print(f"dlwatch: error: the probes need the [probes] extra (torch): {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     return probes_cli.main(probe_args)
 
 
@@ -454,10 +437,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return {"status": cmd_status, "reports": cmd_reports, "show": cmd_show}[args.command](args)
         except WatchdogError as e:
             log(f"error: {e}")
-            return EXIT_USAGE
+            return Exit.USAGE
         except OSError as e:
             log(f"error: {e.filename or ''}: {e.strerror or e}")
-            return EXIT_USAGE
+            return Exit.USAGE
     try:
         cfg = load_config(args)
         if args.command == "run":
@@ -465,9 +448,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_attach(args, cfg)
     except WatchdogError as e:
         log(f"error: {e}")
-        return EXIT_USAGE
+        return Exit.USAGE
     except KeyboardInterrupt:
-        return 130
+        return of_signal(signal.SIGINT)
 
 
 def entry() -> None:

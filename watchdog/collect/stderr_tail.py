@@ -9,10 +9,17 @@ the job keep writing until they close it. The pump keeps the last bytes in memor
 publishes them to a file (temporary file + rename) that dlwatch reads. If dlwatch is gone by
 the time the stream ends (killed: its folders would stay in ``/tmp``), the pump removes its
 own folder and the folders dlwatch named for it (the inside view's), since nobody else will.
+If both are killed at once (``systemctl stop``, a test harness that kills every descendant),
+the folder is swept by the next ``dlwatch run`` on the machine: each folder holds a ``lock``
+file that dlwatch and the pump hold a ``flock(2)`` on for their lifetimes (one open file
+description, inherited), so a folder whose lock can be taken has no live owner
+(:func:`sweep_stale`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import os
 import re
 import select
@@ -26,6 +33,41 @@ from typing import Sequence
 _PUBLISH_EVERY_S = 0.2
 # Marks, in the tail's folder, that the pump saw the end of the stream and published it all.
 _EOF = "eof"
+_PREFIX = "dlwatch-stderr-"
+_LOCK = "lock"
+# A folder without a lock file is left alone this long (it may be being made right now).
+_UNLOCKED_GRACE_S = 3600.0
+
+
+def sweep_stale(tmpdir: str) -> int:
+    """Remove the ``dlwatch-stderr-*`` folders under ``tmpdir`` that no live dlwatch or pump
+    owns: their ``lock`` file's ``flock`` can be taken (the kernel drops a flock when the last
+    descriptor of its open file description closes, so a killed owner holds none: flock(2)).
+    Folders without a lock file are removed only when older than an hour. Returns how many
+    were removed; never raises."""
+    removed = 0
+    for folder in glob.glob(os.path.join(glob.escape(tmpdir), _PREFIX + "*")):
+        try:
+            fd = os.open(os.path.join(folder, _LOCK), os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            try:
+                stale = time.time() - os.lstat(folder).st_mtime > _UNLOCKED_GRACE_S
+            except OSError:
+                continue
+        except OSError:
+            continue
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                stale = True
+            except OSError:
+                stale = False
+            finally:
+                os.close(fd)
+        if stale and os.path.isdir(folder) and not os.path.islink(folder) and os.stat(folder).st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
@@ -109,8 +151,12 @@ class StderrTail:
     """
 
     def __init__(self, dst_fd: int, limit_bytes: int, orphan_cleanup: Sequence[str] = ()) -> None:
-        self._dir = tempfile.mkdtemp(prefix="dlwatch-stderr-")
+        sweep_stale(tempfile.gettempdir())
+        self._dir = tempfile.mkdtemp(prefix=_PREFIX)
         self.tail_path = os.path.join(self._dir, "tail")
+        # Held by us and (inherited) by the pump until both are gone: see sweep_stale.
+        self._lock_fd = os.open(os.path.join(self._dir, _LOCK), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         read_fd, self.job_stderr = os.pipe()
         try:
             self._proc = subprocess.Popen(
@@ -122,7 +168,12 @@ class StderrTail:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outlives dlwatch; no terminal signals
                 close_fds=True,
+                pass_fds=(self._lock_fd,),
             )
+        except BaseException:
+            self.cleanup()
+            os.close(self.job_stderr)
+            raise
         finally:
             os.close(read_fd)
 
@@ -157,6 +208,9 @@ class StderrTail:
         """Remove the tail's folder; the pump, which waits for that after the end of the
         stream, then exits (or exits at the end of the stream, if that comes later)."""
         shutil.rmtree(self._dir, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def main(argv: Sequence[str]) -> None:
