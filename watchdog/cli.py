@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from . import __version__
 from . import config as config_mod
-from .collect import discovery, inside
+from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
 from .ranks import JobWatcher
@@ -398,7 +398,9 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
-    log(f"watching pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
+    log(f"watching pid {proc.pid} ({' '.join(procfs.redact_cmdline(proc.cmdline()))[:120]})")
+    if discovery.has_loaded_torch(proc.pid) is False:
+        log(f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch training loops; watching anyway")
     outcome = watcher.run()
     if outcome.terminated or stopped:
         watcher.alerts.wait(cfg.exec_timeout_s)

@@ -525,3 +525,22 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
         wait_for(lambda: not pump.is_running(), 30, "the pump to exit")
     finally:
         kill_tree(proc)
+
+
+def test_attach_to_a_python_program_that_is_not_a_training_job_says_so(tmp_path):
+    job = start([PY, "-c", "import time; time.sleep(120)", "--api-key=sk-live-123"])
+    watcher = None
+    try:
+        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)])
+        wait_for(lambda: reports(str(tmp_path)), 90, "a report")
+        doc = load_report(reports(str(tmp_path))[0])
+        first = doc["diagnoses"][0]
+        assert first["summary"].startswith("No DataLoader or training loop was seen"), first
+        assert first["confidence"] <= 0.3 and doc["action"] == "report"
+        kill_tree(job)
+        out, err = watcher.communicate(timeout=30)
+        assert "has not imported torch" in err and "sk-live-123" not in err, err
+    finally:
+        kill_tree(job)
+        if watcher is not None:
+            kill_tree(watcher)

@@ -86,3 +86,40 @@ def test_secret_looking_arguments_are_redacted_from_command_lines():
     facts = hang_facts([])
     rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": args, "start_time": None}, 1.8e9, "report", None, {})
     assert "abc123" not in rep.text and "hf_XYZ" not in str(rep.document)
+
+
+def test_locals_with_secret_looking_names_are_redacted():
+    import json
+
+    from watchdog.collect.procfs import REDACTED
+    from watchdog.collect.pyspy import parse_dump
+
+    dump = [
+        {
+            "pid": 1,
+            "thread_id": 1,
+            "os_thread_id": 1,
+            "thread_name": "MainThread",
+            "active": True,
+            "owns_gil": False,
+            "frames": [
+                {
+                    "name": "train",
+                    "filename": "/job/train.py",
+                    "module": None,
+                    "short_filename": "train.py",
+                    "line": 10,
+                    "locals": [
+                        {"name": "api_key", "addr": 1, "arg": True, "repr": "'sk-live-123'"},
+                        {"name": "password", "addr": 2, "arg": False, "repr": "'hunter2'"},
+                        {"name": "url", "addr": 3, "arg": False, "repr": "'https://u:pw9@host/x'"},
+                        {"name": "lr", "addr": 4, "arg": False, "repr": "0.1"},
+                    ],
+                }
+            ],
+        }
+    ]
+    (thread,) = parse_dump(json.dumps(dump), locals_=True)
+    loc = dict(thread.frames[0].locals)
+    assert loc["api_key"] == REDACTED and loc["password"] == REDACTED and loc["lr"] == "0.1"
+    assert "pw9" not in loc["url"] and "host" in loc["url"]

@@ -108,6 +108,16 @@ def check_target(pid: int) -> psutil.Process:
         raise TargetAccessDenied(pid) from None
 
 
+def has_loaded_torch(pid: int) -> Optional[bool]:
+    """Whether ``pid`` has PyTorch's C++ library mapped (a ``libtorch`` file in
+    ``/proc/PID/maps``: ``import torch`` loads it); ``None`` when the maps cannot be read."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return b"libtorch" in f.read()
+    except OSError:
+        return None
+
+
 def find_main(root: psutil.Process) -> Optional[psutil.Process]:
     """The job's main Python process: ``root`` itself when it runs Python, else the first
     Python process in a breadth-first walk of its descendants (``dlwatch run -- bash -c …``).

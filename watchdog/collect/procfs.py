@@ -237,6 +237,13 @@ def redact_env(env: Dict[str, str]) -> Dict[str, str]:
     return out
 
 
+def redact_local(name: str, value: str) -> str:
+    """A local variable's ``repr`` as a report may show it: replaced when the name looks secret
+    (the same names as :func:`redact_env`'s keys: ``api_key``, ``password``, ``token`` …),
+    else with credentials inside it replaced (:func:`redact_value`)."""
+    return REDACTED if _SECRET_KEY.search(name) else redact_value(value)
+
+
 def redact_cmdline(args) -> List[str]:
     """A command line with secret-looking values replaced: ``--api-key=V`` and ``--api-key V``
     (flag names as secret-looking as :func:`redact_env`'s keys), ``TOKEN=V`` assignments, and

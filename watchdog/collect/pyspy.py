@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from ..errors import PTRACE_REMEDY
 from ..types import Frame, ProcessStack, ThreadStack
+from .procfs import redact_local
 
 _PERMISSION_MARKERS = ("permission denied", "operation not permitted", "failed to get process executable name", "eperm")
 
@@ -54,7 +55,7 @@ def parse_dump(text: str, locals_: bool = False) -> Tuple[ThreadStack, ...]:
             native = f.get("module") is not None
             loc = None
             if locals_ and f.get("locals"):
-                loc = tuple((str(v.get("name")), str(v.get("repr"))) for v in f["locals"])
+                loc = tuple((str(v.get("name")), redact_local(str(v.get("name")), str(v.get("repr")))) for v in f["locals"])
             frames.append(
                 Frame(
                     function=str(f.get("name", "?")),

@@ -251,3 +251,19 @@ def traceback_location(stderr: str) -> Optional[str]:
 def workers_phrase(n: int) -> str:
     """``1 DataLoader worker is`` / ``3 DataLoader workers are``."""
     return "1 DataLoader worker is" if n == 1 else f"{n} DataLoader workers are"
+
+
+def torch_seen(facts: Facts) -> bool:
+    """Whether anything shows that the watched job trains with PyTorch: a DataLoader worker in
+    any sample of the timeline, an iterator in the inside view, or a frame of ``torch`` on any
+    stack taken. ``False`` for a Python program that never touched it (``attach`` to the
+    wrong pid): then no verdict about a training loop can be drawn."""
+    if facts.inside is not None and facts.inside.loaders:
+        return True
+    if any(s.workers for s in facts.timeline) or facts.sample.workers:
+        return True
+    for _pid, stack in facts.stacks:
+        for t in stack.threads:
+            if any(("/torch/" in f.file or f.file.startswith("torch/")) for f in t.frames if not f.native):
+                return True
+    return False

@@ -26,6 +26,7 @@ from .common import (
     kernel_wait,
     location,
     quiet_text,
+    torch_seen,
     waiting_main,
     worker_finding,
     worker_views,
@@ -854,6 +855,20 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         evidence.append(f"main pid {pid}: main thread {kernel_wait(facts, pid, pid)}")
     evidence.append(f"main pid {pid}: {quiet_text(facts, pid)}; {len(facts.sample.workers)} DataLoader worker(s) alive")
     where = f" at {brief(user)}" if user else ""
+    if not torch_seen(facts):
+        evidence.insert(0, f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this process tree")
+        return Finding(
+            confidence=0.3,
+            summary=f"No DataLoader or training loop was seen in pid {pid}; it has waited{where} for {facts.stall.stall_s:.0f} s.",
+            evidence=tuple(evidence),
+            remedy=(
+                f"Check that pid {pid} is the training job's main process, the one that iterates the DataLoader "
+                "(`attach --pid` takes that pid; `run` takes the first Python process of the command). dlwatch judges "
+                "PyTorch training loops: for any other program this only says how long it has been idle."
+            ),
+            pids=(pid,),
+            location=location(user),
+        )
     if collective is not None:
         where += ", in a torch.distributed collective"
     if timed:
