@@ -60,9 +60,12 @@ class Alerts:
             self.log(f"{setting} could not run: {e.strerror or e}")
             return
         tail = bytearray()
+        stderr = proc.stderr  # a pipe: stderr=subprocess.PIPE
 
         def drain() -> None:  # keep only the end of what it prints: a chatty command costs no memory
-            for chunk in iter(lambda: proc.stderr.read(65536), b""):
+            if stderr is None:
+                return
+            for chunk in iter(lambda: stderr.read(65536), b""):
                 tail.extend(chunk)
                 del tail[:-_STDERR_KEPT]
 

@@ -88,6 +88,7 @@ from .types import (
     ROLE_STARTING,
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
+    Frame,
     HangVerdict,
     KernelWait,
     ProcessSample,
@@ -218,7 +219,10 @@ class ProgressTracker:
                 self._last_tree_work = now
             if p.role not in LOADER_ROLES:
                 continue
-            owner = loader.get(p.owner_pid) if p.role == ROLE_WORKER_CHILD else p
+            if p.role == ROLE_WORKER_CHILD:
+                owner = loader.get(p.owner_pid) if p.owner_pid is not None else None
+            else:
+                owner = p
             okey = (owner.pid, owner.create_time) if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
             moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
@@ -349,14 +353,15 @@ def rhythm(sample: Sample, stall_timeout_s: float, stall_min_s: float, factor: f
     if not found:
         return None
     v = max(found, key=lambda x: x.interval_p99_s or 0.0)
-    timeout = max(stall_min_s, factor * (v.interval_p99_s or 0.0))
-    if timeout >= stall_timeout_s:
+    p99, since = v.interval_p99_s or 0.0, v.waiting_since
+    timeout = max(stall_min_s, factor * p99)
+    if timeout >= stall_timeout_s or since is None:  # since: never None, found holds only waiting iterators
         return None
     rule = (
-        f"batch rhythm of {v.label}: p99 {v.interval_p99_s * 1000:.0f} ms between batches over {v.intervals} intervals, "
+        f"batch rhythm of {v.label}: p99 {p99 * 1000:.0f} ms between batches over {v.intervals} intervals, "
         f"so a stall counts after max(stall_min_s {stall_min_s:g} s, {factor:g} × p99) = {timeout:.1f} s (stall_timeout_s {stall_timeout_s:g} s otherwise)"
     )
-    return Rhythm(timeout, v.waiting_since, rule)
+    return Rhythm(timeout, since, rule)
 
 
 def due_trigger(
@@ -511,6 +516,15 @@ def prove(
         target = pipes.targets.get((pid, w.fd), "")
         return target if target.startswith("pipe:") else None
 
+    def pipe_ends(pid: int, d: ThreadDetail) -> Tuple[Optional[str], str, Tuple[int, ...]]:
+        """The pipe a thread reads or writes, the end that could wake it (``write`` for a
+        reader), and the pids that hold that end."""
+        pipe = pipe_of(pid, d)
+        end = "write" if d.wait is not None and d.wait.syscall in _READS else "read"
+        if pipes is None or pipe is None:
+            return pipe, end, ()
+        return pipe, end, (pipes.writers if end == "write" else pipes.readers).get(pipe, ())
+
     inert = set(inert)
     candidates = set()
     for (pid, tid), d in waits.items():
@@ -528,7 +542,7 @@ def prove(
             candidates.add((pid, tid))
 
     def whole(pid: int, inside: Set[Tuple[int, int]]) -> bool:
-        threads = details.get(pid)
+        threads = details.get(pid, ())
         return bool(threads) and all((pid, d.tid) in inside for d in threads)
 
     changed = True
@@ -540,13 +554,14 @@ def prove(
             w = d.wait
             if key in inert:
                 keep = True
+            elif w is None:  # never: a candidate's wait is known
+                keep = False
             elif w.kind is WaitKind.FUTEX_PRIVATE:
                 keep = whole(pid, candidates)
             elif w.kind is WaitKind.CHILD:
                 keep = all(whole(c, candidates) for c in children.get(pid, ()))
             else:
-                pipe = pipe_of(pid, d)
-                others = (pipes.writers if w.syscall in _READS else pipes.readers).get(pipe, ())
+                others = pipe_ends(pid, d)[2]
                 keep = bool(others) and all(whole(o, candidates) for o in others)
             if not keep:
                 candidates.discard(key)
@@ -561,14 +576,14 @@ def prove(
             w = d.wait
             if (pid, d.tid) in inert:
                 line += "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing the others wait for"
+            elif w is None:
+                pass  # never: every thread of a stuck pid is a candidate, whose wait is known
             elif w.kind is WaitKind.FUTEX_PRIVATE:
                 line += "; a private futex is woken only by a thread of the same process"
             elif w.kind is WaitKind.CHILD:
                 line += f"; its children {', '.join(map(str, children.get(pid, ())))} can never exit"
             else:
-                pipe = pipe_of(pid, d)
-                end = "write" if w.syscall in _READS else "read"
-                holders = (pipes.writers if end == "write" else pipes.readers).get(pipe, ())
+                pipe, end, holders = pipe_ends(pid, d)
                 line += f"; fd {w.fd} is {pipe}, whose {end} end only pid(s) {', '.join(map(str, holders))} hold"
             lines.append(line)
     lines.append(
@@ -626,13 +641,14 @@ def prove_loader_idle(
     workers = sample.workers
     if not workers or stall.stall_s < stall_timeout_s or any(p.role == ROLE_STARTING for p in sample.processes):
         return None
-    main_stack = stacks.get(sample.main.pid) if sample.main else None
-    if main_stack is None or not main_stack.ok:
+    main = sample.main
+    main_stack = stacks.get(main.pid) if main else None
+    if main is None or main_stack is None or not main_stack.ok:
         return None
     for t in main_stack.threads:
         if frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE) and not states.is_loader_idle(t):
             return None
-    lines = [f"main pid {sample.main.pid}: the iterating thread waits for the next batch in the DataLoader iterator"]
+    lines = [f"main pid {main.pid}: the iterating thread waits for the next batch in the DataLoader iterator"]
     for w in workers:
         st = stacks.get(w.pid)
         if st is None or not st.ok or not st.threads:
@@ -712,7 +728,7 @@ def assess(
     """
     if proof is not None and (proof.kind != "kernel" or stall.main_pid in proof.pids):
         return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof)
-    timed = []
+    timed: List[Tuple[ProcessSample, ThreadDetail, KernelWait, Frame]] = []  # with the wait and the user's frame
     for p in sample.processes:
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
             continue
@@ -720,16 +736,17 @@ def assess(
             if p.role == ROLE_MAIN and d.tid != p.pid:
                 continue
             t = _thread_of(stacks.get(p.pid), d.tid)
-            if d.wait is None or d.wait.kind is not WaitKind.TIMED or t is None or states.is_loader_idle(t):
+            wait = d.wait
+            if wait is None or wait.kind is not WaitKind.TIMED or t is None or states.is_loader_idle(t):
                 continue
-            if frames.waits_in_user_code(t) is not None:
-                timed.append((p, d, t))
-    entries = tuple((p.pid, p.create_time, d.tid, d.wait.signature) for p, d, t in timed)
+            user = frames.waits_in_user_code(t)
+            if user is not None:
+                timed.append((p, d, wait, user))
+    entries = tuple((p.pid, p.create_time, d.tid, wait.signature) for p, d, wait, _ in timed)
     if trigger == TRIGGER_BUSY:
         return Assessment(True, verdict, f"no batch was delivered for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)", None, entries)
-    for p, d, t in timed:
+    for p, d, _, user in timed:
         if (p.pid, d.tid) in woke:
-            user = frames.waits_in_user_code(t)
             return Assessment(
                 False,
                 verdict,

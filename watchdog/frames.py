@@ -296,7 +296,7 @@ def line_takes_lock(source: Optional[str]) -> bool:
     if _ACQUIRE_CALL.search(code):
         return True
     m = _WITH_EXPR.match(code)
-    return bool(m) and any(_is_lock_name(w) for w in re.findall(r"[A-Za-z_]\w*", m.group("expr")))
+    return m is not None and any(_is_lock_name(w) for w in re.findall(r"[A-Za-z_]\w*", m.group("expr")))
 
 
 def is_worker_stack(stack_threads: Iterable[ThreadStack]) -> bool:

@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .types import ROLE_MAIN, ROLE_WORKER, Sample
+from .types import ROLE_MAIN, ROLE_WORKER, LoaderView, Sample
 
 PREFIX = "dlwatch"
 
@@ -84,14 +84,14 @@ class JobMetrics(Collector):
                 for family, value in ((uss, p.uss_bytes), (fds, p.num_fds), (max_fds, p.rlimit_nofile_soft), (pinned, p.pinned_bytes)):
                     if value is not None:
                         family.add_metric(values, value)
-            latest: Dict[str, object] = {}
+            latest: Dict[str, LoaderView] = {}
             for v in sample.loaders:
                 where = f"{v.site.file.rsplit('/', 1)[-1]}:{v.site.line}" if v.site else "?"
-                if where not in latest or v.iterator > latest[where].iterator:  # type: ignore[attr-defined]
+                if where not in latest or v.iterator > latest[where].iterator:
                     latest[where] = v
             for where, v in latest.items():
-                batches.add_metric([rank, where], v.batches)  # type: ignore[attr-defined]
-                wait.add_metric([rank, where], v.wait_s)  # type: ignore[attr-defined]
+                batches.add_metric([rank, where], v.batches)
+                wait.add_metric([rank, where], v.wait_s)
             if not host_done:
                 host_done = True
                 if sample.host.shm_used_bytes is not None:

@@ -5,6 +5,7 @@ written after the job ends. Wiring only, like :mod:`watchdog.daemon`; ranks are 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -30,6 +31,11 @@ _SETTLE_AFTER_S = 60.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
+
+
+def _ended(key: Tuple[int, float]) -> bool:
+    """Whether the rank ``(pid, create_time)`` has ended (a rank watcher's ``job_ended``)."""
+    return not act.still_running(*key)
 
 
 class JobWatcher:
@@ -104,14 +110,14 @@ class JobWatcher:
                 self.config,
                 proc.pid,
                 None,
-                lambda key=key: not act.still_running(*key),
+                functools.partial(_ended, key),
                 self.wake,
                 self._stderr_tail,
                 None,
                 self._inside,
                 rank=env,
-                peers=lambda key=key: self.loader_stalls(except_key=key),
-                peer_loaders=lambda key=key: self.loaders_of_ranks(except_key=key),
+                peers=functools.partial(self.loader_stalls, except_key=key),
+                peer_loaders=functools.partial(self.loaders_of_ranks, except_key=key),
                 alerts=self.alerts,
             )
             w.on_report = lambda *a: self.on_report(*a)

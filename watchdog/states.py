@@ -55,8 +55,9 @@ def is_loader_idle(thread: Optional[ThreadStack]) -> bool:
     if frames.is_feeder_thread(thread):
         top = frames.innermost_python(thread)
         return top is not None and top.function.endswith("wait")
-    if frames.loader_wait_depth(thread) is not None:
-        return frames.innermost_user_above(thread, frames.loader_wait_depth(thread)) is None
+    depth = frames.loader_wait_depth(thread)
+    if depth is not None:
+        return frames.innermost_user_above(thread, depth) is None
     if frames.has_frame(thread, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE):
         return not frames.has_frame(thread, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
     return False

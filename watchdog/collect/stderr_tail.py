@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Optional, Sequence, Union
 
 _PUBLISH_EVERY_S = 0.2
 # Marks, in the tail's folder, that the pump saw the end of the stream and published it all.
@@ -123,7 +123,7 @@ def without_rank_prefixes(text: str) -> str:
     return _RANK_PREFIX.sub("", text)
 
 
-def _publish(path: str, data: bytes) -> None:
+def _publish(path: str, data: Union[bytes, bytearray]) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -155,8 +155,9 @@ class StderrTail:
         self._dir = tempfile.mkdtemp(prefix=_PREFIX)
         self.tail_path = os.path.join(self._dir, "tail")
         # Held by us and (inherited) by the pump until both are gone: see sweep_stale.
-        self._lock_fd = os.open(os.path.join(self._dir, _LOCK), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        lock_fd = os.open(os.path.join(self._dir, _LOCK), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self._lock_fd: Optional[int] = lock_fd
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
         read_fd, self.job_stderr = os.pipe()
         try:
             self._proc = subprocess.Popen(
@@ -168,7 +169,7 @@ class StderrTail:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outlives dlwatch; no terminal signals
                 close_fds=True,
-                pass_fds=(self._lock_fd,),
+                pass_fds=(lock_fd,),
             )
         except BaseException:
             self.cleanup()

@@ -12,8 +12,10 @@ from ..types import (
     MODE_HANG,
     Facts,
     Frame,
+    HangVerdict,
     ProcessSample,
     ProcessStack,
+    Stall,
     ThreadDetail,
     ThreadStack,
 )
@@ -67,8 +69,15 @@ def quiet_for(facts: Facts, pid: int) -> Optional[float]:
 
 def is_quiet(facts: Facts, pid: int) -> bool:
     """True when ``pid`` made no progress during (about) the whole stall."""
-    age = quiet_for(facts, pid)
-    return age is not None and age >= facts.stall.stall_s - QUIET_SLACK_S
+    age = quiet_for(facts, pid)  # None without a stall
+    return age is not None and facts.stall is not None and age >= facts.stall.stall_s - QUIET_SLACK_S
+
+
+def hang_of(facts: Facts) -> Tuple[Stall, HangVerdict]:
+    """The stall and the verdict of a hang's facts, which always carry both (:class:`Facts`)."""
+    if facts.stall is None or facts.verdict is None:
+        raise ValueError(f"{facts.mode} facts without a stall and a verdict: only a hang's facts have both")
+    return facts.stall, facts.verdict
 
 
 def kernel_wait(facts: Facts, pid: int, tid: int) -> str:
@@ -88,14 +97,14 @@ def worker_thread(stack: Optional[ProcessStack], pid: int) -> Optional[ThreadSta
 
 def waiting_main(facts: Facts) -> str:
     """``main pid N: <verdict reason>, iterating at file:line`` (main's side of a hang)."""
-    v = facts.verdict
+    stall, v = hang_of(facts)
     how = "" if v.confirmed_by_stack else " (presumed from /proc: py-spy could not read main)"
     t = v.thread
     where = ""
     if t is not None:
         frame = frames.innermost_user(t) or frames.innermost_python(t)
-        where = f", iterating at {describe(facts, facts.stall.main_pid, frame)}" if frame else ""
-    return f"main pid {facts.stall.main_pid}: {v.reason}{where}{how}"
+        where = f", iterating at {describe(facts, stall.main_pid, frame)}" if frame else ""
+    return f"main pid {stall.main_pid}: {v.reason}{where}{how}"
 
 
 def brief(frame: Optional[Frame]) -> str:
@@ -203,7 +212,7 @@ def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, 
     if found is None:
         return None
     evidence, pids, user, confidence = found
-    if any(line.startswith("proof: ") for line in evidence):
+    if facts.proof is not None and any(line.startswith("proof: ") for line in evidence):
         evidence += (f"proof: {facts.proof.lines[-1]}",)
     where = f" at {brief(user)}" if user else ""
     return Finding(

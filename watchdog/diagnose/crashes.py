@@ -28,7 +28,7 @@ rules above, since "fix the Dataset code" is the wrong remedy for a full ``/dev/
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .. import frames
 from ..types import (
@@ -439,7 +439,7 @@ def _workers_cpu_s(facts: Facts, window_s: float) -> Tuple[Optional[float], int]
     if len(recent) < 2:
         return None, 0
     total, pids = 0.0, set()
-    first = {}
+    first: Dict[Tuple[int, float], float] = {}  # (pid, create_time) -> CPU seconds
     for s in recent:
         for w in s.workers:
             first.setdefault((w.pid, w.create_time), w.cpu_s)

@@ -23,6 +23,7 @@ from .common import (
     WorkerView,
     brief,
     describe,
+    hang_of,
     kernel_wait,
     location,
     quiet_text,
@@ -227,7 +228,7 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         name = lock_name(facts.source(top.file, top.line)) if top is not None else None
         record = fork_record_of(facts, v.pid)
         held = lock_holder_at_fork(facts, record, name) if record is not None and name else None
-        if held is not None:
+        if held is not None and record is not None:  # a holder is only looked for in a record
             ht, hf, hline, htext = held
             lines.append(
                 f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} held {name}: "
@@ -371,7 +372,9 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
     """Evidence lines (one per thread of main, the iterating thread first), main's user frame,
     and the holder kinds seen."""
     stack = facts.stack(pid)
-    lines, kinds, where = [], [], None
+    lines: List[str] = []
+    kinds: List[str] = []
+    where: Optional[Frame] = None
     if stack is None or not stack.ok:
         return [f"main pid {pid}: no stack ({facts.pyspy_problem or 'not dumped'})"], None, kinds
     for t in sorted(stack.threads, key=lambda x: x.tid != pid):
@@ -450,22 +453,28 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
     target = _fd_target(facts, v) or ""
     if target.startswith("socket:") or (v.loop is not None and frames.waits_on_mp_queue(v.loop)):
         return None  # a socket's peer, or a multiprocessing queue's feeder, is another process: worker_stuck
+    # The loop thread's wait: set whenever the activity is FD_WAIT or the wait's fd has a target.
+    wait = v.loop_detail.wait if v.loop_detail is not None else None
     in_kernel_io = v.activity is Activity.KERNEL_IO or family in frames.IO_WCHAN_FAMILIES or (
-        v.activity is Activity.FD_WAIT and (target.startswith(("pipe:", "/")) or v.loop_detail.wait.syscall in ("open", "openat"))
+        v.activity is Activity.FD_WAIT
+        and (target.startswith(("pipe:", "/")) or (wait is not None and wait.syscall in ("open", "openat")))
     )
     if not in_kernel_io:
         return None
     lines = [f"worker pid {v.pid} ({v.proc.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, v.pid, tid)}"]
-    if target:
-        lines.append(f"worker pid {v.pid}: it waits on fd {v.loop_detail.wait.fd}, which is {target}")
-    if target.startswith("pipe:"):
-        readers = dict(facts.pipe_readers).get(target, ())
-        writers = dict(facts.pipe_writers).get(target, ())
-        writing = v.loop_detail.wait.syscall in ("write", "writev", "sendto", "sendmsg", "pwrite64")
-        others = [p for p in (readers if writing else writers) if p != v.pid]
-        roles = {p.pid: p.role for p in facts.sample.processes}
-        held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in others)
-        lines.append(f"worker pid {v.pid}: the pipe's {'read' if writing else 'write'} end is held by pid(s) {held or 'no other process'}")
+    if target and wait is not None:
+        lines.append(f"worker pid {v.pid}: it waits on fd {wait.fd}, which is {target}")
+        if target.startswith("pipe:"):
+            readers = dict(facts.pipe_readers).get(target, ())
+            writers = dict(facts.pipe_writers).get(target, ())
+            writing = wait.syscall in ("write", "writev", "sendto", "sendmsg", "pwrite64")
+            others = [p for p in (readers if writing else writers) if p != v.pid]
+            roles = {p.pid: p.role for p in facts.sample.processes}
+            held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in others)
+            lines.append(
+                f"worker pid {v.pid}: the pipe's {'read' if writing else 'write'} end is held by pid(s) "
+                f"{held or 'no other process'}"
+            )
     if v.loop is not None:
         lines.append(f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}")
     else:
@@ -519,7 +528,7 @@ def _busy_cpu_s(facts: Facts, pid: int) -> Optional[float]:
     if facts.stall is None or not facts.timeline:
         return None
     since = facts.timeline[-1].t_mono - facts.stall.no_delivery_s
-    cpu = [s.process(pid).cpu_s for s in facts.timeline if s.t_mono >= since and s.process(pid) is not None]
+    cpu = [p.cpu_s for s in facts.timeline if s.t_mono >= since for p in [s.process(pid)] if p is not None]
     return cpu[-1] - cpu[0] if len(cpu) >= 2 else None
 
 
@@ -537,7 +546,8 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
     if _fork_lock_hit(facts, v) is not None or _blocked_io_hit(facts, v) is not None or _self_deadlock_hit(facts, v) is not None:
         return None
     busy_cpu = None if v.quiet else _busy_cpu_s(facts, v.pid)
-    busy = busy_cpu is not None and facts.stall is not None and busy_cpu >= 0.5 * facts.stall.no_delivery_s
+    no_delivery_s = facts.stall.no_delivery_s if facts.stall is not None else None
+    busy = busy_cpu is not None and no_delivery_s is not None and busy_cpu >= 0.5 * no_delivery_s
     if not v.quiet and not busy:
         return None
     if v.loop is not None:
@@ -545,7 +555,7 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             return None
         if busy:
             doing = _STUCK_DOING[Activity.RUNNING]
-            how = f"{busy_cpu:.0f} s of CPU in the last {facts.stall.no_delivery_s:.0f} s, and no I/O: no batch was sent"
+            how = f"{busy_cpu:.0f} s of CPU in the last {no_delivery_s:.0f} s, and no I/O: no batch was sent"
         else:
             doing = _STUCK_DOING.get(v.activity, "blocked")
             family = _thread_wchan_family(facts, v.pid, v.loop.tid)
@@ -648,8 +658,8 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
     if not facts.loader_hang():
         return None
     failures = feeder_failures(facts.stderr_tail)
-    idle_proof = facts.proof is not None and facts.proof.kind == "loader_idle"
-    if not failures and not idle_proof:
+    idle_proof = facts.proof if facts.proof is not None and facts.proof.kind == "loader_idle" else None
+    if not failures and idle_proof is None:
         return None
     evidence = [waiting_main(facts)]
     for exc, user in failures[-3:]:
@@ -657,11 +667,11 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
     idle = [v.pid for v in worker_views(facts) if v.state is WorkerState.IDLE]
     if idle:
         evidence.append(f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent")
-    if idle_proof:
-        evidence += [f"proof: {line}" for line in facts.proof.lines]
+    if idle_proof is not None:
+        evidence += [f"proof: {line}" for line in idle_proof.lines]
     why = f"a worker failed to send it to the main process ({failures[-1][0][:240]})" if failures else "no worker holds it and none is sending it"
     return Finding(
-        confidence=0.9 if idle_proof else 0.6,
+        confidence=0.9 if idle_proof is not None else 0.6,
         summary=f"A batch was lost: {why}, and main waits for it forever.",
         evidence=tuple(evidence),
         remedy=(
@@ -680,7 +690,7 @@ def pin_memory_stall(facts: Facts) -> Optional[Finding]:
     """The pin-memory thread of main (``_pin_memory_loop`` in torch/utils/data/_utils/pin_memory.py)
     is blocked inside pinning (``pin_memory``, a CUDA host allocation) rather than idle in
     ``in_queue.get``, while main waits on its output queue."""
-    if not facts.loader_hang():
+    if not facts.loader_hang() or facts.stall is None:
         return None
     pid = facts.stall.main_pid
     stack = facts.stack(pid)
@@ -722,7 +732,13 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
     workers or the pin-memory thread) at the end of an epoch or at interpreter exit, beyond the
     bounded join-with-timeout that PyTorch does per worker."""
     v = facts.verdict
-    if not facts.loader_hang() or v.thread is None or not frames.has_frame(v.thread, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
+    if (
+        v is None
+        or facts.stall is None
+        or not facts.loader_hang()
+        or v.thread is None
+        or not frames.has_frame(v.thread, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE)
+    ):
         return None
     pid = facts.stall.main_pid
     top = frames.innermost_python(v.thread)
@@ -779,7 +795,7 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
         return None
     main = facts.sample.main
     own = [v for v in facts.sample.loaders if main is not None and v.pid == main.pid]
-    if not own:
+    if main is None or not own:
         return None
     latest = {facts.rank: max(own, key=lambda v: v.iterator)}
     for rank, loaders in facts.peer_loaders:
@@ -824,10 +840,10 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
 def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     """Main's iterating thread stopped outside any DataLoader iterator (a collective, a lock,
     a sleep, user I/O), and no proof shows main deadlocked (``main_thread_deadlock`` covers that)."""
-    v = facts.verdict
-    if v is None or v.kind != "outside_loader":
+    v, stall = facts.verdict, facts.stall
+    if v is None or v.kind != "outside_loader" or stall is None:
         return None
-    pid = facts.stall.main_pid
+    pid = stall.main_pid
     if facts.proof is not None and pid in facts.proof.pids:
         return None
     t = v.thread
@@ -859,7 +875,9 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         evidence.insert(0, f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this process tree")
         return Finding(
             confidence=0.3,
-            summary=f"No DataLoader or training loop was seen in pid {pid}; it has waited{where} for {facts.stall.stall_s:.0f} s.",
+            summary=(
+                f"No DataLoader or training loop was seen in pid {pid}; it has waited{where} for {stall.stall_s:.0f} s."
+            ),
             evidence=tuple(evidence),
             remedy=(
                 f"Check that pid {pid} is the training job's main process, the one that iterates the DataLoader "
@@ -875,7 +893,10 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         where += " (a timed wait: it ends by itself)"
     return Finding(
         confidence=0.8 if v.confirmed_by_stack else 0.4,
-        summary=f"The training loop stopped outside the DataLoader{where}; no batch was requested for {facts.stall.stall_s:.0f} s.",
+        summary=(
+            f"The training loop stopped outside the DataLoader{where}; "
+            f"no batch was requested for {stall.stall_s:.0f} s."
+        ),
         evidence=tuple(evidence),
         remedy=(
             "Look at main's stack below: the job waits there, not on its data. If that wait is expected (a long checkpoint, "
@@ -890,8 +911,8 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
 
 def unknown(facts: Facts) -> Finding:
     """The fallback when no rule matched: the stall and every stack are attached."""
-    v = facts.verdict
-    evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {facts.stall.main_pid}: {v.reason}"]
+    stall, v = hang_of(facts)
+    evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {stall.main_pid}: {v.reason}"]
     for view in worker_views(facts):
         evidence.append(
             f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, {quiet_text(facts, view.pid)}"
@@ -902,10 +923,12 @@ def unknown(facts: Facts) -> Finding:
     user = next((view.user for view in worker_views(facts) if view.user is not None), None)
     return Finding(
         confidence=0.2,
-        summary=f"The job made no progress for {facts.stall.stall_s:.0f} s and no known cause matched; every stack is attached.",
+        summary=(
+            f"The job made no progress for {stall.stall_s:.0f} s and no known cause matched; every stack is attached."
+        ),
         evidence=tuple(evidence),
         remedy="Read the stacks below (main's iterating thread first, then each worker's innermost frames).",
-        pids=(facts.stall.main_pid,) + tuple(w.pid for w in facts.sample.workers),
+        pids=(stall.main_pid,) + tuple(w.pid for w in facts.sample.workers),
         location=location(user),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import List, Optional, Tuple
 
-from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, Sample
+from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, ProcessSample, Sample
 from .common import (
     DOC_MEMORY_LEAK,
     DOC_PIN_MEMORY,
@@ -75,10 +75,12 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged by
     slope and by level: each worker's USS against main's USS, the total the workers hold, and
     what one more worker would cost."""
-    if not _live(facts) or not facts.sample.workers:
-        return None
     main = facts.sample.main
-    growing, copied = [], []
+    if main is None or not facts.sample.workers:  # not _live(facts)
+        return None
+    main_uss = main.uss_bytes or 0
+    growing = []
+    copied: List[Tuple[ProcessSample, int]] = []  # (worker, its USS)
     for w in facts.sample.workers:
         points = _uss_points(facts, w)
         if len(points) >= GROWTH_MIN_POINTS:
@@ -87,8 +89,9 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
                 growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
         forked = w.start_method in (None, "fork")  # spawn/forkserver workers share nothing with main: their USS is their own
-        if forked and w.uss_bytes and main.uss_bytes and w.uss_bytes >= COPIED_MIN_BYTES and w.uss_bytes >= COPIED_MIN_SHARE * main.uss_bytes:
-            copied.append(w)
+        uss = w.uss_bytes
+        if forked and uss and main_uss and uss >= COPIED_MIN_BYTES and uss >= COPIED_MIN_SHARE * main_uss:
+            copied.append((w, uss))
     if not growing and len(copied) < len(facts.sample.workers):
         return None
     evidence = [
@@ -98,9 +101,12 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     avail = facts.sample.host.mem_available_bytes
     total_slope = sum(g[1] for g in growing)
     if copied:
-        per = [w.uss_bytes for w in copied]
+        per = [uss for _, uss in copied]
         mean = sum(per) / len(per)
-        evidence += [f"worker pid {w.pid}: USS {mib(w.uss_bytes)}, {w.uss_bytes / main.uss_bytes:.0%} of main's own USS ({mib(main.uss_bytes)})" for w in copied[:4]]
+        evidence += [
+            f"worker pid {w.pid}: USS {mib(uss)}, {uss / main_uss:.0%} of main's own USS ({mib(main_uss)})"
+            for w, uss in copied[:4]
+        ]
         evidence.append(
             f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about {mib(mean)}; "
             f"available memory {mib(avail)}"
@@ -110,11 +116,12 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         evidence.append(f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers")
         summary = f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate."
     else:
-        share = min(w.uss_bytes / main.uss_bytes for w in copied)
+        share = min(uss / main_uss for _, uss in copied)
         summary = (
             f"Each of the {len(copied)} DataLoader workers holds private memory of at least {share:.0%} of main's own "
-            f"({mib(sum(w.uss_bytes for w in copied))} in all, usually copy-on-read copies of the Dataset's Python objects): "
-            f"one more worker costs about {mib(sum(w.uss_bytes for w in copied) / len(copied))}."
+            f"({mib(sum(uss for _, uss in copied))} in all, "
+            "usually copy-on-read copies of the Dataset's Python objects): "
+            f"one more worker costs about {mib(sum(uss for _, uss in copied) / len(copied))}."
         )
     return Finding(
         confidence=0.7,
@@ -124,7 +131,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python lists/dicts/strings "
             "(each Python object touched in a worker un-shares its page); or lower num_workers."
         ),
-        pids=tuple(g[0] for g in growing) or tuple(w.pid for w in copied),
+        pids=tuple(g[0] for g in growing) or tuple(w.pid for w, _ in copied),
         docs=(DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING),
     )
 
@@ -160,11 +167,17 @@ def map_count_pressure(facts: Facts) -> Optional[Finding]:
         return None
     rates = []
     for p in hot:
-        seen = [(s.t_mono, s.process(p.pid).map_count) for s in facts.timeline if s.process(p.pid) and s.process(p.pid).map_count]
+        count = p.map_count or 0  # set and non-zero: hot holds only those
+        seen = [
+            (s.t_mono, q.map_count) for s in facts.timeline for q in [s.process(p.pid)] if q is not None and q.map_count
+        ]
         if len(seen) >= 2 and seen[-1][0] > seen[0][0]:
             rate = (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
             if rate > 0:
-                rates.append(f"{p.role} pid {p.pid}: +{rate:.0f} mappings/s; the limit is reached in about {(limit - p.map_count) / rate:.0f} s")
+                rates.append(
+                    f"{p.role} pid {p.pid}: +{rate:.0f} mappings/s; "
+                    f"the limit is reached in about {(limit - count) / rate:.0f} s"
+                )
     return Finding(
         confidence=0.8,
         summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of vm.max_map_count ({limit}); mmap fails with 'Cannot allocate memory (12)' at 100%.",
@@ -178,7 +191,8 @@ def map_count_pressure(facts: Facts) -> Optional[Finding]:
 @rule("shm_pressure", SEVERITY_WARNING, 52, LIVE)
 def shm_pressure(facts: Facts) -> Optional[Finding]:
     """``/dev/shm`` (as the job sees it) more than 80% full."""
-    if not _live(facts):
+    main = facts.sample.main
+    if main is None:  # not _live(facts)
         return None
     h = facts.sample.host
     if not h.shm_total_bytes or h.shm_used_bytes is None or h.shm_used_bytes <= PRESSURE_FRACTION * h.shm_total_bytes:
@@ -188,7 +202,7 @@ def shm_pressure(facts: Facts) -> Optional[Finding]:
         summary=f"/dev/shm is {h.shm_used_bytes / h.shm_total_bytes:.0%} full ({mib(h.shm_used_bytes)} of {mib(h.shm_total_bytes)}); workers crash with a bus error when it fills.",
         evidence=(f"/dev/shm: {mib(h.shm_used_bytes)} used of {mib(h.shm_total_bytes)} (statvfs, as the job sees it)",),
         remedy="Give the job more shared memory (docker --shm-size, --ipc=host, a Memory emptyDir on Kubernetes) or lower batch_size × prefetch_factor × num_workers.",
-        pids=(facts.sample.main.pid,),
+        pids=(main.pid,),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
 
@@ -196,7 +210,9 @@ def shm_pressure(facts: Facts) -> Optional[Finding]:
 def usable_cpus(facts: Facts) -> Tuple[Optional[float], str]:
     """CPUs the job may use: the smaller of main's affinity and its cgroup quota, and how it was known."""
     main = facts.sample.main
-    options = []
+    options: List[Tuple[float, str]] = []
+    if main is None:
+        return None, "unknown"
     if main.cpu_affinity:
         options.append((float(main.cpu_affinity), f"CPU affinity {main.cpu_affinity}"))
     if main.cpu_quota:
@@ -210,7 +226,8 @@ def usable_cpus(facts: Facts) -> Tuple[Optional[float], str]:
 def cpu_affinity_narrowed(facts: Facts) -> Optional[Finding]:
     """The job may use fewer CPUs than the host has, and fewer than ``num_workers + 1``: every
     worker inherits the parent's affinity mask, sched_setaffinity(2))."""
-    if not _live(facts) or not facts.sample.workers:
+    main = facts.sample.main
+    if main is None or not facts.sample.workers:  # not _live(facts)
         return None
     usable, how = usable_cpus(facts)
     n = len(facts.sample.workers)
@@ -219,12 +236,14 @@ def cpu_affinity_narrowed(facts: Facts) -> Optional[Finding]:
     return Finding(
         confidence=0.85,
         summary=f"The job may use {usable:g} CPU(s) ({how}) on a {facts.host_cpus}-CPU host, for the main process and {n} workers.",
-        evidence=tuple(f"{p.role} pid {p.pid}: CPU affinity {p.cpu_affinity} CPU(s)" for p in [facts.sample.main, *facts.sample.workers]),
+        evidence=tuple(
+            f"{p.role} pid {p.pid}: CPU affinity {p.cpu_affinity} CPU(s)" for p in [main, *facts.sample.workers]
+        ),
         remedy=(
             "Widen the affinity the job was started with (taskset, numactl, Slurm --cpus-per-task, a library that pins the "
             "main thread) or raise the cgroup CPU limit; or lower num_workers to fit."
         ),
-        pids=tuple(p.pid for p in [facts.sample.main, *facts.sample.workers]),
+        pids=tuple(p.pid for p in [main, *facts.sample.workers]),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
 
@@ -241,7 +260,8 @@ def _involuntary(s: Sample) -> int:
 def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
     """More runnable threads across main and workers than usable CPUs, with involuntary context
     switches climbing: e.g. many workers each running multi-threaded numpy/torch ops (B31)."""
-    if not _live(facts) or not facts.sample.workers:
+    main = facts.sample.main
+    if main is None or not facts.sample.workers:  # not _live(facts)
         return None
     usable, how = usable_cpus(facts)
     usable = usable or float(facts.host_cpus)
@@ -275,7 +295,7 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
             f"workers run up to {threads} threads each, at most {per_worker} of them runnable at once",
         ),
         remedy=remedy,
-        pids=tuple(p.pid for p in [facts.sample.main, *facts.sample.workers]),
+        pids=tuple(p.pid for p in [main, *facts.sample.workers]),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
 
@@ -303,7 +323,7 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     procs = [p for p in facts.sample.processes if p.pinned_bytes]
     if not procs:
         return None
-    total = sum(p.pinned_bytes for p in procs)
+    total = sum(p.pinned_bytes or 0 for p in procs)  # each set and non-zero
     ram = facts.sample.host.mem_total_bytes
     points = _pinned_points(facts)
     growing = None
@@ -312,7 +332,7 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
         grown = points[-1][1] - points[0][1]
         if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= PINNED_GROWTH_MIN_BYTES:
             growing = (slope, grown, points[-1][0] - points[0][0])
-    large = bool(ram) and total >= PINNED_RAM_SHARE * ram
+    large = bool(ram and total >= PINNED_RAM_SHARE * ram)
     if not growing and not large:
         return None
     evidence = [f"{p.role} pid {p.pid}: {mib(p.pinned_bytes)} of pinned host memory (/dev/nvidiactl mappings in smaps)" for p in procs[:6]]
