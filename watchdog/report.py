@@ -15,7 +15,9 @@ from . import frames
 from .collect.procfs import redact_cmdline
 from .types import Diagnosis, Facts, ForkRecord, Frame, InsideView, LoaderView, ProcessSample, ProcessStack, Report, Sample
 
-SCHEMA_VERSION = 1
+# report.json's version; its shape is watchdog/schema/report.schema.json. New optional keys may
+# come within a version; renaming or removing a key, or changing its type, bumps it.
+SCHEMA_VERSION = 2
 STACKS_HEADING = "Stacks (innermost frame first):"
 
 
@@ -61,26 +63,32 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         "stack": None,
     }
     if stack is not None:
+        # The raw stack layer keeps py-spy's own key names (``py-spy dump --json``).
         entry["stack"] = {
             "native": stack.native,
             "error": stack.error,
             "elapsed_s": round(stack.elapsed_s, 3),
             "threads": [
                 {
-                    "tid": t.tid,
-                    "name": t.name,
+                    "os_thread_id": t.tid,
+                    "thread_name": t.name,
                     "active": t.active,
                     "owns_gil": t.owns_gil,
-                    "frames": [
-                        {"function": f.function, "file": f.file, "line": f.line, "native": f.native}
-                        | ({"locals": dict(f.locals)} if f.locals else {})
-                        for f in t.frames
-                    ],
+                    "frames": [_stack_frame_dict(f) for f in t.frames],
                 }
                 for t in stack.threads
             ],
         }
     return entry
+
+
+def _stack_frame_dict(f: Frame) -> dict:
+    """One py-spy frame in report.json, under py-spy's key names; ``filename`` falls back to the
+    shared library (``module``) for a native frame without a source file."""
+    out: dict = {"name": f.function, "filename": f.file, "short_filename": f.short_filename, "module": f.module, "line": f.line, "native": f.native}
+    if f.locals:
+        out["locals"] = dict(f.locals)
+    return out
 
 
 def _frame_dict(f) -> Optional[dict]:
@@ -349,12 +357,12 @@ def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
         yield f"    (no stack: {stack['error']})"
         return
     for t in stack["threads"]:
-        yield f"    thread {t['tid']} {t['name'] or ''}{' [py-spy: idle]' if not t['active'] else ''}"
+        yield f"    thread {t['os_thread_id']} {t['thread_name'] or ''}{' [py-spy: idle]' if not t['active'] else ''}"
         for f in t["frames"][:limit]:
             if f["native"]:
-                yield f"        {f['function']} ({frames.short_path(f['file'])})"
+                yield f"        {f['name']} ({frames.short_path(f['filename'])})"
             else:
-                yield f"        {f['function']} ({frames.short_path(f['file'])}:{f['line']})"
+                yield f"        {f['name']} ({frames.short_path(f['filename'])}:{f['line']})"
         if len(t["frames"]) > limit:
             yield f"        … {len(t['frames']) - limit} more frames"
 

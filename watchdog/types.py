@@ -317,7 +317,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class Frame:
-    """One stack frame as py-spy reports it; ``line`` is 0 for native frames."""
+    """One stack frame as py-spy reports it; ``line`` is 0 for native frames. ``short_filename``
+    is py-spy's shortened file name (``multiprocessing/queues.py``), when it gives one."""
 
     function: str
     file: str
@@ -325,6 +326,7 @@ class Frame:
     native: bool
     module: Optional[str] = None
     locals: Optional[Tuple[Tuple[str, str], ...]] = None
+    short_filename: Optional[str] = None
 
 
 @dataclass(frozen=True)

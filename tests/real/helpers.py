@@ -12,6 +12,7 @@ import time
 from typing import Callable, List, Optional
 
 from probes.repro import kill_session
+from tests import report_schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
@@ -63,8 +64,11 @@ def reports(report_dir: str) -> List[str]:
 
 
 def load_report(folder: str) -> dict:
-    with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
-        return json.load(f)
+    """The ``report.json`` of a report folder, checked against its JSON Schema
+    (``watchdog/schema/report.schema.json``): every real test that reads a report validates it."""
+    path = os.path.join(folder, "report.json")
+    with open(path, encoding="utf-8") as f:
+        return report_schema.check(json.load(f), path)
 
 
 def workers_started_t(stdout: str) -> Optional[float]:

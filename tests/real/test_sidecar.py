@@ -85,7 +85,7 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     for p in workers + [roles[doc["job"]["pid"]]]:
         assert p["stack"]["threads"], p
     main = roles[doc["job"]["pid"]]
-    assert any(f["function"].endswith("_try_get_data") for t in main["stack"]["threads"] for f in t["frames"])
+    assert any(f["name"].endswith("_try_get_data") for t in main["stack"]["threads"] for f in t["frames"])
     blocked_at = workers_started_t(out)
     assert blocked_at is not None, out
     detected = _parse_iso(doc["detected_at"])

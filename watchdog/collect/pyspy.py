@@ -64,6 +64,7 @@ def parse_dump(text: str, locals_: bool = False) -> Tuple[ThreadStack, ...]:
                     native=native,
                     module=f.get("module"),
                     locals=loc,
+                    short_filename=f.get("short_filename") or None,
                 )
             )
         threads.append(
