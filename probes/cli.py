@@ -1,32 +1,149 @@
-"""The ``probe`` commands: ``dlwatch probe repro NAME|--all``, ``bench``, ``autotune``,
-``seed-check``, ``rhythm`` and ``hook-cost`` (also ``python -m probes …``)."""
+"""The ``probe`` commands: ``dlwatch probe COMMAND [ARGS…]`` (also ``python -m probes …``).
+
+:data:`COMMANDS` is the one table of commands: name -> (where its ``main(argv) -> int`` is,
+one-line help). :func:`add_commands` turns it into argparse subparsers, under ``dlwatch``'s
+``probe`` parser (watchdog/cli.py) or under :func:`build_parser`'s own (``python -m probes``),
+so both list the same commands with the same help and refuse an unknown one the same way: one
+line, exit code 2. A command's own arguments are parsed by its ``main``, whose parser has the
+prog ``dlwatch probe NAME`` (so ``dlwatch probe bench --help`` prints ``bench``'s help).
+
+This module imports the standard library and :mod:`watchdog.exits` only: building the parser
+never imports torch, rich or a command's module; a command's module is imported when it runs.
+It also holds what every command's parser shares: :class:`Parser` (one-line errors, exit 2)
+and :class:`HelpFormatter` (each default shown once).
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import os
 import sys
-from typing import List, Optional
+from typing import Dict, List, NoReturn, Optional, Tuple
 
-COMMANDS = ("repro", "bench", "autotune", "seed-check", "rhythm", "hook-cost")
+from watchdog.exits import Exit
+
+# name -> ("module" or "module:function", one-line help). The function defaults to ``main``; it
+# takes the command's arguments (a list of str) and returns the exit code. One line per command.
+COMMANDS: Dict[str, Tuple[str, str]] = {
+    "repro": ("probes.repro", "run known DataLoader failures under the watchdog and check each diagnosis: repro NAME…|--all|--cases|--list"),
+    "bench": ("probes.bench.commands:bench_main", "DataLoader throughput over a grid of configurations, each in a fresh subprocess"),
+    "autotune": ("probes.bench.commands:autotune_main", "the best num_workers (and whether pin_memory helps) without running the full grid"),
+    "seed-check": ("probes.bench.commands:seed_check_main", "three folk claims about num_workers and pin_memory, checked with measured ratios"),
+    "rhythm": ("probes.rhythm", "healthy loaders' intervals between batches (p50, p99, longest): the stall rule's defaults"),
+    "hook-cost": ("probes.hook_cost", "what the inside view's recorder costs a job, in paired runs with and without it"),
+    "overhead": ("probes.overhead", "the sidecar's own cost: CPU, tick time, RSS, the job's throughput watched vs unwatched"),
+}
+
+PROG = "dlwatch probe"
+DESCRIPTION = "Reproductions and benchmarks of DataLoader jobs (they need the [probes] extra)."
+EPILOG = "`dlwatch probe COMMAND --help` for a command's own arguments. Exit codes: 0 done; 1 a run failed or a scenario was misdiagnosed; 2 bad input."
+# Where add_commands puts the command and its arguments: [COMMAND, ARGS…].
+DEST = "probe_args"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the input, exit code 2
+    (:attr:`Exit.USAGE`), and whose help shows each default once (:class:`HelpFormatter`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(Exit.USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends `` (default: X)`` to an option's help unless the help already speaks of its
+    default, or the default says nothing (``None``, ``False``, a flag's ``store_true``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            return text
+        if not action.option_strings:
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._HelpAction)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _PassThrough(argparse.ArgumentParser):
+    """A command's subparser: it parses nothing and hands every argument to the command's own
+    ``main`` (which has the real parser, so ``--help`` after the command is the command's)."""
+
+    def __init__(self, *args, command: str, **kwargs) -> None:
+        kwargs["add_help"] = False
+        super().__init__(*args, **kwargs)
+        self.command = command
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace = argparse.Namespace() if namespace is None else namespace
+        setattr(namespace, DEST, [self.command, *(sys.argv[1:] if args is None else args)])
+        return namespace, []
+
+
+def add_commands(parser: argparse.ArgumentParser) -> None:
+    """Add one subparser per entry of :data:`COMMANDS` to ``parser`` (``dlwatch``'s ``probe``
+    parser, or :func:`build_parser`'s). After parsing, ``args.probe_args`` is ``[COMMAND,
+    ARGS…]``, for :func:`run`. An unknown or missing command is ``parser.error``."""
+    sub = parser.add_subparsers(dest="probe_command", metavar="COMMAND", required=True, parser_class=_PassThrough)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, command=name, prog=f"{PROG} {name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dlwatch probe`` parser on its own (``python -m probes``)."""
+    parser = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG)
+    add_commands(parser)
+    return parser
+
+
+def _entry(name: str):
+    """The ``main(argv) -> int`` of command ``name``.
+
+    Raises:
+        ImportError: its module, or a module it needs, cannot be imported.
+        AttributeError: the module has no such function.
+    """
+    target = COMMANDS[name][0]
+    module_name, _, function = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, function or "main")
+
+
+def run(probe_args: List[str]) -> int:
+    """Run ``[COMMAND, ARGS…]`` (as :func:`add_commands` leaves them) and return its exit code.
+    A command whose module is missing from this installation, or whose dependencies (the
+    ``[probes]`` extra) are, is one line and :attr:`Exit.USAGE`; the other commands are not
+    affected. An unknown command is :attr:`Exit.USAGE` too."""
+    name, argv = probe_args[0], list(probe_args[1:])
+    if name not in COMMANDS:
+        print(f"dlwatch: error: unknown probe command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        return Exit.USAGE
+    module_name = COMMANDS[name][0].partition(":")[0]
+    try:
+        entry = _entry(name)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            why = f"its module {module_name} is not in this installation"
+        else:
+            why = f"it needs the [probes] extra (torch, matplotlib, rich): {e}"
+        print(f"dlwatch: error: probe command {name!r} is not available: {why}", file=sys.stderr)
+        return Exit.USAGE
+    except AttributeError as e:
+        print(f"dlwatch: error: probe command {name!r} is not available: {e}", file=sys.stderr)
+        return Exit.USAGE
+    try:
+        return int(entry(argv))
+    except BrokenPipeError:  # `dlwatch probe repro --list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Dispatch ``repro`` with the remaining arguments; 2 for an unknown command."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in COMMANDS:
-        print(f"dlwatch: error: probe command must be one of: {', '.join(COMMANDS)} (see `dlwatch probe COMMAND --help`)", file=sys.stderr)
-        return 2
-    if argv[0] == "repro":
-        from . import repro
-
-        return repro.main(argv[1:])
-    if argv[0] == "hook-cost":
-        from . import hook_cost
-
-        return hook_cost.main(argv[1:])
-    if argv[0] == "rhythm":
-        from . import rhythm
-
-        return rhythm.main(argv[1:])
-    from .bench import commands
-
-    return commands.main(argv[0], argv[1:])
+    """``python -m probes COMMAND [ARGS…]``: parse, then :func:`run`; 2 for bad input."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return run(getattr(args, DEST))

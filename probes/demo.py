@@ -22,6 +22,10 @@ import subprocess
 import sys
 import time
 
+from watchdog.exits import Exit
+
+from .env import child_env
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m probes.demo", description=__doc__.split("\n")[0])
@@ -56,13 +60,13 @@ def main(argv=None) -> int:
     print("demo: the job's DataLoader workers will deadlock; the watchdog should say why within ~10 s", flush=True)
     before = set(os.listdir(args.report_dir)) if os.path.isdir(args.report_dir) else set()
     started = time.monotonic()
-    code = subprocess.call(cmd)
+    code = subprocess.call(cmd, env=child_env())  # probes.train found from any working directory
     new = sorted(set(os.listdir(args.report_dir)) - before) if os.path.isdir(args.report_dir) else []
     new = [n for n in new if not n.startswith(".")]
-    print(f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s (124 = it ended the hung job)")
+    print(f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s ({int(Exit.TERMINATED)} = it ended the hung job)")
     if not new:
         print("demo: no report was written", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     folder = os.path.join(args.report_dir, new[-1])
     with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
         first = json.load(f)["diagnoses"][0]
@@ -70,7 +74,7 @@ def main(argv=None) -> int:
     print(f"demo: read it with:  less {os.path.join(folder, 'report.txt')}")
     print(f"demo: first diagnosis: {first['kind']} (confidence {first['confidence']}) at {first['location']}")
     print(f"demo: fix: {first['remedy']}")
-    return 0 if first["kind"] == "fork_inherited_lock" and code == 124 else 1
+    return Exit.OK if first["kind"] == "fork_inherited_lock" and code == Exit.TERMINATED else Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ batches of 32 small images, 1 ms of work per batch in the loop, as a light train
 ``in-process`` (``num_workers=0``, the same tiny batches: nothing but the loader's own Python,
 so the difference is the recorder's whole per-batch cost).
 
-Exit codes: 0 done; 1 a run failed; 2 a bad flag.
+Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag (one line).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,6 +26,9 @@ from typing import Dict, List, Optional, Tuple
 from tabulate import tabulate
 
 from watchdog.collect import inside
+from watchdog.exits import Exit
+
+from .cli import Parser
 
 JOB = textwrap.dedent(
     """
@@ -68,11 +70,6 @@ LOADERS: Dict[str, Tuple[int, int, str, float, int]] = {
     "tiny-batches": (2000, 1, "1", 0.0, 2),
     "in-process": (20000, 1, "1", 0.0, 0),
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
@@ -120,14 +117,14 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
         plain.append(rates[False])
         hooked.append(rates[True])
         ratios.append(rates[True] / rates[False])
-    p, h = statistics.median(plain), statistics.median(hooked)
+    plain_rate, hooked_rate = statistics.median(plain), statistics.median(hooked)
     return {
         "loader": loader,
         "rounds": rounds,
-        "plain_batches_per_s": p,
-        "hooked_batches_per_s": h,
+        "plain_batches_per_s": plain_rate,
+        "hooked_batches_per_s": hooked_rate,
         "ratio": statistics.median(ratios),
-        "added_us_per_batch": (1 / h - 1 / p) * 1e6,
+        "added_us_per_batch": (1 / hooked_rate - 1 / plain_rate) * 1e6,
         "record_bytes": record,
         "file_bytes": files,
     }
@@ -135,11 +132,11 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure each loader and print the table; see the module docstring."""
-    p = _Parser(prog="dlwatch probe hook-cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="paired rounds per loader (default 5)")
+    p = Parser(prog="dlwatch probe hook-cost", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5, help="paired rounds per loader")
     p.add_argument("--loaders", default=",".join(LOADERS), help="comma list of: " + ", ".join(LOADERS))
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     args = p.parse_args(argv)
     names = [n for n in args.loaders.split(",") if n]
     bad = [n for n in names if n not in LOADERS]
@@ -151,7 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             results.append(measure(name, args.rounds, args.timeout))
         except RuntimeError as e:
             print(f"dlwatch: {e}", file=sys.stderr)
-            return 1
+            return Exit.FAILED
     rows = [
         [
             r["loader"],
@@ -171,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(tmp, "w") as f:
             json.dump(results, f, indent=1)
         os.replace(tmp, args.json)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

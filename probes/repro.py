@@ -6,12 +6,22 @@ A client: it starts the target ``probes.train`` with a fault under
 scenario: expected kind, what came first, the detection latency (from the moment the job
 printed that it injected the fault, or from its start) and the report folder. Scenarios that
 need what this machine lacks (a GPU; root for a private ``/dev/shm``) are reported as skipped,
-never as passed. ``--all`` exits 1 when any scenario is misdiagnosed.
+never as passed.
+
+Where things go: each scenario's reports, its job's stdout and its settings file go to
+``REPORT_DIR/NAME/`` (``--report-dir``, default ``dlwatch-reports/repro-<UTC time>`` under the
+working directory), and the job runs with that folder as its working directory; its modules are
+found through ``PYTHONPATH`` (:func:`probes.env.child_env`), so any working directory and a
+non-editable install work alike. A scenario the reports settle while the job still runs is
+ended as a user would end it: SIGTERM to ``dlwatch``, which forwards it to the job and removes
+its own temporary folders; whatever is left after ``STOP_GRACE_S`` is killed.
+
+Exit codes (:class:`watchdog.exits.Exit`): 0 every scenario diagnosed as expected (or skipped);
+1 one or more misdiagnosed; 2 an unknown scenario name or bad flag (one line).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -25,9 +35,12 @@ from typing import List, Optional, Tuple
 
 from tabulate import tabulate
 
-from . import cases
+from watchdog.exits import Exit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import cases
+from .cli import Parser
+from .env import child_env
+
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
 
 
@@ -346,10 +359,83 @@ def _judge(s: Scenario, docs: List[Tuple[str, dict]], exit_code: Optional[int]) 
     return not why, chosen, kinds, "; ".join(why)
 
 
+STOP_GRACE_S = 15.0  # after SIGTERM, how long dlwatch gets to end the job and clean up
+_PUMP = "watchdog.collect.stderr_tail"  # dlwatch's stderr pump: it removes its folder at EOF
+
+
+class _Tree:
+    """Every process seen below ``proc`` (a ``dlwatch run``) while a scenario runs, so that
+    what outlives dlwatch (a worker that ignored SIGTERM, an orphan) can still be found."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.seen: dict = {}
+
+    def note(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            found = [root] + root.children(recursive=True)
+        except psutil.Error:
+            return
+        for p in found:
+            self.seen.setdefault(p.pid, p)
+
+    def alive(self) -> list:
+        """The processes seen that still run (psutil compares creation times: a reused pid is
+        not taken for one seen)."""
+        return [p for p in self.seen.values() if p.is_running()]
+
+
+def _is_pump(p) -> bool:
+    import psutil
+
+    try:
+        return _PUMP in " ".join(p.cmdline())
+    except psutil.Error:
+        return False
+
+
+def stop_run(proc: subprocess.Popen, tree: _Tree, grace_s: float = STOP_GRACE_S) -> None:
+    """End a ``dlwatch run`` (``proc``) and everything it started, leaving nothing behind.
+
+    A running dlwatch gets SIGTERM, which it forwards to the job; it then writes what it owes,
+    removes its temporary folders (``/tmp/dlwatch-stderr-*``, the inside view's) and exits;
+    it has ``grace_s`` seconds. Then every process of ``tree`` still running is killed
+    (SIGKILL), dlwatch's stderr pump last: once the job's processes are gone its pipe ends and
+    it removes its own folder, as it does when dlwatch is gone. Raises nothing."""
+    import psutil
+
+    tree.note()
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    left = [p for p in tree.alive() if p.pid != proc.pid]
+    pumps = [p for p in left if _is_pump(p)]
+    for p in left:
+        if p not in pumps:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+    psutil.wait_procs(pumps, timeout=3.0)
+    kill_session(proc)  # dlwatch itself if it outlived the grace, its group, and the pumps that did not end
+    for p in pumps:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
 def run_scenario(s: Scenario, workdir: str) -> Outcome:
-    """Run one scenario in ``workdir``: start it under the watchdog, end it once the reports
-    settle it (a suspected hang is reported, not terminated) or it ends by itself, and judge
-    the reports. Always kills every process group it started."""
+    """Run one scenario in ``workdir`` (made absolute: its reports go to ``workdir/reports``,
+    and the job runs there): start it under the watchdog, end it once the reports settle it (a
+    suspected hang is reported, not terminated) or it ends by itself, and judge the reports
+    that had been written by then. Always ends every process it started (:func:`stop_run`)."""
     if s.skip:
         return Outcome(s, "skipped", note=s.skip)
     if s.needs_cuda and not cuda_available():
@@ -358,28 +444,41 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         why = can_private_shm()
         if why:
             return Outcome(s, "skipped", note=why)
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
     report_dir = os.path.join(workdir, "reports")
     cmd = command(s, report_dir, _config_file(workdir, s.settings))
     started = time.time()
     out_path = os.path.join(workdir, "job.stdout")
     with open(out_path, "w", encoding="utf-8") as out_file:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out_file, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=workdir, env=child_env(), stdout=out_file, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+        )
+        tree = _Tree(proc)
+        docs: Optional[List[Tuple[str, dict]]] = None
         try:
             deadline = time.monotonic() + s.timeout_s
             while proc.poll() is None and time.monotonic() < deadline:
-                if _conclusive(s, _documents(report_dir)):
+                tree.note()
+                found = _documents(report_dir)
+                if _conclusive(s, found):
+                    docs = found  # judged as they were when they settled it: not what ending the job adds
                     break
                 time.sleep(0.25)
-            timed_out = proc.poll() is None and not _conclusive(s, _documents(report_dir))
-        finally:
             exit_code = proc.poll()
-            kill_session(proc)
+            if exit_code is None and docs is None:  # the deadline: a last look
+                found = _documents(report_dir)
+                docs = found if _conclusive(s, found) else None
+            timed_out = exit_code is None and docs is None
+        finally:
+            stop_run(proc, tree)
             _remove_leftovers(report_dir)
     if timed_out:
         return Outcome(s, "misdiagnosed", note=f"no conclusion within {s.timeout_s:g} s", exit_code=None)
     with open(out_path, encoding="utf-8", errors="replace") as f:
         out = f.read()
-    docs = _documents(report_dir)
+    if docs is None:
+        docs = _documents(report_dir)
     ok, chosen, kinds, why = _judge(s, docs, exit_code)
     latency = None
     if chosen is not None:
@@ -400,7 +499,7 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
 def _remove_leftovers(report_dir: str) -> None:
     """Remove the /dev/shm files the scenario's job may have left: those of every pid its
     reports name (``shm_leaked`` lists them; the process tables and timeline hold the rest)."""
-    pids = set()
+    pids: set = set()
     for _, doc in _documents(report_dir):
         pids.update(p for d in doc["diagnoses"] for p in d["pids"])
         pids.update(p["pid"] for p in doc.get("processes", ()))
@@ -434,34 +533,51 @@ def table(outcomes: List[Outcome]) -> str:
     return tabulate(rows, headers=["scenario", "expected", "first diagnosis", "result", "latency s", "report / note"])
 
 
-def main(argv=None) -> int:
-    """``repro NAME…|--all``; exits 1 when a scenario is misdiagnosed, 2 for an unknown name."""
-    p = argparse.ArgumentParser(prog="dlwatch probe repro", description="Reproduce known DataLoader failures under the watchdog.")
-    p.add_argument("names", nargs="*", metavar="NAME", help="scenario or case names: " + ", ".join(list(BY_NAME) + list(CASE_SCENARIOS)))
+def listing() -> str:
+    """Every scenario and case name with the kind it must get, as a terminal table."""
+    known = {**CASE_SCENARIOS, **BY_NAME}
+    rows = [
+        [name, s.expected or "(healthy: no report)", s.severity, s.skip or ("needs CUDA" if s.needs_cuda else ("needs a private /dev/shm" if s.shm_size else ""))]
+        for name, s in known.items()
+    ]
+    return tabulate(rows, headers=["name", "expected", "severity", "needs"])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``dlwatch probe repro NAME…|--all|--cases|--list``: see the module docstring for what
+    it runs, where the reports go and the exit codes."""
+    p = Parser(prog="dlwatch probe repro", description="Reproduce known DataLoader failures under the watchdog and check each diagnosis.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="scenario or case names (`--list` shows them)")
     p.add_argument("--all", action="store_true", help="run every scenario of the catalogue")
     p.add_argument("--cases", action="store_true", help="run every case modelled on a public bug report, healthy controls included (probes/cases)")
-    p.add_argument("--report-dir", metavar="DIR", help="where each scenario's reports go (default: dlwatch-reports/repro-<UTC time>)")
-    args = p.parse_args(argv)
+    p.add_argument("--list", action="store_true", help="print every scenario and case name with the diagnosis it must get, and run nothing")
+    p.add_argument(
+        "--report-dir", metavar="DIR", help="where each scenario's folder goes (default: dlwatch-reports/repro-<UTC time> in the working directory)"
+    )
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.list:
+        print(listing())
+        return Exit.OK
     known = {**CASE_SCENARIOS, **BY_NAME}
     unknown = [n for n in args.names if n not in known]
-    if unknown or (not args.names and not args.all and not args.cases):
-        print(
-            f"dlwatch: error: unknown scenario {unknown[0]!r}; choose from: {', '.join(known)}"
-            if unknown
-            else "dlwatch: error: name a scenario, or --all, or --cases",
-            file=sys.stderr,
-        )
-        return 2
+    if unknown:
+        p.error(f"unknown scenario {unknown[0]!r} (`dlwatch probe repro --list` shows them)")
+    if not args.names and not args.all and not args.cases:
+        p.error("name a scenario, or --all, or --cases (or --list)")
     chosen = (list(SCENARIOS) if args.all else []) + (list(CASE_SCENARIOS.values()) if args.cases else []) + [known[n] for n in args.names]
-    base = args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    base = os.path.abspath(
+        args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    )
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError as e:
+        p.error(f"--report-dir {base}: cannot create it: {e.strerror}")
     outcomes = []
     for i, s in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {s.name} …", file=sys.stderr, flush=True)
-        workdir = os.path.join(base, s.name)
-        os.makedirs(workdir, exist_ok=True)
-        outcomes.append(run_scenario(s, workdir))
+        outcomes.append(run_scenario(s, os.path.join(base, s.name)))
     print(table(outcomes))
-    return 1 if any(o.status == "misdiagnosed" for o in outcomes) else 0
+    return Exit.FAILED if any(o.status == "misdiagnosed" for o in outcomes) else Exit.OK
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ octave). The rule declares a stall after ``max(stall_min_s, k × p99)`` with no 
 run whose longest interval exceeds ``k × p99`` would have been examined. The table shows
 ``longest / p99`` per run and the largest over all runs: ``k`` must sit well above it.
 
-Exit codes: 0 done; 1 a run failed; 2 a bad flag.
+Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag or variant
+(one line).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,6 +24,10 @@ from typing import Dict, List, Optional, Sequence
 from tabulate import tabulate
 
 from watchdog.collect import inside
+from watchdog.exits import Exit
+
+from .cli import Parser
+from .env import child_env
 
 # Healthy variants: name -> probes.train arguments. Each must end with exit code 0.
 VARIANTS: Dict[str, Sequence[str]] = {
@@ -41,11 +45,6 @@ VARIANTS: Dict[str, Sequence[str]] = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
-
-
 def _upper_of_longest(hist: Sequence[int]) -> Optional[float]:
     top = max((i for i, n in enumerate(hist) if n), default=None)
     return None if top is None else inside.FORMAT.bucket_bounds_s(top)[1]
@@ -60,11 +59,8 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     """
     folder = inside.make_folder()
     try:
-        env = inside.hook_env(os.environ, folder, os.getpid())
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        done = subprocess.run(
-            [sys.executable, "-m", "probes.train", *args], env=env, cwd=root, capture_output=True, text=True, timeout=timeout_s
-        )
+        env = inside.hook_env(child_env(), folder, os.getpid())  # probes.train found from any working directory
+        done = subprocess.run([sys.executable, "-m", "probes.train", *args], env=env, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")
         out = []
@@ -93,10 +89,10 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure every variant (or those named) and print the table; see the module docstring."""
-    p = _Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", help=f"variants to run (default: all): {'; '.join(VARIANTS)}")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
@@ -125,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with os.fdopen(fd, "w") as f:
             json.dump(rows, f, indent=1)
         os.replace(tmp, args.json)
-    return 1 if failed else 0
+    return Exit.FAILED if failed else Exit.OK
 
 
 if __name__ == "__main__":

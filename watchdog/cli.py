@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from types import ModuleType
+from typing import Dict, List, NoReturn, Optional
 
 from . import __version__
 from . import config as config_mod
@@ -39,24 +40,29 @@ _OVERRIDES = {
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
 _STDERR_DRAIN_S = 2.0
+# An error line is one line of at most this many characters of message.
+_MAX_ERROR_CHARS = 200
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, names the input, exit 2
-        self.exit(Exit.USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+    def error(self, message: str) -> NoReturn:  # one line, names the input, exit 2
+        if len(message) > _MAX_ERROR_CHARS:  # argparse echoes a bad value whole: a 5000-digit port
+            message = message[: _MAX_ERROR_CHARS - 1] + "…"
+        self.exit(Exit.USAGE, f"dlwatch: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-hook", action="store_true", help="no inside view: do not put dlwatch's sitecustomize on the job's PYTHONPATH (hook: false)")
+    h = config_mod.flag_help  # each setting's description is in watchdog/config.py, the one place
+    p.add_argument("--no-hook", action="store_true", help=h("hook", negated=True))
     p.add_argument("--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it")
-    p.add_argument("--report-dir", metavar="DIR", help="where report folders are written (report_dir)")
-    p.add_argument("--interval", type=float, metavar="S", help="sampling period in seconds (interval_s)")
-    p.add_argument("--stall-timeout", type=float, metavar="S", help="seconds without progress before a stall is examined (stall_timeout_s)")
-    p.add_argument("--on-hang", choices=("report", "terminate"), help="what to do about a DataLoader hang (on_hang)")
-    p.add_argument("--terminate-grace", type=float, metavar="S", help="seconds between SIGTERM and SIGKILL (terminate_grace_s)")
-    p.add_argument("--pyspy-timeout", type=float, metavar="S", help="per-process py-spy timeout in seconds (py_spy.timeout_s)")
-    p.add_argument("--no-native", action="store_true", help="Python frames only (py_spy.native: false)")
-    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port (metrics_port)")
+    p.add_argument("--report-dir", metavar="DIR", help=h("report_dir"))
+    p.add_argument("--interval", type=float, metavar="S", help=h("interval_s"))
+    p.add_argument("--stall-timeout", type=float, metavar="S", help=h("stall_timeout_s"))
+    p.add_argument("--on-hang", choices=("report", "terminate"), help=h("on_hang"))
+    p.add_argument("--terminate-grace", type=float, metavar="S", help=h("terminate_grace_s"))
+    p.add_argument("--pyspy-timeout", type=float, metavar="S", help=h("py_spy.timeout_s"))
+    p.add_argument("--no-native", action="store_true", help=h("py_spy.native", negated=True))
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help=h("metrics_port"))
 
 
 def _positive_int(text: str) -> int:
@@ -100,12 +106,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print PYTHONPATH=… DLWATCH_HOOK_DIR=… (a new private folder) for a job started by hand; "
         "`dlwatch attach --pid PID` then finds the folder in the job's environment.",
     )
+    probes_cli: Optional[ModuleType]
+    try:  # the command table (standard library only: no torch while parsing)
+        from probes import cli as probes_cli
+    except ImportError:
+        probes_cli = None
     probe = sub.add_parser(
         "probe",
-        help="reproductions and benchmarks (need the [probes] extra): repro NAME|--all, bench, autotune, seed-check",
-        description="dlwatch probe repro NAME|--all | bench | autotune | seed-check; `dlwatch probe COMMAND --help` for each",
+        help="reproductions and benchmarks (need the [probes] extra); `dlwatch probe --help` lists them",
+        description=probes_cli.DESCRIPTION if probes_cli else "Reproductions and benchmarks (need the [probes] extra).",
+        epilog=probes_cli.EPILOG if probes_cli else None,
     )
-    probe.add_argument("probe_args", nargs=argparse.REMAINDER, help="COMMAND and its arguments: repro, bench, autotune, seed-check")
+    if probes_cli:
+        probes_cli.add_commands(probe)  # sets probe_args to [COMMAND, ARGS…]
+    else:
+        probe.add_argument("probe_args", nargs=argparse.REMAINDER, help="COMMAND and its arguments")
     return parser
 
 
@@ -113,7 +128,8 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
     """Settings from ``--config`` and the flags.
 
     Raises:
-        ConfigError: naming the key (or the flag that set it).
+        ConfigError: naming the file, line and key of a bad value in the file, or the flag
+            (``command line: --interval: …``) of a bad value given on the command line.
     """
     overrides: Dict[str, object] = {}
     flag_of = {}
@@ -126,12 +142,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
         overrides["py_spy.native"] = False
     if args.no_hook:
         overrides["hook"] = False
-    try:
-        return config_mod.load(args.config, overrides)
-    except ConfigError as e:
-        if e.key in flag_of:
-            raise ConfigError(flag_of[e.key], str(e).split(f"{e.key}: ", 1)[-1], "command line") from None
-        raise
+    return config_mod.load(args.config, overrides, flag_of)
 
 
 def _exit_code_of(returncode: int) -> int:
@@ -304,9 +315,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     proc = discovery.check_target(args.pid)
     try:
-        if proc.name() in frames.WORKER_COMMS and proc.parent() is not None:
-            log(f"pid {proc.pid} is a DataLoader worker of pid {proc.ppid()}: showing that process")
-            proc = proc.parent()
+        parent = proc.parent()
+        if proc.name() in frames.WORKER_COMMS and parent is not None:
+            log(f"pid {proc.pid} is a DataLoader worker of pid {parent.pid}: showing that process")
+            proc = parent
         tree = [proc] + proc.children(recursive=True)
     except psutil.Error:
         tree = [proc]
@@ -417,13 +429,18 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_probe(probe_args: List[str]) -> int:
-    """``dlwatch probe …``: the probes are a client of the watchdog and need torch."""
+    """``dlwatch probe COMMAND ARGS…`` (``probe_args``): the probes are a client of the watchdog
+    and need torch (the [probes] extra); :func:`probes.cli.run` runs the command and says, in one
+    line with exit code 2, when it or what it needs is not installed."""
     try:
         from probes import cli as probes_cli
     except ImportError as e:
-        print(f"dlwatch: error: the probes need the [probes] extra (torch): {e}", file=sys.stderr)
+        print(f"dlwatch: error: the probes are not installed: {e}", file=sys.stderr)
         return Exit.USAGE
-    return probes_cli.main(probe_args)
+    if not probe_args:
+        print("dlwatch: error: name a probe command (see `dlwatch probe --help`)", file=sys.stderr)
+        return Exit.USAGE
+    return probes_cli.run(probe_args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,161 +1,638 @@
 """Settings: built-in defaults, a YAML file, then command-line overrides, validated once.
 
-The defaults here and the repository's ``config.yaml`` are the same (a test checks it);
-``config.yaml`` documents every key. Validation is pydantic's (strict types, unknown keys
-rejected); errors become :class:`~watchdog.errors.ConfigError` naming the key.
+The field definitions below are the one description of every setting: each field's type,
+range, default and ``description``. ``config.yaml`` (every key, its default, its description
+as the comment), the README settings table and the ``--help`` of the flags follow them; a test
+(``tests/unit/test_config.py``) checks all three.
+
+Validation is msgspec's (https://jcristharif.com/msgspec/constraints.html, ``convert`` with
+``strict=True``: no ``"1"`` for a number, no ``1`` for a boolean; ``forbid_unknown_fields``);
+this module adds what msgspec does not do: unknown keys named with their full dotted path,
+non-finite numbers refused, errors that name the file, the line and the key, with a short
+excerpt of the value. msgspec replaced pydantic, whose import alone took ~90 ms of the
+~0.24 s CPU a ``dlwatch run`` spent starting (msgspec: ~15 ms; issue #10).
+
+The YAML file is read defensively (issue #10): only a regular file of at most
+:data:`MAX_FILE_BYTES`, never opened in a blocking way; no anchors or aliases (an alias bomb
+of a few hundred bytes expands to gigabytes); at most :data:`MAX_DEPTH` levels of nesting.
+Every problem is a :class:`~watchdog.errors.ConfigError`, one line.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: the field annotations are evaluated here, so
+# ``describe`` reads each field's ``Meta`` without ``typing.get_type_hints``.
 
+import math
 import os
 import re
-from typing import Any, Dict, Literal, Mapping, Optional
+import reprlib
+import stat
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import msgspec
+from msgspec import Meta
 
 from .errors import ConfigError
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
+MAX_FILE_BYTES = 1 << 20
+"""Largest settings file read, in bytes (``config.yaml`` is about 4 KiB)."""
+MAX_DEPTH = 16
+"""Deepest nesting of YAML collections accepted (settings nest 2 deep)."""
+EXCERPT_CHARS = 80
+"""At most this many characters of a value (or key) are echoed in an error."""
 
 _NO_NUL = r"^[^\x00]*$"
+_Text = Annotated[str, Meta(min_length=1, pattern=_NO_NUL)]
 
 
-class PySpyConfig(_Strict):
-    """How stacks are taken (``py-spy dump``)."""
-
-    path: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
-    native: bool = True
-    locals: bool = False
-    timeout_s: float = Field(5.0, gt=0, le=120)
+class _Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting as a plain nested dict (for reports and ``config.yaml``'s test)."""
+        return msgspec.to_builtins(self)
 
 
-class Config(_Strict):
-    """Every setting of the watchdog; see ``config.yaml`` for each one's meaning."""
+class PySpyConfig(_Settings, frozen=True):
+    """How stacks are taken (``py-spy dump``). Frozen; see :class:`Config`."""
 
-    interval_s: float = Field(1.0, ge=0.1, le=60)
-    stall_timeout_s: float = Field(60.0, gt=0)
-    busy_stall_timeout_s: float = Field(300.0, gt=0)
-    stall_min_s: float = Field(10.0, gt=0)
-    stall_p99_factor: float = Field(10.0, ge=1)
-    on_hang: Literal["report", "terminate"] = "report"
-    terminate_outside_loader: bool = False
-    terminate_grace_s: float = Field(10.0, ge=0, le=600)
-    report_dir: str = Field("dlwatch-reports", min_length=1, pattern=_NO_NUL)
-    full_info_interval_s: float = Field(10.0, gt=0)
-    timeline_samples: int = Field(600, ge=10, le=100_000)
-    cpu_progress_s: float = Field(0.05, gt=0)
-    warning_interval_s: float = Field(5.0, gt=0)
-    stderr_tail_bytes: int = Field(65536, ge=0, le=16 * 2**20)
-    hook: bool = True
-    data_checks: bool = True
-    on_hang_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
-    on_crash_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
-    on_warning_exec: Optional[str] = Field(None, min_length=1, pattern=_NO_NUL)
-    exec_timeout_s: float = Field(30.0, gt=0, le=3600)
-    metrics_port: Optional[int] = Field(None, ge=1, le=65535)
-    metrics_addr: str = Field("0.0.0.0", min_length=1, pattern=_NO_NUL)
-    py_spy: PySpyConfig = PySpyConfig()
+    path: Annotated[
+        Optional[_Text],
+        Meta(description="py-spy binary; null: the one beside dlwatch's Python, else $PATH's"),
+    ] = None
+    native: Annotated[
+        bool,
+        Meta(description="include native (C/C++) frames; falls back to Python-only frames if native unwinding fails"),
+    ] = True
+    locals: Annotated[bool, Meta(description="include local variables (may hold secrets: off by default)")] = False
+    timeout_s: Annotated[float, Meta(gt=0, le=120, description="per-process py-spy dump timeout in seconds")] = 5.0
 
 
-def _key(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc).encode("unicode_escape").decode("ascii") or "(top level)"
+class Config(_Settings, frozen=True):
+    """Every setting of the watchdog: a frozen object, ``cfg.py_spy.timeout_s``.
+
+    Durations are in seconds (the ``_s`` suffix), sizes in bytes. Each field's ``description``
+    (:func:`describe`) says what it means; build one with :func:`load` or :func:`validate`.
+    """
+
+    interval_s: Annotated[
+        float,
+        Meta(ge=0.1, le=60, description="sampling period in seconds (cheap psutil and /proc reads, no ptrace)"),
+    ] = 1.0
+    stall_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="seconds with no progress of the iterating thread and every worker before a stall is examined",
+        ),
+    ] = 60.0
+    busy_stall_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="seconds the iterating thread may wait while workers burn CPU but send nothing (no I/O) before that is examined",
+        ),
+    ] = 300.0
+    stall_min_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="with the inside view: once main's iterator has 20 intervals between batches, a stall counts after "
+            "max(stall_min_s, stall_p99_factor x p99 interval) when that is below stall_timeout_s; "
+            "only a proven hang is reported that early",
+        ),
+    ] = 10.0
+    stall_p99_factor: Annotated[
+        float,
+        Meta(
+            ge=1,
+            description="k of the stall_min_s rule; `dlwatch probe rhythm` measured healthy loaders' longest interval at <= 3 x their p99",
+        ),
+    ] = 10.0
+    on_hang: Annotated[
+        Literal["report", "terminate"],
+        Meta(
+            description="report | terminate: what to do about a DataLoader hang once its report is written (terminate: after the "
+            "report of a proven hang, or busy_stall_timeout_s without a batch, SIGTERM the job's processes, SIGKILL "
+            "after terminate_grace_s)",
+        ),
+    ] = "report"
+    terminate_outside_loader: Annotated[
+        bool,
+        Meta(
+            description="with on_hang=terminate, also end a job stalled outside its DataLoader (it may be waiting legitimately)",
+        ),
+    ] = False
+    terminate_grace_s: Annotated[
+        float,
+        Meta(ge=0, le=600, description="seconds between SIGTERM and SIGKILL to the job's process group"),
+    ] = 10.0
+    report_dir: Annotated[
+        _Text,
+        Meta(
+            description="folder for report folders <UTC timestamp>-<pid>/ (created 0700; relative to the working directory)",
+        ),
+    ] = "dlwatch-reports"
+    full_info_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="seconds between USS/PSS reads of a process (memory_full_info costs 4-5 ms on a torch process)",
+        ),
+    ] = 10.0
+    timeline_samples: Annotated[
+        int,
+        Meta(
+            ge=10,
+            le=100_000,
+            description="samples kept in the timeline ring buffer (600 x interval_s = 10 minutes by default)",
+        ),
+    ] = 600
+    cpu_progress_s: Annotated[
+        float,
+        Meta(gt=0, description="CPU seconds a watched thread must use since its last mark to count as progress"),
+    ] = 0.05
+    warning_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="seconds between looks at the timeline for warnings (memory growth, fd/shm pressure, CPU)",
+        ),
+    ] = 5.0
+    stderr_tail_bytes: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=16 * 2**20,
+            description="bytes of the job's stderr kept for crash diagnosis (dlwatch run; every byte still reaches you, through a pipe); "
+            "0: stderr left alone, no crash diagnosis",
+        ),
+    ] = 65536
+    hook: Annotated[
+        bool,
+        Meta(
+            description="dlwatch run: record the DataLoader's own view inside the job (batches, data wait, threads at fork) through a "
+            "sitecustomize on PYTHONPATH; false (or --no-hook): watch from outside only",
+        ),
+    ] = True
+    data_checks: Annotated[
+        bool,
+        Meta(
+            description="with the hook: warn when every worker of an IterableDataset replays the same stream, or workers draw identical "
+            "random numbers (one digest of each worker's first batch and RNG states; false: off)",
+        ),
+    ] = True
+    on_hang_exec: Annotated[
+        Optional[_Text],
+        Meta(
+            description="shell command run after a hang report is written (/bin/sh -c), with DLWATCH_REPORT (the folder), DLWATCH_KIND, "
+            "DLWATCH_MODE, DLWATCH_SUMMARY, DLWATCH_ACTION, DLWATCH_JOB_PID and DLWATCH_RANK in its environment; "
+            'e.g. curl -d "$DLWATCH_SUMMARY" https://alerts.example/hook',
+        ),
+    ] = None
+    on_crash_exec: Annotated[Optional[_Text], Meta(description="the same as on_hang_exec, after a crash report")] = None
+    on_warning_exec: Annotated[
+        Optional[_Text],
+        Meta(description="the same as on_hang_exec, after a warning (or an ended job's) report"),
+    ] = None
+    exec_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=3600,
+            description="seconds such a command may run before it is killed (its failure is logged and changes nothing else)",
+        ),
+    ] = 30.0
+    metrics_port: Annotated[
+        Optional[Annotated[int, Meta(ge=1, le=65535)]],
+        Meta(description="serve Prometheus metrics at http://metrics_addr:PORT/metrics; null: off"),
+    ] = None
+    metrics_addr: Annotated[
+        _Text,
+        Meta(description="address the metrics endpoint listens on (127.0.0.1: this host only)"),
+    ] = "0.0.0.0"
+    py_spy: Annotated[PySpyConfig, Meta(description="how stacks are taken (py-spy dump)")] = PySpyConfig()
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 safe loading, plus: ``1e3`` is a float (YAML 1.2 reads it so; PyYAML's 1.1
-    resolver wants a dot), and a duplicate key is an error, not a silent override."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise ConfigError(str(key), "duplicate key", getattr(self, "source_name", "config"))
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+# --- field descriptions --------------------------------------------------------------------
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+def _field_type(dotted: str) -> Any:
+    """The annotation of the setting ``dotted`` (``"py_spy.timeout_s"``). Raises KeyError."""
+    cls: Any = Config
+    ann = None
+    for part in dotted.split("."):
+        if not (isinstance(cls, type) and issubclass(cls, _Settings)) or part not in cls.__struct_fields__:
+            raise KeyError(dotted)
+        ann = cls.__annotations__[part]
+        cls = ann.__origin__
+    return ann
 
 
-def validate(data: Mapping[str, Any], source: str) -> Config:
-    """Build a :class:`Config` from a mapping.
+def describe(dotted: str) -> str:
+    """The description of the setting ``dotted`` (``"interval_s"``, ``"py_spy.timeout_s"``).
 
     Raises:
-        ConfigError: for an unknown key, a wrong type or an out-of-range value, naming the
-            first offending key and ``source`` (a file path or ``command line``).
+        KeyError: no such setting.
     """
+    # Annotated[Annotated[str, Meta(min_length=1)], Meta(description=…)] is flattened: the
+    # constraints' Meta comes first, so look for the one that has a description.
+    return next(m.description for m in _field_type(dotted).__metadata__ if isinstance(m, Meta) and m.description)
+
+
+def all_keys() -> list[str]:
+    """Every setting's dotted key, in definition order; nested groups (``py_spy``) are not listed,
+    their fields are (``py_spy.path`` …)."""
+
+    def walk(cls: Any, prefix: str) -> list[str]:
+        out: list[str] = []
+        for name in cls.__struct_fields__:
+            inner = cls.__annotations__[name].__origin__
+            out += (
+                walk(inner, f"{prefix}{name}.")
+                if isinstance(inner, type) and issubclass(inner, _Settings)
+                else [prefix + name]
+            )
+        return out
+
+    return walk(Config, "")
+
+
+def flag_help(dotted: str, negated: bool = False) -> str:
+    """The ``--help`` text of the flag that sets ``dotted``: its description and the key
+    (``negated``: a ``--no-…`` flag that sets it to false). ``%`` is doubled for argparse.
+
+    Raises:
+        KeyError: no such setting.
+    """
+    text = f"sets {dotted} to false; {dotted}: {describe(dotted)}" if negated else f"{describe(dotted)} ({dotted})"
+    return text.replace("%", "%%")
+
+
+# --- errors --------------------------------------------------------------------------------
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = EXCERPT_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
+def excerpt(value: Any) -> str:
+    """``repr(value)`` cut to about :data:`EXCERPT_CHARS` characters, never more than one line
+    (:mod:`reprlib`; an integer too long for ``repr`` is described by its size)."""
     try:
-        return Config.model_validate(dict(data))
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = _key(err["loc"])
-        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(key, f"{msg} (got {err.get('input')!r})", source) from None
+        text = _REPR.repr(value)
+    except ValueError:  # int beyond sys.get_int_max_str_digits()
+        return f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else f"<a {type(value).__name__}>"
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
-def load(path: Optional[str], overrides: Mapping[str, Any]) -> Config:
+def _printable(text: str, limit: int = 4 * EXCERPT_CHARS) -> str:
+    """``text`` with control characters escaped, cut to ``limit`` characters: safe in one line."""
+    text = re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], str(text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shown(path: str) -> str:
+    """``path`` as an error names it: printable, and ``''`` when empty."""
+    return _printable(path) or "''"
+
+
+def _key_name(key: Any) -> str:
+    return _printable(key, EXCERPT_CHARS) if isinstance(key, str) else excerpt(key)
+
+
+def _at(path: str, lines: Mapping[str, int], dotted: str) -> str:
+    """``path:LINE`` when the key's line in the file is known, else ``path``."""
+    line = lines.get(dotted)
+    return f"{path}:{line}" if line else path
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def _precheck(data: Any, cls: Any, prefix: str, source: str, lines: Mapping[str, int]) -> None:
+    """What msgspec does not say well: unknown or non-text keys (named by their dotted path) and
+    non-finite or absurdly large numbers, found before :func:`msgspec.convert` sees them."""
+    if not isinstance(data, dict):
+        return  # msgspec says "expected object"
+    for key, value in data.items():
+        name = prefix + _key_name(key)
+        if not isinstance(key, str) or key not in cls.__struct_fields__:
+            raise ConfigError(name, "unknown setting", _at(source, lines, name))
+        inner = cls.__annotations__[key].__origin__
+        if isinstance(inner, type) and issubclass(inner, _Settings):
+            _precheck(value, inner, name + ".", source, lines)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(name, f"expected a finite number (got {excerpt(value)})", _at(source, lines, name))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+            raise ConfigError(name, f"number out of range (got {excerpt(value)})", _at(source, lines, name))
+
+
+_MSGSPEC_AT = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z0-9_]*)*)`$")
+
+
+def _value_at(data: Any, dotted: str) -> Any:
+    for part in dotted.split(".") if dotted else []:
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _explain(message: str, dotted: str) -> str:
+    """msgspec's ``Expected `float` >= 0.1`` as ``expected float >= 0.1``; the value itself is
+    left out (msgspec echoes an enum value in full) and added, truncated, by the caller."""
+    message = message.split(", got ", 1)[0].replace("`", "").replace(" | null", " or null")
+    if message.startswith("Invalid enum value"):
+        choices = getattr(_field_type(dotted).__origin__, "__args__", ())
+        return "expected one of " + ", ".join(choices)
+    if _NO_NUL in message.replace("\\\\", "\\"):
+        return "expected text without NUL bytes"
+    message = (message[:1].lower() + message[1:]).replace("expected object", "expected a mapping")
+    return message if len(message) <= 2 * EXCERPT_CHARS else message[: 2 * EXCERPT_CHARS - 3] + "..."
+
+
+def validate(data: Mapping[str, Any], source: str, lines: Mapping[str, int] | None = None) -> Config:
+    """Build a :class:`Config` from a mapping of settings (nested: ``{"py_spy": {...}}``).
+
+    ``source`` names where ``data`` came from (a file path, ``command line``); ``lines`` maps
+    dotted keys to their line in that file, when known.
+
+    Raises:
+        ConfigError: for an unknown key, a wrong type (strict: ``"1"`` is not a number, ``1``
+            not a boolean), an out-of-range or non-finite value: naming the first offending
+            key, ``source`` (``path:LINE`` when the line is known) and an excerpt of the value.
+    """
+    lines = lines or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            "(top level)", f"expected a mapping of settings (got {excerpt(data)})", _at(source, lines, "")
+        )
+    data = dict(data)
+    _precheck(data, Config, "", source, lines)
+    try:
+        return msgspec.convert(data, Config, strict=True)
+    except msgspec.ValidationError as e:
+        message = str(e)
+        found = _MSGSPEC_AT.search(message)
+        dotted = found.group(1)[1:] if found else "(top level)"
+        value = _value_at(data, dotted) if found else data
+        raise ConfigError(
+            dotted,
+            f"{_explain(message[: found.start()] if found else message, dotted)} (got {excerpt(value)})",
+            _at(source, lines, dotted),
+        ) from None
+
+
+# --- reading the file ----------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A YAML construct a settings file may not hold, at 1-based ``line``."""
+
+    def __init__(self, line: int, what: str, message: str) -> None:
+        super().__init__(message)
+        self.line, self.what, self.message = line, what, message
+
+
+_LOADER: type | None = None
+
+
+def _loader_class() -> type:
+    """The YAML loader, built on first use (``import yaml`` costs ~10 ms a run without ``--config``
+    does not need): PyYAML's safe loader (YAML 1.1, https://pyyaml.org/wiki/PyYAMLDocumentation)
+    plus: ``1e3`` is a float (YAML 1.2 reads it so; PyYAML's 1.1 resolver wants a dot), a
+    duplicate key is an error, not a silent override, and no anchors, aliases or deep nesting."""
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent):
+                raise _Refused(
+                    line,
+                    f"alias *{_printable(event.anchor, EXCERPT_CHARS)}",
+                    "YAML anchors and aliases are not allowed in a settings file",
+                )
+            if getattr(event, "anchor", None) is not None:
+                raise _Refused(
+                    line,
+                    f"anchor &{_printable(event.anchor, EXCERPT_CHARS)}",
+                    "YAML anchors and aliases are not allowed in a settings file",
+                )
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    raise _Refused(line, "YAML", f"nested more than {MAX_DEPTH} levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_object(self, node, deep=False):
+            try:
+                return super().construct_object(node, deep)
+            except (ValueError, TypeError, OverflowError) as e:  # e.g. int() of 5000 digits
+                shown = excerpt(node.value) if isinstance(node, yaml.ScalarNode) else node.id
+                raise _Refused(
+                    node.start_mark.line + 1,
+                    "YAML",
+                    f"cannot read {shown}: {_printable(str(e).split(';')[0], 2 * EXCERPT_CHARS)}",
+                ) from None
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            if isinstance(node, yaml.MappingNode):
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        hash(key)
+                    except TypeError:
+                        raise _Refused(line, "YAML", f"a key must be a name, not a {key_node.id}") from None
+                    if key in seen:
+                        raise _Refused(line, _key_name(key), "duplicate key")
+                    seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    _LOADER = Loader
+    return Loader
+
+
+def _key_lines(node: Any, prefix: str, lines: dict[str, int]) -> None:
+    """Record the 1-based line of every mapping key under ``node`` as ``lines["a.b"]``."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                name = prefix + _key_name(key_node.value)
+                lines.setdefault(name, key_node.start_mark.line + 1)
+                _key_lines(value_node, name + ".", lines)
+
+
+def _read_bytes(path: str) -> bytes:
+    """The bytes of the regular file ``path``, at most :data:`MAX_FILE_BYTES`.
+
+    The path is checked with ``stat`` before it is opened, and opened ``O_NONBLOCK``: a FIFO,
+    a device or a directory is refused, never waited on (a FIFO's open blocks until a writer
+    comes). ``fstat`` of the open file checks again (it may have been swapped meanwhile).
+
+    Raises:
+        ConfigError: not a regular file, too large, or unreadable (naming ``--config``).
+    """
+    shown = _shown(path)
+
+    def check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            kind = {
+                stat.S_IFDIR: "a directory",
+                stat.S_IFIFO: "a FIFO",
+                stat.S_IFCHR: "a character device",
+                stat.S_IFBLK: "a block device",
+                stat.S_IFSOCK: "a socket",
+            }
+            raise ConfigError(
+                "--config", f"not a regular file ({kind.get(stat.S_IFMT(st.st_mode), 'special file')})", shown
+            )
+        if st.st_size > MAX_FILE_BYTES:
+            raise ConfigError(
+                "--config", f"larger than {MAX_FILE_BYTES} bytes ({st.st_size}): not a settings file", shown
+            )
+
+    try:
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            check(os.fstat(fd))
+            chunks, size = [], 0
+            while size <= MAX_FILE_BYTES:
+                chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise ConfigError("--config", _printable(e.strerror or e), shown) from None
+    except ValueError as e:  # a NUL byte in the path
+        raise ConfigError("--config", f"not a usable path: {_printable(e)}", shown) from None
+    if size > MAX_FILE_BYTES:  # it grew after the stat
+        raise ConfigError("--config", f"larger than {MAX_FILE_BYTES} bytes: not a settings file", shown)
+    return b"".join(chunks)
+
+
+def read_file(path: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """``(data, lines)``: the settings mapping of the YAML file ``path`` (``{}`` when empty) and
+    the 1-based line of each dotted key in it. Types and ranges are not checked here.
+
+    Raises:
+        ConfigError: the file is not a regular file, is over :data:`MAX_FILE_BYTES`, is not
+            UTF-8, is not valid YAML, holds an anchor, an alias, nesting over :data:`MAX_DEPTH`,
+            a value PyYAML cannot construct, an unhashable or duplicate key, or is not a mapping;
+            naming ``path:LINE`` where the line is known.
+    """
+    raw = _read_bytes(path)
+    shown = _shown(path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError("--config", f"not a UTF-8 text file (byte {e.start})", f"{shown}:{line}") from None
+    import yaml
+
+    lines: dict[str, int] = {}
+    loader = None
+    try:
+        loader = _loader_class()(text)  # checks every character first: may raise ReaderError
+        node = loader.get_single_node()
+        if node is None:
+            return {}, {}
+        _key_lines(node, "", lines)
+        data = loader.construct_document(node)
+    except _Refused as e:
+        raise ConfigError(e.what, e.message, f"{shown}:{e.line}") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = e.problem or e.context or "unreadable"
+        raise ConfigError(
+            "not valid YAML", _printable(problem, 2 * EXCERPT_CHARS), f"{shown}:{mark.line + 1}" if mark else shown
+        ) from None
+    except yaml.reader.ReaderError as e:  # a control character
+        raise ConfigError(
+            "not valid YAML",
+            f"character #x{e.character:04x} is not allowed",
+            f"{shown}:{text[: e.position].count(chr(10)) + 1}",
+        ) from None
+    except yaml.YAMLError as e:
+        raise ConfigError("not valid YAML", _printable(e, 2 * EXCERPT_CHARS), shown) from None
+    except RecursionError:  # not expected with MAX_DEPTH, kept as a guard
+        raise ConfigError("YAML", "nested too deeply", shown) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "(top level)",
+            f"expected a mapping of settings (got {excerpt(data)})",
+            f"{shown}:{node.start_mark.line + 1}",
+        )
+    return data, lines
+
+
+def load(path: str | None, overrides: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> Config:
     """Defaults, updated by the YAML file at ``path`` (if any), then by ``overrides``.
 
-    ``overrides`` maps dotted keys (``"py_spy.native"``) to values already of the right type.
+    ``overrides`` maps dotted keys (``"py_spy.native"``) to values already of the right type
+    (``None``: not given). The file is validated alone first, so a bad value in it is blamed on
+    the file and its line, never on a flag; a bad override is blamed on ``command line`` and
+    its flag, ``flags[key]`` (``"--interval"``), or its key when ``flags`` has none.
 
     Raises:
-        ConfigError: the file cannot be read or parsed, or a value is invalid.
+        ConfigError: the file cannot be read or parsed (see :func:`read_file`), a value is
+            invalid (see :func:`validate`), or ``py_spy.path`` is not an executable file.
     """
-    data: Dict[str, Any] = {}
-    source = "defaults"
+    data: dict[str, Any] = {}
+    cfg = Config()
     if path is not None:
-        source = path
-        try:
-            with open(path, encoding="utf-8") as f:
-                loader = _Loader(f)
-                loader.source_name = path
-                try:
-                    loaded = loader.get_single_data()
-                finally:
-                    loader.dispose()
-        except OSError as e:
-            raise ConfigError("--config", e.strerror or str(e), path) from None
-        except UnicodeDecodeError:
-            raise ConfigError("--config", "not a UTF-8 text file", path) from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark else "file"
-            raise ConfigError(where, f"not valid YAML: {getattr(e, 'problem', e)}", path) from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError("(top level)", "expected a mapping of settings", path)
-        data = loaded
-        cfg = validate(data, path)
-        _check_pyspy_path(cfg, path)
-    for dotted, value in overrides.items():
-        if value is None:
-            continue
+        data, lines = read_file(path)
+        cfg = validate(data, _shown(path), lines)
+        _check_pyspy_path(cfg, _at(_shown(path), lines, "py_spy.path"))
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return cfg
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for dotted, value in given.items():
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
-    cfg = validate(data, source if not overrides else f"{source} + command line")
-    _check_pyspy_path(cfg, source)
-    return cfg
+    try:
+        return validate(data, "command line")
+    except ConfigError as e:
+        flag = (flags or {}).get(e.key)
+        if flag is None:
+            raise
+        raise ConfigError(flag, str(e).split(f"{e.key}: ", 1)[-1], "command line") from None
 
 
-def _check_pyspy_path(cfg: "Config", source: str) -> None:
+def _check_pyspy_path(cfg: Config, source: str) -> None:
     path = cfg.py_spy.path
     if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ConfigError("py_spy.path", f"not an executable file: {path!r}", source)
+        raise ConfigError("py_spy.path", f"not an executable file: {excerpt(path)}", source)
 
 
-def defaults_as_dict() -> Dict[str, Any]:
+def defaults_as_dict() -> dict[str, Any]:
     """The built-in defaults as a plain nested dict (for ``config.yaml`` and its test)."""
-    return Config().model_dump()
+    return Config().as_dict()

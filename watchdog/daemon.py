@@ -364,7 +364,7 @@ class Watcher:
         if self.rank:
             job["rank"] = dict(self.rank)
             suffix = "-".join(x for x in (f"rank{self.rank.get('RANK')}", suffix) if x)
-        settings = self.config.model_dump()
+        settings = self.config.as_dict()
         for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec"):
             if settings.get(key):
                 settings[key] = procfs.REDACTED  # a shell command, which may carry a token

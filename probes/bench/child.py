@@ -4,6 +4,12 @@ line with the timings. Started by :mod:`probes.bench.measure`; not meant to be r
 Usage: ``python -m probes.bench.child '<json spec>'``. The spec holds ``config`` (a
 :class:`~probes.bench.grid.LoaderConfig` as a dict), ``dataset`` (``{"synthetic": {...}}`` or
 ``{"spec": "module:callable"}``) and ``warmup_batches``.
+
+CPU time is measured twice: over the whole loop (``cpu_s``: ``getrusage`` of this process and
+its reaped children, the workers once they exit) and over the steady window alone
+(``steady_cpu_s``: this process's ``getrusage`` plus each live worker's ``utime + stime`` from
+``/proc/PID/stat`` via psutil, read once per round of batches, so to 1/``CLK_TCK`` s per
+worker), which is what a per-sample CPU cost must be compared with, the steady throughput.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import resource
 import sys
 import time
 import warnings
+from typing import Dict, Optional
+
+from watchdog.exits import Exit
 
 MIN_ROUNDS = 3
 
@@ -21,6 +30,34 @@ def _cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _self_cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+class _TreeCpu:
+    """CPU seconds used so far by this process (all its threads) and its live descendants
+    (the DataLoader workers, and a forkserver's), the descendants found at the first reading."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._procs = psutil.Process().children(recursive=True)
+
+    def read(self) -> Optional[float]:
+        """Seconds, or ``None`` when a descendant has gone (the reading would be short)."""
+        import psutil
+
+        total = _self_cpu_s()
+        try:
+            for p in self._procs:
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            return None
+        return total
 
 
 def _nbytes(batch) -> int:
@@ -57,7 +94,8 @@ def _len(batch) -> int:
 
 
 def run(spec: dict) -> dict:
-    """Iterate the configured loader once; returns seconds, samples and bytes measured."""
+    """Iterate the configured loader once; returns seconds, samples, CPU seconds and bytes
+    measured (``None`` where a run was too short for a steady window)."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -89,10 +127,17 @@ def run(spec: dict) -> dict:
         )
         cpu0, t0 = _cpu_s(), time.perf_counter()
         arrivals, sizes = [], []
+        tree_cpu: Optional[_TreeCpu] = None
+        cpu_at: Dict[int, Optional[float]] = {}  # batch index at a round boundary -> CPU seconds of the tree
         h2d_bytes, h2d_s = 0, 0.0
         for batch in loader:
             arrivals.append(time.perf_counter())
             sizes.append(_len(batch))
+            i = len(arrivals) - 1
+            if i >= warmup and (i - warmup) % round_size == 0:
+                if tree_cpu is None:
+                    tree_cpu = _TreeCpu()
+                cpu_at[i] = tree_cpu.read()
             if cuda:
                 c0 = time.perf_counter()
                 _to_device(batch, cfg["pin_memory"])
@@ -101,16 +146,22 @@ def run(spec: dict) -> dict:
                 h2d_bytes += _nbytes(batch)
         total_s = time.perf_counter() - t0
     rounds = (len(arrivals) - 1 - warmup) // round_size if len(arrivals) > warmup else 0
-    steady = None
+    steady = steady_cpu = steady_samples = None
     if rounds >= MIN_ROUNDS:
         end = warmup + rounds * round_size
         span = arrivals[end] - arrivals[warmup]
-        steady = sum(sizes[warmup + 1 : end + 1]) / span if span > 0 else None
+        steady_samples = sum(sizes[warmup + 1 : end + 1])
+        steady = steady_samples / span if span > 0 else None
+        first_cpu, last_cpu = cpu_at.get(warmup), cpu_at.get(end)
+        if first_cpu is not None and last_cpu is not None:
+            steady_cpu = last_cpu - first_cpu
     pin_warned = any("pin_memory" in str(w.message) for w in caught)
     return {
         "first_batch_s": (arrivals[0] - t0) if arrivals else None,
         "steady_samples_per_s": steady,
         "steady_rounds": rounds,
+        "steady_samples": steady_samples,
+        "steady_cpu_s": steady_cpu,
         "samples": sum(sizes),
         "batches": len(arrivals),
         "total_s": total_s,
@@ -125,7 +176,7 @@ def main() -> int:
     spec = json.loads(sys.argv[1])
     result = run(spec)
     print("BENCH-RESULT " + json.dumps(result), flush=True)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """``dlwatch probe bench | autotune | seed-check`` (also ``python -m probes bench …``).
 
-Exit codes: 0 done; 2 a bad flag or ``--dataset`` (one line naming it); 1 a run failed.
+Exit codes (:class:`watchdog.exits.Exit`): 0 done; 2 a bad flag or ``--dataset`` (one line
+naming it; nothing is measured); 1 a run failed; 130 interrupted. Parsing a command's flags
+(``--help`` included) imports neither torch nor rich: the measuring modules are imported when a
+command runs.
 """
 
 from __future__ import annotations
@@ -9,39 +12,61 @@ import argparse
 import math
 import os
 import signal
-import statistics
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from watchdog.exits import Exit, of_signal
 
-from . import machine as machine_mod
-from . import output
+from ..cli import Parser
 from .child import MIN_ROUNDS
-from .datasets import (
-    DatasetError,
-    SyntheticDataset,
-    calibrate_steps_per_ms,
-    load_user_dataset,
-    sample_bytes,
-)
 from .grid import GridError, LoaderConfig, expand, parse_shape
-from .measure import Result, RunError, measure
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from .measure import Result
+
 DEFAULT_SAMPLES = 2048
 IMPROVEMENT = 1.05  # autotune: a step must beat the best so far by 5%
+AUTO = "auto"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(EXIT_USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+def auto_workers(usable: float) -> List[int]:
+    """The ``num_workers`` that ``auto`` stands for on a machine with ``usable`` CPUs: 0, the
+    powers of two up to twice the usable CPUs (more workers than CPUs pay off only when samples
+    wait on storage, ``--io-ms``), and the usable CPU count itself (rounded down)."""
+    top = max(1, int(usable))
+    out = {0, top}
+    w = 1
+    while w <= 2 * top:
+        out.add(w)
+        w *= 2
+    return sorted(out)
+
+
+def resolve_workers(text: str, usable: Optional[float] = None) -> str:
+    """``--num-workers`` with each ``auto`` replaced by :func:`auto_workers` (``usable``
+    defaults to this process's usable CPUs: affinity and cgroup quota); other items are left
+    for :func:`~probes.bench.grid.expand` to check."""
+    parts = [p.strip() for p in text.split(",")]
+    if AUTO not in parts:
+        return text
+    if usable is None:
+        from .machine import usable_cpus
+
+        usable = usable_cpus()
+    out: List[str] = []
+    for p in parts:
+        out.extend(str(w) for w in auto_workers(usable)) if p == AUTO else out.append(p)
+    return ",".join(out)
 
 
 def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
     g = p.add_argument_group("grid (each a comma list)")
-    g.add_argument("--num-workers", default=workers_default, help="DataLoader num_workers values")
+    g.add_argument(
+        "--num-workers",
+        default=workers_default,
+        help="DataLoader num_workers values; `auto` is 0, the powers of two up to twice the usable CPUs, and the usable CPU count",
+    )
     g.add_argument("--pin-memory", default="false,true", help="pin_memory values (true/false)")
     g.add_argument("--batch-size", default="128", help="batch_size values")
     g.add_argument("--prefetch-factor", default="2", help="prefetch_factor values (with workers)")
@@ -51,7 +76,7 @@ def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
 
 def _dataset_flags(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("dataset")
-    d.add_argument("--samples", type=int, default=None, help="synthetic dataset length (default: 2048, or more when the grid needs it)")
+    d.add_argument("--samples", type=int, default=None, help=f"synthetic dataset length (default: {DEFAULT_SAMPLES}, or more when the grid needs it)")
     d.add_argument("--sample-shape", default="3,224,224", help="synthetic sample shape")
     d.add_argument("--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated on this machine)")
     d.add_argument("--io-ms", type=float, default=0.0, help="per-sample wait, milliseconds (simulated remote storage)")
@@ -97,10 +122,13 @@ def _dataset(args, configs: Sequence[LoaderConfig], randn: bool = False) -> tupl
     Raises:
         GridError, DatasetError: naming the flag.
     """
+    from .datasets import SyntheticDataset, calibrate_steps_per_ms, load_user_dataset, sample_bytes
+
     if args.dataset:
         ds = load_user_dataset(args.dataset)
-        _check_length(args, configs, len(ds))
-        return {"spec": args.dataset}, sample_bytes(ds), False, f"dataset {args.dataset} ({len(ds)} items)"
+        n = len(ds)  # type: ignore[arg-type]  # load_user_dataset checked that it has one
+        _check_length(args, configs, n)
+        return {"spec": args.dataset}, sample_bytes(ds), False, f"dataset {args.dataset} ({n} items)"
     shape = parse_shape(args.sample_shape)
     samples = _check_length(args, configs, args.samples)
     rate = calibrate_steps_per_ms() if args.cpu_ms else 0.0
@@ -116,6 +144,10 @@ def _dataset(args, configs: Sequence[LoaderConfig], randn: bool = False) -> tupl
 
 
 def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -> List[Result]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .measure import measure
+
     results = []
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(), transient=True
@@ -128,6 +160,11 @@ def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -
 
 
 def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: bool, extra: Optional[dict] = None) -> dict:
+    """Print the table, the best and the knee, the ceiling and the warnings; write ``--json``,
+    ``--csv`` and ``--plot``. Returns the JSON document."""
+    from . import machine as machine_mod
+    from . import output
+
     mach = machine_mod.describe()
     batch_bytes = nbytes * max(int(x) for x in args.batch_size.split(",")) if nbytes else None
     ceilings = output.ceiling(results, mach["usable_cpus"], cpu_bound)
@@ -137,21 +174,17 @@ def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: b
     top, bend = output.best(results), output.knee(results)
     print(f"best: {top.config.label()} at {top.throughput:.0f} samples/s")
     print(f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with {bend.config.num_workers} workers)")
-    if ceilings:
-        print(f"ceiling (CPU-bound): one loader's throughput × min(num_workers, {mach['usable_cpus']:g} usable CPUs)")
-    single = [r for r in results if r.config.num_workers == 0]
+    line = output.ceiling_text(results, mach["usable_cpus"], ceilings)
+    if line:
+        print(line)
+    single = [r.cpu_per_sample_s for r in results if r.config.num_workers == 0 and r.cpu_per_sample_s]
     if cpu_bound and single and args.cpu_ms:
-        per_sample_ms = 1000 * statistics.median(run.cpu_s / run.samples for run in single[0].runs)
+        per_sample_ms = 1000 * single[0]
         print(
             f"calibration check: with num_workers=0 a sample cost {per_sample_ms:.1f} ms of CPU in all, for --cpu-ms {args.cpu_ms:g} "
             f"of synthetic work plus loading ({per_sample_ms / args.cpu_ms:.0%} of the target)"
         )
-    for r in results:
-        ceil = ceilings.get(r.config.num_workers)
-        if ceil and r.throughput > 1.05 * ceil:
-            warns.append(
-                f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats"
-            )
+    warns.extend(output.noise_warnings(results, ceilings))
     for w in warns:
         print(f"warning: {w}")
     settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
@@ -167,14 +200,26 @@ def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: b
     return doc
 
 
-def cmd_bench(args) -> int:
-    configs = expand(
+def _grid(args) -> List[LoaderConfig]:
+    """The grid the flags describe, ``auto`` in ``--num-workers`` resolved (and recorded in
+    ``args`` as the numbers it stood for).
+
+    Raises:
+        GridError: naming the flag whose list is malformed.
+    """
+    args.num_workers = resolve_workers(args.num_workers)
+    return expand(
         args.num_workers, args.pin_memory, args.batch_size, args.prefetch_factor, args.persistent_workers, args.multiprocessing_context
     )
+
+
+def cmd_bench(args) -> int:
+    """Measure every configuration of the grid and report them."""
+    configs = _grid(args)
     dataset, nbytes, cpu_bound, text = _dataset(args, configs)
     results = _run_all(configs, dataset, args, "bench")
     _report(results, args, text, nbytes, cpu_bound)
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_autotune(args) -> int:
@@ -183,10 +228,11 @@ def cmd_autotune(args) -> int:
     CUDA is there; the other axes take their first value."""
     import torch
 
+    from . import output
+    from .measure import measure
+
     started = time.monotonic()
-    grid = expand(
-        args.num_workers, args.pin_memory, args.batch_size, args.prefetch_factor, args.persistent_workers, args.multiprocessing_context
-    )
+    grid = _grid(args)
     candidates = sorted({c.num_workers for c in grid})
     base = grid[0]
     dataset, nbytes, cpu_bound, text = _dataset(args, grid)
@@ -234,7 +280,7 @@ def cmd_autotune(args) -> int:
         cpu_bound,
         {"autotune": {"configurations_run": len(results), "grid_size": full, "seconds": elapsed, "choice": top.config.as_dict()}},
     )
-    return EXIT_OK
+    return Exit.OK
 
 
 def beats(a: Result, b: Result) -> bool:
@@ -264,7 +310,7 @@ def cmd_seed_check(args) -> int:
     dataset, nbytes, cpu_bound, text = _dataset(args, configs, randn=True)
     zero, more, pinned = _run_all(configs, dataset, args, "seed-check")
     cuda = torch.cuda.is_available()
-    claims = [
+    claims: List[Tuple[str, Optional[bool], str]] = [
         ("more workers is faster", beats(more, zero), f"W={w}/W=0 throughput ratio {_ratio(more, zero)}"),
         (
             "pin_memory=True is fastest",
@@ -288,7 +334,7 @@ def cmd_seed_check(args) -> int:
     for claim, held, evidence in claims:
         verdict = "not tested" if held is None else ("HELD" if held else "DID NOT HOLD")
         print(f"claim: {claim!r}: {verdict} — {evidence}")
-    return EXIT_OK
+    return Exit.OK
 
 
 _DESCRIPTIONS = {
@@ -300,10 +346,10 @@ _DESCRIPTIONS = {
 
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one of ``bench``, ``autotune``, ``seed-check``."""
-    p = _Parser(prog=f"dlwatch probe {command}", description=_DESCRIPTIONS[command], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(prog=f"dlwatch probe {command}", description=_DESCRIPTIONS[command])
     if command == "seed-check":
         p.add_argument(
-            "--samples", type=int, default=None, help="number of torch.randn(3,224,224) samples (default: 2048, or more when needed)"
+            "--samples", type=int, default=None, help=f"number of torch.randn(3,224,224) samples (default: {DEFAULT_SAMPLES}, or more when needed)"
         )
         p.add_argument("--batch-size", dest="batch_size_one", type=int, default=128, help="batch_size")
         p.set_defaults(sample_shape="3,224,224", cpu_ms=0.0, io_ms=0.0, dataset=None)
@@ -352,20 +398,43 @@ def _check_numbers(args) -> None:
 
 
 def main(command: str, argv: List[str]) -> int:
-    """Run ``command`` with ``argv``; one-line errors and exit 2 for bad input, 130 when
-    interrupted (the run in progress is killed with its workers)."""
+    """Run ``command`` (``bench``, ``autotune`` or ``seed-check``) with ``argv``; one-line
+    errors and :attr:`Exit.USAGE` for bad input (a flag or ``--dataset``, named), before
+    anything is measured; :attr:`Exit.FAILED` when a run fails; 130 when interrupted (SIGINT
+    or SIGTERM: the run in progress is killed with its workers)."""
     args = build_parser(command).parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        from .datasets import DatasetError
+        from .measure import RunError
+    except ImportError as e:
+        print(f"dlwatch: error: probe {command} needs the [probes] extra (torch, matplotlib, rich): {e}", file=sys.stderr)
+        return Exit.USAGE
     try:
         _check_numbers(args)
         _check_outputs(args)
         return COMMANDS[command](args)
     except KeyboardInterrupt:
         print("dlwatch: interrupted; the run in progress was stopped", file=sys.stderr)
-        return 130
+        return of_signal(signal.SIGINT)
     except (GridError, DatasetError) as e:
         print(f"dlwatch: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except RunError as e:
         print(f"dlwatch: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return Exit.FAILED
+
+
+def bench_main(argv: List[str]) -> int:
+    """``dlwatch probe bench ARGS…``: see :func:`main`."""
+    return main("bench", argv)
+
+
+def autotune_main(argv: List[str]) -> int:
+    """``dlwatch probe autotune ARGS…``: see :func:`main`."""
+    return main("autotune", argv)
+
+
+def seed_check_main(argv: List[str]) -> int:
+    """``dlwatch probe seed-check ARGS…``: see :func:`main`."""
+    return main("seed-check", argv)

@@ -17,9 +17,9 @@ from typing import List, Optional
 
 from watchdog.collect.sampler import Sampler
 
+from ..env import child_env
 from .grid import LoaderConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE_PERIOD_S = 0.2
 RUN_TIMEOUT_S = 600.0
 WIDE_SPREAD_CV = 0.10
@@ -31,7 +31,9 @@ class RunError(Exception):
 
 @dataclass
 class Run:
-    """One repeat of one configuration (seconds, samples/s, bytes)."""
+    """One repeat of one configuration (seconds, samples/s, bytes; CPU seconds of main and its
+    workers: ``cpu_s`` over the whole loop, ``steady_cpu_s`` over the ``steady_samples`` of the
+    steady window, ``None`` when there was none)."""
 
     first_batch_s: float
     steady_samples_per_s: Optional[float]
@@ -44,11 +46,21 @@ class Run:
     peak_fds: Optional[int]
     cuda: bool
     pin_memory_warning: bool
+    steady_samples: Optional[int] = None
+    steady_cpu_s: Optional[float] = None
 
     @property
     def throughput(self) -> float:
         """Steady-state samples/s, or overall samples/s when the run was too short for a steady part."""
         return self.steady_samples_per_s or (self.samples / self.total_s if self.total_s else 0.0)
+
+    @property
+    def cpu_per_sample_s(self) -> Optional[float]:
+        """CPU seconds per sample (main and workers together) over the steady window, or over
+        the whole loop when there was none; ``None`` without samples."""
+        if self.steady_cpu_s is not None and self.steady_samples:
+            return self.steady_cpu_s / self.steady_samples
+        return self.cpu_s / self.samples if self.samples else None
 
 
 @dataclass
@@ -89,6 +101,12 @@ class Result:
         return statistics.stdev(vals) / statistics.mean(vals)
 
     @property
+    def cpu_per_sample_s(self) -> Optional[float]:
+        """Median over repeats of :attr:`Run.cpu_per_sample_s` (CPU seconds per sample)."""
+        vals = [v for v in (r.cpu_per_sample_s for r in self.runs) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    @property
     def cpu_utilisation(self) -> Optional[float]:
         """CPUs busy on average during a run (CPU seconds of main and workers / wall seconds)."""
         vals = [r.cpu_s / r.total_s for r in self.runs if r.total_s]
@@ -125,7 +143,7 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         RunError: the child failed or printed no result (its last stderr line is given).
     """
     spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    env = child_env(extra=[os.getcwd()])  # the working directory: where --dataset's module is
     # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         proc = subprocess.Popen(
@@ -166,6 +184,8 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         peak_fds=peak_fds,
         cuda=data["cuda"],
         pin_memory_warning=data["pin_memory_warning"],
+        steady_samples=data.get("steady_samples"),
+        steady_cpu_s=data.get("steady_cpu_s"),
     )
 
 

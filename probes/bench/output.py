@@ -26,17 +26,49 @@ def knee(results: Sequence[Result]) -> Result:
     return min(near, key=lambda r: (r.config.num_workers, -r.throughput))
 
 
+NOISE_MARGIN = 1.05  # a throughput this far above the ceiling is reported as a noisy run
+
+
 def ceiling(results: Sequence[Result], usable: float, cpu_bound: bool) -> Dict[int, float]:
-    """The physical ceiling for a CPU-bound dataset per ``num_workers``: one worker's
-    throughput (the W=1 run, else W=0) × min(W, usable CPUs). Empty when not CPU-bound or no
-    single-loader run was measured."""
-    if not cpu_bound:
+    """The physical ceiling of a CPU-bound dataset's throughput, samples/s: the ``usable`` CPUs
+    divided by the least CPU time per sample measured over ``results`` (seconds, main and its
+    workers together, over each run's steady window: :attr:`Result.cpu_per_sample_s`). No
+    configuration loads faster than every usable CPU working at the cheapest per-sample cost
+    measured. No configuration is assumed to use one core: with ``num_workers=0`` main's
+    intra-op threads may keep several busy, and its measured CPU time says so.
+
+    Returns the same ceiling for every ``num_workers`` in ``results`` (for the table and the
+    JSON), or ``{}`` when the dataset is not CPU-bound or no CPU time per sample was measured.
+    """
+    if not cpu_bound or usable <= 0:
         return {}
-    single = [r for r in results if r.config.num_workers == 1] or [r for r in results if r.config.num_workers == 0]
-    if not single:
+    costs = [c for c in (r.cpu_per_sample_s for r in results) if c]
+    if not costs:
         return {}
-    one = max(r.throughput for r in single)
-    return {r.config.num_workers: one * min(max(r.config.num_workers, 1), usable) for r in results}
+    top = usable / min(costs)
+    return {r.config.num_workers: top for r in results}
+
+
+def ceiling_text(results: Sequence[Result], usable: float, ceilings: Dict[int, float]) -> Optional[str]:
+    """One line saying how the ceiling was computed, or ``None`` without one."""
+    if not ceilings:
+        return None
+    cost, label = min((r.cpu_per_sample_s, r.config.label()) for r in results if r.cpu_per_sample_s)
+    return (
+        f"ceiling (CPU-bound): {usable:g} usable CPUs / {cost * 1000:.2f} ms of CPU per sample "
+        f"(the least measured, {label}) = {next(iter(ceilings.values())):.0f} samples/s"
+    )
+
+
+def noise_warnings(results: Sequence[Result], ceilings: Dict[int, float]) -> List[str]:
+    """A warning for each configuration measured more than 5% above its ceiling: only noise
+    (a disturbed calibration or window) can do that."""
+    out = []
+    for r in results:
+        ceil = ceilings.get(r.config.num_workers)
+        if ceil and r.throughput > NOISE_MARGIN * ceil:
+            out.append(f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats")
+    return out
 
 
 def warnings_for(results: Sequence[Result], machine: dict, batch_bytes: Optional[int]) -> List[str]:
@@ -132,6 +164,7 @@ def document(results: Sequence[Result], machine: dict, settings: dict, ceilings:
                 "peak_shm_bytes_median": r.median("peak_shm_bytes"),
                 "peak_fds_median": r.median("peak_fds"),
                 "cpu_utilisation": r.cpu_utilisation,
+                "cpu_per_sample_s_median": r.cpu_per_sample_s,
                 "ceiling_samples_per_s": ceilings.get(r.config.num_workers),
                 "h2d_bytes_per_s_median": r.median("h2d_bytes_per_s"),
                 "notes": r.notes,

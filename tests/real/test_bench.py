@@ -1,16 +1,21 @@
-"""``dlwatch probe bench | autotune | seed-check`` on tiny cases: real subprocesses and real
-DataLoaders. Only generous bounds here; speed belongs in the benchmarks themselves."""
+"""The ``dlwatch probe`` commands for real: ``bench | autotune | seed-check`` on tiny cases,
+``rhythm``, ``hook-cost``, the command table, and ``repro`` run from a folder of its own. Real
+subprocesses and real DataLoaders. Only generous bounds here; speed belongs in the benchmarks
+themselves."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
+from probes.cli import COMMANDS
 from tests.real.helpers import DLWATCH, ROOT
 
 TINY = ["--samples", "240", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3"]
@@ -165,3 +170,61 @@ def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
 def test_bad_rhythm_and_hook_cost_input_is_one_line_exit_2(args, needle):
     code, out, err = probe(*args)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_autotune_as_the_readme_writes_it_uses_auto_workers(tmp_path):
+    # README: `dlwatch probe autotune --cpu-ms 5`: no --num-workers, so the default `auto`
+    # (issue #10: it exited 2 with "--num-workers: bad value 'auto'"). Smaller samples here.
+    j = tmp_path / "auto.json"
+    code, out, err = probe(
+        "autotune", "--samples", "400", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3",
+        "--pin-memory", "false", "--json", str(j),
+    )
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    candidates = [int(w) for w in doc["settings"]["num_workers"].split(",")]
+    assert candidates[0] == 0 and len(candidates) >= 3 and candidates == sorted(candidates)
+    assert doc["autotune"]["choice"]["num_workers"] in candidates
+    assert doc["autotune"]["grid_size"] == len(candidates)
+    for r in doc["results"]:
+        assert r["cpu_per_sample_s_median"] > 0
+        # The ceiling is physical (usable CPUs / least CPU per sample): only noise exceeds it.
+        assert r["ceiling_samples_per_s"] and r["samples_per_s_median"] <= 1.5 * r["ceiling_samples_per_s"], r
+    assert re.search(r"^ceiling \(CPU-bound\): [\d.]+ usable CPUs / [\d.]+ ms of CPU per sample", out, re.M), out
+
+
+def test_probe_command_table_and_help():
+    done = subprocess.run(DLWATCH + ["probe", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    for name in COMMANDS:
+        assert re.search(rf"^    {re.escape(name)}\b", done.stdout, re.M), name
+    same = subprocess.run([sys.executable, "-m", "probes", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert same.returncode == 0 and same.stdout == done.stdout
+    code, out, err = probe("bench", "--help", timeout_s=60)
+    assert code == 0 and out.startswith("usage: dlwatch probe bench") and "(default: None)" not in out, err
+    code, out, err = probe("nope", timeout_s=60)
+    assert code == 2 and "'nope'" in err and len(err.strip().splitlines()) == 1, err
+    for args in (["probe", "--help"], ["probe", "bench", "--help"]):  # building the parsers imports no torch
+        timed = subprocess.run([sys.executable, "-X", "importtime", "-m", "watchdog", *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert timed.returncode == 0 and not re.search(r"\|\s+torch\b", timed.stderr), args
+
+
+def test_repro_from_another_folder_reports_there_and_leaves_no_temporary_folders(tmp_path):
+    # Issue #10: run from any folder but the repository root, every scenario came out
+    # MISDIAGNOSED with "reports: none" (the reports went under the package's folder), and each
+    # left a /tmp/dlwatch-stderr-* folder behind (its dlwatch was killed, never stopped). A
+    # private TMPDIR makes every dlwatch-* temporary folder of this run attributable to it.
+    work, tmp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    # iterable_replicated: a warning the job runs on after, so repro must end the job itself.
+    done = subprocess.run(DLWATCH + ["probe", "repro", "iterable_replicated"], capture_output=True, text=True, timeout=170, cwd=work, env=env)
+    assert done.returncode == 0, (done.stdout, done.stderr[-2000:])
+    row = next(line for line in done.stdout.splitlines() if line.startswith("iterable_replicated "))
+    assert " ok " in row and "MISDIAGNOSED" not in row, done.stdout
+    report = row.split()[-1]
+    assert report.startswith(str(work / "dlwatch-reports" / "repro-")), row
+    assert os.path.isfile(os.path.join(report, "report.json"))
+    left = [n for n in os.listdir(tmp) if n.startswith("dlwatch-")]
+    assert left == [], left

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from probes import repro
-from tests.real.helpers import ROOT
+from tests.real.helpers import ROOT, load_report, reports
 from watchdog.diagnose import RULES
 
 # Scenarios that run a probes.cases target are exercised, with their verdicts, by test_cases.py.
@@ -26,6 +26,8 @@ def test_reproduction_is_diagnosed(name, tmp_path):
         pytest.skip(outcome.note)
     assert outcome.status == "ok", (outcome.first, outcome.kinds, outcome.note)
     assert outcome.latency_s is not None and outcome.latency_s < 60
+    for folder in reports(os.path.join(str(tmp_path), "reports")):
+        load_report(folder)  # every report written conforms to watchdog/schema/report.schema.json
     if s.module == "probes.train" and outcome.report:
         # Every report of a probes.train job carries the inside view: batches, data wait, intervals.
         with open(os.path.join(outcome.report, "report.txt"), encoding="utf-8") as f:
