@@ -43,6 +43,11 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # mypy reads the block below; at run time typing is never imported here
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Dict, List, Optional
+
 ENV_DIR = "DLWATCH_HOOK_DIR"
 ENV_ANCESTOR = "DLWATCH_HOOK_ANCESTOR"
 ENV_CHECKS = "DLWATCH_DATA_CHECKS"  # "0": no data-correctness checks
@@ -337,7 +342,7 @@ def _created(it):
     """An iterator finished ``_BaseDataLoaderIter.__init__`` (it set ``_profile_name``)."""
     frame = sys._getframe(2)
     loader = _loader_of(frame)
-    settings = {}
+    settings: Dict[str, Any] = {}
     if loader is not None:
         for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "timeout", "drop_last", "in_order"):
             value = getattr(loader, key, None)
@@ -402,7 +407,7 @@ def _cuda_refresh(it, record):
     cuda = getattr(sys.modules.get("torch"), "cuda", None)
     if cuda is None or not cuda.is_initialized():
         return False
-    out = {}
+    out: Dict[str, Any] = {}
     stats = getattr(cuda, "host_memory_stats", None)
     if stats is not None:
         out["host_memory_stats"] = {k: v for k, v in stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -552,7 +557,7 @@ def _rng_states(dataset):
             state = value.get_state()
             out[key] = _digest(state[1].tobytes() + repr(state[2:]).encode())
         elif torch is not None and isinstance(value, getattr(torch, "Generator", ())):
-            out[key] = _digest(bytes(value.get_state().tolist()))
+            out[key] = _digest(bytes(value.get_state().tolist()))  # type: ignore[union-attr]  # isinstance of a run-time class
     return out
 
 
@@ -603,10 +608,11 @@ def _threads_now(skip_frame):
     """Every thread of this process: name, ids, daemon flag and Python stack (innermost last)."""
     by_ident = {t.ident: t for t in threading.enumerate()}
     out = []
+    frame: Optional[FrameType]
     for ident, frame in list(sys._current_frames().items())[:MAX_THREADS]:
         if ident == threading.get_ident():
             frame = skip_frame
-        stack = []
+        stack: List[Dict[str, Any]] = []
         while frame is not None and len(stack) < MAX_FRAMES:
             stack.append({"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name})
             frame = frame.f_back
@@ -632,7 +638,7 @@ def _before_fork():
         return
     try:
         caller = sys._getframe(1)
-        frame = caller
+        frame: Optional[FrameType] = caller
         for _ in range(12):
             if frame is None:
                 return

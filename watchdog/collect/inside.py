@@ -28,6 +28,8 @@ def _load_format():
     """The recorder module itself, loaded by path under a private name: one definition of the
     file format for writer and reader. It is standard-library only and does nothing on import."""
     spec = importlib.util.spec_from_file_location("_dlwatch_inside_format", os.path.join(BOOT_DIR, "_dlwatch_inside.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {BOOT_DIR}/_dlwatch_inside.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -188,7 +190,7 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
                         native_id=t.get("native_id"),
                         daemon=t.get("daemon"),
                         forking=bool(t.get("forking")),
-                        frames=tuple(_frame(f) for f in reversed(t.get("stack") or []) if f),
+                        frames=tuple(fr for fr in (_frame(f) for f in reversed(t.get("stack") or [])) if fr is not None),
                     )
                     for t in threads
                 ),
@@ -200,7 +202,7 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
 def rng_check(pid: int, doc: Optional[dict]) -> Optional[RngCheck]:
     """A worker's record of its random generators (``worker`` in its JSON), or ``None``."""
     w = (doc or {}).get("worker")
-    if not isinstance(w, dict) or not w.get("rng_start"):
+    if doc is None or not isinstance(w, dict) or not w.get("rng_start"):
         return None
     return RngCheck(
         pid=pid,
