@@ -83,6 +83,21 @@ def _fork_source_lines(record) -> List[Tuple[str, int]]:
     return wanted
 
 
+# A file to which every tick appends its timing (``dlwatch probe overhead`` sets it); unset: none.
+_TICK_LOG = os.environ.get("DLWATCH_TICK_LOG", "")
+
+
+def _log_tick(path: str, wall: float, elapsed_s: float, cpu_s: float, processes: int, reports: int) -> None:
+    """Append ``WALL ELAPSED_MS CPU_MS PROCESSES REPORTS`` to ``path``: when the tick began
+    (``time.time()``, seconds), its wall-clock and this thread's CPU time in milliseconds, the
+    processes in its sample and the reports it wrote. A file that cannot be written is ignored."""
+    try:
+        with open(path, "a", encoding="ascii") as f:
+            f.write(f"{wall:.3f} {elapsed_s * 1e3:.3f} {cpu_s * 1e3:.3f} {processes} {reports}\n")
+    except OSError:
+        pass
+
+
 def say(text: str) -> None:
     """Write ``text`` to stderr; a stderr that cannot be written (a full disk, a closed pipe)
     is ignored: reports and the job matter more than our messages."""
@@ -202,11 +217,17 @@ class Watcher:
         return self.outcome
 
     def step(self) -> None:
-        """One tick: sample, and examine, report or warn when due. Never raises."""
+        """One tick: sample, and examine, report or warn when due. Never raises. With
+        ``DLWATCH_TICK_LOG`` set, one line per tick goes to that file (:func:`_log_tick`)."""
+        if _TICK_LOG:
+            wall, t0, c0, n0 = time.time(), time.perf_counter(), time.thread_time(), len(self.outcome.reports)
         try:
             self._tick()
         except Exception:  # never let the watchdog's failure reach the job
             self._internal_error("sampling")
+        if _TICK_LOG:
+            n = len(self.timeline[-1].processes) if self.timeline else 0
+            _log_tick(_TICK_LOG, wall, time.perf_counter() - t0, time.thread_time() - c0, n, len(self.outcome.reports) - n0)
 
     def _inside_view(self, pids=None, forks: bool = True) -> InsideView:
         try:
@@ -394,8 +415,12 @@ class Watcher:
             log(f"{e}; the summary above is all that was kept")
 
     def _examine(self, sample: Sample, stall: Stall) -> None:
-        """Decide whether a due stall is a hang (:func:`detect.assess`); report it if so."""
+        """Decide whether a due stall is a hang (:func:`detect.assess`); report it if so.
+
+        Every py-spy run for it is over ``py_spy.timeout_s`` seconds after this call began
+        (one deadline; the Python-only look gets at most half of it)."""
         cfg = self.config
+        deadline = time.monotonic() + cfg.py_spy.timeout_s
         main = sample.main
         woke = self.tracker.woke_during_stall(sample)
         first = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
@@ -405,7 +430,9 @@ class Watcher:
         children = {p.pid: tuple(c.pid for c in sample.processes if c.ppid == p.pid) for p in sample.processes}
         pipes = self._pipe_ends(stable)
         live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.state not in ("T", "t")]
-        quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s)
+        d_state = [p.pid for p in sample.processes if p.state == "D"]
+        quick_deadline = min(deadline, time.monotonic() + cfg.py_spy.timeout_s / 2)
+        quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s, disk_sleep=d_state, deadline=quick_deadline)
         inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
         names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
         wakeable = {p.pid: why for p in sample.processes for why in [procfs.timer_wakeup(p.pid)] if why}
@@ -432,7 +459,7 @@ class Watcher:
             self.tracker.rebaseline(self.sampler.sample())
             self._say_once("dismissed:" + assessment.reason.split(":")[0][:40], f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}")
             return
-        self._report_hang(sample, stall, assessment, quick, stable, pipes)
+        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline)
 
     def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:
         """Holders of the pipes that waiting threads read or write (report time only)."""
@@ -449,7 +476,7 @@ class Watcher:
         readers, writers, complete = procfs.pipe_holders(pipes)
         return detect.PipeEnds(targets, readers, writers, complete)
 
-    def _report_hang(self, sample: Sample, stall: Stall, assessment, quick, details, pipes) -> None:
+    def _report_hang(self, sample: Sample, stall: Stall, assessment, quick, details, pipes, deadline: Optional[float] = None) -> None:
         cfg = self.config
         main = sample.main
         verdict, proof = assessment.verdict, assessment.proof
@@ -477,10 +504,11 @@ class Watcher:
         pids = [main.pid] + [w.pid for w in sample.workers]
         d_state = [p.pid for p in sample.processes if p.state == "D"]
         dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).state not in ("T", "t"))]
-        stacks = pyspy.dump_all(dumpable, self.pyspy, cfg.py_spy.native, cfg.py_spy.timeout_s, cfg.py_spy.locals, d_state)
-        for pid, st in quick.items():
-            if pid in stacks and not stacks[pid].ok and st.ok:
-                stacks[pid] = st
+        # Native frames (and locals) on top of the Python-only stacks already taken, by the
+        # examination's deadline; what it leaves out keeps its Python stack and says why.
+        stacks = pyspy.dump_all(
+            dumpable, self.pyspy, cfg.py_spy.native, cfg.py_spy.timeout_s, cfg.py_spy.locals, d_state, deadline=deadline, python_stacks=quick
+        )
         sources = {}
         for pid, st in stacks.items():
             wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
@@ -488,7 +516,6 @@ class Watcher:
         view = self._inside_view([p.pid for p in sample.processes])
         for record in view.forks:
             sources.update(procfs.source_lines(record.pid, _fork_source_lines(record)))
-        problems = [st.error for st in stacks.values() if st.error]
         facts = Facts(
             mode=MODE_HANG,
             sample=sample,
@@ -499,7 +526,7 @@ class Watcher:
             thread_details=tuple(sorted((pid, tuple(t)) for pid, t in details.items())),
             main_threads_at_fork=self.births.as_tuple(),
             source_lines=tuple(sources.items()),
-            pyspy_problem=problems[0] if problems else None,
+            pyspy_problem=pyspy.problem_summary(stacks, cfg.py_spy.timeout_s),
             stderr_tail=self.stderr_tail(),
             oom_kills=self._oom_kills(),
             host_cpus=self.host_cpus,

@@ -67,6 +67,7 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         entry["stack"] = {
             "native": stack.native,
             "error": stack.error,
+            "lost": stack.lost,
             "elapsed_s": round(stack.elapsed_s, 3),
             "threads": [
                 {
@@ -356,6 +357,8 @@ def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
     if stack["error"]:
         yield f"    (no stack: {stack['error']})"
         return
+    if stack.get("lost"):
+        yield f"    (Python frames only: {stack['lost']})"
     for t in stack["threads"]:
         yield f"    thread {t['os_thread_id']} {t['thread_name'] or ''}{' [py-spy: idle]' if not t['active'] else ''}"
         for f in t["frames"][:limit]:

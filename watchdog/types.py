@@ -347,7 +347,9 @@ class ProcessStack:
 
     ``threads`` is empty and ``error`` says why when the dump failed; ``native`` tells whether
     native frames were collected; ``raw`` is py-spy's own output (JSON text) or its error text;
-    ``elapsed_s`` the seconds the dump took.
+    ``elapsed_s`` the seconds the dump took. ``lost`` says what was asked for but is missing
+    from a stack that did come back, and why (``"native frames lost: py-spy --native timed out
+    …"``: the threads are Python-only); ``None`` when nothing was lost.
     """
 
     pid: int
@@ -356,6 +358,7 @@ class ProcessStack:
     error: Optional[str]
     raw: str
     elapsed_s: float
+    lost: Optional[str] = None
 
     @property
     def ok(self) -> bool:
