@@ -26,13 +26,34 @@ from watchdog.exits import Exit
 # name -> ("module" or "module:function", one-line help). The function defaults to ``main``; it
 # takes the command's arguments (a list of str) and returns the exit code. One line per command.
 COMMANDS: Dict[str, Tuple[str, str]] = {
-    "repro": ("probes.repro", "run known DataLoader failures under the watchdog and check each diagnosis: repro NAME…|--all|--cases|--list"),
-    "bench": ("probes.bench.commands:bench_main", "DataLoader throughput over a grid of configurations, each in a fresh subprocess"),
-    "autotune": ("probes.bench.commands:autotune_main", "the best num_workers (and whether pin_memory helps) without running the full grid"),
-    "seed-check": ("probes.bench.commands:seed_check_main", "three folk claims about num_workers and pin_memory, checked with measured ratios"),
-    "rhythm": ("probes.rhythm", "healthy loaders' intervals between batches (p50, p99, longest): the stall rule's defaults"),
-    "hook-cost": ("probes.hook_cost", "what the inside view's recorder costs a job, in paired runs with and without it"),
-    "overhead": ("probes.overhead", "the sidecar's own cost: CPU, tick time, RSS, the job's throughput watched vs unwatched"),
+    "repro": (
+        "probes.repro",
+        "run known DataLoader failures under the watchdog and check each diagnosis: repro NAME…|--all|--cases|--list",
+    ),
+    "bench": (
+        "probes.bench.commands:bench_main",
+        "DataLoader throughput over a grid of configurations, each in a fresh subprocess",
+    ),
+    "autotune": (
+        "probes.bench.commands:autotune_main",
+        "the best num_workers (and whether pin_memory helps) without running the full grid",
+    ),
+    "seed-check": (
+        "probes.bench.commands:seed_check_main",
+        "three folk claims about num_workers and pin_memory, checked with measured ratios",
+    ),
+    "rhythm": (
+        "probes.rhythm",
+        "healthy loaders' intervals between batches (p50, p99, longest): the stall rule's defaults",
+    ),
+    "hook-cost": (
+        "probes.hook_cost",
+        "what the inside view's recorder costs a job, in paired runs with and without it",
+    ),
+    "overhead": (
+        "probes.overhead",
+        "the sidecar's own cost: CPU, tick time, RSS, the job's throughput watched vs unwatched",
+    ),
 }
 
 PROG = "dlwatch probe"
@@ -60,7 +81,12 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+        if (
+            "default" in text.lower()
+            or action.default is None
+            or action.default is False
+            or action.default == argparse.SUPPRESS
+        ):
             return text
         if not action.option_strings:
             return text

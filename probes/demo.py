@@ -29,7 +29,9 @@ from .env import child_env
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m probes.demo", description=__doc__.split("\n")[0])
-    p.add_argument("--report-dir", default="dlwatch-reports", help="where the report folder goes (default: %(default)s)")
+    p.add_argument(
+        "--report-dir", default="dlwatch-reports", help="where the report folder goes (default: %(default)s)"
+    )
     args = p.parse_args(argv)
     cmd = [
         sys.executable,
@@ -63,7 +65,9 @@ def main(argv=None) -> int:
     code = subprocess.call(cmd, env=child_env())  # probes.train found from any working directory
     new = sorted(set(os.listdir(args.report_dir)) - before) if os.path.isdir(args.report_dir) else []
     new = [n for n in new if not n.startswith(".")]
-    print(f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s ({int(Exit.TERMINATED)} = it ended the hung job)")
+    print(
+        f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s ({int(Exit.TERMINATED)} = it ended the hung job)"
+    )
     if not new:
         print("demo: no report was written", file=sys.stderr)
         return Exit.FAILED

@@ -74,7 +74,11 @@ LOADERS: Dict[str, Tuple[int, int, str, float, int]] = {
 
 def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
     batches, batch_size, shape, step_ms, workers = LOADERS[loader]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", inside.FORMAT.ENV_DIR, inside.FORMAT.ENV_ANCESTOR)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", inside.FORMAT.ENV_DIR, inside.FORMAT.ENV_ANCESTOR)
+    }
     folder = inside.make_folder() if hooked else None
     try:
         if folder:
@@ -162,7 +166,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         ]
         for r in results
     ]
-    print(tabulate(rows, headers=["loader", "rounds", "batches/s plain", "batches/s hooked", "ratio (median)", "µs added/batch", "files KiB", "record KiB"]))
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "loader",
+                "rounds",
+                "batches/s plain",
+                "batches/s hooked",
+                "ratio (median)",
+                "µs added/batch",
+                "files KiB",
+                "record KiB",
+            ],
+        )
+    )
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

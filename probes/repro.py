@@ -100,7 +100,11 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario("worker_blocked_io", "worker_blocked_io", "hang", ("--fault", "worker-fifo")),
     Scenario("batch_lost", "batch_lost", "hang", ("--fault", "unpicklable-batch")),
     Scenario(
-        "stall_outside_loader", "stall_outside_loader", "hang", ("--fault", "sleep-outside-loader"), (("terminate_outside_loader", True),)
+        "stall_outside_loader",
+        "stall_outside_loader",
+        "hang",
+        ("--fault", "sleep-outside-loader"),
+        (("terminate_outside_loader", True),),
     ),
     Scenario(
         "stall_outside_loader_collective",
@@ -112,22 +116,63 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no known CPU reproduction; fixture test"),
     Scenario("pin_memory_stall", "pin_memory_stall", "hang", module="probes.gpu.pin_memory_stall", needs_cuda=True),
     Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
-    Scenario("shm_exhausted", "shm_exhausted", "crash", ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"), shm_size="8m"),
     Scenario(
-        "fd_exhausted", "fd_exhausted", "crash", ("--nofile", "64", "--keep-batches", "100", "--samples", "2000", "--batch-size", "4")
+        "shm_exhausted",
+        "shm_exhausted",
+        "crash",
+        ("--sample-kib", "512", "--batch-size", "8", "--samples", "64"),
+        shm_size="8m",
     ),
     Scenario(
-        "worker_start_failed", "worker_start_failed", "crash", ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn")
+        "fd_exhausted",
+        "fd_exhausted",
+        "crash",
+        ("--nofile", "64", "--keep-batches", "100", "--samples", "2000", "--batch-size", "4"),
     ),
-    Scenario("cuda_in_forked_worker", "cuda_in_forked_worker", "crash", module="probes.gpu.cuda_in_forked_worker", needs_cuda=True),
-    Scenario("pin_memory_healthy", None, "none", ("--pin-memory", "--epochs", "3", "--samples", "512"), needs_cuda=True),
-    Scenario("fork_inherited_lock_pin_memory", "fork_inherited_lock", "hang", ("--fault", "fork-lock", "--pin-memory"), needs_cuda=True, certainty="proven"),
+    Scenario(
+        "worker_start_failed",
+        "worker_start_failed",
+        "crash",
+        ("--fault", "unpicklable-dataset", "--multiprocessing-context", "spawn"),
+    ),
+    Scenario(
+        "cuda_in_forked_worker",
+        "cuda_in_forked_worker",
+        "crash",
+        module="probes.gpu.cuda_in_forked_worker",
+        needs_cuda=True,
+    ),
+    Scenario(
+        "pin_memory_healthy", None, "none", ("--pin-memory", "--epochs", "3", "--samples", "512"), needs_cuda=True
+    ),
+    Scenario(
+        "fork_inherited_lock_pin_memory",
+        "fork_inherited_lock",
+        "hang",
+        ("--fault", "fork-lock", "--pin-memory"),
+        needs_cuda=True,
+        certainty="proven",
+    ),
     Scenario(
         # main keeps its last 60 pinned batches of 32 MiB: the caching host allocator grows by about 100 MiB/s
         "pinned_memory_growth",
         "pinned_memory_growth",
         "warning",
-        ("--pin-memory", "--keep-batches", "60", "--sample-kib", "1024", "--batch-size", "32", "--samples", "2400", "--sample-delay-s", "0.02", "--epochs", "1"),
+        (
+            "--pin-memory",
+            "--keep-batches",
+            "60",
+            "--sample-kib",
+            "1024",
+            "--batch-size",
+            "32",
+            "--samples",
+            "2400",
+            "--sample-delay-s",
+            "0.02",
+            "--epochs",
+            "1",
+        ),
         (("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
         needs_cuda=True,
     ),
@@ -135,14 +180,39 @@ SCENARIOS: Tuple[Scenario, ...] = (
         "worker_memory_growth",
         "worker_memory_growth",
         "warning",
-        ("--cow-mib", "600", "--samples", "400", "--batch-size", "4", "--sample-delay-s", "0.06", "--epochs", "1", "--persistent-workers"),
+        (
+            "--cow-mib",
+            "600",
+            "--samples",
+            "400",
+            "--batch-size",
+            "4",
+            "--sample-delay-s",
+            "0.06",
+            "--epochs",
+            "1",
+            "--persistent-workers",
+        ),
         (("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
     ),
     Scenario(
         "fd_pressure",
         "fd_pressure",
         "warning",
-        ("--nofile", "256", "--keep-batches", "100", "--samples", "1200", "--batch-size", "4", "--sample-delay-s", "0.01", "--epochs", "1"),
+        (
+            "--nofile",
+            "256",
+            "--keep-batches",
+            "100",
+            "--samples",
+            "1200",
+            "--batch-size",
+            "4",
+            "--sample-delay-s",
+            "0.01",
+            "--epochs",
+            "1",
+        ),
         (("warning_interval_s", 1.0),),
     ),
     Scenario(
@@ -164,7 +234,19 @@ SCENARIOS: Tuple[Scenario, ...] = (
         "cpu_oversubscribed",
         "cpu_oversubscribed",
         "warning",
-        ("--num-workers", "4", "--worker-threads", "4", "--cpu-ms", "40", "--samples", "600", "--epochs", "1", "--persistent-workers"),
+        (
+            "--num-workers",
+            "4",
+            "--worker-threads",
+            "4",
+            "--cpu-ms",
+            "40",
+            "--samples",
+            "600",
+            "--epochs",
+            "1",
+            "--persistent-workers",
+        ),
         (("warning_interval_s", 2.0),),
     ),
 )
@@ -180,17 +262,22 @@ _CASE_SCENARIOS = {
     "uneven_batches": "uneven_shards_mp_spawn",
     "rng_duplicated": "rng_copied_into_workers",
 }
-SCENARIOS = SCENARIOS + tuple(
-    Scenario(**{**from_case(cases.BY_NAME[target]).__dict__, "name": kind}) for kind, target in _CASE_SCENARIOS.items()
-) + (
-    Scenario(
-        "map_count_pressure",
-        "map_count_pressure",
-        "warning",
-        settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
-        module="probes.cases.map_count_exhausted",
-        timeout_s=170.0,
-    ),
+SCENARIOS = (
+    SCENARIOS
+    + tuple(
+        Scenario(**{**from_case(cases.BY_NAME[target]).__dict__, "name": kind})
+        for kind, target in _CASE_SCENARIOS.items()
+    )
+    + (
+        Scenario(
+            "map_count_pressure",
+            "map_count_pressure",
+            "warning",
+            settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
+            module="probes.cases.map_count_exhausted",
+            timeout_s=170.0,
+        ),
+    )
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
 CASE_SCENARIOS = {c.name: from_case(c) for c in cases.CASES}
@@ -213,7 +300,12 @@ class Outcome:
 def cuda_available() -> bool:
     """Whether the torch that the scenarios run with sees a CUDA device (asked in a subprocess,
     so this process never initialises CUDA)."""
-    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done.stdout.strip() == "True"
 
 
@@ -221,8 +313,14 @@ def can_private_shm() -> Optional[str]:
     """``None`` when a private /dev/shm can be mounted here, else why not."""
     if shutil.which("unshare") is None:
         return "unshare(1) not found"
-    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True, text=True)
-    return None if done.returncode == 0 else f"cannot mount a private /dev/shm (needs root or CAP_SYS_ADMIN): {done.stderr.strip()[:80]}"
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True, text=True
+    )
+    return (
+        None
+        if done.returncode == 0
+        else f"cannot mount a private /dev/shm (needs root or CAP_SYS_ADMIN): {done.stderr.strip()[:80]}"
+    )
 
 
 def _config_file(folder: str, settings) -> Optional[str]:
@@ -322,15 +420,26 @@ def _conclusive(s: Scenario, docs: List[Tuple[str, dict]]) -> bool:
     return False
 
 
-def _judge(s: Scenario, docs: List[Tuple[str, dict]], exit_code: Optional[int]) -> Tuple[bool, Optional[Tuple[str, dict]], Tuple[str, ...], str]:
+def _judge(
+    s: Scenario, docs: List[Tuple[str, dict]], exit_code: Optional[int]
+) -> Tuple[bool, Optional[Tuple[str, dict]], Tuple[str, ...], str]:
     """``(ok, the report judged, kinds seen, why not)``."""
     if s.severity in ("none", "unharmed"):
         kinds = tuple(d["diagnoses"][0]["kind"] for _, d in docs)
-        harmed = [d for _, d in docs if d["action"] == "terminate" or (d.get("stall") or {}).get("certainty") == "proven"]
+        harmed = [
+            d for _, d in docs if d["action"] == "terminate" or (d.get("stall") or {}).get("certainty") == "proven"
+        ]
         ok = exit_code == 0 and (not docs if s.severity == "none" else not harmed)
-        return ok, (docs[0] if docs else None), kinds, "" if ok else f"a healthy job got reports {', '.join(kinds) or '(none)'}, exit {exit_code}"
+        return (
+            ok,
+            (docs[0] if docs else None),
+            kinds,
+            "" if ok else f"a healthy job got reports {', '.join(kinds) or '(none)'}, exit {exit_code}",
+        )
     if s.severity == "warning":
-        chosen = next(((p, d) for p, d in docs if any(x["kind"] == s.expected for x in d["diagnoses"])), docs[0] if docs else None)
+        chosen = next(
+            ((p, d) for p, d in docs if any(x["kind"] == s.expected for x in d["diagnoses"])), docs[0] if docs else None
+        )
         kinds = tuple(x["kind"] for _, d in docs for x in d["diagnoses"])
         ok = chosen is not None and any(x["kind"] == s.expected for x in chosen[1]["diagnoses"])
         return ok, chosen, kinds, ""
@@ -452,7 +561,13 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
     out_path = os.path.join(workdir, "job.stdout")
     with open(out_path, "w", encoding="utf-8") as out_file:
         proc = subprocess.Popen(
-            cmd, cwd=workdir, env=child_env(), stdout=out_file, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+            cmd,
+            cwd=workdir,
+            env=child_env(),
+            stdout=out_file,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         tree = _Tree(proc)
         docs: Optional[List[Tuple[str, dict]]] = None
@@ -537,7 +652,12 @@ def listing() -> str:
     """Every scenario and case name with the kind it must get, as a terminal table."""
     known = {**CASE_SCENARIOS, **BY_NAME}
     rows = [
-        [name, s.expected or "(healthy: no report)", s.severity, s.skip or ("needs CUDA" if s.needs_cuda else ("needs a private /dev/shm" if s.shm_size else ""))]
+        [
+            name,
+            s.expected or "(healthy: no report)",
+            s.severity,
+            s.skip or ("needs CUDA" if s.needs_cuda else ("needs a private /dev/shm" if s.shm_size else "")),
+        ]
         for name, s in known.items()
     ]
     return tabulate(rows, headers=["name", "expected", "severity", "needs"])
@@ -546,13 +666,26 @@ def listing() -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """``dlwatch probe repro NAME…|--all|--cases|--list``: see the module docstring for what
     it runs, where the reports go and the exit codes."""
-    p = Parser(prog="dlwatch probe repro", description="Reproduce known DataLoader failures under the watchdog and check each diagnosis.")
+    p = Parser(
+        prog="dlwatch probe repro",
+        description="Reproduce known DataLoader failures under the watchdog and check each diagnosis.",
+    )
     p.add_argument("names", nargs="*", metavar="NAME", help="scenario or case names (`--list` shows them)")
     p.add_argument("--all", action="store_true", help="run every scenario of the catalogue")
-    p.add_argument("--cases", action="store_true", help="run every case modelled on a public bug report, healthy controls included (probes/cases)")
-    p.add_argument("--list", action="store_true", help="print every scenario and case name with the diagnosis it must get, and run nothing")
     p.add_argument(
-        "--report-dir", metavar="DIR", help="where each scenario's folder goes (default: dlwatch-reports/repro-<UTC time> in the working directory)"
+        "--cases",
+        action="store_true",
+        help="run every case modelled on a public bug report, healthy controls included (probes/cases)",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print every scenario and case name with the diagnosis it must get, and run nothing",
+    )
+    p.add_argument(
+        "--report-dir",
+        metavar="DIR",
+        help="where each scenario's folder goes (default: dlwatch-reports/repro-<UTC time> in the working directory)",
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.list:
@@ -564,9 +697,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error(f"unknown scenario {unknown[0]!r} (`dlwatch probe repro --list` shows them)")
     if not args.names and not args.all and not args.cases:
         p.error("name a scenario, or --all, or --cases (or --list)")
-    chosen = (list(SCENARIOS) if args.all else []) + (list(CASE_SCENARIOS.values()) if args.cases else []) + [known[n] for n in args.names]
+    chosen = (
+        (list(SCENARIOS) if args.all else [])
+        + (list(CASE_SCENARIOS.values()) if args.cases else [])
+        + [known[n] for n in args.names]
+    )
     base = os.path.abspath(
-        args.report_dir or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        args.report_dir
+        or os.path.join("dlwatch-reports", "repro-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     )
     try:
         os.makedirs(base, exist_ok=True)

@@ -35,11 +35,28 @@ VARIANTS: Dict[str, Sequence[str]] = {
     "fast, 4 workers, batch 8": ("--num-workers", "4", "--batch-size", "8", "--samples", "2048", "--epochs", "1"),
     "1 worker": ("--num-workers", "1", "--samples", "1024", "--epochs", "1"),
     "in-process (num_workers=0)": ("--num-workers", "0", "--samples", "1024", "--epochs", "1"),
-    "slow samples (sleep 20 ms)": ("--num-workers", "2", "--sample-delay-s", "0.02", "--samples", "512", "--epochs", "1"),
+    "slow samples (sleep 20 ms)": (
+        "--num-workers",
+        "2",
+        "--sample-delay-s",
+        "0.02",
+        "--samples",
+        "512",
+        "--epochs",
+        "1",
+    ),
     "CPU work per sample (5 ms)": ("--num-workers", "2", "--cpu-ms", "5", "--samples", "1024", "--epochs", "1"),
     "busy thread in main": ("--num-workers", "2", "--busy-thread", "--samples", "1024", "--epochs", "1"),
     "persistent workers, validation between epochs": (
-        "--num-workers", "2", "--persistent-workers", "--validate-s", "1", "--samples", "1024", "--epochs", "3",
+        "--num-workers",
+        "2",
+        "--persistent-workers",
+        "--validate-s",
+        "1",
+        "--samples",
+        "1024",
+        "--epochs",
+        "3",
     ),
     "spawn workers": ("--num-workers", "2", "--multiprocessing-context", "spawn", "--samples", "1024", "--epochs", "1"),
 }
@@ -60,7 +77,9 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     folder = inside.make_folder()
     try:
         env = inside.hook_env(child_env(), folder, os.getpid())  # probes.train found from any working directory
-        done = subprocess.run([sys.executable, "-m", "probes.train", *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            [sys.executable, "-m", "probes.train", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
         if done.returncode != 0:
             raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")
         out = []
@@ -110,7 +129,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue  # too few for a p99 (the rule waits for 20 intervals too)
             rows.append({"variant": name, **r, "longest_over_p99": r["longest_s"] / r["p99_s"]})
     table = [
-        [r["variant"], r["batches"], f"{r['p50_s'] * 1e3:.1f}", f"{r['p99_s'] * 1e3:.1f}", f"{r['longest_s'] * 1e3:.1f}", f"{r['longest_over_p99']:.2f}"]
+        [
+            r["variant"],
+            r["batches"],
+            f"{r['p50_s'] * 1e3:.1f}",
+            f"{r['p99_s'] * 1e3:.1f}",
+            f"{r['longest_s'] * 1e3:.1f}",
+            f"{r['longest_over_p99']:.2f}",
+        ]
         for r in rows
     ]
     print(tabulate(table, headers=["variant", "batches", "p50 ms", "p99 ms", "longest ms", "longest / p99"]))

@@ -137,7 +137,14 @@ class FileDataset(Dataset):
     """
 
     def __init__(
-        self, folder: str, samples: int, fault: str, sample_delay_s: float, sample_kib: int = 0, cpu_ms: float = 0.0, cow_mib: int = 0
+        self,
+        folder: str,
+        samples: int,
+        fault: str,
+        sample_delay_s: float,
+        sample_kib: int = 0,
+        cpu_ms: float = 0.0,
+        cow_mib: int = 0,
     ) -> None:
         self.folder = folder
         self.samples = samples
@@ -386,7 +393,9 @@ def main(argv=None) -> int:
             filler = _fill_shm(args.fill_shm_frac)
         if args.busy_thread:
             threading.Thread(target=_busy_thread, args=(stop,), name="busy", daemon=True).start()
-        dataset = FileDataset(folder, args.samples, args.fault, args.sample_delay_s, args.sample_kib, args.cpu_ms, args.cow_mib)
+        dataset = FileDataset(
+            folder, args.samples, args.fault, args.sample_delay_s, args.sample_kib, args.cpu_ms, args.cow_mib
+        )
         loader = DataLoader(
             dataset,
             batch_size=args.batch_size,

@@ -16,7 +16,12 @@ from typing import Callable, Dict, List, Mapping, Optional
 # Bytes of a command's stderr kept for the log line when it fails.
 _STDERR_KEPT = 4096
 # Report modes -> the setting whose command runs for them.
-SETTING_OF_MODE = {"hang": "on_hang_exec", "crash": "on_crash_exec", "live": "on_warning_exec", "exit": "on_warning_exec"}
+SETTING_OF_MODE = {
+    "hang": "on_hang_exec",
+    "crash": "on_crash_exec",
+    "live": "on_warning_exec",
+    "exit": "on_warning_exec",
+}
 
 
 class Alerts:
@@ -79,7 +84,9 @@ class Alerts:
             except OSError:
                 pass
             proc.wait()
-            self.log(f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed, with its children")
+            self.log(
+                f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed, with its children"
+            )
             return
         finally:
             reader.join(1.0)

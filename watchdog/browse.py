@@ -42,7 +42,11 @@ def _well_formed(doc) -> bool:
         return False
     first = diagnoses[0]
     texts = ("kind", "summary", "remedy", "location")
-    return all(isinstance(first.get(k), str) or first.get(k) is None for k in texts) and isinstance(first.get("evidence", []), list) and isinstance(doc.get("timeline", []), list)
+    return (
+        all(isinstance(first.get(k), str) or first.get(k) is None for k in texts)
+        and isinstance(first.get("evidence", []), list)
+        and isinstance(doc.get("timeline", []), list)
+    )
 
 
 def folders(report_dir: str) -> List[str]:
@@ -56,7 +60,11 @@ def folders(report_dir: str) -> List[str]:
         names = os.listdir(report_dir)
     except OSError as e:
         raise ReportNotFound(report_dir, e.strerror or str(e)) from None
-    found = [os.path.join(report_dir, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(report_dir, n, "report.json"))]
+    found = [
+        os.path.join(report_dir, n)
+        for n in names
+        if not n.startswith(".") and os.path.isfile(os.path.join(report_dir, n, "report.json"))
+    ]
     return sorted(found, key=os.path.basename, reverse=True)
 
 

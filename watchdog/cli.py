@@ -21,11 +21,10 @@ from . import config as config_mod
 from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
-from .ranks import JobWatcher
 from .errors import ConfigError, WatchdogError
 from .exits import Exit, of_signal
+from .ranks import JobWatcher
 from .wake import Waker
-
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
 _OVERRIDES = {
@@ -54,7 +53,9 @@ class _Parser(argparse.ArgumentParser):
 def _add_common(p: argparse.ArgumentParser) -> None:
     h = config_mod.flag_help  # each setting's description is in watchdog/config.py, the one place
     p.add_argument("--no-hook", action="store_true", help=h("hook", negated=True))
-    p.add_argument("--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it")
+    p.add_argument(
+        "--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it"
+    )
     p.add_argument("--report-dir", metavar="DIR", help=h("report_dir"))
     p.add_argument("--interval", type=float, metavar="S", help=h("interval_s"))
     p.add_argument("--stall-timeout", type=float, metavar="S", help=h("stall_timeout_s"))
@@ -74,7 +75,9 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dlwatch`` argument parser."""
-    parser = _Parser(prog="dlwatch", description="Watch a PyTorch training job; explain why its DataLoader stopped moving.")
+    parser = _Parser(
+        prog="dlwatch", description="Watch a PyTorch training job; explain why its DataLoader stopped moving."
+    )
     parser.add_argument("--version", action="version", version=f"dlwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="start a job and watch it: dlwatch run [options] -- CMD ARGS…")
@@ -84,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
     _add_common(attach)
     reports_p = sub.add_parser("reports", help="list report folders, newest first: dlwatch reports [DIR]")
-    reports_p.add_argument("dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)")
+    reports_p.add_argument(
+        "dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)"
+    )
     reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
     reports_p.add_argument("-n", type=_positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
@@ -181,7 +186,10 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     try:
         proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
     except OSError as e:
-        log(f"cannot start {cmd[0]!r}: " + ("command not found" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))))
+        log(
+            f"cannot start {cmd[0]!r}: "
+            + ("command not found" if isinstance(e, FileNotFoundError) else (e.strerror or str(e)))
+        )
         if tail:
             tail.close_job_end()
             tail.wait(_STDERR_DRAIN_S)
@@ -225,7 +233,16 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
     try:
-        watcher = JobWatcher(cfg, proc.pid, proc.pid, ended.is_set, wake, stderr_tail=tail.text if tail else str, job_cmdline=cmd, inside=reader)
+        watcher = JobWatcher(
+            cfg,
+            proc.pid,
+            proc.pid,
+            ended.is_set,
+            wake,
+            stderr_tail=tail.text if tail else str,
+            job_cmdline=cmd,
+            inside=reader,
+        )
         _attach_metrics(collector, watcher)
         outcome = watcher.run()
     except Exception as e:  # the job must outlive the watchdog's own failure
@@ -245,7 +262,11 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if written or outcome.terminated:
         # The last word, after whatever the job printed while it went down.
         what = "ended the hung job (exit 124)" if outcome.terminated else f"the job exited with code {code}"
-        log(f"{what}; {len(written)} report(s), the last: {os.path.join(written[-1], 'report.txt')}" if written else what)
+        log(
+            f"{what}; {len(written)} report(s), the last: {os.path.join(written[-1], 'report.txt')}"
+            if written
+            else what
+        )
     return Exit.TERMINATED if outcome.terminated else code
 
 
@@ -258,9 +279,9 @@ def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", sourc
     """
     if cfg.metrics_port is None:
         return None, None
-    from . import metrics
-
     import socket
+
+    from . import metrics
 
     collector = metrics.JobMetrics(list)
     try:
@@ -268,7 +289,9 @@ def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", sourc
     except socket.gaierror as e:  # the address does not resolve
         raise ConfigError("metrics_addr", f"cannot listen on {cfg.metrics_addr!r}: {e.strerror or e}", source) from None
     except OSError as e:
-        raise ConfigError(port_key, f"cannot listen on {cfg.metrics_addr}:{cfg.metrics_port}: {e.strerror or e}", source) from None
+        raise ConfigError(
+            port_key, f"cannot listen on {cfg.metrics_addr}:{cfg.metrics_port}: {e.strerror or e}", source
+        ) from None
 
 
 def _metrics_origin(args: argparse.Namespace):
@@ -323,7 +346,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     except psutil.Error:
         tree = [proc]
     folder = inside.folder_of(proc.pid)
-    reader = inside.InsideReader(folder, "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`")
+    reader = inside.InsideReader(
+        folder, "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`"
+    )
     pids = [p.pid for p in tree]
     view = reader.read(pids)
     view = dataclasses.replace(view, forks=tuple(r for r in view.forks if r.pid in pids))  # this process's tree only
@@ -405,14 +430,19 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         signal.signal(sig, on_signal)
     folder = inside.folder_of(proc.pid) if cfg.hook else None
     reader = inside.InsideReader(
-        folder, "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)" if cfg.hook else "no inside view (hook: false / --no-hook)"
+        folder,
+        "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)"
+        if cfg.hook
+        else "no inside view (hook: false / --no-hook)",
     )
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
     log(f"watching pid {proc.pid} ({' '.join(procfs.redact_cmdline(proc.cmdline()))[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
-        log(f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch training loops; watching anyway")
+        log(
+            f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch training loops; watching anyway"
+        )
     outcome = watcher.run()
     if outcome.terminated or stopped:
         watcher.alerts.wait(cfg.exec_timeout_s)

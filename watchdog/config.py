@@ -63,7 +63,14 @@ class PySpyConfig(_Settings, frozen=True):
         Meta(description="include native (C/C++) frames; falls back to Python-only frames if native unwinding fails"),
     ] = True
     locals: Annotated[bool, Meta(description="include local variables (may hold secrets: off by default)")] = False
-    timeout_s: Annotated[float, Meta(gt=0, le=120, description="seconds from a stall's detection by which every py-spy dump of it is over (one deadline for all processes)")] = 5.0
+    timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=120,
+            description="seconds from a stall's detection by which every py-spy dump of it is over (one deadline for all processes)",
+        ),
+    ] = 5.0
 
 
 class Config(_Settings, frozen=True):

@@ -183,7 +183,11 @@ class ProgressTracker:
         return w.kind not in (WaitKind.ZOMBIE, WaitKind.OTHER)
 
     def _moved(self, key, mark: _Mark, t: ThreadSample, now: float) -> bool:
-        return self._did_io(mark, t.io_bytes) or t.cpu_s - mark.cpu_s >= self.cpu_progress_s or self._woke(key, mark, t, now)
+        return (
+            self._did_io(mark, t.io_bytes)
+            or t.cpu_s - mark.cpu_s >= self.cpu_progress_s
+            or self._woke(key, mark, t, now)
+        )
 
     def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
         io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
@@ -255,7 +259,9 @@ class ProgressTracker:
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
             return
         snapshot = tuple((t.tid, t.voluntary_ctxt_switches, t.cpu_s, t.wait.raw if t.wait else None) for t in p.threads)
-        stuck = bool(p.threads) and all(t.wait is not None and t.wait.kind is WaitKind.FUTEX_PRIVATE for t in p.threads if not _may_be_inert(t))
+        stuck = bool(p.threads) and all(
+            t.wait is not None and t.wait.kind is WaitKind.FUTEX_PRIVATE for t in p.threads if not _may_be_inert(t)
+        )
         stuck = stuck and any(t.wait is not None and t.wait.kind is WaitKind.FUTEX_PRIVATE for t in p.threads)
         known = self._stuck_since.get(pkey)
         if not stuck or (known is not None and known[1] != snapshot):
@@ -348,7 +354,11 @@ def rhythm(sample: Sample, stall_timeout_s: float, stall_min_s: float, factor: f
     found = [
         v
         for v in sample.loaders
-        if v.pid == main.pid and v.waiting_since is not None and v.waiting_worker >= 0 and v.intervals >= MIN_INTERVALS and v.interval_p99_s
+        if v.pid == main.pid
+        and v.waiting_since is not None
+        and v.waiting_worker >= 0
+        and v.intervals >= MIN_INTERVALS
+        and v.interval_p99_s
     ]
     if not found:
         return None
@@ -425,7 +435,9 @@ class WorkerBirths:
         return tuple(sorted(self._known.items()))
 
 
-def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tuple[ThreadDetail, ...], worker_count: int) -> HangVerdict:
+def confirm(
+    main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tuple[ThreadDetail, ...], worker_count: int
+) -> HangVerdict:
     """Classify a stall from main's stack (or, without one, from ``/proc``).
 
     With a stack: a thread of main waiting for data (``_try_get_data``/``_get_data`` under
@@ -438,7 +450,9 @@ def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tup
         ordered = sorted(main_stack.threads, key=lambda t: t.tid != main_pid)
         for t in ordered:
             if frames.loader_wait_depth(t) is not None:
-                return HangVerdict("dataloader", True, "the iterating thread waits for a batch in the DataLoader iterator", t)
+                return HangVerdict(
+                    "dataloader", True, "the iterating thread waits for a batch in the DataLoader iterator", t
+                )
         for t in ordered:
             if frames.has_frame(t, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
                 return HangVerdict("dataloader", True, "the main process is shutting the DataLoader iterator down", t)
@@ -449,9 +463,13 @@ def confirm(main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tup
     family = frames.wchan_family(wchan)
     shown = wchan if family else "a wait channel the kernel hides (no permission)"
     if worker_count and family in ("poll", "futex", None):
-        return HangVerdict("dataloader", False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}")
+        return HangVerdict(
+            "dataloader", False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}"
+        )
     return HangVerdict(
-        "outside_loader", False, "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}")
+        "outside_loader",
+        False,
+        "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}"),
     )
 
 
@@ -612,7 +630,11 @@ def stable_details(
                 and b.wait.raw == d.wait.raw
                 and b.voluntary_ctxt_switches == d.voluntary_ctxt_switches
             )
-            kept.append(d if same else dataclasses.replace(d, wait=KernelWait(WaitKind.UNKNOWN, detail="changed between two reads")))
+            kept.append(
+                d
+                if same
+                else dataclasses.replace(d, wait=KernelWait(WaitKind.UNKNOWN, detail="changed between two reads"))
+            )
         out[pid] = tuple(kept)
     return out
 
@@ -655,7 +677,9 @@ def prove_loader_idle(
             return None
         if not all(states.is_loader_idle(t) for t in st.threads):
             return None
-        lines.append(f"worker pid {w.pid}: every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task")
+        lines.append(
+            f"worker pid {w.pid}: every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task"
+        )
     lines.append(
         f"no loader thread did CPU work or I/O for {stall.stall_s:.0f} s: no process holds or carries the batch main waits for, so it never comes"
     )
@@ -744,7 +768,13 @@ def assess(
                 timed.append((p, d, wait, user))
     entries = tuple((p.pid, p.create_time, d.tid, wait.signature) for p, d, wait, _ in timed)
     if trigger == TRIGGER_BUSY:
-        return Assessment(True, verdict, f"no batch was delivered for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)", None, entries)
+        return Assessment(
+            True,
+            verdict,
+            f"no batch was delivered for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)",
+            None,
+            entries,
+        )
     for p, d, _, user in timed:
         if (p.pid, d.tid) in woke:
             return Assessment(
@@ -772,7 +802,13 @@ def assess(
             None,
             entries,
         )
-    return Assessment(True, verdict, f"the loader made no progress for {stall.stall_s:.0f} s and nothing else in the job moved", None, entries)
+    return Assessment(
+        True,
+        verdict,
+        f"the loader made no progress for {stall.stall_s:.0f} s and nothing else in the job moved",
+        None,
+        entries,
+    )
 
 
 def loader_members(sample: Sample) -> frozenset:
@@ -797,7 +833,12 @@ class Termination:
 
 
 def termination(
-    assessment: Assessment, stall: Stall, sample: Sample, stall_timeout_s: float, busy_stall_timeout_s: float, terminate_outside_loader: bool
+    assessment: Assessment,
+    stall: Stall,
+    sample: Sample,
+    stall_timeout_s: float,
+    busy_stall_timeout_s: float,
+    terminate_outside_loader: bool,
 ) -> Termination:
     """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`)."""
     verdict, proof = assessment.verdict, assessment.proof
@@ -809,16 +850,22 @@ def termination(
     elif proof is not None and (waiting_for_data or stall.stall_s >= bound_s):
         grounded, note = True, "proven: workers can never run again and main waits for their data"
     elif proof is not None:
-        grounded, note = False, (
-            f"proven stuck workers, but main's stack is unknown and PyTorch's shutdown would end them within {bound_s:.0f} s: "
-            "terminate waits until then"
+        grounded, note = (
+            False,
+            (
+                f"proven stuck workers, but main's stack is unknown and PyTorch's shutdown would end them within {bound_s:.0f} s: "
+                "terminate waits until then"
+            ),
         )
     elif stall.trigger == TRIGGER_BUSY and verdict.confirmed_by_stack:
         grounded, note = True, f"no batch for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)"
     elif stall.trigger == TRIGGER_BUSY:
         grounded, note = False, "no batch for busy_stall_timeout_s, but main's stack is unknown: not ended without it"
     else:
-        grounded, note = False, f"suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({busy_stall_timeout_s:g} s)"
+        grounded, note = (
+            False,
+            f"suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({busy_stall_timeout_s:g} s)",
+        )
     allowed = verdict.kind == "dataloader" or main_proven or terminate_outside_loader
     if grounded and not allowed:
         note = "outside the DataLoader and terminate_outside_loader is false"

@@ -55,7 +55,8 @@ class TargetAccessDenied(TargetError):
     def __init__(self, pid: int) -> None:
         super().__init__(
             pid,
-            "permission denied reading /proc for this process (ptrace access); run dlwatch as the job's user or root — " + PTRACE_REMEDY,
+            "permission denied reading /proc for this process (ptrace access); run dlwatch as the job's user or root — "
+            + PTRACE_REMEDY,
         )
 
 

@@ -256,14 +256,19 @@ def lock_holder(thread: ThreadStack, source: Optional[str] = None) -> Optional[s
     lock, or a source line that takes one), or ``None``. ``source`` is the innermost Python
     frame's source line, when known."""
     top = _top_native(thread)
-    if any(any(m in (f.module or f.file) for m in OPENMP_MODULES) or f.function.startswith(("gomp_", "__kmp_")) for f in top):
+    if any(
+        any(m in (f.module or f.file) for m in OPENMP_MODULES) or f.function.startswith(("gomp_", "__kmp_"))
+        for f in top
+    ):
         return "openmp"
     py = python_frames(thread)[:4]
     kinds = [_NOTIFY_WAITS.get(f.function) for f in py]
     for kind in ("future", "join"):  # the outer, more specific wait names what is awaited
         if kind in kinds:
             return kind
-    if "condition" in kinds or any(f.function.rsplit(".", 1)[-1] in ("get", "put") and normalise_path(f.file).endswith("/queue.py") for f in py):
+    if "condition" in kinds or any(
+        f.function.rsplit(".", 1)[-1] in ("get", "put") and normalise_path(f.file).endswith("/queue.py") for f in py
+    ):
         return "condition"
     names = {f.function.split("@")[0] for f in top}
     if names & CPYTHON_LOCK_NATIVE:

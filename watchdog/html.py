@@ -27,7 +27,14 @@ details { margin: 0.4em 0; } summary { cursor: pointer; font-weight: 600; }
 """
 
 
-def _series(doc: dict) -> Tuple[List[float], Dict[str, Dict[str, List[Tuple[float, float]]]], List[Tuple[float, float]], Dict[str, List[Tuple[float, float, float]]]]:
+def _series(
+    doc: dict,
+) -> Tuple[
+    List[float],
+    Dict[str, Dict[str, List[Tuple[float, float]]]],
+    List[Tuple[float, float]],
+    Dict[str, List[Tuple[float, float, float]]],
+]:
     """From the timeline: times, per-process series (cpu %, rss, uss, fds, fd limit) keyed by
     ``role pid``, /dev/shm use, and per-iterator ``(t, batches, wait_s)``."""
     timeline = doc.get("timeline") or []
@@ -95,14 +102,23 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         return []
     window = _stall_window(doc, times)
     out = []
-    colors = {k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])}  # one colour per process, in every plot
+    colors = {
+        k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])
+    }  # one colour per process, in every plot
 
     def figure(title: str, ylabel: str, lines):
         fig, ax = plt.subplots(figsize=(12, 3.2), dpi=90)
         for label, points, style in lines:
             if points:
                 key = label.rsplit(" ", 1)[0] if label.endswith((" RSS", " USS", " limit")) else label
-                ax.plot([p[0] for p in points], [p[1] for p in points], style, label=label, linewidth=1.2, color=colors.get(key))
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    style,
+                    label=label,
+                    linewidth=1.2,
+                    color=colors.get(key),
+                )
         if window is not None:
             ax.axvspan(window[0], window[1], color="#d62728", alpha=0.12, label="stall")
         ax.set_title(title)
@@ -120,18 +136,36 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
 
     figure("CPU", "% of one core", [(k, v["cpu"], "-") for k, v in procs.items()])
     # USS is read every full_info_interval_s: a point per read, not a line held between reads.
-    figure("Memory (USS: dots, read every full_info_interval_s)", "MiB", [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()] + [(f"{k} USS", _changes(v["uss"]), "o") for k, v in procs.items()])
+    figure(
+        "Memory (USS: dots, read every full_info_interval_s)",
+        "MiB",
+        [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()]
+        + [(f"{k} USS", _changes(v["uss"]), "o") for k, v in procs.items()],
+    )
     most = max((n for v in procs.values() for _, n in v["fds"]), default=0)
     limits = sorted({n for v in procs.values() for _, n in v["limit"]})
     if limits and limits[0] <= 10 * max(most, 1):  # a limit near the counts is drawn; a far one is named
-        figure("Open file descriptors", "fds", [(k, v["fds"], "-") for k, v in procs.items()] + [(f"{k} limit", v["limit"], ":") for k, v in procs.items() if v["limit"]])
+        figure(
+            "Open file descriptors",
+            "fds",
+            [(k, v["fds"], "-") for k, v in procs.items()]
+            + [(f"{k} limit", v["limit"], ":") for k, v in procs.items() if v["limit"]],
+        )
     else:
         limit = f" (RLIMIT_NOFILE {', '.join(str(int(x)) for x in limits)})" if limits else ""
         figure("Open file descriptors" + limit, "fds", [(k, v["fds"], "-") for k, v in procs.items()])
     figure("/dev/shm", "MiB used", [("/dev/shm", shm, "-")])
     if loaders:
-        figure("Batches delivered (inside view)", "batches", [(k, [(t, b) for t, b, _ in v], "-") for k, v in loaders.items()])
-        figure("Data wait (inside view)", "seconds main waited in __next__", [(k, [(t, w) for t, _, w in v], "-") for k, v in loaders.items()])
+        figure(
+            "Batches delivered (inside view)",
+            "batches",
+            [(k, [(t, b) for t, b, _ in v], "-") for k, v in loaders.items()],
+        )
+        figure(
+            "Data wait (inside view)",
+            "seconds main waited in __next__",
+            [(k, [(t, w) for t, _, w in v], "-") for k, v in loaders.items()],
+        )
     return out
 
 
@@ -145,8 +179,8 @@ def render(doc: dict, text: str) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title>",
         f"<style>{_STYLE}</style></head><body>",
-        f"<h1 id=\"title\">{html.escape(title)}</h1>",
-        f"<p id=\"cause\"><b>Cause:</b> {html.escape(first.get('summary', ''))}</p>",
+        f'<h1 id="title">{html.escape(title)}</h1>',
+        f'<p id="cause"><b>Cause:</b> {html.escape(first.get("summary", ""))}</p>',
     ]
     if first.get("location"):
         parts.append(f"<p><b>Where:</b> <code>{html.escape(first['location'])}</code></p>")
@@ -167,13 +201,15 @@ def render(doc: dict, text: str) -> str:
     except ImportError:
         parts.append('<p class="note">Plots need matplotlib: pip install "dataloader-watchdog[html]".</p>')
     parts.append("</div>")
-    parts.append('<h2>Report</h2><details open><summary>report.txt (summary)</summary>')
+    parts.append("<h2>Report</h2><details open><summary>report.txt (summary)</summary>")
     parts.append(f"<pre>{html.escape(summary)}</pre></details>")
     if stacks.strip():
         parts.append('<h2>Stacks</h2><div id="stacks">')
         for block in _stack_blocks(stacks):
             head, _, body = block.partition("\n")
-            parts.append(f"<details><summary>{html.escape(head.strip())}</summary><pre>{html.escape(body)}</pre></details>")
+            parts.append(
+                f"<details><summary>{html.escape(head.strip())}</summary><pre>{html.escape(body)}</pre></details>"
+            )
         parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -55,18 +55,44 @@ class JobMetrics(Collector):
 
     def collect(self) -> Iterable:
         labels = ["rank", "role", "worker_id"]
-        cpu = CounterMetricFamily(f"{PREFIX}_process_cpu_seconds", "CPU time of a process of the job (user + system)", labels=labels)
+        cpu = CounterMetricFamily(
+            f"{PREFIX}_process_cpu_seconds", "CPU time of a process of the job (user + system)", labels=labels
+        )
         rss = GaugeMetricFamily(f"{PREFIX}_process_resident_memory_bytes", "RSS of a process of the job", labels=labels)
-        uss = GaugeMetricFamily(f"{PREFIX}_process_unique_memory_bytes", "USS of a process of the job (read every full_info_interval_s)", labels=labels)
-        fds = GaugeMetricFamily(f"{PREFIX}_process_open_fds", "open file descriptors of a process of the job", labels=labels)
-        max_fds = GaugeMetricFamily(f"{PREFIX}_process_max_fds", "RLIMIT_NOFILE soft limit of a process of the job", labels=labels)
+        uss = GaugeMetricFamily(
+            f"{PREFIX}_process_unique_memory_bytes",
+            "USS of a process of the job (read every full_info_interval_s)",
+            labels=labels,
+        )
+        fds = GaugeMetricFamily(
+            f"{PREFIX}_process_open_fds", "open file descriptors of a process of the job", labels=labels
+        )
+        max_fds = GaugeMetricFamily(
+            f"{PREFIX}_process_max_fds", "RLIMIT_NOFILE soft limit of a process of the job", labels=labels
+        )
         threads = GaugeMetricFamily(f"{PREFIX}_process_threads", "threads of a process of the job", labels=labels)
-        pinned = GaugeMetricFamily(f"{PREFIX}_process_pinned_memory_bytes", "CUDA pinned host memory of a process (/dev/nvidiactl mappings)", labels=labels)
-        since = GaugeMetricFamily(f"{PREFIX}_seconds_since_progress", "seconds since the DataLoader path of a rank last moved", labels=["rank"])
+        pinned = GaugeMetricFamily(
+            f"{PREFIX}_process_pinned_memory_bytes",
+            "CUDA pinned host memory of a process (/dev/nvidiactl mappings)",
+            labels=labels,
+        )
+        since = GaugeMetricFamily(
+            f"{PREFIX}_seconds_since_progress",
+            "seconds since the DataLoader path of a rank last moved",
+            labels=["rank"],
+        )
         shm_used = GaugeMetricFamily(f"{PREFIX}_shm_used_bytes", "bytes used in /dev/shm as the job sees it")
         shm_size = GaugeMetricFamily(f"{PREFIX}_shm_size_bytes", "size of /dev/shm as the job sees it")
-        batches = GaugeMetricFamily(f"{PREFIX}_loader_batches", "batches the latest iterator of a DataLoader has delivered (inside view)", labels=["rank", "loader"])
-        wait = GaugeMetricFamily(f"{PREFIX}_loader_data_wait_seconds", "time main waited in __next__ of the latest iterator (inside view)", labels=["rank", "loader"])
+        batches = GaugeMetricFamily(
+            f"{PREFIX}_loader_batches",
+            "batches the latest iterator of a DataLoader has delivered (inside view)",
+            labels=["rank", "loader"],
+        )
+        wait = GaugeMetricFamily(
+            f"{PREFIX}_loader_data_wait_seconds",
+            "time main waited in __next__ of the latest iterator (inside view)",
+            labels=["rank", "loader"],
+        )
         host_done = False
         for rank, sample, stall_s in self.watchers():
             if sample is None:
@@ -81,7 +107,12 @@ class JobMetrics(Collector):
                 cpu.add_metric(values, p.cpu_s)
                 rss.add_metric(values, p.rss_bytes)
                 threads.add_metric(values, p.num_threads)
-                for family, value in ((uss, p.uss_bytes), (fds, p.num_fds), (max_fds, p.rlimit_nofile_soft), (pinned, p.pinned_bytes)):
+                for family, value in (
+                    (uss, p.uss_bytes),
+                    (fds, p.num_fds),
+                    (max_fds, p.rlimit_nofile_soft),
+                    (pinned, p.pinned_bytes),
+                ):
                     if value is not None:
                         family.add_metric(values, value)
             latest: Dict[str, LoaderView] = {}
@@ -98,7 +129,11 @@ class JobMetrics(Collector):
                     shm_used.add_metric([], sample.host.shm_used_bytes)
                 if sample.host.shm_total_bytes is not None:
                     shm_size.add_metric([], sample.host.shm_total_bytes)
-        reports = CounterMetricFamily(f"{PREFIX}_reports", "reports written, by mode (hang, crash, live, exit) and kind", labels=["rank", "mode", "kind"])
+        reports = CounterMetricFamily(
+            f"{PREFIX}_reports",
+            "reports written, by mode (hang, crash, live, exit) and kind",
+            labels=["rank", "mode", "kind"],
+        )
         with self._lock:
             for (mode, kind, rank), n in sorted(self._reports.items()):
                 reports.add_metric([rank, mode, kind], n)

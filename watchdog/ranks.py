@@ -20,7 +20,6 @@ from .daemon import Outcome, Watcher, log
 from .types import ROLE_LAUNCHER, ROLE_RANK, Sample
 from .wake import Waker
 
-
 # Seconds between looks for a job's ranks (each look reads the environment of the processes
 # above the ranks).
 _RANK_DISCOVERY_S = 2.0
@@ -158,7 +157,12 @@ class JobWatcher:
             last = w.timeline[-1]
             name = f"rank {(w.rank or {}).get('RANK')} (pid {w.root_pid})"
             for v in last.loaders:
-                if v.pid == w.root_pid and v.waiting_since is not None and v.waiting_worker >= 0 and now - v.waiting_since >= self.config.stall_timeout_s / 2:
+                if (
+                    v.pid == w.root_pid
+                    and v.waiting_since is not None
+                    and v.waiting_worker >= 0
+                    and now - v.waiting_since >= self.config.stall_timeout_s / 2
+                ):
                     pid = v.workers[v.waiting_worker] if v.waiting_worker < len(v.workers) else None
                     out.append(
                         f"{name} has waited {now - v.waiting_since:.0f} s in its DataLoader for batch {v.waiting_idx} from worker "
@@ -177,7 +181,10 @@ class JobWatcher:
         each rank's, or the job's when it has no ranks. Read from another thread: only the
         last values each watcher stored."""
         watchers = list(self.ranks.values()) or [self.job]
-        return [(str((w.rank or {}).get("RANK", "")), w.timeline[-1] if w.timeline else None, w.last_stall_s) for w in watchers]
+        return [
+            (str((w.rank or {}).get("RANK", "")), w.timeline[-1] if w.timeline else None, w.last_stall_s)
+            for w in watchers
+        ]
 
     def loaders_of_ranks(self, except_key: Optional[Tuple[int, float]] = None) -> tuple:
         """``((rank, loaders of its main), …)`` for every rank but ``except_key``, from its
@@ -186,7 +193,9 @@ class JobWatcher:
         for key, w in self.ranks.items():
             if key == except_key or not w.timeline:
                 continue
-            out.append((str((w.rank or {}).get("RANK")), tuple(v for v in w.timeline[-1].loaders if v.pid == w.root_pid)))
+            out.append(
+                (str((w.rank or {}).get("RANK")), tuple(v for v in w.timeline[-1].loaders if v.pid == w.root_pid))
+            )
         return tuple(out)
 
     def run(self) -> Outcome:

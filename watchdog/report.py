@@ -13,7 +13,18 @@ from tabulate import tabulate
 
 from . import frames
 from .collect.procfs import redact_cmdline
-from .types import Diagnosis, Facts, ForkRecord, Frame, InsideView, LoaderView, ProcessSample, ProcessStack, Report, Sample
+from .types import (
+    Diagnosis,
+    Facts,
+    ForkRecord,
+    Frame,
+    InsideView,
+    LoaderView,
+    ProcessSample,
+    ProcessStack,
+    Report,
+    Sample,
+)
 
 # report.json's version; its shape is watchdog/schema/report.schema.json. New optional keys may
 # come within a version; renaming or removing a key, or changing its type, bumps it.
@@ -86,7 +97,14 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
 def _stack_frame_dict(f: Frame) -> dict:
     """One py-spy frame in report.json, under py-spy's key names; ``filename`` falls back to the
     shared library (``module``) for a native frame without a source file."""
-    out: dict = {"name": f.function, "filename": f.file, "short_filename": f.short_filename, "module": f.module, "line": f.line, "native": f.native}
+    out: dict = {
+        "name": f.function,
+        "filename": f.file,
+        "short_filename": f.short_filename,
+        "module": f.module,
+        "line": f.line,
+        "native": f.native,
+    }
     if f.locals:
         out["locals"] = dict(f.locals)
     return out
@@ -167,7 +185,14 @@ def _timeline(samples: Iterable[Sample]) -> List[dict]:
                 "mem_available_bytes": s.host.mem_available_bytes,
                 # [pid, iterator, epoch, batches, wait_s, seconds inside __next__ or null]
                 "loaders": [
-                    [v.pid, v.iterator, v.epoch, v.batches, round(v.wait_s, 3), None if v.waiting_since is None else round(s.t_mono - v.waiting_since, 2)]
+                    [
+                        v.pid,
+                        v.iterator,
+                        v.epoch,
+                        v.batches,
+                        round(v.wait_s, 3),
+                        None if v.waiting_since is None else round(s.t_mono - v.waiting_since, 2),
+                    ]
                     for v in s.loaders
                 ],
                 "processes": [
@@ -176,7 +201,14 @@ def _timeline(samples: Iterable[Sample]) -> List[dict]:
                         "role": p.role,
                         **_metrics(p),
                         "threads": [
-                            [t.tid, t.state, round(t.cpu_s, 3), t.voluntary_ctxt_switches, t.nonvoluntary_ctxt_switches, t.io_bytes]
+                            [
+                                t.tid,
+                                t.state,
+                                round(t.cpu_s, 3),
+                                t.voluntary_ctxt_switches,
+                                t.nonvoluntary_ctxt_switches,
+                                t.io_bytes,
+                            ]
                             for t in p.threads
                         ],
                     }
@@ -201,7 +233,9 @@ def _stall(facts: Facts) -> Optional[dict]:
         "tree_quiet_s": round(st.tree_quiet_s, 2),
         "assessment": facts.assessment or None,
         "certainty": "proven" if facts.proof is not None else "suspected",
-        "proof": None if facts.proof is None else {"kind": facts.proof.kind, "pids": list(facts.proof.pids), "lines": list(facts.proof.lines)},
+        "proof": None
+        if facts.proof is None
+        else {"kind": facts.proof.kind, "pids": list(facts.proof.pids), "lines": list(facts.proof.lines)},
     }
 
 
@@ -271,7 +305,9 @@ def build(
         stack = facts.stack(p.pid)
         processes.append(_process_entry(p, stack, role, source, facts.threads_of(p.pid)))
         if stack is not None:
-            raw_files.append((f"py-spy-{p.pid}.{'json' if stack.ok else 'txt'}", stack.raw or (stack.error or "") + "\n"))
+            raw_files.append(
+                (f"py-spy-{p.pid}.{'json' if stack.ok else 'txt'}", stack.raw or (stack.error or "") + "\n")
+            )
     document = {
         "schema_version": SCHEMA_VERSION,
         "job": job,
@@ -280,7 +316,11 @@ def build(
         "stall_s": round(facts.stall.stall_s, 2) if facts.stall else None,
         "stall": _stall(facts),
         "verdict": (
-            {"kind": facts.verdict.kind, "confirmed_by_stack": facts.verdict.confirmed_by_stack, "reason": facts.verdict.reason}
+            {
+                "kind": facts.verdict.kind,
+                "confirmed_by_stack": facts.verdict.confirmed_by_stack,
+                "reason": facts.verdict.reason,
+            }
             if facts.verdict
             else None
         ),
@@ -300,7 +340,9 @@ def build(
         "timeline": _timeline(facts.timeline),
     }
     name = folder_name(detected_wall, job["pid"]) + (f"-{suffix}" if suffix else "")
-    return Report(folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files))
+    return Report(
+        folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files)
+    )
 
 
 def status_document(view: InsideView, pinned: Dict[int, Optional[int]], now: float) -> dict:
@@ -332,7 +374,9 @@ def short_summary(text: str, warning: bool = False) -> str:
     import textwrap
 
     lines = text.splitlines()
-    keep = [lines[0]] + [line for line in lines[1:8] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)]
+    keep = [lines[0]] + [
+        line for line in lines[1:8] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)
+    ]
     out = []
     for line in keep:
         indent = " " * (len(line) - len(line.lstrip()) + (8 if line.startswith("  ") else 2))
@@ -389,7 +433,15 @@ def _ms(s: Optional[float]) -> str:
     return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.0f} s"
 
 
-_SETTINGS_SHOWN = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size", "timeout", "multiprocessing_context")
+_SETTINGS_SHOWN = (
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "batch_size",
+    "timeout",
+    "multiprocessing_context",
+)
 
 
 def _inside_lines(view: Optional[dict]) -> Iterable[str]:
@@ -415,12 +467,22 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
         if v["in_next_for_s"] is not None and v["waiting_worker"] is not None and v["waiting_worker"] >= 0:
             w = v["waiting_worker"]
             pid = v["workers"][w] if w < len(v["workers"]) else None
-            yield f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}" + (f" (pid {pid})" if pid else "") + f" for {_ms(v['in_next_for_s'])}"
+            yield (
+                f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}"
+                + (f" (pid {pid})" if pid else "")
+                + f" for {_ms(v['in_next_for_s'])}"
+            )
         stats = v.get("host_memory_stats") or {}
-        shown = [(k, x) for k, x in stats.items() if k.endswith(("bytes.current", "bytes.peak")) or k.startswith("num_host_alloc")][:6]
+        shown = [
+            (k, x)
+            for k, x in stats.items()
+            if k.endswith(("bytes.current", "bytes.peak")) or k.startswith("num_host_alloc")
+        ][:6]
         if shown:
             parts = [f"{k} {_mib(int(x))} MiB" if "bytes" in k else f"{k} {x:g}" for k, x in shown]
-            alive = {True: "; pin-memory thread alive", False: "; pin-memory thread NOT alive"}.get(v.get("pin_thread_alive"), "")
+            alive = {True: "; pin-memory thread alive", False: "; pin-memory thread NOT alive"}.get(
+                v.get("pin_thread_alive"), ""
+            )
             yield f"    CUDA host allocator (torch.cuda.host_memory_stats): {', '.join(parts)}{alive}"
         if v["settings"].get("pin_memory") and v.get("pin_memory_effective") is False:
             yield "    pin_memory=True does nothing here: torch sees no accelerator, so no pin-memory thread runs and nothing is pinned"
@@ -457,12 +519,20 @@ def text_lines(doc: dict) -> Iterable[str]:
         state = f"exited with code {doc['exit_code']}" + _signal_note(doc["exit_code"])
     else:
         state = "running"
-    happened = {"hang": "job hung", "crash": "job crashed", "exit": "job ended", "live": "warning"}.get(doc["mode"], doc["mode"])
+    happened = {"hang": "job hung", "crash": "job crashed", "exit": "job ended", "live": "warning"}.get(
+        doc["mode"], doc["mode"]
+    )
     stall = doc.get("stall") or {}
     if doc["mode"] == "hang":
         happened += f" ({stall.get('certainty') or 'suspected'})"
     rank = job.get("rank") or {}
-    who = f"rank {rank.get('RANK')}" + (f" of {rank['WORLD_SIZE']}" if rank.get("WORLD_SIZE") else "") + f" pid {job['pid']}" if rank else f"job pid {job['pid']}"
+    who = (
+        f"rank {rank.get('RANK')}"
+        + (f" of {rank['WORLD_SIZE']}" if rank.get("WORLD_SIZE") else "")
+        + f" pid {job['pid']}"
+        if rank
+        else f"job pid {job['pid']}"
+    )
     yield f"dlwatch: {happened}: {first['kind']} — {who} {state} ({cmd})"
     yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
     if first.get("location"):
@@ -495,7 +565,9 @@ def text_lines(doc: dict) -> Iterable[str]:
                 yield f"    - {line}"
     yield from _inside_lines(doc.get("inside_view"))
     yield ""
-    when = "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"
+    when = (
+        "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"
+    )
     yield f"Processes ({when}):"
     rows = [
         [

@@ -54,7 +54,9 @@ def write(report: Report, report_dir: str) -> str:
     return final
 
 
-def write_with_fallback(report: Report, report_dirs: Sequence[str], on_fallback: Optional[Callable[[str], None]] = None) -> str:
+def write_with_fallback(
+    report: Report, report_dirs: Sequence[str], on_fallback: Optional[Callable[[str], None]] = None
+) -> str:
     """:func:`write` to the first of ``report_dirs`` that works; ``on_fallback`` is told why
     the first one failed when another was used.
 

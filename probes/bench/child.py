@@ -106,7 +106,9 @@ def run(spec: dict) -> dict:
         ds = load_user_dataset(spec["dataset"]["spec"])
     else:
         syn = spec["dataset"]["synthetic"]
-        ds = SyntheticDataset(syn["samples"], tuple(syn["shape"]), syn["cpu_steps"], syn["io_s"], syn.get("randn", False))
+        ds = SyntheticDataset(
+            syn["samples"], tuple(syn["shape"]), syn["cpu_steps"], syn["io_s"], syn.get("randn", False)
+        )
     cuda = torch.cuda.is_available()
     workers = cfg["num_workers"]
     # Batches arrive in rounds: the workers start together, so each round of num_workers

@@ -76,17 +76,28 @@ def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
 
 def _dataset_flags(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("dataset")
-    d.add_argument("--samples", type=int, default=None, help=f"synthetic dataset length (default: {DEFAULT_SAMPLES}, or more when the grid needs it)")
+    d.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help=f"synthetic dataset length (default: {DEFAULT_SAMPLES}, or more when the grid needs it)",
+    )
     d.add_argument("--sample-shape", default="3,224,224", help="synthetic sample shape")
-    d.add_argument("--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated on this machine)")
+    d.add_argument(
+        "--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated on this machine)"
+    )
     d.add_argument("--io-ms", type=float, default=0.0, help="per-sample wait, milliseconds (simulated remote storage)")
-    d.add_argument("--dataset", metavar="MODULE:CALLABLE", help="your own map-style Dataset instead of the synthetic one")
+    d.add_argument(
+        "--dataset", metavar="MODULE:CALLABLE", help="your own map-style Dataset instead of the synthetic one"
+    )
 
 
 def _measure_flags(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("measurement and output")
     m.add_argument("--repeats", type=int, default=3, help="fresh subprocess runs per configuration")
-    m.add_argument("--warmup-batches", type=int, default=2, help="batches not timed (at least num_workers are skipped anyway)")
+    m.add_argument(
+        "--warmup-batches", type=int, default=2, help="batches not timed (at least num_workers are skipped anyway)"
+    )
     m.add_argument("--json", metavar="PATH", help="every measurement and the machine, as JSON")
     m.add_argument("--csv", metavar="PATH", help="one row per run, as CSV")
     m.add_argument("--plot", metavar="PATH.png", help="throughput against num_workers, one line per pin_memory")
@@ -150,7 +161,11 @@ def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -
 
     results = []
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(), transient=True
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} runs"),
+        TimeElapsedColumn(),
+        transient=True,
     ) as bar:
         task = bar.add_task(title, total=len(configs) * args.repeats)
         for c in configs:
@@ -159,7 +174,9 @@ def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -
     return results
 
 
-def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: bool, extra: Optional[dict] = None) -> dict:
+def _report(
+    results: List[Result], args, dataset_text: str, nbytes, cpu_bound: bool, extra: Optional[dict] = None
+) -> dict:
     """Print the table, the best and the knee, the ceiling and the warnings; write ``--json``,
     ``--csv`` and ``--plot``. Returns the JSON document."""
     from . import machine as machine_mod
@@ -173,7 +190,9 @@ def _report(results: List[Result], args, dataset_text: str, nbytes, cpu_bound: b
     print(output.table(results, ceilings))
     top, bend = output.best(results), output.knee(results)
     print(f"best: {top.config.label()} at {top.throughput:.0f} samples/s")
-    print(f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with {bend.config.num_workers} workers)")
+    print(
+        f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with {bend.config.num_workers} workers)"
+    )
     line = output.ceiling_text(results, mach["usable_cpus"], ceilings)
     if line:
         print(line)
@@ -209,7 +228,12 @@ def _grid(args) -> List[LoaderConfig]:
     """
     args.num_workers = resolve_workers(args.num_workers)
     return expand(
-        args.num_workers, args.pin_memory, args.batch_size, args.prefetch_factor, args.persistent_workers, args.multiprocessing_context
+        args.num_workers,
+        args.pin_memory,
+        args.batch_size,
+        args.prefetch_factor,
+        args.persistent_workers,
+        args.multiprocessing_context,
     )
 
 
@@ -241,7 +265,9 @@ def cmd_autotune(args) -> int:
     def at(w: int, pin: bool) -> Result:
         key = (w, pin)
         if key not in measured:
-            c = LoaderConfig(w, pin, base.batch_size, base.prefetch_factor, base.persistent_workers, base.multiprocessing_context)
+            c = LoaderConfig(
+                w, pin, base.batch_size, base.prefetch_factor, base.persistent_workers, base.multiprocessing_context
+            )
             print(f"autotune: measuring {c.label()}", file=sys.stderr, flush=True)
             measured[key] = measure(c, dataset, args.repeats, args.warmup_batches)
         return measured[key]
@@ -268,7 +294,9 @@ def cmd_autotune(args) -> int:
     full = len(grid)
     per_config = elapsed / len(results)
     top = output.best(results)
-    print(f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about {full * per_config:.0f} s)")
+    print(
+        f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about {full * per_config:.0f} s)"
+    )
     if len(pins) > 1 and not torch.cuda.is_available():
         print("autotune: pin_memory not measured: no effect without CUDA (torch starts no pin-memory thread)")
     print(f"autotune: use {top.config.label()}")
@@ -278,7 +306,14 @@ def cmd_autotune(args) -> int:
         text,
         nbytes,
         cpu_bound,
-        {"autotune": {"configurations_run": len(results), "grid_size": full, "seconds": elapsed, "choice": top.config.as_dict()}},
+        {
+            "autotune": {
+                "configurations_run": len(results),
+                "grid_size": full,
+                "seconds": elapsed,
+                "choice": top.config.as_dict(),
+            }
+        },
     )
     return Exit.OK
 
@@ -330,7 +365,14 @@ def cmd_seed_check(args) -> int:
         )
     if args.repeats < 2:
         print("seed-check: one repeat per configuration: verdicts rest on single runs (use --repeats 3)")
-    _report([zero, more, pinned], args, text, nbytes, cpu_bound, {"claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in claims]})
+    _report(
+        [zero, more, pinned],
+        args,
+        text,
+        nbytes,
+        cpu_bound,
+        {"claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in claims]},
+    )
     for claim, held, evidence in claims:
         verdict = "not tested" if held is None else ("HELD" if held else "DID NOT HOLD")
         print(f"claim: {claim!r}: {verdict} — {evidence}")
@@ -349,7 +391,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     p = Parser(prog=f"dlwatch probe {command}", description=_DESCRIPTIONS[command])
     if command == "seed-check":
         p.add_argument(
-            "--samples", type=int, default=None, help=f"number of torch.randn(3,224,224) samples (default: {DEFAULT_SAMPLES}, or more when needed)"
+            "--samples",
+            type=int,
+            default=None,
+            help=f"number of torch.randn(3,224,224) samples (default: {DEFAULT_SAMPLES}, or more when needed)",
         )
         p.add_argument("--batch-size", dest="batch_size_one", type=int, default=128, help="batch_size")
         p.set_defaults(sample_shape="3,224,224", cpu_ms=0.0, io_ms=0.0, dataset=None)
@@ -384,7 +429,10 @@ def _check_outputs(args) -> None:
 
 def _check_numbers(args) -> None:
     """Finite, sane numbers, or GridError naming the flag."""
-    for flag, value, top in (("--cpu-ms", getattr(args, "cpu_ms", 0.0), 60_000.0), ("--io-ms", getattr(args, "io_ms", 0.0), 60_000.0)):
+    for flag, value, top in (
+        ("--cpu-ms", getattr(args, "cpu_ms", 0.0), 60_000.0),
+        ("--io-ms", getattr(args, "io_ms", 0.0), 60_000.0),
+    ):
         if not math.isfinite(value) or value < 0 or value > top:
             raise GridError(f"{flag} {value}: must be a number from 0 to {top:g}")
     if args.samples is not None and not 2 <= args.samples <= 10**8:
@@ -408,7 +456,9 @@ def main(command: str, argv: List[str]) -> int:
         from .datasets import DatasetError
         from .measure import RunError
     except ImportError as e:
-        print(f"dlwatch: error: probe {command} needs the [probes] extra (torch, matplotlib, rich): {e}", file=sys.stderr)
+        print(
+            f"dlwatch: error: probe {command} needs the [probes] extra (torch, matplotlib, rich): {e}", file=sys.stderr
+        )
         return Exit.USAGE
     try:
         _check_numbers(args)

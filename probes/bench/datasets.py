@@ -54,7 +54,9 @@ class SyntheticDataset(Dataset):
             constant (cheaper, so ``cpu_ms`` dominates).
     """
 
-    def __init__(self, samples: int, shape: Tuple[int, ...], cpu_steps: int = 0, io_s: float = 0.0, randn: bool = False) -> None:
+    def __init__(
+        self, samples: int, shape: Tuple[int, ...], cpu_steps: int = 0, io_s: float = 0.0, randn: bool = False
+    ) -> None:
         self.samples = samples
         self.shape = tuple(shape)
         self.cpu_steps = cpu_steps
@@ -99,7 +101,9 @@ def load_user_dataset(spec: str) -> Dataset:
     except BaseException as e:  # SystemExit included: it must not end the benchmark silently
         raise DatasetError(f"--dataset {spec}: {attr}() raised {type(e).__name__}: {e}") from None
     if not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__"):
-        raise DatasetError(f"--dataset {spec}: {attr}() returned {type(ds).__name__}, not a map-style Dataset (__len__ and __getitem__)")
+        raise DatasetError(
+            f"--dataset {spec}: {attr}() returned {type(ds).__name__}, not a map-style Dataset (__len__ and __getitem__)"
+        )
     try:
         n = len(ds)
     except Exception as e:
@@ -109,7 +113,9 @@ def load_user_dataset(spec: str) -> Dataset:
     try:
         default_collate([ds[0], ds[1]])
     except Exception as e:
-        raise DatasetError(f"--dataset {spec}: items 0 and 1 cannot be batched by default_collate: {type(e).__name__}: {e}") from None
+        raise DatasetError(
+            f"--dataset {spec}: items 0 and 1 cannot be batched by default_collate: {type(e).__name__}: {e}"
+        ) from None
     return ds
 
 

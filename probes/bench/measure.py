@@ -197,9 +197,13 @@ def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: i
         if on_run is not None:
             on_run()
     if result.cv > WIDE_SPREAD_CV:
-        result.notes.append(f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {repeats} repeats")
+        result.notes.append(
+            f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {repeats} repeats"
+        )
     if any(r.steady_samples_per_s is None for r in result.runs):
-        result.notes.append("some runs were too short for a steady state: their overall rate (samples / total time) was used")
+        result.notes.append(
+            "some runs were too short for a steady state: their overall rate (samples / total time) was used"
+        )
     if config.pin_memory and not any(r.cuda for r in result.runs):
         result.notes.append("pin_memory: no effect without CUDA (torch starts no pin-memory thread)")
     return result

@@ -67,7 +67,9 @@ def noise_warnings(results: Sequence[Result], ceilings: Dict[int, float]) -> Lis
     for r in results:
         ceil = ceilings.get(r.config.num_workers)
         if ceil and r.throughput > NOISE_MARGIN * ceil:
-            out.append(f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats")
+            out.append(
+                f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats"
+            )
     return out
 
 
@@ -142,7 +144,9 @@ def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
     )
 
 
-def document(results: Sequence[Result], machine: dict, settings: dict, ceilings: Dict[int, float], warnings: Iterable[str]) -> dict:
+def document(
+    results: Sequence[Result], machine: dict, settings: dict, ceilings: Dict[int, float], warnings: Iterable[str]
+) -> dict:
     """Everything measured, for ``--json``."""
     top, bend = best(results), knee(results)
     return {
@@ -210,7 +214,9 @@ def plot(path: str, results: Sequence[Result]) -> None:
                 by_w[r.config.num_workers] = r
         ws = sorted(by_w)
         ax.plot(ws, [by_w[w].throughput for w in ws], marker="o", label=f"pin_memory={pin}")
-        ax.fill_between(ws, [by_w[w].throughput_span[0] for w in ws], [by_w[w].throughput_span[1] for w in ws], alpha=0.2)
+        ax.fill_between(
+            ws, [by_w[w].throughput_span[0] for w in ws], [by_w[w].throughput_span[1] for w in ws], alpha=0.2
+        )
     ax.set_xticks(sorted({r.config.num_workers for r in results}))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("samples/s (median, min–max band)")

@@ -68,7 +68,12 @@ CASES: Tuple[Case, ...] = (
         timeout_s=170.0,
         warnings=("map_count_pressure",),
     ),
-    Case("copy_on_read_index", "worker_memory_growth", "warning", settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0))),
+    Case(
+        "copy_on_read_index",
+        "worker_memory_growth",
+        "warning",
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+    ),
     Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
     Case("uneven_shards_mp_spawn", "uneven_batches", "hang", "suspected"),
     Case("iterable_not_sharded", "iterable_replicated", "warning"),
@@ -80,7 +85,13 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_socket_timeout", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),
-    Case("healthy_slow_worker_shutdown_6_workers", None, target="healthy_slow_worker_shutdown", args=("6",), stall_timeout_s=2.0),
+    Case(
+        "healthy_slow_worker_shutdown_6_workers",
+        None,
+        target="healthy_slow_worker_shutdown",
+        args=("6",),
+        stall_timeout_s=2.0,
+    ),
     Case("healthy_signal_wakes_main", None, "unharmed", stall_timeout_s=2.0),
 )
 BY_NAME = {c.name: c for c in CASES}

@@ -33,7 +33,9 @@ def worker_init(_):
 
 def main():
     dataset = IndexedDataset(1_500_000)
-    for step, batch in enumerate(DataLoader(dataset, batch_size=16, num_workers=2, worker_init_fn=worker_init, persistent_workers=True)):
+    for step, batch in enumerate(
+        DataLoader(dataset, batch_size=16, num_workers=2, worker_init_fn=worker_init, persistent_workers=True)
+    ):
         pass
     print("done", flush=True)
 

@@ -21,7 +21,9 @@ def worker_init(_):
 
 def main():
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=workers, worker_init_fn=worker_init)
+    loader = DataLoader(
+        TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=workers, worker_init_fn=worker_init
+    )
     for epoch in range(3):
         for (x,) in loader:
             pass

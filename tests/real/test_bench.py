@@ -29,12 +29,25 @@ def probe(*args, timeout_s=300):
 def test_bench_writes_every_measurement(tmp_path):
     j, c, png = tmp_path / "b.json", tmp_path / "b.csv", tmp_path / "b.png"
     code, out, err = probe(
-        "bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(j), "--csv", str(c), "--plot", str(png)
+        "bench",
+        "--num-workers",
+        "0,2",
+        "--pin-memory",
+        "false",
+        *TINY,
+        "--json",
+        str(j),
+        "--csv",
+        str(c),
+        "--plot",
+        str(png),
     )
     assert code == 0, err
     doc = json.loads(j.read_text())
     assert {"machine", "settings", "best", "knee", "warnings", "results"} <= set(doc)
-    assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(doc["machine"])
+    assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(
+        doc["machine"]
+    )
     assert doc["best"] in [r["config"] for r in doc["results"]]
     assert len(doc["results"]) == 2
     for r in doc["results"]:
@@ -162,11 +175,15 @@ def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
     code, out, err = probe("hook-cost", "--rounds", "1", "--loaders", "in-process", "--json", str(out_json))
     assert code == 0, err
     (r,) = json.loads(out_json.read_text())
-    assert r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5  # generous: speed is the benchmark's
+    assert (
+        r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5
+    )  # generous: speed is the benchmark's
     assert r["file_bytes"] > 5000 and r["record_bytes"] > 0  # the recorder ran and wrote
 
 
-@pytest.mark.parametrize("args, needle", [(["rhythm", "nope"], "'nope'"), (["hook-cost", "--loaders", "nope"], "'nope'")])
+@pytest.mark.parametrize(
+    "args, needle", [(["rhythm", "nope"], "'nope'"), (["hook-cost", "--loaders", "nope"], "'nope'")]
+)
 def test_bad_rhythm_and_hook_cost_input_is_one_line_exit_2(args, needle):
     code, out, err = probe(*args)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
@@ -177,8 +194,21 @@ def test_autotune_as_the_readme_writes_it_uses_auto_workers(tmp_path):
     # (issue #10: it exited 2 with "--num-workers: bad value 'auto'"). Smaller samples here.
     j = tmp_path / "auto.json"
     code, out, err = probe(
-        "autotune", "--samples", "400", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3",
-        "--pin-memory", "false", "--json", str(j),
+        "autotune",
+        "--samples",
+        "400",
+        "--sample-shape",
+        "3,32,32",
+        "--batch-size",
+        "16",
+        "--repeats",
+        "1",
+        "--cpu-ms",
+        "3",
+        "--pin-memory",
+        "false",
+        "--json",
+        str(j),
     )
     assert code == 0, err
     doc = json.loads(j.read_text())
@@ -198,14 +228,22 @@ def test_probe_command_table_and_help():
     assert done.returncode == 0, done.stderr
     for name in COMMANDS:
         assert re.search(rf"^    {re.escape(name)}\b", done.stdout, re.M), name
-    same = subprocess.run([sys.executable, "-m", "probes", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    same = subprocess.run(
+        [sys.executable, "-m", "probes", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert same.returncode == 0 and same.stdout == done.stdout
     code, out, err = probe("bench", "--help", timeout_s=60)
     assert code == 0 and out.startswith("usage: dlwatch probe bench") and "(default: None)" not in out, err
     code, out, err = probe("nope", timeout_s=60)
     assert code == 2 and "'nope'" in err and len(err.strip().splitlines()) == 1, err
     for args in (["probe", "--help"], ["probe", "bench", "--help"]):  # building the parsers imports no torch
-        timed = subprocess.run([sys.executable, "-X", "importtime", "-m", "watchdog", *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        timed = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "watchdog", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
         assert timed.returncode == 0 and not re.search(r"\|\s+torch\b", timed.stderr), args
 
 
@@ -219,7 +257,14 @@ def test_repro_from_another_folder_reports_there_and_leaves_no_temporary_folders
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
     # iterable_replicated: a warning the job runs on after, so repro must end the job itself.
-    done = subprocess.run(DLWATCH + ["probe", "repro", "iterable_replicated"], capture_output=True, text=True, timeout=170, cwd=work, env=env)
+    done = subprocess.run(
+        DLWATCH + ["probe", "repro", "iterable_replicated"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=work,
+        env=env,
+    )
     assert done.returncode == 0, (done.stdout, done.stderr[-2000:])
     row = next(line for line in done.stdout.splitlines() if line.startswith("iterable_replicated "))
     assert " ok " in row and "MISDIAGNOSED" not in row, done.stdout

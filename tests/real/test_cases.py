@@ -36,7 +36,11 @@ def test_case_gets_its_verdict(name, tmp_path):
         assert outcome.exit_code == 0
         return
     doc = load_report(outcome.report)
-    warned = {d["diagnoses"][0]["kind"] for d in map(load_report, reports(os.path.dirname(outcome.report))) if d["mode"] == "live"}
+    warned = {
+        d["diagnoses"][0]["kind"]
+        for d in map(load_report, reports(os.path.dirname(outcome.report)))
+        if d["mode"] == "live"
+    }
     assert set(case.warnings) <= warned, warned
     if doc["action"] == "terminate":  # terminating rests on a proof or the busy-stall ceiling
         assert doc["stall"]["certainty"] == "proven" or doc["stall"]["trigger"] == "busy_stall", doc["stall"]

@@ -87,7 +87,9 @@ def _check_every_process(pids, stacks) -> dict:
         if any(f.native for t in st.threads for f in t.frames):
             seen["native"] += 1
         else:
-            assert st.lost and st.lost.startswith("native frames lost: "), f"pid {pid}: Python-only stack, no reason given"
+            assert st.lost and st.lost.startswith("native frames lost: "), (
+                f"pid {pid}: Python-only stack, no reason given"
+            )
             seen["python only"] += 1
     return seen
 

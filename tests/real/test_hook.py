@@ -199,7 +199,9 @@ def test_a_process_outside_the_watched_tree_does_not_record(tmp_path):
     assert os.listdir(folder) == []
     # A folder open to others is refused too, even for the watched tree.
     folder.chmod(0o755)
-    code, out, err = _run([PY, str(script)], _hooked({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, folder))
+    code, out, err = _run(
+        [PY, str(script)], _hooked({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, folder)
+    )
     assert code == 0 and os.listdir(folder) == []
 
 

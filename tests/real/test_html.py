@@ -17,8 +17,21 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine")
 def test_the_html_report_renders_in_a_headless_browser(tmp_path):
     code, out, err = run_bounded(
-        DLWATCH + ["run", "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path), "--"]
-        + TRAIN + ["--fault", "fork-lock", "--num-workers", "2"],
+        DLWATCH
+        + [
+            "run",
+            "--stall-timeout",
+            "4",
+            "--on-hang",
+            "terminate",
+            "--terminate-grace",
+            "2",
+            "--report-dir",
+            str(tmp_path),
+            "--",
+        ]
+        + TRAIN
+        + ["--fault", "fork-lock", "--num-workers", "2"],
         120,
     )
     assert code == 124, err
@@ -27,8 +40,13 @@ def test_the_html_report_renders_in_a_headless_browser(tmp_path):
     assert done.returncode == 0, done.stderr
     page = done.stdout.strip()
     dom = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{page}"], capture_output=True, text=True, timeout=120
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{page}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     assert "fork_inherited_lock" in dom and dom.count("<li>") >= 3
-    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', dom)) >= 5  # CPU, memory, fds, /dev/shm, batches
+    assert (
+        len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', dom)) >= 5
+    )  # CPU, memory, fds, /dev/shm, batches
     assert dom.count("<details") >= 3  # main and both workers' stacks

@@ -51,12 +51,19 @@ def _torchrun(tmp_path, stuck_rank, args, timeout_s=150, failing_rank=-1):
     script = tmp_path / "train_ranks.py"
     script.write_text(RANKS)
     env = {**os.environ, "STUCK_RANK": str(stuck_rank), "FAILING_RANK": str(failing_rank)}
-    cmd = DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    cmd = (
+        DLWATCH
+        + ["run", "--report-dir", str(tmp_path / "reports")]
+        + args
+        + ["--", PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    )
     return run_bounded(cmd, timeout_s, env=env)
 
 
 def test_a_rank_whose_workers_block_is_named_and_ended_and_the_other_rank_waits_for_it(tmp_path):
-    code, out, err = _torchrun(tmp_path, 1, ["--stall-timeout", "10", "--on-hang", "terminate", "--terminate-grace", "3"])
+    code, out, err = _torchrun(
+        tmp_path, 1, ["--stall-timeout", "10", "--on-hang", "terminate", "--terminate-grace", "3"]
+    )
     assert code == 124, err
     found = reports(str(tmp_path / "reports"))
     assert len(found) == 1 and found[0].endswith("-rank1"), found  # one report, for the stuck rank

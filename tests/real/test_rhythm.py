@@ -59,11 +59,15 @@ SLOW_IRREGULAR = textwrap.dedent(
 def _run(tmp_path, script_text, args, timeout_s):
     script = tmp_path / "job.py"
     script.write_text(script_text)
-    return run_bounded(DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, str(script)], timeout_s)
+    return run_bounded(
+        DLWATCH + ["run", "--report-dir", str(tmp_path / "reports")] + args + ["--", PY, str(script)], timeout_s
+    )
 
 
 def test_a_fast_loader_that_deadlocks_is_reported_in_about_ten_seconds_at_the_defaults(tmp_path):
-    code, out, err = _run(tmp_path, FAST_THEN_DEADLOCK, ["--on-hang", "terminate", "--terminate-grace", "2"], timeout_s=90)
+    code, out, err = _run(
+        tmp_path, FAST_THEN_DEADLOCK, ["--on-hang", "terminate", "--terminate-grace", "2"], timeout_s=90
+    )
     assert code == 124, err
     (folder,) = reports(str(tmp_path / "reports"))
     doc = load_report(folder)

@@ -140,7 +140,9 @@ def test_attach_finds_the_same_hang(tmp_path):
     job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
     watcher = None
     try:
-        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path)])
+        watcher = start(
+            DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path)]
+        )
         out, err = watcher.communicate(timeout=120)
         assert watcher.returncode == 124, err
         (folder,) = reports(str(tmp_path))
@@ -158,7 +160,9 @@ def test_attach_report_mode_exits_3_after_reporting(tmp_path):
     job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"])
     watcher = None
     try:
-        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)])
+        watcher = start(
+            DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)]
+        )
         wait_for(lambda: reports(str(tmp_path)), 90, "a report")
         # report mode: the job keeps running and the same hang is not reported twice.
         import time
@@ -176,7 +180,9 @@ def test_attach_report_mode_exits_3_after_reporting(tmp_path):
 
 
 def test_job_exit_code_passes_through(tmp_path):
-    code, _, err = run_dlwatch(["--stall-timeout", "5", "--report-dir", str(tmp_path)], [PY, "-c", "import sys; sys.exit(3)"])
+    code, _, err = run_dlwatch(
+        ["--stall-timeout", "5", "--report-dir", str(tmp_path)], [PY, "-c", "import sys; sys.exit(3)"]
+    )
     assert code == 3, err
     assert reports(str(tmp_path)) == []
 
@@ -215,7 +221,18 @@ def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_bus
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("busy_stall_timeout_s: 12\n")
     code, out, err = run_dlwatch(
-        ["--config", str(cfg), "--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")],
+        [
+            "--config",
+            str(cfg),
+            "--stall-timeout",
+            "4",
+            "--on-hang",
+            "terminate",
+            "--terminate-grace",
+            "2",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
         TRAIN + ["--fault", "worker-sleep", "--num-workers", "2", "--batch-size", "300", "--samples", "300"],
     )
     assert code == 124, err
@@ -240,7 +257,8 @@ def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_bus
 )
 def test_healthy_variants_are_never_reported(tmp_path, job_args):
     code, out, err = run_dlwatch(
-        ["--stall-timeout", "4", "--on-hang", "terminate", "--report-dir", str(tmp_path)], TRAIN + ["--num-workers", "2"] + job_args
+        ["--stall-timeout", "4", "--on-hang", "terminate", "--report-dir", str(tmp_path)],
+        TRAIN + ["--num-workers", "2"] + job_args,
     )
     assert code == 0, err
     assert reports(str(tmp_path)) == [], err
@@ -265,9 +283,7 @@ def test_healthy_variants_are_never_reported(tmp_path, job_args):
     ids=["negative-interval", "bad-type", "no-command", "dead-pid", "not-python-or-unreadable", "negative-pid"],
 )
 def test_bad_input_exits_2_naming_it(args, needle):
-    done = subprocess.run(
-        DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
+    done = subprocess.run(DLWATCH + args, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -289,7 +305,9 @@ def test_bad_input_exits_2_naming_it(args, needle):
 def test_bad_config_exits_2_naming_the_key(tmp_path, content, needle):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(content)
-    done = subprocess.run(DLWATCH + ["run", "--config", str(cfg), "--", "true"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        DLWATCH + ["run", "--config", str(cfg), "--", "true"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr and str(cfg) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -297,7 +315,9 @@ def test_bad_config_exits_2_naming_the_key(tmp_path, content, needle):
 
 def test_stderr_passes_through_byte_for_byte(tmp_path):
     payload = "import sys; sys.stderr.buffer.write(bytes(range(256)) * 400); sys.stderr.flush()"
-    done = subprocess.run(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", payload], capture_output=True, timeout=60)
+    done = subprocess.run(
+        DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", payload], capture_output=True, timeout=60
+    )
     assert done.returncode == 0
     assert done.stderr == bytes(range(256)) * 400
 
@@ -307,7 +327,11 @@ def test_killing_dlwatch_does_not_break_the_jobs_stderr(tmp_path):
     job = f"import sys, time\nfor i in range(15):\n    print('tick', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)\nopen({str(marker)!r}, 'w').write('ok')\n"
     proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", job])
     try:
-        wait_for(lambda: any(c.name().startswith("python") for c in psutil.Process(proc.pid).children()), 30, "the job to start")
+        wait_for(
+            lambda: any(c.name().startswith("python") for c in psutil.Process(proc.pid).children()),
+            30,
+            "the job to start",
+        )
         os.kill(proc.pid, signal.SIGKILL)
         wait_for(marker.exists, 30, "the job to finish on its own after dlwatch died")
     finally:
@@ -326,7 +350,8 @@ def test_closed_stderr_does_not_stop_dlwatch_or_the_job(tmp_path):
 
 def test_crash_before_the_first_sample_is_still_diagnosed(tmp_path):
     code, _, err = run_dlwatch(
-        ["--report-dir", str(tmp_path)], [PY, "-c", "raise SystemExit('DataLoader worker (pid 123) is killed by signal: Killed.')"]
+        ["--report-dir", str(tmp_path)],
+        [PY, "-c", "raise SystemExit('DataLoader worker (pid 123) is killed by signal: Killed.')"],
     )
     assert code == 1, err
     (folder,) = reports(str(tmp_path))
@@ -373,8 +398,16 @@ def test_attach_terminate_ends_the_jobs_tree_but_not_the_launcher_that_started_i
     launcher = start(["sh", "-c", script])
     watcher = None
     try:
-        job = wait_for(lambda: next((c for c in psutil.Process(launcher.pid).children() if "probes.train" in " ".join(c.cmdline())), None), 30, "the job")
-        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")])
+        job = wait_for(
+            lambda: next(
+                (c for c in psutil.Process(launcher.pid).children() if "probes.train" in " ".join(c.cmdline())), None
+            ),
+            30,
+            "the job",
+        )
+        watcher = start(
+            DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")]
+        )
         out, err = watcher.communicate(timeout=120)
         assert watcher.returncode == 124, err
         wait_for(marker.exists, 30, "the launcher to see its job end")
@@ -394,7 +427,13 @@ def test_a_job_paused_with_sigstop_longer_than_the_stall_timeout_is_never_report
         + ["--num-workers", "2", "--epochs", "4", "--sample-delay-s", "0.02", "--samples", "160"]
     )
     try:
-        job = wait_for(lambda: next((c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())), None), 30, "the job")
+        job = wait_for(
+            lambda: next(
+                (c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())), None
+            ),
+            30,
+            "the job",
+        )
         wait_for(lambda: len(job.children()) >= 2, 60, "the workers")
         os.killpg(job.pid, signal.SIGSTOP)  # as a debugger or an operator pausing the job
         time.sleep(12)
@@ -426,7 +465,10 @@ def test_without_stacks_a_long_wait_outside_the_loader_is_never_ended_at_the_bus
         "    upload.join()\n"
         "print('done', flush=True)\n"
     )
-    code, out, err = run_dlwatch(["--config", str(cfg), "--stall-timeout", "3", "--on-hang", "terminate", "--report-dir", str(tmp_path / "r")], [PY, "-c", job])
+    code, out, err = run_dlwatch(
+        ["--config", str(cfg), "--stall-timeout", "3", "--on-hang", "terminate", "--report-dir", str(tmp_path / "r")],
+        [PY, "-c", job],
+    )
     assert code == 0, err
     assert "done" in out
     assert all(load_report(f)["action"] == "report" for f in reports(str(tmp_path / "r")))
@@ -475,7 +517,9 @@ def test_prometheus_metrics_are_served_while_a_real_job_runs(tmp_path):
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             except OSError:
                 return None
-            return text if 'dlwatch_loader_batches{' in text and 'role="dataloader_worker",worker_id="1"' in text else None
+            return (
+                text if "dlwatch_loader_batches{" in text and 'role="dataloader_worker",worker_id="1"' in text else None
+            )
 
         text = wait_for(scrape, 60, "metrics with the loader's batches and the workers")
         assert 'dlwatch_process_cpu_seconds_total{rank="",role="main",worker_id=""}' in text
@@ -497,7 +541,10 @@ def test_a_metrics_port_in_use_is_a_one_line_error_before_the_job_starts(tmp_pat
         port = s.getsockname()[1]
         marker = tmp_path / "started"
         done = subprocess.run(
-            DLWATCH + ["run", "--metrics-port", str(port), "--", PY, "-c", f"open({str(marker)!r}, 'w')"], capture_output=True, text=True, timeout=60
+            DLWATCH + ["run", "--metrics-port", str(port), "--", PY, "-c", f"open({str(marker)!r}, 'w')"],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 2 and "--metrics-port" in done.stderr and str(port) in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not marker.exists()
@@ -508,17 +555,35 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
     import tempfile
 
     def ours():
-        return set(glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-stderr-*")) + glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-hook-*")))
+        return set(
+            glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-stderr-*"))
+            + glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-hook-*"))
+        )
 
     # Output to files: a pipe nobody reads would fill and block the pump before it sees EOF.
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
-        proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--"] + TRAIN + ["--num-workers", "1", "--sample-delay-s", "0.05"], stdout=out, stderr=err)
+        proc = start(
+            DLWATCH
+            + ["run", "--report-dir", str(tmp_path), "--"]
+            + TRAIN
+            + ["--num-workers", "1", "--sample-delay-s", "0.05"],
+            stdout=out,
+            stderr=err,
+        )
     try:
-        pump = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "stderr_tail" in " ".join(c.cmdline())], 60, "the stderr pump")[0]
+        pump = wait_for(
+            lambda: [c for c in psutil.Process(proc.pid).children() if "stderr_tail" in " ".join(c.cmdline())],
+            60,
+            "the stderr pump",
+        )[0]
         tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
         new = {os.path.dirname(tail_path), hook}
         assert new <= ours() and os.path.basename(hook).startswith("dlwatch-hook-")
-        job = wait_for(lambda: [c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())], 60, "the job")[0]
+        job = wait_for(
+            lambda: [c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())],
+            60,
+            "the job",
+        )[0]
         os.kill(proc.pid, signal.SIGKILL)  # dlwatch dies; its stderr pump lives on
         os.killpg(job.pid, signal.SIGKILL)  # then the job ends: its stderr closes, the pump sees EOF
         wait_for(lambda: not (new & ours()), 30, "the pump to remove the orphaned folders")
@@ -531,7 +596,9 @@ def test_attach_to_a_python_program_that_is_not_a_training_job_says_so(tmp_path)
     job = start([PY, "-c", "import time; time.sleep(120)", "--api-key=sk-live-123"])
     watcher = None
     try:
-        watcher = start(DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)])
+        watcher = start(
+            DLWATCH + ["attach", "--pid", str(job.pid), "--stall-timeout", "3", "--report-dir", str(tmp_path)]
+        )
         wait_for(lambda: reports(str(tmp_path)), 90, "a report")
         doc = load_report(reports(str(tmp_path))[0])
         first = doc["diagnoses"][0]

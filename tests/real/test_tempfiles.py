@@ -32,8 +32,19 @@ def test_a_job_that_cannot_start_leaves_no_folder(tmp_path):
 def test_a_terminated_run_leaves_no_folder(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    args = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2", "--report-dir", str(tmp_path / "r")]
-    code, _, err = run_bounded(DLWATCH + ["run", *args, "--"] + TRAIN + ["--fault", "fork-lock", "--num-workers", "2"], 150, env=_env(tmp))
+    args = [
+        "--stall-timeout",
+        "4",
+        "--on-hang",
+        "terminate",
+        "--terminate-grace",
+        "2",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
+    code, _, err = run_bounded(
+        DLWATCH + ["run", *args, "--"] + TRAIN + ["--fault", "fork-lock", "--num-workers", "2"], 150, env=_env(tmp)
+    )
     assert code == 124, err
     assert _ours(str(tmp)) == []
 
@@ -41,7 +52,11 @@ def test_a_terminated_run_leaves_no_folder(tmp_path):
 def test_a_process_holding_stderr_past_the_end_leaves_no_folder(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    job = [sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)'], start_new_session=True)"]
+    job = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)'], start_new_session=True)",
+    ]
     code, _, err = run_bounded(DLWATCH + ["run", "--no-hook", "--"] + job, 60, env=_env(tmp))
     assert code == 0, err
     # The pump outlives dlwatch while the orphan holds the pipe; it removes its folder at the end.

@@ -99,17 +99,26 @@ def proc(pid, role, threads, method=None, ppid=1, cpu=0.0, status="S", **kw):
 
 
 def sample(t, procs, **host):
-    return Sample(t_mono=t, wall=1e9 + t, processes=tuple(procs), host=HostSample(host.get("shm_total"), host.get("shm_used"), 1 << 30, host.get("max_maps"), host.get("total")))
+    return Sample(
+        t_mono=t,
+        wall=1e9 + t,
+        processes=tuple(procs),
+        host=HostSample(host.get("shm_total"), host.get("shm_used"), 1 << 30, host.get("max_maps"), host.get("total")),
+    )
 
 
 def stall(main_pid=MAIN_PID, worker_pids=(WORKER_PID,), s=20.0, **kw):
     ages = ((main_pid, s),) + tuple((p, s) for p in worker_pids)
-    fields = dict(stall_s=s, quiet_since_mono=10.0, main_pid=main_pid, progress_age_s=ages, no_delivery_s=s, tree_quiet_s=s)
+    fields = dict(
+        stall_s=s, quiet_since_mono=10.0, main_pid=main_pid, progress_age_s=ages, no_delivery_s=s, tree_quiet_s=s
+    )
     fields.update(kw)
     return Stall(**fields)
 
 
-def hang_facts(worker_threads, verdict_kind="dataloader", method="fork", sources=(), worker_details=None, stacks_ok=True, **kw):
+def hang_facts(
+    worker_threads, verdict_kind="dataloader", method="fork", sources=(), worker_details=None, stacks_ok=True, **kw
+):
     """Facts of a hang: main (the native fixture's stack) waiting, one worker with ``worker_threads``."""
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
     main = proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)])

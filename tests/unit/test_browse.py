@@ -15,7 +15,15 @@ from watchdog.errors import ReportNotFound
 
 def _written(tmp_path):
     facts = hang_facts([])
-    rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None, "rank": {"RANK": "1"}}, 1.8e9, "report", None, {})
+    rep = report.build(
+        facts,
+        diagnose(facts),
+        {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None, "rank": {"RANK": "1"}},
+        1.8e9,
+        "report",
+        None,
+        {},
+    )
     return writer.write(rep, str(tmp_path))
 
 

@@ -47,7 +47,12 @@ def test_pytorch_idle_polls_and_busy_background_threads_are_not_loader_progress(
         tracker,
         12,
         lambda i: [
-            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, vol=3 * (i // 5)), thread(11, cpu=float(i), syscall=None, state="R")], cpu=float(i)),
+            proc(
+                MAIN_PID,
+                ROLE_MAIN,
+                [thread(MAIN_PID, vol=3 * (i // 5)), thread(11, cpu=float(i), syscall=None, state="R")],
+                cpu=float(i),
+            ),
             proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, vol=2 * (i // 5))], "fork"),
         ],
     )
@@ -95,7 +100,14 @@ def test_worker_children_and_starting_workers_are_the_loaders_progress_but_other
         return [
             proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
             proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall="61 0x1 0x0 0x0 0x0 0x0 0x0 0x7f 0x7f")], "fork"),
-            proc(3000, child_role, [], ppid=WORKER_PID, cpu=float(i), owner_pid=WORKER_PID if child_role == ROLE_WORKER_CHILD else None),
+            proc(
+                3000,
+                child_role,
+                [],
+                ppid=WORKER_PID,
+                cpu=float(i),
+                owner_pid=WORKER_PID if child_role == ROLE_WORKER_CHILD else None,
+            ),
         ]
 
     busy_child = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_WORKER_CHILD))
@@ -109,7 +121,10 @@ def test_worker_children_and_starting_workers_are_the_loaders_progress_but_other
 def test_a_stopped_job_stops_the_stall_clock():
     def make(i):
         status = "T" if 3 <= i <= 30 else "S"
-        return [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state=status)], status=status), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")]
+        return [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state=status)], status=status),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork"),
+        ]
 
     tracker = detect.ProgressTracker(0.05)
     for i in range(31):
@@ -126,14 +141,21 @@ def test_io_cpu_and_new_workers_are_progress():
     tracker.update(sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), w]))
     tracker.update(sample(5.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, io=4096)]), w]))
     assert tracker.stall(sample(6.0, [proc(MAIN_PID, ROLE_MAIN, [])])).stall_s == pytest.approx(1.0)
-    tracker.update(sample(9.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, io=4096)]), w, proc(21, ROLE_WORKER, [thread(21)], "fork")]))
+    tracker.update(
+        sample(
+            9.0,
+            [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, io=4096)]), w, proc(21, ROLE_WORKER, [thread(21)], "fork")],
+        )
+    )
     assert tracker.stall(sample(9.0, [proc(MAIN_PID, ROLE_MAIN, [])])).stall_s == 0.0
 
 
 def test_a_worker_whose_every_thread_waits_on_a_private_futex_becomes_a_proof_candidate():
     def make(i):
         return [
-            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID), thread(11, cpu=float(i), state="R", syscall=None)], cpu=float(i)),
+            proc(
+                MAIN_PID, ROLE_MAIN, [thread(MAIN_PID), thread(11, cpu=float(i), state="R", syscall=None)], cpu=float(i)
+            ),
             proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=LOCK_UNTIMED)], "fork"),
         ]
 
@@ -196,10 +218,16 @@ def test_changed_waits_between_two_reads_are_not_trusted():
 
 def test_the_loader_idle_proof_needs_every_worker_idle_and_main_waiting():
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")])
+    smp = sample(
+        30.0,
+        [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID)], "fork")],
+    )
     verdict = HangVerdict("dataloader", True, "waits", main_threads[0])
     idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
-    stacks = {MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0), WORKER_PID: ProcessStack(WORKER_PID, idle, False, None, "", 0.0)}
+    stacks = {
+        MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0),
+        WORKER_PID: ProcessStack(WORKER_PID, idle, False, None, "", 0.0),
+    }
     proof = detect.prove_loader_idle(verdict, smp, stacks, stall(s=20.0), 5.0)
     assert proof is not None and proof.kind == "loader_idle"
     busy = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
@@ -212,10 +240,19 @@ def test_the_loader_idle_proof_needs_every_worker_idle_and_main_waiting():
 
 def _exam(worker_syscall, worker_stack, woke=frozenset(), tree_quiet=20.0, proof=None, verdict_kind="dataloader"):
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork")])
+    smp = sample(
+        30.0,
+        [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork"),
+        ],
+    )
     st = stall(s=20.0, tree_quiet_s=tree_quiet) if tree_quiet != 20.0 else stall(s=20.0)
     verdict = HangVerdict(verdict_kind, True, "waits", main_threads[0])
-    stacks = {MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0), WORKER_PID: ProcessStack(WORKER_PID, worker_stack, False, None, "", 0.0)}
+    stacks = {
+        MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0),
+        WORKER_PID: ProcessStack(WORKER_PID, worker_stack, False, None, "", 0.0),
+    }
     details = {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
     return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, stacks, details, proof, set(woke), 5.0)
 
@@ -245,7 +282,17 @@ def test_work_elsewhere_in_the_tree_dismisses_an_unproven_stall_but_not_a_proven
 def test_the_busy_stall_ceiling_is_always_a_hang():
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
     smp = sample(400.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)])])
-    a = detect.assess(detect.TRIGGER_BUSY, smp, stall(s=400.0, worker_pids=()), HangVerdict("dataloader", True, "w", main_threads[0]), {}, {}, None, set(), 5.0)
+    a = detect.assess(
+        detect.TRIGGER_BUSY,
+        smp,
+        stall(s=400.0, worker_pids=()),
+        HangVerdict("dataloader", True, "w", main_threads[0]),
+        {},
+        {},
+        None,
+        set(),
+        5.0,
+    )
     assert a.hang and "busy_stall" in a.reason
 
 
@@ -260,10 +307,27 @@ def _loader(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1):
     from watchdog.types import LoaderView
 
     return LoaderView(
-        pid=pid, iterator=1, kind="_MultiProcessingDataLoaderIter", site=None, settings=(("num_workers", 2),), dataset_type="DS",
-        iterable=False, workers=(WORKER_PID, WORKER_PID + 1), worker_exitcodes=(), created=0.0, batches=intervals + 1, wait_s=1.0,
-        epoch=0, first_batch_s=0.5, waiting_since=since, waiting_idx=intervals + 1, waiting_worker=worker, last_batch=since,
-        intervals=intervals, interval_p50_s=p99 / 2, interval_p99_s=p99,
+        pid=pid,
+        iterator=1,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=(("num_workers", 2),),
+        dataset_type="DS",
+        iterable=False,
+        workers=(WORKER_PID, WORKER_PID + 1),
+        worker_exitcodes=(),
+        created=0.0,
+        batches=intervals + 1,
+        wait_s=1.0,
+        epoch=0,
+        first_batch_s=0.5,
+        waiting_since=since,
+        waiting_idx=intervals + 1,
+        waiting_worker=worker,
+        last_batch=since,
+        intervals=intervals,
+        interval_p50_s=p99 / 2,
+        interval_p99_s=p99,
     )
 
 
@@ -290,6 +354,8 @@ def test_the_batch_rhythm_trigger_counts_from_the_later_of_entering_next_and_the
     quiet = stall(quiet_since_mono=100.0, s=20.0)
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 114.0, rule) is None
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, rule) == detect.TRIGGER_RHYTHM
-    assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 120.0, rule, rhythm_floor_mono=112.0) is None  # looked at 112
+    assert (
+        detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 120.0, rule, rhythm_floor_mono=112.0) is None
+    )  # looked at 112
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 160.0, rule) == detect.TRIGGER_STALL
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, None) is None

@@ -67,7 +67,12 @@ def _in_dataset(*spec):
 
 
 def _kernel_proof(*pids):
-    return Proof("kernel", tuple(pids), tuple(f"pid {p} thread {p} (x): futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout" for p in pids) + ("conclusion",))
+    return Proof(
+        "kernel",
+        tuple(pids),
+        tuple(f"pid {p} thread {p} (x): futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout" for p in pids)
+        + ("conclusion",),
+    )
 
 
 # --- hangs ------------------------------------------------------------------------------------
@@ -91,7 +96,9 @@ def test_python_only_stack_needs_the_source_line_or_a_proof_to_call_it_inherited
     assert with_line.kind == "fork_inherited_lock"
     without = diagnose(hang_facts([t], sources=[((top.file, top.line), "return self._read(index)")]))[0]
     assert without.kind == "worker_stuck"
-    proven = diagnose(hang_facts([t], sources=[((top.file, top.line), "return self._read(index)")], proof=_kernel_proof(WORKER_PID)))[0]
+    proven = diagnose(
+        hang_facts([t], sources=[((top.file, top.line), "return self._read(index)")], proof=_kernel_proof(WORKER_PID))
+    )[0]
     assert proven.kind == "fork_inherited_lock"
 
 
@@ -108,7 +115,11 @@ def test_openmp_frames_in_a_forked_worker_name_the_runtime_and_its_remedy():
         ("at::native::AVX512::exp_kernel", "libtorch_cpu.so", 0, True),
         ("AugDataset.__getitem__", USER, 19, False),
     )
-    facts = hang_facts([t], worker_details=(detail(WORKER_PID, "202 0x5588b93d9e14 0x80 0x10 0x0 0xca 0x0 0x7f 0x7f"),), proof=_kernel_proof(WORKER_PID))
+    facts = hang_facts(
+        [t],
+        worker_details=(detail(WORKER_PID, "202 0x5588b93d9e14 0x80 0x10 0x0 0xca 0x0 0x7f 0x7f"),),
+        proof=_kernel_proof(WORKER_PID),
+    )
     first = diagnose(facts)[0]
     assert first.kind == "fork_inherited_lock" and "OpenMP" in first.summary
     assert "set_num_threads" in first.remedy and "socket" not in first.remedy
@@ -128,7 +139,13 @@ def test_a_future_from_a_thread_pool_created_before_fork_is_inherited_state():
 
 def test_two_threads_taking_locks_in_opposite_orders_are_a_worker_deadlock_naming_both_lines():
     loop = _in_dataset(("Data.__getitem__", USER, 30, False))
-    helper = ThreadStack(WORKER_PID + 1, "helper", False, False, _frames(("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)))
+    helper = ThreadStack(
+        WORKER_PID + 1,
+        "helper",
+        False,
+        False,
+        _frames(("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)),
+    )
     details = (detail(WORKER_PID, LOCK_UNTIMED), detail(WORKER_PID + 1, LOCK_UNTIMED))
     facts = hang_facts([loop, helper], worker_details=details, proof=_kernel_proof(WORKER_PID))
     first = diagnose(facts)[0]
@@ -143,7 +160,12 @@ def test_a_worker_waiting_on_a_multiprocessing_queue_is_stuck_at_the_users_line(
         ("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 103, False),
         ("Jobs.__getitem__", USER, 12, False),
     )
-    facts = hang_facts([t], worker_details=(detail(WORKER_PID, PIPE_READ, wchan="anon_pipe_read"),), fd_targets=(((WORKER_PID, 6), "pipe:[9]"),), pipe_writers=(("pipe:[9]", (MAIN_PID, WORKER_PID)),))
+    facts = hang_facts(
+        [t],
+        worker_details=(detail(WORKER_PID, PIPE_READ, wchan="anon_pipe_read"),),
+        fd_targets=(((WORKER_PID, 6), "pipe:[9]"),),
+        pipe_writers=(("pipe:[9]", (MAIN_PID, WORKER_PID)),),
+    )
     first = diagnose(facts)[0]
     assert first.kind == "worker_stuck" and first.location == f"{USER}:12"
     assert "multiprocessing queue" in first.evidence[1]
@@ -173,13 +195,19 @@ def test_a_timed_wait_is_not_told_to_add_a_timeout():
 
 def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
     idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
-    found = diagnose(hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL, wchan="poll_schedule_timeout"),)))
+    found = diagnose(
+        hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL, wchan="poll_schedule_timeout"),))
+    )
     assert [d.kind for d in found] == ["unknown"]
 
 
 def test_a_loader_idle_proof_is_a_lost_batch():
     idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
-    facts = hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL),), proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")))
+    facts = hang_facts(
+        list(idle),
+        worker_details=(detail(WORKER_PID, IDLE_POLL),),
+        proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")),
+    )
     first = diagnose(facts)[0]
     assert first.kind == "batch_lost" and first.certainty == "proven"
 
@@ -206,18 +234,34 @@ def _main_facts(main_threads, main_details, proof, **kw):
 
 
 def test_main_joining_a_thread_blocked_on_a_full_queue_is_a_main_thread_deadlock_naming_both():
-    main_t = ThreadStack(MAIN_PID, "MainThread", False, False, _frames(
-        ("Thread._wait_for_tstate_lock", f"{STDLIB}/threading.py", 1132, False),
-        ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
-        ("ThreadPrefetcher.close", USER, 30, False),
-        ("main", USER, 44, False),
-    ))
-    prefetch = ThreadStack(MAIN_PID + 1, "prefetch", False, False, _frames(
-        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
-        ("Queue.put", f"{STDLIB}/queue.py", 140, False),
-        ("ThreadPrefetcher._run", USER, 21, False),
-    ))
-    facts = _main_facts([main_t, prefetch], [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, LOCK_UNTIMED)], _kernel_proof(MAIN_PID))
+    main_t = ThreadStack(
+        MAIN_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("Thread._wait_for_tstate_lock", f"{STDLIB}/threading.py", 1132, False),
+            ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
+            ("ThreadPrefetcher.close", USER, 30, False),
+            ("main", USER, 44, False),
+        ),
+    )
+    prefetch = ThreadStack(
+        MAIN_PID + 1,
+        "prefetch",
+        False,
+        False,
+        _frames(
+            ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+            ("Queue.put", f"{STDLIB}/queue.py", 140, False),
+            ("ThreadPrefetcher._run", USER, 21, False),
+        ),
+    )
+    facts = _main_facts(
+        [main_t, prefetch],
+        [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, LOCK_UNTIMED)],
+        _kernel_proof(MAIN_PID),
+    )
     found = diagnose(facts)
     first = found[0]
     assert first.kind == "main_thread_deadlock" and first.certainty == "proven"
@@ -228,17 +272,29 @@ def test_main_joining_a_thread_blocked_on_a_full_queue_is_a_main_thread_deadlock
 
 
 def test_a_hang_at_exit_joining_a_queue_feeder_names_the_exit_and_the_pipe():
-    main_t = ThreadStack(MAIN_PID, "MainThread", False, False, _frames(
-        ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
-        ("Queue._finalize_join", f"{STDLIB}/multiprocessing/queues.py", 199, False),
-        ("Finalize.__call__", f"{STDLIB}/multiprocessing/util.py", 224, False),
-        ("_run_finalizers", f"{STDLIB}/multiprocessing/util.py", 300, False),
-        ("_exit_function", f"{STDLIB}/multiprocessing/util.py", 360, False),
-    ))
-    feeder = ThreadStack(MAIN_PID + 1, "QueueFeederThread", False, False, _frames(
-        ("_ConnectionBase.send_bytes", f"{STDLIB}/multiprocessing/connection.py", 205, False),
-        ("Queue._feed", f"{STDLIB}/multiprocessing/queues.py", 250, False),
-    ))
+    main_t = ThreadStack(
+        MAIN_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
+            ("Queue._finalize_join", f"{STDLIB}/multiprocessing/queues.py", 199, False),
+            ("Finalize.__call__", f"{STDLIB}/multiprocessing/util.py", 224, False),
+            ("_run_finalizers", f"{STDLIB}/multiprocessing/util.py", 300, False),
+            ("_exit_function", f"{STDLIB}/multiprocessing/util.py", 360, False),
+        ),
+    )
+    feeder = ThreadStack(
+        MAIN_PID + 1,
+        "QueueFeederThread",
+        False,
+        False,
+        _frames(
+            ("_ConnectionBase.send_bytes", f"{STDLIB}/multiprocessing/connection.py", 205, False),
+            ("Queue._feed", f"{STDLIB}/multiprocessing/queues.py", 250, False),
+        ),
+    )
     facts = _main_facts(
         [main_t, feeder],
         [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, PIPE_WRITE)],
@@ -327,18 +383,34 @@ def _crash(stderr, procs=None, timeline=None, **kw):
 
 
 def test_errno_classes():
-    assert errno_of("RuntimeError: unable to open shared memory object </torch_1_2_3> in read-write mode: Too many open files (24)") == 24
+    assert (
+        errno_of(
+            "RuntimeError: unable to open shared memory object </torch_1_2_3> in read-write mode: Too many open files (24)"
+        )
+        == 24
+    )
     assert errno_of("OSError: [Errno 28] No space left on device") == 28
     assert errno_of("no errno here") is None
 
 
 def test_loader_timeout_with_busy_workers_says_the_timeout_is_too_short():
     def s(t, cpu):
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [], "fork", cpu=cpu), proc(WORKER_PID + 1, ROLE_WORKER, [], "fork", cpu=cpu)])
+        return sample(
+            t,
+            [
+                proc(MAIN_PID, ROLE_MAIN, []),
+                proc(WORKER_PID, ROLE_WORKER, [], "fork", cpu=cpu),
+                proc(WORKER_PID + 1, ROLE_WORKER, [], "fork", cpu=cpu),
+            ],
+        )
 
     busy = [s(float(t), float(t)) for t in range(10)]
     first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=busy))[0]
-    assert first.kind == "loader_timeout" and "shorter than a batch" in first.summary and "Raise DataLoader(timeout" in first.remedy
+    assert (
+        first.kind == "loader_timeout"
+        and "shorter than a batch" in first.summary
+        and "Raise DataLoader(timeout" in first.remedy
+    )
     quiet = [s(float(t), 1.0) for t in range(10)]
     first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=quiet))[0]
     assert first.kind == "loader_timeout" and "stuck" in first.summary
@@ -398,7 +470,9 @@ def test_shm_exhausted_contradicted_by_an_empty_dev_shm_ranks_last():
     stderr = "RuntimeError: unable to write to file </torch_5_6_7>: No space left on device (28)\n"
     full = diagnose(_crash(stderr, host={"shm_total": 64 << 20, "shm_used": 63 << 20}))[0]
     assert full.kind == "shm_exhausted" and not any("contradicted" in e for e in full.evidence)
-    empty = diagnose(_crash(stderr + "OSError: [Errno 24] Too many open files\n", host={"shm_total": 64 << 30, "shm_used": 1 << 20}))
+    empty = diagnose(
+        _crash(stderr + "OSError: [Errno 24] Too many open files\n", host={"shm_total": 64 << 30, "shm_used": 1 << 20})
+    )
     assert empty[0].kind == "fd_exhausted" and any("contradicted" in e for e in empty[-1].evidence)
 
 
@@ -418,7 +492,13 @@ def test_a_failed_mmap_near_max_map_count_is_map_count_exhausted():
 
 def test_files_left_in_dev_shm_after_exit_are_reported_with_how_to_remove_them():
     smp = sample(1.0, [])
-    facts = Facts(mode=MODE_EXIT, sample=smp, timeline=(), exit_code=0, shm_leftovers=(("torch_42_a_0", 512), ("torch_42_a_1", 512)))
+    facts = Facts(
+        mode=MODE_EXIT,
+        sample=smp,
+        timeline=(),
+        exit_code=0,
+        shm_leftovers=(("torch_42_a_0", 512), ("torch_42_a_1", 512)),
+    )
     (only,) = diagnose(facts)
     assert only.kind == "shm_leaked" and "rm -f /dev/shm/torch_42_*" in only.remedy
 
@@ -433,20 +513,37 @@ def test_cuda_in_forked_worker_fixture():
 
 def test_copy_on_read_is_judged_by_level_not_only_by_slope():
     def s(t):
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20), *(proc(p, ROLE_WORKER, [], "fork", uss=140 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
+        return sample(
+            t,
+            [
+                proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20),
+                *(proc(p, ROLE_WORKER, [], "fork", uss=140 << 20) for p in (WORKER_PID, WORKER_PID + 1)),
+            ],
+        )
 
     timeline = tuple(s(float(t)) for t in range(20))
     found = diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
     first = found[0]
     assert first.kind == "worker_memory_growth" and "one more worker costs" in first.summary
-    small = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], uss=72 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=16 << 20)]) for t in range(20))
+    small = tuple(
+        sample(
+            float(t),
+            [proc(MAIN_PID, ROLE_MAIN, [], uss=72 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=16 << 20)],
+        )
+        for t in range(20)
+    )
     assert diagnose(Facts(mode=MODE_LIVE, sample=small[-1], timeline=small)) == ()
 
 
 def test_oversubscription_remedy_follows_the_measured_thread_counts():
     def s(t):
-        workers = [proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1) for p in range(100, 106)]
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers])
+        workers = [
+            proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1)
+            for p in range(100, 106)
+        ]
+        return sample(
+            t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
+        )
 
     timeline = tuple(s(float(t)) for t in range(10))
     found = {d.kind: d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline, host_cpus=4))}
@@ -456,8 +553,15 @@ def test_oversubscription_remedy_follows_the_measured_thread_counts():
 
 
 def test_map_count_pressure_warns_before_the_crash():
-    timeline = tuple(sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], map_count=40_000 + 1300 * t)], max_maps=65530) for t in range(12))
-    (first,) = [d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline)) if d.kind == "map_count_pressure"]
+    timeline = tuple(
+        sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], map_count=40_000 + 1300 * t)], max_maps=65530)
+        for t in range(12)
+    )
+    (first,) = [
+        d
+        for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
+        if d.kind == "map_count_pressure"
+    ]
     assert "65530" in first.summary and any("mappings/s" in e for e in first.evidence)
 
 
@@ -481,7 +585,9 @@ def test_the_engine_runs_a_rule_only_in_its_modes():
 def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_worker():
     # Sampling every second saw 2 threads; 5 were alive at the fork (their start times say so).
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
-    main_details = tuple(detail(MAIN_PID + k, IDLE_POLL, start_ticks=100 + k) for k in range(5)) + (detail(MAIN_PID + 9, IDLE_POLL, start_ticks=300),)
+    main_details = tuple(detail(MAIN_PID + k, IDLE_POLL, start_ticks=100 + k) for k in range(5)) + (
+        detail(MAIN_PID + 9, IDLE_POLL, start_ticks=300),
+    )
     facts = hang_facts(
         [t],
         main_threads_at_fork=((WORKER_PID, 2),),
@@ -494,10 +600,18 @@ def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_work
 
 def test_spawned_workers_own_memory_is_not_copy_on_read():
     def s(t):
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20), *(proc(p, ROLE_WORKER, [], "spawn", uss=144 << 20) for p in (WORKER_PID, WORKER_PID + 1))])
+        return sample(
+            t,
+            [
+                proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20),
+                *(proc(p, ROLE_WORKER, [], "spawn", uss=144 << 20) for p in (WORKER_PID, WORKER_PID + 1)),
+            ],
+        )
 
     timeline = tuple(s(float(t)) for t in range(20))
-    assert "worker_memory_growth" not in [d.kind for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))]
+    assert "worker_memory_growth" not in [
+        d.kind for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
+    ]
 
 
 def _pinned_timeline(values_mib, ram_gib=64):
@@ -519,9 +633,13 @@ def test_pinned_memory_that_grows_steadily_is_a_warning_naming_the_allocator():
 def test_steady_or_small_pinned_memory_and_no_cuda_are_not_warnings():
     for values in ([1024] * 5, [100, 150, 200, 250, 300]):  # flat; grows by less than 256 MiB
         timeline = _pinned_timeline(values)
-        assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))]
+        assert "pinned_memory_growth" not in [
+            d.kind for d in diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))
+        ]
     large = _pinned_timeline([20 * 1024] * 5)  # a third of 64 GiB, flat: large
-    assert "pinned_memory_growth" in [d.kind for d in diagnose(Facts(mode="live", sample=large[-1], timeline=tuple(large)))]
+    assert "pinned_memory_growth" in [
+        d.kind for d in diagnose(Facts(mode="live", sample=large[-1], timeline=tuple(large)))
+    ]
     s = sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [])])
     assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=s, timeline=(s,)))]
 
@@ -529,7 +647,17 @@ def test_steady_or_small_pinned_memory_and_no_cuda_are_not_warnings():
 def _fork_view(*threads):
     from watchdog.types import ForkRecord, InsideView, ThreadAtFork
 
-    return InsideView(forks=(ForkRecord(MAIN_PID, 1, None, (WORKER_PID,), tuple(ThreadAtFork(n, tid, False, forking, _frames(*fr)) for n, tid, forking, fr in threads)),))
+    return InsideView(
+        forks=(
+            ForkRecord(
+                MAIN_PID,
+                1,
+                None,
+                (WORKER_PID,),
+                tuple(ThreadAtFork(n, tid, False, forking, _frames(*fr)) for n, tid, forking, fr in threads),
+            ),
+        )
+    )
 
 
 def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
@@ -538,8 +666,18 @@ def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
         ("Event.wait", f"{STDLIB}/threading.py", 622, False),
         ("Frames.__getitem__", USER, 9, False),
     )
-    forking = ("MainThread", MAIN_PID, True, [("__iter__", f"{TORCH}/dataloader.py", 490, False), ("main", USER, 20, False)])
-    other = ("uploader", MAIN_PID + 1, False, [("Event.wait", f"{STDLIB}/threading.py", 622, False), ("upload", USER, 70, False)])
+    forking = (
+        "MainThread",
+        MAIN_PID,
+        True,
+        [("__iter__", f"{TORCH}/dataloader.py", 490, False), ("main", USER, 20, False)],
+    )
+    other = (
+        "uploader",
+        MAIN_PID + 1,
+        False,
+        [("Event.wait", f"{STDLIB}/threading.py", 622, False), ("upload", USER, 70, False)],
+    )
     with_other = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking, other)))[0]
     assert with_other.kind == "fork_inherited_lock"
     assert any("uploader (tid" in e for e in with_other.evidence)  # the threads at fork, from the job's record
@@ -552,7 +690,11 @@ def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
 def test_a_lock_the_forking_thread_itself_held_is_inherited_even_when_it_was_alone():
     t = _in_dataset(("Frames.__getitem__", USER, 9, False))
     forking = ("MainThread", MAIN_PID, True, [("main", USER, 21, False)])
-    sources = (((USER, 9), "        with LOCK:"), ((USER, 20), "    with LOCK:"), ((USER, 21), "        it = iter(loader)"))
+    sources = (
+        ((USER, 9), "        with LOCK:"),
+        ((USER, 20), "    with LOCK:"),
+        ((USER, 21), "        it = iter(loader)"),
+    )
     first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_fork_view(forking)))[0]
     assert first.kind == "fork_inherited_lock"
 
@@ -581,7 +723,12 @@ def test_without_the_fork_record_a_worker_waiting_on_an_event_with_main_seen_alo
         ("Frames.__getitem__", USER, 9, False),
     )
     main_detail = detail(MAIN_PID, LOCK_UNTIMED, start_ticks=100)
-    facts = hang_facts([t], proof=_kernel_proof(WORKER_PID), main_threads_at_fork=((WORKER_PID, 1),), worker_start_ticks=((WORKER_PID, 500),))
+    facts = hang_facts(
+        [t],
+        proof=_kernel_proof(WORKER_PID),
+        main_threads_at_fork=((WORKER_PID, 1),),
+        worker_start_ticks=((WORKER_PID, 500),),
+    )
     facts = dataclasses.replace(facts, thread_details=facts.thread_details + ((MAIN_PID, (main_detail,)),))
     first = diagnose(facts)[0]
     assert first.kind == "fork_inherited_lock" and first.confidence <= 0.6

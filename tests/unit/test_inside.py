@@ -97,7 +97,9 @@ def test_the_report_shows_batches_data_wait_and_the_threads_at_fork():
     s = sample(last + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
     facts = Facts(mode="live", sample=s, timeline=(s,), inside=view)
     found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
-    rep = report.build(facts, found, {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None}, 0.0, "report", None, {})
+    rep = report.build(
+        facts, found, {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None}, 0.0, "report", None, {}
+    )
     text = rep.text
     assert "DataLoader (inside view):" in text and "16 batches (epoch 0)" in text and "data wait" in text
     assert "my-bg (tid" in text and "bg (/home/user/train/train.py:8)" in text
@@ -125,7 +127,9 @@ def test_pin_memory_without_an_accelerator_is_said_to_do_nothing():
     import dataclasses
 
     view = inside.InsideReader(FIXTURE).read()
-    loader = dataclasses.replace(view.loaders[0], settings=(("pin_memory", True), ("num_workers", 2)), pin_memory_effective=False)
+    loader = dataclasses.replace(
+        view.loaders[0], settings=(("pin_memory", True), ("num_workers", 2)), pin_memory_effective=False
+    )
     doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {}, loader.last_batch + 1.0)
     text = "\n".join(report.status_lines(doc))
     assert "pin_memory=True does nothing here" in text and "nothing is pinned" in text
@@ -140,7 +144,11 @@ def test_cuda_host_allocator_figures_are_shown_when_the_job_recorded_them():
     loader = dataclasses.replace(view.loaders[0], host_memory=stats, pin_thread_alive=True)
     doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {4242: 1 << 30}, loader.last_batch + 1.0)
     text = "\n".join(report.status_lines(doc))
-    assert "allocated_bytes.current 512.0 MiB" in text and "num_host_alloc 12" in text and "pin-memory thread alive" in text
+    assert (
+        "allocated_bytes.current 512.0 MiB" in text
+        and "num_host_alloc 12" in text
+        and "pin-memory thread alive" in text
+    )
     assert "pid 4242: pinned host memory 1024.0 MiB" in text
 
 
@@ -154,7 +162,8 @@ def test_the_recorder_reads_cuda_host_stats_only_once_cuda_is_initialised(monkey
 
     state = {"init": False}
     cuda = types.SimpleNamespace(
-        is_initialized=lambda: state["init"], host_memory_stats=lambda: {"allocated_bytes.current": 4096, "flag": True, "name": "x"}
+        is_initialized=lambda: state["init"],
+        host_memory_stats=lambda: {"allocated_bytes.current": 4096, "flag": True, "name": "x"},
     )
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     it = types.SimpleNamespace(_pin_memory_thread=Thread())
@@ -178,7 +187,9 @@ def test_identical_first_batches_of_an_iterable_dataset_are_a_replicated_stream(
     view = inside.InsideReader(FIXTURE).read()
     base = dataclasses.replace(view.loaders[0], iterable=True, dataset_type="RecordStream")
     same = dataclasses.replace(base, first_batches=((0, "aa"), (1, "aa")))
-    (found,) = [d for d in diagnose(_data_facts(dataclasses.replace(view, loaders=(same,)))) if d.kind == "iterable_replicated"]
+    (found,) = [
+        d for d in diagnose(_data_facts(dataclasses.replace(view, loaders=(same,)))) if d.kind == "iterable_replicated"
+    ]
     assert "replays the same stream" in found.summary and "get_worker_info" in found.remedy
     differ = dataclasses.replace(base, first_batches=((0, "aa"), (1, "bb")))
     assert not [d for d in diagnose(_data_facts(dataclasses.replace(view, loaders=(differ,))))]
@@ -192,7 +203,10 @@ def test_a_generator_copied_into_workers_and_drawn_from_is_duplicated_randomness
         return RngCheck(pid, MAIN_PID, wid, 2, tuple(start.items()), tuple(later.items()))
 
     g = "Crops.rng (Generator)"
-    drawn = (check(11, 0, {g: "s", "random (global)": "r0"}, {g: "t", "random (global)": "r0"}), check(12, 1, {g: "s", "random (global)": "r1"}, {g: "t", "random (global)": "r1"}))
+    drawn = (
+        check(11, 0, {g: "s", "random (global)": "r0"}, {g: "t", "random (global)": "r0"}),
+        check(12, 1, {g: "s", "random (global)": "r1"}, {g: "t", "random (global)": "r1"}),
+    )
     (found,) = diagnose(_data_facts(InsideView(rng=drawn)))
     assert found.kind == "rng_duplicated" and "Crops.rng" in found.summary and "worker_init_fn" in found.remedy
     unused = (check(11, 0, {g: "s"}, {g: "s"}), check(12, 1, {g: "s"}, {g: "s"}))  # never drawn from in the workers
@@ -206,7 +220,15 @@ def test_the_full_report_text_holds_every_thread_at_fork_with_its_stack():
     view = inside.InsideReader(FIXTURE).read()
     s = sample(max(v.last_batch for v in view.loaders) + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
     found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
-    rep = report.build(Facts(mode="crash", sample=s, timeline=(s,), inside=view, exit_code=1), found, {"pid": MAIN_PID, "cmdline": ["python"], "start_time": None}, 0.0, "report", None, {})
+    rep = report.build(
+        Facts(mode="crash", sample=s, timeline=(s,), inside=view, exit_code=1),
+        found,
+        {"pid": MAIN_PID, "cmdline": ["python"], "start_time": None},
+        0.0,
+        "report",
+        None,
+        {},
+    )
     stacks = rep.text.split(report.STACKS_HEADING, 1)[1]
     assert "recorded by the job at the fork" in stacks and "thread" in stacks and "my-bg" in stacks
     assert "bg (/home/user/train/train.py:8)" in stacks and "_launch (" in stacks
@@ -216,7 +238,9 @@ def test_the_full_report_text_holds_every_thread_at_fork_with_its_stack():
 def test_a_recorder_that_stopped_itself_is_named_with_its_reason(tmp_path):
     import json
 
-    (tmp_path / "77.json").write_text(json.dumps({"pid": 77, "disabled": "cannot install on this torch: AttributeError('x')", "iterators": []}))
+    (tmp_path / "77.json").write_text(
+        json.dumps({"pid": 77, "disabled": "cannot install on this torch: AttributeError('x')", "iterators": []})
+    )
     view = inside.InsideReader(str(tmp_path)).read()
     assert "pid 77 stopped: cannot install on this torch" in view.note
     assert "not enabled" in inside.InsideReader(None, "no inside view (not enabled)").read().note

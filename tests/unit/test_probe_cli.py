@@ -63,11 +63,17 @@ def test_unknown_or_missing_command_is_one_line_exit_2(argv, capsys):
 def test_a_commands_arguments_reach_it_untouched_help_included():
     args = dlwatch_parser().parse_args(["probe", "bench", "--num-workers", "0", "--help", "--", "x"])
     assert args.command == "probe" and args.probe_args == ["bench", "--num-workers", "0", "--help", "--", "x"]
-    assert probes_cli.build_parser().parse_args(["autotune", "--cpu-ms", "5"]).probe_args == ["autotune", "--cpu-ms", "5"]
+    assert probes_cli.build_parser().parse_args(["autotune", "--cpu-ms", "5"]).probe_args == [
+        "autotune",
+        "--cpu-ms",
+        "5",
+    ]
 
 
 def test_a_missing_command_module_is_one_line_exit_2_and_spares_the_others(monkeypatch, capsys):
-    monkeypatch.setitem(probes_cli.COMMANDS, "ghost", ("probes.no_such_module_xyz", "a command whose module is not installed"))
+    monkeypatch.setitem(
+        probes_cli.COMMANDS, "ghost", ("probes.no_such_module_xyz", "a command whose module is not installed")
+    )
     assert probes_cli.run(["ghost"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "'ghost'" in err and "probes.no_such_module_xyz" in err, err

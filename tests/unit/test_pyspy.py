@@ -85,7 +85,10 @@ def test_a_hanging_py_spy_and_its_child_are_killed_at_the_one_deadline(recorded)
     assert len(started_pids) == 2 * len(NO_SUCH_PIDS)  # one py-spy per pid, no second try after a timeout
     assert _wait_gone(started_pids) == [], "a fake py-spy or its child outlived the deadline"
     summary = pyspy.problem_summary(stacks, timeout_s)
-    assert summary.startswith(f"no stack for {len(NO_SUCH_PIDS)} of {len(NO_SUCH_PIDS)} processes") and "timed out" in summary
+    assert (
+        summary.startswith(f"no stack for {len(NO_SUCH_PIDS)} of {len(NO_SUCH_PIDS)} processes")
+        and "timed out" in summary
+    )
 
 
 @pytest.mark.timeout(30)
@@ -117,7 +120,9 @@ def test_native_frames_lost_to_the_deadline_keep_the_python_stack_and_say_why(re
     n = len(NO_SUCH_PIDS)
     for st in stacks.values():
         assert st.ok and st.threads and not st.native
-        assert st.lost.startswith(("native frames lost: py-spy --native timed out", "native frames lost: py-spy --native not run")), st.lost
+        assert st.lost.startswith(
+            ("native frames lost: py-spy --native timed out", "native frames lost: py-spy --native not run")
+        ), st.lost
     # native_workers(n) hang until the deadline; the rest never got a slot.
     timed_out = [pid for pid, st in stacks.items() if pyspy.reason(st.lost) == pyspy.TIMED_OUT]
     assert len(timed_out) == pyspy.native_workers(n)
@@ -139,7 +144,11 @@ def test_python_stacks_given_are_kept_when_native_fails_and_failures_are_named(t
     assert sum("--native" not in c for c in calls) == 1  # a Python-only dump only for the pid without one
     assert sum("--native" in c for c in calls) == 4
     for st in stacks.values():
-        assert st.ok and pyspy.reason(st.lost) == pyspy.UNWIND_FAILED and "Failed to merge native and python frames" in st.lost
+        assert (
+            st.ok
+            and pyspy.reason(st.lost) == pyspy.UNWIND_FAILED
+            and "Failed to merge native and python frames" in st.lost
+        )
     summary = pyspy.problem_summary(stacks)
     assert "native unwinding failed: pid " + ", ".join(map(str, NO_SUCH_PIDS[:4])) in summary
 

@@ -19,7 +19,13 @@ def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
     facts = hang_facts([t])
     rep = report.build(
-        facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}, 1.8e9, "report", {"A": "b"}, {}
+        facts,
+        diagnose(facts),
+        {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"},
+        1.8e9,
+        "report",
+        {"A": "b"},
+        {},
     )
     doc = rep.document
     for key in ("schema_version", "job", "detected_at", "stall_s", "stall", "processes", "timeline", "diagnoses"):
@@ -27,7 +33,9 @@ def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     for key in ("kind", "severity", "certainty", "confidence", "summary", "evidence", "remedy", "pids"):
         assert key in doc["diagnoses"][0]
     head = rep.text.splitlines()[:7]
-    assert head[0].startswith("dlwatch: job hung (suspected): fork_inherited_lock") and any(line.strip().startswith("fix:") for line in head)
+    assert head[0].startswith("dlwatch: job hung (suspected): fork_inherited_lock") and any(
+        line.strip().startswith("fix:") for line in head
+    )
     assert "Stacks" not in report.summary_text(rep.text) and "Stacks" in rep.text
 
 
@@ -48,7 +56,9 @@ def test_writer_failure_names_the_folder_and_leaves_nothing(tmp_path):
     with pytest.raises(ReportWriteError) as e:
         writer.write(rep, str(blocker / "sub"))
     assert str(blocker) in str(e.value)
-    assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(str(tmp_path / "ok"))
+    assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(
+        str(tmp_path / "ok")
+    )
 
 
 def test_the_stderr_summary_is_short_and_wrapped():
@@ -77,14 +87,28 @@ def test_the_stderr_summary_is_short_and_wrapped():
 def test_secret_looking_arguments_are_redacted_from_command_lines():
     from watchdog.collect.procfs import REDACTED, redact_cmdline
 
-    args = ["python", "train.py", "--api-key=abc123", "--hf-token", "hf_XYZ", "WANDB_API_KEY=k1", "--db", "postgres://u:pw@h/db", "--lr", "0.1", "--password"]
+    args = [
+        "python",
+        "train.py",
+        "--api-key=abc123",
+        "--hf-token",
+        "hf_XYZ",
+        "WANDB_API_KEY=k1",
+        "--db",
+        "postgres://u:pw@h/db",
+        "--lr",
+        "0.1",
+        "--password",
+    ]
     out = redact_cmdline(args)
     assert out[:2] == ["python", "train.py"] and out[2] == f"--api-key={REDACTED}"
     assert out[3:5] == ["--hf-token", REDACTED] and out[5] == f"WANDB_API_KEY={REDACTED}"
     assert out[7] == f"postgres://u:{REDACTED}@h/db" and out[8:10] == ["--lr", "0.1"]
     assert "abc123" not in " ".join(out) and "hf_XYZ" not in " ".join(out) and "pw@" not in " ".join(out)
     facts = hang_facts([])
-    rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": args, "start_time": None}, 1.8e9, "report", None, {})
+    rep = report.build(
+        facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": args, "start_time": None}, 1.8e9, "report", None, {}
+    )
     assert "abc123" not in rep.text and "hf_XYZ" not in str(rep.document)
 
 

@@ -18,8 +18,17 @@ from watchdog.diagnose import diagnose
 from watchdog.types import MODE_CRASH, MODE_EXIT, MODE_LIVE, ROLE_MAIN, ROLE_WORKER, Facts, Frame, Proof, ThreadStack
 
 INSIDE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")
-INFO = {"version": __version__, "py_spy": "/usr/local/bin/py-spy", "settings": {"stall_timeout_s": 60.0, "on_hang": "report", "py_spy": {"native": True}}}
-JOB = {"pid": MAIN_PID, "cmdline": ["python", "train.py", "--api-key=secret"], "start_time": "2027-01-05T10:00:00.000Z", "root_pid": MAIN_PID}
+INFO = {
+    "version": __version__,
+    "py_spy": "/usr/local/bin/py-spy",
+    "settings": {"stall_timeout_s": 60.0, "on_hang": "report", "py_spy": {"native": True}},
+}
+JOB = {
+    "pid": MAIN_PID,
+    "cmdline": ["python", "train.py", "--api-key=secret"],
+    "start_time": "2027-01-05T10:00:00.000Z",
+    "root_pid": MAIN_PID,
+}
 
 
 def _written(tmp_path, facts, found=None, job=JOB, action="report", env=None, suffix=""):
@@ -49,7 +58,9 @@ def test_the_schema_is_a_valid_draft_2020_12_schema_of_this_version():
     assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema" and s["$id"]
     assert s["properties"]["schema_version"]["const"] == report.SCHEMA_VERSION == 2
     assert s["additionalProperties"] is False and set(s["required"]) == set(s["properties"])
-    assert all(p.get("description") for p in s["properties"].values()), [k for k, p in s["properties"].items() if not p.get("description")]
+    assert all(p.get("description") for p in s["properties"].values()), [
+        k for k, p in s["properties"].items() if not p.get("description")
+    ]
 
 
 def test_a_hang_report_with_stacks_proof_inside_view_and_rank_conforms(tmp_path):
@@ -80,19 +91,48 @@ def test_a_hang_report_with_locals_and_with_a_stack_py_spy_could_not_read_confor
 
 def test_a_crash_report_conforms(tmp_path):
     workers = [proc(p, ROLE_WORKER, [thread(p)], "fork") for p in (WORKER_PID, WORKER_PID + 1)]
-    smp = sample(50.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), *workers], shm_total=1 << 30, shm_used=1 << 20, max_maps=65530)
-    facts = Facts(mode=MODE_CRASH, sample=smp, timeline=(smp,), stderr_tail=fixture("stderr_worker_segfault.txt"), exit_code=1, oom_kills=0)
+    smp = sample(
+        50.0,
+        [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), *workers],
+        shm_total=1 << 30,
+        shm_used=1 << 20,
+        max_maps=65530,
+    )
+    facts = Facts(
+        mode=MODE_CRASH,
+        sample=smp,
+        timeline=(smp,),
+        stderr_tail=fixture("stderr_worker_segfault.txt"),
+        exit_code=1,
+        oom_kills=0,
+    )
     doc = check(_written(tmp_path, facts, action="none (the job had already exited)", suffix="crash"))
-    assert doc["mode"] == "crash" and doc["diagnoses"][0]["severity"] == "crash" and doc["stall"] is None and doc["verdict"] is None
+    assert (
+        doc["mode"] == "crash"
+        and doc["diagnoses"][0]["severity"] == "crash"
+        and doc["stall"] is None
+        and doc["verdict"] is None
+    )
 
 
 def test_a_warning_and_an_exit_report_conform(tmp_path):
     def s(t):
-        workers = [proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1) for p in range(100, 106)]
-        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers])
+        workers = [
+            proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1)
+            for p in range(100, 106)
+        ]
+        return sample(
+            t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
+        )
 
     timeline = tuple(s(float(t)) for t in range(10))
-    facts = Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline, host_cpus=4, thread_details=((100, (detail(100, LOCK_UNTIMED),)),))
+    facts = Facts(
+        mode=MODE_LIVE,
+        sample=timeline[-1],
+        timeline=timeline,
+        host_cpus=4,
+        thread_details=((100, (detail(100, LOCK_UNTIMED),)),),
+    )
     found = diagnose(facts)
     assert found and all(d.severity == "warning" for d in found)
     doc = check(_written(tmp_path / "w", facts, found[:1], env={"PATH": "/usr/bin"}, suffix=f"warning-{found[0].kind}"))

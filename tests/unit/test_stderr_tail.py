@@ -27,4 +27,8 @@ def test_only_unowned_folders_are_swept(tmp_path):
         assert sweep_stale(str(tmp_path)) == 2
     finally:
         os.close(fd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dlwatch-stderr-live", "dlwatch-stderr-young", "something-else"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dlwatch-stderr-live",
+        "dlwatch-stderr-young",
+        "something-else",
+    ]

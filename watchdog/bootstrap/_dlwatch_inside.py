@@ -125,7 +125,18 @@ def read_slots(buf):
             continue  # being written three times in a row: skip it this time
         if not fields[1]:
             continue
-        keys = ("seq", "iterator", "batches", "wait_ns", "since_ns", "last_ns", "waiting_idx", "waiting_worker", "epoch", "first_ns")
+        keys = (
+            "seq",
+            "iterator",
+            "batches",
+            "wait_ns",
+            "since_ns",
+            "last_ns",
+            "waiting_idx",
+            "waiting_worker",
+            "epoch",
+            "first_ns",
+        )
         rec = dict(zip(keys, fields))
         rec["slot"] = i
         rec["hist"] = hist
@@ -136,7 +147,22 @@ def read_slots(buf):
 class _Slot(object):
     """One iterator's counters in the shared file; written by the thread that iterates it."""
 
-    __slots__ = ("buf", "off", "seq", "batches", "wait_ns", "since", "last", "epoch", "created", "first", "counts", "epoch_batches", "cuda_next", "worker")
+    __slots__ = (
+        "buf",
+        "off",
+        "seq",
+        "batches",
+        "wait_ns",
+        "since",
+        "last",
+        "epoch",
+        "created",
+        "first",
+        "counts",
+        "epoch_batches",
+        "cuda_next",
+        "worker",
+    )
 
     def __init__(self, buf, index, iterator_id):
         self.buf, self.off = buf, HEADER_SIZE + index * SLOT_SIZE
@@ -233,7 +259,9 @@ class _Process(object):
             self.next_id += 1
             index = (iterator_id - 1) % SLOTS
             record["id"], record["slot"] = iterator_id, index
-            self.iterators = [r for r in self.iterators if r.get("slot") != index or r.get("id", 0) <= iterator_id - SLOTS]
+            self.iterators = [
+                r for r in self.iterators if r.get("slot") != index or r.get("id", 0) <= iterator_id - SLOTS
+            ]
             self.iterators.append(record)
             del self.iterators[:-MAX_ITERATORS]
             kept = {r["id"] for r in self.iterators}
@@ -344,10 +372,21 @@ def _created(it):
     loader = _loader_of(frame)
     settings: Dict[str, Any] = {}
     if loader is not None:
-        for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "timeout", "drop_last", "in_order"):
+        for key in (
+            "num_workers",
+            "pin_memory",
+            "persistent_workers",
+            "prefetch_factor",
+            "batch_size",
+            "timeout",
+            "drop_last",
+            "in_order",
+        ):
             value = getattr(loader, key, None)
             settings[key] = value if isinstance(value, (bool, int, float, str)) or value is None else str(value)
-        settings["multiprocessing_context"] = _start_method(getattr(loader, "multiprocessing_context", None)) if loader.num_workers else None
+        settings["multiprocessing_context"] = (
+            _start_method(getattr(loader, "multiprocessing_context", None)) if loader.num_workers else None
+        )
         settings["worker_init_fn"] = _qualname(getattr(loader, "worker_init_fn", None))
         settings["collate_fn"] = _qualname(getattr(loader, "collate_fn", None))
         settings["sampler"] = _qualname(type(getattr(loader, "sampler", None)))
@@ -363,7 +402,9 @@ def _created(it):
         "iterable": it.__dict__.get("_dataset_kind") == 1,
         "workers": None,
         "threads_at_fork": None,
-        "check_first_batches": _CHECKS and it.__dict__.get("_dataset_kind") == 1 and (settings.get("num_workers") or 0) > 1,
+        "check_first_batches": _CHECKS
+        and it.__dict__.get("_dataset_kind") == 1
+        and (settings.get("num_workers") or 0) > 1,
     }
     st = _state()
     slot = st.new_iterator(record)
@@ -410,7 +451,9 @@ def _cuda_refresh(it, record):
     out: Dict[str, Any] = {}
     stats = getattr(cuda, "host_memory_stats", None)
     if stats is not None:
-        out["host_memory_stats"] = {k: v for k, v in stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out["host_memory_stats"] = {
+            k: v for k, v in stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
     thread = it.__dict__.get("_pin_memory_thread")
     out["pin_thread_alive"] = thread.is_alive() if thread is not None else None
     record["cuda"] = out
@@ -575,7 +618,13 @@ def _on_fetcher_ready(fetcher, _value):
     if info is None:
         return  # num_workers=0: the main process fetches
     st = _state()
-    st.worker = {"id": info.id, "num_workers": info.num_workers, "seed": info.seed, "rng_start": None, "rng_later": None}
+    st.worker = {
+        "id": info.id,
+        "num_workers": info.num_workers,
+        "seed": info.seed,
+        "rng_start": None,
+        "rng_later": None,
+    }
     try:
         st.worker["rng_start"] = _rng_states(fetcher.__dict__.get("dataset"))
         fetcher.__dict__["_dlwatch_samples"] = 0

@@ -27,7 +27,9 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 def _load_format():
     """The recorder module itself, loaded by path under a private name: one definition of the
     file format for writer and reader. It is standard-library only and does nothing on import."""
-    spec = importlib.util.spec_from_file_location("_dlwatch_inside_format", os.path.join(BOOT_DIR, "_dlwatch_inside.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_dlwatch_inside_format", os.path.join(BOOT_DIR, "_dlwatch_inside.py")
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {BOOT_DIR}/_dlwatch_inside.py")
     module = importlib.util.module_from_spec(spec)
@@ -38,7 +40,9 @@ def _load_format():
 FORMAT = _load_format()
 
 
-def hook_env(env: Mapping[str, str], folder: str, ancestor_pid: Optional[int], data_checks: bool = True) -> Dict[str, str]:
+def hook_env(
+    env: Mapping[str, str], folder: str, ancestor_pid: Optional[int], data_checks: bool = True
+) -> Dict[str, str]:
     """``env`` with the bootstrap first on ``PYTHONPATH`` and the recorder's variables set.
 
     Args:
@@ -162,10 +166,18 @@ def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[
                 interval_p99_s=percentile_s(s["hist"], 0.99),
                 pin_memory_effective=r.get("pin_memory_effective"),
                 host_memory=tuple(
-                    (str(k), float(v)) for k, v in sorted(((r.get("cuda") or {}).get("host_memory_stats") or {}).items()) if isinstance(v, (int, float))
+                    (str(k), float(v))
+                    for k, v in sorted(((r.get("cuda") or {}).get("host_memory_stats") or {}).items())
+                    if isinstance(v, (int, float))
                 ),
                 pin_thread_alive=(r.get("cuda") or {}).get("pin_thread_alive"),
-                first_batches=tuple(sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if str(k).lstrip("-").isdigit())),
+                first_batches=tuple(
+                    sorted(
+                        (int(k), str(v))
+                        for k, v in (r.get("first_batches") or {}).items()
+                        if str(k).lstrip("-").isdigit()
+                    )
+                ),
             )
         )
     return tuple(out)
@@ -190,7 +202,9 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
                         native_id=t.get("native_id"),
                         daemon=t.get("daemon"),
                         forking=bool(t.get("forking")),
-                        frames=tuple(fr for fr in (_frame(f) for f in reversed(t.get("stack") or [])) if fr is not None),
+                        frames=tuple(
+                            fr for fr in (_frame(f) for f in reversed(t.get("stack") or [])) if fr is not None
+                        ),
                     )
                     for t in threads
                 ),

@@ -126,7 +126,9 @@ def parse_dump(text: str, locals_: bool = False) -> Tuple[ThreadStack, ...]:
             native = f.get("module") is not None
             loc = None
             if locals_ and f.get("locals"):
-                loc = tuple((str(v.get("name")), redact_local(str(v.get("name")), str(v.get("repr")))) for v in f["locals"])
+                loc = tuple(
+                    (str(v.get("name")), redact_local(str(v.get("name")), str(v.get("repr")))) for v in f["locals"]
+                )
             frames.append(
                 Frame(
                     function=str(f.get("name", "?")),
@@ -230,7 +232,13 @@ def _run(cmd: List[str], deadline: float) -> Optional[Tuple[int, str, str]]:
     cannot be started."""
     env = {k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"}
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
@@ -269,7 +277,9 @@ def dump(
     if pyspy is None:
         return ProcessStack(pid, (), native, "py-spy is not installed (pip install py-spy)", "", 0.0)
     if deadline <= started:
-        return ProcessStack(pid, (), native, f"py-spy{flags} not run on pid {pid}: the dump deadline had passed", "", 0.0)
+        return ProcessStack(
+            pid, (), native, f"py-spy{flags} not run on pid {pid}: the dump deadline had passed", "", 0.0
+        )
     cmd = [pyspy, "dump", "--json", "--pid", str(pid)]
     if native:
         cmd.append("--native")
@@ -301,7 +311,9 @@ _FINAL = (TIMED_OUT, NOT_RUN, PTRACE_REFUSED, GONE, NO_PYSPY)
 """Reasons after which a second py-spy on the same pid would fail the same way."""
 
 
-def _merge(base: ProcessStack, more: Optional[ProcessStack], native: bool, locals_: bool, disk_sleep: bool) -> ProcessStack:
+def _merge(
+    base: ProcessStack, more: Optional[ProcessStack], native: bool, locals_: bool, disk_sleep: bool
+) -> ProcessStack:
     """The stack of one pid from its Python-only dump ``base`` and the dump with native
     frames and/or locals ``more`` (``None``: not attempted)."""
     if more is not None and more.ok:
@@ -316,7 +328,14 @@ def _merge(base: ProcessStack, more: Optional[ProcessStack], native: bool, local
             why = more.error or "?"
         return ProcessStack(base.pid, base.threads, False, None, base.raw, base.elapsed_s, f"{what} lost: {why}")
     if more is not None and more.error and reason(more.error) != reason(base.error):
-        return ProcessStack(base.pid, (), False, f"{base.error}; then {more.error}", base.raw or more.raw, base.elapsed_s + more.elapsed_s)
+        return ProcessStack(
+            base.pid,
+            (),
+            False,
+            f"{base.error}; then {more.error}",
+            base.raw or more.raw,
+            base.elapsed_s + more.elapsed_s,
+        )
     return base
 
 
@@ -397,7 +416,9 @@ def dump_all(
         for pid in have:
             if eligible(pid):
                 heapq.heappush(ready, (order[pid], pid))
-    with ThreadPoolExecutor(max_workers=python_workers(len(missing)) + (native_workers(len(pids)) if more_wanted else 0)) as pool:
+    with ThreadPoolExecutor(
+        max_workers=python_workers(len(missing)) + (native_workers(len(pids)) if more_wanted else 0)
+    ) as pool:
         waits = [pool.submit(seconds) for _ in range(native_workers(len(pids)) if more_wanted else 0)]
         waits += [pool.submit(first, pid) for pid in missing]
         for w in waits:
@@ -405,7 +426,9 @@ def dump_all(
     return {pid: _merge(base[pid], more.get(pid), native, locals_, pid in d_state) for pid in pids}
 
 
-def dump_with_fallback(pid: int, pyspy: Optional[str], native: bool, timeout_s: float, locals_: bool, disk_sleep: bool) -> ProcessStack:
+def dump_with_fallback(
+    pid: int, pyspy: Optional[str], native: bool, timeout_s: float, locals_: bool, disk_sleep: bool
+) -> ProcessStack:
     """One pid's stack within ``timeout_s`` seconds in all: :func:`dump_all` of ``[pid]``
     (Python-only first, then native frames when asked, sharing the one deadline; a process in D
     state is read ``--nonblocking`` only)."""

@@ -163,7 +163,16 @@ class StderrTail:
             self._proc = subprocess.Popen(
                 # -I: not the job's PYTHONPATH (its sitecustomize, the inside view's bootstrap)
                 # nor the user's site; dlwatch's own installation is all it needs.
-                [sys.executable, "-I", "-m", "watchdog.collect.stderr_tail", self.tail_path, str(limit_bytes), str(os.getpid()), *orphan_cleanup],
+                [
+                    sys.executable,
+                    "-I",
+                    "-m",
+                    "watchdog.collect.stderr_tail",
+                    self.tail_path,
+                    str(limit_bytes),
+                    str(os.getpid()),
+                    *orphan_cleanup,
+                ],
                 stdin=read_fd,
                 stdout=dst_fd,
                 stderr=subprocess.DEVNULL,

@@ -102,10 +102,30 @@ FUTEX_CLOCK_REALTIME = 256
 _FUTEX_CMD_MASK = ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
 # futex commands that wait (FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI,
 # FUTEX_LOCK_PI2), from include/uapi/linux/futex.h.
-_FUTEX_WAIT_CMDS = {0: "FUTEX_WAIT", 6: "FUTEX_LOCK_PI", 9: "FUTEX_WAIT_BITSET", 11: "FUTEX_WAIT_REQUEUE_PI", 13: "FUTEX_LOCK_PI2"}
+_FUTEX_WAIT_CMDS = {
+    0: "FUTEX_WAIT",
+    6: "FUTEX_LOCK_PI",
+    9: "FUTEX_WAIT_BITSET",
+    11: "FUTEX_WAIT_REQUEUE_PI",
+    13: "FUTEX_LOCK_PI2",
+}
 
 _FD_CALLS = frozenset(
-    {"read", "write", "pread64", "pwrite64", "readv", "writev", "recvfrom", "recvmsg", "sendto", "sendmsg", "accept", "accept4", "connect"}
+    {
+        "read",
+        "write",
+        "pread64",
+        "pwrite64",
+        "readv",
+        "writev",
+        "recvfrom",
+        "recvmsg",
+        "sendto",
+        "sendmsg",
+        "accept",
+        "accept4",
+        "connect",
+    }
 )
 _OPEN_CALLS = frozenset({"open", "openat", "flock", "fcntl"})
 _SLEEP_CALLS = frozenset({"nanosleep", "clock_nanosleep"})
@@ -135,7 +155,11 @@ def _futex(args: Sequence[int]) -> KernelWait:
     if name is None:  # FUTEX_WAKE and the like do not block for long
         return KernelWait(WaitKind.OTHER, "futex", futex_op=op, detail=f"futex(op {op:#x})")
     private = bool(op & FUTEX_PRIVATE_FLAG)
-    flags = name + ("|FUTEX_PRIVATE_FLAG" if private else "") + ("|FUTEX_CLOCK_REALTIME" if op & FUTEX_CLOCK_REALTIME else "")
+    flags = (
+        name
+        + ("|FUTEX_PRIVATE_FLAG" if private else "")
+        + ("|FUTEX_CLOCK_REALTIME" if op & FUTEX_CLOCK_REALTIME else "")
+    )
     if args[3] != 0:
         return KernelWait(WaitKind.TIMED, "futex", futex_op=op, detail=f"futex({flags}) with a timeout")
     kind = WaitKind.FUTEX_PRIVATE if private else WaitKind.FUTEX_SHARED
@@ -181,7 +205,13 @@ def decode(state: Optional[str], syscall_text: Optional[str], machine: Optional[
         if number is not None and number >= 0:
             name = syscall_table(machine).get(number, str(number))
     if state == "D":
-        return KernelWait(WaitKind.DISK, name, fd=args[0] if name in _FD_CALLS and args else None, detail="uninterruptible sleep (D)", raw=raw)
+        return KernelWait(
+            WaitKind.DISK,
+            name,
+            fd=args[0] if name in _FD_CALLS and args else None,
+            detail="uninterruptible sleep (D)",
+            raw=raw,
+        )
     if name is None or len(args) < 6:
         kind = WaitKind.UNKNOWN if not raw else WaitKind.OTHER
         return KernelWait(kind, name, detail="not in a system call" if raw else "unreadable", raw=raw)

@@ -164,7 +164,11 @@ def worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
         loop = worker_thread(stack, w.pid)
         tid = loop.tid if loop is not None else w.pid
         detail = facts.detail(w.pid, tid)
-        others = tuple(x for x in stack.threads if loop is not None and x.tid != loop.tid and not states.is_loader_idle(x)) if stack and stack.ok else ()
+        others = (
+            tuple(x for x in stack.threads if loop is not None and x.tid != loop.tid and not states.is_loader_idle(x))
+            if stack and stack.ok
+            else ()
+        )
         out.append(
             WorkerView(
                 proc=w,
@@ -195,7 +199,9 @@ def gather(facts: Facts, hit) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...]
     """Apply ``hit(facts, view) -> (confidence, evidence lines, user frame) | None`` to every
     worker a hang rule may speak of; ``(evidence, pids, first user frame, confidence)`` with
     main's wait first, or ``None`` when no worker matched."""
-    hits = [(v, h) for v in worker_views(facts) if loader_stalled_on(facts, v) for h in [hit(facts, v)] if h is not None]
+    hits = [
+        (v, h) for v in worker_views(facts) if loader_stalled_on(facts, v) for h in [hit(facts, v)] if h is not None
+    ]
     if not hits:
         return None
     head = [waiting_main(facts)] if facts.loader_hang() else []

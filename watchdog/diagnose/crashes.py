@@ -64,8 +64,12 @@ _RESOURCE_LINE = re.compile(
     r"received 0 items of ancdata|No space left on device|Unexpected bus error|killed by signal: Bus error|\[Errno \d+\]"
 )
 _SIGBUS = re.compile(r"Unexpected bus error|killed by signal: Bus error|insufficient shared memory", re.I)
-_KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)")
-_NATIVE_SIGNAL = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) encountered in worker")
+_KILLED = re.compile(
+    r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)"
+)
+_NATIVE_SIGNAL = re.compile(
+    r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) encountered in worker"
+)
 _START = re.compile(
     r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object|Can't get attribute '[^']+' on <module '__main__'"
     r"|An attempt has been made to start a new process before|daemonic processes are not allowed to have children"
@@ -186,7 +190,9 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
     evidence = [f"stderr: {line}" for line in lines[-2:]]
     creators = sorted({int(pid) for pid in re.findall(r"torch_(\d+)_", facts.stderr_tail)})
     if creators:
-        evidence.append(f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)")
+        evidence.append(
+            f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)"
+        )
     evidence.append(
         f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)} at the sampling interval "
         f"(a batch's allocation that does not fit fails between samples){_exit(facts)}"
@@ -194,7 +200,9 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
     contradiction = None
     rivals = sorted({code for _, code in resource_errors(facts.stderr_tail) if code in (2, 12, 24)})
     if rivals and peak is not None and total and peak < 0.25 * total:
-        contradiction = f"/dev/shm was at most {peak / total:.1%} used, and stderr also reports errno {', '.join(map(str, rivals))}"
+        contradiction = (
+            f"/dev/shm was at most {peak / total:.1%} used, and stderr also reports errno {', '.join(map(str, rivals))}"
+        )
     return Finding(
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
         summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
@@ -245,14 +253,18 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
     evidence = [f"stderr: {line}" for line in lines[-2:]]
     if hot:
         for role, pid, used, limit in hot[:4]:
-            evidence.append(f"{role} pid {pid}: {used} open file descriptors of RLIMIT_NOFILE {limit} at its last sample")
+            evidence.append(
+                f"{role} pid {pid}: {used} open file descriptors of RLIMIT_NOFILE {limit} at its last sample"
+            )
         who = _who(hot)
         limits = sorted({limit for *_, limit in hot})
         summary = f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors between processes."
         pids = tuple(pid for _, pid, _, _ in hot)
     else:
         peak = max_over_timeline(facts, lambda s: max((p.num_fds or 0) for p in s.processes) if s.processes else None)
-        evidence.append(f"the highest descriptor count seen in any process was {peak} (the limit was hit between samples){_exit(facts)}")
+        evidence.append(
+            f"the highest descriptor count seen in any process was {peak} (the limit was hit between samples){_exit(facts)}"
+        )
         summary = "A process of the job ran out of file descriptors (Too many open files) passing shared tensors."
         pids = tuple(p.pid for p in facts.sample.processes if p.role in ("main", "dataloader_worker"))
     return Finding(
@@ -282,7 +294,10 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
     peak = max_over_timeline(facts, lambda s: max((p.map_count or 0) for p in s.processes) if s.processes else None)
     limit = max_over_timeline(facts, lambda s: s.host.max_map_count)
     evidence = [f"stderr: {line}" for line in lines[-2:]]
-    evidence += [f"{role} pid {pid}: {used} memory mappings of vm.max_map_count {lim} at its last sample" for role, pid, used, lim in hot[:3]]
+    evidence += [
+        f"{role} pid {pid}: {used} memory mappings of vm.max_map_count {lim} at its last sample"
+        for role, pid, used, lim in hot[:3]
+    ]
     if not hot:
         evidence.append(f"highest map count seen: {peak} of vm.max_map_count {limit}")
     avail = max_over_timeline(facts, lambda s: -s.host.mem_available_bytes)
@@ -301,7 +316,9 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
         pids=tuple(pid for _, pid, _, _ in hot) or ((facts.sample.main.pid,) if facts.sample.main else ()),
         location=traceback_location(facts.stderr_tail),
         docs=(DOC_SHARING_STRATEGIES, "https://github.com/pytorch/pytorch/issues/92134"),
-        contradiction=None if near or peak is None else f"the highest map count seen was {peak} of {limit}: memory itself ran out, not mappings",
+        contradiction=None
+        if near or peak is None
+        else f"the highest map count seen was {peak} of {limit}: memory itself ran out, not mappings",
     )
 
 
@@ -317,7 +334,9 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     native = _NATIVE_SIGNAL.search(facts.stderr_tail)
     if not matches and native is None:
         return None
-    m = next((x for x in reversed(matches) if x.group(2)), matches[-1] if matches else None)  # "killed by signal" says more
+    m = next(
+        (x for x in reversed(matches) if x.group(2)), matches[-1] if matches else None
+    )  # "killed by signal" says more
     pids = tuple(int(p) for p in re.findall(r"\d+", m.group(1))) if m else ()
     signal_name = (m.group(2) if m else None) or (native.group(1).capitalize() if native else None)
     evidence = [f"stderr: {m.group(0)}"] if m else []
@@ -326,10 +345,14 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     for pid in pids:
         last = facts.last_seen(pid)
         if last is not None:
-            evidence.append(f"worker pid {pid}: last seen state {last.state}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}")
+            evidence.append(
+                f"worker pid {pid}: last seen state {last.state}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}"
+            )
     oom = bool(facts.oom_kills)
     if oom:
-        evidence.append(f"the job's cgroup counted {facts.oom_kills} OOM kill(s) (memory.events oom_kill) while it was watched")
+        evidence.append(
+            f"the job's cgroup counted {facts.oom_kills} OOM kill(s) (memory.events oom_kill) while it was watched"
+        )
     avail = max_over_timeline(facts, lambda s: -s.host.mem_available_bytes)
     if avail is not None:
         evidence.append(f"lowest available memory seen: {mib(-avail)}{_exit(facts)}")
@@ -417,7 +440,8 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
     return Finding(
         confidence=0.95,
         summary="A forked DataLoader worker touched CUDA after the main process had initialised it.",
-        evidence=tuple(f"stderr: {line}" for line in lines[-2:]) + (f"exit code {facts.exit_code}",) * (facts.exit_code is not None),
+        evidence=tuple(f"stderr: {line}" for line in lines[-2:])
+        + (f"exit code {facts.exit_code}",) * (facts.exit_code is not None),
         remedy=(
             "Keep the Dataset on the CPU (move batches to the GPU in the training loop), or start workers with "
             'multiprocessing_context="spawn" (or "forkserver"); check libraries that call torch.cuda in __getitem__ '
@@ -465,7 +489,9 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     evidence = [f"stderr: {m.group(0)}"]
     busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
     if cpu is not None:
-        evidence.append(f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the error{_exit(facts)}")
+        evidence.append(
+            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the error{_exit(facts)}"
+        )
     if busy:
         summary = f"DataLoader(timeout={timeout_s:g}) fired while the workers were busy computing a batch: the timeout is shorter than a batch takes."
         remedy = (

@@ -100,7 +100,9 @@ def rng_duplicated(facts: Facts) -> Optional[Finding]:
     ]
     globals_only = all("(global)" in g for g, _ in found)
     if globals_only:
-        evidence.append("PyTorch seeds random, torch and numpy's global generators differently in each worker; these were equal after worker_init_fn, which must reseed them")
+        evidence.append(
+            "PyTorch seeds random, torch and numpy's global generators differently in each worker; these were equal after worker_init_fn, which must reseed them"
+        )
     else:
         evidence.append(
             "PyTorch seeds only the global generators per worker (seed = base_seed + worker id); a generator the Dataset holds keeps "

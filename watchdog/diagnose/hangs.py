@@ -69,7 +69,9 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip())
 
 
-def lock_holder_at_fork(facts: Facts, record: ForkRecord, name: str, forking: bool = False) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
+def lock_holder_at_fork(
+    facts: Facts, record: ForkRecord, name: str, forking: bool = False
+) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
     """The thread of ``record`` (not the forking one) inside a ``with NAME:`` block (or after
     ``NAME.acquire()``) at the fork: ``(thread, its frame, line of the with, its text)``. Raw
     source lines (indentation kept) come from the daemon, up to ``ENCLOSING_LINES`` above each
@@ -101,7 +103,8 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
         if not others:
             return "; main ran a single thread when it forked this worker (recorded at the fork): the lock was taken by that same thread before iter(), or by a library's native thread"
         shown = "; ".join(
-            f"{t.name or '?'} (tid {t.native_id}) at {describe(facts, record.pid, _innermost_user(t))}" for t in others[:6]
+            f"{t.name or '?'} (tid {t.native_id}) at {describe(facts, record.pid, _innermost_user(t))}"
+            for t in others[:6]
         )
         more = f"; and {len(others) - 6} more" if len(others) > 6 else ""
         return f"; main ran {len(others) + 1} threads when it forked this worker (recorded at the fork): the forking one and {shown}{more}"
@@ -132,7 +135,11 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
 
 
 def _innermost_user(t: ThreadAtFork) -> Frame:
-    return next((f for f in t.frames if frames.is_user(f)), None) or next((f for f in t.frames if not frames.is_stdlib(f)), None) or t.frames[0]
+    return (
+        next((f for f in t.frames if frames.is_user(f)), None)
+        or next((f for f in t.frames if not frames.is_stdlib(f)), None)
+        or t.frames[0]
+    )
 
 
 def fork_context(facts: Facts, v: WorkerView) -> str:
@@ -193,7 +200,11 @@ def _seen_alone_at_fork(facts: Facts, pid: int) -> bool:
     main = facts.sample.main
     if sampled is None or sampled > 1 or main is None or start is None:
         return False
-    before = [d for d in facts.threads_of(main.pid) if d.start_ticks is not None and d.start_ticks <= start and d.tid != main.pid]
+    before = [
+        d
+        for d in facts.threads_of(main.pid)
+        if d.start_ticks is not None and d.start_ticks <= start and d.tid != main.pid
+    ]
     return not before
 
 
@@ -236,7 +247,9 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
             )
         native = [f for f in t.frames if f.native][:3]
         if holder in ("openmp", "native_mutex") and native:
-            lines.append(f"worker pid {v.pid}: native frames on top: {' ← '.join(describe(facts, v.pid, f) for f in native)}")
+            lines.append(
+                f"worker pid {v.pid}: native frames on top: {' ← '.join(describe(facts, v.pid, f) for f in native)}"
+            )
         if v.user is not None and v.user is not top:
             lines.append(f"worker pid {v.pid}: called from {describe(facts, v.pid, v.user)}")
         site = fork_site(t)
@@ -305,7 +318,9 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in found.pids and v.loop is not None}
     holder = next(iter(holders)) if len(holders) == 1 else None
     if holder in _FORK_REMEDY:
-        summary = found.summary.replace("state inherited through fork (a lock, condition or thread pool of the main process)", HOLDER_TEXT[holder])
+        summary = found.summary.replace(
+            "state inherited through fork (a lock, condition or thread pool of the main process)", HOLDER_TEXT[holder]
+        )
         return Finding(**{**found.__dict__, "summary": summary, "remedy": _FORK_REMEDY[holder]})
     return found
 
@@ -316,7 +331,11 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
     threads = [t for t in v.stack.threads if not frames.is_feeder_thread(t) and not frames.is_resource_sharer(t)]
     if not threads:
         return None
-    inherited_ruled_out = _holder(facts, threads[0]) in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not _forking_thread_held(facts, v, threads[0])
+    inherited_ruled_out = (
+        _holder(facts, threads[0]) in _PYTHON_HOLDERS
+        and alone_at_fork(facts, v.pid)
+        and not _forking_thread_held(facts, v, threads[0])
+    )
     if len(threads) < 2 and v.proc.start_method in (None, "fork") and not inherited_ruled_out:
         return None  # one thread, forked: fork_inherited_lock, unless the fork record rules that out
     lines = []
@@ -324,7 +343,9 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
         top = frames.innermost_python(t)
         user = frames.innermost_user(t) or top
         what = HOLDER_TEXT.get(_holder(facts, t) or "", "something only a thread of its process could release")
-        lines.append(f"worker pid {v.pid}: thread {t.tid} ({t.name or '?'}) waits for {what} at {describe(facts, v.pid, user)}")
+        lines.append(
+            f"worker pid {v.pid}: thread {t.tid} ({t.name or '?'}) waits for {what} at {describe(facts, v.pid, user)}"
+        )
         lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
     if len(threads) < 2:
         lines.append(
@@ -389,9 +410,13 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
             pipe = dict(facts.fd_targets).get((pid, detail.wait.fd))
             if pipe:
                 readers = dict(facts.pipe_readers).get(pipe, ())
-                target = f"; fd {detail.wait.fd} is {pipe}, read only by pid(s) {', '.join(map(str, readers)) or 'none'}"
+                target = (
+                    f"; fd {detail.wait.fd} is {pipe}, read only by pid(s) {', '.join(map(str, readers)) or 'none'}"
+                )
         doing = f"waits for {HOLDER_TEXT[holder]}, at" if holder in HOLDER_TEXT else "is at"
-        at = describe(facts, pid, top) + (f", called from {describe(facts, pid, user)}" if user is not None and user is not top else "")
+        at = describe(facts, pid, top) + (
+            f", called from {describe(facts, pid, user)}" if user is not None and user is not top else ""
+        )
         lines.append(f"main pid {pid}: thread {t.tid} ({t.name or '?'}) {doing} {at} — {wait}{target}")
         if where is None and user is not None and t.tid == pid:
             where = user
@@ -409,7 +434,9 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
         return None
     lines, where, kinds = _main_threads_chain(facts, main.pid)
     stack = facts.stack(main.pid)
-    at_exit = stack is not None and any(frames.has_frame(t, frozenset({"_exit_function", "_run_finalizers"})) for t in stack.threads)
+    at_exit = stack is not None and any(
+        frames.has_frame(t, frozenset({"_exit_function", "_run_finalizers"})) for t in stack.threads
+    )
     feeder = stack is not None and any(frames.is_feeder_thread(t) for t in stack.threads)
     if at_exit and feeder:
         summary = (
@@ -455,13 +482,19 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         return None  # a socket's peer, or a multiprocessing queue's feeder, is another process: worker_stuck
     # The loop thread's wait: set whenever the activity is FD_WAIT or the wait's fd has a target.
     wait = v.loop_detail.wait if v.loop_detail is not None else None
-    in_kernel_io = v.activity is Activity.KERNEL_IO or family in frames.IO_WCHAN_FAMILIES or (
-        v.activity is Activity.FD_WAIT
-        and (target.startswith(("pipe:", "/")) or (wait is not None and wait.syscall in ("open", "openat")))
+    in_kernel_io = (
+        v.activity is Activity.KERNEL_IO
+        or family in frames.IO_WCHAN_FAMILIES
+        or (
+            v.activity is Activity.FD_WAIT
+            and (target.startswith(("pipe:", "/")) or (wait is not None and wait.syscall in ("open", "openat")))
+        )
     )
     if not in_kernel_io:
         return None
-    lines = [f"worker pid {v.pid} ({v.proc.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, v.pid, tid)}"]
+    lines = [
+        f"worker pid {v.pid} ({v.proc.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, v.pid, tid)}"
+    ]
     if target and wait is not None:
         lines.append(f"worker pid {v.pid}: it waits on fd {wait.fd}, which is {target}")
         if target.startswith("pipe:"):
@@ -476,12 +509,16 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
                 f"{held or 'no other process'}"
             )
     if v.loop is not None:
-        lines.append(f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}")
+        lines.append(
+            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}"
+        )
     else:
         lines.append(f"worker pid {v.pid}: no stack (py-spy unavailable)")
     files = dict(facts.open_files).get(v.pid, ())
     regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
-    lines.append(f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}")
+    lines.append(
+        f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}"
+    )
     return (0.85 if v.loop is not None else 0.5), lines, v.user
 
 
@@ -490,7 +527,10 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
     targets = [_fd_target(facts, v) or "" for v in views]
     if any(t.startswith("pipe:") for t in targets):
         writing = any(
-            v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.syscall in ("write", "writev") for v in views
+            v.loop_detail is not None
+            and v.loop_detail.wait is not None
+            and v.loop_detail.wait.syscall in ("write", "writev")
+            for v in views
         )
         if writing:
             return (
@@ -499,7 +539,12 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
                 "logs to a file; print from workers sparingly."
             )
         return "Nothing writes to the pipe this worker reads: check the process meant to feed it; read with a timeout."
-    if any(v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.syscall in ("open", "openat") for v in views):
+    if any(
+        v.loop_detail is not None
+        and v.loop_detail.wait is not None
+        and v.loop_detail.wait.syscall in ("open", "openat")
+        for v in views
+    ):
         return "The worker opens a FIFO (named pipe) that no process opens for writing: start the writer first, or open it non-blocking."
     return (
         "Check the storage the Dataset reads (NFS/FUSE mount, disk): `cat /proc/<pid>/stack` as root shows the kernel path; "
@@ -543,7 +588,11 @@ _STUCK_DOING = {
 
 
 def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if _fork_lock_hit(facts, v) is not None or _blocked_io_hit(facts, v) is not None or _self_deadlock_hit(facts, v) is not None:
+    if (
+        _fork_lock_hit(facts, v) is not None
+        or _blocked_io_hit(facts, v) is not None
+        or _self_deadlock_hit(facts, v) is not None
+    ):
         return None
     busy_cpu = None if v.quiet else _busy_cpu_s(facts, v.pid)
     no_delivery_s = facts.stall.no_delivery_s if facts.stall is not None else None
@@ -580,7 +629,9 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
     family = _thread_wchan_family(facts, v.pid, v.pid)
     if family not in ("sleep", "socket"):
         return None
-    lines = [f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); {kernel_wait(facts, v.pid, v.pid)} ({family}); {quiet_text(facts, v.pid)}"]
+    lines = [
+        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); {kernel_wait(facts, v.pid, v.pid)} ({family}); {quiet_text(facts, v.pid)}"
+    ]
     return 0.45, lines, None
 
 
@@ -663,13 +714,22 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
         return None
     evidence = [waiting_main(facts)]
     for exc, user in failures[-3:]:
-        evidence.append(f"stderr: a worker's queue feeder thread failed to send a batch: {exc}" + (f" (raised at {user})" if user else ""))
+        evidence.append(
+            f"stderr: a worker's queue feeder thread failed to send a batch: {exc}"
+            + (f" (raised at {user})" if user else "")
+        )
     idle = [v.pid for v in worker_views(facts) if v.state is WorkerState.IDLE]
     if idle:
-        evidence.append(f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent")
+        evidence.append(
+            f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent"
+        )
     if idle_proof is not None:
         evidence += [f"proof: {line}" for line in idle_proof.lines]
-    why = f"a worker failed to send it to the main process ({failures[-1][0][:240]})" if failures else "no worker holds it and none is sending it"
+    why = (
+        f"a worker failed to send it to the main process ({failures[-1][0][:240]})"
+        if failures
+        else "no worker holds it and none is sending it"
+    )
     return Finding(
         confidence=0.9 if idle_proof is not None else 0.6,
         summary=f"A batch was lost: {why}, and main waits for it forever.",
@@ -700,12 +760,18 @@ def pin_memory_stall(facts: Facts) -> Optional[Finding]:
         if not frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE):
             continue
         top = frames.innermost_python(t)
-        if top is not None and top.function.endswith("Queue.get") and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE):
+        if (
+            top is not None
+            and top.function.endswith("Queue.get")
+            and not frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE)
+        ):
             continue  # idle: waiting for the next batch from the workers
         cuda = [f for f in t.frames if f.native and "cuda" in (f.function + (f.module or "")).lower()]
         if not (frames.has_frame(t, frames.PIN_WORK_FUNCS, frames.PIN_MEMORY_FILE) or cuda):
             continue
-        blocked_at = " ← ".join(describe(facts, pid, f) for f in cuda[:3]) or describe(facts, pid, t.frames[0] if t.frames else None)
+        blocked_at = " ← ".join(describe(facts, pid, f) for f in cuda[:3]) or describe(
+            facts, pid, t.frames[0] if t.frames else None
+        )
         evidence = (
             waiting_main(facts),
             f"main pid {pid}: pin-memory thread {t.tid} ({t.name or 'pt_data_pin'}) blocked at {blocked_at}, inside {describe(facts, pid, top)}",
@@ -743,7 +809,9 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
     pid = facts.stall.main_pid
     top = frames.innermost_python(v.thread)
     user = frames.innermost_user(v.thread)
-    evidence = [f"main pid {pid}: thread {v.thread.tid} is in _shutdown_workers, waiting at {describe(facts, pid, top)}"]
+    evidence = [
+        f"main pid {pid}: thread {v.thread.tid} is in _shutdown_workers, waiting at {describe(facts, pid, top)}"
+    ]
     if user is not None:
         evidence.append(f"main pid {pid}: reached from {describe(facts, pid, user)}")
     for w in facts.sample.workers:
@@ -754,7 +822,9 @@ def shutdown_hang(facts: Facts) -> Optional[Finding]:
     )
     return Finding(
         confidence=0.75,
-        summary="The main process is stuck shutting a DataLoader iterator down" + (" (joining the pin-memory thread)" if joins_pin else "") + ".",
+        summary="The main process is stuck shutting a DataLoader iterator down"
+        + (" (joining the pin-memory thread)" if joins_pin else "")
+        + ".",
         evidence=tuple(evidence),
         remedy=(
             "Exhaust or delete iterators explicitly before exit (del it) and avoid killing workers by hand; with "
@@ -811,7 +881,9 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
     evidence = [
         f"rank {r}: its DataLoader ({v.label}) ended the epoch after {v.batches} batches; the rank left the loop"
         for r, v in sorted(over.items())
-    ] + [f"rank {r}: {v.batches} batches delivered in the same epoch, and more to come" for r, v in sorted(going.items())]
+    ] + [
+        f"rank {r}: {v.batches} batches delivered in the same epoch, and more to come" for r, v in sorted(going.items())
+    ]
     evidence.append(f"rank {facts.rank} (this report): main waits outside the DataLoader: {facts.verdict.reason}")
     evidence.append(COLLECTIVE_TIMEOUT_TEXT)
     where = frames.innermost_user(facts.verdict.thread) if facts.verdict.thread is not None else None
@@ -847,14 +919,19 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     if facts.proof is not None and pid in facts.proof.pids:
         return None
     t = v.thread
-    evidence = [f"main pid {pid}: {v.reason}" + ("" if v.confirmed_by_stack else " (from /proc only: py-spy could not read main)")]
+    evidence = [
+        f"main pid {pid}: {v.reason}"
+        + ("" if v.confirmed_by_stack else " (from /proc only: py-spy could not read main)")
+    ]
     user = None
     collective = None
     timed = False
     if t is not None:
         top = t.frames[0] if t.frames else None
         user = frames.innermost_user(t)
-        evidence.append(f"main pid {pid}: thread {t.tid} ({t.name or 'MainThread'}) innermost frame {describe(facts, pid, top)}")
+        evidence.append(
+            f"main pid {pid}: thread {t.tid} ({t.name or 'MainThread'}) innermost frame {describe(facts, pid, top)}"
+        )
         if user is not None and user is not top:
             evidence.append(f"main pid {pid}: in the job's code at {describe(facts, pid, user)}")
         evidence.append(f"main pid {pid}: thread {t.tid} {kernel_wait(facts, pid, t.tid)}")
@@ -872,7 +949,10 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     evidence.append(f"main pid {pid}: {quiet_text(facts, pid)}; {len(facts.sample.workers)} DataLoader worker(s) alive")
     where = f" at {brief(user)}" if user else ""
     if not torch_seen(facts):
-        evidence.insert(0, f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this process tree")
+        evidence.insert(
+            0,
+            f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this process tree",
+        )
         return Finding(
             confidence=0.3,
             summary=(
@@ -932,4 +1012,3 @@ def unknown(facts: Facts) -> Finding:
         location=location(user),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
-

@@ -12,8 +12,8 @@ from typing import List, Optional, Tuple
 from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, ProcessSample, Sample
 from .common import (
     DOC_MEMORY_LEAK,
-    DOC_PIN_MEMORY,
     DOC_MULTI_PROCESS_LOADING,
+    DOC_PIN_MEMORY,
     DOC_SHARING_STRATEGIES,
     mib,
 )
@@ -88,7 +88,10 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             grown = points[-1][1] - points[0][1]
             if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
                 growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
-        forked = w.start_method in (None, "fork")  # spawn/forkserver workers share nothing with main: their USS is their own
+        forked = w.start_method in (
+            None,
+            "fork",
+        )  # spawn/forkserver workers share nothing with main: their USS is their own
         uss = w.uss_bytes
         if forked and uss and main_uss and uss >= COPIED_MIN_BYTES and uss >= COPIED_MIN_SHARE * main_uss:
             copied.append((w, uss))
@@ -113,7 +116,9 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         )
     if growing:
         eta_s = avail / total_slope if total_slope > 0 else float("inf")
-        evidence.append(f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers")
+        evidence.append(
+            f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers"
+        )
         summary = f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate."
     else:
         share = min(uss / main_uss for _, uss in copied)
@@ -141,13 +146,20 @@ def fd_pressure(facts: Facts) -> Optional[Finding]:
     """Open file descriptors above 80% of RLIMIT_NOFILE in a process of the job."""
     if not _live(facts):
         return None
-    hot = [p for p in facts.sample.processes if p.num_fds and p.rlimit_nofile_soft and p.num_fds > PRESSURE_FRACTION * p.rlimit_nofile_soft]
+    hot = [
+        p
+        for p in facts.sample.processes
+        if p.num_fds and p.rlimit_nofile_soft and p.num_fds > PRESSURE_FRACTION * p.rlimit_nofile_soft
+    ]
     if not hot:
         return None
     return Finding(
         confidence=0.8,
         summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of their file-descriptor limit; the loader fails with 'Too many open files' at 100%.",
-        evidence=tuple(f"{p.role} pid {p.pid}: {p.num_fds} open file descriptors of RLIMIT_NOFILE {p.rlimit_nofile_soft}" for p in hot),
+        evidence=tuple(
+            f"{p.role} pid {p.pid}: {p.num_fds} open file descriptors of RLIMIT_NOFILE {p.rlimit_nofile_soft}"
+            for p in hot
+        ),
         remedy='torch.multiprocessing.set_sharing_strategy("file_system"), or raise the limit (ulimit -n); keep fewer batches alive in main.',
         pids=tuple(p.pid for p in hot),
         docs=(DOC_SHARING_STRATEGIES,),
@@ -181,7 +193,8 @@ def map_count_pressure(facts: Facts) -> Optional[Finding]:
     return Finding(
         confidence=0.8,
         summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of vm.max_map_count ({limit}); mmap fails with 'Cannot allocate memory (12)' at 100%.",
-        evidence=tuple(f"{p.role} pid {p.pid}: {p.map_count} memory mappings of vm.max_map_count {limit}" for p in hot) + tuple(rates),
+        evidence=tuple(f"{p.role} pid {p.pid}: {p.map_count} memory mappings of vm.max_map_count {limit}" for p in hot)
+        + tuple(rates),
         remedy="Do not keep received batches alive (clone what you cache); batch more samples per tensor; or sysctl -w vm.max_map_count=262144.",
         pids=tuple(p.pid for p in hot),
         docs=(DOC_SHARING_STRATEGIES,),
@@ -335,9 +348,14 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     large = bool(ram and total >= PINNED_RAM_SHARE * ram)
     if not growing and not large:
         return None
-    evidence = [f"{p.role} pid {p.pid}: {mib(p.pinned_bytes)} of pinned host memory (/dev/nvidiactl mappings in smaps)" for p in procs[:6]]
+    evidence = [
+        f"{p.role} pid {p.pid}: {mib(p.pinned_bytes)} of pinned host memory (/dev/nvidiactl mappings in smaps)"
+        for p in procs[:6]
+    ]
     if ram:
-        evidence.append(f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available {mib(facts.sample.host.mem_available_bytes)}")
+        evidence.append(
+            f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available {mib(facts.sample.host.mem_available_bytes)}"
+        )
     if growing:
         slope, grown, span = growing
         evidence.append(f"pinned memory grew by {mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s), steadily")
