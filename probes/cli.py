@@ -58,7 +58,10 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
 
 PROG = "dlwatch probe"
 DESCRIPTION = "Reproductions and benchmarks of DataLoader jobs (they need the [probes] extra)."
-EPILOG = "`dlwatch probe COMMAND --help` for a command's own arguments. Exit codes: 0 done; 1 a run failed or a scenario was misdiagnosed; 2 bad input."
+EPILOG = (
+    "`dlwatch probe COMMAND --help` for a command's own arguments. Exit codes: 0 done; 1 a run failed or a scenario "
+    "was misdiagnosed; 2 bad input."
+)
 # Where add_commands puts the command and its arguments: [COMMAND, ARGS…].
 DEST = "probe_args"
 

@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     new = sorted(set(os.listdir(args.report_dir)) - before) if os.path.isdir(args.report_dir) else []
     new = [n for n in new if not n.startswith(".")]
     print(
-        f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s ({int(Exit.TERMINATED)} = it ended the hung job)"
+        f"\ndemo: dlwatch exited {code} after {time.monotonic() - started:.0f} s ({int(Exit.TERMINATED)} = it ended "
+        "the hung job)"
     )
     if not new:
         print("demo: no report was written", file=sys.stderr)

@@ -43,8 +43,10 @@ JOB = textwrap.dedent(
         def __getitem__(self, i):
             return torch.full(self.shape, float(i % 7))
 
-    batches, batch_size, shape, step_ms, workers = int(sys.argv[1]), int(sys.argv[2]), tuple(map(int, sys.argv[3].split("x"))), float(sys.argv[4]), int(sys.argv[5])
-    loader = DataLoader(Images(batches * batch_size, shape), batch_size=batch_size, num_workers=workers, persistent_workers=workers > 0)
+    batches, batch_size, shape, step_ms, workers = int(sys.argv[1]), int(sys.argv[2]), \\
+        tuple(map(int, sys.argv[3].split("x"))), float(sys.argv[4]), int(sys.argv[5])
+    loader = DataLoader(Images(batches * batch_size, shape), batch_size=batch_size, num_workers=workers, \\
+        persistent_workers=workers > 0)
     for _ in loader:  # warm-up epoch: workers started, caches filled
         pass
     elapsed = float("inf")

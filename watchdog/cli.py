@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--out", metavar="PATH", help="where --html writes (default REPORT/report.html)")
     status = sub.add_parser(
         "status",
-        help="what a running job's DataLoaders are doing now (its inside view) and its pinned memory: dlwatch status --pid PID",
+        help="what a running job's DataLoaders are doing now (its inside view) and its pinned memory: dlwatch status "
+        "--pid PID",
         description="Print, for a job started by `dlwatch run` (or with `env $(dlwatch hook-env) …`), each DataLoader "
         "iterator's settings, batches, data wait and what main waits for, and each CUDA process's pinned host memory.",
     )
@@ -107,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub.add_parser(
         "hook-env",
-        help="print the environment that gives `dlwatch attach` the inside view: env $(dlwatch hook-env) python train.py",
+        help="print the environment that gives `dlwatch attach` the inside view: env $(dlwatch hook-env) python "
+        "train.py",
         description="Print PYTHONPATH=… DLWATCH_HOOK_DIR=… (a new private folder) for a job started by hand; "
         "`dlwatch attach --pid PID` then finds the folder in the job's environment.",
     )
@@ -441,7 +443,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     log(f"watching pid {proc.pid} ({' '.join(procfs.redact_cmdline(proc.cmdline()))[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
         log(
-            f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch training loops; watching anyway"
+            f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch "
+            "training loops; watching anyway"
         )
     outcome = watcher.run()
     if outcome.terminated or stopped:

@@ -68,7 +68,8 @@ class PySpyConfig(_Settings, frozen=True):
         Meta(
             gt=0,
             le=120,
-            description="seconds from a stall's detection by which every py-spy dump of it is over (one deadline for all processes)",
+            description="seconds from a stall's detection by which every py-spy dump of it is over (one deadline for "
+            "all processes)",
         ),
     ] = 5.0
 
@@ -95,37 +96,40 @@ class Config(_Settings, frozen=True):
         float,
         Meta(
             gt=0,
-            description="seconds the iterating thread may wait while workers burn CPU but send nothing (no I/O) before that is examined",
+            description="seconds the iterating thread may wait while workers burn CPU but send nothing (no I/O) "
+            "before that is examined",
         ),
     ] = 300.0
     stall_min_s: Annotated[
         float,
         Meta(
             gt=0,
-            description="with the inside view: once main's iterator has 20 intervals between batches, a stall counts after "
-            "max(stall_min_s, stall_p99_factor x p99 interval) when that is below stall_timeout_s; "
-            "only a proven hang is reported that early",
+            description="with the inside view: once main's iterator has 20 intervals between batches, a stall counts "
+            "after max(stall_min_s, stall_p99_factor x p99 interval) when that is below stall_timeout_s; only a "
+            "proven hang is reported that early",
         ),
     ] = 10.0
     stall_p99_factor: Annotated[
         float,
         Meta(
             ge=1,
-            description="k of the stall_min_s rule; `dlwatch probe rhythm` measured healthy loaders' longest interval at <= 3 x their p99",
+            description="k of the stall_min_s rule; `dlwatch probe rhythm` measured healthy loaders' longest interval "
+            "at <= 3 x their p99",
         ),
     ] = 10.0
     on_hang: Annotated[
         Literal["report", "terminate"],
         Meta(
-            description="report | terminate: what to do about a DataLoader hang once its report is written (terminate: after the "
-            "report of a proven hang, or busy_stall_timeout_s without a batch, SIGTERM the job's processes, SIGKILL "
-            "after terminate_grace_s)",
+            description="report | terminate: what to do about a DataLoader hang once its report is written "
+            "(terminate: after the report of a proven hang, or busy_stall_timeout_s without a batch, SIGTERM the "
+            "job's processes, SIGKILL after terminate_grace_s)",
         ),
     ] = "report"
     terminate_outside_loader: Annotated[
         bool,
         Meta(
-            description="with on_hang=terminate, also end a job stalled outside its DataLoader (it may be waiting legitimately)",
+            description="with on_hang=terminate, also end a job stalled outside its DataLoader (it may be waiting "
+            "legitimately)",
         ),
     ] = False
     terminate_grace_s: Annotated[
@@ -135,7 +139,8 @@ class Config(_Settings, frozen=True):
     report_dir: Annotated[
         _Text,
         Meta(
-            description="folder for report folders <UTC timestamp>-<pid>/ (created 0700; relative to the working directory)",
+            description="folder for report folders <UTC timestamp>-<pid>/ (created 0700; relative to the working "
+            "directory)",
         ),
     ] = "dlwatch-reports"
     full_info_interval_s: Annotated[
@@ -169,30 +174,31 @@ class Config(_Settings, frozen=True):
         Meta(
             ge=0,
             le=16 * 2**20,
-            description="bytes of the job's stderr kept for crash diagnosis (dlwatch run; every byte still reaches you, through a pipe); "
-            "0: stderr left alone, no crash diagnosis",
+            description="bytes of the job's stderr kept for crash diagnosis (dlwatch run; every byte still reaches "
+            "you, through a pipe); 0: stderr left alone, no crash diagnosis",
         ),
     ] = 65536
     hook: Annotated[
         bool,
         Meta(
-            description="dlwatch run: record the DataLoader's own view inside the job (batches, data wait, threads at fork) through a "
-            "sitecustomize on PYTHONPATH; false (or --no-hook): watch from outside only",
+            description="dlwatch run: record the DataLoader's own view inside the job (batches, data wait, threads at "
+            "fork) through a sitecustomize on PYTHONPATH; false (or --no-hook): watch from outside only",
         ),
     ] = True
     data_checks: Annotated[
         bool,
         Meta(
-            description="with the hook: warn when every worker of an IterableDataset replays the same stream, or workers draw identical "
-            "random numbers (one digest of each worker's first batch and RNG states; false: off)",
+            description="with the hook: warn when every worker of an IterableDataset replays the same stream, or "
+            "workers draw identical random numbers (one digest of each worker's first batch and RNG states; false: "
+            "off)",
         ),
     ] = True
     on_hang_exec: Annotated[
         Optional[_Text],
         Meta(
-            description="shell command run after a hang report is written (/bin/sh -c), with DLWATCH_REPORT (the folder), DLWATCH_KIND, "
-            "DLWATCH_MODE, DLWATCH_SUMMARY, DLWATCH_ACTION, DLWATCH_JOB_PID and DLWATCH_RANK in its environment; "
-            'e.g. curl -d "$DLWATCH_SUMMARY" https://alerts.example/hook',
+            description="shell command run after a hang report is written (/bin/sh -c), with DLWATCH_REPORT (the "
+            "folder), DLWATCH_KIND, DLWATCH_MODE, DLWATCH_SUMMARY, DLWATCH_ACTION, DLWATCH_JOB_PID and DLWATCH_RANK "
+            'in its environment; e.g. curl -d "$DLWATCH_SUMMARY" https://alerts.example/hook',
         ),
     ] = None
     on_crash_exec: Annotated[Optional[_Text], Meta(description="the same as on_hang_exec, after a crash report")] = None
@@ -205,7 +211,8 @@ class Config(_Settings, frozen=True):
         Meta(
             gt=0,
             le=3600,
-            description="seconds such a command may run before it is killed (its failure is logged and changes nothing else)",
+            description="seconds such a command may run before it is killed (its failure is logged and changes "
+            "nothing else)",
         ),
     ] = 30.0
     metrics_port: Annotated[

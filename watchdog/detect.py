@@ -369,7 +369,8 @@ def rhythm(sample: Sample, stall_timeout_s: float, stall_min_s: float, factor: f
         return None
     rule = (
         f"batch rhythm of {v.label}: p99 {p99 * 1000:.0f} ms between batches over {v.intervals} intervals, "
-        f"so a stall counts after max(stall_min_s {stall_min_s:g} s, {factor:g} × p99) = {timeout:.1f} s (stall_timeout_s {stall_timeout_s:g} s otherwise)"
+        f"so a stall counts after max(stall_min_s {stall_min_s:g} s, {factor:g} × p99) = {timeout:.1f} s "
+        f"(stall_timeout_s {stall_timeout_s:g} s otherwise)"
     )
     return Rhythm(timeout, since, rule)
 
@@ -593,7 +594,10 @@ def prove(
             line = _describe_wait(pid, d, (names or {}).get((pid, d.tid)))
             w = d.wait
             if (pid, d.tid) in inert:
-                line += "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing the others wait for"
+                line += (
+                    "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing "
+                    "the others wait for"
+                )
             elif w is None:
                 pass  # never: every thread of a stuck pid is a candidate, whose wait is known
             elif w.kind is WaitKind.FUTEX_PRIVATE:
@@ -605,7 +609,8 @@ def prove(
                 line += f"; fd {w.fd} is {pipe}, whose {end} end only pid(s) {', '.join(map(str, holders))} hold"
             lines.append(line)
     lines.append(
-        f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: none can ever run again"
+        f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: "
+        "none can ever run again"
     )
     return Proof("kernel", tuple(stuck), tuple(lines))
 
@@ -681,7 +686,8 @@ def prove_loader_idle(
             f"worker pid {w.pid}: every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task"
         )
     lines.append(
-        f"no loader thread did CPU work or I/O for {stall.stall_s:.0f} s: no process holds or carries the batch main waits for, so it never comes"
+        f"no loader thread did CPU work or I/O for {stall.stall_s:.0f} s: no process holds or carries the batch main "
+        "waits for, so it never comes"
     )
     return Proof("loader_idle", tuple(w.pid for w in workers), tuple(lines))
 
@@ -780,7 +786,8 @@ def assess(
             return Assessment(
                 False,
                 verdict,
-                f"pid {p.pid} thread {d.tid} waits with a timeout in the job's code at {frames.where(user)} and keeps waking: slow, not stuck",
+                f"pid {p.pid} thread {d.tid} waits with a timeout in the job's code at {frames.where(user)} and keeps "
+                "waking: slow, not stuck",
                 None,
                 entries,
             )
@@ -788,7 +795,8 @@ def assess(
         return Assessment(
             False,
             verdict,
-            "main joins DataLoader workers with a timeout at shutdown (_shutdown_workers: join(timeout=5), then terminate): bounded",
+            "main joins DataLoader workers with a timeout at shutdown (_shutdown_workers: join(timeout=5), then "
+            "terminate): bounded",
             None,
             entries,
         )
@@ -798,7 +806,8 @@ def assess(
         return Assessment(
             False,
             verdict,
-            f"the loader is quiet but the job's process tree did work {stall.tree_quiet_s:.0f} s ago: busy elsewhere, not provably stuck",
+            f"the loader is quiet but the job's process tree did work {stall.tree_quiet_s:.0f} s ago: busy elsewhere, "
+            "not provably stuck",
             None,
             entries,
         )
@@ -853,8 +862,8 @@ def termination(
         grounded, note = (
             False,
             (
-                f"proven stuck workers, but main's stack is unknown and PyTorch's shutdown would end them within {bound_s:.0f} s: "
-                "terminate waits until then"
+                "proven stuck workers, but main's stack is unknown and PyTorch's shutdown would end them within "
+                f"{bound_s:.0f} s: terminate waits until then"
             ),
         )
     elif stall.trigger == TRIGGER_BUSY and verdict.confirmed_by_stack:

@@ -18,7 +18,8 @@ from typing import Dict, List, Optional, Tuple
 from .report import STACKS_HEADING
 
 _STYLE = """
-body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px;
+color: #222; }
 pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 12px; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
 .plots img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0; }

@@ -165,8 +165,8 @@ class JobWatcher:
                 ):
                     pid = v.workers[v.waiting_worker] if v.waiting_worker < len(v.workers) else None
                     out.append(
-                        f"{name} has waited {now - v.waiting_since:.0f} s in its DataLoader for batch {v.waiting_idx} from worker "
-                        f"{v.waiting_worker}" + (f" (pid {pid})" if pid else "")
+                        f"{name} has waited {now - v.waiting_since:.0f} s in its DataLoader for batch {v.waiting_idx} "
+                        f"from worker {v.waiting_worker}" + (f" (pid {pid})" if pid else "")
                     )
                     break
             else:

@@ -457,11 +457,13 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
         site = v["site"]
         where = f"{frames.short_path(site['file'])}:{site['line']}" if site else "?"
         settings = " ".join(f"{k}={v['settings'][k]}" for k in _SETTINGS_SHOWN if k in v["settings"])
-        yield f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
+        yield (
+            f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
+        )
         wait = "-" if v["data_wait_fraction"] is None else f"{v['data_wait_fraction']:.0%}"
         line = (
-            f"    {v['batches']} batches (epoch {v['epoch']}); data wait {wait}; between batches p50 {_ms(v['interval_p50_s'])}, "
-            f"p99 {_ms(v['interval_p99_s'])}; last batch {_ms(v['last_batch_age_s'])} ago"
+            f"    {v['batches']} batches (epoch {v['epoch']}); data wait {wait}; between batches p50 "
+            f"{_ms(v['interval_p50_s'])}, p99 {_ms(v['interval_p99_s'])}; last batch {_ms(v['last_batch_age_s'])} ago"
         )
         yield line
         if v["in_next_for_s"] is not None and v["waiting_worker"] is not None and v["waiting_worker"] >= 0:
@@ -485,16 +487,25 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
             )
             yield f"    CUDA host allocator (torch.cuda.host_memory_stats): {', '.join(parts)}{alive}"
         if v["settings"].get("pin_memory") and v.get("pin_memory_effective") is False:
-            yield "    pin_memory=True does nothing here: torch sees no accelerator, so no pin-memory thread runs and nothing is pinned"
+            yield (
+                "    pin_memory=True does nothing here: torch sees no accelerator, so no pin-memory thread runs and "
+                "nothing is pinned"
+            )
         if v["worker_exitcodes"] and any(c is not None for c in v["worker_exitcodes"]):
             codes = ", ".join(f"{p}: {c}" for p, c in zip(v["workers"], v["worker_exitcodes"]))
             yield f"    worker exit codes: {codes}"
     for r in view["threads_at_fork"]:
         site = r["site"]
         where = f"{frames.short_path(site['file'])}:{site['line']}" if site else "?"
-        yield f"  threads of pid {r['pid']} when iterator {r['iterator']} ({where}) forked workers {', '.join(map(str, r['workers'])) or '?'}:"
+        yield (
+            f"  threads of pid {r['pid']} when iterator {r['iterator']} ({where}) forked workers "
+            f"{', '.join(map(str, r['workers'])) or '?'}:"
+        )
         for t in r["threads"]:
-            yield f"    {t['name'] or '?'} (tid {t['native_id']}{', forking' if t['forking'] else ''}): {_at(t['frames'])}"
+            yield (
+                f"    {t['name'] or '?'} (tid {t['native_id']}{', forking' if t['forking'] else ''}): "
+                f"{_at(t['frames'])}"
+            )
 
 
 def _at(frame_dicts: List[dict]) -> str:
@@ -560,7 +571,10 @@ def text_lines(doc: dict) -> Iterable[str]:
         yield ""
         yield "Other findings:"
         for d in doc["diagnoses"][1:]:
-            yield f"  {d['kind']} ({d['severity']}{', ' + d['certainty'] if d.get('certainty') else ''}, confidence {d['confidence']:.2f}): {d['summary']}"
+            yield (
+                f"  {d['kind']} ({d['severity']}{', ' + d['certainty'] if d.get('certainty') else ''}, confidence "
+                f"{d['confidence']:.2f}): {d['summary']}"
+            )
             for line in d["evidence"]:
                 yield f"    - {line}"
     yield from _inside_lines(doc.get("inside_view"))
@@ -593,7 +607,10 @@ def text_lines(doc: dict) -> Iterable[str]:
     for line in table.splitlines():
         yield f"  {line}"
     host = doc["host"]
-    yield f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: {_mib(host['mem_available_bytes'])} MiB"
+    yield (
+        f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: "
+        f"{_mib(host['mem_available_bytes'])} MiB"
+    )
     forks = (doc.get("inside_view") or {}).get("threads_at_fork") or []
     if not any(p["stack"] for p in doc["processes"]) and not forks:
         return  # warnings and crash reports take no stacks
@@ -605,7 +622,10 @@ def text_lines(doc: dict) -> Iterable[str]:
         yield f"  pid {p['pid']} ({p['role']}, {p['name']}):"
         yield from _stack_lines(p)
     for r in forks:
-        yield f"  threads of pid {r['pid']} when iterator {r['iterator']} forked workers {', '.join(map(str, r['workers'])) or '?'} (recorded by the job at the fork):"
+        yield (
+            f"  threads of pid {r['pid']} when iterator {r['iterator']} forked workers "
+            f"{', '.join(map(str, r['workers'])) or '?'} (recorded by the job at the fork):"
+        )
         for t in r["threads"]:
             yield f"    thread {t['native_id']} {t['name'] or ''}{' (forking)' if t['forking'] else ''}"
             for f in t["frames"][:40]:

@@ -489,8 +489,9 @@ class Facts:
     targets of its file descriptors (``/proc/PID/fd``), read at report time. ``proof`` is set
     when the hang is proven (NOTE [ Deadlock proof ]); ``assessment`` says why the stall was
     judged a hang. ``fd_targets`` maps ``(pid, fd)`` to the target of a descriptor a thread
-    waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write end; ``worker_start_ticks``
-    maps a worker pid to its start time in clock ticks since boot (``stat`` field 22).
+    waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write
+    end; ``worker_start_ticks`` maps a worker pid to its start time in clock ticks since boot
+    (``stat`` field 22).
     ``inside`` is the job's own record of its DataLoaders (``None``: no hook, ``dlwatch attach``
     without the opt-in, ``--no-hook``). In a multi-rank job, ``rank`` names the rank whose main
     these facts are about, and ``peer_loaders`` holds each other rank's name and the inside

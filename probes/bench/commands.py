@@ -65,7 +65,8 @@ def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
     g.add_argument(
         "--num-workers",
         default=workers_default,
-        help="DataLoader num_workers values; `auto` is 0, the powers of two up to twice the usable CPUs, and the usable CPU count",
+        help="DataLoader num_workers values; `auto` is 0, the powers of two up to twice the usable CPUs, and the "
+        "usable CPU count",
     )
     g.add_argument("--pin-memory", default="false,true", help="pin_memory values (true/false)")
     g.add_argument("--batch-size", default="128", help="batch_size values")
@@ -121,7 +122,8 @@ def _check_length(args, configs: Sequence[LoaderConfig], length: Optional[int]) 
         if length < needed:
             what = f"--dataset {args.dataset} has {length} items" if args.dataset else f"--samples {length} is"
             raise GridError(
-                f"{what} too few for a steady state with this grid: need at least {needed} (or fewer workers / smaller batches)"
+                f"{what} too few for a steady state with this grid: need at least {needed} (or fewer workers / "
+                "smaller batches)"
             )
         return length
     return max(DEFAULT_SAMPLES, needed)
@@ -148,7 +150,10 @@ def _dataset(args, configs: Sequence[LoaderConfig], randn: bool = False) -> tupl
     nbytes = sample_bytes(SyntheticDataset(2, shape))
     text = f"synthetic: {samples} samples of {tuple(shape)} float32" + (" (torch.randn)" if randn else "")
     if args.cpu_ms:
-        text += f"; calibration: {rate:.0f} LCG steps per CPU-millisecond, so --cpu-ms {args.cpu_ms:g} = {steps} steps per sample"
+        text += (
+            f"; calibration: {rate:.0f} LCG steps per CPU-millisecond, so --cpu-ms {args.cpu_ms:g} = {steps} steps "
+            "per sample"
+        )
     if args.io_ms:
         text += f"; {args.io_ms:g} ms simulated storage wait per sample"
     return {"synthetic": syn}, nbytes, args.cpu_ms > 0, text
@@ -191,7 +196,8 @@ def _report(
     top, bend = output.best(results), output.knee(results)
     print(f"best: {top.config.label()} at {top.throughput:.0f} samples/s")
     print(
-        f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with {bend.config.num_workers} workers)"
+        f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with "
+        f"{bend.config.num_workers} workers)"
     )
     line = output.ceiling_text(results, mach["usable_cpus"], ceilings)
     if line:
@@ -200,8 +206,8 @@ def _report(
     if cpu_bound and single and args.cpu_ms:
         per_sample_ms = 1000 * single[0]
         print(
-            f"calibration check: with num_workers=0 a sample cost {per_sample_ms:.1f} ms of CPU in all, for --cpu-ms {args.cpu_ms:g} "
-            f"of synthetic work plus loading ({per_sample_ms / args.cpu_ms:.0%} of the target)"
+            f"calibration check: with num_workers=0 a sample cost {per_sample_ms:.1f} ms of CPU in all, for --cpu-ms "
+            f"{args.cpu_ms:g} of synthetic work plus loading ({per_sample_ms / args.cpu_ms:.0%} of the target)"
         )
     warns.extend(output.noise_warnings(results, ceilings))
     for w in warns:
@@ -295,7 +301,8 @@ def cmd_autotune(args) -> int:
     per_config = elapsed / len(results)
     top = output.best(results)
     print(
-        f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about {full * per_config:.0f} s)"
+        f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about "
+        f"{full * per_config:.0f} s)"
     )
     if len(pins) > 1 and not torch.cuda.is_available():
         print("autotune: pin_memory not measured: no effect without CUDA (torch starts no pin-memory thread)")
@@ -327,7 +334,11 @@ def beats(a: Result, b: Result) -> bool:
 
 
 def _ratio(a: Result, b: Result) -> str:
-    return f"{a.throughput / b.throughput:.2f} ({a.throughput:.0f} vs {b.throughput:.0f} samples/s, runs {a.throughput_span[0]:.0f}–{a.throughput_span[1]:.0f} vs {b.throughput_span[0]:.0f}–{b.throughput_span[1]:.0f})"
+    return (
+        f"{a.throughput / b.throughput:.2f} ({a.throughput:.0f} vs {b.throughput:.0f} samples/s, runs "
+        f"{a.throughput_span[0]:.0f}–{a.throughput_span[1]:.0f} vs "
+        f"{b.throughput_span[0]:.0f}–{b.throughput_span[1]:.0f})"
+    )
 
 
 def cmd_seed_check(args) -> int:
@@ -360,7 +371,8 @@ def cmd_seed_check(args) -> int:
             (
                 "pin_memory matters without CUDA",
                 beats(pinned, more) or beats(more, pinned),
-                f"pin on/off ratio {_ratio(pinned, more)}; torch {torch.__version__} starts no pin-memory thread without an accelerator",
+                f"pin on/off ratio {_ratio(pinned, more)}; torch {torch.__version__} starts no pin-memory thread "
+                "without an accelerator",
             )
         )
     if args.repeats < 2:

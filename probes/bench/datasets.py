@@ -102,7 +102,8 @@ def load_user_dataset(spec: str) -> Dataset:
         raise DatasetError(f"--dataset {spec}: {attr}() raised {type(e).__name__}: {e}") from None
     if not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__"):
         raise DatasetError(
-            f"--dataset {spec}: {attr}() returned {type(ds).__name__}, not a map-style Dataset (__len__ and __getitem__)"
+            f"--dataset {spec}: {attr}() returned {type(ds).__name__}, not a map-style Dataset (__len__ and "
+            "__getitem__)"
         )
     try:
         n = len(ds)

@@ -28,7 +28,8 @@ class LoaderConfig:
         """``W=4 pin=on bs=128 pf=2 persist=off fork``."""
         return (
             f"W={self.num_workers} pin={'on' if self.pin_memory else 'off'} bs={self.batch_size} "
-            f"pf={self.prefetch_factor} persist={'on' if self.persistent_workers else 'off'} {self.multiprocessing_context}"
+            f"pf={self.prefetch_factor} persist={'on' if self.persistent_workers else 'off'} "
+            f"{self.multiprocessing_context}"
         )
 
     def as_dict(self) -> dict:

@@ -68,7 +68,8 @@ def noise_warnings(results: Sequence[Result], ceilings: Dict[int, float]) -> Lis
         ceil = ceilings.get(r.config.num_workers)
         if ceil and r.throughput > NOISE_MARGIN * ceil:
             out.append(
-                f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; use more --samples or --repeats"
+                f"{r.config.label()}: measured above the physical ceiling ({r.throughput / ceil:.0%}): a noisy run; "
+                "use more --samples or --repeats"
             )
     return out
 
@@ -89,8 +90,9 @@ def warnings_for(results: Sequence[Result], machine: dict, batch_bytes: Optional
             inflight = max(c.num_workers, 1) * c.prefetch_factor * batch_bytes * (2 if c.pin_memory else 1)
             if inflight > 0.5 * machine["mem_available_bytes"]:
                 out.append(
-                    f"{c.label()}: num_workers × prefetch_factor × batch bytes{' (×2 pinned copies)' if c.pin_memory else ''} = "
-                    f"{inflight / 2**30:.1f} GiB, over half the available memory"
+                    f"{c.label()}: num_workers × prefetch_factor × batch "
+                    f"bytes{' (×2 pinned copies)' if c.pin_memory else ''} = {inflight / 2**30:.1f} GiB, over half "
+                    "the available memory"
                 )
     for r in results:
         out.extend(f"{r.config.label()}: {n}" for n in r.notes)

@@ -33,7 +33,7 @@ def worker_init(_):
 
 def main():
     dataset = IndexedDataset(1_500_000)
-    for step, batch in enumerate(
+    for _step, _batch in enumerate(
         DataLoader(dataset, batch_size=16, num_workers=2, worker_init_fn=worker_init, persistent_workers=True)
     ):
         pass

@@ -1,6 +1,7 @@
-"""Target: workers run out of file descriptors (pytorch/pytorch#11201, #973). The job lowers its own RLIMIT_NOFILE to 200 (inherited by the workers) and each sample
-is a list of 300 small tensors: under the default ``file_descriptor`` sharing strategy each
-storage travels as one descriptor, so the worker's queue feeder thread fails with "Too many open
+"""Target: workers run out of file descriptors (pytorch/pytorch#11201, #973). The job lowers its
+own RLIMIT_NOFILE to 200 (inherited by the workers) and each sample is a list of 300 small
+tensors: under the default ``file_descriptor`` sharing strategy each storage travels as one
+descriptor, so the worker's queue feeder thread fails with "Too many open
 files" and the batch is lost; main waits forever. ``/dev/shm`` stays nearly empty.
 
 Run: ``python -m probes.cases.fd_exhausted_in_workers``. The watchdog must conclude

@@ -31,7 +31,9 @@ class VideoDataset(Dataset):
 
 def main():
     for epoch in range(2):
-        for step, batch in enumerate(DataLoader(VideoDataset(), batch_size=2, num_workers=2, persistent_workers=False)):
+        for step, _batch in enumerate(
+            DataLoader(VideoDataset(), batch_size=2, num_workers=2, persistent_workers=False)
+        ):
             print("epoch", epoch, "step", step, flush=True)
     print("done", flush=True)
 

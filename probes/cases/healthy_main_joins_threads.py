@@ -21,7 +21,7 @@ def evaluate(seconds):
 def main():
     loader = DataLoader(TensorDataset(torch.randn(256, 8)), batch_size=32, num_workers=2, persistent_workers=True)
     for epoch in range(2):
-        for (x,) in loader:
+        for (_x,) in loader:
             pass
         threads = [threading.Thread(target=evaluate, args=(8.0,)) for _ in range(2)]
         for t in threads:

@@ -19,7 +19,7 @@ def main():
     signal.signal(signal.SIGALRM, lambda *_: resume.set())
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=2, persistent_workers=True)
     for epoch in range(2):
-        for (x,) in loader:
+        for (_x,) in loader:
             pass
         signal.alarm(6)
         resume.wait()  # woken by the SIGALRM handler

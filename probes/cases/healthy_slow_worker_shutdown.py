@@ -25,7 +25,7 @@ def main():
         TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=workers, worker_init_fn=worker_init
     )
     for epoch in range(3):
-        for (x,) in loader:
+        for (_x,) in loader:
             pass
         print("epoch", epoch, "done", flush=True)
     print("done", flush=True)

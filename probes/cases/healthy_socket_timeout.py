@@ -42,7 +42,7 @@ class RemoteDataset(Dataset):
 def main():
     listener = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=serve, args=(listener,), daemon=True).start()
-    for step, batch in enumerate(DataLoader(RemoteDataset(listener.getsockname()), batch_size=4, num_workers=2)):
+    for step, _batch in enumerate(DataLoader(RemoteDataset(listener.getsockname()), batch_size=4, num_workers=2)):
         print("step", step, flush=True)
     print("done", flush=True)
 

@@ -38,7 +38,7 @@ def main():
     data = TensorDataset(torch.randn(4096, 16))
     loader = DataLoader(data, batch_size=32, num_workers=2, persistent_workers=True)
     prefetcher = ThreadPrefetcher(loader)
-    for step, (x,) in enumerate(prefetcher):
+    for step, (_x,) in enumerate(prefetcher):
         if step + 1 == 20:
             break
     print("reached max_steps, closing the prefetcher", flush=True)

@@ -41,7 +41,7 @@ class Samples(Dataset):
 
 def main():
     threading.Thread(target=cleaner, daemon=True).start()
-    for step, batch in enumerate(DataLoader(Samples(), batch_size=8, num_workers=2)):
+    for _step, _batch in enumerate(DataLoader(Samples(), batch_size=8, num_workers=2)):
         pass
     print("finished without error", flush=True)
 

@@ -35,7 +35,7 @@ def main():
     reader.kill()  # the reader dies; this process still holds read_end, and never reads it
     reader.wait()
     print("reader gone", file=sys.stderr, flush=True)
-    for step, batch in enumerate(DataLoader(Chatty(), batch_size=8, num_workers=2)):
+    for _step, _batch in enumerate(DataLoader(Chatty(), batch_size=8, num_workers=2)):
         pass
 
 

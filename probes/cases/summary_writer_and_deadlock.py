@@ -44,7 +44,7 @@ def main():
     started = threading.Event()
     threading.Thread(target=hold_lock_during_fork, args=(started,), daemon=True).start()
     started.wait()
-    for step, batch in enumerate(DataLoader(LockedDataset(), batch_size=4, num_workers=2)):
+    for step, _batch in enumerate(DataLoader(LockedDataset(), batch_size=4, num_workers=2)):
         print("step", step, flush=True)
 
 

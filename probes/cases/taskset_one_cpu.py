@@ -27,7 +27,7 @@ class Busy(Dataset):
 
 def main():
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # as `taskset -c 0` would
-    for step, batch in enumerate(DataLoader(Busy(), batch_size=4, num_workers=4)):
+    for _step, _batch in enumerate(DataLoader(Busy(), batch_size=4, num_workers=4)):
         pass
     print("done", flush=True)
 

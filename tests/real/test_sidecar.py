@@ -324,7 +324,13 @@ def test_stderr_passes_through_byte_for_byte(tmp_path):
 
 def test_killing_dlwatch_does_not_break_the_jobs_stderr(tmp_path):
     marker = tmp_path / "finished"
-    job = f"import sys, time\nfor i in range(15):\n    print('tick', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)\nopen({str(marker)!r}, 'w').write('ok')\n"
+    job = (
+        "import sys, time\n"
+        "for i in range(15):\n"
+        "    print('tick', i, file=sys.stderr, flush=True)\n"
+        "    time.sleep(0.2)\n"
+        f"open({str(marker)!r}, 'w').write('ok')\n"
+    )
     proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", job])
     try:
         wait_for(
@@ -490,7 +496,10 @@ def test_an_alert_command_runs_after_a_hang_report_and_its_failure_changes_nothi
     kind, mode, folder = marker.read_text().split()
     assert kind == "fork_inherited_lock" and mode == "hang" and folder in reports(str(tmp_path / "r"))
     # A deterministic crash (a killed worker's job sometimes hangs at exit instead: a PyTorch race).
-    crash = "import sys; sys.stderr.write('RuntimeError: DataLoader worker (pid 12345) is killed by signal: Killed.\\n'); sys.exit(1)"
+    crash = (
+        "import sys; sys.stderr.write('RuntimeError: DataLoader worker (pid 12345) is killed by signal: Killed.\\n'); "
+        "sys.exit(1)"
+    )
     code, out, err = run_dlwatch(["--config", str(cfg), "--report-dir", str(tmp_path / "c")], [PY, "-c", crash])
     assert code == 1 and reports(str(tmp_path / "c"))  # the crash report was written
     assert "on_crash_exec exited with code 7" in err

@@ -55,7 +55,8 @@ def test_a_process_holding_stderr_past_the_end_leaves_no_folder(tmp_path):
     job = [
         sys.executable,
         "-c",
-        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)'], start_new_session=True)",
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2)'], "
+        "start_new_session=True)",
     ]
     code, _, err = run_bounded(DLWATCH + ["run", "--no-hook", "--"] + job, 60, env=_env(tmp))
     assert code == 0, err

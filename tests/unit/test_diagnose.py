@@ -385,7 +385,8 @@ def _crash(stderr, procs=None, timeline=None, **kw):
 def test_errno_classes():
     assert (
         errno_of(
-            "RuntimeError: unable to open shared memory object </torch_1_2_3> in read-write mode: Too many open files (24)"
+            "RuntimeError: unable to open shared memory object </torch_1_2_3> in read-write mode: Too many open files "
+            "(24)"
         )
         == 24
     )
@@ -441,7 +442,10 @@ def test_a_segfault_is_a_killed_worker_with_a_native_remedy_even_when_mains_mess
 def test_fd_exhaustion_is_attributed_to_the_processes_at_their_limit():
     workers = [proc(p, ROLE_WORKER, [], "fork", num_fds=199, rlimit=200) for p in (WORKER_PID, WORKER_PID + 1)]
     main = proc(MAIN_PID, ROLE_MAIN, [], num_fds=40, rlimit=4096)
-    stderr = "RuntimeError: unable to open shared memory object </torch_2847_1_2> in read-write mode: Too many open files (24)\n"
+    stderr = (
+        "RuntimeError: unable to open shared memory object </torch_2847_1_2> in read-write mode: Too many open files "
+        "(24)\n"
+    )
     found = diagnose(_crash(stderr, [main, *workers], host={"shm_total": 1 << 30, "shm_used": 50_000}))
     first = found[0]
     assert first.kind == "fd_exhausted" and set(first.pids) == {WORKER_PID, WORKER_PID + 1}
@@ -477,7 +481,10 @@ def test_shm_exhausted_contradicted_by_an_empty_dev_shm_ranks_last():
 
 
 def test_a_deleted_shared_memory_file_is_shm_removed_not_exhausted():
-    stderr = "RuntimeError: unable to open shared memory object </torch_12_34_0> in read-write mode: No such file or directory (2)\n"
+    stderr = (
+        "RuntimeError: unable to open shared memory object </torch_12_34_0> in read-write mode: No such file or "
+        "directory (2)\n"
+    )
     found = diagnose(_crash(stderr, host={"shm_total": 24 << 30, "shm_used": 10 << 20}))
     assert found[0].kind == "shm_removed" and "RemoveIPC" in found[0].remedy
     assert "shm_exhausted" not in [d.kind for d in found]

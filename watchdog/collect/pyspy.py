@@ -295,7 +295,10 @@ def dump(
     elapsed = time.monotonic() - started
     if done is None:
         note = "" if was_stopped else _continue_if_left_stopped(pid)
-        why = f"py-spy{flags} timed out on pid {pid} after {elapsed:.1f} s (the dump deadline; its process group was killed{note})"
+        why = (
+            f"py-spy{flags} timed out on pid {pid} after {elapsed:.1f} s (the dump deadline; its process group was "
+            f"killed{note})"
+        )
         return ProcessStack(pid, (), native, why, "", time.monotonic() - started)
     code, out, err = done
     if code != 0:
@@ -321,7 +324,10 @@ def _merge(
     what = "native frames" if native else "locals"
     if base.ok:
         if disk_sleep and native:
-            why = f"pid {base.pid} is in uninterruptible sleep (D state): read with --nonblocking, which py-spy cannot combine with --native"
+            why = (
+                f"pid {base.pid} is in uninterruptible sleep (D state): read with --nonblocking, which py-spy cannot "
+                "combine with --native"
+            )
         elif more is None:
             return base
         else:

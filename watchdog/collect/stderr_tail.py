@@ -72,8 +72,9 @@ def sweep_stale(tmpdir: str) -> int:
 
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
     """Copy ``src_fd`` to ``dst_fd`` until EOF, publishing the last ``limit_bytes`` bytes to
-    ``tail_path`` at most every 0.2 s, within 0.2 s of the stream pausing, and at EOF. A write error on ``dst_fd`` (a closed
-    terminal) stops forwarding but not draining, so writers never block or get SIGPIPE."""
+    ``tail_path`` at most every 0.2 s, within 0.2 s of the stream pausing, and at EOF. A write
+    error on ``dst_fd`` (a closed terminal) stops forwarding but not draining, so writers never
+    block or get SIGPIPE."""
     buf = bytearray()
     forward, dirty, last = True, False, 0.0
     while True:

@@ -61,7 +61,8 @@ _ERRNO = re.compile(r"\((\d+)\)\s*$|\[Errno (\d+)\]")
 # Lines where PyTorch or Python report a failed shared-memory or descriptor operation.
 _RESOURCE_LINE = re.compile(
     r"shared memory|/torch_|unable to mmap|unable to write to file|unable to resize file|Too many open files|"
-    r"received 0 items of ancdata|No space left on device|Unexpected bus error|killed by signal: Bus error|\[Errno \d+\]"
+    r"received 0 items of ancdata|No space left on device|Unexpected bus error|killed by signal: Bus error|"
+    r"\[Errno \d+\]"
 )
 _SIGBUS = re.compile(r"Unexpected bus error|killed by signal: Bus error|insufficient shared memory", re.I)
 _KILLED = re.compile(
@@ -71,7 +72,8 @@ _NATIVE_SIGNAL = re.compile(
     r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) encountered in worker"
 )
 _START = re.compile(
-    r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object|Can't get attribute '[^']+' on <module '__main__'"
+    r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object"
+    r"|Can't get attribute '[^']+' on <module '__main__'"
     r"|An attempt has been made to start a new process before|daemonic processes are not allowed to have children"
 )
 _PICKLE = re.compile(r"[Cc]an't pickle|cannot pickle")
@@ -180,7 +182,8 @@ def _who(hot) -> str:
 
 @rule("shm_exhausted", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_exhausted(facts: Facts) -> Optional[Finding]:
-    """``/dev/shm`` full: workers put every batch's tensors in shared memory (PyTorch's multi-process data loading notes; Docker's default is 64 MB):
+    """``/dev/shm`` full: workers put every batch's tensors in shared memory (PyTorch's
+    multi-process data loading notes; Docker's default is 64 MB):
     ENOSPC (28), or a bus error when a page of a full tmpfs is first touched."""
     lines = _shm_full_lines(facts.stderr_tail)
     if not lines:
@@ -191,7 +194,8 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
     creators = sorted({int(pid) for pid in re.findall(r"torch_(\d+)_", facts.stderr_tail)})
     if creators:
         evidence.append(
-            f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} (torch_<pid>_… names)"
+            f"the failing shared-memory segments were being created by pid {', '.join(map(str, creators))} "
+            "(torch_<pid>_… names)"
         )
     evidence.append(
         f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)} at the sampling interval "
@@ -208,8 +212,8 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
         summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
         evidence=tuple(evidence),
         remedy=(
-            "Give the job more shared memory: docker run --shm-size=8g (or --ipc=host); on Kubernetes mount an emptyDir "
-            "with medium: Memory at /dev/shm; or lower batch_size × prefetch_factor × num_workers."
+            "Give the job more shared memory: docker run --shm-size=8g (or --ipc=host); on Kubernetes mount an "
+            "emptyDir with medium: Memory at /dev/shm; or lower batch_size × prefetch_factor × num_workers."
         ),
         pids=tuple(creators) or tuple(w.pid for w in facts.sample.workers),
         location=traceback_location(facts.stderr_tail),
@@ -229,12 +233,14 @@ def shm_removed(facts: Facts) -> Optional[Finding]:
     peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
     return Finding(
         confidence=0.85,
-        summary="A shared-memory file of the job was deleted while still in use (No such file or directory on a /torch_* object).",
+        summary="A shared-memory file of the job was deleted while still in use (No such file or directory on a "
+        "/torch_* object).",
         evidence=tuple(f"stderr: {line}" for line in lines[-2:])
         + (f"/dev/shm: peak use seen {mib(peak)} of {mib(total)}: it was not full{_exit(facts)}",),
         remedy=(
-            "Something removes files from /dev/shm while the job runs: set RemoveIPC=no in /etc/systemd/logind.conf (when "
-            "the job's user logs out), stop /dev/shm cleaners (tmpreaper, cron jobs), or use the file_descriptor sharing strategy."
+            "Something removes files from /dev/shm while the job runs: set RemoveIPC=no in /etc/systemd/logind.conf "
+            "(when the job's user logs out), stop /dev/shm cleaners (tmpreaper, cron jobs), or use the "
+            "file_descriptor sharing strategy."
         ),
         pids=tuple(w.pid for w in facts.sample.workers),
         location=traceback_location(facts.stderr_tail),
@@ -258,12 +264,16 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
             )
         who = _who(hot)
         limits = sorted({limit for *_, limit in hot})
-        summary = f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors between processes."
+        summary = (
+            f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors "
+            "between processes."
+        )
         pids = tuple(pid for _, pid, _, _ in hot)
     else:
         peak = max_over_timeline(facts, lambda s: max((p.num_fds or 0) for p in s.processes) if s.processes else None)
         evidence.append(
-            f"the highest descriptor count seen in any process was {peak} (the limit was hit between samples){_exit(facts)}"
+            f"the highest descriptor count seen in any process was {peak} (the limit was hit between "
+            f"samples){_exit(facts)}"
         )
         summary = "A process of the job ran out of file descriptors (Too many open files) passing shared tensors."
         pids = tuple(p.pid for p in facts.sample.processes if p.role in ("main", "dataloader_worker"))
@@ -273,8 +283,8 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
         evidence=tuple(evidence),
         remedy=(
             'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
-            "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, larger "
-            "tensors per sample, and do not keep many batches alive in main."
+            "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, "
+            "larger tensors per sample, and do not keep many batches alive in main."
         ),
         pids=pids,
         location=traceback_location(facts.stderr_tail),
@@ -307,11 +317,12 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
     who = _who(hot) if hot else "a process of the job"
     return Finding(
         confidence=0.9 if near else 0.5,
-        summary=f"{who} ran out of memory mappings (vm.max_map_count {limit}): every shared tensor it keeps alive is one mapping.",
+        summary=f"{who} ran out of memory mappings (vm.max_map_count {limit}): every shared tensor it keeps alive is "
+        "one mapping.",
         evidence=tuple(evidence),
         remedy=(
-            "Do not keep received batches alive (copy what you cache: tensor.clone(), or .numpy().copy(), frees the shared "
-            "mapping); batch more samples per tensor; or raise the limit: sysctl -w vm.max_map_count=262144."
+            "Do not keep received batches alive (copy what you cache: tensor.clone(), or .numpy().copy(), frees the "
+            "shared mapping); batch more samples per tensor; or raise the limit: sysctl -w vm.max_map_count=262144."
         ),
         pids=tuple(pid for _, pid, _, _ in hot) or ((facts.sample.main.pid,) if facts.sample.main else ()),
         location=traceback_location(facts.stderr_tail),
@@ -366,19 +377,21 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     segfault = (signal_name or "").lower().startswith(("segmentation", "floating"))
     if segfault:
         remedy = (
-            "A native library called from __getitem__ crashed (a decoder, a C extension, ctypes): this is a bug or bad input, "
-            "not memory. Reproduce with num_workers=0 under `python -X faulthandler` (or gdb) to get the native stack, check "
-            "the record being decoded, and upgrade or replace the library."
+            "A native library called from __getitem__ crashed (a decoder, a C extension, ctypes): this is a bug or "
+            "bad input, not memory. Reproduce with num_workers=0 under `python -X faulthandler` (or gdb) to get the "
+            "native stack, check the record being decoded, and upgrade or replace the library."
         )
     elif oom or (signal_name == "Killed" and low_memory):
         remedy = (
-            "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep Dataset "
-            "metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. Check `dmesg | grep -i -e oom -e killed`."
+            "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep "
+            "Dataset metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. Check "
+            "`dmesg | grep -i -e oom -e killed`."
         )
     else:
         remedy = (
-            "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the worker's last "
-            "lines on stderr; a segmentation fault points to a native library in __getitem__, a bus error to /dev/shm."
+            "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the "
+            "worker's last lines on stderr; a segmentation fault points to a native library in __getitem__, a bus "
+            "error to /dev/shm."
         )
     who = f"DataLoader worker(s) {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
     return Finding(
@@ -404,14 +417,20 @@ def worker_start_failed(facts: Facts) -> Optional[Finding]:
         return None
     line = lines[-1]
     if "bootstrapping phase" in line or "start a new process before" in line:
-        remedy = 'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main module in every worker.'
+        remedy = (
+            'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main '
+            "module in every worker."
+        )
     elif "daemonic" in line:
-        remedy = "Do not create a DataLoader with num_workers > 0 (or a Pool) inside a DataLoader worker or other daemonic process; use num_workers=0 there."
+        remedy = (
+            "Do not create a DataLoader with num_workers > 0 (or a Pool) inside a DataLoader worker or other daemonic "
+            "process; use num_workers=0 there."
+        )
     else:
         remedy = (
-            "Under spawn/forkserver (Python 3.14's default on Linux) the Dataset, collate_fn and worker_init_fn are pickled: "
-            "define them at module top level (no lambdas, local classes or open handles; open files lazily in the worker), "
-            'or use multiprocessing_context="fork" if you know the parent holds no locks.'
+            "Under spawn/forkserver (Python 3.14's default on Linux) the Dataset, collate_fn and worker_init_fn are "
+            "pickled: define them at module top level (no lambdas, local classes or open handles; open files lazily "
+            'in the worker), or use multiprocessing_context="fork" if you know the parent holds no locks.'
         )
     methods = sorted({p.start_method for s in facts.timeline for p in s.workers if p.start_method})
     evidence = [f"stderr: {line}"]
@@ -433,7 +452,8 @@ def worker_start_failed(facts: Facts) -> Optional[Finding]:
 
 @rule("cuda_in_forked_worker", SEVERITY_CRASH, 4, CRASH_AND_HANG)
 def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
-    """CUDA was initialised in the parent and touched again in a forked worker (PyTorch's notes on CUDA in multiprocessing)."""
+    """CUDA was initialised in the parent and touched again in a forked worker (PyTorch's notes on
+    CUDA in multiprocessing)."""
     lines = stderr_lines(facts, _CUDA_FORK)
     if not lines:
         return None
@@ -490,19 +510,28 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
     if cpu is not None:
         evidence.append(
-            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the error{_exit(facts)}"
+            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the "
+            f"error{_exit(facts)}"
         )
     if busy:
-        summary = f"DataLoader(timeout={timeout_s:g}) fired while the workers were busy computing a batch: the timeout is shorter than a batch takes."
+        summary = (
+            f"DataLoader(timeout={timeout_s:g}) fired while the workers were busy computing a batch: the timeout is "
+            "shorter than a batch takes."
+        )
         remedy = (
-            f"Raise DataLoader(timeout=…) above the slowest batch (more than {timeout_s:g} s here, with margin for load), or make "
-            "batches cheaper (smaller batch_size, lighter transforms, more workers if CPUs allow). Nothing was deadlocked."
+            f"Raise DataLoader(timeout=…) above the slowest batch (more than {timeout_s:g} s here, with margin for "
+            "load), or make batches cheaper (smaller batch_size, lighter transforms, more workers if CPUs allow). "
+            "Nothing was deadlocked."
         )
     else:
-        summary = f"DataLoader(timeout={timeout_s:g}) fired while the workers did no work: a worker was stuck, and the timeout turned the hang into this error."
+        summary = (
+            f"DataLoader(timeout={timeout_s:g}) fired while the workers did no work: a worker was stuck, and the "
+            "timeout turned the hang into this error."
+        )
         remedy = (
-            "The timeout did its job: find what the worker waited on (a storage or network call without a timeout, a lock); "
-            "run under `dlwatch run` with stall_timeout_s below the DataLoader timeout to get the worker's stack before it fires."
+            "The timeout did its job: find what the worker waited on (a storage or network call without a timeout, a "
+            "lock); run under `dlwatch run` with stall_timeout_s below the DataLoader timeout to get the worker's "
+            "stack before it fires."
         )
     return Finding(
         confidence=0.85 if cpu is not None else 0.7,
@@ -563,7 +592,8 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
         hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
     return Finding(
         confidence=0.9 if exc else 0.75,
-        summary=f"The Dataset raised {exc or m.group(1)} at {where} in DataLoader worker {m.group(2)}; the main process re-raised it.",
+        summary=f"The Dataset raised {exc or m.group(1)} at {where} in DataLoader worker {m.group(2)}; the main "
+        "process re-raised it.",
         evidence=tuple(evidence),
         remedy=(
             "Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process with "
@@ -586,7 +616,8 @@ def shm_leaked(facts: Facts) -> Optional[Finding]:
     patterns = " ".join(f"/dev/shm/torch_{pid}_*" for pid in pids[:8])
     return Finding(
         confidence=0.95,
-        summary=f"The job left {len(facts.shm_leftovers)} file(s) ({mib(total)}) in /dev/shm; they hold shared memory until removed.",
+        summary=f"The job left {len(facts.shm_leftovers)} file(s) ({mib(total)}) in /dev/shm; they hold shared memory "
+        "until removed.",
         evidence=tuple(f"/dev/shm/{name}: {size} bytes" for name, size in facts.shm_leftovers[:5])
         + (f"… and {len(facts.shm_leftovers) - 5} more",) * (len(facts.shm_leftovers) > 5)
         + (f"created by pid(s) {', '.join(map(str, pids))} of this job (the pid is in each name){_exit(facts)}",),

@@ -35,18 +35,21 @@ def iterable_replicated(facts: Facts) -> Optional[Finding]:
         return Finding(
             confidence=0.85,
             summary=(
-                f"Every worker of the IterableDataset {v.dataset_type} replays the same stream: workers {', '.join(map(str, same))} "
-                f"delivered identical first batches, so each record reaches training up to {n} times per epoch."
+                f"Every worker of the IterableDataset {v.dataset_type} replays the same stream: workers "
+                f"{', '.join(map(str, same))} delivered identical first batches, so each record reaches training up "
+                f"to {n} times per epoch."
             ),
             evidence=(
                 f"{v.label}: IterableDataset {v.dataset_type}, num_workers={n}",
-                f"the first batch of workers {', '.join(map(str, same))} has the same digest {same and next(d for d, ws in groups.items() if ws == same)} "
-                "(shapes, dtypes and first values of every tensor)",
+                f"the first batch of workers {', '.join(map(str, same))} has the same digest "
+                f"{same and next(d for d, ws in groups.items() if ws == same)} (shapes, dtypes and first values of "
+                "every tensor)",
                 f"{v.batches} batches delivered so far, epoch {v.epoch}",
             ),
             remedy=(
-                "Shard the stream by worker in __iter__: info = torch.utils.data.get_worker_info(); yield only the records "
-                "with index % info.num_workers == info.id (or split the file/shard list the same way); or set num_workers=1."
+                "Shard the stream by worker in __iter__: info = torch.utils.data.get_worker_info(); yield only the "
+                "records with index % info.num_workers == info.id (or split the file/shard list the same way); or set "
+                "num_workers=1."
             ),
             pids=tuple(pids) or (v.pid,),
             location=f"{v.site.file}:{v.site.line}" if v.site else None,
@@ -101,24 +104,26 @@ def rng_duplicated(facts: Facts) -> Optional[Finding]:
     globals_only = all("(global)" in g for g, _ in found)
     if globals_only:
         evidence.append(
-            "PyTorch seeds random, torch and numpy's global generators differently in each worker; these were equal after worker_init_fn, which must reseed them"
+            "PyTorch seeds random, torch and numpy's global generators differently in each worker; these were equal "
+            "after worker_init_fn, which must reseed them"
         )
     else:
         evidence.append(
-            "PyTorch seeds only the global generators per worker (seed = base_seed + worker id); a generator the Dataset holds keeps "
-            "the state it had when the workers were created"
+            "PyTorch seeds only the global generators per worker (seed = base_seed + worker id); a generator the "
+            "Dataset holds keeps the state it had when the workers were created"
         )
     remedy = (
         "Do not reseed the global generators with a constant in worker_init_fn; derive any seed from "
         "torch.utils.data.get_worker_info().seed (or torch.initial_seed()), which differs per worker."
         if globals_only
-        else "Create the Dataset's generator in each worker: in worker_init_fn, info = torch.utils.data.get_worker_info(); "
-        "info.dataset.rng = numpy.random.default_rng(info.seed) (or lazily in __getitem__), instead of in __init__, "
-        "which every worker copies in the same state."
+        else "Create the Dataset's generator in each worker: in worker_init_fn, info = "
+        "torch.utils.data.get_worker_info(); info.dataset.rng = numpy.random.default_rng(info.seed) (or lazily in "
+        "__getitem__), instead of in __init__, which every worker copies in the same state."
     )
     return Finding(
         confidence=0.8,
-        summary=f"DataLoader workers {ids} draw identical random numbers from {name}: their random augmentations repeat across workers.",
+        summary=f"DataLoader workers {ids} draw identical random numbers from {name}: their random augmentations "
+        "repeat across workers.",
         evidence=tuple(evidence),
         remedy=remedy,
         pids=tuple(c.pid for c in same),

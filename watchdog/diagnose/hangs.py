@@ -101,13 +101,19 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     if record is not None:
         others = [t for t in record.threads if not t.forking]
         if not others:
-            return "; main ran a single thread when it forked this worker (recorded at the fork): the lock was taken by that same thread before iter(), or by a library's native thread"
+            return (
+                "; main ran a single thread when it forked this worker (recorded at the fork): the lock was taken by "
+                "that same thread before iter(), or by a library's native thread"
+            )
         shown = "; ".join(
             f"{t.name or '?'} (tid {t.native_id}) at {describe(facts, record.pid, _innermost_user(t))}"
             for t in others[:6]
         )
         more = f"; and {len(others) - 6} more" if len(others) > 6 else ""
-        return f"; main ran {len(others) + 1} threads when it forked this worker (recorded at the fork): the forking one and {shown}{more}"
+        return (
+            f"; main ran {len(others) + 1} threads when it forked this worker (recorded at the fork): the forking one "
+            f"and {shown}{more}"
+        )
     sampled = dict(facts.main_threads_at_fork).get(pid)
     start = dict(facts.worker_start_ticks).get(pid)
     main = facts.sample.main
@@ -242,8 +248,9 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         if held is not None and record is not None:  # a holder is only looked for in a record
             ht, hf, hline, htext = held
             lines.append(
-                f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} held {name}: "
-                f"it was at {describe(facts, record.pid, hf)}, inside `{htext}` ({frames.short_path(hf.file)}:{hline})"
+                f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} "
+                f"held {name}: it was at {describe(facts, record.pid, hf)}, inside `{htext}` "
+                f"({frames.short_path(hf.file)}:{hline})"
             )
         native = [f for f in t.frames if f.native][:3]
         if holder in ("openmp", "native_mutex") and native:
@@ -272,7 +279,8 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         return None
     n = dict(facts.main_threads_at_fork).get(v.pid)
     lines = [
-        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); main thread {kernel_wait(facts, v.pid, v.pid)}; {quiet_text(facts, v.pid)}",
+        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); main thread "
+        f"{kernel_wait(facts, v.pid, v.pid)}; {quiet_text(facts, v.pid)}",
         f"worker pid {v.pid}: {fork_context(facts, v)}",
     ] + _proof_line(facts, v.pid)
     return (0.6 if v.proven else 0.55 if (n or 0) > 1 else 0.4), lines, None
@@ -286,17 +294,19 @@ _FORK_REMEDY = {
     ),
     "future": (
         "Create thread pools (concurrent.futures executors, client libraries with background threads) inside the "
-        'worker, in worker_init_fn or lazily in __getitem__, not before iter(loader); or use multiprocessing_context="forkserver".'
+        "worker, in worker_init_fn or lazily in __getitem__, not before iter(loader); or use "
+        'multiprocessing_context="forkserver".'
     ),
     "condition": (
-        "The thread that would signal this condition or queue lives only in the main process: create the object and its "
-        'thread inside the worker (worker_init_fn), or use multiprocessing_context="forkserver" (or "spawn").'
+        "The thread that would signal this condition or queue lives only in the main process: create the object and "
+        'its thread inside the worker (worker_init_fn), or use multiprocessing_context="forkserver" (or "spawn").'
     ),
 }
 _FORK_REMEDY_DEFAULT = (
-    'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so each worker gets '
-    "fresh locks; or create the lock (or the object holding it: DB connection, logger handler, image library state) inside "
-    "the worker, in worker_init_fn or lazily in __getitem__; or make sure no other thread holds it while iter(loader) forks."
+    'Start workers without fork: DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), so each worker '
+    "gets fresh locks; or create the lock (or the object holding it: DB connection, logger handler, image library "
+    "state) inside the worker, in worker_init_fn or lazily in __getitem__; or make sure no other thread holds it "
+    "while iter(loader) forks."
 )
 
 
@@ -309,7 +319,8 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     found = worker_finding(
         facts,
         _fork_lock_hit,
-        "deadlocked{where} on state inherited through fork (a lock, condition or thread pool of the main process); no thread in a worker can ever release it.",
+        "deadlocked{where} on state inherited through fork (a lock, condition or thread pool of the main process); no "
+        "thread in a worker can ever release it.",
         _FORK_REMEDY_DEFAULT,
         (DOC_MULTIPROCESSING, DOC_START_METHODS),
     )
@@ -349,8 +360,8 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
         lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
     if len(threads) < 2:
         lines.append(
-            f"worker pid {v.pid}: its only thread waits; the job's record at the fork shows no other Python thread in the "
-            "parent, so nothing was inherited locked: no thread exists that could ever signal it"
+            f"worker pid {v.pid}: its only thread waits; the job's record at the fork shows no other Python thread in "
+            "the parent, so nothing was inherited locked: no thread exists that could ever signal it"
         )
     lines += _proof_line(facts, v.pid)
     return 0.9, lines, v.user
@@ -365,7 +376,8 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
     found = worker_finding(
         facts,
         _self_deadlock_hit,
-        "deadlocked{where}: every thread of the worker waits for a lock or condition that only another of its own threads could release.",
+        "deadlocked{where}: every thread of the worker waits for a lock or condition that only another of its own "
+        "threads could release.",
         (
             "Take locks in one global order in __getitem__ and in any thread it starts (or use one lock); never take a "
             "non-reentrant lock twice in one thread (threading.RLock if needed); acquire with a timeout to fail loudly."
@@ -374,13 +386,15 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
     )
     if found is not None and any("its only thread waits" in line for line in found.evidence):
         summary = found.summary.replace(
-            "every thread of the worker waits for a lock or condition that only another of its own threads could release",
-            "the worker's only thread waits for an event, condition or lock that no thread of it can ever signal or release",
+            "every thread of the worker waits for a lock or condition that only another of its own threads could "
+            "release",
+            "the worker's only thread waits for an event, condition or lock that no thread of it can ever signal or "
+            "release",
         )
         remedy = (
-            "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter is another "
-            "process or a thread the worker never started (create the object where its setter lives, e.g. in worker_init_fn); "
-            "wait with a timeout to fail loudly."
+            "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter "
+            "is another process or a thread the worker never started (create the object where its setter lives, e.g. "
+            "in worker_init_fn); wait with a timeout to fail loudly."
         )
         return Finding(**{**found.__dict__, "summary": summary, "remedy": remedy})
     return found
@@ -444,14 +458,19 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
             "which is blocked writing to a pipe that no process will read again."
         )
         remedy = (
-            "Before exiting, drain the queue and join its consumer process, or call queue.cancel_join_thread() on a queue "
-            "whose reader may be gone (it may drop unsent items); do not leave a daemonic consumer behind a full queue."
+            "Before exiting, drain the queue and join its consumer process, or call queue.cancel_join_thread() on a "
+            "queue whose reader may be gone (it may drop unsent items); do not leave a daemonic consumer behind a "
+            "full queue."
         )
     else:
-        summary = f"Deadlock in the main process{f' at {brief(where)}' if where else ''}: its threads wait on each other and none can run."
+        summary = (
+            f"Deadlock in the main process{f' at {brief(where)}' if where else ''}: its threads wait on each other "
+            "and none can run."
+        )
         remedy = (
-            "Do not join (or wait for) a thread that is itself blocked: drain the queue it puts into (or put with a timeout "
-            "and check a stop flag) before join(); join with a timeout to fail loudly; take locks in one order."
+            "Do not join (or wait for) a thread that is itself blocked: drain the queue it puts into (or put with a "
+            "timeout and check a stop flag) before join(); join with a timeout to fail loudly; take locks in one "
+            "order."
         )
     evidence = tuple(lines + [f"proof: {line}" for line in facts.proof.lines])
     return Finding(0.95, summary, evidence, remedy, (main.pid,), location(where), (DOC_MULTIPROCESSING,))
@@ -510,14 +529,16 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
             )
     if v.loop is not None:
         lines.append(
-            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from {describe(facts, v.pid, v.user)}"
+            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from "
+            f"{describe(facts, v.pid, v.user)}"
         )
     else:
         lines.append(f"worker pid {v.pid}: no stack (py-spy unavailable)")
     files = dict(facts.open_files).get(v.pid, ())
     regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
     lines.append(
-        f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: {', '.join(regular[:8]) or 'none besides pipes and sockets'}"
+        f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: "
+        f"{', '.join(regular[:8]) or 'none besides pipes and sockets'}"
     )
     return (0.85 if v.loop is not None else 0.5), lines, v.user
 
@@ -534,9 +555,9 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
         )
         if writing:
             return (
-                "The process that reads this pipe (often the job's stdout or stderr: a `| tee`, a log shipper, a pager) "
-                "stopped reading or died while another process keeps the pipe open: restart or fix the reader, or write "
-                "logs to a file; print from workers sparingly."
+                "The process that reads this pipe (often the job's stdout or stderr: a `| tee`, a log shipper, a "
+                "pager) stopped reading or died while another process keeps the pipe open: restart or fix the reader, "
+                "or write logs to a file; print from workers sparingly."
             )
         return "Nothing writes to the pipe this worker reads: check the process meant to feed it; read with a timeout."
     if any(
@@ -545,11 +566,14 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
         and v.loop_detail.wait.syscall in ("open", "openat")
         for v in views
     ):
-        return "The worker opens a FIFO (named pipe) that no process opens for writing: start the writer first, or open it non-blocking."
+        return (
+            "The worker opens a FIFO (named pipe) that no process opens for writing: start the writer first, or open "
+            "it non-blocking."
+        )
     return (
-        "Check the storage the Dataset reads (NFS/FUSE mount, disk): `cat /proc/<pid>/stack` as root shows the kernel path; "
-        "set DataLoader(..., timeout=<seconds>) so the job fails instead of hanging, and use storage clients with timeouts "
-        "(or copy data to local disk)."
+        "Check the storage the Dataset reads (NFS/FUSE mount, disk): `cat /proc/<pid>/stack` as root shows the kernel "
+        "path; set DataLoader(..., timeout=<seconds>) so the job fails instead of hanging, and use storage clients "
+        "with timeouts (or copy data to local disk)."
     )
 
 
@@ -620,8 +644,10 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
                 doing += f" ({target})"
             how = quiet_text(facts, v.pid)
         lines = [
-            f"worker pid {v.pid} ({v.proc.name}): thread {v.loop.tid} {doing} in the Dataset at {describe(facts, v.pid, v.user)}",
-            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}; {kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
+            f"worker pid {v.pid} ({v.proc.name}): thread {v.loop.tid} {doing} in the Dataset at "
+            f"{describe(facts, v.pid, v.user)}",
+            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}; "
+            f"{kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
         ]
         return 0.8, lines, v.user
     if not v.quiet:
@@ -630,7 +656,8 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
     if family not in ("sleep", "socket"):
         return None
     lines = [
-        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); {kernel_wait(facts, v.pid, v.pid)} ({family}); {quiet_text(facts, v.pid)}"
+        f"worker pid {v.pid} ({v.proc.name}): no stack (py-spy unavailable); {kernel_wait(facts, v.pid, v.pid)} "
+        f"({family}); {quiet_text(facts, v.pid)}"
     ]
     return 0.45, lines, None
 
@@ -639,21 +666,26 @@ def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
     acts = {v.activity for v in worker_views(facts) if v.pid in pids}
     busy = facts.stall is not None and facts.stall.trigger == "busy_stall" and Activity.RUNNING in acts
     if busy:
-        return "Fix the loop in __getitem__ that never returns (py-spy dump --pid <worker> shows where it spins); set DataLoader(..., timeout=<seconds>) to fail instead of hanging."
+        return (
+            "Fix the loop in __getitem__ that never returns (py-spy dump --pid <worker> shows where it spins); set "
+            "DataLoader(..., timeout=<seconds>) to fail instead of hanging."
+        )
     if acts == {Activity.TIMED_WAIT}:
         return (
-            "The wait has a timeout and may end by itself: if samples legitimately take this long (remote storage, a slow "
-            "service), raise stall_timeout_s above the slowest sample; if not, find why the call at the location above "
-            "keeps waiting. DataLoader(..., timeout=<seconds>) bounds how long main waits for a batch."
+            "The wait has a timeout and may end by itself: if samples legitimately take this long (remote storage, a "
+            "slow service), raise stall_timeout_s above the slowest sample; if not, find why the call at the location "
+            "above keeps waiting. DataLoader(..., timeout=<seconds>) bounds how long main waits for a batch."
         )
     if Activity.SHARED_WAIT in acts:
         return (
-            "Another process was meant to set this event, release this lock or feed this queue and never did: check it (or "
-            "that it still exists), and wait with a timeout; DataLoader(..., timeout=<seconds>) makes the job fail instead of hanging."
+            "Another process was meant to set this event, release this lock or feed this queue and never did: check "
+            "it (or that it still exists), and wait with a timeout; DataLoader(..., timeout=<seconds>) makes the job "
+            "fail instead of hanging."
         )
     return (
-        "Give the blocking call a timeout (socket.settimeout, an HTTP or storage client's timeout, Queue.get(timeout=…)) "
-        "and set DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader timed out' instead of waiting forever."
+        "Give the blocking call a timeout (socket.settimeout, an HTTP or storage client's timeout, "
+        "Queue.get(timeout=…)) and set DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader "
+        "timed out' instead of waiting forever."
     )
 
 
@@ -721,7 +753,8 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
     idle = [v.pid for v in worker_views(facts) if v.state is WorkerState.IDLE]
     if idle:
         evidence.append(
-            f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under _worker_loop): the lost batch will never be re-sent"
+            f"workers {', '.join(map(str, idle))} are idle, waiting for new indices (index_queue.get under "
+            "_worker_loop): the lost batch will never be re-sent"
         )
     if idle_proof is not None:
         evidence += [f"proof: {line}" for line in idle_proof.lines]
@@ -735,8 +768,8 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
         summary=f"A batch was lost: {why}, and main waits for it forever.",
         evidence=tuple(evidence),
         remedy=(
-            "Make every sample picklable (return tensors, numbers, strings; no open files, locks, sockets or C handles in the "
-            "sample or the collate_fn's output); read the feeder thread's traceback on stderr; and set "
+            "Make every sample picklable (return tensors, numbers, strings; no open files, locks, sockets or C "
+            "handles in the sample or the collate_fn's output); read the feeder thread's traceback on stderr; and set "
             "DataLoader(..., timeout=<seconds>) so a lost batch fails the job instead of hanging it."
         ),
         pids=tuple(w.pid for w in facts.sample.workers),
@@ -774,12 +807,14 @@ def pin_memory_stall(facts: Facts) -> Optional[Finding]:
         )
         evidence = (
             waiting_main(facts),
-            f"main pid {pid}: pin-memory thread {t.tid} ({t.name or 'pt_data_pin'}) blocked at {blocked_at}, inside {describe(facts, pid, top)}",
+            f"main pid {pid}: pin-memory thread {t.tid} ({t.name or 'pt_data_pin'}) blocked at {blocked_at}, inside "
+            f"{describe(facts, pid, top)}",
             f"main pid {pid}: pin-memory thread {t.tid} {kernel_wait(facts, pid, t.tid)}",
         )
         return Finding(
             confidence=0.8,
-            summary="The pin-memory thread of the main process is stuck pinning a batch (page-locked host allocation), so no batch reaches the training loop.",
+            summary="The pin-memory thread of the main process is stuck pinning a batch (page-locked host "
+            "allocation), so no batch reaches the training loop.",
             evidence=evidence,
             remedy=(
                 "Try pin_memory=False to confirm; lower batch_size × prefetch_factor × num_workers (pinned memory is "
@@ -892,15 +927,16 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
     return Finding(
         confidence=0.85,
         summary=(
-            f"The ranks' shards are uneven: rank {short[0]}'s DataLoader ran out after {short[1].batches} batches while rank "
-            f"{long[0]} delivered {long[1].batches} and has more, so the ranks wait in different collectives for each other "
-            "until the collective timeout."
+            f"The ranks' shards are uneven: rank {short[0]}'s DataLoader ran out after {short[1].batches} batches "
+            f"while rank {long[0]} delivered {long[1].batches} and has more, so the ranks wait in different "
+            "collectives for each other until the collective timeout."
         ),
         evidence=tuple(evidence),
         remedy=(
-            "Give every rank the same number of batches: torch.utils.data.distributed.DistributedSampler (it pads the shards "
-            "to equal length; drop_last=True trims instead), or split files evenly; for inputs that are uneven by nature wrap "
-            "the loop in torch.distributed.algorithms.join.Join([model]) (DDP joins uneven inputs through it)."
+            "Give every rank the same number of batches: torch.utils.data.distributed.DistributedSampler (it pads the "
+            "shards to equal length; drop_last=True trims instead), or split files evenly; for inputs that are uneven "
+            "by nature wrap the loop in torch.distributed.algorithms.join.Join([model]) (DDP joins uneven inputs "
+            "through it)."
         ),
         pids=(main.pid,),
         location=f"{where.file}:{where.line}" if where is not None else None,
@@ -941,7 +977,8 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         if collective is not None:
             evidence.insert(
                 1,
-                f"main pid {pid}: waits in a torch.distributed collective, {describe(facts, pid, collective)}: another rank has not reached it (uneven batches per rank, a crashed or slower rank)",
+                f"main pid {pid}: waits in a torch.distributed collective, {describe(facts, pid, collective)}: "
+                "another rank has not reached it (uneven batches per rank, a crashed or slower rank)",
             )
             evidence.insert(2, COLLECTIVE_TIMEOUT_TEXT)
     else:
@@ -951,7 +988,8 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     if not torch_seen(facts):
         evidence.insert(
             0,
-            f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this process tree",
+            f"main pid {pid}: no DataLoader worker, no DataLoader iterator and no torch frame was seen in this "
+            "process tree",
         )
         return Finding(
             confidence=0.3,
@@ -979,9 +1017,9 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         ),
         evidence=tuple(evidence),
         remedy=(
-            "Look at main's stack below: the job waits there, not on its data. If that wait is expected (a long checkpoint, "
-            "an evaluation, a barrier), raise stall_timeout_s; the watchdog does not end such a job unless "
-            "terminate_outside_loader is true and no batch came for busy_stall_timeout_s."
+            "Look at main's stack below: the job waits there, not on its data. If that wait is expected (a long "
+            "checkpoint, an evaluation, a barrier), raise stall_timeout_s; the watchdog does not end such a job "
+            "unless terminate_outside_loader is true and no batch came for busy_stall_timeout_s."
         ),
         pids=(pid,),
         location=location(user),
@@ -995,7 +1033,8 @@ def unknown(facts: Facts) -> Finding:
     evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {stall.main_pid}: {v.reason}"]
     for view in worker_views(facts):
         evidence.append(
-            f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, {quiet_text(facts, view.pid)}"
+            f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, "
+            f"{quiet_text(facts, view.pid)}"
             + (f", at {describe(facts, view.pid, view.user or view.top)}" if view.user or view.top else "")
         )
     if facts.pyspy_problem:

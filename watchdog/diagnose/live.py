@@ -111,15 +111,19 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             for w, uss in copied[:4]
         ]
         evidence.append(
-            f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about {mib(mean)}; "
-            f"available memory {mib(avail)}"
+            f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about "
+            f"{mib(mean)}; available memory {mib(avail)}"
         )
     if growing:
         eta_s = avail / total_slope if total_slope > 0 else float("inf")
         evidence.append(
-            f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} MiB/s across workers"
+            f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} "
+            "MiB/s across workers"
         )
-        summary = f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory runs out in about {eta_s / 60:.0f} min at this rate."
+        summary = (
+            f"{len(growing)} DataLoader worker(s) grow steadily ({total_slope / 2**20:.1f} MiB/s together); memory "
+            f"runs out in about {eta_s / 60:.0f} min at this rate."
+        )
     else:
         share = min(uss / main_uss for _, uss in copied)
         summary = (
@@ -133,8 +137,8 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         summary=summary,
         evidence=tuple(evidence),
         remedy=(
-            "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python lists/dicts/strings "
-            "(each Python object touched in a worker un-shares its page); or lower num_workers."
+            "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python "
+            "lists/dicts/strings (each Python object touched in a worker un-shares its page); or lower num_workers."
         ),
         pids=tuple(g[0] for g in growing) or tuple(w.pid for w, _ in copied),
         docs=(DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING),
@@ -155,12 +159,14 @@ def fd_pressure(facts: Facts) -> Optional[Finding]:
         return None
     return Finding(
         confidence=0.8,
-        summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of their file-descriptor limit; the loader fails with 'Too many open files' at 100%.",
+        summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of their file-descriptor limit; the loader "
+        "fails with 'Too many open files' at 100%.",
         evidence=tuple(
             f"{p.role} pid {p.pid}: {p.num_fds} open file descriptors of RLIMIT_NOFILE {p.rlimit_nofile_soft}"
             for p in hot
         ),
-        remedy='torch.multiprocessing.set_sharing_strategy("file_system"), or raise the limit (ulimit -n); keep fewer batches alive in main.',
+        remedy='torch.multiprocessing.set_sharing_strategy("file_system"), or raise the limit (ulimit -n); keep fewer '
+        "batches alive in main.",
         pids=tuple(p.pid for p in hot),
         docs=(DOC_SHARING_STRATEGIES,),
     )
@@ -192,10 +198,12 @@ def map_count_pressure(facts: Facts) -> Optional[Finding]:
                 )
     return Finding(
         confidence=0.8,
-        summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of vm.max_map_count ({limit}); mmap fails with 'Cannot allocate memory (12)' at 100%.",
+        summary=f"{len(hot)} process(es) use over {PRESSURE_FRACTION:.0%} of vm.max_map_count ({limit}); mmap fails "
+        "with 'Cannot allocate memory (12)' at 100%.",
         evidence=tuple(f"{p.role} pid {p.pid}: {p.map_count} memory mappings of vm.max_map_count {limit}" for p in hot)
         + tuple(rates),
-        remedy="Do not keep received batches alive (clone what you cache); batch more samples per tensor; or sysctl -w vm.max_map_count=262144.",
+        remedy="Do not keep received batches alive (clone what you cache); batch more samples per tensor; or sysctl "
+        "-w vm.max_map_count=262144.",
         pids=tuple(p.pid for p in hot),
         docs=(DOC_SHARING_STRATEGIES,),
     )
@@ -212,9 +220,11 @@ def shm_pressure(facts: Facts) -> Optional[Finding]:
         return None
     return Finding(
         confidence=0.8,
-        summary=f"/dev/shm is {h.shm_used_bytes / h.shm_total_bytes:.0%} full ({mib(h.shm_used_bytes)} of {mib(h.shm_total_bytes)}); workers crash with a bus error when it fills.",
+        summary=f"/dev/shm is {h.shm_used_bytes / h.shm_total_bytes:.0%} full ({mib(h.shm_used_bytes)} of "
+        f"{mib(h.shm_total_bytes)}); workers crash with a bus error when it fills.",
         evidence=(f"/dev/shm: {mib(h.shm_used_bytes)} used of {mib(h.shm_total_bytes)} (statvfs, as the job sees it)",),
-        remedy="Give the job more shared memory (docker --shm-size, --ipc=host, a Memory emptyDir on Kubernetes) or lower batch_size × prefetch_factor × num_workers.",
+        remedy="Give the job more shared memory (docker --shm-size, --ipc=host, a Memory emptyDir on Kubernetes) or "
+        "lower batch_size × prefetch_factor × num_workers.",
         pids=(main.pid,),
         docs=(DOC_MULTI_PROCESS_LOADING,),
     )
@@ -248,13 +258,14 @@ def cpu_affinity_narrowed(facts: Facts) -> Optional[Finding]:
         return None
     return Finding(
         confidence=0.85,
-        summary=f"The job may use {usable:g} CPU(s) ({how}) on a {facts.host_cpus}-CPU host, for the main process and {n} workers.",
+        summary=f"The job may use {usable:g} CPU(s) ({how}) on a {facts.host_cpus}-CPU host, for the main process and "
+        f"{n} workers.",
         evidence=tuple(
             f"{p.role} pid {p.pid}: CPU affinity {p.cpu_affinity} CPU(s)" for p in [main, *facts.sample.workers]
         ),
         remedy=(
-            "Widen the affinity the job was started with (taskset, numactl, Slurm --cpus-per-task, a library that pins the "
-            "main thread) or raise the cgroup CPU limit; or lower num_workers to fit."
+            "Widen the affinity the job was started with (taskset, numactl, Slurm --cpus-per-task, a library that "
+            "pins the main thread) or raise the cgroup CPU limit; or lower num_workers to fit."
         ),
         pids=tuple(p.pid for p in [main, *facts.sample.workers]),
         docs=(DOC_MULTI_PROCESS_LOADING,),
@@ -293,17 +304,27 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
     if per_worker > 1:
         remedy = (
             f"Workers run up to {per_worker} runnable threads each: keep one intra-op thread per worker (no "
-            "torch.set_num_threads(>1) in worker_init_fn; OMP_NUM_THREADS=1 for numpy/OpenCV) and lower num_workers to the usable CPUs."
+            "torch.set_num_threads(>1) in worker_init_fn; OMP_NUM_THREADS=1 for numpy/OpenCV) and lower num_workers "
+            "to the usable CPUs."
         )
     else:
-        remedy = f"Each worker runs one thread at a time, so there are simply more busy processes than CPUs: lower num_workers to about {max(1, int(usable) - 1)}."
+        remedy = (
+            "Each worker runs one thread at a time, so there are simply more busy processes than CPUs: lower "
+            f"num_workers to about {max(1, int(usable) - 1)}."
+        )
     if narrowed:
-        remedy += f" The job may use only {usable:g} of the host's {facts.host_cpus} CPUs ({how}): widen the affinity or quota it was started with."
+        remedy += (
+            f" The job may use only {usable:g} of the host's {facts.host_cpus} CPUs ({how}): widen the affinity or "
+            "quota it was started with."
+        )
     return Finding(
         confidence=0.75,
-        summary=f"A median of {statistics.median(runnable):.0f} threads compete for {usable:g} usable CPU(s); the loader slows down instead of speeding up.",
+        summary=f"A median of {statistics.median(runnable):.0f} threads compete for {usable:g} usable CPU(s); the "
+        "loader slows down instead of speeding up.",
         evidence=(
-            f"runnable threads (state R) across main and {len(facts.sample.workers)} workers: median {statistics.median(runnable):.0f} over {len(recent)} samples, above {OVERSUBSCRIBED_FACTOR:g} × {usable:g} usable CPUs ({how}) in {len(over)} of them",
+            f"runnable threads (state R) across main and {len(facts.sample.workers)} workers: median "
+            f"{statistics.median(runnable):.0f} over {len(recent)} samples, above {OVERSUBSCRIBED_FACTOR:g} × "
+            f"{usable:g} usable CPUs ({how}) in {len(over)} of them",
             f"involuntary context switches: {rate:.0f}/s across the job",
             f"workers run up to {threads} threads each, at most {per_worker} of them runnable at once",
         ),
@@ -354,7 +375,8 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     ]
     if ram:
         evidence.append(
-            f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available {mib(facts.sample.host.mem_available_bytes)}"
+            f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available "
+            f"{mib(facts.sample.host.mem_available_bytes)}"
         )
     if growing:
         slope, grown, span = growing
@@ -362,18 +384,20 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     for v in facts.sample.loaders:
         if v.setting("pin_memory"):
             evidence.append(
-                f"{v.label}: pin_memory=True, batch_size={v.setting('batch_size')}, num_workers={v.setting('num_workers')}, "
-                f"prefetch_factor={v.setting('prefetch_factor')}"
+                f"{v.label}: pin_memory=True, batch_size={v.setting('batch_size')}, "
+                f"num_workers={v.setting('num_workers')}, prefetch_factor={v.setting('prefetch_factor')}"
             )
     what = "grows steadily" if growing else "holds a large share of RAM"
     return Finding(
         confidence=0.7 if growing else 0.6,
-        summary=f"CUDA pinned host memory {what}: {mib(total)} in all; PyTorch's caching host allocator keeps freed pinned blocks for reuse and never returns them while the process lives.",
+        summary=f"CUDA pinned host memory {what}: {mib(total)} in all; PyTorch's caching host allocator keeps freed "
+        "pinned blocks for reuse and never returns them while the process lives.",
         evidence=tuple(evidence),
         remedy=(
             "Lower what is pinned at once: prefetch_factor × num_workers × batch size with pin_memory=True; keep batch "
             "shapes fixed (each new size is cached as a new power-of-two block); or turn pin_memory off and measure "
-            "(`dlwatch probe bench --pin-memory false,true`). torch.cuda.host_memory_stats() shows the allocator's own view."
+            "(`dlwatch probe bench --pin-memory false,true`). torch.cuda.host_memory_stats() shows the allocator's "
+            "own view."
         ),
         pids=tuple(p.pid for p in procs),
         docs=(DOC_PIN_MEMORY,),
