@@ -299,8 +299,8 @@ def excerpt(value: Any) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
-def _printable(text: str, limit: int = 4 * EXCERPT_CHARS) -> str:
-    """``text`` with control characters escaped, cut to ``limit`` characters: safe in one line."""
+def _printable(text: object, limit: int = 4 * EXCERPT_CHARS) -> str:
+    """``str(text)`` with control characters escaped, cut to ``limit`` characters: safe in one line."""
     text = re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], str(text))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -175,7 +175,11 @@ class Watcher:
         self.examine = examine
         self.peers = peers
         self.peer_loaders = peer_loaders
-        self.alerts = alerts or Alerts({k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")}, config.exec_timeout_s, log)
+        self.alerts = alerts or Alerts(
+            {k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")},
+            config.exec_timeout_s,
+            log,
+        )
         self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
         self.last_hang_kind = ""
         self.last_stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
@@ -187,13 +191,15 @@ class Watcher:
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self._reported: Optional[Tuple[Optional[float], bool]] = None  # (delivery mark, terminable) of the last hang report
+        self._reported: Optional[Tuple[Optional[float], bool]] = (
+            None  # (delivery mark, terminable) of the last hang report
+        )
         self._quiet_floor = float("-inf")  # when an examination last found no hang
         self._rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
         self._said: Dict[str, float] = {}
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._shm_managers: Set[Tuple[int, float]] = set()  # torch_shm_manager daemons seen
-        self._errors_logged = set()
+        self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
         self._oom_at_start = cgroup.oom_kills(root_pid)
@@ -202,7 +208,9 @@ class Watcher:
     def _internal_error(self, where: str) -> None:
         if where not in self._errors_logged:
             self._errors_logged.add(where)
-            log(f"internal error while {where} (watching goes on): {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
+            log(
+                f"internal error while {where} (watching goes on): {traceback.format_exc(limit=3).strip().splitlines()[-1]}"
+            )
 
     def run(self) -> Outcome:
         """Watch until the job ends, it is terminated, or ``stop`` is set."""
@@ -227,7 +235,9 @@ class Watcher:
             self._internal_error("sampling")
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
-            _log_tick(_TICK_LOG, wall, time.perf_counter() - t0, time.thread_time() - c0, n, len(self.outcome.reports) - n0)
+            _log_tick(
+                _TICK_LOG, wall, time.perf_counter() - t0, time.thread_time() - c0, n, len(self.outcome.reports) - n0
+            )
 
     def _inside_view(self, pids=None, forks: bool = True) -> InsideView:
         try:
@@ -246,13 +256,18 @@ class Watcher:
         self.timeline.append(sample)
         if len(self._seen_pids) < _MAX_SEEN_PIDS:
             self._seen_pids.update(p.pid for p in sample.processes)
-            self._shm_managers.update((p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1]))
+            self._shm_managers.update(
+                (p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
+            )
         self.births.update(sample)
         if not self.examine:
             return
         self.tracker.update(sample)
         if self.tracker.stopped:
-            self._say_once("stopped", f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): paused, not hung; the stall clock waits")
+            self._say_once(
+                "stopped",
+                f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): paused, not hung; the stall clock waits",
+            )
             return
         self._said.pop("stopped", None)
         stall = self.tracker.stall(sample)
@@ -264,7 +279,15 @@ class Watcher:
             self._reported = None  # a batch moved since the last report: a new hang may be reported
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
-        trigger = detect.due_trigger(stall, cfg.stall_timeout_s, cfg.busy_stall_timeout_s, self._quiet_floor, sample.t_mono, rule, self._rhythm_floor)
+        trigger = detect.due_trigger(
+            stall,
+            cfg.stall_timeout_s,
+            cfg.busy_stall_timeout_s,
+            self._quiet_floor,
+            sample.t_mono,
+            rule,
+            self._rhythm_floor,
+        )
         if trigger is not None and self._may_examine(trigger) and not self.job_ended():
             try:
                 self._examine(sample, dataclasses.replace(stall, trigger=trigger, rule=self._rule_text(trigger, rule)))
@@ -286,7 +309,15 @@ class Watcher:
             return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
         if trigger == detect.TRIGGER_PROOF:
             return f"every thread of a process in an untimed private-futex wait, unchanged, for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
-        why = " (the fixed timeout: " + ("no inside view" if not self.timeline or not self.timeline[-1].loaders else "main not waiting on a worker, or too few batches for a rhythm") + ")"
+        why = (
+            " (the fixed timeout: "
+            + (
+                "no inside view"
+                if not self.timeline or not self.timeline[-1].loaders
+                else "main not waiting on a worker, or too few batches for a rhythm"
+            )
+            + ")"
+        )
         return f"no progress of the loader path for stall_timeout_s ({cfg.stall_timeout_s:g} s)" + why
 
     def _say_once(self, key: str, message: str, every_s: float = 600.0) -> None:
@@ -309,7 +340,13 @@ class Watcher:
         return now - self._oom_at_start
 
     def _look_for_warnings(self, sample: Sample) -> None:
-        facts = Facts(mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=self._inside_view([p.pid for p in sample.processes], forks=False))
+        facts = Facts(
+            mode=MODE_LIVE,
+            sample=sample,
+            timeline=tuple(self.timeline),
+            host_cpus=self.host_cpus,
+            inside=self._inside_view([p.pid for p in sample.processes], forks=False),
+        )
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:
                 continue
@@ -333,12 +370,18 @@ class Watcher:
             alive = [pid for pid, ct in self._shm_managers if act.same_process(pid, ct)]
             leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid}) if not alive else ()
             if alive and procfs.shm_leftovers(self._seen_pids):
-                log(f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files")
+                log(
+                    f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files"
+                )
             crashed = bool(exit_code) and not terminated
             if terminated and not leftovers:
                 self._report_survivors()
                 return
-            last = self.timeline[-1] if self.timeline else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
+            last = (
+                self.timeline[-1]
+                if self.timeline
+                else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
+            )
             facts = Facts(
                 mode=MODE_CRASH if crashed else MODE_EXIT,
                 sample=last,
@@ -368,9 +411,13 @@ class Watcher:
         alive = [(p.pid, p.role) for p in last if p.role != "other" and act.still_running(p.pid, p.create_time)]
         if alive:
             shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
-            log(f"{len(alive)} process(es) of the job still run after it ended: {shown}; to end them: kill {' '.join(str(p) for p, _ in alive[:8])}")
+            log(
+                f"{len(alive)} process(es) of the job still run after it ended: {shown}; to end them: kill {' '.join(str(p) for p, _ in alive[:8])}"
+            )
 
-    def _publish(self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = "") -> None:
+    def _publish(
+        self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = ""
+    ) -> None:
         """Build, print and write one report; never raises ReportWriteError."""
         main = facts.sample.main
         if main is not None:
@@ -394,7 +441,9 @@ class Watcher:
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
         say(report.short_summary(rep.text, warning=summary_only))
         try:
-            path = writer.write_with_fallback(rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log)
+            path = writer.write_with_fallback(
+                rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log
+            )
             self.outcome.reports.append(path)
             log(f"full report: {os.path.join(path, 'report.txt')}")
             first = diagnoses[0]
@@ -422,6 +471,8 @@ class Watcher:
         cfg = self.config
         deadline = time.monotonic() + cfg.py_spy.timeout_s
         main = sample.main
+        if main is None:  # a stall is only declared with main in the sample
+            return
         woke = self.tracker.woke_during_stall(sample)
         first = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
         time.sleep(_STABLE_GAP_S)  # NOTE [ Deadlock proof ]: two reads, nothing moved between them
@@ -432,7 +483,9 @@ class Watcher:
         live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.state not in ("T", "t")]
         d_state = [p.pid for p in sample.processes if p.state == "D"]
         quick_deadline = min(deadline, time.monotonic() + cfg.py_spy.timeout_s / 2)
-        quick = pyspy.dump_all(live, self.pyspy, False, cfg.py_spy.timeout_s, disk_sleep=d_state, deadline=quick_deadline)
+        quick = pyspy.dump_all(
+            live, self.pyspy, False, cfg.py_spy.timeout_s, disk_sleep=d_state, deadline=quick_deadline
+        )
         inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
         names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
         wakeable = {p.pid: why for p in sample.processes for why in [procfs.timer_wakeup(p.pid)] if why}
@@ -442,7 +495,9 @@ class Watcher:
         if proof is None:
             timeout = min(cfg.stall_timeout_s, stall.stall_s) if early else cfg.stall_timeout_s
             proof = detect.prove_loader_idle(verdict, sample, quick, stall, timeout)
-        assessment = detect.assess(stall.trigger, sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s)
+        assessment = detect.assess(
+            stall.trigger or "", sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s
+        )
         now = self.sampler.sample()
         if detect.loader_members(now) != detect.loader_members(sample):
             # Workers came or went while we looked (an epoch ended): the job moved.
@@ -452,12 +507,18 @@ class Watcher:
             # NOTE [ Batch rhythm ]: before stall_timeout_s only a proven hang is reported.
             self._rhythm_floor = time.monotonic()
             self.tracker.rebaseline(self.sampler.sample())
-            self._say_once("rhythm", f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: looking again, reported at stall_timeout_s if it lasts")
+            self._say_once(
+                "rhythm",
+                f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: looking again, reported at stall_timeout_s if it lasts",
+            )
             return
         if not assessment.hang:
             self._quiet_floor = time.monotonic()
             self.tracker.rebaseline(self.sampler.sample())
-            self._say_once("dismissed:" + assessment.reason.split(":")[0][:40], f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}")
+            self._say_once(
+                "dismissed:" + assessment.reason.split(":")[0][:40],
+                f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}",
+            )
             return
         self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline)
 
@@ -476,9 +537,13 @@ class Watcher:
         readers, writers, complete = procfs.pipe_holders(pipes)
         return detect.PipeEnds(targets, readers, writers, complete)
 
-    def _report_hang(self, sample: Sample, stall: Stall, assessment, quick, details, pipes, deadline: Optional[float] = None) -> None:
+    def _report_hang(
+        self, sample: Sample, stall: Stall, assessment, quick, details, pipes, deadline: Optional[float] = None
+    ) -> None:
         cfg = self.config
         main = sample.main
+        if main is None:
+            return
         verdict, proof = assessment.verdict, assessment.proof
         if self.rank and verdict.kind != "dataloader" and proof is None:
             stalled = self.peers()
@@ -503,15 +568,26 @@ class Watcher:
             return
         pids = [main.pid] + [w.pid for w in sample.workers]
         d_state = [p.pid for p in sample.processes if p.state == "D"]
-        dumpable = [pid for pid in pids if (sample.process(pid) and sample.process(pid).state not in ("T", "t"))]
+        dumpable = [pid for pid in pids if (p := sample.process(pid)) is not None and p.state not in ("T", "t")]
         # Native frames (and locals) on top of the Python-only stacks already taken, by the
         # examination's deadline; what it leaves out keeps its Python stack and says why.
         stacks = pyspy.dump_all(
-            dumpable, self.pyspy, cfg.py_spy.native, cfg.py_spy.timeout_s, cfg.py_spy.locals, d_state, deadline=deadline, python_stacks=quick
+            dumpable,
+            self.pyspy,
+            cfg.py_spy.native,
+            cfg.py_spy.timeout_s,
+            cfg.py_spy.locals,
+            d_state,
+            deadline=deadline,
+            python_stacks=quick,
         )
         sources = {}
         for pid, st in stacks.items():
-            wanted = [(f.file, f.line) for t in st.threads for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]]
+            wanted = [
+                (f.file, f.line)
+                for t in st.threads
+                for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]
+            ]
             sources.update(procfs.source_lines(pid, wanted))
         view = self._inside_view([p.pid for p in sample.processes])
         for record in view.forks:
@@ -536,7 +612,9 @@ class Watcher:
             fd_targets=tuple(sorted(pipes.targets.items())) if pipes else (),
             pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
             pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
-            worker_start_ticks=tuple((w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None),
+            worker_start_ticks=tuple(
+                (w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None
+            ),
             inside=view,
             rank=(self.rank or {}).get("RANK"),
             peer_loaders=self.peer_loaders(),
@@ -557,7 +635,8 @@ class Watcher:
         self.tracker.rebaseline(after)
         if terminate:
             log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
-            members = self.sampler.root_identity() + [(p.pid, p.create_time) for p in (after.processes or sample.processes)]
+            members = self.sampler.root_identity() + [
+                (p.pid, p.create_time) for p in (after.processes or sample.processes)
+            ]
             log(act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended))
             self.outcome.terminated = True
-
