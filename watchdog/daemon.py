@@ -34,7 +34,6 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-
 from . import __version__, act, detect, frames, report, writer
 from .alert import Alerts
 from .collect import cgroup, procfs, pyspy
@@ -209,7 +208,8 @@ class Watcher:
         if where not in self._errors_logged:
             self._errors_logged.add(where)
             log(
-                f"internal error while {where} (watching goes on): {traceback.format_exc(limit=3).strip().splitlines()[-1]}"
+                f"internal error while {where} (watching goes on): "
+                f"{traceback.format_exc(limit=3).strip().splitlines()[-1]}"
             )
 
     def run(self) -> Outcome:
@@ -266,7 +266,8 @@ class Watcher:
         if self.tracker.stopped:
             self._say_once(
                 "stopped",
-                f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): paused, not hung; the stall clock waits",
+                f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): "
+                "paused, not hung; the stall clock waits",
             )
             return
         self._said.pop("stopped", None)
@@ -308,7 +309,10 @@ class Watcher:
         if trigger == detect.TRIGGER_BUSY:
             return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
         if trigger == detect.TRIGGER_PROOF:
-            return f"every thread of a process in an untimed private-futex wait, unchanged, for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
+            return (
+                "every thread of a process in an untimed private-futex wait, unchanged, "
+                f"for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
+            )
         why = (
             " (the fixed timeout: "
             + (
@@ -371,7 +375,8 @@ class Watcher:
             leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid}) if not alive else ()
             if alive and procfs.shm_leftovers(self._seen_pids):
                 log(
-                    f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: they may still remove the job's /dev/shm files"
+                    f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: "
+                    "they may still remove the job's /dev/shm files"
                 )
             crashed = bool(exit_code) and not terminated
             if terminated and not leftovers:
@@ -412,7 +417,8 @@ class Watcher:
         if alive:
             shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
             log(
-                f"{len(alive)} process(es) of the job still run after it ended: {shown}; to end them: kill {' '.join(str(p) for p, _ in alive[:8])}"
+                f"{len(alive)} process(es) of the job still run after it ended: {shown}; "
+                f"to end them: kill {' '.join(str(p) for p, _ in alive[:8])}"
             )
 
     def _publish(
@@ -509,7 +515,8 @@ class Watcher:
             self.tracker.rebaseline(self.sampler.sample())
             self._say_once(
                 "rhythm",
-                f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: looking again, reported at stall_timeout_s if it lasts",
+                f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: "
+                "looking again, reported at stall_timeout_s if it lasts",
             )
             return
         if not assessment.hang:
@@ -552,7 +559,8 @@ class Watcher:
                 self._quiet_floor = time.monotonic()
                 self._say_once(
                     "waits-for-peer",
-                    f"rank {self.rank.get('RANK')} (pid {main.pid}) stalled {stall.stall_s:.0f} s outside its DataLoader, "
+                    f"rank {self.rank.get('RANK')} (pid {main.pid}) stalled {stall.stall_s:.0f} s "
+                    "outside its DataLoader, "
                     f"waiting for another rank: {stalled[0]}; that rank's report has the cause",
                     every_s=cfg.stall_timeout_s * 10,
                 )
