@@ -410,19 +410,15 @@ def cmd_hook_env() -> int:
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """Watch an already-running job until it ends."""
     proc = discovery.check_target(args.pid)
-    create_time = proc.create_time()
+    start_ticks = procfs.start_ticks(args.pid)
     wake = Waker()
     stopped: List[int] = []
 
     def job_ended() -> bool:
-        from .act import same_process
-
-        if not same_process(args.pid, create_time):
-            return True
-        try:
-            return proc.status() == "zombie"
-        except Exception:
-            return True
+        # One /proc/PID/stat read per tick (psutil's same_process read /proc/stat too): gone,
+        # another process under that pid (its start time), or a zombie.
+        st = procfs.proc_stat(args.pid)
+        return st is None or st.start_ticks != start_ticks or st.state in ("Z", "X")
 
     def on_signal(signum, _frame) -> None:
         stopped.append(signum)

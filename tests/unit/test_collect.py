@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from tests.unit.builders import WORKER_PID, fixture
@@ -37,12 +40,14 @@ def test_poll_timeouts_are_read_in_milliseconds_and_minus_one_is_untimed():
     untimed = waits.decode("S", "7 0x1 0x1 0xffffffff 0x0 0x0 0x0 0x7f 0x7f", "x86_64")
     assert untimed.kind is WaitKind.FD
     assert waits.decode("S", "232 0x3 0x1 0x10 0xffffffffffffffff 0x0 0x0 0x7f 0x7f", "x86_64").kind is WaitKind.FD
-    assert waits.decode("S", "271 0x1 0x1 0x0 0x0 0x8 0x0 0x7f 0x7f", "x86_64").kind is WaitKind.FD  # ppoll, no timespec
+    # ppoll, no timespec
+    assert waits.decode("S", "271 0x1 0x1 0x0 0x0 0x8 0x0 0x7f 0x7f", "x86_64").kind is WaitKind.FD
 
 
 def test_generic_syscall_numbers_for_arm64():
     assert waits.decode("S", "98 0x1 0x189 0x0 0x0 0x0 0x0 0x7f 0x7f", "aarch64").kind is WaitKind.FUTEX_PRIVATE
-    assert waits.decode("S", "98 0x1 0x189 0x0 0x0 0x0 0x0 0x7f 0x7f", "x86_64").kind is WaitKind.OTHER  # 98 is getrusage there
+    # 98 is getrusage there
+    assert waits.decode("S", "98 0x1 0x189 0x0 0x0 0x0 0x0 0x7f 0x7f", "x86_64").kind is WaitKind.OTHER
     assert waits.decode("S", "202 0x1 0x189 0x0 0x0 0x0 0x0 0x7f 0x7f", "s390x").syscall == "202"
 
 
@@ -57,7 +62,8 @@ def test_state_decides_before_the_syscall():
 def test_pytorch_idle_polls_are_ambiguous_and_other_timed_waits_are_the_users():
     decode = lambda line: waits.decode("S", line, "x86_64")  # noqa: E731
     assert states.may_be_loader_idle_poll(decode("7 0x1 0x1 0x1388 0x1 0x0 0x0 0x7f 0x7f"))  # mp Queue.get(timeout=5)
-    assert states.may_be_loader_idle_poll(decode("202 0x1 0x89 0x0 0x7ffe 0x0 0x0 0x7f 0x7f"))  # queue.Queue.get(timeout=5)
+    # queue.Queue.get(timeout=5)
+    assert states.may_be_loader_idle_poll(decode("202 0x1 0x89 0x0 0x7ffe 0x0 0x0 0x7f 0x7f"))
     assert not states.may_be_loader_idle_poll(decode("7 0x1 0x1 0x7530 0x0 0x0 0x0 0x7f 0x7f"))  # a socket's 30 s
     assert not states.may_be_loader_idle_poll(decode("230 0x1 0x1 0x7f 0x0 0x0 0x0 0x7f 0x7f"))  # time.sleep
 
@@ -86,7 +92,9 @@ def test_parse_rejects_other_output(text):
 
 
 def test_permission_failure_gives_the_ptrace_remedy():
-    msg = pyspy.explain_failure("Error: Failed to get process executable name. Check that the process is running.\n", 42)
+    msg = pyspy.explain_failure(
+        "Error: Failed to get process executable name. Check that the process is running.\n", 42
+    )
     assert "SYS_PTRACE" in msg and "ptrace_scope" in msg and "42" in msg
 
 
@@ -144,3 +152,139 @@ def test_pinned_memory_is_the_rss_of_shared_nvidiactl_mappings_only():
     text = fixture("smaps_pinned.txt")
     assert procfs.pinned_bytes_from_smaps(text) == (2097152 + 2048) * 1024  # the private one is not pinned memory
     assert procfs.pinned_bytes_from_smaps(text.replace("/dev/nvidiactl", "/dev/zero")) == 0
+
+
+# --- the tick's own reads (issue #10: a sidecar that costs nothing) ---------------------------
+
+
+def test_proc_stat_fields_and_a_comm_with_spaces_and_parentheses():
+    fields = " ".join(str(n) for n in range(4, 53))  # field N holds N, from ppid (4) on
+    st = procfs.parse_proc_stat(f"42 (a (b) c) R {fields}\n".encode())
+    assert (st.comm, st.state, st.ppid, st.minflt, st.majflt) == ("a (b) c", "R", 4, 10, 12)
+    assert (st.cpu_ticks, st.num_threads, st.start_ticks, st.rss_pages) == (14 + 15, 20, 22, 24)
+    own = procfs.proc_stat(os.getpid())
+    assert own is not None and own.ppid == os.getppid() and own.num_threads >= 1
+    assert procfs.proc_stat(2**22 + 1) is None  # above any pid_max: no such process
+
+
+def test_context_switches_come_from_the_last_lines_of_status():
+    status = b"Name:\tpython\nvoluntary_ctxt_switches:\t170\nnonvoluntary_ctxt_switches:\t3\n"
+    assert procfs.ctxt_switches(status) == (170, 3)
+    assert procfs.ctxt_switches(b"Name:\tx\n") == (0, 0)
+    with open(f"/proc/{os.getpid()}/status", "rb") as f:
+        text = f.read()
+    fields = procfs.parse_status_fields(text.decode(), "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+    vol, nonvol = procfs.ctxt_switches(text)
+    assert vol == fields["voluntary_ctxt_switches"] and nonvol == fields["nonvoluntary_ctxt_switches"]
+
+
+def test_command_line_is_split_as_psutil_splits_it():
+    import psutil
+
+    assert list(procfs.cmdline(os.getpid())) == psutil.Process().cmdline()
+    assert procfs.cmdline(2**22 + 1) is None
+
+
+def test_children_of_a_process_come_from_its_threads_children_files():
+    import psutil
+
+    if not procfs.children_files_supported():
+        pytest.skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+    parent = os.getppid()
+    assert os.getpid() in procfs.children_of(parent)
+    assert set(procfs.children_of(parent)) == {c.pid for c in psutil.Process(parent).children()}
+    assert procfs.ThreadReader().read(parent, children="all")[1] is not None
+    assert procfs.children_of(2**22 + 1) == ()
+    assert isinstance(procfs.last_pid(), int)
+
+
+def test_a_thread_that_did_not_run_keeps_its_sample_and_only_judged_threads_read_io():
+    import threading
+
+    done = threading.Event()
+    idle = threading.Thread(target=done.wait, daemon=True)
+    idle.start()
+    try:
+        for _ in range(500):  # until it sleeps in its wait (at most 5 s)
+            st = procfs.proc_stat(os.getpid(), idle.native_id)
+            if st is not None and st.state == "S":
+                break
+            time.sleep(0.01)
+        reader = procfs.ThreadReader()
+        first, _ = reader.read(os.getpid(), judged_tid=os.getpid())
+        second, _ = reader.read(os.getpid(), judged_tid=os.getpid())
+        by_tid = {t.tid: t for t in first}
+        (again,) = [t for t in second if t.tid == idle.native_id]
+        assert again is by_tid[idle.native_id]  # asleep, no switch since: the same object
+        assert again.io_bytes is None  # not the judged thread
+        assert again.wait is None or again.wait.kind is WaitKind.FUTEX_PRIVATE
+        (mine,) = [t for t in second if t.tid == os.getpid()]
+        assert mine.io_bytes is not None and mine.state == "R"
+        everything, _ = procfs.ThreadReader().read(os.getpid())  # every thread judged: a worker
+        assert all(t.io_bytes is not None for t in everything)
+    finally:
+        done.set()
+        idle.join(timeout=5)
+
+
+def test_roles_are_decided_from_name_parent_command_line_and_age():
+    from watchdog.collect.discovery import Role, decide_role
+    from watchdog.types import ROLE_FORKSERVER, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER, ROLE_WORKER_CHILD
+
+    main_cmd = ("python", "train.py")
+    main = Role(10, "main")
+
+    def role(name, cmd, age=100.0, parent=main, ppid=10, modern=True):
+        return decide_role(99, name, ppid, tuple(cmd), age, parent, 10, main_cmd, lambda: modern)
+
+    spawned = ["python", "-c", "from multiprocessing.spawn import spawn_main"]
+    assert role("pt_data_worker", main_cmd) == Role(99, ROLE_WORKER, "fork")
+    assert role("pt_data_worker", spawned).start_method == "spawn"
+    assert role("python", spawned, age=1.0) == Role(99, ROLE_STARTING, "spawn")
+    assert role("python", spawned, age=100.0).role == ROLE_OTHER
+    assert role("python", main_cmd, age=0.5) == Role(99, ROLE_STARTING, "fork")  # not renamed yet
+    assert role("python", main_cmd, age=10.0).role == ROLE_OTHER  # a plain multiprocessing.Process
+    assert role("python", main_cmd, age=10.0, modern=False) == Role(99, ROLE_WORKER, "fork")  # torch < 2.5
+    decoder = role("ffmpeg", ["ffmpeg"], parent=Role(50, ROLE_WORKER), ppid=50)
+    assert decoder == Role(99, ROLE_WORKER_CHILD, owner_pid=50)
+    assert role("sh", ["sh"], parent=Role(51, ROLE_WORKER_CHILD, owner_pid=50), ppid=51).owner_pid == 50
+    server = Role(60, ROLE_FORKSERVER)
+    assert role("python", ["python", "-c", "from multiprocessing.forkserver import main"]).role == ROLE_FORKSERVER
+    assert role("pt_data_worker", ["python"], parent=server, ppid=60).start_method == "forkserver"
+    assert role("python", ["python"], parent=server, ppid=60, age=1.0) == Role(99, ROLE_STARTING, "forkserver")
+    assert role("python", ["python", "-c", "from multiprocessing.resource_tracker import main"]).role == ROLE_OTHER
+
+
+def _entry(pid, rss, role="dataloader_worker", create_time=None):
+    created = float(create_time if create_time is not None else pid)
+    return {"pid": pid, "create_time": created, "role": role, "state": "S", "rss_bytes": rss}
+
+
+def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks():
+    from watchdog.collect import sampler as sampler_mod
+
+    s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0)
+    s._last_t = 0.0
+    entries = [_entry(100 + i, 100 * 2**20) for i in range(20)]
+    due = s._due_full_info(entries, 1.0)
+    assert len(due) == 2  # ceil(20 processes x 1 s / 10 s): never-read ones first, spread
+    s._last_t = 1.0
+    other = [_entry(1, 100 * 2**20, role="other")]
+    assert s._due_full_info(other, 2.0) == []  # only main and workers
+    # a process read at t=0 that was still is due after 6 x 10 s, unless its RSS moved
+    s._full = {(7, 7.0): sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)}
+    s._last_t = 29.0
+    assert s._due_full_info([_entry(7, 100 * 2**20)], 30.0) == []
+    assert len(s._due_full_info([_entry(7, 140 * 2**20)], 30.0)) == 1  # RSS +40 MiB: due at 10 s
+    s._last_t = 60.0
+    assert len(s._due_full_info([_entry(7, 100 * 2**20)], 61.0)) == 1
+
+
+def test_still_memory_is_judged_against_the_slowest_growth_the_rules_warn_about():
+    from watchdog.collect.sampler import _Full, _still
+
+    last = _Full(0.0, 100 * 2**20, None, 400, None, 0, 10.0)
+    assert _still(last, 100 * 2**20 + 2**20, 401, None, 10.0)  # +1 MiB in 10 s: noise
+    assert not _still(last, 100 * 2**20 + 12 * 2**20, 400, None, 10.0)  # 1.2 MiB/s: growth
+    assert not _still(last, 100 * 2**20, 600, None, 10.0)  # +200 mappings
+    assert _still(last, None, None, None, 10.0)  # unreadable: nothing to learn

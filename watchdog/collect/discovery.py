@@ -15,6 +15,12 @@ Roles (decided here, before anything is diagnosed; ``watchdog.types``):
 * ``forkserver`` — the forkserver process itself;
 * ``other`` — everything else: a plain ``multiprocessing.Process`` (a summary writer), the
   resource tracker, ``torch_shm_manager``, an unnamed child older than the start window.
+
+Children are found from the parents' own ``/proc/PID/task/TID/children`` files (one per
+thread; ``CONFIG_PROC_CHILDREN``, Documentation/filesystems/proc.rst), never by scanning all of
+``/proc``, except on a kernel without those files (psutil's ``children()``, which reads every
+process's ``stat``). :func:`decide_role` is the one rule; the sampler applies it at each tick to
+facts it keeps per ``(pid, create time)`` (:class:`~watchdog.collect.sampler.Sampler`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Tuple
 
 import psutil
 
@@ -37,6 +43,7 @@ from ..types import (
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
 )
+from . import procfs
 
 
 def is_python(proc: psutil.Process) -> bool:
@@ -118,6 +125,45 @@ def has_loaded_torch(pid: int) -> Optional[bool]:
         return None
 
 
+def children(proc: psutil.Process) -> List[psutil.Process]:
+    """The children of ``proc``: from its threads' ``children`` files
+    (:func:`watchdog.collect.procfs.children_of`), or psutil's ``children()`` (a scan of all of
+    ``/proc``) on a kernel without them. Children that end meanwhile are left out.
+
+    Raises:
+        psutil.NoSuchProcess: ``proc`` is gone (psutil's scan only; the files give no children).
+    """
+    pids = procfs.children_of(proc.pid)
+    if pids is None:
+        return proc.children()
+    out = []
+    for pid in dict.fromkeys(pids):
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
+
+
+def _child_comms(proc: psutil.Process) -> Dict[int, str]:
+    """``{pid: comm}`` of the children of ``proc`` (``/proc/PID/stat``'s comm, at most 15
+    bytes, which every name in ``frames.WORKER_COMMS`` that psutil could ever report fits), read
+    without a psutil object per child; psutil's scan on a kernel without ``children`` files.
+
+    Raises:
+        psutil.NoSuchProcess: ``proc`` is gone (psutil's scan only).
+    """
+    pids = procfs.children_of(proc.pid)
+    if pids is None:
+        return {c.pid: _name(c) for c in proc.children()}
+    out = {}
+    for pid in dict.fromkeys(pids):
+        st = procfs.proc_stat(pid)
+        if st is not None:
+            out[pid] = st.comm
+    return out
+
+
 def find_main(root: psutil.Process) -> Optional[psutil.Process]:
     """The job's main Python process: ``root`` itself when it runs Python, else the first
     Python process in a breadth-first walk of its descendants (``dlwatch run -- bash -c …``).
@@ -128,7 +174,7 @@ def find_main(root: psutil.Process) -> Optional[psutil.Process]:
         try:
             if is_python(proc):
                 return proc
-            queue.extend(proc.children())
+            queue.extend(children(proc))
         except psutil.Error:
             continue
     return None
@@ -155,41 +201,48 @@ def rank_env(pid: int) -> Optional[Dict[str, str]]:
     return env if "RANK" in env else None
 
 
-def find_ranks(root: psutil.Process, loader_owners: Collection[int] = ()) -> List[Tuple[psutil.Process, Dict[str, str]]]:
+def find_ranks(
+    root: psutil.Process, loader_owners: Collection[int] = ()
+) -> List[Tuple[psutil.Process, Dict[str, str]]]:
     """The job's training ranks, with their rank variables, in tree order: the topmost Python
     processes of the tree whose environment sets ``RANK`` (torchrun's workers, a launcher's
     ranks), and the topmost processes below the job's main that own a DataLoader iterator
     (``loader_owners``, from the inside view) or have children PyTorch named as DataLoader
     workers (torch >= 2.5, without the inside view): ranks started by
-    ``torch.multiprocessing.spawn``, which sets no variable; numbered by start order, as ``spawn`` starts them, and marked
-    ``RANK_SOURCE=start order``). Their descendants (DataLoader workers inherit ``RANK``) belong
-    to them; a process PyTorch named as a DataLoader worker is never a rank. Empty for a
-    single-process job."""
+    ``torch.multiprocessing.spawn``, which sets no variable; numbered by start order, as
+    ``spawn`` starts them, and marked ``RANK_SOURCE=start order``). Their descendants
+    (DataLoader workers inherit ``RANK``) belong to them; a process PyTorch named as a
+    DataLoader worker is never a rank. Empty for a single-process job."""
     out: List[Tuple[psutil.Process, Dict[str, str]]] = []
     spawned: List[psutil.Process] = []
     main = find_main(root)
-    queue = [root]
+    queue: List[Tuple[int, Optional[psutil.Process]]] = [(root.pid, root)]
     while queue:
-        proc = queue.pop(0)
+        pid, known = queue.pop(0)
         try:
+            proc = known or psutil.Process(pid)
             if proc.name() in frames.WORKER_COMMS:
                 continue
             env = rank_env(proc.pid) if is_python(proc) else None
             if env is not None:
                 out.append((proc, env))
                 continue
-            children = proc.children()
-            owns_workers = any(_name(c) in frames.WORKER_COMMS for c in children)
+            kids = _child_comms(proc)
+            owns_workers = any(comm in frames.WORKER_COMMS for comm in kids.values())
             if main is not None and proc.pid != main.pid and (proc.pid in loader_owners or owns_workers):
                 spawned.append(proc)
                 continue
-            queue.extend(children)
+            # DataLoader workers are never ranks, nor is anything below them: not walked.
+            queue.extend((c, None) for c, comm in kids.items() if comm not in frames.WORKER_COMMS)
         except psutil.Error:
             continue
     if spawned and not out:
         spawned = _with_spawned_siblings(spawned)
         spawned.sort(key=lambda p: (p.create_time(), p.pid))
-        out = [(p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"}) for i, p in enumerate(spawned)]
+        out = [
+            (p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"})
+            for i, p in enumerate(spawned)
+        ]
         if main is not None and main.pid in loader_owners:
             out.insert(0, (main, {"RANK": "main", "RANK_SOURCE": "the job's main process"}))
     return out
@@ -203,12 +256,16 @@ def _with_spawned_siblings(found: List[psutil.Process]) -> List[psutil.Process]:
     for p in found:
         try:
             parent = p.parent()
-            siblings = parent.children() if parent is not None else []
+            siblings = children(parent) if parent is not None else []
         except psutil.Error:
             continue
         for sib in siblings:
             line = " ".join(_cmdline(sib))
-            if sib.pid not in out and _name(sib) not in frames.WORKER_COMMS and ("spawn_main" in line or "--multiprocessing-fork" in line):
+            if (
+                sib.pid not in out
+                and _name(sib) not in frames.WORKER_COMMS
+                and ("spawn_main" in line or "--multiprocessing-fork" in line)
+            ):
                 out[sib.pid] = sib
     return list(out.values())
 
@@ -274,6 +331,67 @@ class Classified:
     owner_pid: Optional[int] = None
 
 
+class Role(NamedTuple):
+    """A role as :func:`decide_role` gives it, for a process ``pid``."""
+
+    pid: int
+    role: str
+    start_method: Optional[str] = None
+    owner_pid: Optional[int] = None
+
+
+def decide_role(
+    pid: int,
+    name: str,
+    ppid: int,
+    cmd: Tuple[str, ...],
+    age_s: float,
+    parent: Optional[Role],
+    main_pid: int,
+    main_cmd: Tuple[str, ...],
+    modern: Callable[[], bool],
+) -> Role:
+    """The role of a descendant of main (see the module docstring), from its name (psutil's:
+    the comm, or the command's base name when the comm is cut at 15 bytes), parent pid, command
+    line and age in seconds, and its parent's role (``None`` when the parent is not a process of
+    the job). ``modern`` says whether main's torch names its workers (:func:`torch_names_workers`);
+    it is called only for a fork child with main's command line. Pure: no ``/proc`` reads."""
+    joined = " ".join(cmd)
+    if "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
+        return Role(pid, ROLE_OTHER)  # daemons of their own, not the loader's work
+    if parent is not None and parent.role in (ROLE_WORKER, ROLE_WORKER_CHILD):
+        return Role(pid, ROLE_WORKER_CHILD, owner_pid=parent.pid if parent.role == ROLE_WORKER else parent.owner_pid)
+    if name in frames.WORKER_COMMS:
+        if parent is not None and parent.role == ROLE_FORKSERVER:
+            method = "forkserver"
+        elif "multiprocessing.spawn" in joined or "spawn_main" in joined:
+            method = "spawn"
+        else:
+            method = "fork"
+        return Role(pid, ROLE_WORKER, method)
+    if parent is not None and parent.role == ROLE_FORKSERVER:
+        return Role(pid, ROLE_STARTING if age_s < WORKER_START_WINDOW_S else ROLE_OTHER, "forkserver")
+    if "multiprocessing.forkserver" in joined:
+        return Role(pid, ROLE_FORKSERVER)
+    if ppid == main_pid and ("multiprocessing.spawn" in joined or "spawn_main" in joined):
+        return Role(pid, ROLE_STARTING if age_s < WORKER_START_WINDOW_S else ROLE_OTHER, "spawn")
+    if ppid == main_pid and cmd == main_cmd:
+        if not modern():
+            return Role(pid, ROLE_WORKER, "fork")  # torch < 2.5 names nothing
+        if age_s < FORK_RENAME_WINDOW_S:
+            return Role(pid, ROLE_STARTING, "fork")
+        return Role(pid, ROLE_OTHER)  # a plain multiprocessing.Process: its wake-ups are not the loader's
+    return Role(pid, ROLE_OTHER)
+
+
+def settled(role: str, age_s: float) -> bool:
+    """Whether a process's role can no longer change while its name stays the same: every role
+    but a starting worker, once older than the windows in which a fork child renames itself and
+    a forked child may still ``exec`` (its command line is then read again only if its name
+    changes)."""
+    return role != ROLE_STARTING and age_s >= FORK_RENAME_WINDOW_S + 2.0
+
+
 class Classifier:
     """Classifies main's descendants; remembers per main whether its torch names workers.
 
@@ -285,18 +403,24 @@ class Classifier:
         self.clock = clock
         self._names_workers: Dict[Tuple[int, float], Optional[bool]] = {}
 
+    def modern(self, main_pid: int, main_create_time: float) -> bool:
+        """Whether main's torch names its workers (:func:`torch_names_workers`), read once per
+        main while known; ``True`` (a current torch) while it cannot be told."""
+        key = (main_pid, main_create_time)
+        if self._names_workers.get(key) is None:
+            self._names_workers[key] = torch_names_workers(main_pid)
+        return self._names_workers[key] is not False
+
     def _modern(self, main: psutil.Process) -> bool:
         try:
-            key = (main.pid, main.create_time())
+            return self.modern(main.pid, main.create_time())
         except psutil.Error:
             return True
-        if self._names_workers.get(key) is None:
-            self._names_workers[key] = torch_names_workers(main.pid)
-        return self._names_workers[key] is not False  # unknown: assume a current torch
 
     def classify(self, main: psutil.Process) -> List[Classified]:
-        """Main first, then every descendant, parents before children. Processes that vanish
-        during the walk are left out. Cost: about 1 ms plus one read per new process."""
+        """Main first, then every descendant, parents before children (psutil's walk of the
+        tree; the sampler does the same from its own reads). Processes that vanish during the
+        walk are left out."""
         out = [Classified(main, ROLE_MAIN)]
         try:
             descendants = main.children(recursive=True)
@@ -310,43 +434,20 @@ class Classifier:
                 continue
         main_cmd = _cmdline(main)
         now = self.clock()
-        role_of: Dict[int, Classified] = {main.pid: out[0]}
-        modern: Optional[bool] = None
-        pending = sorted(info.values(), key=lambda x: x[4])  # parents are older than their children
-        for proc, name, ppid, cmd, created in pending:
-            parent = role_of.get(ppid)
-            joined = " ".join(cmd)
-            age = now - created
-            if "multiprocessing.resource_tracker" in joined or "torch_shm_manager" in joined:
-                found = Classified(proc, ROLE_OTHER)  # daemons of their own, not the loader's work
-            elif parent is not None and parent.role in (ROLE_WORKER, ROLE_WORKER_CHILD):
-                owner = parent.proc.pid if parent.role == ROLE_WORKER else parent.owner_pid
-                found = Classified(proc, ROLE_WORKER_CHILD, owner_pid=owner)
-            elif name in frames.WORKER_COMMS:
-                if parent is not None and parent.role == ROLE_FORKSERVER:
-                    method = "forkserver"
-                elif "multiprocessing.spawn" in joined or "spawn_main" in joined:
-                    method = "spawn"
-                else:
-                    method = "fork"
-                found = Classified(proc, ROLE_WORKER, method)
-            elif parent is not None and parent.role == ROLE_FORKSERVER:
-                found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "forkserver")
-            elif "multiprocessing.forkserver" in joined:
-                found = Classified(proc, ROLE_FORKSERVER)
-            elif ppid == main.pid and ("multiprocessing.spawn" in joined or "spawn_main" in joined):
-                found = Classified(proc, ROLE_STARTING if age < WORKER_START_WINDOW_S else ROLE_OTHER, "spawn")
-            elif ppid == main.pid and cmd == main_cmd:
-                if modern is None:
-                    modern = self._modern(main)
-                if not modern:
-                    found = Classified(proc, ROLE_WORKER, "fork")  # torch < 2.5 names nothing
-                elif age < FORK_RENAME_WINDOW_S:
-                    found = Classified(proc, ROLE_STARTING, "fork")
-                else:  # a plain multiprocessing.Process: its wake-ups are not the loader's
-                    found = Classified(proc, ROLE_OTHER)
-            else:
-                found = Classified(proc, ROLE_OTHER)
+        role_of: Dict[int, Role] = {main.pid: Role(main.pid, ROLE_MAIN)}
+        modern: List[bool] = []
+
+        def is_modern() -> bool:
+            if not modern:
+                modern.append(self._modern(main))
+            return modern[0]
+
+        for proc, name, ppid, cmd, created in sorted(
+            info.values(), key=lambda x: x[4]
+        ):  # parents are older than their children
+            found = decide_role(
+                proc.pid, name, ppid, cmd, now - created, role_of.get(ppid), main.pid, main_cmd, is_modern
+            )
             role_of[proc.pid] = found
-            out.append(found)
+            out.append(Classified(proc, found.role, found.start_method, found.owner_pid))
         return out

@@ -1,17 +1,47 @@
 """Take one :class:`~watchdog.types.Sample` of the job: every process's cheap metrics on each
-call, per-thread progress counters for main and workers, USS/PSS at a slower cadence.
+call, per-thread progress counters for main and workers, USS/PSS at a slower, adaptive cadence.
 
-Costs measured on the development machine (psutil 7.2, torch 2.13, Linux 6.18): psutil's cheap reads
-10–40 µs each under ``oneshot()``; ``memory_full_info()`` (USS/PSS, ``smaps_rollup``)
-4–5 ms on a torch process, hence ``full_info_interval_s``; ``children(recursive=True)`` ~1 ms.
+NOTE [ Tick cost ]
+A tick must cost the job nothing it can measure (``dlwatch probe overhead``), so each call
+reads only what may have changed, from ``/proc`` directly (proc(5); the kernel's
+Documentation/filesystems/proc.rst):
+
+* The tree is walked from main through each process's own children
+  (``/proc/PID/task/TID/children``, ``CONFIG_PROC_CHILDREN``), not by scanning all of ``/proc``;
+  without those files, one scan per tick (:func:`procfs.ppid_map`). While no task was created
+  on the host since the last walk (:func:`procfs.last_pid`), nothing forked: the children known
+  are kept without a read. A process of the tree that ended makes the next walk read every
+  thread's children (an orphan may be adopted by a subreaper thread that did not run), and so
+  does one walk every ``_ALL_CHILDREN_EVERY_S``.
+* What identifies a process and decides its role (its command line, whether main's torch names
+  its workers) is kept per ``(pid, create time)``; the rule (:func:`discovery.decide_role`) is
+  applied again at each tick to the name and parent read then, and the command line is read
+  again only while the role may change (a young or starting process) or when the name changed.
+* One ``stat`` read gives a process's name, state, parent, CPU time, threads, start time and
+  RSS; then ``io``, the descriptor count (a directory listing), ``prlimit`` and ``wchan`` (not
+  read for a running process: the kernel shows 0 then).
+* Values that did not change since the last sample are the same objects
+  (:meth:`Sampler._kept`), so the timeline holds one copy of them.
+* Threads: see :class:`procfs.ThreadReader` (a thread that did not run since the last tick
+  costs two reads and keeps its sample object).
+* USS/PSS (``smaps_rollup``, milliseconds on a torch process: the kernel walks its page
+  tables) and the map count: see :meth:`Sampler._due_full_info`.
+
+Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
+torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
+tick's sleep (caches cold), which is what a 1 Hz sidecar pays; ``memory_full_info()``
+(``smaps_rollup``) 2–8 ms on a torch process. ``dlwatch probe overhead`` measures the whole.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import os
 import resource
 import time
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import psutil
 
@@ -25,21 +55,37 @@ from ..types import (
 )
 from . import cgroup, discovery, procfs
 
-_STATUS_LETTER = {
-    psutil.STATUS_RUNNING: "R",
-    psutil.STATUS_SLEEPING: "S",
-    psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_STOPPED: "T",
-    psutil.STATUS_TRACING_STOP: "t",
-    psutil.STATUS_ZOMBIE: "Z",
-    psutil.STATUS_DEAD: "X",
-    psutil.STATUS_IDLE: "I",
-}
+_Key = Tuple[int, float]  # (pid, create_time): pids are reused
+
+# State letters kept as they are (psutil's statuses, mapped back); any other letter is "?".
+_STATES = frozenset("RSDTtZXI")
+# Seconds between reads of vm.max_map_count (a sysctl, changed by hand if ever).
+_MAX_MAP_COUNT_EVERY_S = 60.0
+# Seconds between walks that read every thread's children file, ran or not (a bound on how long
+# an orphan adopted by a subreaper thread of the job could go unseen; see Sampler.sample).
+_ALL_CHILDREN_EVERY_S = 30.0
+# Adaptive USS cadence (Sampler._due_full_info): a process whose USS moved less than this many
+# bytes a second between two reads (a tenth of the slowest growth worker_memory_growth warns
+# about, 1 MiB/s in watchdog/diagnose/live.py), whose map count moved less than
+# _STABLE_MAPS_PER_S and whose pinned memory less than the same bytes rate, is next read after
+# _FULL_INFO_MAX_FACTOR x full_info_interval_s; any move brings it back to full_info_interval_s.
+_STABLE_BYTES_PER_S = 0.1 * 2**20
+_STABLE_MAPS_PER_S = 1.0
+# ... or less than this much whatever the time between the reads (main's USS goes up and down
+# by a few batches' worth): below what any of those rules could call growth.
+_STABLE_BYTES = 4 * 2**20
+_STABLE_MAPS = 16
+_FULL_INFO_MAX_FACTOR = 6
+# An RSS move of at least this many bytes (or this share of the RSS at the last read) since the
+# last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
+_RSS_MOVE_BYTES = 16 * 2**20
+_RSS_MOVE_SHARE = 0.1
 
 
 def host_sample(main_pid: Optional[int]) -> HostSample:
     """``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, so a container's own shm
-    mount is measured) and available memory (``MemAvailable``), in bytes."""
+    mount is measured) and available memory (``MemAvailable``), in bytes; ``vm.max_map_count``
+    is read at most once a minute."""
     shm_total = shm_used = None
     for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
         try:
@@ -49,47 +95,140 @@ def host_sample(main_pid: Optional[int]) -> HostSample:
         shm_total = st.f_blocks * st.f_frsize
         shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         break
-    vm = psutil.virtual_memory()
+    total, available = _meminfo()
     return HostSample(
         shm_total_bytes=shm_total,
         shm_used_bytes=shm_used,
-        mem_available_bytes=vm.available,
-        max_map_count=procfs.max_map_count(),
-        mem_total_bytes=vm.total,
+        mem_available_bytes=available,
+        max_map_count=_max_map_count(),
+        mem_total_bytes=total,
     )
 
 
+def _meminfo() -> Tuple[int, int]:
+    """``(MemTotal, MemAvailable)`` of ``/proc/meminfo`` in bytes (proc(5)), as psutil's
+    ``virtual_memory()`` gives them (``total``, ``available``); psutil's own estimate on a
+    kernel older than 3.14, which has no ``MemAvailable``."""
+    data = procfs.read_bytes("/proc/meminfo") or b""
+    fields = {}
+    for line in data.split(b"\n", 3)[:3]:  # MemTotal, MemFree, MemAvailable: the first lines
+        key, _, value = line.partition(b":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            fields[key] = int(parts[0]) * 1024
+    if b"MemTotal" in fields and b"MemAvailable" in fields:
+        return fields[b"MemTotal"], fields[b"MemAvailable"]
+    vm = psutil.virtual_memory()
+    return vm.total, vm.available
+
+
+_MAX_MAP_COUNT: List[float] = []  # [read at (monotonic seconds), value or nan]
+
+
+def _max_map_count() -> Optional[int]:
+    now = time.monotonic()
+    if not _MAX_MAP_COUNT or now - _MAX_MAP_COUNT[0] >= _MAX_MAP_COUNT_EVERY_S:
+        value = procfs.max_map_count()
+        _MAX_MAP_COUNT[:] = [now, math.nan if value is None else float(value)]
+    return None if math.isnan(_MAX_MAP_COUNT[1]) else int(_MAX_MAP_COUNT[1])
+
+
+@dataclass
+class _Facts:
+    """What is kept of one process between ticks: its comm and psutil-style name, its command
+    line, and whether its role can still change (then the command line is read again)."""
+
+    comm: str
+    name: str
+    cmdline: Tuple[str, ...]
+    settled: bool = False
+
+
+@dataclass
+class _Full:
+    """The last slow-cadence read of one process: when (monotonic seconds), its values, the RSS
+    then (bytes), and the seconds until the next read."""
+
+    at: float
+    uss: Optional[int]
+    pss: Optional[int]
+    maps: Optional[int]
+    pinned: Optional[int]
+    rss: int
+    interval: float
+
+
+def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
+    """psutil's process name: the comm, or the command's base name when the comm is cut at 15
+    bytes and the base name starts with it."""
+    if len(comm) >= 15 and cmdline:
+        extended = os.path.basename(cmdline[0])
+        if extended.startswith(comm):
+            return extended
+    return comm
+
+
 class Sampler:
-    """Samples the process tree under ``root_pid``.
+    """Samples the process tree under ``root_pid`` (see NOTE [ Tick cost ]).
+
+    Holds, between calls, per live process: its identity and command line, its last slow-cadence
+    memory read, and per live thread its last sample (:class:`procfs.ThreadReader`); everything
+    of a process is dropped at the first call that no longer finds it.
 
     Args:
         root_pid: the job's root process (``dlwatch run``'s child, or ``attach``'s PID).
-        full_info_interval_s: seconds between USS/PSS reads of one process.
+        full_info_interval_s: seconds between USS/PSS reads of one process while its memory
+            moves (:meth:`_due_full_info`).
+        clock: ``time.time`` (seconds since the epoch), for the ages that roles depend on.
     """
 
-    def __init__(self, root_pid: int, full_info_interval_s: float) -> None:
+    def __init__(self, root_pid: int, full_info_interval_s: float, clock: Callable[[], float] = time.time) -> None:
         self.root_pid = root_pid
         self.full_info_interval_s = full_info_interval_s
+        self.clock = clock
         self._root: Optional[psutil.Process] = None
         self._main: Optional[psutil.Process] = None
-        self._procs: Dict[Tuple[int, float], psutil.Process] = {}
-        self._full: Dict[Tuple[int, float], Tuple[float, Optional[int], Optional[int], Optional[int]]] = {}
-        self._classifier = discovery.Classifier()
+        self._main_start: Optional[int] = None
+        self._boot = psutil.boot_time()  # as psutil's create_time adds it; fixed, so keys stay equal
+        self._facts: Dict[_Key, _Facts] = {}
+        self._kids: Dict[_Key, Tuple[int, ...]] = {}  # children at the last walk
+        self._prev: Dict[_Key, ProcessSample] = {}  # the last sample of each process
+        self._last_pid: Optional[int] = None
+        self._full: Dict[_Key, _Full] = {}
+        self._psutil: Dict[_Key, psutil.Process] = {}
+        self._threads = procfs.ThreadReader()
+        self._classifier = discovery.Classifier(clock)
+        self._live: Set[_Key] = set()
+        self._lost = False  # a process of the tree ended since the previous walk
+        self._all_children_at = float("-inf")
+        self._last_t: Optional[float] = None
         self._quota_value: Optional[float] = None
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
         self.role_overrides: Dict[int, str] = {}
         self._quota_read_at = float("-inf")
 
-    def _find_main(self) -> Optional[psutil.Process]:
-        if self._main is not None and self._main.is_running():
-            return self._main
+    def _create_time(self, start_ticks: int) -> float:
+        return start_ticks / procfs.CLK_TCK + self._boot
+
+    def _find_main(self) -> Tuple[Optional[psutil.Process], Optional[procfs.ProcStat]]:
+        """Main and its ``stat`` now; main is looked for again (a walk from the root) only once
+        the known one is gone."""
+        if self._main is not None:
+            st = procfs.proc_stat(self._main.pid)
+            if st is not None and st.start_ticks == self._main_start:
+                return self._main, st
+            self._main = None
         try:
             if self._root is None:
                 self._root = psutil.Process(self.root_pid)
-            self._main = discovery.find_main(self._root)
+            main = discovery.find_main(self._root)
         except psutil.Error:
-            self._main = None
-        return self._main
+            main = None
+        st = procfs.proc_stat(main.pid) if main is not None else None
+        if main is None or st is None:
+            return None, None
+        self._main, self._main_start = main, st.start_ticks
+        return main, st
 
     def root_identity(self) -> List[Tuple[int, float]]:
         """``[(pid, create_time)]`` of the job's root process (a shell or launcher above main),
@@ -100,110 +239,260 @@ class Sampler:
         except psutil.Error:
             return []
 
-    def _cached(self, proc: psutil.Process) -> psutil.Process:
-        # Reuse Process objects so psutil's own caches (create_time) stay valid.
-        try:
-            key = (proc.pid, proc.create_time())
-        except psutil.Error:
-            return proc
-        return self._procs.setdefault(key, proc)
-
     def sample(self) -> Sample:
-        """One sample of the job now; processes that vanish meanwhile are left out."""
+        """One sample of the job now; processes that vanish meanwhile are left out, and so are
+        zombies (as psutil, whose command line read fails for them, left them out before)."""
         t_mono, wall = time.monotonic(), time.time()
-        main = self._find_main()
-        processes = []
-        if main is not None:
-            for c in self._classifier.classify(main):
-                role = self.role_overrides.get(c.proc.pid, c.role)
-                ps = self._process_sample(self._cached(c.proc), role, c.start_method, t_mono, c.owner_pid)
-                if ps is not None:
-                    processes.append(ps)
+        main, main_st = self._find_main()
+        found: List[dict] = []
+        if main is not None and main_st is not None:
+            found = self._walk(main.pid, main_st, t_mono)
+        self._read_full_info(found, t_mono)
+        processes = tuple(self._kept(f) for f in found)
         live = {(p.pid, p.create_time) for p in processes}
-        for key in list(self._full):
-            if key not in live:
-                del self._full[key]
-                self._procs.pop(key, None)
-        return Sample(t_mono=t_mono, wall=wall, processes=tuple(processes), host=host_sample(main.pid if main else None))
+        self._lost = bool(self._live - live)
+        self._live = live
+        for table in (self._facts, self._full, self._psutil, self._kids, self._prev):
+            for key in [k for k in table if k not in live]:
+                del table[key]
+        self._threads.forget({p.pid for p in processes})
+        self._last_t = t_mono
+        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host_sample(main.pid if main else None))
 
-    def _full_info(self, proc: psutil.Process, key, now: float) -> Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]:
-        """USS, PSS, the map count and CUDA pinned bytes (``None`` unless the process maps
-        ``/dev/nvidiactl``), read at most every ``full_info_interval_s``."""
-        last = self._full.get(key)
-        if last is not None and now - last[0] < self.full_info_interval_s:
-            return last[1], last[2], last[3], last[4]
-        try:
-            full = proc.memory_full_info()
-            uss, pss = full.uss, getattr(full, "pss", None)
-        except psutil.AccessDenied:
-            uss = pss = None
-        maps, nvidia = procfs.maps_summary(proc.pid)
-        pinned = procfs.pinned_bytes(proc.pid) if nvidia else None
-        self._full[key] = (now, uss, pss, maps, pinned)
-        return uss, pss, maps, pinned
+    def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float) -> List[dict]:
+        """Main and every descendant (breadth first, each parent before its children), as the
+        keyword arguments of their :class:`ProcessSample` (USS fields still to fill); main first,
+        then by create time."""
+        ppids: Optional[Dict[int, List[int]]] = None
+        newest = procfs.last_pid()
+        if self._lost or t_mono - self._all_children_at >= _ALL_CHILDREN_EVERY_S:
+            mode = "all"
+            self._all_children_at = t_mono
+        elif newest is None or newest != self._last_pid:
+            mode = "changed"
+        else:
+            mode = "cached"  # no task was created on the host since the last walk: nothing forked
+        self._last_pid = newest
+        if not procfs.children_files_supported() and mode != "cached":
+            ppids = collections.defaultdict(list)
+            for pid, ppid in procfs.ppid_map().items():
+                ppids[ppid].append(pid)
+        roles: Dict[int, discovery.Role] = {}
+        out: List[dict] = []
+        main_key = (main_pid, self._create_time(main_st.start_ticks))
+        main_cmd: Tuple[str, ...] = ()
+        modern_cache: List[bool] = []
 
-    def _process_sample(
-        self, proc: psutil.Process, role: str, method: Optional[str], now: float, owner_pid: Optional[int] = None
-    ) -> Optional[ProcessSample]:
-        try:
-            with proc.oneshot():
-                create_time = proc.create_time()
-                status = _STATUS_LETTER.get(proc.status(), "?")
-                cpu = proc.cpu_times()
-                mem = proc.memory_info()
-                num_threads = proc.num_threads()
-                name, ppid = proc.name(), proc.ppid()
-                try:
-                    num_fds = proc.num_fds()
-                    rlimit = proc.rlimit(resource.RLIMIT_NOFILE)[0]
-                    io = proc.io_counters()
-                    read_b, write_b = io.read_chars, io.write_chars
-                except (psutil.AccessDenied, AttributeError):
-                    num_fds = rlimit = read_b = write_b = None
-                try:
-                    cmdline = tuple(proc.cmdline())
-                except psutil.AccessDenied:
-                    cmdline = ()
-            watched = role in (ROLE_MAIN, ROLE_WORKER)
-            threaded = watched or role == ROLE_STARTING
-            affinity = quota = None
-            if watched:
-                try:
-                    affinity = len(proc.cpu_affinity())
-                except (psutil.AccessDenied, AttributeError, OSError):
-                    affinity = None
-                quota = self._quota(proc.pid, role)
-            uss, pss, maps, pinned = self._full_info(proc, (proc.pid, create_time), now) if watched and status != "Z" else (None, None, None, None)
-        except psutil.NoSuchProcess:
-            return None
-        except psutil.AccessDenied:
-            return None
-        return ProcessSample(
-            pid=proc.pid,
-            ppid=ppid,
-            create_time=create_time,
-            role=role,
-            name=name,
-            cmdline=cmdline,
-            state=status,
-            wchan=procfs.wchan(proc.pid),
-            cpu_s=cpu.user + cpu.system,
-            rss_bytes=mem.rss,
-            uss_bytes=uss,
-            pss_bytes=pss,
-            num_fds=num_fds,
-            rlimit_nofile_soft=None if rlimit is None or rlimit < 0 else rlimit,
-            num_threads=num_threads,
-            read_chars=read_b,
-            write_chars=write_b,
-            start_method=method,
-            threads=procfs.thread_samples(proc.pid) if threaded else (),
-            cpu_affinity=affinity,
-            cpu_quota=quota,
-            owner_pid=owner_pid,
-            map_count=maps,
-            pinned_bytes=pinned,
+        def modern() -> bool:
+            if not modern_cache:
+                modern_cache.append(self._classifier.modern(*main_key))
+            return modern_cache[0]
+
+        queue: Deque[Tuple[int, Optional[procfs.ProcStat], Optional[int]]] = collections.deque(
+            [(main_pid, main_st, None)]
         )
+        visited = set()
+        while queue:
+            pid, st, parent = queue.popleft()
+            if pid in visited:
+                continue
+            visited.add(pid)
+            if st is None:
+                st = procfs.proc_stat(pid)
+                if st is None:
+                    continue
+            if parent is not None and st.ppid != parent:
+                continue  # the pid was reused by a process outside the tree, or the child moved
+            if st.state in ("Z", "X", "x"):
+                continue
+            create_time = self._create_time(st.start_ticks)
+            key = (pid, create_time)
+            facts = self._facts_of(key, st)
+            age = self.clock() - create_time
+            if pid == main_pid:
+                main_cmd = facts.cmdline
+                role = discovery.Role(pid, ROLE_MAIN)
+            else:
+                role = discovery.decide_role(
+                    pid, facts.name, st.ppid, facts.cmdline, age, roles.get(st.ppid), main_pid, main_cmd, modern
+                )
+            facts.settled = discovery.settled(role.role, age)
+            roles[pid] = role
+            name = self.role_overrides.get(pid, role.role)
+            watched = name in (ROLE_MAIN, ROLE_WORKER)
+            threaded = watched or name == ROLE_STARTING
+            kids: Optional[Tuple[int, ...]]
+            if threaded:
+                threads, kids = self._threads.read(
+                    pid, pid if name == ROLE_MAIN else None, children=mode, num_threads=st.num_threads
+                )
+            else:
+                threads = ()
+                kids = self._kids.get(key) if mode == "cached" else None
+                if kids is None:
+                    kids = procfs.children_of(pid)
+            entry = self._process_entry(pid, key, st, facts, name, role, watched)
+            if entry is None:
+                continue
+            entry["threads"] = threads
+            out.append(entry)
+            if kids is None:
+                kids = tuple(ppids.get(pid, ())) if ppids is not None else self._kids.get(key, ())
+            self._kids[key] = kids
+            queue.extend((c, None, pid) for c in dict.fromkeys(kids))
+        out.sort(key=lambda e: (e["pid"] != main_pid, e["create_time"], e["pid"]))
+        return out
+
+    def _kept(self, fields: dict) -> ProcessSample:
+        """The :class:`ProcessSample` of ``fields``, holding the previous sample's objects for
+        every value that did not change, or the previous sample itself when nothing did (a
+        process asleep in a hang): the timeline keeps one copy of what stays the same."""
+        key = (fields["pid"], fields["create_time"])
+        prev = self._prev.get(key)
+        if prev is not None:
+            same = True
+            for name, value in fields.items():
+                old = getattr(prev, name)
+                if old is value:
+                    continue
+                if old == value and type(old) is type(value):
+                    fields[name] = old
+                else:
+                    same = False
+            if same:
+                return prev
+        sample = ProcessSample(**fields)
+        self._prev[key] = sample
+        return sample
+
+    def _facts_of(self, key: _Key, st: procfs.ProcStat) -> _Facts:
+        """The kept facts of ``key``, its command line read again when its name changed or its
+        role may still change."""
+        facts = self._facts.get(key)
+        if facts is None or not facts.settled or facts.comm != st.comm:
+            cmd = procfs.cmdline(key[0])
+            cmd = () if cmd is None else cmd
+            if facts is not None and facts.cmdline == cmd:
+                cmd = facts.cmdline  # one tuple shared by every sample of the timeline
+            facts = _Facts(st.comm, _name(st.comm, cmd), cmd)
+            self._facts[key] = facts
+        return facts
+
+    def _process_entry(
+        self, pid: int, key: _Key, st: procfs.ProcStat, facts: _Facts, role: str, decided: discovery.Role, watched: bool
+    ) -> Optional[dict]:
+        """The cheap per-tick reads of one process; ``None`` when it vanished meanwhile."""
+        try:
+            num_fds: Optional[int] = len(os.listdir(f"/proc/{pid}/fd"))
+            rlimit: Optional[int] = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
+            io = procfs.read_bytes(f"/proc/{pid}/io")
+            if io is None:
+                raise PermissionError  # ptrace-read access, as for the descriptors
+            rw = _io_chars(io)
+        except (PermissionError, AttributeError):
+            num_fds = rlimit = None
+            rw = (None, None)
+        except OSError:
+            return None
+        affinity = quota = None
+        if watched:
+            try:
+                affinity = len(os.sched_getaffinity(pid))
+            except OSError:
+                affinity = None
+            quota = self._quota(pid, role)
+        full = self._full.get(key)
+        return {
+            "pid": pid,
+            "ppid": st.ppid,
+            "create_time": key[1],
+            "role": role,
+            "name": facts.name,
+            "cmdline": facts.cmdline,
+            "state": st.state if st.state in _STATES else "?",
+            "wchan": "0" if st.state == "R" else procfs.wchan(pid),  # the kernel prints 0 for a running task
+            "cpu_s": st.cpu_ticks / procfs.CLK_TCK,
+            "rss_bytes": st.rss_pages * procfs.PAGE_SIZE,
+            "uss_bytes": full.uss if watched and full else None,
+            "pss_bytes": full.pss if watched and full else None,
+            "num_fds": num_fds,
+            "rlimit_nofile_soft": None if rlimit is None or rlimit < 0 else rlimit,
+            "num_threads": st.num_threads,
+            "read_chars": rw[0],
+            "write_chars": rw[1],
+            "start_method": decided.start_method,
+            "cpu_affinity": affinity,
+            "cpu_quota": quota,
+            "owner_pid": decided.owner_pid,
+            "map_count": full.maps if watched and full else None,
+            "pinned_bytes": full.pinned if watched and full else None,
+        }
+
+    def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
+        """The watched processes (main, workers) whose USS, PSS, map count and pinned memory are
+        read at this call.
+
+        A process is due ``full_info_interval_s`` after its last read while its memory moves, and
+        ``_FULL_INFO_MAX_FACTOR`` times that after a read that found it still (USS and pinned
+        memory moved by at most ``_STABLE_BYTES_PER_S`` a second or ``_STABLE_BYTES``, the map
+        count by at most ``_STABLE_MAPS_PER_S`` a second or ``_STABLE_MAPS``, since the read
+        before); due at once, whatever its cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or
+        ``_RSS_MOVE_SHARE`` of it) since its last read. The rules that read these
+        values (``worker_memory_growth``, ``map_count_pressure``, ``pinned_memory_growth``) warn
+        about growth of 1 MiB/s or more, so a still process is read less, and a growth is seen
+        within ``_FULL_INFO_MAX_FACTOR x full_info_interval_s`` at worst (RSS-less growth:
+        copy-on-write pages un-shared in place).
+
+        At most ``ceil(watched processes x seconds since the last call / full_info_interval_s)``
+        processes are read per call (at least one), never-read ones first, then the most overdue:
+        the reads spread over ticks instead of landing on one (64 workers started together).
+        """
+        watched = [e for e in entries if e["role"] in (ROLE_MAIN, ROLE_WORKER) and e["state"] != "Z"]
+        if not watched:
+            return []
+        base = self.full_info_interval_s
+        dt = min(base, now - self._last_t) if self._last_t is not None else min(base, 1.0)
+        budget = max(1, math.ceil(len(watched) * max(dt, 0.0) / base))
+        due = []
+        for e in watched:
+            full = self._full.get((e["pid"], e["create_time"]))
+            if full is None:
+                due.append((float("-inf"), e["create_time"], e))
+                continue
+            moved = abs(e["rss_bytes"] - full.rss) >= min(_RSS_MOVE_BYTES, max(_RSS_MOVE_SHARE * full.rss, 2**20))
+            at = full.at + (base if moved else full.interval)
+            if at <= now:
+                due.append((at, e["create_time"], e))
+        due.sort(key=lambda x: (x[0], x[1]))
+        return [e for _at, _ct, e in due[:budget]]
+
+    def _read_full_info(self, entries: List[dict], now: float) -> None:
+        """Read the due processes' USS, PSS, map count and pinned memory into their entries
+        (:meth:`_due_full_info`)."""
+        for e in self._due_full_info(entries, now):
+            key = (e["pid"], e["create_time"])
+            uss = pss = None
+            try:
+                proc = self._psutil.get(key)
+                if proc is None:
+                    proc = psutil.Process(e["pid"])
+                    if abs(proc.create_time() - key[1]) >= 0.01:
+                        continue  # another process under that pid already
+                    self._psutil[key] = proc
+                full = proc.memory_full_info()
+                uss, pss = full.uss, getattr(full, "pss", None)
+            except psutil.AccessDenied:
+                pass
+            except psutil.Error:
+                continue
+            maps, nvidia = procfs.maps_summary(e["pid"])
+            pinned = procfs.pinned_bytes(e["pid"]) if nvidia else None
+            last = self._full.get(key)
+            interval = self.full_info_interval_s
+            if last is not None and _still(last, uss, maps, pinned, now - last.at):
+                interval = self.full_info_interval_s * _FULL_INFO_MAX_FACTOR
+            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval)
+            e.update(uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned)
 
     def _quota(self, pid: int, role: str) -> Optional[float]:
         # cgroup limits change rarely: read main's once a minute, and give workers main's value.
@@ -212,3 +501,32 @@ class Sampler:
             self._quota_value = cgroup.cpu_quota(pid)
             self._quota_read_at = now
         return self._quota_value
+
+
+def _still(last: _Full, uss: Optional[int], maps: Optional[int], pinned: Optional[int], elapsed_s: float) -> bool:
+    """Whether memory stayed still between two slow-cadence reads ``elapsed_s`` seconds apart
+    (see :meth:`Sampler._due_full_info`); a value unreadable at either read counts as still."""
+    if elapsed_s <= 0:
+        return False
+
+    def moved(a: Optional[int], b: Optional[int], per_s: float, least: float) -> bool:
+        return a is not None and b is not None and abs(a - b) > max(per_s * elapsed_s, least)
+
+    return not (
+        moved(last.uss, uss, _STABLE_BYTES_PER_S, _STABLE_BYTES)
+        or moved(last.pinned, pinned, _STABLE_BYTES_PER_S, _STABLE_BYTES)
+        or moved(last.maps, maps, _STABLE_MAPS_PER_S, _STABLE_MAPS)
+    )
+
+
+def _io_chars(io: bytes) -> Tuple[Optional[int], Optional[int]]:
+    """``(rchar, wchar)`` of a process's ``io`` file (bytes passed to read/write-like system
+    calls), ``None`` for a field that is absent."""
+    fields: Dict[bytes, int] = {}
+    for line in io.split(b"\n", 2)[:2]:
+        k, _, v = line.partition(b":")
+        try:
+            fields[k] = int(v)
+        except ValueError:
+            continue
+    return fields.get(b"rchar"), fields.get(b"wchar")

@@ -1,0 +1,635 @@
+"""``dlwatch probe overhead``: what the sidecar costs, measured on a real job with ``N``
+DataLoader workers (1 + N processes), in paired runs with and without ``dlwatch attach``.
+
+Each pair runs the same healthy job twice, once watched and once not, in alternating order. The
+job (a built-in loop: 32 samples a batch, about 0.2 ms of torch work per sample in the workers, a
+small training step in main) warms up, then waits for SIGUSR1 and counts its batches for
+``--seconds``. In the watched run, ``dlwatch attach --pid JOB --interval I`` starts during the
+warm-up (``--warmup`` seconds, and at least three ticks), so its start-up is left out: its
+imports, and the first two USS reads of each process (``full_info_interval_s`` apart), after
+which a process whose memory holds still is read six times less often.
+Measured, over the window:
+
+* the sidecar's CPU as a fraction of one core (the run time of the ``dlwatch`` process's
+  threads, ``/proc/PID/task/TID/schedstat``, over the window's wall-clock time), and per
+  watched process;
+* the tick's wall-clock time, p50 and p99, in ms (``DLWATCH_TICK_LOG``: ``dlwatch`` appends
+  each tick's timing to that file, see ``watchdog/daemon.py``), and its CPU time;
+* the sidecar's read system calls per tick (``syscr`` in ``/proc/PID/io``): its ``/proc``
+  reads, the part of its cost that a busy machine does not inflate;
+* the sidecar's peak RSS (``VmHWM`` in ``/proc/PID/status``), in bytes;
+* the job's throughput watched / unwatched (batches per second), the median over pairs and its
+  spread (least and greatest ratio).
+
+With ``--hang`` (the default), one more run per ``N``: ``python -m probes.train --fault
+fork-lock --num-workers N`` (every worker deadlocks) under ``dlwatch attach --stall-timeout
+S``; the time from the stall's detection to its report is the wall-clock time of the tick that
+wrote the report (it begins with the sample that found the stall due and ends after the report
+is written: the two reads of every thread's wait 0.25 s apart, the py-spy dumps, the
+diagnosis). ``--full-timeline`` adds a run that fills the timeline (``timeline_samples``
+ticks, at ``--full-timeline-interval``) with the largest ``N`` and reports the sidecar's RSS
+then: what it holds at most.
+
+Exit codes: 0 done; 1 a run failed; 2 a bad flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from typing import Dict, List, Optional, Tuple
+
+from tabulate import tabulate
+
+from watchdog.exits import Exit
+
+from .cli import Parser
+from .env import child_env
+from .repro import kill_session
+
+JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Work(Dataset):
+        def __len__(self):
+            return 10**9
+        def __getitem__(self, i):
+            x = torch.full((256,), float(i % 7))
+            for _ in range(8):  # about 0.2 ms of CPU per sample
+                x = torch.sin(x) * 0.5 + 0.25
+            return x
+
+    workers, warmup_s, seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    torch.set_num_threads(1)
+    go = []
+    signal.signal(signal.SIGUSR1, lambda *_: go.append(time.perf_counter()))
+    model = torch.nn.Linear(256, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    it = iter(DataLoader(Work(), batch_size=32, num_workers=workers))
+
+    def step(batch):
+        opt.zero_grad()
+        model(batch).sum().backward()
+        opt.step()
+
+    step(next(it))
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    start = time.perf_counter()
+    while not go or time.perf_counter() - start < warmup_s:  # warm; then wait for the window
+        step(next(it))
+        if time.perf_counter() - start > 600:
+            sys.exit("no SIGUSR1 within 600 s")
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        step(next(it))
+        n += 1
+    print(json.dumps({"batches": n, "seconds": time.perf_counter() - t0}), flush=True)
+    os._exit(0)  # the workers die with main (their parent-death check); no slow shutdown to time
+    """
+)
+
+_SETTLE_TICKS = 3  # ticks the sidecar makes before the window opens (start-up left out)
+_RUN_SLACK_S = 180.0  # seconds a run may take beyond its warm-up and window
+
+
+class RunError(Exception):
+    """A run failed; the message says which and why."""
+
+
+def _cpu_s(pid: int) -> Optional[float]:
+    """CPU seconds ``pid`` has used: the sum of its live threads' run time in nanoseconds
+    (``/proc/PID/task/TID/schedstat``, first field; ``CONFIG_SCHED_INFO``), precise where
+    ``stat``'s ``utime + stime`` counts in clock ticks (10 ms); ``stat``'s when ``schedstat`` is
+    missing. ``None`` when the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    try:
+        for tid in tids:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    rest = data[data.rindex(b")") + 2 :].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _read_syscalls(pid: int) -> Optional[int]:
+    """Read-like system calls ``pid`` has made (``syscr`` in ``/proc/PID/io``): the sidecar's
+    ``/proc`` reads, a count of its work that the machine's load does not change. ``None``
+    when unreadable."""
+    try:
+        with open(f"/proc/{pid}/io", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("syscr:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _status_bytes(pid: int, key: str) -> Optional[int]:
+    """A ``kB`` field of ``/proc/PID/status`` (``VmHWM``, ``VmRSS``) in bytes, or ``None``."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _ticks(path: str) -> List[Tuple[float, float, float, int, int]]:
+    """The tick log's lines: ``(start wall s, elapsed ms, CPU ms, processes, reports)``."""
+    out = []
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 5:
+                    out.append((float(parts[0]), float(parts[1]), float(parts[2]), int(parts[3]), int(parts[4])))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _percentile(values: List[float], q: float) -> Optional[float]:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank; ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+
+def _read_json_line(proc: subprocess.Popen, deadline: float, what: str) -> dict:
+    """The next line of ``proc``'s stdout that holds a JSON object, by ``deadline``
+    (``time.monotonic()``). Reads the pipe unbuffered (``os.read``), so a line already read
+    ahead is never waited for.
+
+    Raises:
+        RunError: the process ended or the deadline passed first.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf: bytearray = getattr(proc, "line_buffer", bytearray())
+    proc.line_buffer = buf  # type: ignore[attr-defined]
+    while True:
+        while b"\n" in buf:
+            at = buf.index(b"\n")
+            line = bytes(buf[:at]).decode("utf-8", "replace").strip()
+            del buf[: at + 1]
+            if line.startswith("{"):
+                return json.loads(line)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RunError(f"timed out waiting for {what}")
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            raise RunError(f"the job exited with code {proc.returncode} before {what}: {_tail(proc)}")
+        buf.extend(chunk)
+
+
+def _tail(proc: subprocess.Popen) -> str:
+    """The last non-empty line of ``proc``'s stderr file (:func:`_start`), at most 300 characters."""
+    err = getattr(proc, "err_path", None)
+    if not err:
+        return ""
+    try:
+        with open(err, encoding="utf-8", errors="replace") as f:
+            lines = [x for x in f.read().splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][-300:] if lines else ""
+
+
+def _start(
+    cmd: List[str], folder: str, name: str, env: Optional[dict] = None, stdout=subprocess.PIPE
+) -> subprocess.Popen:
+    """Start ``cmd`` in a session of its own (so its whole tree can be killed), stderr to a file."""
+    err_path = os.path.join(folder, f"{name}.stderr")
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=err, env=env or child_env(), start_new_session=True)
+    proc.err_path = err_path  # type: ignore[attr-defined]
+    return proc
+
+
+def _dlwatch(
+    job_pid: int, folder: str, interval_s: float, extra: List[str], config: Optional[str] = None
+) -> Tuple[subprocess.Popen, str]:
+    """``dlwatch attach`` to ``job_pid``, writing its tick log to a file of ``folder``."""
+    log = os.path.join(folder, f"ticks-{job_pid}.log")
+    env = child_env()
+    env["DLWATCH_TICK_LOG"] = log
+    cmd = [
+        sys.executable,
+        "-m",
+        "watchdog",
+        "attach",
+        "--pid",
+        str(job_pid),
+        "--interval",
+        f"{interval_s:g}",
+        "--report-dir",
+        os.path.join(folder, "reports"),
+    ]
+    if config:
+        cmd += ["--config", config]
+    return _start(cmd + extra, folder, f"dlwatch-{job_pid}", env, stdout=subprocess.DEVNULL), log
+
+
+def _wait_ticks(log: str, count: int, watcher: subprocess.Popen, deadline: float) -> None:
+    while len(_ticks(log)) < count:
+        if watcher.poll() is not None:
+            raise RunError(
+                f"dlwatch exited with code {watcher.returncode} before ticking {count} times: {_tail(watcher)}"
+            )
+        if time.monotonic() > deadline:
+            raise RunError(f"dlwatch did not tick {count} times in time")
+        time.sleep(0.1)
+
+
+def _stop(watcher: Optional[subprocess.Popen]) -> None:
+    """SIGTERM to ``dlwatch`` (it stops watching, leaving the job alone), then its tree killed."""
+    if watcher is None:
+        return
+    try:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    kill_session(watcher)
+
+
+def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interval_s: float, folder: str) -> dict:
+    """One run of the job with ``workers`` workers, watched by ``dlwatch attach`` or not.
+
+    Returns batches per second and, watched, the sidecar's figures over the window: ``cpu_s``,
+    ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms`` (wall-clock per tick),
+    ``tick_cpu_ms``, ``ticks``, ``processes`` (in the last sample), ``peak_rss_bytes`` and
+    ``startup_cpu_s`` (the sidecar's CPU before the window: start-up and first ticks).
+
+    Raises:
+        RunError: the job or ``dlwatch`` failed, or a deadline passed.
+    """
+    deadline = time.monotonic() + warmup_s + seconds + _RUN_SLACK_S + workers
+    job = _start(
+        [sys.executable, "-c", JOB, str(workers), str(warmup_s), str(seconds)], folder, f"job-{workers}-{int(watched)}"
+    )
+    watcher: Optional[subprocess.Popen] = None
+    try:
+        pid = _read_json_line(job, deadline, "its first batch")["pid"]
+        t_ready = time.monotonic()
+        out: dict = {"workers": workers, "watched": watched}
+        if watched:
+            watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
+            _wait_ticks(log, _SETTLE_TICKS, watcher, deadline)
+        time.sleep(max(0.0, warmup_s - (time.monotonic() - t_ready)))
+        c0 = _cpu_s(watcher.pid) if watcher is not None else None
+        r0 = _read_syscalls(watcher.pid) if watcher is not None else None
+        w0 = time.time()
+        out["startup_cpu_s"] = c0
+        os.kill(pid, signal.SIGUSR1)
+        result = _read_json_line(job, deadline, "its result")
+        out["batches_per_s"] = result["batches"] / result["seconds"]
+        if watcher is not None:
+            c1, r1, w1 = _cpu_s(watcher.pid), _read_syscalls(watcher.pid), time.time()
+            if c0 is None or c1 is None:
+                raise RunError(f"dlwatch exited during the window (code {watcher.poll()}): {_tail(watcher)}")
+            ticks = [t for t in _ticks(log) if w0 <= t[0] <= w1]
+            out.update(
+                cpu_s=c1 - c0,
+                window_s=w1 - w0,
+                cpu_fraction=(c1 - c0) / (w1 - w0),
+                ticks=len(ticks),
+                reads_per_tick=(r1 - r0) / len(ticks) if r0 is not None and r1 is not None and ticks else None,
+                tick_ms=[t[1] for t in ticks],
+                tick_cpu_ms=[t[2] for t in ticks],
+                processes=ticks[-1][3] if ticks else None,
+                peak_rss_bytes=_status_bytes(watcher.pid, "VmHWM"),
+            )
+        return out
+    finally:
+        _stop(watcher)
+        kill_session(job)
+
+
+def run_hang(workers: int, interval_s: float, stall_timeout_s: float, folder: str) -> dict:
+    """The fork-lock deadlock (``probes.train --fault fork-lock``) with ``workers`` workers
+    under ``dlwatch attach --stall-timeout``: ``detect_to_report_s`` (the reporting tick's
+    wall-clock time), ``stall_s`` (as the report gives it) and the report's first diagnosis.
+
+    Raises:
+        RunError: no report within the deadline, or a process failed.
+    """
+    deadline = time.monotonic() + stall_timeout_s + _RUN_SLACK_S + 2 * workers
+    job = _start(
+        [sys.executable, "-m", "probes.train", "--fault", "fork-lock", "--num-workers", str(workers), "--epochs", "1"],
+        folder,
+        f"hang-{workers}",
+        stdout=subprocess.DEVNULL,
+    )
+    watcher = None
+    try:
+        time.sleep(1.0)
+        if job.poll() is not None:
+            raise RunError(f"the hanging job exited with code {job.returncode}: {_tail(job)}")
+        watcher, log = _dlwatch(job.pid, folder, interval_s, ["--stall-timeout", f"{stall_timeout_s:g}"])
+        while True:
+            done = [t for t in _ticks(log) if t[4] > 0]
+            if done:
+                break
+            if watcher.poll() is not None:
+                raise RunError(f"dlwatch exited with code {watcher.returncode} before a report: {_tail(watcher)}")
+            if time.monotonic() > deadline:
+                raise RunError(f"no hang report for {workers} workers in time")
+            time.sleep(0.2)
+        tick = done[0]
+        out = {"workers": workers, "detect_to_report_s": tick[1] / 1000, "processes": tick[3]}
+        reports = os.path.join(folder, "reports")
+        names = sorted(n for n in os.listdir(reports) if not n.startswith(".")) if os.path.isdir(reports) else []
+        if names:
+            try:
+                with open(os.path.join(reports, names[0], "report.json"), encoding="utf-8") as f:
+                    doc = json.load(f)
+                out["stall_s"] = doc.get("stall_s")
+                out["kind"] = (doc.get("diagnoses") or [{}])[0].get("kind")
+            except (OSError, ValueError):
+                pass
+        return out
+    finally:
+        _stop(watcher)
+        kill_session(job)
+
+
+def run_full_timeline(workers: int, interval_s: float, samples: int, folder: str) -> dict:
+    """The job with ``workers`` workers watched until the sidecar's timeline is full
+    (``samples`` ticks at ``interval_s``): the sidecar's RSS then, and its peak, in bytes.
+
+    Raises:
+        RunError: a process failed or a deadline passed.
+    """
+    config = os.path.join(folder, "full-timeline.yaml")
+    with open(config, "w", encoding="ascii") as f:
+        f.write(f"timeline_samples: {samples}\n")
+    seconds = samples * interval_s * 1.5 + 30
+    deadline = time.monotonic() + seconds + _RUN_SLACK_S + workers
+    job = _start([sys.executable, "-c", JOB, str(workers), "0", "1"], folder, f"timeline-{workers}")
+    watcher = None
+    try:
+        pid = _read_json_line(job, deadline, "its first batch")["pid"]
+        watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"], config)
+        _wait_ticks(log, samples + 5, watcher, deadline)
+        ticks = _ticks(log)
+        return {
+            "workers": workers,
+            "timeline_samples": samples,
+            "interval_s": interval_s,
+            "processes": ticks[-1][3],
+            "rss_bytes": _status_bytes(watcher.pid, "VmRSS"),
+            "peak_rss_bytes": _status_bytes(watcher.pid, "VmHWM"),
+        }
+    finally:
+        _stop(watcher)
+        kill_session(job)
+
+
+def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
+    """The figures for one ``workers`` value from its pairs (``(plain, watched)`` runs): medians
+    over pairs, the throughput ratio's spread, tick percentiles over every tick of every pair."""
+    watched = [w for _p, w in pairs]
+    ratios = [w["batches_per_s"] / p["batches_per_s"] for p, w in pairs]
+    ticks = [ms for w in watched for ms in w["tick_ms"]]
+    cpu = statistics.median(w["cpu_fraction"] for w in watched)
+    procs = max((w["processes"] or 0) for w in watched) or workers + 1
+    return {
+        "workers": workers,
+        "processes": procs,
+        "pairs": len(pairs),
+        "cpu_fraction": cpu,
+        "cpu_fraction_per_process": cpu / procs,
+        "tick_p50_ms": _percentile(ticks, 0.5),
+        "tick_p99_ms": _percentile(ticks, 0.99),
+        "tick_cpu_p50_ms": _percentile([ms for w in watched for ms in w["tick_cpu_ms"]], 0.5),
+        "reads_per_tick": _median_or_none([w["reads_per_tick"] for w in watched]),
+        "peak_rss_bytes": max((w["peak_rss_bytes"] or 0) for w in watched) or None,
+        "startup_cpu_s": statistics.median(w["startup_cpu_s"] for w in watched),
+        "plain_batches_per_s": statistics.median(p["batches_per_s"] for p, _w in pairs),
+        "watched_batches_per_s": statistics.median(w["batches_per_s"] for w in watched),
+        "throughput_ratio": statistics.median(ratios),
+        "throughput_ratio_min": min(ratios),
+        "throughput_ratio_max": max(ratios),
+    }
+
+
+def _workers(text: str) -> List[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--workers: not a comma list of integers: {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError("--workers: each value must be at least 1")
+    return values
+
+
+def build_parser() -> Parser:
+    """The ``dlwatch probe overhead`` parser."""
+    p = Parser(prog="dlwatch probe overhead", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--workers",
+        default="8",
+        help="comma list of DataLoader worker counts N (1 + N processes watched), e.g. 1,8,32,64",
+    )
+    p.add_argument("--pairs", type=int, default=3, help="paired runs (watched and unwatched, alternating order) per N")
+    p.add_argument("--seconds", type=float, default=20.0, help="seconds each run counts batches")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=20.0,
+        help=(
+            "seconds each run warms up before its window, at least until dlwatch ticked 3 times; "
+            "20 s covers its first two USS reads of each process"
+        ),
+    )
+    p.add_argument("--interval", type=float, default=1.0, help="dlwatch's sampling period in seconds (interval_s)")
+    p.add_argument("--stall-timeout", type=float, default=3.0, help="stall_timeout_s of the hang runs, in seconds")
+    p.add_argument(
+        "--no-hang", action="store_true", help="skip the hang runs (the time from a stall's detection to its report)"
+    )
+    p.add_argument(
+        "--full-timeline",
+        action="store_true",
+        help="also fill the timeline with the largest N and report the sidecar's RSS then",
+    )
+    p.add_argument("--timeline-samples", type=int, default=600, help="timeline_samples for --full-timeline")
+    p.add_argument(
+        "--full-timeline-interval", type=float, default=0.2, help="dlwatch's interval in seconds for --full-timeline"
+    )
+    p.add_argument("--json", metavar="PATH", help="also write every figure, each run's included, as JSON")
+    return p
+
+
+def _machine() -> dict:
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    return {
+        "cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Measure and print the table; see the module docstring."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        counts = _workers(args.workers)
+    except ValueError as e:
+        parser.error(str(e))
+    if (
+        args.pairs < 1
+        or args.seconds <= 0
+        or args.warmup < 0
+        or not 0.1 <= args.interval <= 60
+        or args.stall_timeout <= 0
+    ):
+        parser.error(
+            "--pairs must be at least 1, --seconds and --stall-timeout positive, --warmup not negative, "
+            "--interval within 0.1..60"
+        )
+    if args.timeline_samples < 10 or args.full_timeline_interval < 0.1:
+        parser.error("--timeline-samples must be at least 10 and --full-timeline-interval at least 0.1")
+    all_runs: List[dict] = []
+    results: List[dict] = []
+    hangs: List[dict] = []
+    doc: Dict[str, object] = {
+        "machine": _machine(),
+        "settings": vars(args),
+        "runs": all_runs,
+        "results": results,
+        "hangs": hangs,
+    }
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dlwatch-overhead-") as folder:
+        try:
+            for n in counts:
+                pairs = []
+                for k in range(args.pairs):
+                    order = (False, True) if k % 2 == 0 else (True, False)
+                    runs = {w: run_job(n, w, args.seconds, args.warmup, args.interval, folder) for w in order}
+                    all_runs.extend(runs[w] for w in order)
+                    pairs.append((runs[False], runs[True]))
+                summary = summarize(n, pairs)
+                if not args.no_hang:
+                    hang = run_hang(n, args.interval, args.stall_timeout, folder)
+                    hangs.append(hang)
+                    summary["detect_to_report_s"] = hang["detect_to_report_s"]
+                results.append(summary)
+                rows.append(_row(summary))
+                print(f"dlwatch: measured 1 + {n} processes", file=sys.stderr, flush=True)
+            if args.full_timeline:
+                doc["full_timeline"] = run_full_timeline(
+                    max(counts), args.full_timeline_interval, args.timeline_samples, folder
+                )
+        except RunError as e:
+            print(f"dlwatch: error: {e}", file=sys.stderr)
+            return Exit.FAILED
+    headers = [
+        "processes",
+        "CPU % of a core",
+        "per process %",
+        "tick p50 ms",
+        "tick p99 ms",
+        "reads/tick",
+        "peak RSS MiB",
+        "batches/s unwatched",
+        "watched/unwatched (min–max)",
+        "detect→report s",
+    ]
+    print(tabulate(rows, headers=headers, disable_numparse=True))
+    timeline = doc.get("full_timeline")
+    if isinstance(timeline, dict):
+        print(
+            f"full timeline: {timeline['timeline_samples']} samples of {timeline['processes']} processes: "
+            f"sidecar RSS {_mib(timeline['rss_bytes'])} MiB (peak {_mib(timeline['peak_rss_bytes'])} MiB)"
+        )
+    machine = _machine_line(doc["machine"])
+    print(machine)
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, args.json)
+    return Exit.OK
+
+
+def _median_or_none(values: List[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _machine_line(machine) -> str:
+    load = ", ".join(f"{x:.1f}" for x in machine["load_average"])
+    return f"machine: {machine['usable_cpus']} usable CPUs, load average {load} at the start"
+
+
+def _mib(value: Optional[int]) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+def _row(s: dict) -> list:
+    def ms(x: Optional[float]) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    return [
+        f"1 + {s['workers']}",
+        f"{100 * s['cpu_fraction']:.2f}",
+        f"{100 * s['cpu_fraction_per_process']:.3f}",
+        ms(s["tick_p50_ms"]),
+        ms(s["tick_p99_ms"]),
+        "-" if s["reads_per_tick"] is None else f"{s['reads_per_tick']:.0f}",
+        _mib(s["peak_rss_bytes"]),
+        f"{s['plain_batches_per_s']:.1f}",
+        f"{s['throughput_ratio']:.3f} ({s['throughput_ratio_min']:.3f}–{s['throughput_ratio_max']:.3f})",
+        "-" if s.get("detect_to_report_s") is None else f"{s['detect_to_report_s']:.2f}",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""``dlwatch probe overhead`` for real, in a small version (1 + 2 processes, one pair of 5 s
+runs, one hang): every figure is present and sane. How small the figures are belongs to the
+benchmark itself (README "Overhead"), not here. The probe runs in a session of its own, and every
+process group it started is killed at the end, whatever happens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.real.helpers import DLWATCH, run_bounded
+
+
+@pytest.mark.timeout(300)
+def test_overhead_probe_reports_every_figure(tmp_path):
+    out_json = tmp_path / "overhead.json"
+    code, out, err = run_bounded(
+        DLWATCH
+        + [
+            "probe",
+            "overhead",
+            "--workers",
+            "2",
+            "--pairs",
+            "1",
+            "--seconds",
+            "5",
+            "--warmup",
+            "3",
+            "--json",
+            str(out_json),
+        ],
+        timeout_s=270,
+    )
+    assert code == 0, err
+    assert "1 + 2" in out and "detect→report" in out
+    doc = json.loads(out_json.read_text())
+    (result,) = doc["results"]
+    assert result["workers"] == 2 and result["processes"] == 3 and result["pairs"] == 1
+    assert 0 < result["cpu_fraction"] < 1 and 0 < result["cpu_fraction_per_process"] < 1
+    assert result["tick_p99_ms"] >= result["tick_p50_ms"] > 0
+    assert result["peak_rss_bytes"] > 0
+    assert (
+        result["throughput_ratio"] > 0
+        and result["throughput_ratio_min"] <= result["throughput_ratio"] <= result["throughput_ratio_max"]
+    )
+    assert result["plain_batches_per_s"] > 0 and result["watched_batches_per_s"] > 0
+    assert 0 < result["detect_to_report_s"] < 120
+    (hang,) = doc["hangs"]
+    assert hang["kind"] == "fork_inherited_lock" and hang["processes"] == 3
+    assert len(doc["runs"]) == 2 and {r["watched"] for r in doc["runs"]} == {False, True}
+
+
+def test_overhead_probe_refuses_bad_flags_in_one_line():
+    code, _out, err = run_bounded(DLWATCH + ["probe", "overhead", "--workers", "0,x"], timeout_s=60)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--workers" in err
