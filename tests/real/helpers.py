@@ -20,6 +20,10 @@ TRAIN = [PY, "-m", "probes.train"]
 DLWATCH = [PY, "-m", "watchdog"]
 
 
+# dlwatch flags: examine a stall after 4 s, end a proven hang (SIGTERM, SIGKILL 2 s later).
+TERMINATE_AFTER_4_S = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2"]
+
+
 def start(cmd: List[str], **kw) -> subprocess.Popen:
     """Start ``cmd`` in a new session (so its whole group can be killed) from the repo root."""
     kw.setdefault("cwd", ROOT)

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.real.helpers import DLWATCH, TRAIN, reports, run_bounded
+from tests.real.helpers import DLWATCH, TERMINATE_AFTER_4_S, TRAIN, reports, run_bounded
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -18,18 +18,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_the_html_report_renders_in_a_headless_browser(tmp_path):
     code, out, err = run_bounded(
         DLWATCH
-        + [
-            "run",
-            "--stall-timeout",
-            "4",
-            "--on-hang",
-            "terminate",
-            "--terminate-grace",
-            "2",
-            "--report-dir",
-            str(tmp_path),
-            "--",
-        ]
+        + ["run", *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path), "--"]
         + TRAIN
         + ["--fault", "fork-lock", "--num-workers", "2"],
         120,

@@ -20,6 +20,7 @@ from tests.real.helpers import (
     DLWATCH,
     PY,
     ROOT,
+    TERMINATE_AFTER_4_S,
     TRAIN,
     kill_tree,
     load_report,
@@ -31,7 +32,6 @@ from tests.real.helpers import (
 )
 
 STALL_S, INTERVAL_S = 5.0, 1.0
-TERMINATE_AFTER_4_S = ["--stall-timeout", "4", "--on-hang", "terminate", "--terminate-grace", "2"]
 
 
 def _parse_iso(stamp: str) -> float:
@@ -221,18 +221,7 @@ def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_bus
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("busy_stall_timeout_s: 12\n")
     code, out, err = run_dlwatch(
-        [
-            "--config",
-            str(cfg),
-            "--stall-timeout",
-            "4",
-            "--on-hang",
-            "terminate",
-            "--terminate-grace",
-            "2",
-            "--report-dir",
-            str(tmp_path / "r"),
-        ],
+        ["--config", str(cfg), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")],
         TRAIN + ["--fault", "worker-sleep", "--num-workers", "2", "--batch-size", "300", "--samples", "300"],
     )
     assert code == 124, err

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .helpers import DLWATCH, TRAIN, run_bounded, wait_for
+from .helpers import DLWATCH, TERMINATE_AFTER_4_S, TRAIN, run_bounded, wait_for
 
 
 def _ours(tmp: str):
@@ -32,16 +32,7 @@ def test_a_job_that_cannot_start_leaves_no_folder(tmp_path):
 def test_a_terminated_run_leaves_no_folder(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    args = [
-        "--stall-timeout",
-        "4",
-        "--on-hang",
-        "terminate",
-        "--terminate-grace",
-        "2",
-        "--report-dir",
-        str(tmp_path / "r"),
-    ]
+    args = [*TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")]
     code, _, err = run_bounded(
         DLWATCH + ["run", *args, "--"] + TRAIN + ["--fault", "fork-lock", "--num-workers", "2"], 150, env=_env(tmp)
     )
