@@ -30,7 +30,8 @@ diagnosis). ``--full-timeline`` adds a run that fills the timeline (``timeline_s
 ticks, at ``--full-timeline-interval``) with the largest ``N`` and reports the sidecar's RSS
 then: what it holds at most.
 
-Exit codes: 0 done; 1 a run failed; 2 a bad flag.
+Exit codes: 0 done; 1 a run failed (what was measured before it is still printed and written);
+2 a bad flag.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ JOB = textwrap.dedent(
                 x = torch.sin(x) * 0.5 + 0.25
             return x
 
-    workers, warmup_s, seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    workers, warmup_s, seconds, limit_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     torch.set_num_threads(1)
     go = []
     signal.signal(signal.SIGUSR1, lambda *_: go.append(time.perf_counter()))
@@ -88,8 +89,8 @@ JOB = textwrap.dedent(
     start = time.perf_counter()
     while not go or time.perf_counter() - start < warmup_s:  # warm; then wait for the window
         step(next(it))
-        if time.perf_counter() - start > 600:
-            sys.exit("no SIGUSR1 within 600 s")
+        if time.perf_counter() - start > limit_s:
+            sys.exit(f"no SIGUSR1 within {limit_s:g} s")
     t0, n = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         step(next(it))
@@ -266,12 +267,11 @@ def _dlwatch(
     return _start(cmd + extra, folder, f"dlwatch-{job_pid}", env, stdout=subprocess.DEVNULL), log
 
 
-def _wait_ticks(log: str, count: int, watcher: subprocess.Popen, deadline: float) -> None:
+def _wait_ticks(log: str, count: int, watcher: subprocess.Popen, job: subprocess.Popen, deadline: float) -> None:
     while len(_ticks(log)) < count:
         if watcher.poll() is not None:
-            raise RunError(
-                f"dlwatch exited with code {watcher.returncode} before ticking {count} times: {_tail(watcher)}"
-            )
+            why = f"the job exited with code {job.poll()}: {_tail(job)}" if job.poll() is not None else _tail(watcher)
+            raise RunError(f"dlwatch exited with code {watcher.returncode} before ticking {count} times; {why}")
         if time.monotonic() > deadline:
             raise RunError(f"dlwatch did not tick {count} times in time")
         time.sleep(0.1)
@@ -302,7 +302,9 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
     """
     deadline = time.monotonic() + warmup_s + seconds + _RUN_SLACK_S + workers
     job = _start(
-        [sys.executable, "-c", JOB, str(workers), str(warmup_s), str(seconds)], folder, f"job-{workers}-{int(watched)}"
+        [sys.executable, "-c", JOB, str(workers), str(warmup_s), str(seconds), "600"],
+        folder,
+        f"job-{workers}-{int(watched)}",
     )
     watcher: Optional[subprocess.Popen] = None
     try:
@@ -311,7 +313,7 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
         out: dict = {"workers": workers, "watched": watched}
         if watched:
             watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
-            _wait_ticks(log, _SETTLE_TICKS, watcher, deadline)
+            _wait_ticks(log, _SETTLE_TICKS, watcher, job, deadline)
         time.sleep(max(0.0, warmup_s - (time.monotonic() - t_ready)))
         c0 = _cpu_s(watcher.pid) if watcher is not None else None
         r0 = _read_syscalls(watcher.pid) if watcher is not None else None
@@ -402,12 +404,13 @@ def run_full_timeline(workers: int, interval_s: float, samples: int, folder: str
         f.write(f"timeline_samples: {samples}\n")
     seconds = samples * interval_s * 1.5 + 30
     deadline = time.monotonic() + seconds + _RUN_SLACK_S + workers
-    job = _start([sys.executable, "-c", JOB, str(workers), "0", "1"], folder, f"timeline-{workers}")
+    limit = f"{deadline - time.monotonic():.0f}"  # never waits out its SIGUSR1 before the deadline
+    job = _start([sys.executable, "-c", JOB, str(workers), "0", "1", limit], folder, f"timeline-{workers}")
     watcher = None
     try:
         pid = _read_json_line(job, deadline, "its first batch")["pid"]
         watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"], config)
-        _wait_ticks(log, samples + 5, watcher, deadline)
+        _wait_ticks(log, samples + 5, watcher, job, deadline)
         ticks = _ticks(log)
         return {
             "workers": workers,
@@ -546,6 +549,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "hangs": hangs,
     }
     rows = []
+    failed = ""
     with tempfile.TemporaryDirectory(prefix="dlwatch-overhead-") as folder:
         try:
             for n in counts:
@@ -568,8 +572,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     max(counts), args.full_timeline_interval, args.timeline_samples, folder
                 )
         except RunError as e:
+            failed = str(e)  # what was measured before is still printed and written
+            doc["error"] = failed
             print(f"dlwatch: error: {e}", file=sys.stderr)
-            return Exit.FAILED
     headers = [
         "processes",
         "CPU % of a core",
@@ -582,7 +587,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "watched/unwatched (min–max)",
         "detect→report s",
     ]
-    print(tabulate(rows, headers=headers, disable_numparse=True))
+    if rows:
+        print(tabulate(rows, headers=headers, disable_numparse=True))
     timeline = doc.get("full_timeline")
     if isinstance(timeline, dict):
         print(
@@ -596,7 +602,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
         os.replace(tmp, args.json)
-    return Exit.OK
+    return Exit.FAILED if failed else Exit.OK
 
 
 def _median_or_none(values: List[Optional[float]]) -> Optional[float]:
