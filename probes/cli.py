@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from typing import Dict, List, NoReturn, Optional, Tuple
@@ -76,6 +77,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(Exit.USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds above 0 (``--timeout``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, not finite, or not above 0.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text[:40]!r}")
+    return value
 
 
 class HelpFormatter(argparse.HelpFormatter):

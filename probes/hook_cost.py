@@ -28,7 +28,7 @@ from tabulate import tabulate
 from watchdog.collect import inside
 from watchdog.exits import Exit
 
-from .cli import Parser
+from .cli import Parser, positive_seconds
 
 JOB = textwrap.dedent(
     """
@@ -142,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="paired rounds per loader")
     p.add_argument("--loaders", default=",".join(LOADERS), help="comma list of: " + ", ".join(LOADERS))
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run")
     args = p.parse_args(argv)
     names = [n for n in args.loaders.split(",") if n]
     bad = [n for n in names if n not in LOADERS]

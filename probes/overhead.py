@@ -550,6 +550,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     }
     rows = []
     failed = ""
+    # SIGTERM (a CI timeout, kill PID) ends the probe through its finally blocks: every process
+    # group it started is killed and its temporary folder removed.
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     with tempfile.TemporaryDirectory(prefix="dlwatch-overhead-") as folder:
         try:
             for n in counts:
@@ -575,6 +578,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             failed = str(e)  # what was measured before is still printed and written
             doc["error"] = failed
             print(f"dlwatch: error: {e}", file=sys.stderr)
+        except SystemExit as e:  # SIGTERM: the runs' processes are already killed
+            failed = f"stopped by signal {int(e.code or 0) - 128}"
+            doc["error"] = failed
+            print(f"dlwatch: {failed}; what was measured so far follows", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     headers = [
         "processes",
         "CPU % of a core",
@@ -603,6 +612,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             json.dump(doc, f, indent=1)
         os.replace(tmp, args.json)
     return Exit.FAILED if failed else Exit.OK
+
+
+def _exit_on_signal(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _median_or_none(values: List[Optional[float]]) -> Optional[float]:

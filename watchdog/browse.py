@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import List, Optional, Tuple
 
 from tabulate import tabulate
@@ -81,7 +82,7 @@ def row(folder: str, doc: dict) -> List[str]:
     if mode == "hang":
         mode += f" ({(doc.get('stall') or {}).get('certainty') or 'suspected'})"
     return [
-        (doc.get("detected_at") or "")[:19].replace("T", " "),
+        str(doc.get("detected_at") or "")[:19].replace("T", " "),
         str(job.get("pid", "")),
         str(rank),
         mode,
@@ -105,6 +106,8 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
             rows.append(row(folder, load(folder)))
         except ReportNotFound as e:
             rows.append(["", "", "", "", "", str(e), "", folder])
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # a hand-edited report.json
+            rows.append(["", "", "", "", "", f"report.json cannot be read: {type(e).__name__}", "", folder])
     headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "FOLDER"]
     return tabulate(rows, headers=headers, tablefmt="simple"), len(rows)
 
@@ -146,6 +149,14 @@ def write_html(folder: str, out: Optional[str] = None) -> str:
     out = os.path.join(folder, "report.html") if out is None else out
     if not out or os.path.isdir(out):
         raise ReportNotFound(out, "--out must name a file to write, not a folder or nothing")
+    try:  # the page replaces a regular file only, never a device (/dev/null), a FIFO or a link
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise ReportNotFound(out, f"cannot write there: {e.strerror or e}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ReportNotFound(out, "--out exists and is not a regular file (a device, FIFO or link): not replaced")
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".report.html.")
     except OSError as e:

@@ -384,6 +384,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``dlwatch show REPORT``: the summary again, the whole report, or its HTML page."""
     from . import browse
 
+    if args.out and not args.html:
+        raise ConfigError("--out", "goes with --html (the page it writes)", "command line")
     if args.html:
         _print(browse.write_html(args.report, args.out))
         return Exit.OK

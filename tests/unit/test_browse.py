@@ -54,3 +54,49 @@ def test_the_html_page_is_self_contained_with_plots_and_collapsible_stacks(tmp_p
     assert page.count('src="data:image/png;base64,') >= 3
     path = browse.write_html(folder)
     assert path.endswith("report.html") and os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_a_hand_edited_report_is_one_unreadable_row_not_a_crash(tmp_path):
+    import json
+
+    folder = _written(tmp_path)
+    path = os.path.join(folder, "report.json")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    for bad in (5, True, [1], {"a": 1}):
+        doc["detected_at"] = bad
+        doc["job"] = bad if isinstance(bad, list) else doc["job"]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        table, n = browse.listing(str(tmp_path))
+        assert n == 1 and os.path.basename(folder) in table
+
+
+def test_the_html_page_never_replaces_a_device_a_fifo_or_a_link(tmp_path):
+    folder = _written(tmp_path / "r")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    for out in ("/dev/null", str(fifo), str(link)):
+        with pytest.raises(ReportNotFound, match="not a regular file"):
+            browse.write_html(folder, out)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert link.is_symlink() and not (tmp_path / "elsewhere").exists()
+    page = browse.write_html(folder, str(tmp_path / "page.html"))
+    assert os.path.isfile(page)
+
+
+def test_show_out_without_html_and_a_nan_timeout_are_usage_errors(capsys):
+    from probes import cli as probes_cli
+    from watchdog import cli
+
+    assert cli.main(["show", "somewhere", "--out", "x.html"]) == 2
+    assert "--out" in capsys.readouterr().err
+    for command in ("rhythm", "hook-cost"):
+        for bad in ("nan", "-1", "0", "1e999"):
+            with pytest.raises(SystemExit) as e:
+                probes_cli.main([command, "--timeout", bad])
+            assert e.value.code == 2
+            err = capsys.readouterr().err
+            assert "--timeout" in err and err.count("\n") == 1
