@@ -148,3 +148,19 @@ def hang_facts(
 
 def python_only(t: ThreadStack) -> ThreadStack:
     return ThreadStack(t.tid, t.name, t.active, t.owns_gil, tuple(f for f in t.frames if not f.native))
+
+
+def oversubscribed_timeline():
+    """Ten samples, 1 s apart, of main and six workers all runnable on one allowed CPU, the
+    workers' involuntary context switches climbing 1000 a second (``cpu_oversubscribed``)."""
+
+    def s(t):
+        workers = [
+            proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1)
+            for p in range(100, 106)
+        ]
+        return sample(
+            t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
+        )
+
+    return tuple(s(float(t)) for t in range(10))

@@ -20,6 +20,7 @@ from tests.unit.builders import (
     detail,
     fixture,
     hang_facts,
+    oversubscribed_timeline,
     proc,
     python_only,
     sample,
@@ -543,16 +544,7 @@ def test_copy_on_read_is_judged_by_level_not_only_by_slope():
 
 
 def test_oversubscription_remedy_follows_the_measured_thread_counts():
-    def s(t):
-        workers = [
-            proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1)
-            for p in range(100, 106)
-        ]
-        return sample(
-            t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
-        )
-
-    timeline = tuple(s(float(t)) for t in range(10))
+    timeline = oversubscribed_timeline()
     found = {d.kind: d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline, host_cpus=4))}
     assert "cpu_oversubscribed" in found and "cpu_affinity_narrowed" in found
     remedy = found["cpu_oversubscribed"].remedy

@@ -11,7 +11,18 @@ import os
 import pytest
 
 from tests.report_schema import check, errors, schema
-from tests.unit.builders import LOCK_UNTIMED, MAIN_PID, WORKER_PID, detail, fixture, hang_facts, proc, sample, thread
+from tests.unit.builders import (
+    LOCK_UNTIMED,
+    MAIN_PID,
+    WORKER_PID,
+    detail,
+    fixture,
+    hang_facts,
+    oversubscribed_timeline,
+    proc,
+    sample,
+    thread,
+)
 from watchdog import __version__, report, writer
 from watchdog.collect import inside, pyspy
 from watchdog.diagnose import diagnose
@@ -116,16 +127,7 @@ def test_a_crash_report_conforms(tmp_path):
 
 
 def test_a_warning_and_an_exit_report_conform(tmp_path):
-    def s(t):
-        workers = [
-            proc(p, ROLE_WORKER, [thread(p, state="R", syscall=None, nonvol=int(t * 1000))], "fork", cpu_affinity=1)
-            for p in range(100, 106)
-        ]
-        return sample(
-            t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
-        )
-
-    timeline = tuple(s(float(t)) for t in range(10))
+    timeline = oversubscribed_timeline()
     facts = Facts(
         mode=MODE_LIVE,
         sample=timeline[-1],
