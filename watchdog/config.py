@@ -26,7 +26,7 @@ import os
 import re
 import reprlib
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal, Optional
 
 import msgspec
@@ -229,16 +229,30 @@ class Config(_Settings, frozen=True):
 # --- field descriptions --------------------------------------------------------------------
 
 
+def _is_group(annotation: Any) -> bool:
+    """Whether a field's annotation is a nested group of settings (``py_spy``), not a setting."""
+    inner = annotation.__origin__
+    return isinstance(inner, type) and issubclass(inner, _Settings)
+
+
+def _walk(cls: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, annotation)`` of every field of ``cls``, in definition order: a nested
+    group (``py_spy``) first, then its fields (``py_spy.path`` …)."""
+    for name in cls.__struct_fields__:
+        annotation = cls.__annotations__[name]
+        yield prefix + name, annotation
+        if _is_group(annotation):
+            yield from _walk(annotation.__origin__, f"{prefix}{name}.")
+
+
+_FIELDS: dict[str, Any] = dict(_walk(Config))
+"""Every field's annotation by its dotted key: the one walk of the definitions, which
+:func:`describe`, :func:`all_keys` and the checks of :func:`validate` all read."""
+
+
 def _field_type(dotted: str) -> Any:
     """The annotation of the setting ``dotted`` (``"py_spy.timeout_s"``). Raises KeyError."""
-    cls: Any = Config
-    ann = None
-    for part in dotted.split("."):
-        if not (isinstance(cls, type) and issubclass(cls, _Settings)) or part not in cls.__struct_fields__:
-            raise KeyError(dotted)
-        ann = cls.__annotations__[part]
-        cls = ann.__origin__
-    return ann
+    return _FIELDS[dotted]
 
 
 def describe(dotted: str) -> str:
@@ -255,19 +269,7 @@ def describe(dotted: str) -> str:
 def all_keys() -> list[str]:
     """Every setting's dotted key, in definition order; nested groups (``py_spy``) are not listed,
     their fields are (``py_spy.path`` …)."""
-
-    def walk(cls: Any, prefix: str) -> list[str]:
-        out: list[str] = []
-        for name in cls.__struct_fields__:
-            inner = cls.__annotations__[name].__origin__
-            out += (
-                walk(inner, f"{prefix}{name}.")
-                if isinstance(inner, type) and issubclass(inner, _Settings)
-                else [prefix + name]
-            )
-        return out
-
-    return walk(Config, "")
+    return [dotted for dotted, annotation in _FIELDS.items() if not _is_group(annotation)]
 
 
 def flag_help(dotted: str, negated: bool = False) -> str:
@@ -323,18 +325,19 @@ def _at(path: str, lines: Mapping[str, int], dotted: str) -> str:
 # --- validation ----------------------------------------------------------------------------
 
 
-def _precheck(data: Any, cls: Any, prefix: str, source: str, lines: Mapping[str, int]) -> None:
+def _precheck(data: Any, prefix: str, source: str, lines: Mapping[str, int]) -> None:
     """What msgspec does not say well: unknown or non-text keys (named by their dotted path) and
     non-finite or absurdly large numbers, found before :func:`msgspec.convert` sees them."""
     if not isinstance(data, dict):
         return  # msgspec says "expected object"
     for key, value in data.items():
         name = prefix + _key_name(key)
-        if not isinstance(key, str) or key not in cls.__struct_fields__:
+        # A key holding a dot ("py_spy.native" at the top level) names no field, whatever it spells.
+        annotation = _FIELDS.get(prefix + key) if isinstance(key, str) and "." not in key else None
+        if annotation is None:
             raise ConfigError(name, "unknown setting", _at(source, lines, name))
-        inner = cls.__annotations__[key].__origin__
-        if isinstance(inner, type) and issubclass(inner, _Settings):
-            _precheck(value, inner, name + ".", source, lines)
+        if _is_group(annotation):
+            _precheck(value, name + ".", source, lines)
         elif isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(name, f"expected a finite number (got {excerpt(value)})", _at(source, lines, name))
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
@@ -380,7 +383,7 @@ def validate(data: Mapping[str, Any], source: str, lines: Mapping[str, int] | No
             "(top level)", f"expected a mapping of settings (got {excerpt(data)})", _at(source, lines, "")
         )
     data = dict(data)
-    _precheck(data, Config, "", source, lines)
+    _precheck(data, "", source, lines)
     try:
         return msgspec.convert(data, Config, strict=True)
     except msgspec.ValidationError as e:

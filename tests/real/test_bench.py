@@ -26,24 +26,20 @@ def probe(*args, timeout_s=300):
     return done.returncode, done.stdout, done.stderr
 
 
-def test_bench_writes_every_measurement(tmp_path):
-    j, c, png = tmp_path / "b.json", tmp_path / "b.csv", tmp_path / "b.png"
-    code, out, err = probe(
-        "bench",
-        "--num-workers",
-        "0,2",
-        "--pin-memory",
-        "false",
-        *TINY,
-        "--json",
-        str(j),
-        "--csv",
-        str(c),
-        "--plot",
-        str(png),
-    )
+def probe_json(tmp_path, *args, timeout_s=300):
+    """Run ``dlwatch probe ARGS --json FILE`` (FILE in ``tmp_path``, named after the command),
+    require exit 0 (its stderr the message); ``(FILE's document, stdout)``."""
+    path = tmp_path / f"{args[0]}.json"
+    code, out, err = probe(*args, "--json", str(path), timeout_s=timeout_s)
     assert code == 0, err
-    doc = json.loads(j.read_text())
+    return json.loads(path.read_text()), out
+
+
+def test_bench_writes_every_measurement(tmp_path):
+    c, png = tmp_path / "b.csv", tmp_path / "b.png"
+    doc, out = probe_json(
+        tmp_path, "bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--csv", str(c), "--plot", str(png)
+    )
     assert {"machine", "settings", "best", "knee", "warnings", "results"} <= set(doc)
     assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(
         doc["machine"]
@@ -68,14 +64,10 @@ def test_bench_writes_every_measurement(tmp_path):
 
 
 def test_autotune_choice_is_in_the_grid_and_near_the_grid_best(tmp_path):
-    j = tmp_path / "grid.json"
-    code, _, err = probe("bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(j))
-    assert code == 0, err
-    grid = {r["config"]["num_workers"]: r["samples_per_s_median"] for r in json.loads(j.read_text())["results"]}
-    a = tmp_path / "auto.json"
-    code, out, err = probe("autotune", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--json", str(a))
-    assert code == 0, err
-    auto = json.loads(a.read_text())["autotune"]
+    doc, _ = probe_json(tmp_path, "bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY)
+    grid = {r["config"]["num_workers"]: r["samples_per_s_median"] for r in doc["results"]}
+    doc, out = probe_json(tmp_path, "autotune", "--num-workers", "0,2", "--pin-memory", "false", *TINY)
+    auto = doc["autotune"]
     chosen = auto["choice"]["num_workers"]
     assert chosen in grid
     # Two separate measurements on a shared 2-core machine: only a generous bound (speed belongs in the benchmarks).
@@ -85,10 +77,7 @@ def test_autotune_choice_is_in_the_grid_and_near_the_grid_best(tmp_path):
 
 
 def test_seed_check_claims_come_from_measurements(tmp_path):
-    j = tmp_path / "seed.json"
-    code, out, err = probe("seed-check", "--samples", "256", "--batch-size", "16", "--repeats", "1", "--json", str(j))
-    assert code == 0, err
-    doc = json.loads(j.read_text())
+    doc, out = probe_json(tmp_path, "seed-check", "--samples", "256", "--batch-size", "16", "--repeats", "1")
     tp = {(r["config"]["num_workers"], r["config"]["pin_memory"]): r["samples_per_s_median"] for r in doc["results"]}
     (w,) = {w for w, _ in tp if w}
     claims = {c["claim"]: c for c in doc["claims"]}
@@ -120,8 +109,8 @@ def test_bad_dataset_is_one_line_exit_2(spec, needle):
 
 
 def test_user_dataset_is_benchmarked(tmp_path):
-    j = tmp_path / "u.json"
-    code, _, err = probe(
+    doc, _ = probe_json(
+        tmp_path,
         "bench",
         "--dataset",
         "tests.fixtures.user_datasets:good",
@@ -133,11 +122,8 @@ def test_user_dataset_is_benchmarked(tmp_path):
         "8",
         "--repeats",
         "1",
-        "--json",
-        str(j),
     )
-    assert code == 0, err
-    assert all(r["samples_per_s_median"] > 0 for r in json.loads(j.read_text())["results"])
+    assert all(r["samples_per_s_median"] > 0 for r in doc["results"])
 
 
 def test_bad_grid_flag_names_it():
@@ -162,19 +148,13 @@ def test_bad_bench_input_is_refused_before_measuring(args, needle):
 
 
 def test_rhythm_measures_a_healthy_loaders_intervals(tmp_path):
-    out_json = tmp_path / "r.json"
-    code, out, err = probe("rhythm", "fast, 2 workers", "--json", str(out_json))
-    assert code == 0, err
-    rows = json.loads(out_json.read_text())
+    rows, out = probe_json(tmp_path, "rhythm", "fast, 2 workers")
     assert rows and all(r["intervals"] >= 20 and 0 < r["p50_s"] <= r["p99_s"] <= r["longest_s"] for r in rows)
     assert "longest / p99" in out
 
 
 def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
-    out_json = tmp_path / "h.json"
-    code, out, err = probe("hook-cost", "--rounds", "1", "--loaders", "in-process", "--json", str(out_json))
-    assert code == 0, err
-    (r,) = json.loads(out_json.read_text())
+    (r,), _ = probe_json(tmp_path, "hook-cost", "--rounds", "1", "--loaders", "in-process")
     assert (
         r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5
     )  # generous: speed is the benchmark's
@@ -192,8 +172,8 @@ def test_bad_rhythm_and_hook_cost_input_is_one_line_exit_2(args, needle):
 def test_autotune_as_the_readme_writes_it_uses_auto_workers(tmp_path):
     # README: `dlwatch probe autotune --cpu-ms 5`: no --num-workers, so the default `auto`
     # (issue #10: it exited 2 with "--num-workers: bad value 'auto'"). Smaller samples here.
-    j = tmp_path / "auto.json"
-    code, out, err = probe(
+    doc, out = probe_json(
+        tmp_path,
         "autotune",
         "--samples",
         "400",
@@ -207,11 +187,7 @@ def test_autotune_as_the_readme_writes_it_uses_auto_workers(tmp_path):
         "3",
         "--pin-memory",
         "false",
-        "--json",
-        str(j),
     )
-    assert code == 0, err
-    doc = json.loads(j.read_text())
     candidates = [int(w) for w in doc["settings"]["num_workers"].split(",")]
     assert candidates[0] == 0 and len(candidates) >= 3 and candidates == sorted(candidates)
     assert doc["autotune"]["choice"]["num_workers"] in candidates
@@ -224,14 +200,14 @@ def test_autotune_as_the_readme_writes_it_uses_auto_workers(tmp_path):
 
 
 def test_probe_command_table_and_help():
-    done = subprocess.run(DLWATCH + ["probe", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    code, table, err = probe("--help", timeout_s=60)
+    assert code == 0, err
     for name in COMMANDS:
-        assert re.search(rf"^    {re.escape(name)}\b", done.stdout, re.M), name
+        assert re.search(rf"^    {re.escape(name)}\b", table, re.M), name
     same = subprocess.run(
         [sys.executable, "-m", "probes", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
-    assert same.returncode == 0 and same.stdout == done.stdout
+    assert same.returncode == 0 and same.stdout == table
     code, out, err = probe("bench", "--help", timeout_s=60)
     assert code == 0 and out.startswith("usage: dlwatch probe bench") and "(default: None)" not in out, err
     code, out, err = probe("nope", timeout_s=60)

@@ -8,6 +8,7 @@ from typing import Optional
 
 from watchdog.collect import pyspy, waits
 from watchdog.types import (
+    MODE_LIVE,
     ROLE_MAIN,
     ROLE_WORKER,
     Facts,
@@ -144,6 +145,17 @@ def hang_facts(
     )
     defaults.update(kw)
     return Facts(**defaults)
+
+
+def fork_lock_thread() -> ThreadStack:
+    """The worker's one thread in the captured fork-inherited-lock fixture (native frames)."""
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    return t
+
+
+def live_facts(timeline, **kw) -> Facts:
+    """Facts of a live look at ``timeline`` (its last sample the current one)."""
+    return Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=tuple(timeline), **kw)
 
 
 def python_only(t: ThreadStack) -> ThreadStack:

@@ -19,7 +19,9 @@ from tests.unit.builders import (
     WORKER_PID,
     detail,
     fixture,
+    fork_lock_thread,
     hang_facts,
+    live_facts,
     oversubscribed_timeline,
     proc,
     python_only,
@@ -62,9 +64,23 @@ def _worker_loop_frames():
     )
 
 
+def _stack(tid, name, *spec):
+    """A thread (not active, not holding the GIL) at ``spec`` frames, innermost first."""
+    return ThreadStack(tid, name, False, False, _frames(*spec))
+
+
 def _in_dataset(*spec):
     """The worker's loop thread, inside the Dataset: ``spec`` frames (innermost first) above fetch."""
-    return ThreadStack(WORKER_PID, "MainThread", False, False, _frames(*spec, *_worker_loop_frames()))
+    return _stack(WORKER_PID, "MainThread", *spec, *_worker_loop_frames())
+
+
+def _waiting_on_event():
+    """The worker's loop thread waiting on a ``threading.Event`` in ``Frames.__getitem__`` (line 9)."""
+    return _in_dataset(
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Event.wait", f"{STDLIB}/threading.py", 622, False),
+        ("Frames.__getitem__", USER, 9, False),
+    )
 
 
 def _kernel_proof(*pids):
@@ -80,7 +96,7 @@ def _kernel_proof(*pids):
 
 
 def test_native_lock_frames_give_fork_inherited_lock_and_a_proof_makes_it_proven():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = fork_lock_thread()
     suspected = diagnose(hang_facts([t]))[0]
     assert suspected.kind == "fork_inherited_lock" and suspected.certainty == "suspected"
     assert suspected.pids == (WORKER_PID,) and suspected.location.endswith("probes/train.py:102")
@@ -90,8 +106,7 @@ def test_native_lock_frames_give_fork_inherited_lock_and_a_proof_makes_it_proven
 
 
 def test_python_only_stack_needs_the_source_line_or_a_proof_to_call_it_inherited():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
-    t = python_only(t)
+    t = python_only(fork_lock_thread())
     top = frames.innermost_python(t)
     with_line = diagnose(hang_facts([t], sources=[((top.file, top.line), "with _SAMPLE_LOCK:")]))[0]
     assert with_line.kind == "fork_inherited_lock"
@@ -104,7 +119,7 @@ def test_python_only_stack_needs_the_source_line_or_a_proof_to_call_it_inherited
 
 
 def test_a_spawned_worker_on_a_lock_is_not_inherited_and_with_a_proof_is_its_own_deadlock():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = fork_lock_thread()
     assert "fork_inherited_lock" not in [d.kind for d in diagnose(hang_facts([t], method="spawn"))]
     assert diagnose(hang_facts([t], method="spawn", proof=_kernel_proof(WORKER_PID)))[0].kind == "worker_deadlock"
 
@@ -140,12 +155,8 @@ def test_a_future_from_a_thread_pool_created_before_fork_is_inherited_state():
 
 def test_two_threads_taking_locks_in_opposite_orders_are_a_worker_deadlock_naming_both_lines():
     loop = _in_dataset(("Data.__getitem__", USER, 30, False))
-    helper = ThreadStack(
-        WORKER_PID + 1,
-        "helper",
-        False,
-        False,
-        _frames(("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)),
+    helper = _stack(
+        WORKER_PID + 1, "helper", ("refresh", USER, 55, False), ("Thread.run", f"{STDLIB}/threading.py", 975, False)
     )
     details = (detail(WORKER_PID, LOCK_UNTIMED), detail(WORKER_PID + 1, LOCK_UNTIMED))
     facts = hang_facts([loop, helper], worker_details=details, proof=_kernel_proof(WORKER_PID))
@@ -194,21 +205,19 @@ def test_a_timed_wait_is_not_told_to_add_a_timeout():
     assert "stall_timeout_s" in first.remedy and "Give the blocking call a timeout" not in first.remedy
 
 
-def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
+def _idle_worker_hang(wchan="futex_do_wait", **kw):
+    """A hang whose worker is idle (the captured fixture), its loop thread in ``poll`` on ``wchan``."""
     idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
-    found = diagnose(
-        hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL, wchan="poll_schedule_timeout"),))
-    )
+    return hang_facts(list(idle), worker_details=(detail(WORKER_PID, IDLE_POLL, wchan=wchan),), **kw)
+
+
+def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
+    found = diagnose(_idle_worker_hang(wchan="poll_schedule_timeout"))
     assert [d.kind for d in found] == ["unknown"]
 
 
 def test_a_loader_idle_proof_is_a_lost_batch():
-    idle = pyspy.parse_dump(fixture("pyspy_worker_idle.json"))
-    facts = hang_facts(
-        list(idle),
-        worker_details=(detail(WORKER_PID, IDLE_POLL),),
-        proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")),
-    )
+    facts = _idle_worker_hang(proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")))
     first = diagnose(facts)[0]
     assert first.kind == "batch_lost" and first.certainty == "proven"
 
@@ -218,50 +227,52 @@ def test_without_stacks_proc_facts_still_diagnose_with_lower_confidence():
     assert first.kind == "fork_inherited_lock" and first.confidence <= 0.6
 
 
-def _main_facts(main_threads, main_details, proof, **kw):
-    main = proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, syscall=LOCK_UNTIMED)])
-    smp = sample(30.0, [main])
+def _main_hang(pid, procs, worker_pids, verdict, threads, native, **kw):
+    """A hang seen at one sample of ``procs``, with stacks of main (``pid``) alone."""
+    smp = sample(30.0, procs)
     return Facts(
         mode="hang",
         sample=smp,
         timeline=(smp,),
-        stall=stall(worker_pids=()),
-        verdict=HangVerdict("outside_loader", True, "not in a loader", main_threads[0]),
-        stacks=((MAIN_PID, ProcessStack(MAIN_PID, tuple(main_threads), False, None, "", 0.1)),),
-        thread_details=((MAIN_PID, tuple(main_details)),),
-        proof=proof,
+        stall=stall(pid, worker_pids),
+        verdict=verdict,
+        stacks=((pid, ProcessStack(pid, tuple(threads), native, None, "", 0.1)),),
+        **kw,
+    )
+
+
+def _main_waits_for_its_thread(main_frames, name, frames, syscall, **kw):
+    """A proven hang outside the loader, main alone (Python frames only): its MainThread at
+    ``main_frames`` on a futex, its thread ``name`` (tid MAIN_PID + 1) at ``frames`` in ``syscall``."""
+    main_threads = [_stack(MAIN_PID, "MainThread", *main_frames), _stack(MAIN_PID + 1, name, *frames)]
+    return _main_hang(
+        MAIN_PID,
+        [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, syscall=LOCK_UNTIMED)])],
+        (),
+        HangVerdict("outside_loader", True, "not in a loader", main_threads[0]),
+        main_threads,
+        False,
+        thread_details=((MAIN_PID, (detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, syscall))),),
+        proof=_kernel_proof(MAIN_PID),
         **kw,
     )
 
 
 def test_main_joining_a_thread_blocked_on_a_full_queue_is_a_main_thread_deadlock_naming_both():
-    main_t = ThreadStack(
-        MAIN_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(
+    facts = _main_waits_for_its_thread(
+        [
             ("Thread._wait_for_tstate_lock", f"{STDLIB}/threading.py", 1132, False),
             ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
             ("ThreadPrefetcher.close", USER, 30, False),
             ("main", USER, 44, False),
-        ),
-    )
-    prefetch = ThreadStack(
-        MAIN_PID + 1,
+        ],
         "prefetch",
-        False,
-        False,
-        _frames(
+        [
             ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
             ("Queue.put", f"{STDLIB}/queue.py", 140, False),
             ("ThreadPrefetcher._run", USER, 21, False),
-        ),
-    )
-    facts = _main_facts(
-        [main_t, prefetch],
-        [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, LOCK_UNTIMED)],
-        _kernel_proof(MAIN_PID),
+        ],
+        LOCK_UNTIMED,
     )
     found = diagnose(facts)
     first = found[0]
@@ -273,33 +284,20 @@ def test_main_joining_a_thread_blocked_on_a_full_queue_is_a_main_thread_deadlock
 
 
 def test_a_hang_at_exit_joining_a_queue_feeder_names_the_exit_and_the_pipe():
-    main_t = ThreadStack(
-        MAIN_PID,
-        "MainThread",
-        False,
-        False,
-        _frames(
+    facts = _main_waits_for_its_thread(
+        [
             ("Thread.join", f"{STDLIB}/threading.py", 1112, False),
             ("Queue._finalize_join", f"{STDLIB}/multiprocessing/queues.py", 199, False),
             ("Finalize.__call__", f"{STDLIB}/multiprocessing/util.py", 224, False),
             ("_run_finalizers", f"{STDLIB}/multiprocessing/util.py", 300, False),
             ("_exit_function", f"{STDLIB}/multiprocessing/util.py", 360, False),
-        ),
-    )
-    feeder = ThreadStack(
-        MAIN_PID + 1,
+        ],
         "QueueFeederThread",
-        False,
-        False,
-        _frames(
+        [
             ("_ConnectionBase.send_bytes", f"{STDLIB}/multiprocessing/connection.py", 205, False),
             ("Queue._feed", f"{STDLIB}/multiprocessing/queues.py", 250, False),
-        ),
-    )
-    facts = _main_facts(
-        [main_t, feeder],
-        [detail(MAIN_PID, LOCK_UNTIMED), detail(MAIN_PID + 1, PIPE_WRITE)],
-        _kernel_proof(MAIN_PID),
+        ],
+        PIPE_WRITE,
         fd_targets=(((MAIN_PID, 9), "pipe:[5]"),),
         pipe_readers=(("pipe:[5]", (MAIN_PID,)),),
     )
@@ -314,19 +312,12 @@ def test_stall_outside_loader_names_mains_frame():
     assert first.kind == "stall_outside_loader" and first.pids == (MAIN_PID,) and first.certainty == "suspected"
 
 
-def _main_only_facts(stack_file: str, verdict_reason: str, pid: int) -> Facts:
+def _main_only_facts(stack_file: str, verdict_reason: str, pid: int, verdict_kind: str = "dataloader") -> Facts:
+    """A hang of main ``pid`` and one worker, with main's stack from the captured ``stack_file``."""
     threads = pyspy.parse_dump(fixture(stack_file))
-    main = proc(pid, ROLE_MAIN, [])
-    worker = proc(pid + 5, ROLE_WORKER, [], "fork")
-    smp = sample(30.0, [main, worker])
-    return Facts(
-        mode="hang",
-        sample=smp,
-        timeline=(smp,),
-        stall=stall(pid, (pid + 5,)),
-        verdict=HangVerdict("dataloader", True, verdict_reason, threads[0]),
-        stacks=((pid, ProcessStack(pid, threads, True, None, "", 0.1)),),
-    )
+    procs = [proc(pid, ROLE_MAIN, []), proc(pid + 5, ROLE_WORKER, [], "fork")]
+    verdict = HangVerdict(verdict_kind, True, verdict_reason, threads[0])
+    return _main_hang(pid, procs, (pid + 5,), verdict, threads, True)
 
 
 def test_pin_memory_stall_fixture():
@@ -342,9 +333,7 @@ def test_shutdown_hang_fixture():
 
 
 def test_collective_wait_is_named_in_stall_outside_loader():
-    threads = pyspy.parse_dump(fixture("pyspy_main_collective.json"))
-    facts = _main_only_facts("pyspy_main_collective.json", "outside", 4200)
-    facts = Facts(**{**facts.__dict__, "verdict": HangVerdict("outside_loader", True, "not in a loader", threads[0])})
+    facts = _main_only_facts("pyspy_main_collective.json", "not in a loader", 4200, verdict_kind="outside_loader")
     first = diagnose(facts)[0]
     assert first.kind == "stall_outside_loader"
     assert "collective" in first.summary and any("barrier" in e for e in first.evidence)
@@ -364,7 +353,7 @@ def test_feeder_traceback_is_parsed_with_the_user_frame():
 
 
 def test_more_specific_cause_comes_before_batch_lost():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = fork_lock_thread()
     stderr = (
         "Traceback (most recent call last):\n"
         '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
@@ -519,33 +508,31 @@ def test_cuda_in_forked_worker_fixture():
 # --- warnings -------------------------------------------------------------------------------------
 
 
-def test_copy_on_read_is_judged_by_level_not_only_by_slope():
+def _uss_timeline(method, worker_mib, main_mib=200, workers=2):
+    """20 samples, 1 s apart, of main and ``workers`` workers started by ``method``, their USS flat."""
+
     def s(t):
         return sample(
             t,
             [
-                proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20),
-                *(proc(p, ROLE_WORKER, [], "fork", uss=140 << 20) for p in (WORKER_PID, WORKER_PID + 1)),
+                proc(MAIN_PID, ROLE_MAIN, [], uss=main_mib << 20),
+                *(proc(WORKER_PID + k, ROLE_WORKER, [], method, uss=worker_mib << 20) for k in range(workers)),
             ],
         )
 
-    timeline = tuple(s(float(t)) for t in range(20))
-    found = diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
+    return tuple(s(float(t)) for t in range(20))
+
+
+def test_copy_on_read_is_judged_by_level_not_only_by_slope():
+    found = diagnose(live_facts(_uss_timeline("fork", 140)))
     first = found[0]
     assert first.kind == "worker_memory_growth" and "one more worker costs" in first.summary
-    small = tuple(
-        sample(
-            float(t),
-            [proc(MAIN_PID, ROLE_MAIN, [], uss=72 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=16 << 20)],
-        )
-        for t in range(20)
-    )
-    assert diagnose(Facts(mode=MODE_LIVE, sample=small[-1], timeline=small)) == ()
+    assert diagnose(live_facts(_uss_timeline("fork", 16, main_mib=72, workers=1))) == ()
 
 
 def test_oversubscription_remedy_follows_the_measured_thread_counts():
     timeline = oversubscribed_timeline()
-    found = {d.kind: d for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline, host_cpus=4))}
+    found = {d.kind: d for d in diagnose(live_facts(timeline, host_cpus=4))}
     assert "cpu_oversubscribed" in found and "cpu_affinity_narrowed" in found
     remedy = found["cpu_oversubscribed"].remedy
     assert "set_num_threads" not in remedy and "affinity" in remedy
@@ -556,11 +543,7 @@ def test_map_count_pressure_warns_before_the_crash():
         sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], map_count=40_000 + 1300 * t)], max_maps=65530)
         for t in range(12)
     )
-    (first,) = [
-        d
-        for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
-        if d.kind == "map_count_pressure"
-    ]
+    (first,) = [d for d in diagnose(live_facts(timeline)) if d.kind == "map_count_pressure"]
     assert "65530" in first.summary and any("mappings/s" in e for e in first.evidence)
 
 
@@ -576,14 +559,14 @@ def test_the_rank_table_in_the_engine_note_matches_the_registered_rules():
 
 
 def test_the_engine_runs_a_rule_only_in_its_modes():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = fork_lock_thread()
     live = Facts(**{**hang_facts([t]).__dict__, "mode": MODE_LIVE})
     assert all(d.severity == "warning" for d in diagnose(live))
 
 
 def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_worker():
     # Sampling every second saw 2 threads; 5 were alive at the fork (their start times say so).
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    t = fork_lock_thread()
     main_details = tuple(detail(MAIN_PID + k, IDLE_POLL, start_ticks=100 + k) for k in range(5)) + (
         detail(MAIN_PID + 9, IDLE_POLL, start_ticks=300),
     )
@@ -598,19 +581,7 @@ def test_threads_at_fork_count_every_thread_of_main_that_started_before_the_work
 
 
 def test_spawned_workers_own_memory_is_not_copy_on_read():
-    def s(t):
-        return sample(
-            t,
-            [
-                proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20),
-                *(proc(p, ROLE_WORKER, [], "spawn", uss=144 << 20) for p in (WORKER_PID, WORKER_PID + 1)),
-            ],
-        )
-
-    timeline = tuple(s(float(t)) for t in range(20))
-    assert "worker_memory_growth" not in [
-        d.kind for d in diagnose(Facts(mode=MODE_LIVE, sample=timeline[-1], timeline=timeline))
-    ]
+    assert "worker_memory_growth" not in [d.kind for d in diagnose(live_facts(_uss_timeline("spawn", 144)))]
 
 
 def _pinned_timeline(values_mib, ram_gib=64):
@@ -623,7 +594,7 @@ def _pinned_timeline(values_mib, ram_gib=64):
 
 def test_pinned_memory_that_grows_steadily_is_a_warning_naming_the_allocator():
     timeline = _pinned_timeline([1024, 2048, 3072, 4096, 5120])
-    found = diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))
+    found = diagnose(live_facts(timeline))
     (pinned,) = [d for d in found if d.kind == "pinned_memory_growth"]
     assert "grows steadily" in pinned.summary and "caching host allocator" in pinned.summary
     assert any("grew by 4096.0 MiB" in e for e in pinned.evidence) and "prefetch_factor" in pinned.remedy
@@ -632,15 +603,11 @@ def test_pinned_memory_that_grows_steadily_is_a_warning_naming_the_allocator():
 def test_steady_or_small_pinned_memory_and_no_cuda_are_not_warnings():
     for values in ([1024] * 5, [100, 150, 200, 250, 300]):  # flat; grows by less than 256 MiB
         timeline = _pinned_timeline(values)
-        assert "pinned_memory_growth" not in [
-            d.kind for d in diagnose(Facts(mode="live", sample=timeline[-1], timeline=tuple(timeline)))
-        ]
+        assert "pinned_memory_growth" not in [d.kind for d in diagnose(live_facts(timeline))]
     large = _pinned_timeline([20 * 1024] * 5)  # a third of 64 GiB, flat: large
-    assert "pinned_memory_growth" in [
-        d.kind for d in diagnose(Facts(mode="live", sample=large[-1], timeline=tuple(large)))
-    ]
+    assert "pinned_memory_growth" in [d.kind for d in diagnose(live_facts(large))]
     s = sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [])])
-    assert "pinned_memory_growth" not in [d.kind for d in diagnose(Facts(mode="live", sample=s, timeline=(s,)))]
+    assert "pinned_memory_growth" not in [d.kind for d in diagnose(live_facts([s]))]
 
 
 def _fork_view(*threads):
@@ -660,11 +627,7 @@ def _fork_view(*threads):
 
 
 def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
-    t = _in_dataset(
-        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
-        ("Event.wait", f"{STDLIB}/threading.py", 622, False),
-        ("Frames.__getitem__", USER, 9, False),
-    )
+    t = _waiting_on_event()
     forking = (
         "MainThread",
         MAIN_PID,
@@ -699,8 +662,6 @@ def test_a_lock_the_forking_thread_itself_held_is_inherited_even_when_it_was_alo
 
 
 def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
-    import dataclasses
-
     from tests.unit.test_detect import _loader
 
     own = dataclasses.replace(_loader(intervals=4, since=None, worker=0), batches=5)  # mid-epoch, in backward()
@@ -716,11 +677,7 @@ def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
 
 
 def test_without_the_fork_record_a_worker_waiting_on_an_event_with_main_seen_alone_is_a_less_sure_inheritance():
-    t = _in_dataset(
-        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
-        ("Event.wait", f"{STDLIB}/threading.py", 622, False),
-        ("Frames.__getitem__", USER, 9, False),
-    )
+    t = _waiting_on_event()
     main_detail = detail(MAIN_PID, LOCK_UNTIMED, start_ticks=100)
     facts = hang_facts(
         [t],
