@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from . import __version__, act, detect, frames, report, writer
 from .alert import Alerts
@@ -120,6 +120,14 @@ class Outcome:
     terminated: bool = False
 
 
+class _Reported(NamedTuple):
+    """The last hang report of a :class:`Watcher`, kept while its hang lasts (no batch since)."""
+
+    delivery: Optional[float]  # the tracker's last delivery mark then (monotonic seconds)
+    terminable: bool  # the hang could be ended then (:func:`detect.termination`)
+    proven: bool  # the report held a proof (NOTE [ Deadlock proof ])
+
+
 class Watcher:
     """Watches one job until it ends (or ``stop`` is set).
 
@@ -190,9 +198,7 @@ class Watcher:
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self._reported: Optional[Tuple[Optional[float], bool]] = (
-            None  # (delivery mark, terminable) of the last hang report
-        )
+        self._reported: Optional[_Reported] = None  # the last hang report, while its hang lasts
         self._quiet_floor = float("-inf")  # when an examination last found no hang
         self._rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
         self._said: Dict[str, float] = {}
@@ -276,7 +282,7 @@ class Watcher:
         if stall is None:
             return
         delivery = self.tracker.last_delivery_mono
-        if self._reported is not None and delivery != self._reported[0]:
+        if self._reported is not None and delivery != self._reported.delivery:
             self._reported = None  # a batch moved since the last report: a new hang may be reported
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
@@ -331,11 +337,16 @@ class Watcher:
             log(message)
 
     def _may_examine(self, trigger: str) -> bool:
-        """No examination while the last report's hang is unchanged, except once to escalate a
-        suspected hang when a proof or the busy-stall ceiling comes due."""
+        """No examination while the last report's hang is unchanged, except to escalate it when
+        a proof or the busy-stall ceiling comes due: to end it (``on_hang: terminate``, once it
+        may be ended) or to prove it (``report``, when the report was not proven)."""
         if self._reported is None:
             return True
-        return not self._reported[1] and trigger in (detect.TRIGGER_PROOF, detect.TRIGGER_BUSY)
+        if trigger not in (detect.TRIGGER_PROOF, detect.TRIGGER_BUSY):
+            return False
+        if self.config.on_hang == "terminate":
+            return not self._reported.terminable
+        return not self._reported.proven
 
     def _oom_kills(self) -> Optional[int]:
         now = cgroup.oom_kills(self.root_pid)
@@ -571,8 +582,10 @@ class Watcher:
         )
         terminable = decision.grounded and decision.allowed
         terminate = cfg.on_hang == "terminate" and terminable
-        if self._reported is not None and not terminable:
-            self._quiet_floor = time.monotonic()  # already reported, and still not to be ended: look again later
+        if self._reported is not None and not terminate and (proof is None or self._reported.proven):
+            # Already reported, and this look would neither end it nor prove it: no second
+            # report (nor alert) of the same hang; look again later.
+            self._quiet_floor = time.monotonic()
             return
         pids = [main.pid] + [w.pid for w in sample.workers]
         d_state = [p.pid for p in sample.processes if p.state == "D"]
@@ -635,7 +648,7 @@ class Watcher:
         else:
             note = ""
         self._quiet_floor = time.monotonic()
-        self._reported = (self.tracker.last_delivery_mono, terminable)
+        self._reported = _Reported(self.tracker.last_delivery_mono, terminable, proof is not None)
         self.last_hang_kind_in_loader = diagnoses[0].kind if verdict.kind == "dataloader" else ""
         self.last_hang_kind = diagnoses[0].kind
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)

@@ -12,29 +12,27 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
-from . import act
-from .collect import discovery
+from .collect import discovery, procfs
 from .collect.inside import InsideReader
 from .config import Config
 from .daemon import Outcome, Watcher, log
 from .types import ROLE_LAUNCHER, ROLE_RANK, Sample
 from .wake import Waker
 
-# Seconds between looks for a job's ranks (each look reads the environment of the processes
-# above the ranks).
-_RANK_DISCOVERY_S = 2.0
-# … after this many seconds without a new rank: each look walks the tree (psutil children()
-# scans /proc), so a settled job is looked at less often.
-_RANK_DISCOVERY_SETTLED_S = 10.0
-_SETTLE_AFTER_S = 60.0
+# A job's ranks are looked for again when the job's tree changed (a process came, went or was
+# renamed, or another process opened a DataLoader iterator, in the job-level watcher's latest
+# sample), and at least every this many seconds (each look reads the environment of the
+# processes above the ranks and walks the tree with psutil).
+_RANK_DISCOVERY_S = 30.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
 
 
-def _ended(key: Tuple[int, float]) -> bool:
-    """Whether the rank ``(pid, create_time)`` has ended (a rank watcher's ``job_ended``)."""
-    return not act.still_running(*key)
+def _ended(pid: int, start: Optional[int]) -> bool:
+    """Whether the rank ``pid`` that started at ``start`` (clock ticks since boot) has ended (a
+    rank watcher's ``job_ended``): one ``/proc/PID/stat`` read (:func:`procfs.running`)."""
+    return not procfs.running(pid, start)
 
 
 class JobWatcher:
@@ -77,7 +75,7 @@ class JobWatcher:
         self.ranks: Dict[Tuple[int, float], Watcher] = {}
         self._all: List[Watcher] = [self.job]
         self._next_discovery = float("-inf")
-        self._last_new_rank = time.monotonic()
+        self._tree: Optional[tuple] = None  # what the last look saw (:meth:`_tree_now`)
         self._ticks = 0
 
     @property
@@ -85,15 +83,26 @@ class JobWatcher:
         """Reports of every watcher so far, and whether any of them ended the job or a rank."""
         return Outcome([r for w in self._all for r in w.outcome.reports], any(w.outcome.terminated for w in self._all))
 
+    def _tree_now(self) -> Optional[tuple]:
+        """What the ranks found depend on, from the job-level watcher's latest sample: each
+        process's ``(pid, create_time, name, ppid)`` and the pids that own a DataLoader iterator
+        (the inside view). ``None`` before the first sample."""
+        if not self.job.timeline:
+            return None
+        last = self.job.timeline[-1]
+        return (
+            tuple((p.pid, p.create_time, p.name, p.ppid) for p in last.processes),
+            tuple(sorted({v.pid for v in last.loaders})),
+        )
+
     def _discover(self) -> None:
         now = time.monotonic()
-        if now < self._next_discovery:
-            return
-        settled = now - self._last_new_rank >= _SETTLE_AFTER_S
-        self._next_discovery = now + (_RANK_DISCOVERY_SETTLED_S if settled else _RANK_DISCOVERY_S)
-        owners = set()
-        if self._inside is not None:
-            owners = {v.pid for v in self._inside.read(None, forks=False).loaders}
+        tree = self._tree_now()
+        if tree is not None and tree == self._tree and now < self._next_discovery:
+            return  # nothing the ranks depend on changed since the last look
+        self._tree = tree
+        self._next_discovery = now + _RANK_DISCOVERY_S
+        owners = set(tree[1]) if tree is not None else set()
         try:
             found = discovery.find_ranks(psutil.Process(self.root_pid), owners)
         except psutil.Error:
@@ -109,7 +118,7 @@ class JobWatcher:
                 self.config,
                 proc.pid,
                 None,
-                functools.partial(_ended, key),
+                functools.partial(_ended, proc.pid, procfs.start_ticks(proc.pid)),
                 self.wake,
                 self._stderr_tail,
                 None,
@@ -122,7 +131,6 @@ class JobWatcher:
             w.on_report = lambda *a: self.on_report(*a)
             self.ranks[key] = w
             self._all.append(w)
-            self._last_new_rank = now
             world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
             log(f"watching rank {env.get('RANK')}{world} (pid {proc.pid}) and its DataLoader workers")
         for key in [k for k, w in self.ranks.items() if w.job_ended()]:

@@ -8,8 +8,14 @@ is ``time.time()`` (seconds since the epoch), used only for stamps shown to peop
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
+
+# The samples kept in a timeline (timeline_samples x processes x threads of them) carry no
+# per-instance __dict__ where Python allows it (dataclass ``slots``, Python >= 3.10): about 40 %
+# less memory for a full timeline.
+_SLOTS: Dict[str, Any] = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 ROLE_MAIN = "main"
 ROLE_WORKER = "dataloader_worker"
@@ -62,7 +68,7 @@ class WaitKind(str, enum.Enum):
     """Not readable (no permission, or the thread ended)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **_SLOTS)
 class KernelWait:
     """One thread's wait, decoded from its state letter and its ``syscall`` file.
 
@@ -88,7 +94,7 @@ class KernelWait:
         return (self.kind, self.syscall, self.timeout_ms, self.futex_op, self.fd)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **_SLOTS)
 class ThreadSample:
     """One thread of one process at one instant, read from ``/proc/PID/task/TID/``.
 
@@ -107,7 +113,7 @@ class ThreadSample:
     wait: Optional[KernelWait] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **_SLOTS)
 class ProcessSample:
     """One process at one instant (psutil ``oneshot()`` plus ``/proc`` reads).
 
@@ -151,7 +157,7 @@ class ProcessSample:
     pinned_bytes: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **_SLOTS)
 class HostSample:
     """Host-wide facts: ``/dev/shm`` size and use (``statvfs``, bytes), available memory, and
     ``vm.max_map_count`` (the most memory mappings one process may have)."""
@@ -282,7 +288,7 @@ class InsideView:
     rng: Tuple[RngCheck, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, **_SLOTS)
 class Sample:
     """Everything read at one instant: the job's processes (main first), the host, and the
     inside view's loaders (empty without the hook)."""
@@ -292,13 +298,17 @@ class Sample:
     processes: Tuple[ProcessSample, ...]
     host: HostSample
     loaders: Tuple[LoaderView, ...] = ()
+    # {pid: process}, built at the first :meth:`process` call (rules that follow one process
+    # through the whole timeline look up every sample).
+    _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
-        for p in self.processes:
-            if p.pid == pid:
-                return p
-        return None
+        index = self._by_pid
+        if index is None:
+            index = {p.pid: p for p in self.processes}
+            object.__setattr__(self, "_by_pid", index)
+        return index.get(pid)
 
     @property
     def main(self) -> Optional[ProcessSample]:

@@ -42,6 +42,15 @@ def run_dlwatch(args, job, timeout_s=120):
     return run_bounded(DLWATCH + ["run"] + args + ["--"] + job, timeout_s)
 
 
+def _child(parent_pid: int, needle: str, timeout_s: float, what: str) -> psutil.Process:
+    """The first child of ``parent_pid`` whose command line holds ``needle``, waited for."""
+    return wait_for(
+        lambda: next((c for c in psutil.Process(parent_pid).children() if needle in " ".join(c.cmdline())), None),
+        timeout_s,
+        what,
+    )
+
+
 def test_healthy_job_exits_0_without_report(tmp_path):
     code, out, err = run_dlwatch(
         ["--stall-timeout", "5", "--report-dir", str(tmp_path)],
@@ -173,6 +182,38 @@ def test_attach_report_mode_exits_3_after_reporting(tmp_path):
         kill_tree(job)
         out, err = watcher.communicate(timeout=30)
         assert watcher.returncode == 3, err
+    finally:
+        kill_tree(job)
+        if watcher is not None:
+            kill_tree(watcher)
+
+
+def test_report_mode_reports_a_proven_hang_once_even_when_it_later_could_be_ended(tmp_path):
+    # Without main's stack (py-spy denied) the first report proves the workers stuck but cannot
+    # end the job until PyTorch's shutdown bound has passed (2 x 5 s + stall_timeout_s for one
+    # worker); in report mode that later escalation adds nothing: no second report or alert.
+    fake = os.path.join(os.path.dirname(__file__), "..", "fixtures", "fake-py-spy-ptrace-denied")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"py_spy:\n  path: {fake}\n")
+    job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "1"])
+    watcher = None
+    try:
+        watcher = start(
+            DLWATCH
+            + ["attach", "--pid", str(job.pid), "--config", str(cfg), "--stall-timeout", "3"]
+            + ["--report-dir", str(tmp_path / "r")]
+        )
+        wait_for(lambda: reports(str(tmp_path / "r")), 90, "a report")
+        (folder,) = reports(str(tmp_path / "r"))
+        doc = load_report(folder)
+        assert doc["stall"]["certainty"] == "proven" and doc["action"] == "report", doc["stall"]
+        time.sleep(2 * 5 + 3 + 6 - doc["stall_s"] + 3)  # past the bound, and two examinations more
+        assert job.poll() is None
+        assert reports(str(tmp_path / "r")) == [folder]
+        kill_tree(job)
+        _out, err = watcher.communicate(timeout=30)
+        assert watcher.returncode == 3, err
+        assert err.count("job hung") == 1, err
     finally:
         kill_tree(job)
         if watcher is not None:
@@ -393,13 +434,7 @@ def test_attach_terminate_ends_the_jobs_tree_but_not_the_launcher_that_started_i
     launcher = start(["sh", "-c", script])
     watcher = None
     try:
-        job = wait_for(
-            lambda: next(
-                (c for c in psutil.Process(launcher.pid).children() if "probes.train" in " ".join(c.cmdline())), None
-            ),
-            30,
-            "the job",
-        )
+        job = _child(launcher.pid, "probes.train", 30, "the job")
         watcher = start(
             DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")]
         )
@@ -422,13 +457,7 @@ def test_a_job_paused_with_sigstop_longer_than_the_stall_timeout_is_never_report
         + ["--num-workers", "2", "--epochs", "4", "--sample-delay-s", "0.02", "--samples", "160"]
     )
     try:
-        job = wait_for(
-            lambda: next(
-                (c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())), None
-            ),
-            30,
-            "the job",
-        )
+        job = _child(proc.pid, "probes.train", 30, "the job")
         wait_for(lambda: len(job.children()) >= 2, 60, "the workers")
         os.killpg(job.pid, signal.SIGSTOP)  # as a debugger or an operator pausing the job
         time.sleep(12)
@@ -569,19 +598,11 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
             stderr=err,
         )
     try:
-        pump = wait_for(
-            lambda: [c for c in psutil.Process(proc.pid).children() if "stderr_tail" in " ".join(c.cmdline())],
-            60,
-            "the stderr pump",
-        )[0]
+        pump = _child(proc.pid, "stderr_tail", 60, "the stderr pump")
         tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
         new = {os.path.dirname(tail_path), hook}
         assert new <= ours() and os.path.basename(hook).startswith("dlwatch-hook-")
-        job = wait_for(
-            lambda: [c for c in psutil.Process(proc.pid).children() if "probes.train" in " ".join(c.cmdline())],
-            60,
-            "the job",
-        )[0]
+        job = _child(proc.pid, "probes.train", 60, "the job")
         os.kill(proc.pid, signal.SIGKILL)  # dlwatch dies; its stderr pump lives on
         os.killpg(job.pid, signal.SIGKILL)  # then the job ends: its stderr closes, the pump sees EOF
         wait_for(lambda: not (new & ours()), 30, "the pump to remove the orphaned folders")

@@ -260,6 +260,19 @@ def _entry(pid, rss, role="dataloader_worker", create_time=None):
     return {"pid": pid, "create_time": created, "role": role, "state": "S", "rss_bytes": rss}
 
 
+def test_descriptor_count_matches_the_listing_and_a_gone_pid_raises():
+    r, w = os.pipe()
+    try:
+        listed = len(os.listdir(f"/proc/{os.getpid()}/fd")) - 1  # less the listing's own descriptor
+        assert procfs.fd_count(os.getpid()) == listed
+    finally:
+        os.close(r)
+        os.close(w)
+    assert procfs.fd_count(os.getpid()) == listed - 2
+    with pytest.raises(OSError):
+        procfs.fd_count(2**22 + 1)
+
+
 def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks():
     from watchdog.collect import sampler as sampler_mod
 

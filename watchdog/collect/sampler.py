@@ -383,7 +383,7 @@ class Sampler:
     ) -> Optional[dict]:
         """The cheap per-tick reads of one process; ``None`` when it vanished meanwhile."""
         try:
-            num_fds: Optional[int] = len(os.listdir(f"/proc/{pid}/fd"))
+            num_fds: Optional[int] = procfs.fd_count(pid)
             rlimit: Optional[int] = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
             io = procfs.read_bytes(f"/proc/{pid}/io")
             if io is None:
