@@ -7,10 +7,14 @@ so both list the same commands with the same help and refuse an unknown one the 
 line, exit code 2. A command's own arguments are parsed by its ``main``, whose parser has the
 prog ``dlwatch probe NAME`` (so ``dlwatch probe bench --help`` prints ``bench``'s help).
 
-This module imports the standard library and :mod:`watchdog.exits` only: building the parser
-never imports torch, rich or a command's module; a command's module is imported when it runs.
-It also holds what every command's parser shares: :class:`Parser` (one-line errors, exit 2)
-and :class:`HelpFormatter` (each default shown once).
+This module imports the standard library, :mod:`watchdog.exits` and :mod:`watchdog.argtypes`
+only: building the parser never imports torch, rich or a command's module; a command's module
+is imported when it runs. It also holds what every command's parser shares: :class:`Parser`
+(one-line errors naming the flag and pointing to the command's own ``--help``, exit 2),
+:class:`HelpFormatter` (each default shown once) and the ``type=`` callables that refuse a bad
+value while parsing, before anything runs: :func:`positive_seconds`, :func:`float_range`,
+:func:`int_range`, :func:`int_list`, :func:`choice_list`, and (from :mod:`watchdog.argtypes`)
+:func:`positive_int`, :func:`folder`, :func:`output_file`.
 """
 
 from __future__ import annotations
@@ -20,9 +24,29 @@ import importlib
 import math
 import os
 import sys
-from typing import Dict, List, NoReturn, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from watchdog.argtypes import UsageParser, folder, output_file, positive_int, shown
 from watchdog.exits import Exit
+
+__all__ = [
+    "COMMANDS",
+    "MAX_WORKERS",
+    "Parser",
+    "HelpFormatter",
+    "add_commands",
+    "build_parser",
+    "choice_list",
+    "folder",
+    "int_list",
+    "int_range",
+    "main",
+    "output_file",
+    "positive_int",
+    "positive_seconds",
+    "run",
+    "float_range",
+]
 
 # name -> ("module" or "module:function", one-line help). The function defaults to ``main``; it
 # takes the command's arguments (a list of str) and returns the exit code. One line per command.
@@ -67,16 +91,128 @@ EPILOG = (
 DEST = "probe_args"
 
 
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line naming the input, exit code 2
-    (:attr:`Exit.USAGE`), and whose help shows each default once (:class:`HelpFormatter`)."""
+# The most DataLoader workers a probe accepts (--num-workers, --workers): a typo guard.
+MAX_WORKERS = 1024
+
+
+class Parser(UsageParser):
+    """An ``ArgumentParser`` whose errors are one line naming the input and pointing to
+    ``PROG --help``, exit code 2 (:attr:`Exit.USAGE`; see :class:`watchdog.argtypes.UsageParser`),
+    and whose help shows each default once (:class:`HelpFormatter`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(Exit.USAGE, f"dlwatch: error: {message} (see `{self.prog} --help`)\n")
+
+def _number(x: float) -> str:
+    """``100000000``, ``0.1``, ``60``: a bound as an error or a help text shows it."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _span(low: float, high: Optional[float], above: bool = False) -> str:
+    """``from 1 to 1024``, ``at least 1``, ``above 0``: the range of a type's values, in words."""
+    if high is None:
+        return f"above {_number(low)}" if above else f"at least {_number(low)}"
+    if above:
+        return f"above {_number(low)} and at most {_number(high)}"
+    return f"from {_number(low)} to {_number(high)}"
+
+
+def int_range(low: int, high: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` to ``high`` (no upper bound when
+    ``None``), e.g. ``int_range(1, 100)`` for ``--repeats``. Its error names the range.
+
+    >>> int_range(1, 4)("3")
+    3
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number (must be {_span(low, high)})") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be a whole number {_span(low, high)}")
+        return value
+
+    parse.__name__ = f"int_range({low}, {high})"
+    return parse
+
+
+def float_range(low: float, high: Optional[float] = None, above: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number from ``low`` (above it when ``above``) to ``high``
+    (no upper bound when ``None``), e.g. ``float_range(0.1, 60)`` for ``--interval``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number (must be {_span(low, high, above)})") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be a number {_span(low, high, above)}")
+        return value
+
+    parse.__name__ = f"float_range({low}, {high})"
+    return parse
+
+
+def _items(text: str) -> List[str]:
+    """The items of a comma list, stripped.
+
+    Raises:
+        argparse.ArgumentTypeError: the list or one of its items is empty.
+    """
+    items = [part.strip() for part in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError("empty list")
+    if not all(items):
+        raise argparse.ArgumentTypeError("an empty item in the comma list")
+    return items
+
+
+def int_list(low: int, high: int, words: Iterable[str] = ()) -> Callable[[str], str]:
+    """An argparse ``type``: a comma list of whole numbers from ``low`` to ``high`` (and of
+    ``words``, e.g. ``auto``). Returns the text as given: the command expands it.
+
+    >>> int_list(0, 1024, ["auto"])("0, 4,auto")
+    '0, 4,auto'
+    """
+    allowed = tuple(words)
+    also = f", or {' or '.join(allowed)}" if allowed else ""
+
+    def parse(text: str) -> str:
+        items = _items(text)
+        for item in items:
+            if item in allowed:
+                continue
+            try:
+                value: Optional[int] = int(item)
+            except ValueError:
+                value = None
+            if value is None or not low <= value <= high:
+                which = "" if len(items) == 1 else f"item {shown(item)}: each "
+                raise argparse.ArgumentTypeError(f"{which}must be a whole number from {low} to {high}{also}")
+        return text
+
+    parse.__name__ = f"int_list({low}, {high})"
+    return parse
+
+
+def choice_list(choices: Iterable[str], ignore_case: bool = False) -> Callable[[str], str]:
+    """An argparse ``type``: a comma list of items from ``choices`` (compared in lower case
+    when ``ignore_case``). Returns the text as given: the command splits it."""
+    known = tuple(choices)
+    lookup = {c.lower() for c in known} if ignore_case else set(known)
+
+    def parse(text: str) -> str:
+        for item in _items(text):
+            if (item.lower() if ignore_case else item) not in lookup:
+                raise argparse.ArgumentTypeError(f"unknown item {shown(item)!r}; choose from {', '.join(known)}")
+        return text
+
+    parse.__name__ = "choice_list"
+    return parse
 
 
 def positive_seconds(text: str) -> float:
@@ -88,9 +224,9 @@ def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+        raise argparse.ArgumentTypeError("not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text[:40]!r}")
+        raise argparse.ArgumentTypeError("must be a finite number of seconds above 0")
     return value
 
 

@@ -15,7 +15,6 @@ Takes about 20 s on 2 cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,13 +23,18 @@ import time
 
 from watchdog.exits import Exit
 
+from .cli import Parser
+from .cli import folder as folder_type
 from .env import child_env
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probes.demo", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m probes.demo", description=__doc__.split("\n")[0])
     p.add_argument(
-        "--report-dir", default="dlwatch-reports", help="where the report folder goes (default: %(default)s)"
+        "--report-dir",
+        type=folder_type,
+        default="dlwatch-reports",
+        help="where the report folder goes (default: %(default)s)",
     )
     args = p.parse_args(argv)
     cmd = [

@@ -28,7 +28,7 @@ from tabulate import tabulate
 from watchdog.collect import inside
 from watchdog.exits import Exit
 
-from .cli import Parser, positive_seconds
+from .cli import Parser, choice_list, int_range, output_file, positive_seconds
 
 JOB = textwrap.dedent(
     """
@@ -65,6 +65,9 @@ JOB = textwrap.dedent(
     print(json.dumps({"batches": n, "seconds": elapsed, "record_bytes": record}))
     """
 )
+
+# A typo guard for --rounds.
+MAX_ROUNDS = 1000
 
 LOADERS: Dict[str, Tuple[int, int, str, float, int]] = {
     # name: (batches per epoch, batch_size, sample shape, loop work per batch in ms, num_workers)
@@ -139,15 +142,16 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure each loader and print the table; see the module docstring."""
     p = Parser(prog="dlwatch probe hook-cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="paired rounds per loader")
-    p.add_argument("--loaders", default=",".join(LOADERS), help="comma list of: " + ", ".join(LOADERS))
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument(
+        "--rounds", type=int_range(1, MAX_ROUNDS), default=5, help=f"paired rounds per loader, from 1 to {MAX_ROUNDS}"
+    )
+    p.add_argument(
+        "--loaders", type=choice_list(LOADERS), default=",".join(LOADERS), help="comma list of: " + ", ".join(LOADERS)
+    )
+    p.add_argument("--json", type=output_file, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run")
-    args = p.parse_args(argv)
-    names = [n for n in args.loaders.split(",") if n]
-    bad = [n for n in names if n not in LOADERS]
-    if bad or args.rounds < 1:
-        p.error(f"unknown loader {bad[0]!r}" if bad else "--rounds must be at least 1")
+    args = p.parse_args(argv)  # each flag checked (its type), one line naming it
+    names = [n.strip() for n in args.loaders.split(",")]
     results = []
     for name in names:
         try:

@@ -53,7 +53,7 @@ from tabulate import tabulate
 
 from watchdog.exits import Exit
 
-from .cli import Parser
+from .cli import MAX_WORKERS, Parser, float_range, int_list, int_range, output_file, positive_seconds
 from .env import child_env
 from .repro import kill_session
 
@@ -453,14 +453,11 @@ def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
     }
 
 
-def _workers(text: str) -> List[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--workers: not a comma list of integers: {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError("--workers: each value must be at least 1")
-    return values
+# Typo guards, in each flag's --help.
+MAX_PAIRS = 100
+# dlwatch's own bounds (watchdog/config.py): interval_s 0.1..60, timeline_samples 10..100000.
+INTERVAL_S = (0.1, 60.0)
+TIMELINE_SAMPLES = (10, 100_000)
 
 
 def build_parser() -> Parser:
@@ -468,22 +465,39 @@ def build_parser() -> Parser:
     p = Parser(prog="dlwatch probe overhead", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--workers",
+        type=int_list(1, MAX_WORKERS),
         default="8",
-        help="comma list of DataLoader worker counts N (1 + N processes watched), e.g. 1,8,32,64",
+        help=f"comma list of DataLoader worker counts N (1 + N processes watched), each from 1 to {MAX_WORKERS}, "
+        "e.g. 1,8,32,64",
     )
-    p.add_argument("--pairs", type=int, default=3, help="paired runs (watched and unwatched, alternating order) per N")
-    p.add_argument("--seconds", type=float, default=20.0, help="seconds each run counts batches")
+    p.add_argument(
+        "--pairs",
+        type=int_range(1, MAX_PAIRS),
+        default=3,
+        help=f"paired runs (watched and unwatched, alternating order) per N, from 1 to {MAX_PAIRS}",
+    )
+    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="seconds each run counts batches (above 0)")
     p.add_argument(
         "--warmup",
-        type=float,
+        type=float_range(0.0),
         default=20.0,
         help=(
             "seconds each run warms up before its window, at least until dlwatch ticked 3 times; "
-            "20 s covers its first two USS reads of each process"
+            "20 s covers its first two USS reads of each process (at least 0)"
         ),
     )
-    p.add_argument("--interval", type=float, default=1.0, help="dlwatch's sampling period in seconds (interval_s)")
-    p.add_argument("--stall-timeout", type=float, default=3.0, help="stall_timeout_s of the hang runs, in seconds")
+    p.add_argument(
+        "--interval",
+        type=float_range(*INTERVAL_S),
+        default=1.0,
+        help="dlwatch's sampling period in seconds (interval_s), from %g to %g" % INTERVAL_S,
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=positive_seconds,
+        default=3.0,
+        help="stall_timeout_s of the hang runs, in seconds (above 0)",
+    )
     p.add_argument(
         "--no-hang", action="store_true", help="skip the hang runs (the time from a stall's detection to its report)"
     )
@@ -492,11 +506,21 @@ def build_parser() -> Parser:
         action="store_true",
         help="also fill the timeline with the largest N and report the sidecar's RSS then",
     )
-    p.add_argument("--timeline-samples", type=int, default=600, help="timeline_samples for --full-timeline")
     p.add_argument(
-        "--full-timeline-interval", type=float, default=0.2, help="dlwatch's interval in seconds for --full-timeline"
+        "--timeline-samples",
+        type=int_range(*TIMELINE_SAMPLES),
+        default=600,
+        help="timeline_samples for --full-timeline, from %d to %d" % TIMELINE_SAMPLES,
     )
-    p.add_argument("--json", metavar="PATH", help="also write every figure, each run's included, as JSON")
+    p.add_argument(
+        "--full-timeline-interval",
+        type=float_range(*INTERVAL_S),
+        default=0.2,
+        help="dlwatch's interval in seconds for --full-timeline, from %g to %g" % INTERVAL_S,
+    )
+    p.add_argument(
+        "--json", type=output_file, metavar="PATH", help="also write every figure, each run's included, as JSON"
+    )
     return p
 
 
@@ -519,25 +543,8 @@ def _machine() -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure and print the table; see the module docstring."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        counts = _workers(args.workers)
-    except ValueError as e:
-        parser.error(str(e))
-    if (
-        args.pairs < 1
-        or args.seconds <= 0
-        or args.warmup < 0
-        or not 0.1 <= args.interval <= 60
-        or args.stall_timeout <= 0
-    ):
-        parser.error(
-            "--pairs must be at least 1, --seconds and --stall-timeout positive, --warmup not negative, "
-            "--interval within 0.1..60"
-        )
-    if args.timeline_samples < 10 or args.full_timeline_interval < 0.1:
-        parser.error("--timeline-samples must be at least 10 and --full-timeline-interval at least 0.1")
+    args = build_parser().parse_args(argv)  # each flag checked (its type), one line naming it
+    counts = [int(x) for x in args.workers.split(",")]
     all_runs: List[dict] = []
     results: List[dict] = []
     hangs: List[dict] = []

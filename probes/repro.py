@@ -38,7 +38,7 @@ from tabulate import tabulate
 from watchdog.exits import Exit
 
 from . import cases
-from .cli import Parser
+from .cli import Parser, folder
 from .env import child_env
 
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
@@ -684,6 +684,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     p.add_argument(
         "--report-dir",
+        type=folder,
         metavar="DIR",
         help="where each scenario's folder goes (default: dlwatch-reports/repro-<UTC time> in the working directory)",
     )

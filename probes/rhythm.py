@@ -26,7 +26,7 @@ from tabulate import tabulate
 from watchdog.collect import inside
 from watchdog.exits import Exit
 
-from .cli import Parser, positive_seconds
+from .cli import Parser, output_file, positive_seconds
 from .env import child_env
 
 # Healthy variants: name -> probes.train arguments. Each must end with exit code 0.
@@ -110,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Measure every variant (or those named) and print the table; see the module docstring."""
     p = Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", help=f"variants to run (default: all): {'; '.join(VARIANTS)}")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run")
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]

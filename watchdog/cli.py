@@ -9,15 +9,17 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from types import ModuleType
-from typing import Dict, List, NoReturn, Optional
+from typing import Dict, List, Optional, Tuple
 
 from . import __version__
 from . import config as config_mod
+from .argtypes import UsageParser, folder, positive_int
 from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
@@ -39,15 +41,8 @@ _OVERRIDES = {
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
 _STDERR_DRAIN_S = 2.0
-# An error line is one line of at most this many characters of message.
-_MAX_ERROR_CHARS = 200
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, names the input, exit 2
-        if len(message) > _MAX_ERROR_CHARS:  # argparse echoes a bad value whole: a 5000-digit port
-            message = message[: _MAX_ERROR_CHARS - 1] + "…"
-        self.exit(Exit.USAGE, f"dlwatch: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
+# The bytes of a script's first line the kernel reads for its `#!` (BINPRM_BUF_SIZE).
+_SHEBANG_BYTES = 256
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -56,7 +51,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it"
     )
-    p.add_argument("--report-dir", metavar="DIR", help=h("report_dir"))
+    p.add_argument("--report-dir", type=folder, metavar="DIR", help=h("report_dir"))
     p.add_argument("--interval", type=float, metavar="S", help=h("interval_s"))
     p.add_argument("--stall-timeout", type=float, metavar="S", help=h("stall_timeout_s"))
     p.add_argument("--on-hang", choices=("report", "terminate"), help=h("on_hang"))
@@ -66,20 +61,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, metavar="PORT", help=h("metrics_port"))
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``dlwatch`` argument parser."""
-    parser = _Parser(
+    parser = UsageParser(
         prog="dlwatch", description="Watch a PyTorch training job; explain why its DataLoader stopped moving."
     )
     parser.add_argument("--version", action="version", version=f"dlwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     run = sub.add_parser("run", help="start a job and watch it: dlwatch run [options] -- CMD ARGS…")
     _add_common(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the job's command, after --")
@@ -91,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)"
     )
     reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
-    reports_p.add_argument("-n", type=_positive_int, default=None, metavar="N", help="only the newest N")
+    reports_p.add_argument("-n", type=positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
     show.add_argument("report", help="a report folder")
     show.add_argument("--full", action="store_true", help="the whole report.txt, stacks included")
@@ -188,10 +176,8 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     try:
         proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
     except OSError as e:
-        log(
-            f"cannot start {cmd[0]!r}: "
-            + ("command not found" if isinstance(e, FileNotFoundError) else (e.strerror or str(e)))
-        )
+        why, code = start_failure(cmd[0], e, (env or os.environ).get("PATH", os.defpath))
+        log(f"cannot start {cmd[0]!r}: {why}")
         if tail:
             tail.close_job_end()
             tail.wait(_STDERR_DRAIN_S)
@@ -199,7 +185,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         _remove(folder)
         if server is not None:
             server.shutdown()
-        return Exit.NOT_FOUND if isinstance(e, FileNotFoundError) else Exit.CANNOT_EXECUTE
+        return code
     if tail:
         tail.close_job_end()
     wake, forward_wake, ended = Waker(), Waker(), threading.Event()
@@ -270,6 +256,51 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             else what
         )
     return Exit.TERMINATED if outcome.terminated else code
+
+
+def _shown(text: str) -> str:
+    """``text`` as is, or quoted when it has a space or an unprintable character (a CR from a
+    script saved with Windows line ends: ``'/bin/bash\\r'``)."""
+    return text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+
+
+def _interpreter(path: str) -> Optional[str]:
+    """The interpreter a script's ``#!`` line names (as the kernel reads it: the first word
+    after ``#!``, a trailing CR kept), or ``None`` when it has none or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SHEBANG_BYTES)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].replace(b"\t", b" ").split(b" ")
+    word = next((w for w in words if w), b"")
+    return os.fsdecode(word) if word else None
+
+
+def start_failure(program: str, error: OSError, path: str) -> Tuple[str, int]:
+    """What to say, and the exit code, when ``program`` could not be started with ``error``,
+    as bash says it: 127 (:attr:`Exit.NOT_FOUND`) when it, or the interpreter its ``#!`` line
+    names, does not exist (``bad interpreter /usr/bin/python9: No such file or directory``);
+    126 (:attr:`Exit.CANNOT_EXECUTE`) when it exists but cannot be executed. ``path`` is the
+    ``PATH`` it was looked for in when it has no ``/``."""
+    found = program if "/" in program else shutil.which(program, path=path)
+    if isinstance(error, FileNotFoundError):
+        if not found or not os.path.isfile(found):
+            return ("No such file or directory" if "/" in program else "command not found"), Exit.NOT_FOUND
+        interp = _interpreter(found)  # it exists, yet exec said ENOENT: what it needs does not
+        if interp is None:
+            return "cannot execute: required file not found (its dynamic loader)", Exit.NOT_FOUND
+        if not os.path.exists(interp):
+            return f"bad interpreter {_shown(interp)}: No such file or directory", Exit.NOT_FOUND
+        return f"cannot execute: required file not found (by its interpreter {_shown(interp)})", Exit.NOT_FOUND
+    why = error.strerror or str(error)
+    if isinstance(error, PermissionError) and found and os.access(found, os.X_OK):
+        interp = _interpreter(found)  # executable itself: its interpreter is what cannot be run
+        if interp is not None:
+            return f"bad interpreter {_shown(interp)}: {why}", Exit.CANNOT_EXECUTE
+    return why, Exit.CANNOT_EXECUTE
 
 
 def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", source: str = "settings"):
@@ -417,10 +448,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     stopped: List[int] = []
 
     def job_ended() -> bool:
-        # One /proc/PID/stat read per tick (psutil's same_process read /proc/stat too): gone,
-        # another process under that pid (its start time), or a zombie.
-        st = procfs.proc_stat(args.pid)
-        return st is None or st.start_ticks != start_ticks or st.state in ("Z", "X")
+        return not procfs.running(args.pid, start_ticks)
 
     def on_signal(signum, _frame) -> None:
         stopped.append(signum)

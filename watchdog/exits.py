@@ -26,9 +26,9 @@ class Exit(enum.IntEnum):
     TERMINATED = 124
     """``run``/``attach``: the watchdog ended the job after a proven hang."""
     CANNOT_EXECUTE = 126
-    """``run``: the command exists but cannot be executed."""
+    """``run``: the command (or the interpreter its ``#!`` line names) exists but cannot be executed."""
     NOT_FOUND = 127
-    """``run``: the command was not found."""
+    """``run``: the command, or the interpreter its ``#!`` line names, was not found (as bash)."""
 
 
 def of_signal(signum: int) -> int:

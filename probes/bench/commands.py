@@ -16,11 +16,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
+from watchdog.argtypes import one_line
 from watchdog.exits import Exit, of_signal
 
-from ..cli import Parser
+from ..cli import MAX_WORKERS, Parser, choice_list, float_range, int_list, int_range, output_file
 from .child import MIN_ROUNDS
-from .grid import GridError, LoaderConfig, expand, parse_shape
+from .grid import FALSE_WORDS, START_METHODS, TRUE_WORDS, GridError, LoaderConfig, expand, parse_shape
 
 if TYPE_CHECKING:
     from .measure import Result
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
 DEFAULT_SAMPLES = 2048
 IMPROVEMENT = 1.05  # autotune: a step must beat the best so far by 5%
 AUTO = "auto"
+# Typo guards: the largest values the flags accept (README "Benchmarks", and each flag's --help).
+MAX_BATCH_SIZE = 65536
+MAX_PREFETCH_FACTOR = 128
+MAX_SAMPLES = 10**8
+MAX_REPEATS = 100
+MAX_WARMUP_BATCHES = 10_000
+MAX_MS = 60_000.0
+MAX_SAMPLE_BYTES = 2**30
 
 
 def auto_workers(usable: float) -> List[int]:
@@ -60,48 +69,123 @@ def resolve_workers(text: str, usable: Optional[float] = None) -> str:
     return ",".join(out)
 
 
+def sample_shape(text: str) -> str:
+    """An argparse ``type`` for ``--sample-shape``: a comma list of sizes of at most 1 GiB of
+    float32 in all. Returns the text (:func:`~probes.bench.grid.parse_shape` reads it).
+
+    Raises:
+        argparse.ArgumentTypeError: not a comma list of whole numbers above 0, or too large.
+    """
+    try:
+        shape = parse_shape(text)
+    except GridError:
+        raise argparse.ArgumentTypeError("must be a comma list of whole numbers above 0, e.g. 3,224,224") from None
+    if math.prod(shape) * 4 > MAX_SAMPLE_BYTES:
+        raise argparse.ArgumentTypeError("over 1 GiB per sample")
+    return text
+
+
+def dataset_spec(text: str) -> str:
+    """An argparse ``type`` for ``--dataset``: ``module:callable`` in form (importing it and
+    checking the Dataset come when the command runs). Returns the text.
+
+    Raises:
+        argparse.ArgumentTypeError: not of that form.
+    """
+    module_name, sep, attr = text.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise argparse.ArgumentTypeError("expected module:callable, e.g. mypkg.data:make_dataset")
+    return text
+
+
+_BOOLS = choice_list(TRUE_WORDS + FALSE_WORDS, ignore_case=True)
+
+
 def _grid_flags(p: argparse.ArgumentParser, workers_default: str) -> None:
     g = p.add_argument_group("grid (each a comma list)")
     g.add_argument(
         "--num-workers",
+        type=int_list(0, MAX_WORKERS, [AUTO]),
         default=workers_default,
-        help="DataLoader num_workers values; `auto` is 0, the powers of two up to twice the usable CPUs, and the "
-        "usable CPU count",
+        help=f"DataLoader num_workers values, each from 0 to {MAX_WORKERS}; `auto` is 0, the powers of two up to "
+        "twice the usable CPUs, and the usable CPU count",
     )
-    g.add_argument("--pin-memory", default="false,true", help="pin_memory values (true/false)")
-    g.add_argument("--batch-size", default="128", help="batch_size values")
-    g.add_argument("--prefetch-factor", default="2", help="prefetch_factor values (with workers)")
-    g.add_argument("--persistent-workers", default="false", help="persistent_workers values")
-    g.add_argument("--multiprocessing-context", default="fork", help="start methods: fork, spawn, forkserver")
+    g.add_argument("--pin-memory", type=_BOOLS, default="false,true", help="pin_memory values (true/false)")
+    g.add_argument(
+        "--batch-size",
+        type=int_list(1, MAX_BATCH_SIZE),
+        default="128",
+        help=f"batch_size values, each from 1 to {MAX_BATCH_SIZE}",
+    )
+    g.add_argument(
+        "--prefetch-factor",
+        type=int_list(1, MAX_PREFETCH_FACTOR),
+        default="2",
+        help=f"prefetch_factor values (with workers), each from 1 to {MAX_PREFETCH_FACTOR}",
+    )
+    g.add_argument("--persistent-workers", type=_BOOLS, default="false", help="persistent_workers values")
+    g.add_argument(
+        "--multiprocessing-context",
+        type=choice_list(START_METHODS),
+        default="fork",
+        help="start methods: " + ", ".join(START_METHODS),
+    )
+
+
+def _samples_flag(p, help_text: str) -> None:
+    p.add_argument(
+        "--samples", type=int_range(2, MAX_SAMPLES), default=None, help=f"{help_text}; from 2 to {MAX_SAMPLES}"
+    )
 
 
 def _dataset_flags(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("dataset")
+    _samples_flag(d, f"synthetic dataset length (default: {DEFAULT_SAMPLES}, or more when the grid needs it)")
     d.add_argument(
-        "--samples",
-        type=int,
-        default=None,
-        help=f"synthetic dataset length (default: {DEFAULT_SAMPLES}, or more when the grid needs it)",
+        "--sample-shape", type=sample_shape, default="3,224,224", help="synthetic sample shape (at most 1 GiB)"
     )
-    d.add_argument("--sample-shape", default="3,224,224", help="synthetic sample shape")
     d.add_argument(
-        "--cpu-ms", type=float, default=0.0, help="real CPU work per sample, milliseconds (calibrated on this machine)"
+        "--cpu-ms",
+        type=float_range(0.0, MAX_MS),
+        default=0.0,
+        help=f"real CPU work per sample, milliseconds from 0 to {MAX_MS:g} (calibrated on this machine)",
     )
-    d.add_argument("--io-ms", type=float, default=0.0, help="per-sample wait, milliseconds (simulated remote storage)")
     d.add_argument(
-        "--dataset", metavar="MODULE:CALLABLE", help="your own map-style Dataset instead of the synthetic one"
+        "--io-ms",
+        type=float_range(0.0, MAX_MS),
+        default=0.0,
+        help=f"per-sample wait, milliseconds from 0 to {MAX_MS:g} (simulated remote storage)",
+    )
+    d.add_argument(
+        "--dataset",
+        type=dataset_spec,
+        metavar="MODULE:CALLABLE",
+        help="your own map-style Dataset instead of the synthetic one",
     )
 
 
 def _measure_flags(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("measurement and output")
-    m.add_argument("--repeats", type=int, default=3, help="fresh subprocess runs per configuration")
     m.add_argument(
-        "--warmup-batches", type=int, default=2, help="batches not timed (at least num_workers are skipped anyway)"
+        "--repeats",
+        type=int_range(1, MAX_REPEATS),
+        default=3,
+        help=f"fresh subprocess runs per configuration, from 1 to {MAX_REPEATS}",
     )
-    m.add_argument("--json", metavar="PATH", help="every measurement and the machine, as JSON")
-    m.add_argument("--csv", metavar="PATH", help="one row per run, as CSV")
-    m.add_argument("--plot", metavar="PATH.png", help="throughput against num_workers, one line per pin_memory")
+    m.add_argument(
+        "--warmup-batches",
+        type=int_range(0, MAX_WARMUP_BATCHES),
+        default=2,
+        help=f"batches not timed, from 0 to {MAX_WARMUP_BATCHES} (at least num_workers are skipped anyway)",
+    )
+    m.add_argument("--json", type=output_file, metavar="PATH", help="every measurement and the machine, as JSON")
+    m.add_argument("--csv", type=output_file, metavar="PATH", help="one row per run, as CSV")
+    m.add_argument(
+        "--plot",
+        type=output_file,
+        metavar="PATH.png",
+        help="throughput against num_workers, one line per pin_memory",
+    )
 
 
 def min_samples(batch_size: int, num_workers: int, warmup_batches: int) -> int:
@@ -118,6 +202,11 @@ def _check_length(args, configs: Sequence[LoaderConfig], length: Optional[int]) 
         GridError: an explicit ``--samples`` (or the user's dataset) is too short.
     """
     needed = max(min_samples(c.batch_size, c.num_workers, args.warmup_batches) for c in configs)
+    if needed > MAX_SAMPLES:
+        raise GridError(
+            f"this grid needs {needed} samples for a steady state, over {MAX_SAMPLES}: use fewer workers, smaller "
+            "batches or fewer --warmup-batches"
+        )
     if length is not None:
         if length < needed:
             what = f"--dataset {args.dataset} has {length} items" if args.dataset else f"--samples {length} is"
@@ -341,18 +430,23 @@ def _ratio(a: Result, b: Result) -> str:
     )
 
 
+def _seed_check_configs(batch_size: int) -> List[LoaderConfig]:
+    """seed-check's three configurations: no workers, W workers, W workers with pin_memory."""
+    w = max(2, (os.cpu_count() or 2) // 2)
+    return [
+        LoaderConfig(0, False, batch_size, 2, False, "fork"),
+        LoaderConfig(w, False, batch_size, 2, False, "fork"),
+        LoaderConfig(w, True, batch_size, 2, False, "fork"),
+    ]
+
+
 def cmd_seed_check(args) -> int:
     """The classic three-configuration experiment, claim by claim, with measured ratios."""
     import torch
 
-    w = max(2, (os.cpu_count() or 2) // 2)
-    bs = args.batch_size_one
-    configs = [
-        LoaderConfig(0, False, bs, 2, False, "fork"),
-        LoaderConfig(w, False, bs, 2, False, "fork"),
-        LoaderConfig(w, True, bs, 2, False, "fork"),
-    ]
-    args.batch_size = str(bs)
+    configs = _seed_check_configs(args.batch_size_one)
+    w = configs[1].num_workers
+    args.batch_size = str(args.batch_size_one)
     dataset, nbytes, cpu_bound, text = _dataset(args, configs, randn=True)
     zero, more, pinned = _run_all(configs, dataset, args, "seed-check")
     cuda = torch.cuda.is_available()
@@ -402,13 +496,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one of ``bench``, ``autotune``, ``seed-check``."""
     p = Parser(prog=f"dlwatch probe {command}", description=_DESCRIPTIONS[command])
     if command == "seed-check":
+        _samples_flag(p, f"number of torch.randn(3,224,224) samples (default: {DEFAULT_SAMPLES}, or more when needed)")
         p.add_argument(
-            "--samples",
-            type=int,
-            default=None,
-            help=f"number of torch.randn(3,224,224) samples (default: {DEFAULT_SAMPLES}, or more when needed)",
+            "--batch-size",
+            dest="batch_size_one",
+            type=int_range(1, MAX_BATCH_SIZE),
+            default=128,
+            help=f"batch_size, from 1 to {MAX_BATCH_SIZE}",
         )
-        p.add_argument("--batch-size", dest="batch_size_one", type=int, default=128, help="batch_size")
         p.set_defaults(sample_shape="3,224,224", cpu_ms=0.0, io_ms=0.0, dataset=None)
     else:
         _grid_flags(p, "0,1,2,4" if command == "bench" else "auto")
@@ -424,37 +519,16 @@ def _interrupt(_signum, _frame) -> None:
 COMMANDS = {"bench": cmd_bench, "autotune": cmd_autotune, "seed-check": cmd_seed_check}
 
 
-def _check_outputs(args) -> None:
-    """Fail before measuring, not after, when an output file cannot be written.
+def _check_grid(args, command: str) -> None:
+    """The checks that take several flags together (each flag alone was checked while parsing):
+    the grid, and an explicit ``--samples`` long enough for it; before torch is imported.
 
     Raises:
-        GridError: naming the flag.
+        GridError: naming the flags.
     """
-    for flag in ("json", "csv", "plot"):
-        path = getattr(args, flag)
-        if path is None:
-            continue
-        folder = os.path.dirname(os.path.abspath(path)) or "."
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
-            raise GridError(f"--{flag} {path}: cannot write there (no such folder, not writable, or a folder)")
-
-
-def _check_numbers(args) -> None:
-    """Finite, sane numbers, or GridError naming the flag."""
-    for flag, value, top in (
-        ("--cpu-ms", getattr(args, "cpu_ms", 0.0), 60_000.0),
-        ("--io-ms", getattr(args, "io_ms", 0.0), 60_000.0),
-    ):
-        if not math.isfinite(value) or value < 0 or value > top:
-            raise GridError(f"{flag} {value}: must be a number from 0 to {top:g}")
-    if args.samples is not None and not 2 <= args.samples <= 10**8:
-        raise GridError(f"--samples {args.samples}: must be from 2 to 100000000")
-    if args.repeats < 1 or args.warmup_batches < 0:
-        raise GridError("--repeats must be ≥ 1 and --warmup-batches ≥ 0")
-    if not getattr(args, "dataset", None):
-        shape = parse_shape(args.sample_shape)
-        if math.prod(shape) * 4 > 2**30:
-            raise GridError(f"--sample-shape {args.sample_shape}: over 1 GiB per sample")
+    configs = _seed_check_configs(args.batch_size_one) if command == "seed-check" else _grid(args)
+    # With --dataset, the grid's own needs only: the Dataset's length is checked once it is loaded.
+    _check_length(args, configs, None if args.dataset else args.samples)
 
 
 def main(command: str, argv: List[str]) -> int:
@@ -462,7 +536,12 @@ def main(command: str, argv: List[str]) -> int:
     errors and :attr:`Exit.USAGE` for bad input (a flag or ``--dataset``, named), before
     anything is measured; :attr:`Exit.FAILED` when a run fails; 130 when interrupted (SIGINT
     or SIGTERM: the run in progress is killed with its workers)."""
-    args = build_parser(command).parse_args(argv)
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    try:
+        _check_grid(args, command)
+    except GridError as e:
+        parser.error(str(e))
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         from .datasets import DatasetError
@@ -473,17 +552,15 @@ def main(command: str, argv: List[str]) -> int:
         )
         return Exit.USAGE
     try:
-        _check_numbers(args)
-        _check_outputs(args)
         return COMMANDS[command](args)
     except KeyboardInterrupt:
         print("dlwatch: interrupted; the run in progress was stopped", file=sys.stderr)
         return of_signal(signal.SIGINT)
     except (GridError, DatasetError) as e:
-        print(f"dlwatch: error: {e}", file=sys.stderr)
+        print(f"dlwatch: error: {one_line(str(e), 1000)}", file=sys.stderr)
         return Exit.USAGE
     except RunError as e:
-        print(f"dlwatch: error: {e}", file=sys.stderr)
+        print(f"dlwatch: error: {one_line(str(e), 1000)}", file=sys.stderr)
         return Exit.FAILED
 
 

@@ -49,11 +49,15 @@ def _parse_list(flag: str, text: str, item: Callable[[str], object], unique: boo
     return tuple(dict.fromkeys(out)) if unique else tuple(out)
 
 
+TRUE_WORDS = ("true", "on", "1", "yes")
+FALSE_WORDS = ("false", "off", "0", "no")
+
+
 def _bool(text: str) -> bool:
     low = text.lower()
-    if low in ("true", "on", "1", "yes"):
+    if low in TRUE_WORDS:
         return True
-    if low in ("false", "off", "0", "no"):
+    if low in FALSE_WORDS:
         return False
     raise ValueError(text)
 

@@ -3,9 +3,11 @@ model and the probes' child environment: no process is started and nothing is me
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
+import sys
 
 import pytest
 
@@ -15,6 +17,7 @@ from probes.bench.grid import LoaderConfig
 from probes.bench.measure import Result, Run
 from probes.env import PACKAGE_ROOT, child_env
 from watchdog.cli import build_parser as dlwatch_parser
+from watchdog.cli import main as dlwatch_main
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 
@@ -121,6 +124,160 @@ def test_help_formatter_adds_a_default_only_where_it_says_something():
     assert "nothing --c" in text and "five (default: five) --e" in text and text.endswith("a flag")
 
 
+# --- bad flags: refused while parsing, one line naming the flag, before anything runs -------
+
+# A probe flag with a bad value: (command, arguments, the flag). "{dir}" is a folder, "{file}"
+# a regular file, "{fifo}" a FIFO.
+BAD_FLAGS = [
+    ("rhythm", ["--json", "/nonexistent-dlwatch/x.json"], "--json"),
+    ("rhythm", ["--json", "{dir}"], "--json"),
+    ("bench", ["--num-workers", "99999"], "--num-workers"),
+    ("bench", ["--num-workers", "0,-1"], "--num-workers"),
+    ("autotune", ["--num-workers", "auto,2000"], "--num-workers"),
+    ("bench", ["--batch-size", "1,0"], "--batch-size"),
+    ("bench", ["--prefetch-factor", "0"], "--prefetch-factor"),
+    ("bench", ["--pin-memory", "maybe"], "--pin-memory"),
+    ("bench", ["--persistent-workers", "true,"], "--persistent-workers"),
+    ("bench", ["--multiprocessing-context", "fork,threads"], "--multiprocessing-context"),
+    ("bench", ["--samples", "1"], "--samples"),
+    ("bench", ["--sample-shape", "3,0"], "--sample-shape"),
+    ("bench", ["--cpu-ms", "nan"], "--cpu-ms"),
+    ("bench", ["--io-ms", "-1"], "--io-ms"),
+    ("bench", ["--dataset", "no_colon"], "--dataset"),
+    ("bench", ["--repeats", "0"], "--repeats"),
+    ("bench", ["--warmup-batches", "-1"], "--warmup-batches"),
+    ("bench", ["--csv", "{file}/x.csv"], "--csv"),
+    ("bench", ["--plot", "{fifo}"], "--plot"),
+    ("seed-check", ["--batch-size", "0"], "--batch-size"),
+    ("seed-check", ["--samples", "x"], "--samples"),
+    ("seed-check", ["--json", "/nonexistent-dlwatch/x.json"], "--json"),
+    ("hook-cost", ["--rounds", "0"], "--rounds"),
+    ("hook-cost", ["--loaders", "typical,,"], "--loaders"),
+    ("hook-cost", ["--json", "{dir}"], "--json"),
+    ("overhead", ["--workers", "2000"], "--workers"),
+    ("overhead", ["--pairs", "0"], "--pairs"),
+    ("overhead", ["--seconds", "nan"], "--seconds"),
+    ("overhead", ["--warmup", "-1"], "--warmup"),
+    ("overhead", ["--interval", "61"], "--interval"),
+    ("overhead", ["--stall-timeout", "0"], "--stall-timeout"),
+    ("overhead", ["--timeline-samples", "9"], "--timeline-samples"),
+    ("overhead", ["--full-timeline-interval", "0.05"], "--full-timeline-interval"),
+    ("overhead", ["--json", "/nonexistent-dlwatch/x.json"], "--json"),
+    ("repro", ["--report-dir", "{file}", "healthy_slow_samples"], "--report-dir"),
+]
+
+
+@pytest.fixture
+def nothing_may_run(monkeypatch):
+    """Every probe's measuring entry point fails the test when called, and bench's measuring
+    modules (which import torch) cannot be imported: a bad flag must be refused before."""
+    from probes import hook_cost, overhead, repro, rhythm
+
+    def ran(*_a, **_k):
+        raise AssertionError("a bad flag got past parsing: a run started")
+
+    for module, name in (
+        (rhythm, "measure_variant"),
+        (hook_cost, "measure"),
+        (overhead, "run_job"),
+        (overhead, "run_hang"),
+        (overhead, "run_full_timeline"),
+        (repro, "run_scenario"),
+    ):
+        monkeypatch.setattr(module, name, ran)
+    for name in commands.COMMANDS:
+        monkeypatch.setitem(commands.COMMANDS, name, ran)
+    monkeypatch.setitem(sys.modules, "probes.bench.datasets", None)
+    monkeypatch.setitem(sys.modules, "probes.bench.measure", None)
+
+
+@pytest.mark.parametrize("command, argv, flag", BAD_FLAGS, ids=[f"{c}{a[0]}={a[1]}" for c, a, _ in BAD_FLAGS])
+def test_a_bad_probe_flag_is_one_line_naming_it_before_anything_runs(
+    command, argv, flag, tmp_path, nothing_may_run, capsys
+):
+    if not _installed(command):
+        pytest.skip(f"{probes_cli.COMMANDS[command][0]} is not in this tree")
+    a_file, fifo = tmp_path / "a-file", tmp_path / "fifo"
+    a_file.write_text("x")
+    os.mkfifo(fifo)
+    argv = [a.format(dir=tmp_path, file=a_file, fifo=fifo) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        dlwatch_main(["probe", command, *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"dlwatch: error: {flag} {argv[1][:40]}"), err  # the flag and its value, first
+    # Only that flag: a joint message ("--pairs must be at least 1, --seconds …") names others.
+    assert set(re.findall(r"--[a-z][a-z-]+", err)) == {flag, "--help"}, err
+    assert f"(see `dlwatch probe {command} --help`)" in err, err
+
+
+def test_report_dir_naming_a_file_says_not_a_folder(tmp_path, nothing_may_run, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for report_dir, what in ((a_file, "not a folder"), (a_file / "sub", f"{a_file} is not a folder")):
+        with pytest.raises(SystemExit) as e:
+            probes_cli.run(["repro", "--report-dir", str(report_dir), "healthy_slow_samples"])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.startswith(f"dlwatch: error: --report-dir {report_dir}: {what} (see ")
+
+
+def test_a_grid_that_needs_too_many_samples_is_refused_before_torch(nothing_may_run, capsys):
+    for argv, needle in (
+        (["bench", "--samples", "100", "--num-workers", "4"], "--samples 100 is too few"),
+        (["bench", "--batch-size", "65536", "--num-workers", "1024", "--warmup-batches", "10000"], "over 100000000"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            probes_cli.run(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and needle in err and "`dlwatch probe bench --help`" in err, err
+
+
+def test_worker_and_count_bounds_are_in_each_commands_help(capsys):
+    for command, needles in (
+        ("bench", ["each from 0 to 1024", "from 1 to 65536", "from 1 to 100"]),
+        ("seed-check", ["from 1 to 65536", "from 2 to 100000000"]),
+        ("overhead", ["each from 1 to 1024", "from 0.1 to 60", "from 10 to 100000"]),
+        ("hook-cost", ["from 1 to 1000"]),
+    ):
+        if not _installed(command):
+            continue
+        with pytest.raises(SystemExit):
+            probes_cli.run([command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        for needle in needles:
+            assert needle in out, (command, needle)
+
+
+def test_list_and_range_types():
+    workers = probes_cli.int_list(0, 1024, ["auto"])
+    assert workers("0, 4,auto") == "0, 4,auto"
+    for bad in ("", ",", "1,,2", "1025", "-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            workers(bad)
+    assert probes_cli.choice_list(["a", "B"], ignore_case=True)("A,b") == "A,b"
+    with pytest.raises(argparse.ArgumentTypeError):
+        probes_cli.choice_list(["a"])("A")
+    assert probes_cli.float_range(0.1, 60)("60") == 60.0
+    for bad in ("0.09", "60.1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            probes_cli.float_range(0.1, 60)(bad)
+    assert probes_cli.int_range(1)("99999999") == 99999999
+    with pytest.raises(argparse.ArgumentTypeError):
+        probes_cli.int_range(1, 10)("11")
+
+
+def test_output_file_refuses_what_writing_would_block_on_or_replace(tmp_path):
+    (tmp_path / "old.json").write_text("{}")
+    assert probes_cli.output_file(str(tmp_path / "old.json")) == str(tmp_path / "old.json")
+    assert probes_cli.output_file(str(tmp_path / "new.json")) == str(tmp_path / "new.json")
+    os.symlink(tmp_path / "old.json", tmp_path / "link.json")
+    for bad in ("", str(tmp_path), str(tmp_path / "link.json"), "/dev/null", "/nonexistent-dlwatch/x", "a\0b"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            probes_cli.output_file(bad)
+
+
 # --- autotune's `auto` (issue #10, 1) ---------------------------------------------------
 
 
@@ -143,7 +300,7 @@ def test_every_readme_probe_command_parses_and_its_grid_expands():
         assert name in probes_cli.COMMANDS
         if name in ("bench", "autotune", "seed-check"):
             own = commands.build_parser(name).parse_args(args.probe_args[1:])
-            commands._check_numbers(own)
+            commands._check_grid(own, name)
             if name != "seed-check":
                 grid = commands._grid(own)  # raised "--num-workers: bad value 'auto'" (issue #10)
                 assert grid and all(c.num_workers >= 0 for c in grid)
