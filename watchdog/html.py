@@ -208,8 +208,12 @@ def render(doc: dict, text: str) -> str:
         parts.append('<h2>Stacks</h2><div id="stacks">')
         for block in _stack_blocks(stacks):
             head, _, body = block.partition("\n")
+            # What a dump lost ("(no stack: …)", "(Python frames only: …)") shows while folded.
+            first_line = body.strip().split("\n", 1)[0]
+            lost = f" {first_line}" if first_line.startswith("(") else ""
             parts.append(
-                f"<details><summary>{html.escape(head.strip())}</summary><pre>{html.escape(body)}</pre></details>"
+                f"<details><summary>{html.escape(head.strip() + lost)}</summary>"
+                f"<pre>{html.escape(body)}</pre></details>"
             )
         parts.append("</div>")
     parts.append("</body></html>")

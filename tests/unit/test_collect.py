@@ -293,6 +293,32 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     assert len(s._due_full_info([_entry(7, 100 * 2**20)], 61.0)) == 1
 
 
+def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_floor():
+    import psutil
+
+    from watchdog.collect import sampler as sampler_mod
+
+    me = psutil.Process()
+    s = sampler_mod.Sampler(me.pid, full_info_interval_s=10.0)
+    key = (me.pid, me.create_time())
+    uss, rss = me.memory_full_info().uss, me.memory_info().rss
+    s._full = {key: sampler_mod._Full(0.0, uss, None, None, None, rss, 10.0)}
+    intervals = []
+    for _ in range(4):
+        last = s._full[key]
+        s._last_t = last.at + last.interval - 1.0
+        entry = {"pid": me.pid, "create_time": key[1], "role": "main", "state": "R", "rss_bytes": rss}
+        s._read_full_info([entry], last.at + last.interval)
+        assert entry["uss_bytes"] is not None
+        intervals.append(s._full[key].interval)
+    assert intervals == [60.0, 120.0, 240.0, 240.0]
+    # memory that moved brings the cadence back to full_info_interval_s
+    last = s._full[key]
+    s._full[key] = sampler_mod._Full(last.at, last.uss + 200 * 2**20, None, None, None, rss, last.interval)
+    s._read_full_info([dict(entry)], last.at + last.interval)
+    assert s._full[key].interval == 10.0
+
+
 def test_still_memory_is_judged_against_the_slowest_growth_the_rules_warn_about():
     from watchdog.collect.sampler import _Full, _still
 

@@ -147,3 +147,20 @@ def test_locals_with_secret_looking_names_are_redacted():
     loc = dict(thread.frames[0].locals)
     assert loc["api_key"] == REDACTED and loc["password"] == REDACTED and loc["lr"] == "0.1"
     assert "pw9" not in loc["url"] and "host" in loc["url"]
+
+
+def test_the_html_page_says_what_a_dump_lost_while_its_stack_is_folded():
+    import dataclasses
+
+    from watchdog import html
+
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    facts = hang_facts([t], stacks_ok=False)
+    main_pid, main_stack = facts.stacks[0]
+    lost = dataclasses.replace(main_stack, lost="native frames lost: py-spy --native timed out")
+    facts = dataclasses.replace(facts, stacks=((main_pid, lost),) + facts.stacks[1:])
+    rep = report.build(facts, diagnose(facts), {"pid": MAIN_PID, "cmdline": ["python"]}, 1.8e9, "report", {}, {})
+    page = html.render(rep.document, rep.text)
+    summaries = [line for line in page.splitlines() if line.startswith("<details><summary>")]
+    assert any("(Python frames only: native frames lost" in s for s in summaries), summaries
+    assert any("(no stack: py-spy cannot attach" in s for s in summaries), summaries

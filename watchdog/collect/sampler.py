@@ -68,14 +68,18 @@ _ALL_CHILDREN_EVERY_S = 30.0
 # bytes a second between two reads (a tenth of the slowest growth worker_memory_growth warns
 # about, 1 MiB/s in watchdog/diagnose/live.py), whose map count moved less than
 # _STABLE_MAPS_PER_S and whose pinned memory less than the same bytes rate, is next read after
-# _FULL_INFO_MAX_FACTOR x full_info_interval_s; any move brings it back to full_info_interval_s.
+# _FULL_INFO_STILL_FACTOR x full_info_interval_s, twice that after the next still read, and so on
+# up to _FULL_INFO_MAX_FACTOR x full_info_interval_s; any move brings it back to
+# full_info_interval_s. (smaps_rollup walks the page tables: ~8 ms a torch process on the
+# development VM, the largest part of a settled sidecar's cost before this back-off.)
 _STABLE_BYTES_PER_S = 0.1 * 2**20
 _STABLE_MAPS_PER_S = 1.0
 # ... or less than this much whatever the time between the reads (main's USS goes up and down
 # by a few batches' worth): below what any of those rules could call growth.
 _STABLE_BYTES = 4 * 2**20
 _STABLE_MAPS = 16
-_FULL_INFO_MAX_FACTOR = 6
+_FULL_INFO_STILL_FACTOR = 6
+_FULL_INFO_MAX_FACTOR = 24
 # An RSS move of at least this many bytes (or this share of the RSS at the last read) since the
 # last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
 _RSS_MOVE_BYTES = 16 * 2**20
@@ -433,7 +437,8 @@ class Sampler:
         read at this call.
 
         A process is due ``full_info_interval_s`` after its last read while its memory moves, and
-        ``_FULL_INFO_MAX_FACTOR`` times that after a read that found it still (USS and pinned
+        ``_FULL_INFO_STILL_FACTOR`` times that after a read that found it still, twice as long
+        after each further still read up to ``_FULL_INFO_MAX_FACTOR`` times (USS and pinned
         memory moved by at most ``_STABLE_BYTES_PER_S`` a second or ``_STABLE_BYTES``, the map
         count by at most ``_STABLE_MAPS_PER_S`` a second or ``_STABLE_MAPS``, since the read
         before); due at once, whatever its cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or
@@ -490,7 +495,10 @@ class Sampler:
             last = self._full.get(key)
             interval = self.full_info_interval_s
             if last is not None and _still(last, uss, maps, pinned, now - last.at):
-                interval = self.full_info_interval_s * _FULL_INFO_MAX_FACTOR
+                interval = min(
+                    max(2 * last.interval, self.full_info_interval_s * _FULL_INFO_STILL_FACTOR),
+                    self.full_info_interval_s * _FULL_INFO_MAX_FACTOR,
+                )
             self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval)
             e.update(uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned)
 
