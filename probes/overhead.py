@@ -7,7 +7,9 @@ small training step in main) warms up, then waits for SIGUSR1 and counts its bat
 ``--seconds``. In the watched run, ``dlwatch attach --pid JOB --interval I`` starts during the
 warm-up (``--warmup`` seconds, and at least three ticks), so its start-up is left out: its
 imports, and the first two USS reads of each process (``full_info_interval_s`` apart), after
-which a process whose memory holds still is read six times less often.
+which a process whose memory holds still is read six times less often, then less and less.
+The start-up is measured apart: the sidecar's CPU when its first tick is logged (imports, the
+target's checks, the first sample).
 Measured, over the window:
 
 * the sidecar's CPU as a fraction of one core (the run time of the ``dlwatch`` process's
@@ -267,14 +269,16 @@ def _dlwatch(
     return _start(cmd + extra, folder, f"dlwatch-{job_pid}", env, stdout=subprocess.DEVNULL), log
 
 
-def _wait_ticks(log: str, count: int, watcher: subprocess.Popen, job: subprocess.Popen, deadline: float) -> None:
+def _wait_ticks(
+    log: str, count: int, watcher: subprocess.Popen, job: subprocess.Popen, deadline: float, poll_s: float = 0.1
+) -> None:
     while len(_ticks(log)) < count:
         if watcher.poll() is not None:
             why = f"the job exited with code {job.poll()}: {_tail(job)}" if job.poll() is not None else _tail(watcher)
             raise RunError(f"dlwatch exited with code {watcher.returncode} before ticking {count} times; {why}")
         if time.monotonic() > deadline:
             raise RunError(f"dlwatch did not tick {count} times in time")
-        time.sleep(0.1)
+        time.sleep(poll_s)
 
 
 def _stop(watcher: Optional[subprocess.Popen]) -> None:
@@ -295,7 +299,8 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
     Returns batches per second and, watched, the sidecar's figures over the window: ``cpu_s``,
     ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms`` (wall-clock per tick),
     ``tick_cpu_ms``, ``ticks``, ``processes`` (in the last sample), ``peak_rss_bytes`` and
-    ``startup_cpu_s`` (the sidecar's CPU before the window: start-up and first ticks).
+    ``first_tick_cpu_s`` (the sidecar's CPU when its first tick was logged: its start-up) and
+    ``startup_cpu_s`` (its CPU before the window: start-up and the warm-up's ticks).
 
     Raises:
         RunError: the job or ``dlwatch`` failed, or a deadline passed.
@@ -313,6 +318,8 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
         out: dict = {"workers": workers, "watched": watched}
         if watched:
             watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
+            _wait_ticks(log, 1, watcher, job, deadline, poll_s=0.01)
+            out["first_tick_cpu_s"] = _cpu_s(watcher.pid)
             _wait_ticks(log, _SETTLE_TICKS, watcher, job, deadline)
         time.sleep(max(0.0, warmup_s - (time.monotonic() - t_ready)))
         c0 = _cpu_s(watcher.pid) if watcher is not None else None
@@ -445,6 +452,7 @@ def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
         "reads_per_tick": _median_or_none([w["reads_per_tick"] for w in watched]),
         "peak_rss_bytes": max((w["peak_rss_bytes"] or 0) for w in watched) or None,
         "startup_cpu_s": statistics.median(w["startup_cpu_s"] for w in watched),
+        "first_tick_cpu_s": _median_or_none([w.get("first_tick_cpu_s") for w in watched]),
         "plain_batches_per_s": statistics.median(p["batches_per_s"] for p, _w in pairs),
         "watched_batches_per_s": statistics.median(w["batches_per_s"] for w in watched),
         "throughput_ratio": statistics.median(ratios),
@@ -599,6 +607,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "tick p99 ms",
         "reads/tick",
         "peak RSS MiB",
+        "start-up CPU s",
         "batches/s unwatched",
         "watched/unwatched (min–max)",
         "detect→report s",
@@ -651,6 +660,7 @@ def _row(s: dict) -> list:
         ms(s["tick_p99_ms"]),
         "-" if s["reads_per_tick"] is None else f"{s['reads_per_tick']:.0f}",
         _mib(s["peak_rss_bytes"]),
+        "-" if s.get("first_tick_cpu_s") is None else f"{s['first_tick_cpu_s']:.2f}",
         f"{s['plain_batches_per_s']:.1f}",
         f"{s['throughput_ratio']:.3f} ({s['throughput_ratio_min']:.3f}–{s['throughput_ratio_max']:.3f})",
         "-" if s.get("detect_to_report_s") is None else f"{s['detect_to_report_s']:.2f}",

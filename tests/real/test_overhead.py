@@ -41,6 +41,7 @@ def test_overhead_probe_reports_every_figure(tmp_path):
     assert 0 < result["cpu_fraction"] < 1 and 0 < result["cpu_fraction_per_process"] < 1
     assert result["tick_p99_ms"] >= result["tick_p50_ms"] > 0
     assert result["peak_rss_bytes"] > 0
+    assert 0 < result["first_tick_cpu_s"] <= result["startup_cpu_s"] < 60
     assert (
         result["throughput_ratio"] > 0
         and result["throughput_ratio_min"] <= result["throughput_ratio"] <= result["throughput_ratio_max"]
