@@ -173,10 +173,15 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
     tail = _start_stderr_tail(cfg, [folder] if folder else [])
+    search = (env or os.environ).get("PATH", os.defpath)
+    # The first executable of that name on PATH, as bash runs it: Python's own search would go
+    # on to a later PATH folder when the first one's #! interpreter is missing (ENOENT), and run
+    # another program of the same name. argv[0] stays as the user typed it.
+    program = cmd[0] if "/" in cmd[0] else shutil.which(cmd[0], path=search) or cmd[0]
     try:
-        proc = subprocess.Popen(cmd, stderr=tail.job_stderr if tail else None, env=env, **group)
+        proc = subprocess.Popen(cmd, executable=program, stderr=tail.job_stderr if tail else None, env=env, **group)
     except OSError as e:
-        why, code = start_failure(cmd[0], e, (env or os.environ).get("PATH", os.defpath))
+        why, code = start_failure(cmd[0], e, search)
         log(f"cannot start {cmd[0]!r}: {why}")
         if tail:
             tail.close_job_end()

@@ -21,6 +21,7 @@ Every problem is a :class:`~watchdog.errors.ConfigError`, one line.
 # No ``from __future__ import annotations``: the field annotations are evaluated here, so
 # ``describe`` reads each field's ``Meta`` without ``typing.get_type_hints``.
 
+import argparse
 import math
 import os
 import re
@@ -32,6 +33,7 @@ from typing import Annotated, Any, Literal, Optional
 import msgspec
 from msgspec import Meta
 
+from . import argtypes
 from .errors import ConfigError
 
 MAX_FILE_BYTES = 1 << 20
@@ -620,7 +622,8 @@ def load(path: str | None, overrides: Mapping[str, Any], flags: Mapping[str, str
 
     Raises:
         ConfigError: the file cannot be read or parsed (see :func:`read_file`), a value is
-            invalid (see :func:`validate`), or ``py_spy.path`` is not an executable file.
+            invalid (see :func:`validate`), ``py_spy.path`` is not an executable file, or
+            ``report_dir`` is a file (or lies under one), where no report could be written.
     """
     data: dict[str, Any] = {}
     cfg = Config()
@@ -628,6 +631,7 @@ def load(path: str | None, overrides: Mapping[str, Any], flags: Mapping[str, str
         data, lines = read_file(path)
         cfg = validate(data, _shown(path), lines)
         _check_pyspy_path(cfg, _at(_shown(path), lines, "py_spy.path"))
+        _check_report_dir(cfg, _at(_shown(path), lines, "report_dir"))
     given = {k: v for k, v in overrides.items() if v is not None}
     if not given:
         return cfg
@@ -651,6 +655,13 @@ def _check_pyspy_path(cfg: Config, source: str) -> None:
     path = cfg.py_spy.path
     if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise ConfigError("py_spy.path", f"not an executable file: {excerpt(path)}", source)
+
+
+def _check_report_dir(cfg: Config, source: str) -> None:
+    try:
+        argtypes.folder(cfg.report_dir)
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError("report_dir", f"{e} ({excerpt(cfg.report_dir)})", source) from None
 
 
 def defaults_as_dict() -> dict[str, Any]:

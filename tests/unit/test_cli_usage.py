@@ -124,6 +124,22 @@ def test_dlwatch_run_says_bad_interpreter_in_one_line(tmp_path, capfd):
     )
 
 
+def test_dlwatch_run_runs_the_first_program_on_path_as_bash_does(tmp_path, monkeypatch, capfd):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    _script(first / "job", b"#!/nonexistent-dlwatch/python9")
+    marker = tmp_path / "the-other-program-ran"
+    (second / "job").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (second / "job").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{first}:{second}:{os.defpath}")
+    config = tmp_path / "c.yaml"
+    config.write_text("stderr_tail_bytes: 0\n")
+    assert cli.main(["run", "--no-hook", "--config", str(config), "--", "job"]) == Exit.NOT_FOUND
+    assert not marker.exists()  # Python's own PATH search would have gone on to second/job
+    assert "bad interpreter /nonexistent-dlwatch/python9" in capfd.readouterr().err
+
+
 def test_folder_and_positive_int_types(tmp_path):
     assert argtypes.folder(str(tmp_path)) == str(tmp_path)
     for bad in ("", "a\0b"):

@@ -374,3 +374,16 @@ def test_a_huge_bad_flag_value_gives_one_short_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 300 and "--metrics-port" in err
+
+
+def test_a_report_dir_that_is_a_file_or_lies_under_one_is_refused_with_its_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for value, message in ((blocker, "report_dir: not a folder"), (blocker / "sub", "is not a folder")):
+        cfg = tmp_path / "cfg.yaml"
+        cfg.write_text(f"interval_s: 1.0\nreport_dir: {value}\n")
+        with pytest.raises(ConfigError) as e:
+            config.load(str(cfg), {})
+        assert message in str(e.value) and ":2:" in str(e.value), str(e.value)
+    cfg.write_text(f"report_dir: {tmp_path / 'new' / 'reports'}\n")  # may still be made
+    assert config.load(str(cfg), {}).report_dir.endswith("reports")
