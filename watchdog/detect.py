@@ -182,12 +182,20 @@ class ProgressTracker:
             return False
         return w.kind not in (WaitKind.ZOMBIE, WaitKind.OTHER)
 
+    def _worked(self, mark: _Mark, t: ThreadSample, now: float) -> bool:
+        """Whether the CPU ``t`` used since ``mark`` counts as progress: ``cpu_progress_s``, and,
+        for a thread back in one of PyTorch's idle liveness polls, also ``BUSY_SHARE`` of a core
+        since the mark. Each of those polls' wake-ups (every 5 s, ``_try_get_data`` in
+        torch/utils/data/dataloader.py checking its workers) costs main a few ms; they add up
+        to ``cpu_progress_s`` within a minute on a busy machine, and a hung loader would seem to
+        deliver a batch then."""
+        used = t.cpu_s - mark.cpu_s
+        if used < self.cpu_progress_s:
+            return False
+        return not states.may_be_loader_idle_poll(t.wait) or used >= BUSY_SHARE * (now - mark.t_mono)
+
     def _moved(self, key, mark: _Mark, t: ThreadSample, now: float) -> bool:
-        return (
-            self._did_io(mark, t.io_bytes)
-            or t.cpu_s - mark.cpu_s >= self.cpu_progress_s
-            or self._woke(key, mark, t, now)
-        )
+        return self._did_io(mark, t.io_bytes) or self._worked(mark, t, now) or self._woke(key, mark, t, now)
 
     def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
         io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
@@ -235,7 +243,7 @@ class ProgressTracker:
                 seen.add(key)
                 mark = self._marks.get(key)
                 if mark is None or self._moved(key, mark, t, now):
-                    worked = mark is not None and p.role == ROLE_MAIN and t.cpu_s - mark.cpu_s >= self.cpu_progress_s
+                    worked = mark is not None and p.role == ROLE_MAIN and self._worked(mark, t, now)
                     if mark is None or worked or self._did_io(mark, t.io_bytes):
                         self._last_delivery = now
                     self._marks[key] = _Mark(now, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)

@@ -61,6 +61,26 @@ def test_pytorch_idle_polls_and_busy_background_threads_are_not_loader_progress(
     assert stall.tree_quiet_s == 0.0  # the busy thread is work in the tree, not the loader's progress
 
 
+def test_cpu_that_pytorchs_idle_polls_add_up_is_not_progress_but_a_busy_main_is():
+    # A hung loader's main wakes every 5 s in _try_get_data and uses a few ms each time: 0.05 s
+    # (cpu_progress_s) after ~16 s on a busy machine. That is not a batch delivered.
+    def at(t, main_cpu):
+        return sample(1000.0 + t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, cpu=main_cpu, vol=t // 5)]), worker])
+
+    worker = proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=LOCK_UNTIMED)], "fork")
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(61):
+        tracker.update(at(t, 0.01 * (t // 4)))
+    stall = tracker.stall(at(60, 0.15))
+    assert stall.stall_s == pytest.approx(60.0)
+    assert stall.no_delivery_s == pytest.approx(60.0)
+    # main busy (half a core) between looks is progress, even when each look finds it in a poll
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(11):
+        tracker.update(at(t, 0.5 * t))
+    assert tracker.stall(at(10, 5.0)).stall_s == 0.0
+
+
 def test_wakes_from_the_users_timed_waits_are_progress():
     # Samples that sleep 2-4 s each (remote storage) or wait on a socket with a 30 s timeout:
     # the worker's wake-ups are its own code moving, not PyTorch's 5 s polls.
