@@ -18,11 +18,29 @@ from torch.utils.data import DataLoader, Dataset
 torch.multiprocessing.set_sharing_strategy("file_system")
 
 
+def _my_workers() -> set:
+    """Pids of this process's children (its DataLoader workers), from the kernel's
+    ``/proc/self/task/*/children`` (proc(5)); empty where the kernel lacks those files."""
+    pids = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
 def cleaner():
-    mine = f"torch_{os.getpid()}_"
+    # Only this job's own files: those its workers created (``torch_<worker pid>_…``). A cleaner
+    # that took every ``torch_*`` file would break any other PyTorch job on the machine.
+    workers, seen_at = set(), 0.0
     while True:
+        if time.monotonic() - seen_at > 0.1:
+            workers, seen_at = _my_workers(), time.monotonic()
         for name in os.listdir("/dev/shm"):
-            if name.startswith("torch_") and not name.startswith(mine):
+            parts = name.split("_")
+            if len(parts) > 2 and parts[0] == "torch" and parts[1] in workers:
                 try:
                     os.unlink(os.path.join("/dev/shm", name))
                 except OSError:
