@@ -29,6 +29,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from watchdog.argtypes import UsageParser, folder, output_file, positive_int, shown
 from watchdog.exits import Exit
 
+from .env import private_tmpdir
+
 __all__ = [
     "COMMANDS",
     "MAX_WORKERS",
@@ -44,6 +46,8 @@ __all__ = [
     "output_file",
     "positive_int",
     "positive_seconds",
+    "plot_file",
+    "MAX_SECONDS",
     "run",
     "float_range",
 ]
@@ -215,19 +219,43 @@ def choice_list(choices: Iterable[str], ignore_case: bool = False) -> Callable[[
     return parse
 
 
+# The longest any probe waits or measures, in seconds (a day): a typo guard, and what keeps
+# a deadline within what time.monotonic() arithmetic and select() accept (1e300 overflows).
+MAX_SECONDS = 86400.0
+
+
 def positive_seconds(text: str) -> float:
-    """An argparse ``type``: a finite number of seconds above 0 (``--timeout``).
+    """An argparse ``type``: a finite number of seconds above 0 and at most
+    :data:`MAX_SECONDS` (``--timeout``).
 
     Raises:
-        argparse.ArgumentTypeError: not a number, not finite, or not above 0.
+        argparse.ArgumentTypeError: not a number, not finite, not above 0, or above a day.
     """
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError("not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a finite number of seconds above 0")
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, up to {MAX_SECONDS:g}")
     return value
+
+
+# The file types matplotlib's savefig writes with its default (Agg, PDF, PS, SVG) backends;
+# a name without one of these would be refused, or silently get ".png" appended, after the runs.
+PLOT_TYPES = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
+
+
+def plot_file(text: str) -> str:
+    """An argparse ``type``: an :func:`output_file` whose name ends in a type matplotlib writes
+    (:data:`PLOT_TYPES`), checked before the runs that the plot would show. Returns ``text``.
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`output_file`, or another (or no) file type.
+    """
+    ext = os.path.splitext(text)[1].lower().lstrip(".")
+    if ext not in PLOT_TYPES:
+        raise argparse.ArgumentTypeError(f"must end in .png, .svg, .pdf or another of {', '.join(PLOT_TYPES)}")
+    return output_file(text)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -318,7 +346,8 @@ def run(probe_args: List[str]) -> int:
         print(f"dlwatch: error: probe command {name!r} is not available: {e}", file=sys.stderr)
         return Exit.USAGE
     try:
-        return int(entry(argv))
+        with private_tmpdir():  # what the probe's jobs leave in TMPDIR goes with it
+            return int(entry(argv))
     except BrokenPipeError:  # `dlwatch probe repro --list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK

@@ -9,10 +9,13 @@ makes that hold in a child started in any folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import site
 import sysconfig
-from typing import Iterable, Mapping, Optional
+import tempfile
+from typing import Iterable, Iterator, Mapping, Optional
 
 # The folder that holds the ``probes`` package (and ``watchdog`` beside it): the repository
 # root in a source tree, site-packages after a non-editable install.
@@ -47,3 +50,32 @@ def child_env(base: Optional[Mapping[str, str]] = None, extra: Iterable[str] = (
     parts = first + [p for p in extra if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
+
+
+@contextlib.contextmanager
+def private_tmpdir() -> Iterator[Optional[str]]:
+    """Make ``TMPDIR`` a new private folder (``dlwatch-probe-*`` in the current one) for this
+    probe and every process it starts, and remove it, with whatever they left there, when the
+    block ends, however it ends short of SIGKILL. Jobs that a probe kills (SIGKILL to their
+    process group) clean up nothing: multiprocessing's ``pymp-*`` folders
+    (``multiprocessing.util.get_temp_dir``), ``probes.train``'s sample files, ``dlwatch``'s
+    stderr folders. Yields the folder's path, or ``None`` (and changes nothing) when it cannot
+    be created: the probe then runs as before. Raises nothing of its own.
+    """
+    before_env, before_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    try:
+        folder = tempfile.mkdtemp(prefix="dlwatch-probe-")
+    except OSError:
+        yield None
+        return
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+    try:
+        yield folder
+    finally:
+        if before_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before_env
+        tempfile.tempdir = before_tempdir
+        shutil.rmtree(folder, ignore_errors=True)

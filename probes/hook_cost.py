@@ -149,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--loaders", type=choice_list(LOADERS), default=",".join(LOADERS), help="comma list of: " + ", ".join(LOADERS)
     )
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run (above 0, up to a day)")
     args = p.parse_args(argv)  # each flag checked (its type), one line naming it
     names = [n.strip() for n in args.loaders.split(",")]
     results = []

@@ -55,7 +55,7 @@ from tabulate import tabulate
 
 from watchdog.exits import Exit
 
-from .cli import MAX_WORKERS, Parser, float_range, int_list, int_range, output_file, positive_seconds
+from .cli import MAX_SECONDS, MAX_WORKERS, Parser, float_range, int_list, int_range, output_file, positive_seconds
 from .env import child_env
 from .repro import kill_session
 
@@ -484,14 +484,16 @@ def build_parser() -> Parser:
         default=3,
         help=f"paired runs (watched and unwatched, alternating order) per N, from 1 to {MAX_PAIRS}",
     )
-    p.add_argument("--seconds", type=positive_seconds, default=20.0, help="seconds each run counts batches (above 0)")
+    p.add_argument(
+        "--seconds", type=positive_seconds, default=20.0, help="seconds each run counts batches (above 0, up to a day)"
+    )
     p.add_argument(
         "--warmup",
-        type=float_range(0.0),
+        type=float_range(0.0, MAX_SECONDS),
         default=20.0,
         help=(
             "seconds each run warms up before its window, at least until dlwatch ticked 3 times; "
-            "20 s covers its first two USS reads of each process (at least 0)"
+            "20 s covers its first two USS reads of each process (0 to a day)"
         ),
     )
     p.add_argument(
@@ -504,7 +506,7 @@ def build_parser() -> Parser:
         "--stall-timeout",
         type=positive_seconds,
         default=3.0,
-        help="stall_timeout_s of the hang runs, in seconds (above 0)",
+        help="stall_timeout_s of the hang runs, in seconds (above 0, up to a day)",
     )
     p.add_argument(
         "--no-hang", action="store_true", help="skip the hang runs (the time from a stall's detection to its report)"

@@ -111,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", help=f"variants to run (default: all): {'; '.join(VARIANTS)}")
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run (above 0, up to a day)")
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:

@@ -382,6 +382,10 @@ def main(argv=None) -> int:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        # The workers die of the same signal; PyTorch's SIGCHLD handler (_set_SIGCHLD_handler,
+        # torch/utils/data/_utils/signal_handling.py) would raise "DataLoader worker exited
+        # unexpectedly" in the middle of this clean-up and leave the folder behind.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         shutil.rmtree(folder, ignore_errors=True)
         os._exit(128 + signum)
 

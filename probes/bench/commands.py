@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 from watchdog.argtypes import one_line
 from watchdog.exits import Exit, of_signal
 
-from ..cli import MAX_WORKERS, Parser, choice_list, float_range, int_list, int_range, output_file
+from ..cli import MAX_WORKERS, Parser, choice_list, float_range, int_list, int_range, output_file, plot_file
 from .child import MIN_ROUNDS
 from .grid import FALSE_WORDS, START_METHODS, TRUE_WORDS, GridError, LoaderConfig, expand, parse_shape
 
@@ -182,7 +182,7 @@ def _measure_flags(p: argparse.ArgumentParser) -> None:
     m.add_argument("--csv", type=output_file, metavar="PATH", help="one row per run, as CSV")
     m.add_argument(
         "--plot",
-        type=output_file,
+        type=plot_file,
         metavar="PATH.png",
         help="throughput against num_workers, one line per pin_memory",
     )

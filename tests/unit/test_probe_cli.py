@@ -157,6 +157,13 @@ BAD_FLAGS = [
     ("overhead", ["--workers", "2000"], "--workers"),
     ("overhead", ["--pairs", "0"], "--pairs"),
     ("overhead", ["--seconds", "nan"], "--seconds"),
+    ("overhead", ["--seconds", "1e300"], "--seconds"),  # finite, but overflows a deadline
+    ("bench", ["--plot", "/tmp/throughput.txt"], "--plot"),  # matplotlib would refuse it after the runs
+    ("bench", ["--plot", "/tmp/throughput"], "--plot"),  # … or silently write throughput.png
+    ("overhead", ["--warmup", "1e300"], "--warmup"),
+    ("overhead", ["--stall-timeout", "1e300"], "--stall-timeout"),
+    ("rhythm", ["--timeout", "1e300"], "--timeout"),
+    ("hook-cost", ["--timeout", "1e300"], "--timeout"),
     ("overhead", ["--warmup", "-1"], "--warmup"),
     ("overhead", ["--interval", "61"], "--interval"),
     ("overhead", ["--stall-timeout", "0"], "--stall-timeout"),
@@ -386,3 +393,20 @@ def test_child_env_puts_the_package_root_first_and_keeps_the_rest(monkeypatch):
 def test_child_env_leaves_site_packages_off_pythonpath(monkeypatch):
     monkeypatch.setattr("probes.env._site_dirs", lambda: {os.path.realpath(PACKAGE_ROOT)})
     assert child_env({})["PYTHONPATH"] == ""
+
+
+def test_a_probes_private_tmpdir_goes_with_what_its_jobs_left_and_tmpdir_is_restored(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from probes.env import private_tmpdir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with private_tmpdir() as folder:
+        assert folder is not None and os.path.dirname(folder) == str(tmp_path)
+        # a child that leaves a folder in its TMPDIR, as a job killed with SIGKILL does
+        subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkdtemp(prefix='pymp-')"], check=True)
+        assert any(name.startswith("pymp-") for name in os.listdir(folder))
+    assert os.listdir(tmp_path) == [] and os.environ["TMPDIR"] == str(tmp_path) and tempfile.tempdir is None
