@@ -195,6 +195,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         tail.close_job_end()
     wake, forward_wake, ended = Waker(), Waker(), threading.Event()
     pending: List[int] = []
+    received: List[int] = []  # every signal forwarded to the job, in order
 
     def waiter() -> None:
         proc.wait()
@@ -204,6 +205,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
     def on_signal(signum, _frame) -> None:
         pending.append(signum)  # handlers only enqueue and write to a self-pipe; a thread forwards
+        received.append(signum)
         forward_wake.set()
         wake.set()
 
@@ -245,7 +247,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         tail.wait(_STDERR_DRAIN_S)
     code = _exit_code_of(proc.returncode)
     if watcher is not None:
-        watcher.after_exit(code, terminated=outcome.terminated)
+        watcher.after_exit(code, terminated=outcome.terminated, signalled=received[0] if received else None)
     if tail:
         tail.cleanup()
     _remove(folder)
@@ -471,7 +473,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
-    log(f"watching pid {proc.pid} ({' '.join(procfs.redact_cmdline(proc.cmdline()))[:120]})")
+    shown = " ".join(" ".join(procfs.redact_cmdline(proc.cmdline())).split())  # one line, even for `-c` code
+    log(f"watching pid {proc.pid} ({shown[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
         log(
             f"pid {proc.pid} has not imported torch (no libtorch in /proc/{proc.pid}/maps): dlwatch judges PyTorch "
@@ -530,7 +533,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return cmd_run(args, cfg)
         return cmd_attach(args, cfg)
     except WatchdogError as e:
-        log(f"error: {e}")
+        # A bad flag's value points to the command's help, as the parser's own errors do.
+        hint = f" (see `dlwatch {args.command} --help`)" if getattr(e, "key", "").startswith("-") else ""
+        log(f"error: {e}{hint}")
         return Exit.USAGE
     except KeyboardInterrupt:
         return of_signal(signal.SIGINT)

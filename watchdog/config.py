@@ -277,14 +277,37 @@ def all_keys() -> list[str]:
     return [dotted for dotted, annotation in _FIELDS.items() if not _is_group(annotation)]
 
 
-def flag_help(dotted: str, negated: bool = False) -> str:
-    """The ``--help`` text of the flag that sets ``dotted``: its description and the key
-    (``negated``: a ``--no-…`` flag that sets it to false). ``%`` is doubled for argparse.
+def bounds(dotted: str) -> str:
+    """The range the setting ``dotted`` accepts, from its ``Meta`` constraints, as text
+    (``">= 0.1, <= 60"``); empty when it has none.
 
     Raises:
         KeyError: no such setting.
     """
-    text = f"sets {dotted} to false; {dotted}: {describe(dotted)}" if negated else f"{describe(dotted)} ({dotted})"
+    words = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+    parts = [
+        f"{sign} {getattr(m, key):g}"
+        for m in getattr(_field_type(dotted), "__metadata__", ())
+        if isinstance(m, Meta)
+        for key, sign in words.items()
+        if getattr(m, key, None) is not None
+    ]
+    return ", ".join(parts)
+
+
+def flag_help(dotted: str, negated: bool = False) -> str:
+    """The ``--help`` text of the flag that sets ``dotted``: its description, the key and the
+    range it accepts (:func:`bounds`) (``negated``: a ``--no-…`` flag that sets it to false).
+    ``%`` is doubled for argparse.
+
+    Raises:
+        KeyError: no such setting.
+    """
+    if negated:
+        text = f"sets {dotted} to false; {dotted}: {describe(dotted)}"
+    else:
+        span = bounds(dotted)
+        text = f"{describe(dotted)} ({dotted}{'; ' + span if span else ''})"
     return text.replace("%", "%%")
 
 

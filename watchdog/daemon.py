@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -372,12 +373,14 @@ class Watcher:
             self._warned[d.kind] = (sample.t_mono, pids)
             self._publish(facts, (d,), "report", f"warning-{d.kind}", summary_only=True)
 
-    def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
+    def after_exit(self, exit_code: Optional[int], terminated: bool = False, signalled: Optional[int] = None) -> None:
         """Look at a job that ended: a non-zero ``exit_code`` is diagnosed from the stderr tail
         and the timeline (a crash report when a crash rule fires); after any exit the files the
         job left in ``/dev/shm`` are reported (``shm_leaked``), and what the inside view saw of
         its data (``iterable_replicated``, ``rng_duplicated``). Nothing is written when nothing
-        is found."""
+        is found. No crash is diagnosed when the watchdog ended the job (``terminated``) or
+        forwarded it the signal ``signalled`` (SIGINT, SIGTERM, SIGHUP sent to ``dlwatch run``):
+        its workers dying then is what the signal did, not a fault to explain."""
         try:
             deadline = time.monotonic() + _SHM_MANAGER_WAIT_S
             while time.monotonic() < deadline and any(act.same_process(*m) for m in self._shm_managers):
@@ -389,7 +392,12 @@ class Watcher:
                     f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: "
                     "they may still remove the job's /dev/shm files"
                 )
-            crashed = bool(exit_code) and not terminated
+            crashed = bool(exit_code) and not terminated and signalled is None
+            if bool(exit_code) and signalled is not None and not terminated:
+                log(
+                    f"the job exited with code {exit_code} after the {signal.Signals(signalled).name} "
+                    "dlwatch forwarded to it: not diagnosed as a crash"
+                )
             if terminated and not leftovers:
                 self._report_survivors()
                 return

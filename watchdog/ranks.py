@@ -228,8 +228,8 @@ class JobWatcher:
             self.wake.clear()
         return self.outcome
 
-    def after_exit(self, exit_code: Optional[int], terminated: bool = False) -> None:
+    def after_exit(self, exit_code: Optional[int], terminated: bool = False, signalled: Optional[int] = None) -> None:
         """The job-level look after the job ended (:meth:`Watcher.after_exit`); then waits up to
         ``exec_timeout_s`` for alert commands still running."""
-        self.job.after_exit(exit_code, terminated)
+        self.job.after_exit(exit_code, terminated, signalled)
         self.alerts.wait(self.config.exec_timeout_s)

@@ -427,6 +427,30 @@ def test_a_burst_of_signals_reaches_the_job_and_dlwatch_still_exits_with_its_cod
         kill_tree(proc)
 
 
+def test_a_job_stopped_by_the_users_sigterm_gets_no_crash_report(tmp_path):
+    # The user ends `dlwatch run` with SIGTERM; dlwatch forwards it to the job's group, the
+    # workers die with it and main exits 1: that is the signal's doing, not a crash (the crash
+    # rules read "worker killed by signal Terminated" as the OOM killer's work).
+    proc = start(
+        DLWATCH
+        + ["run", "--report-dir", str(tmp_path)]
+        + ["--"]
+        + TRAIN
+        + ["--num-workers", "2", "--epochs", "1000", "--sample-delay-s", "0.01"]
+    )
+    try:
+        wait_for(lambda: "workers-started" in proc.stdout.readline(), 60, "the workers")
+        time.sleep(2)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert reports(str(tmp_path)) == [], err
+        assert proc.returncode != 0, err
+        if proc.returncode != 128 + signal.SIGTERM:  # the job's own handler made it exit otherwise
+            assert "dlwatch forwarded to it: not diagnosed as a crash" in err, err
+    finally:
+        kill_tree(proc)
+
+
 def test_attach_terminate_ends_the_jobs_tree_but_not_the_launcher_that_started_it(tmp_path):
     # The launcher shell shares the job's process group; ending the group would kill it too.
     marker = tmp_path / "launcher-survived"

@@ -149,3 +149,9 @@ def test_folder_and_positive_int_types(tmp_path):
     for bad in ("0", "-1", "x", "1.0"):
         with pytest.raises(argparse.ArgumentTypeError):
             argtypes.positive_int(bad)
+
+
+def test_an_out_of_range_flag_points_to_the_commands_help(capfd):
+    assert cli.main(["run", "--interval", "0", "--", "true"]) == Exit.USAGE
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "--interval" in err and "(see `dlwatch run --help`)" in err, err

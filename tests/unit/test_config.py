@@ -387,3 +387,10 @@ def test_a_report_dir_that_is_a_file_or_lies_under_one_is_refused_with_its_line(
         assert message in str(e.value) and ":2:" in str(e.value), str(e.value)
     cfg.write_text(f"report_dir: {tmp_path / 'new' / 'reports'}\n")  # may still be made
     assert config.load(str(cfg), {}).report_dir.endswith("reports")
+
+
+def test_a_flags_help_gives_the_range_its_setting_accepts():
+    assert config.bounds("interval_s") == ">= 0.1, <= 60"
+    assert config.bounds("report_dir") == ""
+    assert "(interval_s; >= 0.1, <= 60)" in config.flag_help("interval_s")
+    assert cli.build_parser().format_help()  # builds with every range in the flags' help
