@@ -52,6 +52,15 @@ def child_env(base: Optional[Mapping[str, str]] = None, extra: Iterable[str] = (
     return env
 
 
+# unix(7): sun_path holds 108 bytes, the terminating NUL included.
+_SUN_PATH_BYTES = 108
+# "/dlwatch-probe-" and mkdtemp's 8 random characters.
+_PRIVATE_NAME_BYTES = len("/dlwatch-probe-") + 8
+# multiprocessing's socket below TMPDIR: "/pymp-XXXXXXXX/listener-XXXXXXXX"
+# (multiprocessing.util.get_temp_dir, multiprocessing.connection.arbitrary_address).
+_SOCKET_TAIL_BYTES = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
 @contextlib.contextmanager
 def private_tmpdir() -> Iterator[Optional[str]]:
     """Make ``TMPDIR`` a new private folder (``dlwatch-probe-*`` in the current one) for this
@@ -60,11 +69,18 @@ def private_tmpdir() -> Iterator[Optional[str]]:
     process group) clean up nothing: multiprocessing's ``pymp-*`` folders
     (``multiprocessing.util.get_temp_dir``), ``probes.train``'s sample files, ``dlwatch``'s
     stderr folders. Yields the folder's path, or ``None`` (and changes nothing) when it cannot
-    be created: the probe then runs as before. Raises nothing of its own.
+    be created, or when ``TMPDIR`` is so long that the jobs' AF_UNIX sockets in it (PyTorch's
+    ``file_descriptor`` sharing strategy passes descriptors through multiprocessing's
+    ``pymp-*/listener-*`` sockets) would pass the 108 bytes of ``sun_path``, unix(7), one level
+    deeper: the probe then runs as before. Raises nothing of its own.
     """
     before_env, before_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + _PRIVATE_NAME_BYTES + _SOCKET_TAIL_BYTES >= _SUN_PATH_BYTES:
+        yield None  # one level deeper, the jobs' AF_UNIX sockets would not fit: change nothing
+        return
     try:
-        folder = tempfile.mkdtemp(prefix="dlwatch-probe-")
+        folder = tempfile.mkdtemp(prefix="dlwatch-probe-", dir=base)
     except OSError:
         yield None
         return

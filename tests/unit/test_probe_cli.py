@@ -396,17 +396,30 @@ def test_child_env_leaves_site_packages_off_pythonpath(monkeypatch):
 
 
 def test_a_probes_private_tmpdir_goes_with_what_its_jobs_left_and_tmpdir_is_restored(tmp_path, monkeypatch):
+    import shutil
     import subprocess
     import sys
     import tempfile
 
     from probes.env import private_tmpdir
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", None)
+    short = tempfile.mkdtemp(prefix="t", dir="/tmp")  # pytest's tmp_path is too deep for sockets
+    try:
+        monkeypatch.setenv("TMPDIR", short)
+        monkeypatch.setattr(tempfile, "tempdir", None)
+        with private_tmpdir() as folder:
+            assert folder is not None and os.path.dirname(folder) == short
+            # a child that leaves a folder in its TMPDIR, as a job killed with SIGKILL does
+            subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkdtemp(prefix='pymp-')"], check=True)
+            assert any(name.startswith("pymp-") for name in os.listdir(folder))
+        assert os.listdir(short) == [] and os.environ["TMPDIR"] == short and tempfile.tempdir is None
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    # A TMPDIR so deep that multiprocessing's sockets one level deeper would not fit in
+    # sun_path: nothing is changed.
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
     with private_tmpdir() as folder:
-        assert folder is not None and os.path.dirname(folder) == str(tmp_path)
-        # a child that leaves a folder in its TMPDIR, as a job killed with SIGKILL does
-        subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkdtemp(prefix='pymp-')"], check=True)
-        assert any(name.startswith("pymp-") for name in os.listdir(folder))
-    assert os.listdir(tmp_path) == [] and os.environ["TMPDIR"] == str(tmp_path) and tempfile.tempdir is None
+        assert folder is None and os.environ["TMPDIR"] == str(deep)
+    assert os.listdir(deep) == []
