@@ -56,8 +56,9 @@ class Scenario:
     ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
     (needs root or CAP_SYS_ADMIN). ``skip`` is why it cannot run on a CPU machine (then there is
     a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
-    also have fixture tests). ``certainty`` and ``location`` (a source fragment) are checked
-    when set.
+    also have fixture tests). ``certainty``, ``location`` (a source fragment) and ``remedy``
+    (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
+    checked when set.
     """
 
     name: str
@@ -73,6 +74,7 @@ class Scenario:
     location: Optional[str] = None
     needs_cuda: bool = False
     stall_timeout_s: float = 5.0
+    remedy: Tuple[str, ...] = ()
 
 
 def from_case(case) -> "Scenario":
@@ -89,6 +91,7 @@ def from_case(case) -> "Scenario":
         certainty=case.certainty,
         location=case.location,
         stall_timeout_s=case.stall_timeout_s,
+        remedy=case.remedy,
     )
 
 
@@ -465,6 +468,10 @@ def _judge(
             text = ""
         if s.location not in text:
             why.append(f"location {loc or 'none'} is not the line with {s.location!r}")
+    for words in s.remedy:
+        absent = words.startswith("!")
+        if (words.lstrip("!") in first.get("remedy", "")) == absent:
+            why.append(f"remedy {'holds' if absent else 'lacks'} {words.lstrip('!')!r}")
     return not why, chosen, kinds, "; ".join(why)
 
 

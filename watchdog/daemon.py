@@ -56,6 +56,8 @@ from .types import (
     SEVERITY_WARNING,
     Facts,
     InsideView,
+    Polling,
+    ProcessStack,
     Sample,
     Stall,
 )
@@ -71,6 +73,8 @@ _SHM_MANAGER_WAIT_S = 10.0
 _MAX_SEEN_PIDS = 100_000
 # Seconds between the two reads of every thread's wait that a proof compares.
 _STABLE_GAP_S = 0.25
+# Seconds between the two stacks of the workers that show a thread polling at one line.
+_POLL_GAP_S = 2.0
 
 
 def _fork_source_lines(record) -> List[Tuple[str, int]]:
@@ -257,9 +261,9 @@ class Watcher:
         sample = self.sampler.sample()
         if sample.main is None:
             return
-        loaders = self._inside_view([p.pid for p in sample.processes], forks=False).loaders
-        if loaders:
-            sample = dataclasses.replace(sample, loaders=loaders)
+        view = self._inside_view([p.pid for p in sample.processes], forks=False)
+        if view.loaders or view.fetches:
+            sample = dataclasses.replace(sample, loaders=view.loaders, fetches=view.fetches)
         self.timeline.append(sample)
         if len(self._seen_pids) < _MAX_SEEN_PIDS:
             self._seen_pids.update(p.pid for p in sample.processes)
@@ -319,6 +323,11 @@ class Watcher:
             return (
                 "every thread of a process in an untimed private-futex wait, unchanged, "
                 f"for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
+            )
+        if self.tracker.measure == detect.MEASURE_BATCHES:
+            return (
+                f"no batch delivered and no sample reached for by a worker for stall_timeout_s "
+                f"({cfg.stall_timeout_s:g} s) while main waits in __next__ (the inside view's measure)"
             )
         why = (
             " (the fixed timeout: "
@@ -492,7 +501,8 @@ class Watcher:
         """Decide whether a due stall is a hang (:func:`detect.assess`); report it if so.
 
         Every py-spy run for it is over ``py_spy.timeout_s`` seconds after this call began
-        (one deadline; the Python-only look gets at most half of it)."""
+        (one deadline; the Python-only look gets at most half of it), or, when the batch
+        measure's polling look ran (:meth:`_polling`), half of it after that look."""
         cfg = self.config
         deadline = time.monotonic() + cfg.py_spy.timeout_s
         main = sample.main
@@ -546,7 +556,26 @@ class Watcher:
                 f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}",
             )
             return
-        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline)
+        polling: Tuple[Polling, ...] = ()
+        if stall.measure == detect.MEASURE_BATCHES and assessment.proof is None:
+            polling = self._polling(sample, quick)
+            deadline = max(deadline, time.monotonic() + cfg.py_spy.timeout_s / 2)
+        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline, polling)
+
+    def _polling(self, sample: Sample, first: Dict[int, ProcessStack]) -> Tuple[Polling, ...]:
+        """The workers' threads that poll (:class:`~watchdog.types.Polling`): a second
+        Python-only dump ``_POLL_GAP_S`` after ``first``, and each thread's voluntary context
+        switches over the gap (read after the first dump, so that py-spy's own stop is not
+        counted). Blocks for the gap plus one dump (at most half of ``py_spy.timeout_s``)."""
+        pids = [p.pid for p in sample.workers if p.state not in ("T", "t") and first.get(p.pid) is not None]
+        if not pids:
+            return ()
+        before = {pid: {d.tid: d.voluntary_ctxt_switches for d in procfs.thread_details(pid)} for pid in pids}
+        time.sleep(_POLL_GAP_S)
+        after = {pid: {d.tid: d.voluntary_ctxt_switches for d in procfs.thread_details(pid)} for pid in pids}
+        timeout = self.config.py_spy.timeout_s / 2
+        later = pyspy.dump_all(pids, self.pyspy, False, timeout, deadline=time.monotonic() + timeout)
+        return detect.polling(first, later, before, after, _POLL_GAP_S)
 
     def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:
         """Holders of the pipes that waiting threads read or write (report time only)."""
@@ -564,7 +593,15 @@ class Watcher:
         return detect.PipeEnds(targets, readers, writers, complete)
 
     def _report_hang(
-        self, sample: Sample, stall: Stall, assessment, quick, details, pipes, deadline: Optional[float] = None
+        self,
+        sample: Sample,
+        stall: Stall,
+        assessment,
+        quick,
+        details,
+        pipes,
+        deadline: Optional[float] = None,
+        polling: Tuple[Polling, ...] = (),
     ) -> None:
         cfg = self.config
         main = sample.main
@@ -647,6 +684,8 @@ class Watcher:
             inside=view,
             rank=(self.rank or {}).get("RANK"),
             peer_loaders=self.peer_loaders(),
+            polling=polling,
+            file_locks=procfs.file_locks(pids) if proof is None else (),
         )
         diagnoses = diagnose(facts)
         if terminate:

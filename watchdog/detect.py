@@ -22,12 +22,22 @@ pass for the loader's progress. The same measure says whether anything in the jo
   (:meth:`ProgressTracker.trust_timed_waits`). An untimed wait only ends when something ends
   it, so a wake from one is movement too.
 
+With the inside view (``dlwatch run``'s hook, or ``attach --hook-dir``) and main inside
+``__next__`` waiting for a batch a worker owns, the *batch measure* applies instead
+(:func:`batch_measure`, ``Stall.measure``): the loader moves only when main receives a batch or
+a worker reaches for a new sample (``Sample.fetches``, counted by the recorder in the
+fetcher). Threads' CPU, I/O and wake-ups are then no progress: they explain why no batch comes
+(a worker polling a lock file or a shared counter, a SQLite busy handler retrying an ``INSERT``)
+and decide at the examination whether a sample is being worked on (:func:`working`: a slow
+sample, dismissed) or the loader only waits (a suspected hang). Starting workers and workers'
+children still count by their work.
+
 Workers appearing or exiting count as progress. A stopped job (state T: SIGSTOP, a debugger)
 is paused, not hung: while any loader-path process is stopped the stall clock stands still.
 After py-spy attaches (which makes threads switch), marks are re-based without counting
 progress.
 
-Three triggers lead to an examination (``Stall.trigger``):
+Four triggers lead to an examination (``Stall.trigger``):
 
 * ``stall_timeout`` — the loader path made no progress for ``stall_timeout_s``;
 * ``proof`` — a worker or main has had every thread in an untimed wait on a private futex for
@@ -91,6 +101,7 @@ from .types import (
     Frame,
     HangVerdict,
     KernelWait,
+    Polling,
     ProcessSample,
     ProcessStack,
     Proof,
@@ -109,6 +120,15 @@ WAKE_SWITCH_ALLOWANCE = 4
 # it used at least this share of one core since its mark: a decoder or an import of torch does,
 # a background poller waking every 10 ms (gloo's loop: about 1.5% here) does not.
 BUSY_SHARE = 0.05
+
+# The loader's progress measures (``Stall.measure``, NOTE [ Hang criterion ]).
+MEASURE_BATCHES = "batches"
+MEASURE_ACTIVITY = "activity"
+
+# With the batch measure, a loader-path process that did at least this much I/O a second during
+# a stall is working on a sample (a slow read or download), not polling: a poller's retries
+# read a lock file, a database page or a counter (kilobytes a second).
+WORK_IO_BYTES_PER_S = 1 << 20
 
 TRIGGER_STALL = "stall_timeout"
 TRIGGER_PROOF = "proof"
@@ -133,6 +153,25 @@ def _may_be_inert(t: ThreadSample) -> bool:
     """A thread waiting in accept(2), as multiprocessing's resource-sharer thread does; frames
     decide at the examination whether it really is that thread."""
     return t.wait is not None and t.wait.kind is WaitKind.FD and t.wait.syscall in ("accept", "accept4")
+
+
+def _io_of(p: ProcessSample) -> Optional[int]:
+    """A process's I/O bytes (``rchar + wchar``), or ``None`` when unreadable."""
+    return None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
+
+
+def batch_measure(sample: Sample) -> bool:
+    """Whether the batch measure applies (NOTE [ Hang criterion ]): the inside view shows main
+    inside ``__next__`` waiting for a batch a worker owns, and at least one worker of the sample
+    counts its samples (``Sample.fetches``)."""
+    main = sample.main
+    if main is None or not sample.fetches:
+        return False
+    waiting = any(v.pid == main.pid and v.waiting_since is not None and v.waiting_worker >= 0 for v in sample.loaders)
+    if not waiting:
+        return False
+    workers = {p.pid for p in sample.processes if p.role == ROLE_WORKER}
+    return any(f.pid in workers for f in sample.fetches)
 
 
 def _loader_threads(p: ProcessSample) -> List[ThreadSample]:
@@ -161,6 +200,9 @@ class ProgressTracker:
         self._last_delivery: Optional[float] = None
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
+        self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
+        self._work_base: Dict[_Key, Tuple[float, Optional[int]]] = {}  # CPU, I/O at the last progress
+        self.measure = MEASURE_ACTIVITY
         self.stopped: Tuple[int, ...] = ()
 
     # --- what counts as progress ------------------------------------------------------------
@@ -198,13 +240,29 @@ class ProgressTracker:
         return self._did_io(mark, t.io_bytes) or self._worked(mark, t, now) or self._woke(key, mark, t, now)
 
     def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
-        io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
+        io = _io_of(p)
         mark = self._proc_marks.get(key)
         worked = mark is not None and p.cpu_s - mark.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - mark.t_mono))
         if mark is None or self._did_io(mark, io) or worked:
             self._proc_marks[key] = _Mark(now, p.cpu_s, 0, io)
             return mark is not None
         return False
+
+    # --- the batch measure -------------------------------------------------------------------
+
+    def _count_batches(self, sample: Sample) -> Set[int]:
+        """Fold in the inside view's counts (batches main received, samples each worker reached
+        for); returns the pids whose count rose since the last sample (main's for a batch)."""
+        main = sample.main
+        counts: Dict[Tuple[int, int], int] = {}  # (pid, iterator; -1 for a worker's samples): count
+        for v in sample.loaders:
+            if main is not None and v.pid == main.pid:
+                counts[(v.pid, v.iterator)] = v.batches
+        for f in sample.fetches:
+            counts[(f.pid, -1)] = f.samples
+        rose = {k[0] for k, n in counts.items() if self._tokens.get(k) not in (None, n)}
+        self._tokens = counts
+        return rose
 
     # --- folding samples in ------------------------------------------------------------------
 
@@ -217,9 +275,20 @@ class ProgressTracker:
         loader = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
         self.stopped = tuple(pid for pid, p in loader.items() if p.state in ("T", "t"))
         members = loader_members(sample)
-        if self._last_progress is None or members != self._members or self.stopped:
-            # Workers came or went, or the job is stopped (paused, not hung): the clock restarts.
-            self._last_progress = self._last_delivery = self._last_tree_work = now
+        rose = self._count_batches(sample)
+        batches = batch_measure(sample)
+        entered = batches and self.measure != MEASURE_BATCHES  # main just began to wait in __next__
+        self.measure = MEASURE_BATCHES if batches else MEASURE_ACTIVITY
+        restart = self._last_progress is None or members != self._members or bool(self.stopped)
+        if restart or rose or entered:
+            # Workers came or went, a batch or a sample moved, main began to wait for one, or
+            # the job is stopped (paused, not hung): the clock restarts.
+            self._last_progress = self._last_delivery = now
+            self._work_base = {
+                (p.pid, p.create_time): (p.cpu_s, _io_of(p)) for p in sample.processes if p.role in LOADER_ROLES
+            }
+        if restart:
+            self._last_tree_work = now
             self._stuck_since.clear()
         self._members = members
         seen, live = set(), set()
@@ -237,6 +306,7 @@ class ProgressTracker:
                 owner = p
             okey = (owner.pid, owner.create_time) if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
+            self._work_base.setdefault(pkey, (p.cpu_s, _io_of(p)))
             moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
             for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
                 key = (pkey, t.tid)
@@ -244,10 +314,14 @@ class ProgressTracker:
                 mark = self._marks.get(key)
                 if mark is None or self._moved(key, mark, t, now):
                     worked = mark is not None and p.role == ROLE_MAIN and self._worked(mark, t, now)
-                    if mark is None or worked or self._did_io(mark, t.io_bytes):
+                    if not batches and (mark is None or worked or self._did_io(mark, t.io_bytes)):
                         self._last_delivery = now
                     self._marks[key] = _Mark(now, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)
-                    moved = True
+                    # With the batch measure a thread's activity explains a stall; it is no
+                    # progress (a worker that polls forever is active forever).
+                    moved = moved or not batches
+            if p.pid in rose:
+                moved = True
             if moved or self.stopped:
                 self._pid_progress[okey] = now
                 self._last_progress = now
@@ -256,7 +330,7 @@ class ProgressTracker:
             if key not in seen:
                 del self._marks[key]
                 self._trusted.pop(key, None)
-        for table in (self._pid_progress, self._proc_marks, self._stuck_since):
+        for table in (self._pid_progress, self._proc_marks, self._stuck_since, self._work_base):
             for pkey in list(table):
                 if pkey not in live:
                     del table[pkey]
@@ -286,8 +360,7 @@ class ProgressTracker:
             pkey = (p.pid, p.create_time)
             pm = self._proc_marks.get(pkey)
             if pm is not None:
-                io = None if p.read_chars is None or p.write_chars is None else p.read_chars + p.write_chars
-                self._proc_marks[pkey] = _Mark(pm.t_mono, p.cpu_s, 0, io)
+                self._proc_marks[pkey] = _Mark(pm.t_mono, p.cpu_s, 0, _io_of(p))
             for t in p.threads:
                 key = (pkey, t.tid)
                 mark = self._marks.get(key)
@@ -324,13 +397,21 @@ class ProgressTracker:
         now = sample.t_mono
         ages = tuple(sorted((pkey[0], now - t) for pkey, t in self._pid_progress.items()))
         stuck = tuple(sorted((pkey[0], now - t) for pkey, (t, _snap) in self._stuck_since.items()))
+        work = []
+        for p in sample.processes:
+            base = self._work_base.get((p.pid, p.create_time))
+            if base is not None and p.role in LOADER_ROLES:
+                io, io0 = _io_of(p), base[1]
+                work.append((p.pid, max(0.0, p.cpu_s - base[0]), io - io0 if io is not None and io0 is not None else 0))
         return Stall(
+            measure=self.measure,
+            loader_work=tuple(work),
             stall_s=now - self._last_progress,
             quiet_since_mono=self._last_progress,
             main_pid=main.pid,
             progress_age_s=ages,
-            no_delivery_s=now - (self._last_delivery or now),
-            tree_quiet_s=now - (self._last_tree_work or now),
+            no_delivery_s=now - (now if self._last_delivery is None else self._last_delivery),
+            tree_quiet_s=now - (now if self._last_tree_work is None else self._last_tree_work),
             stuck_s=stuck,
         )
 
@@ -789,6 +870,8 @@ def assess(
             None,
             entries,
         )
+    if stall.measure == MEASURE_BATCHES:
+        return _assess_batches(sample, stall, verdict, details, proof, entries)
     for p, d, _, user in timed:
         if (p.pid, d.tid) in woke:
             return Assessment(
@@ -826,6 +909,97 @@ def assess(
         None,
         entries,
     )
+
+
+def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]]) -> List[str]:
+    """The loader-path processes that worked on a sample during a stall under the batch measure,
+    one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
+    ``BUSY_SHARE`` of a core with a thread running at the examination's reads (eight workers
+    that compute on two cores get a quarter of a core each). A poller sleeps between its tries:
+    its share stays small and its threads are asleep when read."""
+    out = []
+    span = max(stall.stall_s, 1e-6)
+    for pid, cpu_s, io_bytes in stall.loader_work:
+        p = sample.process(pid)
+        if p is None:
+            continue
+        share, rate = cpu_s / span, io_bytes / span
+        running = any(d.state == "R" for d in details.get(pid, ()))
+        if share >= 0.5 or rate >= WORK_IO_BYTES_PER_S or (share >= BUSY_SHARE and running):
+            out.append(
+                f"{p.role} pid {pid} used {cpu_s:.1f} s of CPU and did {io_bytes / 2**20:.1f} MiB of I/O in the "
+                f"last {stall.stall_s:.0f} s"
+            )
+    return out
+
+
+def _assess_batches(
+    sample: Sample,
+    stall: Stall,
+    verdict: HangVerdict,
+    details: Mapping[int, Sequence[ThreadDetail]],
+    proof: Optional[Proof],
+    entries: Tuple[Tuple[int, float, int, tuple], ...],
+) -> Assessment:
+    """:func:`assess` under the batch measure: no batch came and no worker reached for a new
+    sample for the whole stall. A proof makes it proven; a loader process that worked
+    (:func:`working`) makes it a slow sample; anything else (threads that sleep, poll, retry or
+    block) is a suspected hang, however often they wake."""
+    if proof is not None:
+        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
+    busy = working(sample, stall, details)
+    if busy:
+        return Assessment(
+            False,
+            verdict,
+            f"no batch for {stall.stall_s:.0f} s, but {busy[0]}: working on a sample, slow, not stuck",
+            None,
+            entries,
+        )
+    return Assessment(
+        True,
+        verdict,
+        f"no batch was delivered and no worker reached for a new sample for {stall.stall_s:.0f} s, while the "
+        "loader's processes used little CPU and I/O: they wait, poll or retry without getting anywhere",
+        None,
+        entries,
+    )
+
+
+def polling(
+    first: Mapping[int, ProcessStack],
+    later: Mapping[int, ProcessStack],
+    before: Mapping[int, Mapping[int, Optional[int]]],
+    after: Mapping[int, Mapping[int, Optional[int]]],
+    gap_s: float,
+) -> Tuple[Polling, ...]:
+    """Threads seen polling (:class:`~watchdog.types.Polling`): the same innermost frame of the
+    job's own code (file and line) in both stacks, not idle in PyTorch's loop, and at least one
+    voluntary context switch between ``before`` and ``after`` (pid -> tid -> count). A thread
+    asleep across the gap (one long wait) is blocked, not polling, and is left out.
+
+    Args:
+        first, later: Python stacks by pid, ``gap_s`` seconds apart.
+        before, after: each thread's voluntary context switches at the gap's ends.
+    """
+    out = []
+    for pid, a in sorted(first.items()):
+        b = later.get(pid)
+        if a is None or b is None or not a.ok or not b.ok:
+            continue
+        by_tid = {t.tid: t for t in b.threads}
+        for t in a.threads:
+            u = by_tid.get(t.tid)
+            if u is None or states.is_loader_idle(t):
+                continue
+            fa, fb = frames.innermost_user(t), frames.innermost_user(u)
+            if fa is None or fb is None or (fa.file, fa.line) != (fb.file, fb.line):
+                continue
+            v0, v1 = before.get(pid, {}).get(t.tid), after.get(pid, {}).get(t.tid)
+            if v0 is None or v1 is None or v1 <= v0:
+                continue
+            out.append(Polling(pid, t.tid, fb, v1 - v0, gap_s))
+    return tuple(out)
 
 
 def loader_members(sample: Sample) -> frozenset:

@@ -231,6 +231,21 @@ def _stall(facts: Facts) -> Optional[dict]:
         "stall_s": round(st.stall_s, 2),
         "no_delivery_s": round(st.no_delivery_s, 2),
         "tree_quiet_s": round(st.tree_quiet_s, 2),
+        "measure": st.measure,
+        "polling": [
+            {
+                "pid": x.pid,
+                "tid": x.tid,
+                "location": f"{x.frame.file}:{x.frame.line}",
+                "wakes": x.wakes,
+                "gap_s": x.gap_s,
+            }
+            for x in facts.polling
+        ],
+        "file_locks": [
+            {"opener": x.opener, "path": x.path, "holder": x.holder, "kind": x.kind, "mode": x.mode}
+            for x in facts.file_locks
+        ],
         "assessment": facts.assessment or None,
         "certainty": "proven" if facts.proof is not None else "suspected",
         "proof": None

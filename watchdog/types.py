@@ -276,28 +276,42 @@ class RngCheck:
 
 
 @dataclass(frozen=True)
+class WorkerFetch:
+    """A process's count of samples its fetcher reached for (``<pid>.fetch``, written by the
+    inside view's recorder in ``torch.utils.data._utils.fetch``): ``samples`` since it started,
+    the last at ``last_mono`` (``time.monotonic()`` seconds, ``None`` before the first). A
+    worker that raises it moves; one that polls or waits inside a sample does not."""
+
+    pid: int
+    samples: int
+    last_mono: Optional[float]
+
+
+@dataclass(frozen=True)
 class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
     per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
-    recorded its random generators, and ``note`` saying why the view is empty or partial
-    (``None`` when it is fine)."""
+    recorded its random generators, ``fetches`` per process that fetched samples, and ``note``
+    saying why the view is empty or partial (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
     note: Optional[str] = None
     rng: Tuple[RngCheck, ...] = ()
+    fetches: Tuple[WorkerFetch, ...] = ()
 
 
 @dataclass(frozen=True, **_SLOTS)
 class Sample:
     """Everything read at one instant: the job's processes (main first), the host, and the
-    inside view's loaders (empty without the hook)."""
+    inside view's loaders and workers' sample counts (empty without the hook)."""
 
     t_mono: float
     wall: float
     processes: Tuple[ProcessSample, ...]
     host: HostSample
     loaders: Tuple[LoaderView, ...] = ()
+    fetches: Tuple[WorkerFetch, ...] = ()
     # {pid: process}, built at the first :meth:`process` call (rules that follow one process
     # through the whole timeline look up every sample).
     _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)
@@ -408,6 +422,10 @@ class Stall:
     timeout, unchanged, to how long. ``trigger`` is what led to the examination
     (``stall_timeout``, ``proof``, ``batch_rhythm`` or ``busy_stall``), set once one is due;
     ``rule`` says which stall rule was in force and why (NOTE [ Batch rhythm ]).
+    ``measure`` is what counted as the loader's progress: ``batches`` (the inside view: a batch
+    main received, or a sample a worker reached for) or ``activity`` (threads' CPU, I/O and
+    wake-ups). ``loader_work`` holds, for each process of the loader path, ``(pid, CPU seconds,
+    I/O bytes)`` it used since the loader last moved.
     """
 
     stall_s: float
@@ -419,6 +437,37 @@ class Stall:
     stuck_s: Tuple[Tuple[int, float], ...] = ()
     trigger: Optional[str] = None
     rule: str = ""
+    measure: str = "activity"
+    loader_work: Tuple[Tuple[int, float, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class FileLock:
+    """A lock another process holds on a file a loader process has open (``/proc/locks``,
+    Documentation/filesystems/proc.rst; fcntl(2), flock(2)): ``path`` as the waiting process's
+    descriptor names it, held by ``holder`` (``None`` for an open file description lock, which
+    has no owning pid), ``kind`` ``POSIX``, ``FLOCK`` or ``OFDLCK``, ``mode`` ``READ`` or
+    ``WRITE``; ``opener`` is the loader process that has the file open."""
+
+    opener: int
+    path: str
+    holder: Optional[int]
+    kind: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class Polling:
+    """A thread that polls: in two Python stacks ``gap_s`` seconds apart (the batch measure's
+    examination) its innermost frame in the job's own code is the same ``frame``, and it woke
+    ``wakes`` times in between (voluntary context switches): a loop that waits, wakes, looks and
+    waits again at the same line, for something that does not happen."""
+
+    pid: int
+    tid: int
+    frame: "Frame"
+    wakes: int
+    gap_s: float
 
 
 @dataclass(frozen=True)
@@ -505,7 +554,10 @@ class Facts:
     ``inside`` is the job's own record of its DataLoaders (``None``: no hook, ``dlwatch attach``
     without the opt-in, ``--no-hook``). In a multi-rank job, ``rank`` names the rank whose main
     these facts are about, and ``peer_loaders`` holds each other rank's name and the inside
-    view of its main's iterators at the same time.
+    view of its main's iterators at the same time. ``polling`` lists the loader threads seen
+    polling at one line (:class:`Polling`, the batch measure's examination only);
+    ``file_locks`` the locks other processes hold on files that main or a worker has open
+    (:class:`FileLock`, read at report time).
     """
 
     mode: str
@@ -533,6 +585,8 @@ class Facts:
     inside: Optional[InsideView] = None
     rank: Optional[str] = None
     peer_loaders: Tuple[Tuple[str, Tuple[LoaderView, ...]], ...] = ()
+    polling: Tuple[Polling, ...] = ()
+    file_locks: Tuple[FileLock, ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

@@ -22,7 +22,8 @@ class Case:
     ``certainty`` (``proven``/``suspected``) is checked for hangs; ``location`` is a source
     fragment the first diagnosis's ``file:line`` must point at; ``settings`` are watchdog
     settings for the run; ``timeout_s`` bounds it; ``warnings`` are kinds that must also have been
-    warned about while the job ran."""
+    warned about while the job ran; ``remedy`` holds words the first diagnosis's remedy must
+    contain (``"!words"``: must not)."""
 
     name: str
     kind: Optional[str]
@@ -35,6 +36,7 @@ class Case:
     target: Optional[str] = None
     args: Tuple[str, ...] = ()
     stall_timeout_s: float = 5.0
+    remedy: Tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -50,6 +52,22 @@ CASES: Tuple[Case, ...] = (
     Case("mp_event_never_set", "worker_stuck", "hang", "suspected", "self.ready.wait()"),
     Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
     Case("exit_hang_queue_feeder", "main_thread_deadlock", "hang", "proven"),
+    Case(
+        "sqlite_busy_retry",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "INSERT OR REPLACE INTO cache",
+        remedy=("cache.db is locked (POSIX WRITE) by pid", "(main)", "!socket"),
+    ),
+    Case(
+        "node_barrier_stale_world",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "time.sleep(0.007)",
+        remedy=("keeps trying", "!socket"),
+    ),
     Case("fd_exhausted_in_workers", "fd_exhausted", "hang"),
     Case("stdout_reader_gone", "worker_blocked_io", "hang", "suspected"),
     Case("summary_writer_and_deadlock", "fork_inherited_lock", "hang", "proven", "with LOCK:"),
@@ -83,6 +101,8 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_decoder_subprocess", None),
     Case("healthy_slow_samples", None),
     Case("healthy_socket_timeout", None),
+    Case("healthy_poll_until_ready", None, stall_timeout_s=30.0),
+    Case("healthy_compute_slow_batches", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),
     Case(

@@ -31,7 +31,13 @@ How it stays out of the job's way:
 
 Files, in the private 0700 folder ``$DLWATCH_HOOK_DIR``: ``<pid>.bin`` (``FILE_SIZE`` bytes:
 ``HEADER`` then ``SLOTS`` slots of ``SLOT_SIZE`` bytes: ``SLOT`` fields then ``BUCKETS``
-little-endian uint32 counts) and ``<pid>.json``. Times are ``CLOCK_MONOTONIC`` nanoseconds
+little-endian uint32 counts), ``<pid>.json``, and, in a process that fetches samples (a
+DataLoader worker), ``<pid>.fetch`` (``FETCH`` fields: how many times the fetcher reached for a
+sample, and when last). That count is the sidecar's measure of a worker's progress: a worker
+that polls, sleeps or retries inside one sample never raises it (NOTE [ Hang criterion ] in
+``watchdog/detect.py``). It is kept on every read of ``_BaseDatasetFetcher.dataset`` (map-style:
+once a sample, twice more per batch) and of ``_IterableDatasetFetcher.dataset_iter``
+(iterable-style: once a sample), whether or not the data checks are on. Times are ``CLOCK_MONOTONIC`` nanoseconds
 (``time.monotonic_ns``), comparable with the sidecar's ``time.monotonic``.
 """
 
@@ -72,6 +78,9 @@ CUDA_EVERY_NS = 5 * 10**9  # how often, while batches flow, the CUDA host alloca
 RNG_RECHECK_AFTER = 32  # samples a worker fetches before its RNG states are read again
 MAX_RNG_ATTRIBUTES = 64  # Dataset attributes looked at for random generators
 
+# samples reached for (reads of the fetcher's dataset or iterator), when last (ns)
+FETCH = struct.Struct("<QQ")
+
 _OFF_SEQ, _OFF_ID, _OFF_BATCHES = 0, 8, 16
 _OFF_SINCE, _OFF_IDX = 32, 48
 _OFF_EPOCH = 64
@@ -98,6 +107,17 @@ def bucket_bounds_s(index):
     """``(low, high)`` in seconds of the intervals counted in bucket ``index``."""
     b, sub = divmod(index, 4)
     return ((4 + sub) << b) / 4e6, ((5 + sub) << b) / 4e6
+
+
+def read_fetch(buf):
+    """Parse a ``<pid>.fetch`` buffer (bytes-like): ``(samples, last_ns)``.
+
+    Raises:
+        ValueError: shorter than ``FETCH``.
+    """
+    if len(buf) < FETCH.size:
+        raise ValueError("a fetch counter file of %d bytes (want %d)" % (len(buf), FETCH.size))
+    return FETCH.unpack_from(buf, 0)
 
 
 def read_slots(buf):
@@ -239,6 +259,23 @@ class _Process(object):
         self.workers = {}  # iterator id -> its multiprocessing.Process objects, for exit codes
         self.worker = None  # in a DataLoader worker: its id and the RNG states it started with
         self.buf = None
+        self.fetch = None  # the mmap of <pid>.fetch, once this process fetches samples
+        self.fetched = 0
+
+    def fetched_one(self):
+        """The fetcher reached for a sample: count it in ``<pid>.fetch`` (two stores, no system
+        call after the first)."""
+        buf = self.fetch
+        if buf is None:
+            path = os.path.join(self.folder, "%d.fetch" % self.pid)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                os.ftruncate(fd, FETCH.size)
+                buf = self.fetch = mmap.mmap(fd, FETCH.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+        self.fetched += 1
+        FETCH.pack_into(buf, 0, self.fetched, time.monotonic_ns())
 
     def _map(self):
         path = os.path.join(self.folder, "%d.bin" % self.pid)
@@ -634,8 +671,12 @@ def _on_fetcher_ready(fetcher, _value):
 
 
 def _on_sample(fetcher):
-    """Each read of the fetcher's ``dataset`` (once a sample): after ``RNG_RECHECK_AFTER``
-    reads, the generators' states again, to tell which ones the worker drew from."""
+    """Each read of the fetcher's ``dataset`` or ``dataset_iter`` (once a sample): counted in
+    ``<pid>.fetch``; with the data checks, after ``RNG_RECHECK_AFTER`` reads, the generators'
+    states again, to tell which ones the worker drew from."""
+    _state().fetched_one()
+    if not _CHECKS:
+        return
     d = fetcher.__dict__
     n = d.get("_dlwatch_samples")
     if n is None:
@@ -738,10 +779,11 @@ def install(module):
     _MP_INIT_CODE = multi.__init__.__code__
     base._profile_name = _Attribute("_profile_name", on_get=_entered, on_set=_on_profile_name_set)
     base._num_yielded = _Attribute("_num_yielded", on_set=_on_num_yielded_set)
+    fetch = module._utils.fetch
+    fetch._BaseDatasetFetcher.dataset = _Attribute("dataset", on_get=_on_sample)
+    fetch._IterableDatasetFetcher.dataset_iter = _Attribute("dataset_iter", on_get=_on_sample)
     if _CHECKS:
-        fetcher = module._utils.fetch._BaseDatasetFetcher
-        fetcher.dataset = _Attribute("dataset", on_get=_on_sample)
-        fetcher.drop_last = _Attribute("drop_last", on_set=_on_fetcher_ready)
+        fetch._BaseDatasetFetcher.drop_last = _Attribute("drop_last", on_set=_on_fetcher_ready)
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
     atexit.register(_at_exit)
 

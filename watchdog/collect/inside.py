@@ -3,8 +3,9 @@
 ``dlwatch run`` creates a private folder (mode 0700), puts ``watchdog/bootstrap`` first on the
 job's ``PYTHONPATH`` and names the folder in ``DLWATCH_HOOK_DIR``; the recorder
 (``watchdog/bootstrap/_dlwatch_inside.py``, which also defines the file format) writes
-``<pid>.bin`` (counters in a shared ``mmap``, updated per batch) and ``<pid>.json`` (settings,
-workers, threads at fork; rewritten on rare events). This module reads them at each tick: one
+``<pid>.bin`` (counters in a shared ``mmap``, updated per batch), ``<pid>.fetch`` (a worker's
+count of samples, updated per sample) and ``<pid>.json`` (settings, workers, threads at fork;
+rewritten on rare events). This module reads them at each tick: one
 ``scandir``, and per file one ``read`` of 5 KiB (``.bin``) or a ``stat`` (``.json``, parsed
 again only when it changed). For ``dlwatch attach`` the job opts in when it starts:
 ``PYTHONPATH=$(dlwatch hook-path) DLWATCH_HOOK_DIR=DIR``, and ``attach --hook-dir DIR`` reads it.
@@ -19,7 +20,7 @@ import shutil
 import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork
+from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerFetch
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -272,16 +273,23 @@ class InsideReader:
         loaders: List[LoaderView] = []
         fork_list: List[ForkRecord] = []
         rng: List[RngCheck] = []
+        fetches: List[WorkerFetch] = []
         try:
             names = sorted(e.name for e in os.scandir(self.folder))
         except OSError as e:
             return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
         for name in names:
             stem, _, ext = name.partition(".")
-            if not stem.isdigit() or ext not in ("bin", "json"):
+            if not stem.isdigit() or ext not in ("bin", "json", "fetch"):
                 continue
             pid = int(stem)
             path = os.path.join(self.folder, name)
+            if ext == "fetch":
+                if wanted is None or pid in wanted:
+                    fetch = self._fetch(pid, path)
+                    if fetch is not None:
+                        fetches.append(fetch)
+                continue
             if ext == "json":
                 doc = self._doc(pid, path)
                 if forks:
@@ -304,4 +312,15 @@ class InsideReader:
         note = "; ".join(sorted(set(self._problems.values()))) or None
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
-        return InsideView(loaders=tuple(loaders), forks=tuple(fork_list), note=note, rng=tuple(rng))
+        return InsideView(
+            loaders=tuple(loaders), forks=tuple(fork_list), note=note, rng=tuple(rng), fetches=tuple(fetches)
+        )
+
+    def _fetch(self, pid: int, path: str) -> Optional[WorkerFetch]:
+        try:
+            with open(path, "rb") as f:
+                samples, last_ns = FORMAT.read_fetch(f.read(FORMAT.FETCH.size))
+        except (OSError, ValueError) as e:
+            self._problems[pid] = f"{os.path.basename(path)}: {e}"
+            return None
+        return WorkerFetch(pid, int(samples), last_ns / 1e9 if last_ns else None)

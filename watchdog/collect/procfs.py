@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..types import KernelWait, ThreadDetail, ThreadSample, WaitKind
+from ..types import FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -713,17 +713,72 @@ def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
 def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
     """Targets of ``pid``'s file descriptors (``/proc/PID/fd/N`` links: paths, ``pipe:[…]``,
     ``socket:[…]``), at most ``limit``; empty when unreadable."""
-    try:
-        fds = sorted(os.listdir(f"/proc/{pid}/fd"), key=int)[:limit]
-    except (OSError, ValueError):
-        return ()
     out = []
-    for fd in fds:
+    for fd in _fd_names(pid, limit):
         try:
             out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
     return tuple(out)
+
+
+def parse_locks(text: str) -> List[Tuple[str, str, Optional[int], Tuple[int, int, int]]]:
+    """The held locks of a ``/proc/locks`` text: ``(kind, mode, pid, (major, minor, inode))``
+    per line (``1: POSIX  ADVISORY  WRITE 3578 00:2c:1234 0 EOF``; major and minor in hex,
+    Documentation/filesystems/proc.rst). Waiters (``1: -> FLOCK ...``) and lines that do not
+    parse are skipped; an OFD lock's pid (-1) is ``None``."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":
+            continue
+        kind, mode, pid_text, dev = parts[1], parts[3], parts[4], parts[5]
+        try:
+            major, minor, inode = dev.split(":")
+            ident = (int(major, 16), int(minor, 16), int(inode))
+            pid: Optional[int] = int(pid_text)
+        except ValueError:
+            continue
+        out.append((kind, mode, pid if pid is not None and pid > 0 else None, ident))
+    return out
+
+
+def file_locks(pids: Sequence[int]) -> Tuple[FileLock, ...]:
+    """The locks that other processes hold on the files ``pids`` have open (report time): one
+    read of ``/proc/locks``, then a ``stat`` of each descriptor of ``pids`` that names a file.
+    Empty when ``/proc/locks`` cannot be read or holds no lock."""
+    text = _read("/proc/locks")
+    held = parse_locks(text) if text else []
+    if not held:
+        return ()
+    by_file: Dict[Tuple[int, int, int], List[Tuple[str, str, Optional[int]]]] = {}
+    for kind, mode, holder, ident in held:
+        by_file.setdefault(ident, []).append((kind, mode, holder))
+    out = []
+    for pid in pids:
+        seen = set()
+        for fd in _fd_names(pid):
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                st = os.stat(path)
+                target = os.readlink(path)
+            except OSError:
+                continue
+            ident = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+            if ident in seen or not target.startswith("/"):
+                continue
+            seen.add(ident)
+            for kind, mode, holder in by_file.get(ident, ()):
+                if holder != pid:
+                    out.append(FileLock(pid, target, holder, kind, mode))
+    return tuple(out)
+
+
+def _fd_names(pid: int, limit: int = 256) -> List[str]:
+    try:
+        return sorted(os.listdir(f"/proc/{pid}/fd"), key=int)[:limit]
+    except (OSError, ValueError):
+        return []
 
 
 # The NVIDIA driver's control device: CUDA maps pinned host memory (cudaHostAlloc, PyTorch's

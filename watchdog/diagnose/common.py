@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .. import frames, states
 from ..types import (
@@ -13,6 +13,7 @@ from ..types import (
     Facts,
     Frame,
     HangVerdict,
+    Polling,
     ProcessSample,
     ProcessStack,
     Stall,
@@ -115,9 +116,44 @@ def brief(frame: Optional[Frame]) -> str:
 
 
 def quiet_text(facts: Facts, pid: int) -> str:
-    """``no CPU, I/O or context-switch progress for N s`` for ``pid``."""
+    """How long ``pid`` made no progress, in the stall's measure: ``no CPU, I/O or
+    context-switch progress for N s``, or under the batch measure ``no new sample for N s
+    (X s of CPU, Y KiB of I/O meanwhile)``."""
     age = quiet_for(facts, pid)
-    return "no progress seen" if age is None else f"no CPU, I/O or context-switch progress for {age:.0f} s"
+    if age is None:
+        return "no progress seen"
+    stall = facts.stall
+    if stall is not None and stall.measure == "batches":
+        work = {p: (cpu, io) for p, cpu, io in stall.loader_work}.get(pid)
+        spent = f" ({work[0]:.2f} s of CPU, {work[1] / 1024:.0f} KiB of I/O meanwhile)" if work else ""
+        return f"no new sample for {age:.0f} s{spent}"
+    return f"no CPU, I/O or context-switch progress for {age:.0f} s"
+
+
+def polling_of(facts: Facts, pid: int) -> Optional[Polling]:
+    """The first thread of ``pid`` seen polling at one line (:class:`~watchdog.types.Polling`)."""
+    return next((x for x in facts.polling if x.pid == pid), None)
+
+
+def lock_holders(facts: Facts, pid: int) -> List[str]:
+    """``PATH is locked (POSIX WRITE) by pid 7 (main)`` for each lock another process holds on
+    a file ``pid`` has open (``Facts.file_locks``)."""
+    held: Dict[Tuple[str, Optional[int]], List[str]] = {}
+    for lock in facts.file_locks:
+        if lock.opener == pid:
+            modes = held.setdefault((lock.path, lock.holder), [])
+            if f"{lock.kind} {lock.mode}" not in modes:
+                modes.append(f"{lock.kind} {lock.mode}")
+    out = []
+    for (path, pid_held), modes in held.items():
+        holder = facts.sample.process(pid_held) if pid_held is not None else None
+        who = (
+            f"pid {pid_held} ({holder.role})"
+            if holder is not None
+            else (f"pid {pid_held}, outside the job" if pid_held is not None else "an open file description")
+        )
+        out.append(f"{path} is locked ({', '.join(modes)}) by {who}")
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from .common import (
     hang_of,
     kernel_wait,
     location,
+    lock_holders,
+    polling_of,
     quiet_text,
     torch_seen,
     waiting_main,
@@ -642,6 +644,9 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
                 )
             elif target:
                 doing += f" ({target})"
+            poll = polling_of(facts, v.pid)
+            if poll is not None:
+                doing = f"polls (the same line in two stacks {poll.gap_s:g} s apart, {poll.wakes} wake-ups between)"
             how = quiet_text(facts, v.pid)
         lines = [
             f"worker pid {v.pid} ({v.proc.name}): thread {v.loop.tid} {doing} in the Dataset at "
@@ -649,6 +654,7 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}; "
             f"{kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
         ]
+        lines += [f"worker pid {v.pid}: {held}" for held in lock_holders(facts, v.pid)]
         return 0.8, lines, v.user
     if not v.quiet:
         return None
@@ -662,7 +668,26 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
     return 0.45, lines, None
 
 
+def _polling_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    held = next((h for pid in pids for h in lock_holders(facts, pid)), None)
+    cause = (
+        f" {held[0].upper() + held[1:]}: release it before the DataLoader iterates (commit or close that "
+        "transaction, drop that lock), or let the workers use a file of their own."
+        if held
+        else " Check that what the loop waits for can still happen (a peer that arrives, a file that appears, a "
+        "counter that reaches its target, a lock that its holder releases)."
+    )
+    return (
+        "The worker keeps trying at the line above and what it waits for never happens: its retries are no "
+        f"progress.{cause} Bound the loop (a deadline or a number of tries that raises, a client timeout of "
+        "seconds rather than hours), and set DataLoader(..., timeout=<seconds>) so that main fails instead of "
+        "waiting forever."
+    )
+
+
 def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    if any(polling_of(facts, pid) is not None for pid in pids):
+        return _polling_remedy(facts, pids)
     acts = {v.activity for v in worker_views(facts) if v.pid in pids}
     busy = facts.stall is not None and facts.stall.trigger == "busy_stall" and Activity.RUNNING in acts
     if busy:

@@ -1,0 +1,244 @@
+"""The batch measure (NOTE [ Hang criterion ] in watchdog/detect.py): with the inside view and
+main waiting in ``__next__``, the loader moves only when a batch comes or a worker reaches for a
+new sample; threads that poll, retry or wake are no progress. Also the polling look, the
+``/proc/locks`` reader, the recorder's fetch counter and the report's wording."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+
+import pytest
+
+from tests.unit.builders import (
+    MAIN_PID,
+    SLEEP,
+    WORKER_PID,
+    detail,
+    fixture,
+    hang_facts,
+    proc,
+    sample,
+    thread,
+)
+from watchdog import detect
+from watchdog.collect import inside, procfs, pyspy
+from watchdog.diagnose import diagnose
+from watchdog.types import (
+    ROLE_MAIN,
+    ROLE_WORKER,
+    FileLock,
+    Frame,
+    HangVerdict,
+    LoaderView,
+    Polling,
+    ProcessStack,
+    ThreadStack,
+    WorkerFetch,
+)
+
+
+def _view(batches=3, waiting_since=5.0, worker=0):
+    return LoaderView(
+        pid=MAIN_PID,
+        iterator=1,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=(("num_workers", 1),),
+        dataset_type="DS",
+        iterable=False,
+        workers=(WORKER_PID,),
+        worker_exitcodes=(),
+        created=0.0,
+        batches=batches,
+        wait_s=0.0,
+        epoch=0,
+        first_batch_s=0.5,
+        waiting_since=waiting_since,
+        waiting_idx=batches,
+        waiting_worker=worker,
+        last_batch=1.0,
+        intervals=2,
+        interval_p50_s=0.1,
+        interval_p99_s=0.1,
+    )
+
+
+def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None):
+    """Main waiting in __next__, one worker that sleeps and wakes 50 times a second."""
+    i = int(t)
+    worker = proc(
+        WORKER_PID,
+        ROLE_WORKER,
+        [thread(WORKER_PID, cpu=cpu_per_s * t, vol=50 * i, io=io_per_s * i, syscall=SLEEP)],
+        "fork",
+        cpu=cpu_per_s * t,
+    )
+    worker = dataclasses.replace(worker, read_chars=io_per_s * i)
+    smp = sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), worker])
+    return dataclasses.replace(
+        smp,
+        loaders=(view or _view(),),
+        fetches=(WorkerFetch(WORKER_PID, samples, 1.0),) if fetches else (),
+    )
+
+
+def _track(make, seconds=20):
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(seconds + 1):
+        tracker.update(make(float(t)))
+    return tracker, tracker.stall(make(float(seconds)))
+
+
+def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_under_activity():
+    tracker, st = _track(_poller)
+    assert tracker.measure == detect.MEASURE_BATCHES and st.measure == "batches"
+    assert st.stall_s == pytest.approx(20.0)
+    assert dict(st.progress_age_s)[WORKER_PID] == pytest.approx(20.0)
+    assert st.no_delivery_s == pytest.approx(20.0)
+    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
+    assert work[1] == pytest.approx(0.4) and work[2] == 20 * 4096
+    # The same job without the workers' sample counts: its wake-ups are progress, as before.
+    tracker, st = _track(lambda t: _poller(t, fetches=False))
+    assert tracker.measure == detect.MEASURE_ACTIVITY and st.stall_s < 2.0
+
+
+def test_a_sample_reached_for_or_a_batch_received_restarts_the_clock():
+    _, st = _track(lambda t: _poller(t, samples=int(t) // 4))
+    assert st.stall_s == pytest.approx(0.0)  # the 20th second raised the count
+    _, st = _track(lambda t: _poller(t, samples=7 + (t >= 15)))
+    assert st.stall_s == pytest.approx(5.0)
+    _, st = _track(lambda t: _poller(t, view=_view(batches=3 + (t >= 12))))
+    assert st.stall_s == pytest.approx(8.0)
+
+
+def test_main_outside_next_or_at_an_epochs_end_is_not_under_the_batch_measure():
+    assert detect.batch_measure(_poller(1.0))
+    assert not detect.batch_measure(_poller(1.0, view=_view(waiting_since=None)))
+    assert not detect.batch_measure(_poller(1.0, view=_view(worker=-1)))
+    assert not detect.batch_measure(_poller(1.0, fetches=False))
+
+
+def test_the_clock_starts_when_main_begins_to_wait_not_before():
+    def make(t):
+        return _poller(t, view=_view(waiting_since=15.0 if t >= 15 else None))
+
+    _, st = _track(make)
+    assert st.measure == "batches" and st.stall_s == pytest.approx(5.0)
+
+
+def _assess(make, seconds=20, state="S"):
+    tracker, st = _track(make, seconds)
+    smp = make(float(seconds))
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    verdict = HangVerdict("dataloader", True, "waits", main_threads[0])
+    details = {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)}
+    return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, {}, details, None, {(WORKER_PID, WORKER_PID)}, 5.0)
+
+
+def test_a_poller_is_a_suspected_hang_however_often_it_wakes():
+    a = _assess(_poller)
+    assert a.hang and a.proof is None and "no worker reached for a new sample" in a.reason
+
+
+def test_a_worker_that_computes_or_reads_during_the_stall_is_slow_not_stuck():
+    assert not _assess(lambda t: _poller(t, cpu_per_s=0.9)).hang
+    assert not _assess(lambda t: _poller(t, io_per_s=4 << 20)).hang
+    # a quarter of a core (eight workers on two cores) with its thread running when read
+    assert not _assess(lambda t: _poller(t, cpu_per_s=0.25), state="R").hang
+    assert _assess(lambda t: _poller(t, cpu_per_s=0.25), state="S").hang
+
+
+def _stack(pid, line, file="/job/data.py"):
+    frames = (Frame("clock_nanosleep", "libc.so.6", 0, True), Frame("__getitem__", file, line, False))
+    return ProcessStack(pid, (ThreadStack(pid, "MainThread", False, False, frames),), True, None, "", 0.1)
+
+
+def test_polling_needs_the_same_user_line_in_both_stacks_and_a_wake_between():
+    first = {WORKER_PID: _stack(WORKER_PID, 31)}
+    woke = ({WORKER_PID: {WORKER_PID: 10}}, {WORKER_PID: {WORKER_PID: 30}})
+    (p,) = detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *woke, 2.0)
+    assert (p.pid, p.frame.line, p.wakes, p.gap_s) == (WORKER_PID, 31, 20, 2.0)
+    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 40)}, *woke, 2.0) == ()  # it moved on
+    asleep = ({WORKER_PID: {WORKER_PID: 10}}, {WORKER_PID: {WORKER_PID: 10}})
+    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *asleep, 2.0) == ()  # blocked, not polling
+
+
+def test_proc_locks_lines_parse_and_waiters_are_skipped():
+    text = (
+        "1: POSIX  ADVISORY  WRITE 3578 00:2c:1234 1073741824 1073741825\n"
+        "1: -> POSIX  ADVISORY  WRITE 3582 00:2c:1234 1073741824 1073741825\n"
+        "2: FLOCK  ADVISORY  WRITE 901 fd:01:77 0 EOF\n"
+        "3: OFDLCK ADVISORY  READ  -1 00:05:9 0 EOF\n"
+        "garbage\n"
+    )
+    assert procfs.parse_locks(text) == [
+        ("POSIX", "WRITE", 3578, (0, 0x2C, 1234)),
+        ("FLOCK", "WRITE", 901, (0xFD, 1, 77)),
+        ("OFDLCK", "READ", None, (0, 5, 9)),
+    ]
+
+
+def test_a_lock_held_on_a_file_this_process_opened_is_found(tmp_path):
+    import fcntl
+    import subprocess
+    import sys
+
+    path = tmp_path / "cache.db"
+    path.write_bytes(b"x")
+    code = (
+        "import fcntl,sys,time\nf=open(sys.argv[1],'r+b')\nfcntl.lockf(f,fcntl.LOCK_EX)\nprint('ok',flush=True)\n"
+        "time.sleep(30)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        with open(path, "rb") as f:
+            locks = procfs.file_locks([os.getpid()])
+            assert FileLock(os.getpid(), str(path), holder.pid, "POSIX", "WRITE") in locks
+            fcntl.flock(f, fcntl.LOCK_SH)  # our own lock is not another process's
+            assert all(x.holder != os.getpid() for x in procfs.file_locks([os.getpid()]))
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_the_recorders_fetch_counter_is_read_back(tmp_path):
+    fmt = inside.FORMAT
+    path = tmp_path / f"{WORKER_PID}.fetch"
+    path.write_bytes(bytes(fmt.FETCH.size))
+    with open(path, "r+b") as f:
+        buf = mmap.mmap(f.fileno(), fmt.FETCH.size)
+        fmt.FETCH.pack_into(buf, 0, 42, 7_500_000_000)
+        buf.close()
+    view = inside.InsideReader(str(tmp_path)).read([WORKER_PID])
+    assert view.fetches == (WorkerFetch(WORKER_PID, 42, 7.5),)
+    assert inside.InsideReader(str(tmp_path)).read([1]).fetches == ()  # another job's pid
+    path.write_bytes(b"short")
+    assert "fetch" in (inside.InsideReader(str(tmp_path)).read([WORKER_PID]).note or "")
+
+
+def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_timeout_advice():
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    user = next(f for f in t.frames if not f.native and "site-packages" not in f.file and "torch" not in f.file)
+    st = dataclasses.replace(
+        hang_facts([t]).stall, measure="batches", loader_work=((WORKER_PID, 0.01, 2048),), trigger="stall_timeout"
+    )
+    facts = hang_facts(
+        [t],
+        worker_details=(detail(WORKER_PID, SLEEP, name="pt_data_worker", wchan="hrtimer_nanosleep"),),
+        stall=st,
+        polling=(Polling(WORKER_PID, t.tid, user, 20, 2.0),),
+        file_locks=(
+            FileLock(WORKER_PID, "/data/cache.db", MAIN_PID, "POSIX", "WRITE"),
+            FileLock(WORKER_PID, "/data/cache.db", MAIN_PID, "POSIX", "READ"),
+        ),
+    )
+    first = diagnose(facts)[0]
+    text = "\n".join(first.evidence)
+    assert "polls (the same line in two stacks 2 s apart, 20 wake-ups between)" in text
+    assert "no new sample for 20 s (0.01 s of CPU, 2 KiB of I/O meanwhile)" in text
+    assert text.count("/data/cache.db is locked (POSIX WRITE, POSIX READ) by pid 2842 (main)") == 1
+    assert "/data/cache.db is locked" in first.remedy and "keeps trying" in first.remedy
+    assert "raise stall_timeout_s" not in first.remedy and "socket" not in first.remedy
