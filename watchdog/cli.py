@@ -26,6 +26,7 @@ from .daemon import Outcome, log
 from .errors import ConfigError, WatchdogError
 from .exits import Exit, of_signal
 from .ranks import JobWatcher
+from .terminal import JobControl, wait_job
 from .wake import Waker
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
@@ -160,7 +161,8 @@ def _start_stderr_tail(cfg: config_mod.Config, orphan_cleanup=()) -> Optional[St
 
 
 def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    """Start the job in its own process group, watch it, return its exit code (or 124)."""
+    """Start the job in its own process group, watch it, return its exit code (or 124). When
+    dlwatch has the terminal, the job gets it while it runs (:mod:`watchdog.terminal`)."""
     cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
@@ -193,12 +195,18 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return code
     if tail:
         tail.close_job_end()
+    control = JobControl(0, log)
+    control.hand_over(proc.pid)
     wake, forward_wake, ended = Waker(), Waker(), threading.Event()
     pending: List[int] = []
     received: List[int] = []  # every signal forwarded to the job, in order
 
     def waiter() -> None:
-        proc.wait()
+        try:
+            proc.returncode = wait_job(proc.pid, control)
+        except ChildProcessError:  # never: only this thread reaps the job
+            proc.wait()
+        control.restore()
         ended.set()
         wake.set()
         forward_wake.set()
@@ -246,6 +254,9 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if tail:
         tail.wait(_STDERR_DRAIN_S)
     code = _exit_code_of(proc.returncode)
+    if control.foreground and proc.returncode in (-signal.SIGINT, -signal.SIGQUIT) and not received:
+        # The terminal's Ctrl-C or Ctrl-\ reached the job straight (it owned the terminal).
+        received.append(-proc.returncode)
     if watcher is not None:
         watcher.after_exit(code, terminated=outcome.terminated, signalled=received[0] if received else None)
     if tail:

@@ -102,6 +102,24 @@ def _log_tick(path: str, wall: float, elapsed_s: float, cpu_s: float, processes:
         pass
 
 
+def _stopped_text(pids: Tuple[int, ...]) -> str:
+    """Why the job's stopped processes are not hung: waiting for terminal input (stopped in the
+    background of their terminal, :meth:`~watchdog.collect.procfs.ProcStat.stopped_for_terminal`)
+    or paused (SIGSTOP, a debugger)."""
+    tty = [pid for pid in pids if (st := procfs.proc_stat(pid)) is not None and st.stopped_for_terminal()]
+    paused = [pid for pid in pids if pid not in tty]
+    out = []
+    if tty:
+        out.append(
+            f"pid(s) {', '.join(map(str, tty))} stopped waiting for terminal input (SIGTTIN/SIGTTOU: they read or "
+            "wrote their terminal from the background): bring the job to the foreground (fg) to answer, or give it "
+            "no terminal when it runs unattended (stdin=subprocess.DEVNULL, `unzip -o`, `< /dev/null`)"
+        )
+    if paused:
+        out.append(f"pid(s) {', '.join(map(str, paused))} stopped (state T: SIGSTOP or a debugger): paused")
+    return "; ".join(out) + "; not hung, the stall clock waits"
+
+
 def say(text: str) -> None:
     """Write ``text`` to stderr; a stderr that cannot be written (a full disk, a closed pipe)
     is ignored: reports and the job matter more than our messages."""
@@ -275,11 +293,7 @@ class Watcher:
             return
         self.tracker.update(sample)
         if self.tracker.stopped:
-            self._say_once(
-                "stopped",
-                f"pid(s) {', '.join(map(str, self.tracker.stopped))} stopped (state T: SIGSTOP or a debugger): "
-                "paused, not hung; the stall clock waits",
-            )
+            self._say_once("stopped", _stopped_text(self.tracker.stopped))
             return
         self._said.pop("stopped", None)
         stall = self.tracker.stall(sample)

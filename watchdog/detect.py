@@ -87,9 +87,10 @@ so no process holds or carries the batch main waits for (a batch lost by a queue
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import frames, states
 from .types import (
@@ -124,6 +125,11 @@ BUSY_SHARE = 0.05
 # The loader's progress measures (``Stall.measure``, NOTE [ Hang criterion ]).
 MEASURE_BATCHES = "batches"
 MEASURE_ACTIVITY = "activity"
+
+# Seconds of a stall's most recent part over which the loader's work is measured (at most half
+# the stall): a burst when main began to wait (workers fetching their first samples) is not
+# work on a sample still under way.
+WORK_WINDOW_S = 10.0
 
 # With the batch measure, a loader-path process that did at least this much I/O a second during
 # a stall is working on a sample (a slow read or download), not polling: a poller's retries
@@ -201,7 +207,8 @@ class ProgressTracker:
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
-        self._work_base: Dict[_Key, Tuple[float, Optional[int]]] = {}  # CPU, I/O at the last progress
+        # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
+        self._recent: Dict[_Key, Deque[Tuple[float, float, Optional[int]]]] = {}
         self.measure = MEASURE_ACTIVITY
         self.stopped: Tuple[int, ...] = ()
 
@@ -284,9 +291,6 @@ class ProgressTracker:
             # Workers came or went, a batch or a sample moved, main began to wait for one, or
             # the job is stopped (paused, not hung): the clock restarts.
             self._last_progress = self._last_delivery = now
-            self._work_base = {
-                (p.pid, p.create_time): (p.cpu_s, _io_of(p)) for p in sample.processes if p.role in LOADER_ROLES
-            }
         if restart:
             self._last_tree_work = now
             self._stuck_since.clear()
@@ -306,7 +310,10 @@ class ProgressTracker:
                 owner = p
             okey = (owner.pid, owner.create_time) if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
-            self._work_base.setdefault(pkey, (p.cpu_s, _io_of(p)))
+            recent = self._recent.setdefault(pkey, collections.deque())
+            recent.append((now, p.cpu_s, _io_of(p)))
+            while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
+                recent.popleft()
             moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
             for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
                 key = (pkey, t.tid)
@@ -330,7 +337,7 @@ class ProgressTracker:
             if key not in seen:
                 del self._marks[key]
                 self._trusted.pop(key, None)
-        for table in (self._pid_progress, self._proc_marks, self._stuck_since, self._work_base):
+        for table in (self._pid_progress, self._proc_marks, self._stuck_since, self._recent):
             for pkey in list(table):
                 if pkey not in live:
                     del table[pkey]
@@ -397,13 +404,18 @@ class ProgressTracker:
         now = sample.t_mono
         ages = tuple(sorted((pkey[0], now - t) for pkey, t in self._pid_progress.items()))
         stuck = tuple(sorted((pkey[0], now - t) for pkey, (t, _snap) in self._stuck_since.items()))
-        work = []
+        work, window = [], 0.0
+        since = max(self._last_progress, now - min(WORK_WINDOW_S, (now - self._last_progress) / 2))
         for p in sample.processes:
-            base = self._work_base.get((p.pid, p.create_time))
-            if base is not None and p.role in LOADER_ROLES:
-                io, io0 = _io_of(p), base[1]
-                work.append((p.pid, max(0.0, p.cpu_s - base[0]), io - io0 if io is not None and io0 is not None else 0))
+            recent = self._recent.get((p.pid, p.create_time))
+            if not recent or p.role not in LOADER_ROLES:
+                continue
+            t0, cpu0, io0 = next((x for x in recent if x[0] >= since), recent[-1])
+            io = _io_of(p)
+            window = max(window, now - t0)
+            work.append((p.pid, max(0.0, p.cpu_s - cpu0), io - io0 if io is not None and io0 is not None else 0))
         return Stall(
+            work_window_s=window,
             measure=self.measure,
             loader_work=tuple(work),
             stall_s=now - self._last_progress,
@@ -918,7 +930,7 @@ def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadD
     that compute on two cores get a quarter of a core each). A poller sleeps between its tries:
     its share stays small and its threads are asleep when read."""
     out = []
-    span = max(stall.stall_s, 1e-6)
+    span = max(stall.work_window_s, 1e-6)
     for pid, cpu_s, io_bytes in stall.loader_work:
         p = sample.process(pid)
         if p is None:
@@ -928,7 +940,7 @@ def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadD
         if share >= 0.5 or rate >= WORK_IO_BYTES_PER_S or (share >= BUSY_SHARE and running):
             out.append(
                 f"{p.role} pid {pid} used {cpu_s:.1f} s of CPU and did {io_bytes / 2**20:.1f} MiB of I/O in the "
-                f"last {stall.stall_s:.0f} s"
+                f"last {stall.work_window_s:.0f} s"
             )
     return out
 

@@ -425,7 +425,8 @@ class Stall:
     ``measure`` is what counted as the loader's progress: ``batches`` (the inside view: a batch
     main received, or a sample a worker reached for) or ``activity`` (threads' CPU, I/O and
     wake-ups). ``loader_work`` holds, for each process of the loader path, ``(pid, CPU seconds,
-    I/O bytes)`` it used since the loader last moved.
+    I/O bytes)`` it used in the stall's last ``work_window_s`` seconds (at most half the stall,
+    at most ``detect.WORK_WINDOW_S``).
     """
 
     stall_s: float
@@ -439,6 +440,7 @@ class Stall:
     rule: str = ""
     measure: str = "activity"
     loader_work: Tuple[Tuple[int, float, int], ...] = ()
+    work_window_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -65,9 +65,11 @@ def _view(batches=3, waiting_since=5.0, worker=0):
     )
 
 
-def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None):
-    """Main waiting in __next__, one worker that sleeps and wakes 50 times a second."""
+def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None, cpu=None):
+    """Main waiting in __next__, one worker that sleeps and wakes 50 times a second (its CPU
+    seconds ``cpu`` when given, else ``cpu_per_s`` × ``t``)."""
     i = int(t)
+    cpu_per_s = cpu_per_s if cpu is None else cpu / max(t, 1e-9)
     worker = proc(
         WORKER_PID,
         ROLE_WORKER,
@@ -97,8 +99,9 @@ def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_
     assert st.stall_s == pytest.approx(20.0)
     assert dict(st.progress_age_s)[WORKER_PID] == pytest.approx(20.0)
     assert st.no_delivery_s == pytest.approx(20.0)
-    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
-    assert work[1] == pytest.approx(0.4) and work[2] == 20 * 4096
+    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]  # over the stall's last 10 s
+    assert st.work_window_s == pytest.approx(10.0)
+    assert work[1] == pytest.approx(0.2) and work[2] == 10 * 4096
     # The same job without the workers' sample counts: its wake-ups are progress, as before.
     tracker, st = _track(lambda t: _poller(t, fetches=False))
     assert tracker.measure == detect.MEASURE_ACTIVITY and st.stall_s < 2.0
@@ -140,6 +143,14 @@ def _assess(make, seconds=20, state="S"):
 def test_a_poller_is_a_suspected_hang_however_often_it_wakes():
     a = _assess(_poller)
     assert a.hang and a.proof is None and "no worker reached for a new sample" in a.reason
+
+
+def test_a_burst_when_main_began_to_wait_is_not_work_on_a_sample_still_under_way():
+    # The workers fetched their first samples in the stall's first 3 s (a CPU and I/O burst), then only wait.
+    def make(t):
+        return _poller(t, cpu=0.9 * min(t, 3.0), io_per_s=0)
+
+    assert _assess(make).hang
 
 
 def test_a_worker_that_computes_or_reads_during_the_stall_is_slow_not_stuck():
@@ -223,7 +234,11 @@ def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_tim
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
     user = next(f for f in t.frames if not f.native and "site-packages" not in f.file and "torch" not in f.file)
     st = dataclasses.replace(
-        hang_facts([t]).stall, measure="batches", loader_work=((WORKER_PID, 0.01, 2048),), trigger="stall_timeout"
+        hang_facts([t]).stall,
+        measure="batches",
+        loader_work=((WORKER_PID, 0.01, 2048),),
+        work_window_s=10.0,
+        trigger="stall_timeout",
     )
     facts = hang_facts(
         [t],
@@ -238,7 +253,7 @@ def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_tim
     first = diagnose(facts)[0]
     text = "\n".join(first.evidence)
     assert "polls (the same line in two stacks 2 s apart, 20 wake-ups between)" in text
-    assert "no new sample for 20 s (0.01 s of CPU, 2 KiB of I/O meanwhile)" in text
+    assert "no new sample for 20 s (0.01 s of CPU, 2 KiB of I/O in the last 10 s)" in text
     assert text.count("/data/cache.db is locked (POSIX WRITE, POSIX READ) by pid 2842 (main)") == 1
     assert "/data/cache.db is locked" in first.remedy and "keeps trying" in first.remedy
     assert "raise stall_timeout_s" not in first.remedy and "socket" not in first.remedy

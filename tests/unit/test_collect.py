@@ -99,11 +99,24 @@ def test_permission_failure_gives_the_ptrace_remedy():
 
 
 def test_parse_stat_with_parentheses_in_comm():
-    line = "123 (a) b) c) S 1 1 1 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10"
-    comm, state, cpu_s = procfs.parse_stat(line)
-    assert comm == "a) b) c" and state == "S"
-    assert cpu_s == pytest.approx(300 / procfs.CLK_TCK)
-    assert procfs.stat_start_ticks(line) == 100
+    line = b"123 (a) b) c) S 1 1 1 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10"
+    st = procfs.parse_proc_stat(line)
+    assert st.comm == "a) b) c" and st.state == "S"
+    assert st.cpu_s == pytest.approx(300 / procfs.CLK_TCK)
+    assert st.start_ticks == 100
+    assert (st.pgrp, st.tty_nr, st.tpgid) == (1, 0, -1) and not st.stopped_for_terminal()
+
+
+def test_a_background_process_stopped_on_its_terminal_is_told_from_a_paused_one():
+    def stat(state, pgrp, tty, tpgid):
+        return procfs.parse_proc_stat(
+            f"9 (python) {state} 1 {pgrp} 1 {tty} {tpgid} 0 0 0 0 0 1 1 0 0 20 0 1 0 5 1 1".encode()
+        )
+
+    assert stat("T", 900, 34816, 800).stopped_for_terminal()  # SIGTTIN: another group owns /dev/pts/0
+    assert not stat("T", 900, 34816, 900).stopped_for_terminal()  # its own group is in the foreground
+    assert not stat("T", 900, 0, -1).stopped_for_terminal()  # no terminal: SIGSTOP, a debugger
+    assert not stat("S", 900, 34816, 800).stopped_for_terminal()
 
 
 def test_secret_environment_values_are_redacted():
@@ -162,6 +175,7 @@ def test_proc_stat_fields_and_a_comm_with_spaces_and_parentheses():
     st = procfs.parse_proc_stat(f"42 (a (b) c) R {fields}\n".encode())
     assert (st.comm, st.state, st.ppid, st.minflt, st.majflt) == ("a (b) c", "R", 4, 10, 12)
     assert (st.cpu_ticks, st.num_threads, st.start_ticks, st.rss_pages) == (14 + 15, 20, 22, 24)
+    assert (st.pgrp, st.tty_nr, st.tpgid) == (5, 7, 8)
     own = procfs.proc_stat(os.getpid())
     assert own is not None and own.ppid == os.getppid() and own.num_threads >= 1
     assert procfs.proc_stat(2**22 + 1) is None  # above any pid_max: no such process

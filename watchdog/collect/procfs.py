@@ -64,31 +64,6 @@ def read_bytes(path: str, records: bool = False, chunk: int = 16384) -> Optional
         os.close(fd)
 
 
-def parse_stat(text: str) -> Tuple[str, str, float]:
-    """``(comm, state, cpu_s)`` from a ``stat`` line; ``cpu_s`` is utime + stime in seconds.
-
-    The comm field may hold spaces and parentheses, so the line is split at the last ``)``.
-
-    Raises:
-        ValueError: the text is not a ``stat`` line.
-    """
-    lpar, rpar = text.index("("), text.rindex(")")
-    comm = text[lpar + 1 : rpar]
-    rest = text[rpar + 2 :].split()
-    # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return comm, rest[0], (int(rest[11]) + int(rest[12])) / CLK_TCK
-
-
-def stat_start_ticks(text: str) -> int:
-    """``starttime`` (field 22) of a ``stat`` line: when the task started, in clock ticks since
-    boot.
-
-    Raises:
-        ValueError, IndexError: the text is not a ``stat`` line.
-    """
-    return int(text[text.rindex(")") + 2 :].split()[19])
-
-
 def parse_status_fields(text: str, *keys: str) -> Dict[str, int]:
     """Integer fields of a ``status`` file (e.g. ``voluntary_ctxt_switches``)."""
     out = {}
@@ -103,8 +78,10 @@ class ProcStat(NamedTuple):
     """The fields of one ``/proc/PID/stat`` line used at every tick (proc(5) field numbers):
     ``comm`` (2, at most 15 bytes), ``state`` (3), ``ppid`` (4), ``minflt``/``majflt`` (10, 12:
     page faults), ``cpu_ticks`` (14 + 15: user + system CPU in clock ticks, ``CLK_TCK`` a
-    second), ``num_threads`` (20), ``start_ticks`` (22: start time in clock ticks since boot)
-    and ``rss_pages`` (24: resident pages of ``PAGE_SIZE`` bytes, as ``statm``'s ``resident``)."""
+    second), ``num_threads`` (20), ``start_ticks`` (22: start time in clock ticks since boot),
+    ``rss_pages`` (24: resident pages of ``PAGE_SIZE`` bytes, as ``statm``'s ``resident``),
+    ``pgrp`` (5), ``tty_nr`` (7: the controlling terminal, 0 for none) and ``tpgid`` (8: the
+    foreground process group of that terminal, -1 for none). The only parser of that file."""
 
     comm: str
     state: str
@@ -115,6 +92,20 @@ class ProcStat(NamedTuple):
     num_threads: int
     start_ticks: int
     rss_pages: int
+    pgrp: int
+    tty_nr: int
+    tpgid: int
+
+    @property
+    def cpu_s(self) -> float:
+        """``cpu_ticks`` in seconds."""
+        return self.cpu_ticks / CLK_TCK
+
+    def stopped_for_terminal(self) -> bool:
+        """Stopped (state ``T``) with a controlling terminal whose foreground group is another:
+        how a process stopped by SIGTTIN or SIGTTOU looks, a background process that read or
+        wrote its terminal (termios(3), the job control of the tty driver)."""
+        return self.state == "T" and self.tty_nr != 0 and self.tpgid not in (-1, self.pgrp)
 
 
 def parse_proc_stat(data: bytes) -> ProcStat:
@@ -137,6 +128,9 @@ def parse_proc_stat(data: bytes) -> ProcStat:
         int(rest[17]),
         int(rest[19]),
         int(rest[21]),
+        int(rest[2]),
+        int(rest[4]),
+        int(rest[5]),
     )
 
 
@@ -516,14 +510,10 @@ def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
     out = []
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
-        stat = _read(f"{base}/stat")
-        if stat is None:
+        st = proc_stat(pid, tid)
+        if st is None:
             continue
-        try:
-            comm, state, _cpu = parse_stat(stat)
-            start = stat_start_ticks(stat)
-        except (ValueError, IndexError):
-            continue
+        comm, state, start = st.comm, st.state, st.start_ticks
         raw = _read(f"{base}/syscall")
         status = _read(f"{base}/status") or ""
         out.append(
@@ -545,11 +535,8 @@ def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
 
 def start_ticks(pid: int) -> Optional[int]:
     """When ``pid`` started, in clock ticks since boot (``stat`` field 22), or ``None``."""
-    text = _read(f"/proc/{pid}/stat")
-    try:
-        return stat_start_ticks(text) if text else None
-    except (ValueError, IndexError):
-        return None
+    st = proc_stat(pid)
+    return None if st is None else st.start_ticks
 
 
 def running(pid: int, start: Optional[int]) -> bool:

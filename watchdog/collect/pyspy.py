@@ -42,7 +42,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..errors import PTRACE_REMEDY
 from ..types import Frame, ProcessStack, ThreadStack
-from .procfs import redact_local
+from .procfs import proc_stat, redact_local
 
 _PERMISSION_MARKERS = ("permission denied", "operation not permitted", "failed to get process executable name", "eperm")
 
@@ -180,11 +180,8 @@ def reason(text: Optional[str]) -> str:
 
 def _state(pid: int) -> Optional[str]:
     """The state letter of ``/proc/PID/stat`` (proc(5)), ``None`` when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None
+    st = proc_stat(pid)
+    return None if st is None else st.state
 
 
 def _continue_if_left_stopped(pid: int) -> str:

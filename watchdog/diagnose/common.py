@@ -125,7 +125,11 @@ def quiet_text(facts: Facts, pid: int) -> str:
     stall = facts.stall
     if stall is not None and stall.measure == "batches":
         work = {p: (cpu, io) for p, cpu, io in stall.loader_work}.get(pid)
-        spent = f" ({work[0]:.2f} s of CPU, {work[1] / 1024:.0f} KiB of I/O meanwhile)" if work else ""
+        spent = (
+            f" ({work[0]:.2f} s of CPU, {work[1] / 1024:.0f} KiB of I/O in the last {stall.work_window_s:.0f} s)"
+            if work
+            else ""
+        )
         return f"no new sample for {age:.0f} s{spent}"
     return f"no CPU, I/O or context-switch progress for {age:.0f} s"
 
