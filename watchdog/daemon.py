@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from . import __version__, act, detect, frames, report, writer
 from .alert import Alerts
-from .collect import cgroup, procfs, pyspy
+from .collect import cgroup, chain, procfs, pyspy, waits
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .collect.sampler import host_sample as sampler_host_sample
@@ -60,6 +60,8 @@ from .types import (
     ProcessStack,
     Sample,
     Stall,
+    WaitKind,
+    WaitLink,
 )
 from .wake import Waker
 
@@ -544,8 +546,14 @@ class Watcher:
         if proof is None:
             timeout = min(cfg.stall_timeout_s, stall.stall_s) if early else cfg.stall_timeout_s
             proof = detect.prove_loader_idle(verdict, sample, quick, stall, timeout)
+        lock_waiters = [
+            pid
+            for pid, threads in stable.items()
+            if any(d.wait is not None and d.wait.syscall in waits.LOCK_CALLS for d in threads)
+        ]
+        locks = procfs.file_locks(lock_waiters) if lock_waiters else ()
         assessment = detect.assess(
-            stall.trigger or "", sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s
+            stall.trigger or "", sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s, locks
         )
         now = self.sampler.sample()
         if detect.loader_members(now) != detect.loader_members(sample):
@@ -590,6 +598,17 @@ class Watcher:
         timeout = self.config.py_spy.timeout_s / 2
         later = pyspy.dump_all(pids, self.pyspy, False, timeout, deadline=time.monotonic() + timeout)
         return detect.polling(first, later, before, after, _POLL_GAP_S)
+
+    @staticmethod
+    def _chains(sample: Sample, details) -> Tuple[Tuple[WaitLink, ...], ...]:
+        """The wait chain of each worker whose main thread is blocked on a descriptor, a child
+        or the disk (:func:`~watchdog.collect.chain.follow`; report time)."""
+        out = []
+        for w in sample.workers:
+            d = next((x for x in details.get(w.pid, ()) if x.tid == w.pid), None)
+            if d is not None and d.wait is not None and d.wait.kind in (WaitKind.FD, WaitKind.CHILD, WaitKind.DISK):
+                out.append(chain.follow(w.pid, d))
+        return tuple(out)
 
     def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:
         """Holders of the pipes that waiting threads read or write (report time only)."""
@@ -699,7 +718,8 @@ class Watcher:
             rank=(self.rank or {}).get("RANK"),
             peer_loaders=self.peer_loaders(),
             polling=polling,
-            file_locks=procfs.file_locks(pids) if proof is None else (),
+            file_locks=procfs.file_locks(pids),
+            chains=self._chains(sample, details),
         )
         diagnoses = diagnose(facts)
         if terminate:

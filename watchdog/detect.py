@@ -93,12 +93,14 @@ from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import frames, states
+from .collect.waits import LOCK_CALLS
 from .types import (
     LOADER_ROLES,
     ROLE_MAIN,
     ROLE_STARTING,
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
+    FileLock,
     Frame,
     HangVerdict,
     KernelWait,
@@ -302,6 +304,10 @@ class ProgressTracker:
             proc_moved = self._proc_moved(pkey, p, now)
             if proc_moved:
                 self._last_tree_work = now
+            recent = self._recent.setdefault(pkey, collections.deque())
+            recent.append((now, p.cpu_s, _io_of(p)))
+            while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
+                recent.popleft()
             if p.role not in LOADER_ROLES:
                 continue
             if p.role == ROLE_WORKER_CHILD:
@@ -310,10 +316,6 @@ class ProgressTracker:
                 owner = p
             okey = (owner.pid, owner.create_time) if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
-            recent = self._recent.setdefault(pkey, collections.deque())
-            recent.append((now, p.cpu_s, _io_of(p)))
-            while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
-                recent.popleft()
             moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
             for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
                 key = (pkey, t.tid)
@@ -408,7 +410,7 @@ class ProgressTracker:
         since = max(self._last_progress, now - min(WORK_WINDOW_S, (now - self._last_progress) / 2))
         for p in sample.processes:
             recent = self._recent.get((p.pid, p.create_time))
-            if not recent or p.role not in LOADER_ROLES:
+            if not recent:
                 continue
             t0, cpu0, io0 = next((x for x in recent if x[0] >= since), recent[-1])
             io = _io_of(p)
@@ -844,6 +846,7 @@ def assess(
     proof: Optional[Proof],
     woke: Set[Tuple[int, int]],
     stall_timeout_s: float,
+    locks: Sequence[FileLock] = (),
 ) -> Assessment:
     """Decide whether an examined stall is a hang (NOTE [ Hang criterion ]).
 
@@ -856,6 +859,9 @@ def assess(
         proof: :func:`prove`'s or :func:`prove_loader_idle`'s result, if any.
         woke: threads that woke during the stall (:meth:`ProgressTracker.woke_during_stall`).
         stall_timeout_s: the configured stall timeout, seconds.
+        locks: the locks other processes hold on files main or a worker has open
+            (``procfs.file_locks``): a wait for a lock whose holder moves is slow, not stuck
+            (:func:`lock_holder_moving`).
     """
     if proof is not None and (proof.kind != "kernel" or stall.main_pid in proof.pids):
         return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof)
@@ -882,6 +888,9 @@ def assess(
             None,
             entries,
         )
+    held = lock_holder_moving(sample, stall, details, locks) if proof is None else None
+    if held is not None:
+        return Assessment(False, verdict, held, None, entries)
     if stall.measure == MEASURE_BATCHES:
         return _assess_batches(sample, stall, verdict, details, proof, entries)
     for p, d, _, user in timed:
@@ -933,7 +942,7 @@ def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadD
     span = max(stall.work_window_s, 1e-6)
     for pid, cpu_s, io_bytes in stall.loader_work:
         p = sample.process(pid)
-        if p is None:
+        if p is None or p.role not in LOADER_ROLES:
             continue
         share, rate = cpu_s / span, io_bytes / span
         running = any(d.state == "R" for d in details.get(pid, ()))
@@ -943,6 +952,35 @@ def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadD
                 f"last {stall.work_window_s:.0f} s"
             )
     return out
+
+
+def lock_holder_moving(
+    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]], locks: Sequence[FileLock]
+) -> Optional[str]:
+    """Why a stall is slow, not stuck, when a loader thread waits in ``flock``/``fcntl`` for a
+    lock on a file that a process of the job holds (``/proc/locks``), and that holder moved in
+    the stall's last ``work_window_s`` (any I/O, or ``BUSY_SHARE`` of a core): a downloader that
+    holds a dataset's lock while the archive arrives (meta-pytorch/data#409). ``None`` when no
+    such wait is found. A holder outside the job, or one that does not move, dismisses nothing."""
+    work = {pid: (cpu, io) for pid, cpu, io in stall.loader_work}
+    span = max(stall.work_window_s, 1e-6)
+    for pid, threads in sorted(details.items()):
+        p = sample.process(pid)
+        if p is None or p.role not in LOADER_ROLES:
+            continue
+        if not any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
+            continue
+        for lock in locks:
+            holder = sample.process(lock.holder) if lock.opener == pid and lock.holder is not None else None
+            cpu_io = work.get(holder.pid) if holder is not None else None
+            if holder is None or cpu_io is None or (cpu_io[1] <= 0 and cpu_io[0] < BUSY_SHARE * span):
+                continue
+            return (
+                f"pid {pid} waits for a lock on {lock.path} that pid {holder.pid} ({holder.role}) holds "
+                f"({lock.kind} {lock.mode}), and pid {holder.pid} is moving ({cpu_io[1] / 1024:.0f} KiB of I/O, "
+                f"{cpu_io[0]:.1f} s of CPU in the last {stall.work_window_s:.0f} s): slow, not stuck"
+            )
+    return None
 
 
 def _assess_batches(

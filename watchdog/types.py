@@ -424,7 +424,7 @@ class Stall:
     ``rule`` says which stall rule was in force and why (NOTE [ Batch rhythm ]).
     ``measure`` is what counted as the loader's progress: ``batches`` (the inside view: a batch
     main received, or a sample a worker reached for) or ``activity`` (threads' CPU, I/O and
-    wake-ups). ``loader_work`` holds, for each process of the loader path, ``(pid, CPU seconds,
+    wake-ups). ``loader_work`` holds, for each process of the job's tree, ``(pid, CPU seconds,
     I/O bytes)`` it used in the stall's last ``work_window_s`` seconds (at most half the stall,
     at most ``detect.WORK_WINDOW_S``).
     """
@@ -441,6 +441,45 @@ class Stall:
     measure: str = "activity"
     loader_work: Tuple[Tuple[int, float, int], ...] = ()
     work_window_s: float = 0.0
+
+
+class LinkKind(str, enum.Enum):
+    """What one link of a wait chain waits on (:class:`WaitLink`); the value is what reports show."""
+
+    PIPE = "pipe"
+    TCP = "tcp"
+    UNIX = "unix"
+    SOCKET = "socket"
+    FUSE = "fuse"
+    NFS = "nfs"
+    FIFO = "fifo"
+    TERMINAL = "terminal"
+    FILE = "file"
+    CHILD = "child"
+    LOCK = "lock"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class WaitLink:
+    """One link of a wait chain (``watchdog.collect.chain``): thread ``tid`` of ``pid``
+    (``name``, its comm) waits on ``kind`` through ``target`` (the descriptor's target: a path,
+    ``pipe:[N]``, ``socket:[N]``; empty for a child), ``wait`` its kernel wait's sentence, and
+    ``peer`` what is at the other end when it can be told: a TCP peer ``host:port``, a mount
+    point with its file-system type (``/mnt/data fuse.sshfs``), the pids of a pipe's other end.
+    ``fuse_connection`` is the FUSE connection's number (``/sys/fs/fuse/connections/N``);
+    ``fd`` the descriptor waited on and ``reading`` whether the wait reads it."""
+
+    pid: int
+    tid: int
+    name: str
+    kind: LinkKind
+    target: str
+    wait: str
+    peer: str = ""
+    fuse_connection: Optional[int] = None
+    fd: Optional[int] = None
+    reading: bool = False
 
 
 @dataclass(frozen=True)
@@ -559,7 +598,8 @@ class Facts:
     view of its main's iterators at the same time. ``polling`` lists the loader threads seen
     polling at one line (:class:`Polling`, the batch measure's examination only);
     ``file_locks`` the locks other processes hold on files that main or a worker has open
-    (:class:`FileLock`, read at report time).
+    (:class:`FileLock`, read at report time); ``chains`` one wait chain per blocked loop thread
+    of a worker (:class:`WaitLink`, first link the worker's own wait, last what it ends at).
     """
 
     mode: str
@@ -589,6 +629,7 @@ class Facts:
     peer_loaders: Tuple[Tuple[str, Tuple[LoaderView, ...]], ...] = ()
     polling: Tuple[Polling, ...] = ()
     file_locks: Tuple[FileLock, ...] = ()
+    chains: Tuple[Tuple[WaitLink, ...], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

@@ -34,6 +34,13 @@ def _read(path: str) -> Optional[str]:
     return None if data is None else data.decode("utf-8", "replace")
 
 
+def read_text(path: str) -> Optional[str]:
+    """A ``/proc`` file of many records (``mountinfo``, ``net/tcp``, ``children``, ``locks``)
+    as text, read to its end, or ``None`` when it cannot be read."""
+    data = read_bytes(path, records=True)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
 def read_bytes(path: str, records: bool = False, chunk: int = 16384) -> Optional[bytes]:
     """The whole content of a ``/proc`` file, or ``None`` when it cannot be read (gone, no
     permission). ``os.open``/``os.read`` without Python's buffered file object: about half the
@@ -734,7 +741,7 @@ def file_locks(pids: Sequence[int]) -> Tuple[FileLock, ...]:
     """The locks that other processes hold on the files ``pids`` have open (report time): one
     read of ``/proc/locks``, then a ``stat`` of each descriptor of ``pids`` that names a file.
     Empty when ``/proc/locks`` cannot be read or holds no lock."""
-    text = _read("/proc/locks")
+    text = read_text("/proc/locks")
     held = parse_locks(text) if text else []
     if not held:
         return ()

@@ -127,7 +127,10 @@ _FD_CALLS = frozenset(
         "connect",
     }
 )
-_OPEN_CALLS = frozenset({"open", "openat", "flock", "fcntl"})
+_OPEN_CALLS = frozenset({"open", "openat"})
+# flock(fd, LOCK_EX) and fcntl(fd, F_SETLKW/F_OFD_SETLKW, …): a wait for a lock that another
+# open file holds on the same file (flock(2), fcntl(2)); /proc/locks names the holder.
+LOCK_CALLS = frozenset({"flock", "fcntl"})
 _SLEEP_CALLS = frozenset({"nanosleep", "clock_nanosleep"})
 _SIGNAL_CALLS = frozenset({"pause", "rt_sigsuspend"})
 
@@ -224,6 +227,9 @@ def decode(state: Optional[str], syscall_text: Optional[str], machine: Optional[
     elif name in _FD_CALLS:
         fd = _signed(args[0], 32)
         found = KernelWait(WaitKind.FD, name, fd=fd, detail=f"{name} on fd {fd}, no timeout")
+    elif name in LOCK_CALLS:
+        fd = _signed(args[0], 32)
+        found = KernelWait(WaitKind.FD, name, fd=fd, detail=f"{name} on fd {fd}: waits for a file lock, no timeout")
     elif name in _OPEN_CALLS:
         found = KernelWait(WaitKind.FD, name, detail=f"{name}, no timeout")
     elif name == "restart_syscall":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import frames, states
 from ..types import (
@@ -13,12 +13,14 @@ from ..types import (
     Facts,
     Frame,
     HangVerdict,
+    LinkKind,
     Polling,
     ProcessSample,
     ProcessStack,
     Stall,
     ThreadDetail,
     ThreadStack,
+    WaitLink,
 )
 from .engine import Finding
 
@@ -132,6 +134,100 @@ def quiet_text(facts: Facts, pid: int) -> str:
         )
         return f"no new sample for {age:.0f} s{spent}"
     return f"no CPU, I/O or context-switch progress for {age:.0f} s"
+
+
+def chain_of(facts: Facts, pid: int) -> Tuple[WaitLink, ...]:
+    """The wait chain that starts at ``pid`` (``Facts.chains``), or ``()``."""
+    return next((c for c in facts.chains if c and c[0].pid == pid), ())
+
+
+_LINK_TEXT = {
+    LinkKind.PIPE: "{verb} {target}{stdio}, whose {end} end pid(s) {peer} hold",
+    LinkKind.TCP: "waits on a TCP connection to {peer} ({target})",
+    LinkKind.UNIX: "waits on a Unix socket {peer} ({target})",
+    LinkKind.SOCKET: "waits on {target}",
+    LinkKind.FUSE: "waits on {target}, a file on the FUSE mount {peer}",
+    LinkKind.NFS: "waits on {target}, a file on the NFS mount {peer}",
+    LinkKind.FIFO: "waits on the FIFO {target}",
+    LinkKind.TERMINAL: "waits for input on the terminal {target}",
+    LinkKind.FILE: "waits on the file {target}",
+    LinkKind.CHILD: "waits for its child pid(s) {peer} to exit",
+    LinkKind.LOCK: "waits for a lock on {target}",
+    LinkKind.OTHER: "waits ({wait})",
+}
+
+
+_STDIO = {0: " (its standard input)", 1: " (its standard output)", 2: " (its standard error)"}
+
+
+def chain_text(chain: Sequence[WaitLink]) -> str:
+    """``wait chain: pid 7 (python) reads or writes pipe:[5] … → pid 9 (curl) waits on a TCP
+    connection to 127.0.0.1:80 (socket:[8])``."""
+    hops = [
+        f"pid {x.pid} ({x.name}) "
+        + _LINK_TEXT[x.kind].format(
+            target=x.target,
+            peer=x.peer or "unknown",
+            wait=x.wait,
+            verb="reads" if x.reading else "writes",
+            end="write" if x.reading else "read",
+            stdio=_STDIO.get(x.fd, "") if x.fd is not None else "",
+        )
+        for x in chain
+    ]
+    return "wait chain: " + " → ".join(hops)
+
+
+def chain_remedy(chain: Sequence[WaitLink]) -> Optional[str]:
+    """The remedy for what a wait chain ends at, or ``None`` when its end has none of its own
+    (a plain file, a pipe whose writer could not be followed)."""
+    if not chain:
+        return None
+    end = chain[-1]
+    who = f"pid {end.pid} ({end.name})"
+    if end.kind is LinkKind.TCP:
+        bound = "curl --max-time <seconds>" if end.name == "curl" else "wget --timeout" if end.name == "wget" else ""
+        return (
+            f"{who} waits on a TCP connection to {end.peer} that never answers, with no timeout: check the service "
+            f"at {end.peer}, and give the call a timeout ({bound or 'socket.settimeout, the client library’s timeout'})"
+            " so that it fails and can be retried; DataLoader(..., timeout=<seconds>) makes main fail instead of "
+            "waiting."
+        )
+    if end.kind is LinkKind.FUSE:
+        point = end.peer.split(" ")[0]
+        abort = (
+            f"echo 1 > /sys/fs/fuse/connections/{end.fuse_connection}/abort"
+            if end.fuse_connection is not None
+            else "echo 1 > /sys/fs/fuse/connections/<N>/abort"
+        )
+        return (
+            f"The FUSE file system at {point} ({end.peer.split(' ')[-1]}) does not answer: its daemon is stuck or "
+            "gone. Processes waiting on it (state D) cannot be ended by any signal, kill -9 included: abort the "
+            f"connection as root ({abort}) or detach the mount (umount -l {point}), then restart the FUSE daemon; "
+            "mount it with a request timeout where it has one, or copy the data to local disk."
+        )
+    if end.kind is LinkKind.NFS:
+        point = end.peer.split(" ")[0]
+        return (
+            f"The NFS server of {point} does not answer. Processes waiting on a hard mount cannot be ended until it "
+            f"does: check the server and the network, or `umount -f -l {point}`; mount with `soft,timeo=…,retrans=…` "
+            "so reads fail instead of hanging, or copy the data to local disk."
+        )
+    if end.kind is LinkKind.TERMINAL:
+        return (
+            f"{who} waits for an answer on the terminal {end.target}: a prompt nobody answers (unzip's "
+            "'replace …? [y]es, [n]o', a password or confirmation prompt). Run it with no terminal "
+            "(stdin=subprocess.DEVNULL) and with the flag that never asks (unzip -o or -n, apt-get -y, "
+            "ssh -o BatchMode=yes)."
+        )
+    if end.kind is LinkKind.PIPE and len(chain) > 1 and end.pid != chain[0].pid and str(chain[0].pid) in end.peer:
+        return (
+            f"{who} waits for input on {end.target}{_STDIO.get(end.fd, '') if end.fd is not None else ''}, "
+            f"which only pid {chain[0].pid} can write, and pid "
+            f"{chain[0].pid} waits for {who}: give the child its input and close it (subprocess.run(..., input=…)), "
+            "or start it with stdin=subprocess.DEVNULL and a flag that never asks (unzip -o)."
+        )
+    return None
 
 
 def polling_of(facts: Facts, pid: int) -> Optional[Polling]:

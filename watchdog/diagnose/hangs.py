@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 from .. import frames
 from ..states import Activity, WorkerState
-from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, LoaderView, ThreadAtFork, ThreadStack
+from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, LinkKind, LoaderView, ThreadAtFork, ThreadStack
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
@@ -22,6 +22,9 @@ from .common import (
     DOC_START_METHODS,
     WorkerView,
     brief,
+    chain_of,
+    chain_remedy,
+    chain_text,
     describe,
     hang_of,
     kernel_wait,
@@ -536,6 +539,7 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         )
     else:
         lines.append(f"worker pid {v.pid}: no stack (py-spy unavailable)")
+    lines += _chain_lines(facts, v.pid)
     files = dict(facts.open_files).get(v.pid, ())
     regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
     lines.append(
@@ -545,7 +549,24 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
     return (0.85 if v.loop is not None else 0.5), lines, v.user
 
 
+def _chain_lines(facts: Facts, pid: int) -> List[str]:
+    """The worker's wait chain as an evidence line, when it leads somewhere (another process,
+    a socket's peer, a mount, a terminal)."""
+    links = chain_of(facts, pid)
+    if len(links) > 1 or (links and links[-1].kind not in (LinkKind.OTHER, LinkKind.FILE, LinkKind.PIPE)):
+        return [f"worker pid {pid}: {chain_text(links)}"]
+    return []
+
+
+def _end_remedy(facts: Facts, pids: Tuple[int, ...]) -> Optional[str]:
+    """The remedy for what the first of ``pids``' wait chains that has one ends at."""
+    return next((r for pid in pids for r in [chain_remedy(chain_of(facts, pid))] if r), None)
+
+
 def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    end = _end_remedy(facts, pids)
+    if end is not None:
+        return end
     views = [v for v in worker_views(facts) if v.pid in pids]
     targets = [_fd_target(facts, v) or "" for v in views]
     if any(t.startswith("pipe:") for t in targets):
@@ -655,6 +676,7 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             f"{kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
         ]
         lines += [f"worker pid {v.pid}: {held}" for held in lock_holders(facts, v.pid)]
+        lines += _chain_lines(facts, v.pid)
         return 0.8, lines, v.user
     if not v.quiet:
         return None
@@ -669,6 +691,9 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
 
 
 def _polling_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
+    """For a worker that polls, or waits for a file lock another process holds: what it waits
+    for, and how to bound the wait."""
+    polls = any(polling_of(facts, pid) is not None for pid in pids)
     held = next((h for pid in pids for h in lock_holders(facts, pid)), None)
     cause = (
         f" {held[0].upper() + held[1:]}: release it before the DataLoader iterates (commit or close that "
@@ -677,17 +702,24 @@ def _polling_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
         else " Check that what the loop waits for can still happen (a peer that arrives, a file that appears, a "
         "counter that reaches its target, a lock that its holder releases)."
     )
+    head = (
+        "The worker keeps trying at the line above and what it waits for never happens: its retries are no progress."
+        if polls
+        else "The worker waits for a file lock that another process holds and does not release."
+    )
     return (
-        "The worker keeps trying at the line above and what it waits for never happens: its retries are no "
-        f"progress.{cause} Bound the loop (a deadline or a number of tries that raises, a client timeout of "
+        f"{head}{cause} Bound the wait (a deadline or a number of tries that raises, a client timeout of "
         "seconds rather than hours), and set DataLoader(..., timeout=<seconds>) so that main fails instead of "
         "waiting forever."
     )
 
 
 def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
-    if any(polling_of(facts, pid) is not None for pid in pids):
+    if any(polling_of(facts, pid) is not None for pid in pids) or any(lock_holders(facts, pid) for pid in pids):
         return _polling_remedy(facts, pids)
+    end = _end_remedy(facts, pids)
+    if end is not None:
+        return end
     acts = {v.activity for v in worker_views(facts) if v.pid in pids}
     busy = facts.stall is not None and facts.stall.trigger == "busy_stall" and Activity.RUNNING in acts
     if busy:

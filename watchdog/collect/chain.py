@@ -1,0 +1,226 @@
+"""Follow a wait to what it waits for, across processes (report time): a thread's descriptor,
+what that descriptor is (pipe, TCP or Unix socket with its peer, a file on FUSE or NFS, a FIFO,
+a terminal), the process at the other end of a pipe or the child waited for, and that
+process's own wait, up to ``MAX_HOPS`` links. The remedy is then chosen from the last link,
+not the first (a worker reading ``pipe:curl …`` waits for curl, which waits for a store).
+
+Sources: proc(5) for ``/proc/PID/fd``, ``/proc/PID/net/tcp``/``tcp6``/``unix`` (a socket's
+inode and addresses), ``/proc/PID/mountinfo`` (file-system types) and
+``/proc/PID/task/TID/children``; Documentation/filesystems/fuse.rst for the FUSE connections
+under ``/sys/fs/fuse/connections`` (named after the mount's device minor number).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..types import KernelWait, LinkKind, ThreadDetail, WaitKind, WaitLink
+from . import procfs
+
+MAX_HOPS = 4
+_READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
+_TERMINALS = ("/dev/pts/", "/dev/tty", "/dev/console")
+
+
+def _hex_address(text: str) -> str:
+    """``0100007F:1F90`` (``/proc/net/tcp``, IPv4 in host byte order) or the IPv6 form, as
+    ``127.0.0.1:8080`` / ``[::1]:8080``."""
+    addr, _, port = text.partition(":")
+    number = int(port, 16)
+    raw = bytes.fromhex(addr)
+    if len(raw) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{number}"
+    words = struct.unpack("<4I", raw)
+    return f"[{socket.inet_ntop(socket.AF_INET6, struct.pack('>4I', *words))}]:{number}"
+
+
+def parse_tcp(text: str) -> Dict[int, Tuple[str, str]]:
+    """``/proc/PID/net/tcp`` (or ``tcp6``) text: socket inode -> ``(local, remote)`` addresses."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        try:
+            out[int(parts[9])] = (_hex_address(parts[1]), _hex_address(parts[2]))
+        except ValueError:
+            continue
+    return out
+
+
+def parse_unix(text: str) -> Dict[int, str]:
+    """``/proc/PID/net/unix`` text: socket inode -> its path (empty for an unnamed socket)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 7:
+            continue
+        try:
+            out[int(parts[6])] = parts[7] if len(parts) > 7 else ""
+        except ValueError:
+            continue
+    return out
+
+
+def parse_mountinfo(text: str) -> List[Tuple[str, str, int]]:
+    """``/proc/PID/mountinfo`` text: ``(mount point, file-system type, device minor)``."""
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5:
+            continue
+        try:
+            minor = int(fields[2].split(":")[1])
+        except (IndexError, ValueError):
+            minor = -1
+        out.append((fields[4].replace("\\040", " "), right.split()[0] if right.split() else "", minor))
+    return out
+
+
+def _mount_of(pid: int, path: str) -> Optional[Tuple[str, str, int]]:
+    text = procfs.read_text(f"/proc/{pid}/mountinfo")
+    best = None
+    for point, fstype, minor in parse_mountinfo(text or ""):
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) > len(best[0])):
+            best = (point, fstype, minor)
+    return best
+
+
+def _socket(pid: int, inode: int) -> Tuple[LinkKind, str]:
+    for name in ("tcp", "tcp6"):
+        found = parse_tcp(procfs.read_text(f"/proc/{pid}/net/{name}") or "").get(inode)
+        if found:
+            return LinkKind.TCP, found[1]
+    unix = parse_unix(procfs.read_text(f"/proc/{pid}/net/unix") or "").get(inode)
+    if unix is not None:
+        return LinkKind.UNIX, unix
+    return LinkKind.SOCKET, ""
+
+
+def classify(pid: int, target: str) -> Tuple[LinkKind, str, Optional[int]]:
+    """What ``pid``'s descriptor target is: ``(kind, peer, FUSE connection)``."""
+    if target.startswith("pipe:"):
+        return LinkKind.PIPE, "", None
+    if target.startswith("socket:["):
+        try:
+            inode = int(target[len("socket:[") : -1])
+        except ValueError:
+            return LinkKind.SOCKET, "", None
+        kind, peer = _socket(pid, inode)
+        return kind, peer, None
+    if target.startswith(_TERMINALS):
+        return LinkKind.TERMINAL, "", None
+    if not target.startswith("/"):
+        return LinkKind.OTHER, "", None
+    mount = _mount_of(pid, target)
+    fstype = mount[1] if mount else ""
+    if fstype.startswith("fuse") and mount is not None:
+        return LinkKind.FUSE, f"{mount[0]} {fstype}", mount[2] if mount[2] >= 0 else None
+    if fstype.startswith("nfs") and mount is not None:
+        return LinkKind.NFS, f"{mount[0]} {fstype}", None
+    try:
+        if stat.S_ISFIFO(os.stat(f"/proc/{pid}/root{target}").st_mode):
+            return LinkKind.FIFO, "", None
+    except OSError:
+        pass
+    return LinkKind.FILE, f"{mount[0]} {fstype}" if mount else "", None
+
+
+def _tcp_peers(pid: int) -> List[Tuple[str, str]]:
+    """``(socket:[N], remote address)`` of ``pid``'s TCP sockets that have a peer."""
+    table: Dict[int, Tuple[str, str]] = {}
+    for name in ("tcp", "tcp6"):
+        table.update(parse_tcp(procfs.read_text(f"/proc/{pid}/net/{name}") or ""))
+    out = []
+    for target in procfs.open_files(pid):
+        if target.startswith("socket:["):
+            try:
+                found = table.get(int(target[len("socket:[") : -1]))
+            except ValueError:
+                continue
+            if found and not found[1].endswith(":0"):
+                out.append((target, found[1]))
+    return out
+
+
+def _blocked_thread(threads: Sequence[ThreadDetail], pid: int) -> Optional[ThreadDetail]:
+    """The thread of a process that is most likely what the chain waits on: one blocked on a
+    descriptor, a child or the disk, the main thread first."""
+    ordered = sorted(threads, key=lambda d: d.tid != pid)
+    for d in ordered:
+        if d.wait is not None and d.wait.kind in (WaitKind.FD, WaitKind.CHILD, WaitKind.DISK):
+            return d
+    return ordered[0] if ordered else None
+
+
+def _children(pid: int) -> List[int]:
+    out: List[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        text = procfs.read_text(f"/proc/{pid}/task/{tid}/children") or ""
+        out += [int(x) for x in text.split() if x.isdigit()]
+    return sorted(out)
+
+
+def _fd_of(wait: Optional[KernelWait]) -> Optional[int]:
+    return wait.fd if wait is not None and wait.fd is not None and wait.fd >= 0 else None
+
+
+def follow(pid: int, detail: ThreadDetail) -> Tuple[WaitLink, ...]:
+    """The wait chain that starts at thread ``detail`` of ``pid``: one :class:`WaitLink` per
+    hop, at most ``MAX_HOPS``, never the same process twice. Reads ``/proc`` (report time);
+    never raises (what cannot be read ends the chain)."""
+    links: List[WaitLink] = []
+    seen = set()
+    here: Optional[Tuple[int, ThreadDetail]] = (pid, detail)
+    while here is not None and len(links) < MAX_HOPS:
+        pid, d = here
+        seen.add(pid)
+        here = None
+        wait = d.wait
+        name = d.name
+        text = wait.detail if wait is not None else "unknown wait"
+        if wait is not None and wait.kind is WaitKind.CHILD:
+            kids = [c for c in _children(pid) if c not in seen]
+            links.append(WaitLink(pid, d.tid, name, LinkKind.CHILD, "", text, " ".join(map(str, kids))))
+            if kids:
+                nxt = _blocked_thread(procfs.thread_details(kids[0]), kids[0])
+                here = (kids[0], nxt) if nxt is not None else None
+            continue
+        fd = _fd_of(wait)
+        target = procfs.fd_target(pid, fd) if fd is not None else None
+        if target is None and links:
+            # A command in its own event loop (curl polls every second): its TCP connections
+            # are what it waits on.
+            peers = _tcp_peers(pid)
+            if peers:
+                links.append(WaitLink(pid, d.tid, name, LinkKind.TCP, peers[0][0], text, peers[0][1]))
+                break
+        if target is None:
+            links.append(WaitLink(pid, d.tid, name, LinkKind.OTHER, "", text))
+            break
+        kind, peer, connection = classify(pid, target)
+        if wait is not None and wait.syscall in ("flock", "fcntl"):
+            kind = LinkKind.LOCK
+        reading = wait is not None and wait.syscall in _READS
+        if kind is LinkKind.PIPE:
+            readers, writers, _complete = procfs.pipe_holders({target})
+            others = [p for p in (writers if reading else readers).get(target, ()) if p != pid]
+            peer = " ".join(map(str, others))
+            links.append(WaitLink(pid, d.tid, name, kind, target, text, peer, None, fd, reading))
+            fresh = [p for p in others if p not in seen]
+            if fresh:
+                nxt = _blocked_thread(procfs.thread_details(fresh[0]), fresh[0])
+                here = (fresh[0], nxt) if nxt is not None else None
+            continue
+        links.append(WaitLink(pid, d.tid, name, kind, target, text, peer, connection, fd, reading))
+    return tuple(links)
