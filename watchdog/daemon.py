@@ -50,6 +50,7 @@ from .types import (
     MODE_EXIT,
     MODE_HANG,
     MODE_LIVE,
+    ROLE_FORKSERVER,
     ROLE_MAIN,
     ROLE_WORKER,
     SEVERITY_CRASH,
@@ -460,10 +461,16 @@ class Watcher:
         alive = [(p.pid, p.role) for p in last if p.role != "other" and act.still_running(p.pid, p.create_time)]
         if alive:
             shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
-            log(
-                f"{len(alive)} process(es) of the job still run after it ended: {shown}; "
-                f"to end them: kill {' '.join(str(p) for p, _ in alive[:8])}"
-            )
+            stuck = [pid for pid, _ in alive[:8] if (st := procfs.proc_stat(pid)) is not None and st.state == "D"]
+            killable = [pid for pid, _ in alive[:8] if pid not in stuck]
+            advice = [f"to end them: kill {' '.join(map(str, killable))}"] if killable else []
+            if stuck:
+                advice.append(
+                    f"pid(s) {', '.join(map(str, stuck))} are in uninterruptible I/O (state D): no signal ends them "
+                    "until that I/O returns (a FUSE mount: echo 1 > /sys/fs/fuse/connections/<N>/abort, or "
+                    "umount -l; NFS: umount -f -l)"
+                )
+            log(f"{len(alive)} process(es) of the job still run after it ended: {shown}; {'; '.join(advice)}")
 
     def _publish(
         self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = ""
@@ -592,9 +599,9 @@ class Watcher:
         pids = [p.pid for p in sample.workers if p.state not in ("T", "t") and first.get(p.pid) is not None]
         if not pids:
             return ()
-        before = {pid: {d.tid: d.voluntary_ctxt_switches for d in procfs.thread_details(pid)} for pid in pids}
+        before = {pid: procfs.thread_details(pid) for pid in pids}
         time.sleep(_POLL_GAP_S)
-        after = {pid: {d.tid: d.voluntary_ctxt_switches for d in procfs.thread_details(pid)} for pid in pids}
+        after = {pid: procfs.thread_details(pid) for pid in pids}
         timeout = self.config.py_spy.timeout_s / 2
         later = pyspy.dump_all(pids, self.pyspy, False, timeout, deadline=time.monotonic() + timeout)
         return detect.polling(first, later, before, after, _POLL_GAP_S)
@@ -665,7 +672,9 @@ class Watcher:
             # report (nor alert) of the same hang; look again later.
             self._quiet_floor = time.monotonic()
             return
+        # Main, the workers, and a forkserver that forked them (its threads are those at the fork).
         pids = [main.pid] + [w.pid for w in sample.workers]
+        pids += [p.pid for p in sample.processes if p.role == ROLE_FORKSERVER]
         d_state = [p.pid for p in sample.processes if p.state == "D"]
         dumpable = [pid for pid in pids if (p := sample.process(pid)) is not None and p.state not in ("T", "t")]
         # Native frames (and locals) on top of the Python-only stacks already taken, by the

@@ -1016,23 +1016,29 @@ def _assess_batches(
     )
 
 
+_BLOCKED = frozenset({WaitKind.FUTEX_PRIVATE, WaitKind.FUTEX_SHARED, WaitKind.FD, WaitKind.CHILD, WaitKind.DISK})
+
+
 def polling(
     first: Mapping[int, ProcessStack],
     later: Mapping[int, ProcessStack],
-    before: Mapping[int, Mapping[int, Optional[int]]],
-    after: Mapping[int, Mapping[int, Optional[int]]],
+    before: Mapping[int, Sequence[ThreadDetail]],
+    after: Mapping[int, Sequence[ThreadDetail]],
     gap_s: float,
 ) -> Tuple[Polling, ...]:
     """Threads seen polling (:class:`~watchdog.types.Polling`): the same innermost frame of the
     job's own code (file and line) in both stacks, not idle in PyTorch's loop, and at least one
-    voluntary context switch between ``before`` and ``after`` (pid -> tid -> count). A thread
-    asleep across the gap (one long wait) is blocked, not polling, and is left out.
+    voluntary context switch between ``before`` and ``after``. A thread asleep across the gap
+    (one long wait), or found in the same untimed wait (a lock, a descriptor, a child) at both
+    reads, is blocked, not polling, and is left out.
 
     Args:
         first, later: Python stacks by pid, ``gap_s`` seconds apart.
-        before, after: each thread's voluntary context switches at the gap's ends.
+        before, after: each process's threads (``/proc``) at the gap's ends.
     """
     out = []
+    b_of = {pid: {d.tid: d for d in threads} for pid, threads in before.items()}
+    a_of = {pid: {d.tid: d for d in threads} for pid, threads in after.items()}
     for pid, a in sorted(first.items()):
         b = later.get(pid)
         if a is None or b is None or not a.ok or not b.ok:
@@ -1045,10 +1051,15 @@ def polling(
             fa, fb = frames.innermost_user(t), frames.innermost_user(u)
             if fa is None or fb is None or (fa.file, fa.line) != (fb.file, fb.line):
                 continue
-            v0, v1 = before.get(pid, {}).get(t.tid), after.get(pid, {}).get(t.tid)
-            if v0 is None or v1 is None or v1 <= v0:
+            d0, d1 = b_of.get(pid, {}).get(t.tid), a_of.get(pid, {}).get(t.tid)
+            if d0 is None or d1 is None or d0.voluntary_ctxt_switches is None or d1.voluntary_ctxt_switches is None:
                 continue
-            out.append(Polling(pid, t.tid, fb, v1 - v0, gap_s))
+            w0, w1 = d0.wait, d1.wait
+            if w0 is not None and w1 is not None and w0.raw == w1.raw and w1.kind in _BLOCKED:
+                continue  # the same untimed wait at both reads: blocked
+            if d1.voluntary_ctxt_switches <= d0.voluntary_ctxt_switches:
+                continue
+            out.append(Polling(pid, t.tid, fb, d1.voluntary_ctxt_switches - d0.voluntary_ctxt_switches, gap_s))
     return tuple(out)
 
 

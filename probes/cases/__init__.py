@@ -58,7 +58,7 @@ CASES: Tuple[Case, ...] = (
         "hang",
         "suspected",
         "INSERT OR REPLACE INTO cache",
-        remedy=("cache.db is locked (POSIX WRITE) by pid", "(main)", "!socket"),
+        remedy=("cache.db is locked (POSIX WRITE", "(main): release it", "!socket"),
     ),
     Case(
         "node_barrier_stale_world",
@@ -87,6 +87,14 @@ CASES: Tuple[Case, ...] = (
     Case("fd_exhausted_in_workers", "fd_exhausted", "hang"),
     Case("stdout_reader_gone", "worker_blocked_io", "hang", "suspected"),
     Case("summary_writer_and_deadlock", "fork_inherited_lock", "hang", "proven", "with LOCK:"),
+    Case(
+        "forkserver_preload_lock",
+        "fork_inherited_lock",
+        "hang",
+        "proven",
+        "with METRICS_LOCK:",
+        remedy=("set_forkserver_preload",),
+    ),
     Case("loader_timeout_slow_batch", "loader_timeout", "crash"),
     Case("dataset_exception_len_lies", "dataset_error", "crash", location="name = self.frames[i]"),
     Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
@@ -120,6 +128,7 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_poll_until_ready", None, stall_timeout_s=30.0),
     Case("healthy_compute_slow_batches", None),
     Case("healthy_flock_download", None, timeout_s=150.0),
+    Case("healthy_forkserver_preload", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),
     Case(

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from tests.unit.builders import (
+    LOCK_UNTIMED,
     MAIN_PID,
     SLEEP,
     WORKER_PID,
@@ -166,14 +167,22 @@ def _stack(pid, line, file="/job/data.py"):
     return ProcessStack(pid, (ThreadStack(pid, "MainThread", False, False, frames),), True, None, "", 0.1)
 
 
+def _reads(vol0, vol1, syscall0=SLEEP, syscall1=SLEEP):
+    return (
+        {WORKER_PID: (detail(WORKER_PID, syscall0, vol=vol0),)},
+        {WORKER_PID: (detail(WORKER_PID, syscall1, vol=vol1),)},
+    )
+
+
 def test_polling_needs_the_same_user_line_in_both_stacks_and_a_wake_between():
     first = {WORKER_PID: _stack(WORKER_PID, 31)}
-    woke = ({WORKER_PID: {WORKER_PID: 10}}, {WORKER_PID: {WORKER_PID: 30}})
-    (p,) = detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *woke, 2.0)
+    (p,) = detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *_reads(10, 30), 2.0)
     assert (p.pid, p.frame.line, p.wakes, p.gap_s) == (WORKER_PID, 31, 20, 2.0)
-    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 40)}, *woke, 2.0) == ()  # it moved on
-    asleep = ({WORKER_PID: {WORKER_PID: 10}}, {WORKER_PID: {WORKER_PID: 10}})
-    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *asleep, 2.0) == ()  # blocked, not polling
+    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 40)}, *_reads(10, 30), 2.0) == ()  # it moved on
+    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *_reads(10, 10), 2.0) == ()  # asleep
+    # In the same untimed lock wait at both reads: blocked, whatever the switch counts say.
+    locked = _reads(10, 18, LOCK_UNTIMED, LOCK_UNTIMED)
+    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *locked, 2.0) == ()
 
 
 def test_proc_locks_lines_parse_and_waiters_are_skipped():

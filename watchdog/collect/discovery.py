@@ -229,7 +229,15 @@ def find_ranks(
                 continue
             kids = _child_comms(proc)
             owns_workers = any(comm in frames.WORKER_COMMS for comm in kids.values())
-            if main is not None and proc.pid != main.pid and (proc.pid in loader_owners or owns_workers):
+            # The forkserver is the parent of the workers it forks, not their owner (the process
+            # whose iterator asked for them): never a rank; ranks it forked are found below it.
+            forkserver = "multiprocessing.forkserver" in " ".join(_cmdline(proc))
+            if (
+                main is not None
+                and proc.pid != main.pid
+                and not forkserver
+                and (proc.pid in loader_owners or owns_workers)
+            ):
                 spawned.append(proc)
                 continue
             # DataLoader workers are never ranks, nor is anything below them: not walked.

@@ -13,7 +13,19 @@ from typing import List, Optional, Tuple
 
 from .. import frames
 from ..states import Activity, WorkerState
-from ..types import MODE_HANG, SEVERITY_HANG, Facts, ForkRecord, Frame, LinkKind, LoaderView, ThreadAtFork, ThreadStack
+from ..types import (
+    MODE_HANG,
+    ROLE_FORKSERVER,
+    SEVERITY_HANG,
+    Facts,
+    ForkRecord,
+    Frame,
+    LinkKind,
+    LoaderView,
+    ProcessSample,
+    ThreadAtFork,
+    ThreadStack,
+)
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
@@ -102,6 +114,23 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     count in the last sample before the fork and the threads of main still alive that started
     before the worker (``stat`` start times; within one clock tick, thread IDs, which the kernel
     hands out in order), named as py-spy names them."""
+    server = forkserver_of(facts, pid)
+    if server is not None:
+        stack = facts.stack(server.pid)
+        if stack is not None and stack.ok and stack.threads:
+            named = [
+                f"{t.name or '?'} (tid {t.tid})"
+                + (f" at {describe(facts, server.pid, f)}" if (f := frames.innermost_user(t)) is not None else "")
+                for t in stack.threads[:8]
+            ]
+        else:
+            named = [f"{d.name} (tid {d.tid})" for d in facts.threads_of(server.pid)[:8]]
+        count = len(named) or server.num_threads
+        return (
+            f"; the forkserver (pid {server.pid}), not main, forked this worker; it runs {count} thread(s): "
+            f"{'; '.join(named) or '?'} (threads that a module in set_forkserver_preload, or the main module it "
+            "imports, started: a lock one of them held at the fork stays locked in every worker it forks)"
+        )
     record = fork_record_of(facts, pid)
     if record is not None:
         others = [t for t in record.threads if not t.forking]
@@ -143,6 +172,17 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     if len(before) < count:
         text += f"; {count - len(before)} of them ended since (the holder may be among them)"
     return text
+
+
+def forkserver_of(facts: Facts, pid: int) -> Optional[ProcessSample]:
+    """The forkserver process that forked worker ``pid`` (its parent, role ``forkserver``), or
+    ``None`` for a worker that main forked or spawned. The forkserver is the worker's parent
+    but not its owner: the iterator that asked for it lives in main (multiprocessing's
+    forkserver.py: the server forks each child from its own state, after importing the
+    preloaded modules)."""
+    worker = facts.sample.process(pid)
+    parent = facts.sample.process(worker.ppid) if worker is not None else None
+    return parent if parent is not None and parent.role == ROLE_FORKSERVER else None
 
 
 def _innermost_user(t: ThreadAtFork) -> Frame:
@@ -228,8 +268,12 @@ def _forking_thread_held(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
     return bool(name and record is not None and lock_holder_at_fork(facts, record, name, forking=True))
 
 
+# Start methods whose workers are copies of a running process (main's, or the forkserver's).
+_FORKED = (None, "fork", "forkserver")
+
+
 def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if v.proc.start_method not in (None, "fork") or not v.quiet or v.others:
+    if v.proc.start_method not in _FORKED or not v.quiet or v.others:
         return None
     if v.activity not in (Activity.PRIVATE_WAIT, Activity.UNKNOWN):
         return None
@@ -315,6 +359,15 @@ _FORK_REMEDY_DEFAULT = (
 )
 
 
+_FORKSERVER_REMEDY = (
+    "The forkserver forks every worker from its own state, and a thread in it held this lock: modules named in "
+    "set_forkserver_preload([...]) (and the main module, which the forkserver imports) run there, so a thread they "
+    "start at import runs in the forkserver. Start such threads lazily, in the process that needs them (not at "
+    "import), or leave that module out of the preload; or create the lock inside the worker (worker_init_fn). "
+    'multiprocessing_context="spawn" starts each worker from scratch.'
+)
+
+
 @rule("fork_inherited_lock", SEVERITY_HANG, 10, HANG)
 def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     """Forked workers wait for a lock, condition or thread pool that no thread in them can
@@ -331,6 +384,9 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     )
     if found is None:
         return None
+    if any(forkserver_of(facts, pid) is not None for pid in found.pids):
+        summary = found.summary.replace("of the main process", "of the forkserver process that forked the workers")
+        return Finding(**{**found.__dict__, "summary": summary, "remedy": _FORKSERVER_REMEDY})
     holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in found.pids and v.loop is not None}
     holder = next(iter(holders)) if len(holders) == 1 else None
     if holder in _FORK_REMEDY:
@@ -352,7 +408,7 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
         and alone_at_fork(facts, v.pid)
         and not _forking_thread_held(facts, v, threads[0])
     )
-    if len(threads) < 2 and v.proc.start_method in (None, "fork") and not inherited_ruled_out:
+    if len(threads) < 2 and v.proc.start_method in _FORKED and not inherited_ruled_out:
         return None  # one thread, forked: fork_inherited_lock, unless the fork record rules that out
     lines = []
     for t in threads:
