@@ -195,12 +195,23 @@ def innermost_python(thread: ThreadStack) -> Optional[Frame]:
     return frames[0] if frames else None
 
 
+def is_third_party(frame: Frame) -> bool:
+    """True for a frame of an installed package (``site-packages``/``dist-packages``)."""
+    return "-packages/" in normalise_path(frame.file)
+
+
 def innermost_user(thread: ThreadStack) -> Optional[Frame]:
-    """The innermost frame of the user's code in ``thread``, or ``None``."""
+    """The innermost frame of the job's own files in ``thread`` (not the standard library, not
+    PyTorch, not an installed package); else the innermost frame of an installed package it
+    called; ``None`` when there is neither. This is a report's ``where``: the line a user can
+    change (a site-packages frame is where the library waited, not where the job asked it to)."""
+    library = None
     for f in thread.frames:
         if is_user(f):
-            return f
-    return None
+            if not is_third_party(f):
+                return f
+            library = library or f
+    return library
 
 
 def has_frame(thread: ThreadStack, funcs: Iterable[str], file_suffix: Optional[str] = None) -> bool:

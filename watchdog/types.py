@@ -252,13 +252,16 @@ class ThreadAtFork:
 
 @dataclass(frozen=True)
 class ForkRecord:
-    """The threads of ``pid`` when iterator ``iterator`` forked its workers ``workers``."""
+    """The threads of ``pid`` when iterator ``iterator`` forked its workers ``workers``:
+    ``threads`` its Python threads with their stacks, ``os_threads`` every OS thread as
+    ``(tid, comm)`` (native ones included; empty from an older recorder)."""
 
     pid: int
     iterator: int
     site: Optional["Frame"]
     workers: Tuple[int, ...]
     threads: Tuple[ThreadAtFork, ...]
+    os_threads: Tuple[Tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

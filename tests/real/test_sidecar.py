@@ -109,7 +109,9 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     assert loader["settings"]["num_workers"] == 2 and loader["pid"] == doc["job"]["pid"]
     assert set(loader["workers"]) == {w["pid"] for w in workers}
     held = [e for e in first["evidence"] if "at the fork, thread lock-holder" in e]
-    assert held and "held _SAMPLE_LOCK" in held[0] and "inside `with _SAMPLE_LOCK:`" in held[0], first["evidence"]
+    assert held and "held a lock named _SAMPLE_LOCK" in held[0] and "inside `with _SAMPLE_LOCK:`" in held[0], first[
+        "evidence"
+    ]
     (fork,) = doc["inside_view"]["threads_at_fork"]
     assert {t["name"] for t in fork["threads"]} >= {"MainThread", "lock-holder"} | ({"busy"} if busy_thread else set())
 

@@ -691,3 +691,54 @@ def test_without_the_fork_record_a_worker_waiting_on_an_event_with_main_seen_alo
     assert any("no other thread of main was seen at the fork" in e for e in first.evidence)
     busy = dataclasses.replace(facts, main_threads_at_fork=((WORKER_PID, 3),))
     assert diagnose(busy)[0].confidence >= 0.9
+
+
+def test_the_threads_at_fork_count_main_s_native_threads_by_their_comm():
+    import dataclasses as dc
+
+    forking = ("MainThread", MAIN_PID, True, [("main", USER, 21, False)])
+    view = _fork_view(forking)
+    record = dc.replace(
+        view.forks[0], os_threads=((MAIN_PID, "python"), (MAIN_PID + 1, "tokenizers-0"), (MAIN_PID + 2, "tokenizers-1"))
+    )
+    view = dc.replace(view, forks=(record,))
+    t = _in_dataset(  # a Rust pool's mutex, taken in the tokenizer's native code
+        ("__lll_lock_wait", "libc.so.6", 0, True),
+        ("pthread_mutex_lock", "libc.so.6", 0, True),
+        ("tokenizers::encode", "tokenizers.abi3.so", 0, True),
+        ("TextDataset.__getitem__", USER, 12, False),
+    )
+    first = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=view))[0]
+    text = "\n".join(first.evidence)
+    assert first.kind == "fork_inherited_lock"
+    assert "one Python thread (the forking one) and 2 native thread(s)" in text
+    assert "tokenizers-0" in text and "single thread" not in text
+
+
+def test_where_is_the_jobs_own_line_not_the_library_frame_it_called():
+    from watchdog.types import ThreadStack
+
+    lib = "/opt/venv/lib/python3.11/site-packages/rich/live.py"
+    spec = (("Live.refresh", lib, 230, False), ("step", USER, 40, False))
+    t = ThreadStack(1, "MainThread", False, False, _frames(*spec))
+    assert frames.innermost_user(t).file == USER
+    only_lib = ThreadStack(1, "MainThread", False, False, _frames(("Live.refresh", lib, 230, False)))
+    assert frames.innermost_user(only_lib).file == lib  # nothing of the job's own: the library's frame
+
+
+def test_a_lock_of_self_is_matched_to_a_holder_of_the_same_class_only():
+    t = _in_dataset(("Console.write", USER, 9, False))
+    forking = ("MainThread", MAIN_PID, True, [("main", USER, 60, False)])
+    sources = (
+        ((USER, 9), "        with self._lock:"),
+        ((USER, 28), "        with self._lock:"),
+        ((USER, 30), "            self.render()"),
+    )
+
+    def holder_line(cls):
+        other = ("refresher", MAIN_PID + 1, False, [(f"{cls}.refresh", USER, 30, False)])
+        facts = hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_fork_view(forking, other))
+        return [e for e in diagnose(facts)[0].evidence if "held a lock named" in e]
+
+    assert holder_line("Console")  # the same class: the same lock
+    assert not holder_line("Live")  # Live's self._lock is another object (Textualize/rich#2046)

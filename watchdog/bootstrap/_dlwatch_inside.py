@@ -721,6 +721,23 @@ def _threads_now(skip_frame):
     return out
 
 
+def _os_threads():
+    """Every OS thread of this process as ``[tid, comm]`` (``/proc/self/task``): the native
+    threads too (a Rust or OpenMP pool), which ``threading`` does not list."""
+    out = []
+    try:
+        tids = sorted(int(t) for t in os.listdir("/proc/self/task"))[: 4 * MAX_THREADS]
+    except (OSError, ValueError):
+        return None
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%d/comm" % tid, "rb") as f:
+                out.append([tid, f.read().decode("utf-8", "replace").strip()])
+        except OSError:
+            continue
+    return out
+
+
 def _before_fork():
     """``os.register_at_fork(before=…)``: when a DataLoader iterator forks its workers, record
     the forking process's threads once per iterator."""
@@ -742,6 +759,7 @@ def _before_fork():
         if entry is None or entry[1]["threads_at_fork"] is not None:
             return
         entry[1]["threads_at_fork"] = _threads_now(caller)
+        entry[1]["os_threads_at_fork"] = _os_threads()
         entry[1]["forked_ns"] = time.monotonic_ns()
     except Exception as e:
         _disable("at fork: %r" % (e,))

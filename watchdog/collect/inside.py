@@ -209,6 +209,11 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
                     )
                     for t in threads
                 ),
+                os_threads=tuple(
+                    (int(x[0]), str(x[1]))
+                    for x in (r.get("os_threads_at_fork") or [])
+                    if isinstance(x, list) and len(x) == 2 and str(x[0]).isdigit()
+                ),
             )
         )
     return tuple(out)

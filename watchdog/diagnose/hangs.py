@@ -86,18 +86,29 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip())
 
 
+def _owner_class(function: str) -> Optional[str]:
+    """``Live`` of ``Live._refresh`` (py-spy's qualified names), or ``None`` for a plain function."""
+    head, dot, _ = function.rpartition(".")
+    return head.rsplit(".", 1)[-1] if dot else None
+
+
 def lock_holder_at_fork(
-    facts: Facts, record: ForkRecord, name: str, forking: bool = False
+    facts: Facts, record: ForkRecord, name: str, forking: bool = False, waiter: Optional[Frame] = None
 ) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
     """The thread of ``record`` (not the forking one) inside a ``with NAME:`` block (or after
     ``NAME.acquire()``) at the fork: ``(thread, its frame, line of the with, its text)``. Raw
     source lines (indentation kept) come from the daemon, up to ``ENCLOSING_LINES`` above each
-    user frame of the threads at fork."""
+    user frame of the threads at fork. The lock is matched by its name, so an attribute of
+    ``self`` (``self._lock``) matches only in a method of the waiting frame's (``waiter``) own
+    class: two classes' ``self._lock`` are two locks (Textualize/rich#2046)."""
     pattern = re.compile(r"^\s*(?:with\s+" + re.escape(name) + r"\b|.*\b" + re.escape(name) + r"\.acquire\()")
+    cls = _owner_class(waiter.function) if waiter is not None and name.startswith("self.") else None
     for t in record.threads:
         if t.forking != forking:
             continue
         for f in [f for f in t.frames if frames.is_user(f)][:6]:
+            if cls is not None and _owner_class(f.function) != cls:
+                continue
             here = facts.source_raw(f.file, f.line)
             if here is None:
                 continue
@@ -134,10 +145,29 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     record = fork_record_of(facts, pid)
     if record is not None:
         others = [t for t in record.threads if not t.forking]
+        python_tids = {t.native_id for t in record.threads}
+        native = [(tid, comm) for tid, comm in record.os_threads if tid not in python_tids]
+        if native:
+            names = ", ".join(f"{comm} ({tid})" for tid, comm in native[:8])
+            more = f" and {len(native) - 8} more" if len(native) > 8 else ""
+            native_text = (
+                f"{len(native)} native thread(s) that threading does not list: {names}{more} (a Rust, C++ or OpenMP "
+                "thread pool; a lock one of them held is inherited locked)"
+            )
+        else:
+            native_text = ""
         if not others:
+            if native_text:
+                return (
+                    f"; main ran one Python thread (the forking one) and {native_text} when it forked this worker "
+                    "(recorded at the fork)"
+                )
             return (
-                "; main ran a single thread when it forked this worker (recorded at the fork): the lock was taken by "
-                "that same thread before iter(), or by a library's native thread"
+                "; main ran a single thread when it forked this worker (recorded at the fork, its OS threads "
+                "counted): the lock was taken by that same thread before iter()"
+                if record.os_threads
+                else "; main ran a single Python thread when it forked this worker (recorded at the fork): the lock "
+                "was taken by that same thread before iter(), or by a library's native thread"
             )
         shown = "; ".join(
             f"{t.name or '?'} (tid {t.native_id}) at {describe(facts, record.pid, _innermost_user(t))}"
@@ -145,8 +175,8 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
         )
         more = f"; and {len(others) - 6} more" if len(others) > 6 else ""
         return (
-            f"; main ran {len(others) + 1} threads when it forked this worker (recorded at the fork): the forking one "
-            f"and {shown}{more}"
+            f"; main ran {len(others) + 1} Python threads when it forked this worker (recorded at the fork): the "
+            f"forking one and {shown}{more}" + (f"; besides them, {native_text}" if native_text else "")
         )
     sampled = dict(facts.main_threads_at_fork).get(pid)
     start = dict(facts.worker_start_ticks).get(pid)
@@ -265,7 +295,7 @@ def _forking_thread_held(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
     top = frames.innermost_python(t)
     name = lock_name(facts.source(top.file, top.line)) if top is not None else None
     record = fork_record_of(facts, v.pid)
-    return bool(name and record is not None and lock_holder_at_fork(facts, record, name, forking=True))
+    return bool(name and record is not None and lock_holder_at_fork(facts, record, name, forking=True, waiter=top))
 
 
 # Start methods whose workers are copies of a running process (main's, or the forkserver's).
@@ -293,12 +323,12 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         ]
         name = lock_name(facts.source(top.file, top.line)) if top is not None else None
         record = fork_record_of(facts, v.pid)
-        held = lock_holder_at_fork(facts, record, name) if record is not None and name else None
+        held = lock_holder_at_fork(facts, record, name, waiter=top) if record is not None and name else None
         if held is not None and record is not None:  # a holder is only looked for in a record
             ht, hf, hline, htext = held
             lines.append(
                 f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} "
-                f"held {name}: it was at {describe(facts, record.pid, hf)}, inside `{htext}` "
+                f"held a lock named {name}: it was at {describe(facts, record.pid, hf)}, inside `{htext}` "
                 f"({frames.short_path(hf.file)}:{hline})"
             )
         native = [f for f in t.frames if f.native][:3]
