@@ -32,7 +32,6 @@ from watchdog.types import (
     FileLock,
     Frame,
     HangVerdict,
-    LoaderView,
     Polling,
     ProcessStack,
     ThreadStack,
@@ -41,29 +40,10 @@ from watchdog.types import (
 
 
 def _view(batches=3, waiting_since=5.0, worker=0):
-    return LoaderView(
-        pid=MAIN_PID,
-        iterator=1,
-        kind="_MultiProcessingDataLoaderIter",
-        site=None,
-        settings=(("num_workers", 1),),
-        dataset_type="DS",
-        iterable=False,
-        workers=(WORKER_PID,),
-        worker_exitcodes=(),
-        created=0.0,
-        batches=batches,
-        wait_s=0.0,
-        epoch=0,
-        first_batch_s=0.5,
-        waiting_since=waiting_since,
-        waiting_idx=batches,
-        waiting_worker=worker,
-        last_batch=1.0,
-        intervals=2,
-        interval_p50_s=0.1,
-        interval_p99_s=0.1,
-    )
+    from tests.unit.test_detect import _loader
+
+    view = _loader(intervals=2, p99=0.1, since=waiting_since, worker=worker)
+    return dataclasses.replace(view, batches=batches, workers=(WORKER_PID,), last_batch=1.0)
 
 
 def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None, cpu=None):
