@@ -152,6 +152,14 @@ class _Reported(NamedTuple):
     delivery: Optional[float]  # the tracker's last delivery mark then (monotonic seconds)
     terminable: bool  # the hang could be ended then (:func:`detect.termination`)
     proven: bool  # the report held a proof (NOTE [ Deadlock proof ])
+    key: Tuple[str, str] = ("", "")  # the first diagnosis's kind and location
+    since: float = 0.0  # when its stall began (monotonic seconds)
+    published: bool = True  # False: a recurring suspected stall, looked at and not reported again
+
+
+# A suspected stall that resolved by itself is not reported again at the same place until a
+# stall there lasts this many times the longest one that resolved.
+_RECUR_FACTOR = 2.0
 
 
 class Watcher:
@@ -225,6 +233,7 @@ class Watcher:
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
         self._reported: Optional[_Reported] = None  # the last hang report, while its hang lasts
+        self._resolved: Dict[Tuple[str, str], float] = {}  # (kind, location) -> longest stall that resolved
         self._quiet_floor = float("-inf")  # when an examination last found no hang
         self._rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
         self._said: Dict[str, float] = {}
@@ -305,7 +314,7 @@ class Watcher:
             return
         delivery = self.tracker.last_delivery_mono
         if self._reported is not None and delivery != self._reported.delivery:
-            self._reported = None  # a batch moved since the last report: a new hang may be reported
+            self._resolved_now(sample.t_mono)  # a batch moved since the last report: a new hang may be reported
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
         trigger = detect.due_trigger(
@@ -328,6 +337,29 @@ class Watcher:
                 self._look_for_warnings(sample)
             except Exception:
                 self._internal_error("looking for warnings")
+
+    def _resolved_now(self, now: float) -> None:
+        """The loader moved after a hang report: say so for a suspected one (``resolved after N
+        s``), remember how long its stall lasted at that place, and forget the report."""
+        reported, self._reported = self._reported, None
+        if reported is None or reported.proven:
+            return
+        lasted = now - reported.since
+        kind, where = reported.key
+        self._resolved[reported.key] = max(self._resolved.get(reported.key, 0.0), lasted)
+        if reported.published:
+            log(
+                f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
+                f"{lasted:.0f} s: the loader moved again (slow, not hung)"
+            )
+
+    def _recurs(self, key: Tuple[str, str], stall: Stall) -> bool:
+        """Whether a suspected stall at ``key`` (kind, location) is one that resolved by itself
+        before and has not yet lasted ``_RECUR_FACTOR`` times the longest of those (one
+        episode, one report: a job whose samples are slower than ``stall_timeout_s`` is told
+        once, not at every sample). The busy-stall ceiling always reports."""
+        longest = self._resolved.get(key)
+        return longest is not None and stall.trigger != detect.TRIGGER_BUSY and stall.stall_s < _RECUR_FACTOR * longest
 
     def _rule_text(self, trigger: str, rule: Optional[detect.Rhythm]) -> str:
         """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py)."""
@@ -738,7 +770,20 @@ class Watcher:
         else:
             note = ""
         self._quiet_floor = time.monotonic()
-        self._reported = _Reported(self.tracker.last_delivery_mono, terminable, proof is not None)
+        key = (diagnoses[0].kind, diagnoses[0].location or "")
+        self._reported = _Reported(
+            self.tracker.last_delivery_mono, terminable, proof is not None, key, stall.quiet_since_mono
+        )
+        if proof is None and not terminate and self._recurs(key, stall):
+            self._reported = self._reported._replace(published=False)
+            self._say_once(
+                "recurs:" + key[0] + key[1],
+                f"the suspected hang at {key[1] or key[0]} came back after it resolved by itself (its longest stall "
+                f"{self._resolved[key]:.0f} s): not reported again unless a stall there lasts "
+                f"{_RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
+            )
+            self.tracker.rebaseline(self.sampler.sample())
+            return
         self.last_hang_kind_in_loader = diagnoses[0].kind if verdict.kind == "dataloader" else ""
         self.last_hang_kind = diagnoses[0].kind
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)

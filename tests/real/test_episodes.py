@@ -1,0 +1,36 @@
+"""One episode, one report: a real job whose samples are slower than the stall timeout (each
+sleeps 8 s, the stall timeout is 5 s) is reported once as suspected, told when that stall
+resolves, and not reported again at every sample. Bounded, and every process group it starts
+is killed (``run_bounded``)."""
+
+from __future__ import annotations
+
+from tests.real.helpers import DLWATCH, PY, load_report, reports, run_bounded
+
+SLOW_SAMPLES = """
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        time.sleep(8)  # a remote fetch slower than the stall timeout
+        return torch.tensor(float(i))
+
+for step, batch in enumerate(DataLoader(Slow(), batch_size=1, num_workers=1)):
+    print("step", step, flush=True)
+print("done", flush=True)
+"""
+
+
+def test_a_job_slower_than_the_stall_timeout_is_reported_once_and_its_stall_said_to_resolve(tmp_path):
+    cmd = DLWATCH + ["run", "--stall-timeout", "5", "--report-dir", str(tmp_path), "--", PY, "-c", SLOW_SAMPLES]
+    code, out, err = run_bounded(cmd, timeout_s=150)
+    assert code == 0 and "done" in out, err
+    hangs = [d for d in map(load_report, reports(str(tmp_path))) if d["mode"] == "hang"]
+    assert len(hangs) == 1, [d["diagnoses"][0]["summary"] for d in hangs]
+    assert hangs[0]["stall"]["certainty"] == "suspected" and hangs[0]["stall"]["measure"] == "batches"
+    assert "resolved after" in err and "came back after it resolved by itself" in err, err
