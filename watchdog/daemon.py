@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import __version__, act, detect, frames, report, writer
 from .alert import Alerts
@@ -146,22 +146,6 @@ class Outcome:
     terminated: bool = False
 
 
-class _Reported(NamedTuple):
-    """The last hang report of a :class:`Watcher`, kept while its hang lasts (no batch since)."""
-
-    delivery: Optional[float]  # the tracker's last delivery mark then (monotonic seconds)
-    terminable: bool  # the hang could be ended then (:func:`detect.termination`)
-    proven: bool  # the report held a proof (NOTE [ Deadlock proof ])
-    key: Tuple[str, str] = ("", "")  # the first diagnosis's kind and location
-    since: float = 0.0  # when its stall began (monotonic seconds)
-    published: bool = True  # False: a recurring suspected stall, looked at and not reported again
-
-
-# A suspected stall that resolved by itself is not reported again at the same place until a
-# stall there lasts this many times the longest one that resolved.
-_RECUR_FACTOR = 2.0
-
-
 class Watcher:
     """Watches one job until it ends (or ``stop`` is set).
 
@@ -232,10 +216,9 @@ class Watcher:
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self._reported: Optional[_Reported] = None  # the last hang report, while its hang lasts
-        self._resolved: Dict[Tuple[str, str], float] = {}  # (kind, location) -> longest stall that resolved
-        self._quiet_floor = float("-inf")  # when an examination last found no hang
-        self._rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
+        self.episode = detect.Episode(
+            config.stall_timeout_s, config.busy_stall_timeout_s, config.on_hang == "terminate"
+        )
         self._said: Dict[str, float] = {}
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._shm_managers: Set[Tuple[int, float]] = set()  # torch_shm_manager daemons seen
@@ -312,21 +295,17 @@ class Watcher:
         self.last_stall_s = None if stall is None else stall.stall_s
         if stall is None:
             return
-        delivery = self.tracker.last_delivery_mono
-        if self._reported is not None and delivery != self._reported.delivery:
-            self._resolved_now(sample.t_mono)  # a batch moved since the last report: a new hang may be reported
+        over = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
+        if over is not None:  # a batch moved since a suspected report: say so
+            kind, where = over.key
+            log(
+                f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
+                f"{sample.t_mono - over.since:.0f} s: the loader moved again (slow, not hung)"
+            )
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
-        trigger = detect.due_trigger(
-            stall,
-            cfg.stall_timeout_s,
-            cfg.busy_stall_timeout_s,
-            self._quiet_floor,
-            sample.t_mono,
-            rule,
-            self._rhythm_floor,
-        )
-        if trigger is not None and self._may_examine(trigger) and not self.job_ended():
+        trigger = self.episode.due(stall, sample.t_mono, rule)
+        if trigger is not None and not self.job_ended():
             try:
                 self._examine(sample, dataclasses.replace(stall, trigger=trigger, rule=self._rule_text(trigger, rule)))
             except Exception:
@@ -337,29 +316,6 @@ class Watcher:
                 self._look_for_warnings(sample)
             except Exception:
                 self._internal_error("looking for warnings")
-
-    def _resolved_now(self, now: float) -> None:
-        """The loader moved after a hang report: say so for a suspected one (``resolved after N
-        s``), remember how long its stall lasted at that place, and forget the report."""
-        reported, self._reported = self._reported, None
-        if reported is None or reported.proven:
-            return
-        lasted = now - reported.since
-        kind, where = reported.key
-        self._resolved[reported.key] = max(self._resolved.get(reported.key, 0.0), lasted)
-        if reported.published:
-            log(
-                f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
-                f"{lasted:.0f} s: the loader moved again (slow, not hung)"
-            )
-
-    def _recurs(self, key: Tuple[str, str], stall: Stall) -> bool:
-        """Whether a suspected stall at ``key`` (kind, location) is one that resolved by itself
-        before and has not yet lasted ``_RECUR_FACTOR`` times the longest of those (one
-        episode, one report: a job whose samples are slower than ``stall_timeout_s`` is told
-        once, not at every sample). The busy-stall ceiling always reports."""
-        longest = self._resolved.get(key)
-        return longest is not None and stall.trigger != detect.TRIGGER_BUSY and stall.stall_s < _RECUR_FACTOR * longest
 
     def _rule_text(self, trigger: str, rule: Optional[detect.Rhythm]) -> str:
         """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py)."""
@@ -394,18 +350,6 @@ class Watcher:
         if now - self._said.get(key, float("-inf")) >= every_s:
             self._said[key] = now
             log(message)
-
-    def _may_examine(self, trigger: str) -> bool:
-        """No examination while the last report's hang is unchanged, except to escalate it when
-        a proof or the busy-stall ceiling comes due: to end it (``on_hang: terminate``, once it
-        may be ended) or to prove it (``report``, when the report was not proven)."""
-        if self._reported is None:
-            return True
-        if trigger not in (detect.TRIGGER_PROOF, detect.TRIGGER_BUSY):
-            return False
-        if self.config.on_hang == "terminate":
-            return not self._reported.terminable
-        return not self._reported.proven
 
     def _oom_kills(self) -> Optional[int]:
         now = cgroup.oom_kills(self.root_pid)
@@ -601,7 +545,7 @@ class Watcher:
         self.tracker.trust_timed_waits(assessment.timed_waits)
         if early and assessment.hang and assessment.proof is None:
             # NOTE [ Batch rhythm ]: before stall_timeout_s only a proven hang is reported.
-            self._rhythm_floor = time.monotonic()
+            self.episode.rhythm_unproven(time.monotonic())
             self.tracker.rebaseline(self.sampler.sample())
             self._say_once(
                 "rhythm",
@@ -610,7 +554,7 @@ class Watcher:
             )
             return
         if not assessment.hang:
-            self._quiet_floor = time.monotonic()
+            self.episode.dismissed(time.monotonic())
             self.tracker.rebaseline(self.sampler.sample())
             self._say_once(
                 "dismissed:" + assessment.reason.split(":")[0][:40],
@@ -684,7 +628,7 @@ class Watcher:
             stalled = self.peers()
             if stalled:
                 # Its loader is fine: it waits (in a collective) for a rank whose loader is stuck.
-                self._quiet_floor = time.monotonic()
+                self.episode.dismissed(time.monotonic())
                 self._say_once(
                     "waits-for-peer",
                     f"rank {self.rank.get('RANK')} (pid {main.pid}) stalled {stall.stall_s:.0f} s "
@@ -699,10 +643,10 @@ class Watcher:
         )
         terminable = decision.grounded and decision.allowed
         terminate = cfg.on_hang == "terminate" and terminable
-        if self._reported is not None and not terminate and (proof is None or self._reported.proven):
+        if self.episode.already_reported(terminate, proof is not None):
             # Already reported, and this look would neither end it nor prove it: no second
             # report (nor alert) of the same hang; look again later.
-            self._quiet_floor = time.monotonic()
+            self.episode.dismissed(time.monotonic())
             return
         # Main, the workers, and a forkserver that forked them (its threads are those at the fork).
         pids = [main.pid] + [w.pid for w in sample.workers]
@@ -769,18 +713,16 @@ class Watcher:
             note = f"not terminated: {decision.note}"
         else:
             note = ""
-        self._quiet_floor = time.monotonic()
         key = (diagnoses[0].kind, diagnoses[0].location or "")
-        self._reported = _Reported(
+        reported = detect.Reported(
             self.tracker.last_delivery_mono, terminable, proof is not None, key, stall.quiet_since_mono
         )
-        if proof is None and not terminate and self._recurs(key, stall):
-            self._reported = self._reported._replace(published=False)
+        if not self.episode.report(reported, stall, time.monotonic()):
             self._say_once(
                 "recurs:" + key[0] + key[1],
                 f"the suspected hang at {key[1] or key[0]} came back after it resolved by itself (its longest stall "
-                f"{self._resolved[key]:.0f} s): not reported again unless a stall there lasts "
-                f"{_RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
+                f"{self.episode.resolved[key]:.0f} s): not reported again unless a stall there lasts "
+                f"{detect.RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
             )
             self.tracker.rebaseline(self.sampler.sample())
             return

@@ -1122,3 +1122,106 @@ def termination(
     if grounded and not allowed:
         note = "outside the DataLoader and terminate_outside_loader is false"
     return Termination(grounded, allowed, note)
+
+
+# --- the hang episode ---------------------------------------------------------------------------
+
+# A suspected stall that resolved by itself is not reported again at the same place until a
+# stall there lasts this many times the longest one that resolved.
+RECUR_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Reported:
+    """The last hang report of an :class:`Episode`, kept while its hang lasts (no batch since).
+
+    ``delivery`` is the tracker's delivery mark then (``ProgressTracker.last_delivery_mono``),
+    ``terminable`` whether the hang could be ended then (:func:`termination`), ``proven``
+    whether the report held a proof, ``key`` the first diagnosis's ``(kind, location)``,
+    ``since`` when its stall began and ``published`` False for a recurring suspected stall that
+    was looked at and not reported again (monotonic seconds)."""
+
+    delivery: Optional[float]
+    terminable: bool
+    proven: bool
+    key: Tuple[str, str] = ("", "")
+    since: float = 0.0
+    published: bool = True
+
+
+class Episode:
+    """The hang-episode policy of one watched main, pure (the clock is passed in): when an
+    examination is due, what was already reported, when a stall counts as resolved, and
+    whether a new look at the same hang is reported (NOTE [ Escalation ladder ] in daemon.py).
+
+    Args:
+        stall_timeout_s, busy_stall_timeout_s: the configured timeouts, in seconds.
+        terminate: ``on_hang`` is ``terminate``.
+    """
+
+    def __init__(self, stall_timeout_s: float, busy_stall_timeout_s: float, terminate: bool) -> None:
+        self.stall_timeout_s = stall_timeout_s
+        self.busy_stall_timeout_s = busy_stall_timeout_s
+        self.terminate = terminate
+        self.reported: Optional[Reported] = None
+        self.quiet_floor = float("-inf")  # when an examination last found no hang (or looked again)
+        self.rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
+        self.resolved: Dict[Tuple[str, str], float] = {}  # (kind, location) -> longest stall that resolved
+
+    def due(self, stall: Stall, now: float, rule: Optional[Rhythm] = None) -> Optional[str]:
+        """The trigger of an examination due now (:func:`due_trigger`), or ``None``; while the
+        last report's hang lasts, only a proof or the busy-stall ceiling that could escalate it:
+        end it (``terminate``, once it may be ended) or prove it (``report``, when unproven)."""
+        trigger = due_trigger(
+            stall, self.stall_timeout_s, self.busy_stall_timeout_s, self.quiet_floor, now, rule, self.rhythm_floor
+        )
+        last = self.reported
+        if trigger is None or last is None:
+            return trigger
+        if trigger not in (TRIGGER_PROOF, TRIGGER_BUSY):
+            return None
+        escalates = not last.terminable if self.terminate else not last.proven
+        return trigger if escalates else None
+
+    def delivered(self, delivery: Optional[float], now: float) -> Optional[Reported]:
+        """Fold in the tracker's delivery mark: when it moved since the last report, that
+        report's hang is over. Returns the report when it was a suspected one that had been
+        published (the caller says ``resolved after N s``), else ``None``."""
+        last = self.reported
+        if last is None or delivery == last.delivery:
+            return None
+        self.reported = None
+        if last.proven:
+            return None
+        self.resolved[last.key] = max(self.resolved.get(last.key, 0.0), now - last.since)
+        return last if last.published else None
+
+    def dismissed(self, now: float) -> None:
+        """An examination found no hang (or looked and decided to look again later)."""
+        self.quiet_floor = now
+
+    def rhythm_unproven(self, now: float) -> None:
+        """A batch-rhythm examination found nothing proven: it waits for ``stall_timeout_s``."""
+        self.rhythm_floor = now
+
+    def already_reported(self, terminate: bool, proven: bool) -> bool:
+        """Whether a look at a hang already reported would neither end it (``terminate``) nor
+        prove it for the first time: then nothing is reported (nor alerted) again."""
+        last = self.reported
+        return last is not None and not terminate and (not proven or last.proven)
+
+    def report(self, reported: Reported, stall: Stall, now: float) -> bool:
+        """Record a hang report about to be written; returns False when it is a suspected stall
+        at a place where one resolved by itself before and this one has not yet lasted
+        ``RECUR_FACTOR`` times the longest of those (one episode, one report), so it is not
+        published. The busy-stall ceiling is always published."""
+        self.quiet_floor = now
+        longest = self.resolved.get(reported.key)
+        recurs = (
+            not reported.proven
+            and longest is not None
+            and stall.trigger != TRIGGER_BUSY
+            and stall.stall_s < RECUR_FACTOR * longest
+        )
+        self.reported = dataclasses.replace(reported, published=not recurs)
+        return not recurs
