@@ -18,7 +18,13 @@ NOTE [ Escalation ladder ]
    proven or no batch came for ``busy_stall_timeout_s``; outside the loader only when proven or
    ``terminate_outside_loader`` is true. A suspected hang is reported and left alone. The same
    unchanged hang is not reported twice, except once more when a proof or the busy-stall
-   ceiling comes due after a suspected report.
+   ceiling comes due after a suspected report; a suspected hang that resolves by itself is said
+   to, and one at the same place is reported again only once it lasts twice as long as the
+   longest that resolved (``detect.Episode``: one episode, one report).
+
+Under the batch measure (NOTE [ Hang criterion ]) step 2 adds a second Python-only dump of the
+workers 2 s after the first, to name a line a worker polls at; step 3 reads ``/proc/locks`` and
+follows each blocked worker's wait chain (``collect.chain``).
 """
 
 from __future__ import annotations
