@@ -54,7 +54,8 @@ class Scenario:
     none proven or terminating, and the job exits 0). ``module`` is the target run with
     ``python -m`` (``probes.train`` with ``job`` as its flags, or a ``probes.cases`` target).
     ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
-    (needs root or CAP_SYS_ADMIN). ``skip`` is why it cannot run on a CPU machine (then there is
+    (needs root or CAP_SYS_ADMIN); ``needs_mount`` is a target that mounts a file system in a
+    mount namespace of its own (skipped where none can be made). ``skip`` is why it cannot run on a CPU machine (then there is
     a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
     also have fixture tests). ``certainty``, ``location`` (a source fragment) and ``remedy``
     (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
@@ -75,6 +76,7 @@ class Scenario:
     needs_cuda: bool = False
     stall_timeout_s: float = 5.0
     remedy: Tuple[str, ...] = ()
+    needs_mount: bool = False
 
 
 def from_case(case) -> "Scenario":
@@ -92,6 +94,7 @@ def from_case(case) -> "Scenario":
         location=case.location,
         stall_timeout_s=case.stall_timeout_s,
         remedy=case.remedy,
+        needs_mount=case.needs_mount,
     )
 
 
@@ -556,7 +559,7 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         return Outcome(s, "skipped", note=s.skip)
     if s.needs_cuda and not cuda_available():
         return Outcome(s, "skipped", note=f"needs CUDA (python -m {s.module}); fixture test")
-    if s.shm_size:
+    if s.shm_size or s.needs_mount:
         why = can_private_shm()
         if why:
             return Outcome(s, "skipped", note=why)

@@ -23,7 +23,8 @@ class Case:
     fragment the first diagnosis's ``file:line`` must point at; ``settings`` are watchdog
     settings for the run; ``timeout_s`` bounds it; ``warnings`` are kinds that must also have been
     warned about while the job ran; ``remedy`` holds words the first diagnosis's remedy must
-    contain (``"!words"``: must not)."""
+    contain (``"!words"``: must not); ``needs_mount`` marks a target that mounts a file system in
+    a mount namespace of its own (root or CAP_SYS_ADMIN; skipped without)."""
 
     name: str
     kind: Optional[str]
@@ -37,6 +38,7 @@ class Case:
     args: Tuple[str, ...] = ()
     stall_timeout_s: float = 5.0
     remedy: Tuple[str, ...] = ()
+    needs_mount: bool = False
 
     @property
     def module(self) -> str:
@@ -83,6 +85,15 @@ CASES: Tuple[Case, ...] = (
         "proven",
         "child.stdout.read()",
         remedy=("stdin=subprocess.DEVNULL", "(its standard input)", "!socket"),
+    ),
+    Case(
+        "fuse_daemon_silent",
+        "worker_blocked_io",
+        "hang",
+        "suspected",
+        None,  # the open or the read, whichever request the daemon left unanswered
+        remedy=("/sys/fs/fuse/connections/", "umount -l", "!FIFO", "!socket"),
+        needs_mount=True,
     ),
     Case("fd_exhausted_in_workers", "fd_exhausted", "hang"),
     Case("stdout_reader_gone", "worker_blocked_io", "hang", "suspected"),
