@@ -55,8 +55,8 @@ class Scenario:
     ``python -m`` (``probes.train`` with ``job`` as its flags, or a ``probes.cases`` target).
     ``shm_size`` runs the job in a private mount namespace with a tmpfs of that size on /dev/shm
     (needs root or CAP_SYS_ADMIN); ``needs_mount`` is a target that mounts a file system in a
-    mount namespace of its own (skipped where none can be made). ``skip`` is why it cannot run on a CPU machine (then there is
-    a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
+    mount namespace of its own (skipped where none can be made). ``skip`` is why it cannot run on
+    a CPU machine (then there is a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
     also have fixture tests). ``certainty``, ``location`` (a source fragment) and ``remedy``
     (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
     checked when set.

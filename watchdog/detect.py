@@ -134,9 +134,10 @@ MEASURE_ACTIVITY = "activity"
 WORK_WINDOW_S = 10.0
 
 # With the batch measure, a loader-path process that did at least this much I/O a second during
-# a stall is working on a sample (a slow read or download), not polling: a poller's retries
-# read a lock file, a database page or a counter (kilobytes a second).
-WORK_IO_BYTES_PER_S = 1 << 20
+# a stall is working on a sample (a slow read or download, a rate-limited API), not polling: a
+# poller's retries read a lock file, a database page or a counter (about a kilobyte a second
+# measured here for SQLite's busy handler and a 7 ms counter poll).
+WORK_IO_BYTES_PER_S = 64 << 10
 
 TRIGGER_STALL = "stall_timeout"
 TRIGGER_PROOF = "proof"
@@ -412,7 +413,9 @@ class ProgressTracker:
             recent = self._recent.get((p.pid, p.create_time))
             if not recent:
                 continue
-            t0, cpu0, io0 = next((x for x in recent if x[0] >= since), recent[-1])
+            # The newest reading at or before the window's start (one is kept older than the
+            # window), so that a window never shrinks below one sampling interval.
+            t0, cpu0, io0 = next((x for x in reversed(recent) if x[0] <= since), recent[0])
             io = _io_of(p)
             window = max(window, now - t0)
             work.append((p.pid, max(0.0, p.cpu_s - cpu0), io - io0 if io is not None and io0 is not None else 0))
@@ -880,6 +883,19 @@ def assess(
             if user is not None:
                 timed.append((p, d, wait, user))
     entries = tuple((p.pid, p.create_time, d.tid, wait.signature) for p, d, wait, _ in timed)
+    reading = (
+        [line for line in working(sample, stall, details, io_only=True)] if stall.measure == MEASURE_BATCHES else []
+    )
+    if trigger == TRIGGER_BUSY and reading:
+        # The ceiling is for workers that burn CPU or wait and send nothing; one that reads or
+        # downloads a sample still moves data (busy_stall_timeout_s: "no I/O").
+        return Assessment(
+            False,
+            verdict,
+            f"no batch for {stall.stall_s:.0f} s, but {reading[0]}: reading a sample, slow",
+            None,
+            entries,
+        )
     if trigger == TRIGGER_BUSY:
         return Assessment(
             True,
@@ -932,12 +948,15 @@ def assess(
     )
 
 
-def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]]) -> List[str]:
+def working(
+    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]], io_only: bool = False
+) -> List[str]:
     """The loader-path processes that worked on a sample during a stall under the batch measure,
     one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
     ``BUSY_SHARE`` of a core with a thread running at the examination's reads (eight workers
     that compute on two cores get a quarter of a core each). A poller sleeps between its tries:
-    its share stays small and its threads are asleep when read."""
+    its share stays small and its threads are asleep when read. With ``io_only``, only I/O
+    counts (the busy-stall ceiling's question)."""
     out = []
     span = max(stall.work_window_s, 1e-6)
     for pid, cpu_s, io_bytes in stall.loader_work:
@@ -946,7 +965,8 @@ def working(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadD
             continue
         share, rate = cpu_s / span, io_bytes / span
         running = any(d.state == "R" for d in details.get(pid, ()))
-        if share >= 0.5 or rate >= WORK_IO_BYTES_PER_S or (share >= BUSY_SHARE and running):
+        computing = not io_only and (share >= 0.5 or (share >= BUSY_SHARE and running))
+        if computing or rate >= WORK_IO_BYTES_PER_S:
             out.append(
                 f"{p.role} pid {pid} used {cpu_s:.1f} s of CPU and did {io_bytes / 2**20:.1f} MiB of I/O in the "
                 f"last {stall.work_window_s:.0f} s"

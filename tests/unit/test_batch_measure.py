@@ -112,13 +112,13 @@ def test_the_clock_starts_when_main_begins_to_wait_not_before():
     assert st.measure == "batches" and st.stall_s == pytest.approx(5.0)
 
 
-def _assess(make, seconds=20, state="S"):
+def _assess(make, seconds=20, state="S", trigger=detect.TRIGGER_STALL):
     tracker, st = _track(make, seconds)
     smp = make(float(seconds))
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
     verdict = HangVerdict("dataloader", True, "waits", main_threads[0])
     details = {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)}
-    return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, {}, details, None, {(WORKER_PID, WORKER_PID)}, 5.0)
+    return detect.assess(trigger, smp, st, verdict, {}, details, None, {(WORKER_PID, WORKER_PID)}, 5.0)
 
 
 def test_a_poller_is_a_suspected_hang_however_often_it_wakes():
@@ -217,6 +217,14 @@ def test_the_recorders_fetch_counter_is_read_back(tmp_path):
     assert inside.InsideReader(str(tmp_path)).read([1]).fetches == ()  # another job's pid
     path.write_bytes(b"short")
     assert "fetch" in (inside.InsideReader(str(tmp_path)).read([WORKER_PID]).note or "")
+    # The job writes this folder: a FIFO or a link there is refused, never opened blocking or followed.
+    path.unlink()
+    os.mkfifo(path)
+    view = inside.InsideReader(str(tmp_path)).read([WORKER_PID])
+    assert view.fetches == () and "not a regular file" in (view.note or "")
+    path.unlink()
+    os.symlink("/dev/zero", path)
+    assert inside.InsideReader(str(tmp_path)).read([WORKER_PID]).fetches == ()
 
 
 def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_timeout_advice():
@@ -246,3 +254,20 @@ def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_tim
     assert text.count("/data/cache.db is locked (POSIX WRITE, POSIX READ) by pid 2842 (main)") == 1
     assert "/data/cache.db is locked" in first.remedy and "keeps trying" in first.remedy
     assert "raise stall_timeout_s" not in first.remedy and "socket" not in first.remedy
+
+
+def test_the_busy_stall_ceiling_spares_a_worker_that_reads_its_sample_but_not_one_that_only_burns_cpu():
+    reads = _assess(lambda t: _poller(t, io_per_s=1 << 20), seconds=300, trigger=detect.TRIGGER_BUSY)
+    assert not reads.hang and "reading a sample" in reads.reason
+    spins = _assess(lambda t: _poller(t, cpu_per_s=1.0, io_per_s=0), seconds=300, trigger=detect.TRIGGER_BUSY)
+    assert spins.hang
+
+
+def test_the_work_window_is_never_shorter_than_one_sampling_interval():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(0, 61, 15):  # interval_s = 15
+        tracker.update(_poller(float(t), cpu_per_s=0.9))
+    st = tracker.stall(_poller(60.0, cpu_per_s=0.9))
+    assert st.work_window_s >= 15.0
+    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
+    assert work[1] == pytest.approx(0.9 * st.work_window_s)

@@ -24,6 +24,8 @@ from . import procfs
 MAX_HOPS = 4
 _READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
 _TERMINALS = ("/dev/pts/", "/dev/tty", "/dev/console")
+# File systems on which a FIFO may be looked for with lstat (local: no server to wait for).
+_LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs", "ramfs"})
 
 
 def _hex_address(text: str) -> str:
@@ -124,11 +126,14 @@ def classify(pid: int, target: str) -> Tuple[LinkKind, str, Optional[int]]:
         return LinkKind.FUSE, f"{mount[0]} {fstype}", mount[2] if mount[2] >= 0 else None
     if fstype.startswith("nfs") and mount is not None:
         return LinkKind.NFS, f"{mount[0]} {fstype}", None
-    try:
-        if stat.S_ISFIFO(os.stat(f"/proc/{pid}/root{target}").st_mode):
-            return LinkKind.FIFO, "", None
-    except OSError:
-        pass
+    if fstype in _LOCAL_FS:
+        try:
+            # lstat, on a local file system only: a stat on a network or FUSE mount whose server
+            # does not answer would block, and a path the job controls must not lead elsewhere.
+            if stat.S_ISFIFO(os.lstat(f"/proc/{pid}/root{target}").st_mode):
+                return LinkKind.FIFO, "", None
+        except OSError:
+            pass
     return LinkKind.FILE, f"{mount[0]} {fstype}" if mount else "", None
 
 

@@ -13,16 +13,35 @@ again only when it changed). For ``dlwatch attach`` the job opts in when it star
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
 import shutil
+import stat
 import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerFetch
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file at ``path``, opened without following a
+    symbolic link and without blocking (the job writes this folder: a FIFO or a link to a device
+    there must not hang or steer the sidecar, which may run as root).
+
+    Raises:
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def _load_format():
@@ -259,8 +278,7 @@ class InsideReader:
         if cached is not None and cached[0] == mtime:
             return cached[1]
         try:
-            with open(path, "rb") as f:
-                doc = json.loads(f.read(4 << 20))
+            doc = json.loads(read_regular(path, 4 << 20))
         except (OSError, ValueError) as e:
             self._problems[pid] = f"{os.path.basename(path)}: {e}"
             return cached[1] if cached else None
@@ -306,8 +324,7 @@ class InsideReader:
             if wanted is not None and pid not in wanted:
                 continue
             try:
-                with open(path, "rb") as f:
-                    buf = f.read(FORMAT.FILE_SIZE)
+                buf = read_regular(path, FORMAT.FILE_SIZE)
                 _, slots = FORMAT.read_slots(buf)
             except (OSError, ValueError, Exception) as e:  # struct.error is an Exception
                 self._problems[pid] = f"{name}: {e}"
@@ -323,8 +340,7 @@ class InsideReader:
 
     def _fetch(self, pid: int, path: str) -> Optional[WorkerFetch]:
         try:
-            with open(path, "rb") as f:
-                samples, last_ns = FORMAT.read_fetch(f.read(FORMAT.FETCH.size))
+            samples, last_ns = FORMAT.read_fetch(read_regular(path, FORMAT.FETCH.size))
         except (OSError, ValueError) as e:
             self._problems[pid] = f"{os.path.basename(path)}: {e}"
             return None

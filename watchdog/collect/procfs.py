@@ -739,8 +739,9 @@ def parse_locks(text: str) -> List[Tuple[str, str, Optional[int], Tuple[int, int
 
 def file_locks(pids: Sequence[int]) -> Tuple[FileLock, ...]:
     """The locks that other processes hold on the files ``pids`` have open (report time): one
-    read of ``/proc/locks``, then a ``stat`` of each descriptor of ``pids`` that names a file.
-    Empty when ``/proc/locks`` cannot be read or holds no lock."""
+    read of ``/proc/locks``, then each descriptor's mount and inode from ``fdinfo``
+    (:func:`fd_inode`; never a ``stat``, which a hung FUSE or NFS mount would block). Empty when
+    ``/proc/locks`` cannot be read or holds no lock."""
     text = read_text("/proc/locks")
     held = parse_locks(text) if text else []
     if not held:
@@ -751,21 +752,50 @@ def file_locks(pids: Sequence[int]) -> Tuple[FileLock, ...]:
     out = []
     for pid in pids:
         seen = set()
+        devices = mount_devices(pid)
         for fd in _fd_names(pid):
-            path = f"/proc/{pid}/fd/{fd}"
             try:
-                st = os.stat(path)
-                target = os.readlink(path)
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            ident = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-            if ident in seen or not target.startswith("/"):
+            where = fd_inode(pid, fd) if target.startswith("/") else None
+            dev = devices.get(where[0]) if where is not None else None
+            if where is None or dev is None:
+                continue
+            ident = (dev[0], dev[1], where[1])
+            if ident in seen:
                 continue
             seen.add(ident)
             for kind, mode, holder in by_file.get(ident, ()):
                 if holder != pid:
                     out.append(FileLock(pid, target, holder, kind, mode))
     return tuple(out)
+
+
+def fd_inode(pid: int, fd: str) -> Optional[Tuple[int, int]]:
+    """``(mount id, inode)`` of ``pid``'s descriptor ``fd`` from ``/proc/PID/fdinfo/FD``
+    (``mnt_id:`` and ``ino:``, Linux >= 5.14), or ``None``. Never a ``stat`` of the file: on a
+    FUSE or NFS mount whose server does not answer that would block the sidecar for good."""
+    text = _read(f"/proc/{pid}/fdinfo/{fd}")
+    fields = dict(line.split(":", 1) for line in (text or "").splitlines() if ":" in line)
+    try:
+        return int(fields["mnt_id"]), int(fields["ino"])
+    except (KeyError, ValueError):
+        return None
+
+
+def mount_devices(pid: int) -> Dict[int, Tuple[int, int]]:
+    """``pid``'s mounts as mount id -> ``(major, minor)`` of their device (``/proc/PID/mountinfo``
+    fields 1 and 3, proc(5))."""
+    out = {}
+    for line in (read_text(f"/proc/{pid}/mountinfo") or "").splitlines():
+        fields = line.split()
+        try:
+            major, minor = fields[2].split(":")
+            out[int(fields[0])] = (int(major), int(minor))
+        except (IndexError, ValueError):
+            continue
+    return out
 
 
 def _fd_names(pid: int, limit: int = 256) -> List[str]:
