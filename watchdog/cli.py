@@ -195,7 +195,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return code
     if tail:
         tail.close_job_end()
-    control = JobControl(0, log)
+    control = JobControl(log)
     control.hand_over(proc.pid)
     wake, forward_wake, ended = Waker(), Waker(), threading.Event()
     pending: List[int] = []
@@ -254,9 +254,12 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if tail:
         tail.wait(_STDERR_DRAIN_S)
     code = _exit_code_of(proc.returncode)
-    if control.foreground and proc.returncode in (-signal.SIGINT, -signal.SIGQUIT) and not received:
-        # The terminal's Ctrl-C or Ctrl-\ reached the job straight (it owned the terminal).
-        received.append(-proc.returncode)
+    interrupted = {-signal.SIGINT: signal.SIGINT, -signal.SIGQUIT: signal.SIGQUIT}
+    interrupted.update({of_signal(signal.SIGINT): signal.SIGINT, of_signal(signal.SIGQUIT): signal.SIGQUIT})
+    if control.handed and proc.returncode in interrupted and not received:
+        # The terminal's Ctrl-C or Ctrl-\ reached the job straight (it owned the terminal); a job
+        # that catches KeyboardInterrupt exits 130 itself.
+        received.append(interrupted[proc.returncode])
     if watcher is not None:
         watcher.after_exit(code, terminated=outcome.terminated, signalled=received[0] if received else None)
     if tail:

@@ -596,7 +596,7 @@ class Watcher:
         for w in sample.workers:
             d = next((x for x in details.get(w.pid, ()) if x.tid == w.pid), None)
             if d is not None and d.wait is not None and d.wait.kind in (WaitKind.FD, WaitKind.CHILD, WaitKind.DISK):
-                out.append(chain.follow(w.pid, d))
+                out.append(chain.follow(w.pid, d, {p.pid for p in sample.processes}))
         return tuple(out)
 
     def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:

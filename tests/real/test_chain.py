@@ -37,6 +37,9 @@ def test_a_chain_follows_a_pipe_to_the_child_that_holds_its_other_end_and_that_c
             assert [x.kind for x in links][:2] == [LinkKind.PIPE, LinkKind.PIPE], links
             assert str(child.pid) in links[0].peer and links[0].reading
             assert links[1].pid == child.pid and links[1].fd == 0 and str(os.getpid()) in links[1].peer
+            # Bounded to the job: a process outside it is named, and nothing more of it is read.
+            bounded = chain.follow(reader.pid, detail, {reader.pid})
+            assert len(bounded) == 2 and bounded[1].pid == child.pid and bounded[1].wait == "a process outside the job"
         finally:
             reader.kill()
             reader.wait(10)

@@ -149,3 +149,21 @@ def test_a_job_stopped_reading_the_terminal_from_the_background_is_said_to_wait_
         assert "waiting for terminal input (SIGTTIN/SIGTTOU" in text and "paused" not in text, text
     finally:
         term.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_terminals_settings_come_back_when_a_job_that_changed_them_is_killed(tmp_path, term_env):
+    import termios
+
+    job = (
+        "import os, termios\n"
+        "mode = termios.tcgetattr(0)\nmode[3] &= ~termios.ECHO\ntermios.tcsetattr(0, termios.TCSANOW, mode)\n"
+        "print('echo off', flush=True)\nos.kill(os.getpid(), 9)\n"
+    )
+    term = Pty(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", DLWATCH[0], "-c", job], term_env)
+    try:
+        term.expect("echo off")
+        term.wait()
+        assert termios.tcgetattr(term.fd)[3] & termios.ECHO, "dlwatch left the terminal without echo"
+    finally:
+        term.close()

@@ -16,7 +16,7 @@ import os
 import socket
 import stat
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from ..types import KernelWait, LinkKind, ThreadDetail, WaitKind, WaitLink
 from . import procfs
@@ -164,6 +164,15 @@ def _blocked_thread(threads: Sequence[ThreadDetail], pid: int) -> Optional[Threa
     return ordered[0] if ordered else None
 
 
+def _next_hop(pid: int, members: Optional[Collection[int]]) -> Optional[Tuple[int, ThreadDetail]]:
+    """The next process of a chain with the thread it is followed through; a process outside
+    the job gets a placeholder thread (nothing of it is read)."""
+    if members is not None and pid not in members:
+        return pid, ThreadDetail(pid, "?", "?", None, None)
+    nxt = _blocked_thread(procfs.thread_details(pid), pid)
+    return (pid, nxt) if nxt is not None else None
+
+
 def _children(pid: int) -> List[int]:
     out: List[int] = []
     try:
@@ -180,10 +189,12 @@ def _fd_of(wait: Optional[KernelWait]) -> Optional[int]:
     return wait.fd if wait is not None and wait.fd is not None and wait.fd >= 0 else None
 
 
-def follow(pid: int, detail: ThreadDetail) -> Tuple[WaitLink, ...]:
+def follow(pid: int, detail: ThreadDetail, members: Optional[Collection[int]] = None) -> Tuple[WaitLink, ...]:
     """The wait chain that starts at thread ``detail`` of ``pid``: one :class:`WaitLink` per
-    hop, at most ``MAX_HOPS``, never the same process twice. Reads ``/proc`` (report time);
-    never raises (what cannot be read ends the chain)."""
+    hop, at most ``MAX_HOPS``, never the same process twice. A process outside ``members`` (the
+    job's processes; ``None``: no bound) ends the chain with a link that names it and reads
+    nothing more of it: another user's processes are not the job's to report. Reads ``/proc``
+    (report time); never raises (what cannot be read ends the chain)."""
     links: List[WaitLink] = []
     seen = set()
     here: Optional[Tuple[int, ThreadDetail]] = (pid, detail)
@@ -191,6 +202,10 @@ def follow(pid: int, detail: ThreadDetail) -> Tuple[WaitLink, ...]:
         pid, d = here
         seen.add(pid)
         here = None
+        if members is not None and pid not in members and links:
+            st = procfs.proc_stat(pid)
+            links.append(WaitLink(pid, d.tid, st.comm if st else "?", LinkKind.OTHER, "", "a process outside the job"))
+            break
         wait = d.wait
         name = d.name
         text = wait.detail if wait is not None else "unknown wait"
@@ -198,8 +213,7 @@ def follow(pid: int, detail: ThreadDetail) -> Tuple[WaitLink, ...]:
             kids = [c for c in _children(pid) if c not in seen]
             links.append(WaitLink(pid, d.tid, name, LinkKind.CHILD, "", text, " ".join(map(str, kids))))
             if kids:
-                nxt = _blocked_thread(procfs.thread_details(kids[0]), kids[0])
-                here = (kids[0], nxt) if nxt is not None else None
+                here = _next_hop(kids[0], members)
             continue
         fd = _fd_of(wait)
         target = procfs.fd_target(pid, fd) if fd is not None else None
@@ -224,8 +238,7 @@ def follow(pid: int, detail: ThreadDetail) -> Tuple[WaitLink, ...]:
             links.append(WaitLink(pid, d.tid, name, kind, target, text, peer, None, fd, reading))
             fresh = [p for p in others if p not in seen]
             if fresh:
-                nxt = _blocked_thread(procfs.thread_details(fresh[0]), fresh[0])
-                here = (fresh[0], nxt) if nxt is not None else None
+                here = _next_hop(fresh[0], members)
             continue
         links.append(WaitLink(pid, d.tid, name, kind, target, text, peer, connection, fd, reading))
     return tuple(links)
