@@ -30,7 +30,8 @@ fetcher). Threads' CPU, I/O and wake-ups are then no progress: they explain why 
 (a worker polling a lock file or a shared counter, a SQLite busy handler retrying an ``INSERT``)
 and decide at the examination whether a sample is being worked on (:func:`working`: a slow
 sample, dismissed) or the loader only waits (a suspected hang). Starting workers and workers'
-children still count by their work.
+children still count by their work. A Dataset with ``__getitems__`` (a batched fetch) is
+reached for once per batch, not per sample: its progress is a batch begun.
 
 Workers appearing or exiting count as progress. A stopped job (state T: SIGSTOP, a debugger)
 is paused, not hung: while any loader-path process is stopped the stall clock stands still.
@@ -981,7 +982,10 @@ def lock_holder_moving(
     lock on a file that a process of the job holds (``/proc/locks``), and that holder moved in
     the stall's last ``work_window_s`` (any I/O, or ``BUSY_SHARE`` of a core): a downloader that
     holds a dataset's lock while the archive arrives (meta-pytorch/data#409). ``None`` when no
-    such wait is found. A holder outside the job, or one that does not move, dismisses nothing."""
+    such wait is found. A holder outside the job, or one that does not move, dismisses nothing.
+    The holder's whole process is measured (``flock`` locks belong to an open file, not a
+    thread): a busy logging thread of the holder passes for it moving; the busy-stall ceiling
+    still reports such a stall."""
     work = {pid: (cpu, io) for pid, cpu, io in stall.loader_work}
     span = max(stall.work_window_s, 1e-6)
     for pid, threads in sorted(details.items()):
