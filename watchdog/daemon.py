@@ -567,11 +567,7 @@ class Watcher:
                 f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}",
             )
             return
-        polling: Tuple[Polling, ...] = ()
-        if stall.measure == detect.MEASURE_BATCHES and assessment.proof is None:
-            polling = self._polling(sample, quick)
-            deadline = max(deadline, time.monotonic() + cfg.py_spy.timeout_s / 2)
-        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline, polling)
+        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline)
 
     def _polling(self, sample: Sample, first: Dict[int, ProcessStack]) -> Tuple[Polling, ...]:
         """The workers' threads that poll (:class:`~watchdog.types.Polling`): a second
@@ -623,7 +619,6 @@ class Watcher:
         details,
         pipes,
         deadline: Optional[float] = None,
-        polling: Tuple[Polling, ...] = (),
     ) -> None:
         cfg = self.config
         main = sample.main
@@ -654,6 +649,10 @@ class Watcher:
             # report (nor alert) of the same hang; look again later.
             self.episode.dismissed(time.monotonic())
             return
+        polling: Tuple[Polling, ...] = ()
+        if stall.measure == detect.MEASURE_BATCHES and proof is None:
+            polling = self._polling(sample, quick)  # the dumps below get their own time after it
+            deadline = max(deadline or 0.0, time.monotonic() + cfg.py_spy.timeout_s / 2)
         # Main, the workers, and a forkserver that forked them (its threads are those at the fork).
         pids = [main.pid] + [w.pid for w in sample.workers]
         pids += [p.pid for p in sample.processes if p.role == ROLE_FORKSERVER]
