@@ -59,7 +59,7 @@ class Scenario:
     a CPU machine (then there is a fixture test instead); ``needs_cuda`` skips it where torch sees no GPU (the GPU kinds
     also have fixture tests). ``certainty``, ``location`` (a source fragment) and ``remedy``
     (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
-    checked when set.
+    checked when set, and ``evidence`` (words the first diagnosis's evidence must hold).
     """
 
     name: str
@@ -77,6 +77,7 @@ class Scenario:
     stall_timeout_s: float = 5.0
     remedy: Tuple[str, ...] = ()
     needs_mount: bool = False
+    evidence: Tuple[str, ...] = ()
 
 
 def from_case(case) -> "Scenario":
@@ -95,6 +96,7 @@ def from_case(case) -> "Scenario":
         stall_timeout_s=case.stall_timeout_s,
         remedy=case.remedy,
         needs_mount=case.needs_mount,
+        evidence=case.evidence,
     )
 
 
@@ -475,6 +477,8 @@ def _judge(
         absent = words.startswith("!")
         if (words.lstrip("!") in first.get("remedy", "")) == absent:
             why.append(f"remedy {'holds' if absent else 'lacks'} {words.lstrip('!')!r}")
+    evidence = "\n".join(first.get("evidence", ()))
+    why += [f"evidence lacks {words!r}" for words in s.evidence if words not in evidence]
     return not why, chosen, kinds, "; ".join(why)
 
 

@@ -24,7 +24,8 @@ class Case:
     settings for the run; ``timeout_s`` bounds it; ``warnings`` are kinds that must also have been
     warned about while the job ran; ``remedy`` holds words the first diagnosis's remedy must
     contain (``"!words"``: must not); ``needs_mount`` marks a target that mounts a file system in
-    a mount namespace of its own (root or CAP_SYS_ADMIN; skipped without)."""
+    a mount namespace of its own (root or CAP_SYS_ADMIN; skipped without); ``evidence`` holds
+    words the first diagnosis's evidence must contain."""
 
     name: str
     kind: Optional[str]
@@ -39,6 +40,7 @@ class Case:
     stall_timeout_s: float = 5.0
     remedy: Tuple[str, ...] = ()
     needs_mount: bool = False
+    evidence: Tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -47,7 +49,14 @@ class Case:
 
 
 CASES: Tuple[Case, ...] = (
-    Case("openmp_pool_after_fork", "fork_inherited_lock", "hang", "proven", "torch.exp(x).sum()"),
+    Case(
+        "openmp_pool_after_fork",
+        "fork_inherited_lock",
+        "hang",
+        "proven",
+        "torch.exp(x).sum()",
+        evidence=("native thread(s) that threading does not list",),
+    ),
     Case("thread_pool_before_fork", "fork_inherited_lock", "hang", "proven", "future.result()"),
     Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
     Case("mp_queue_nothing_feeds", "worker_stuck", "hang", "suspected", "self.jobs.get()"),
@@ -105,6 +114,7 @@ CASES: Tuple[Case, ...] = (
         "proven",
         "with METRICS_LOCK:",
         remedy=("set_forkserver_preload",),
+        evidence=("the forkserver (pid", "metrics-flusher (tid"),
     ),
     Case("loader_timeout_slow_batch", "loader_timeout", "crash"),
     Case("dataset_exception_len_lies", "dataset_error", "crash", location="name = self.frames[i]"),
@@ -140,6 +150,7 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_compute_slow_batches", None),
     Case("healthy_flock_download", None, timeout_s=150.0),
     Case("healthy_forkserver_preload", None),
+    Case("healthy_terminal_prompt", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),
     Case(

@@ -11,8 +11,10 @@ stdout_reader_gone.py, summary_writer_and_deadlock.py, loader_timeout_slow_batch
 dataset_exception_len_lies.py, worker_segfault_mid_epoch.py, nested_pool_in_worker.py,
 spawn_without_main_guard.py, shm_removed.py, shm_leaked_after_kill.py, map_count_exhausted.py,
 copy_on_read_index.py, taskset_one_cpu.py, iterable_not_sharded.py, rng_copied_into_workers.py,
-uneven_shards_mp_spawn.py and
-the healthy_*.py controls.
+uneven_shards_mp_spawn.py, sqlite_busy_retry.py, node_barrier_stale_world.py,
+pipe_command_store_silent.py, child_waits_on_stdin.py, fuse_daemon_silent.py,
+forkserver_preload_lock.py and the healthy_*.py controls (healthy_terminal_prompt.py is also
+driven through a terminal in test_terminal.py).
 """
 
 from __future__ import annotations

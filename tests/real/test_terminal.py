@@ -167,3 +167,20 @@ def test_the_terminals_settings_come_back_when_a_job_that_changed_them_is_killed
         assert termios.tcgetattr(term.fd)[3] & termios.ECHO, "dlwatch left the terminal without echo"
     finally:
         term.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_terminal_prompt_case_takes_its_answers_through_the_terminal_under_dlwatch(tmp_path, term_env):
+    case = [DLWATCH[0], "-m", "probes.cases.healthy_terminal_prompt"]
+    term = Pty(DLWATCH + ["run", "--stall-timeout", "5", "--report-dir", str(tmp_path), "--", *case], term_env)
+    try:
+        term.expect("replace checkpoint.pt? [y]es, [n]o: ")
+        term.send(b"y\n")
+        term.expect("answer y")
+        term.expect("(Pdb) ")
+        term.send(b"c\n")
+        term.expect("done")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert not os.listdir(tmp_path)
