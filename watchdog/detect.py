@@ -94,7 +94,7 @@ from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import frames, states
-from .collect.waits import LOCK_CALLS
+from .collect.waits import LOCK_CALLS, READ_CALLS, WRITE_CALLS
 from .types import (
     LOADER_ROLES,
     ROLE_MAIN,
@@ -597,8 +597,7 @@ class PipeEnds:
     complete: bool
 
 
-_READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
-_WRITES = frozenset({"write", "writev", "pwrite64", "sendto", "sendmsg"})
+_READS, _WRITES = READ_CALLS, WRITE_CALLS
 
 
 def _describe_wait(pid: int, d: ThreadDetail, name: Optional[str] = None) -> str:

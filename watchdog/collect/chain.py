@@ -20,9 +20,9 @@ from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from ..types import KernelWait, LinkKind, ThreadDetail, WaitKind, WaitLink
 from . import procfs
+from .waits import READ_CALLS
 
 MAX_HOPS = 4
-_READS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
 _TERMINALS = ("/dev/pts/", "/dev/tty", "/dev/console")
 # File systems on which a FIFO may be looked for with lstat (local: no server to wait for).
 _LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs", "ramfs"})
@@ -94,11 +94,18 @@ def _mount_of(pid: int, path: str) -> Optional[Tuple[str, str, int]]:
     return best
 
 
-def _socket(pid: int, inode: int) -> Tuple[LinkKind, str]:
+def _tcp_table(pid: int) -> Dict[int, Tuple[str, str]]:
+    """``pid``'s network namespace's TCP sockets (IPv4 and IPv6): inode -> (local, remote)."""
+    table: Dict[int, Tuple[str, str]] = {}
     for name in ("tcp", "tcp6"):
-        found = parse_tcp(procfs.read_text(f"/proc/{pid}/net/{name}") or "").get(inode)
-        if found:
-            return LinkKind.TCP, found[1]
+        table.update(parse_tcp(procfs.read_text(f"/proc/{pid}/net/{name}") or ""))
+    return table
+
+
+def _socket(pid: int, inode: int) -> Tuple[LinkKind, str]:
+    found = _tcp_table(pid).get(inode)
+    if found:
+        return LinkKind.TCP, found[1]
     unix = parse_unix(procfs.read_text(f"/proc/{pid}/net/unix") or "").get(inode)
     if unix is not None:
         return LinkKind.UNIX, unix
@@ -139,9 +146,7 @@ def classify(pid: int, target: str) -> Tuple[LinkKind, str, Optional[int]]:
 
 def _tcp_peers(pid: int) -> List[Tuple[str, str]]:
     """``(socket:[N], remote address)`` of ``pid``'s TCP sockets that have a peer."""
-    table: Dict[int, Tuple[str, str]] = {}
-    for name in ("tcp", "tcp6"):
-        table.update(parse_tcp(procfs.read_text(f"/proc/{pid}/net/{name}") or ""))
+    table = _tcp_table(pid)
     out = []
     for target in procfs.open_files(pid):
         if target.startswith("socket:["):
@@ -230,7 +235,7 @@ def follow(pid: int, detail: ThreadDetail, members: Optional[Collection[int]] = 
         kind, peer, connection = classify(pid, target)
         if wait is not None and wait.syscall in ("flock", "fcntl"):
             kind = LinkKind.LOCK
-        reading = wait is not None and wait.syscall in _READS
+        reading = wait is not None and wait.syscall in READ_CALLS
         if kind is LinkKind.PIPE:
             readers, writers, _complete = procfs.pipe_holders({target})
             others = [p for p in (writers if reading else readers).get(target, ()) if p != pid]

@@ -128,6 +128,9 @@ _FD_CALLS = frozenset(
     }
 )
 _OPEN_CALLS = frozenset({"open", "openat"})
+# System calls that read or write a descriptor's data (a wait in one is woken by the other end).
+READ_CALLS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
+WRITE_CALLS = frozenset({"write", "writev", "pwrite64", "sendto", "sendmsg"})
 # flock(fd, LOCK_EX) and fcntl(fd, F_SETLKW/F_OFD_SETLKW, …): a wait for a lock that another
 # open file holds on the same file (flock(2), fcntl(2)); /proc/locks names the holder.
 LOCK_CALLS = frozenset({"flock", "fcntl"})
