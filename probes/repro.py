@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,8 @@ class Scenario:
     also have fixture tests). ``certainty``, ``location`` (a source fragment) and ``remedy``
     (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
     checked when set, and ``evidence`` (words the first diagnosis's evidence must hold).
+    ``attach`` starts the job with plain ``python`` and watches it with ``dlwatch attach
+    --pid`` instead of ``dlwatch run`` (no inside view).
     """
 
     name: str
@@ -78,6 +81,7 @@ class Scenario:
     remedy: Tuple[str, ...] = ()
     needs_mount: bool = False
     evidence: Tuple[str, ...] = ()
+    attach: bool = False
 
 
 def from_case(case) -> "Scenario":
@@ -97,6 +101,7 @@ def from_case(case) -> "Scenario":
         remedy=case.remedy,
         needs_mount=case.needs_mount,
         evidence=case.evidence,
+        attach=case.attach,
     )
 
 
@@ -343,12 +348,11 @@ def _config_file(folder: str, settings) -> Optional[str]:
 
 
 def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
-    """The full command line that runs scenario ``s`` under the watchdog."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "watchdog",
-        "run",
+    """The full command line that runs scenario ``s`` under the watchdog: ``dlwatch run -- JOB``,
+    or for ``s.attach`` a shell that starts the job in the background and becomes ``dlwatch
+    attach --pid`` of it (the job stays dlwatch's child, so that the run's process tree holds
+    it)."""
+    flags = [
         "--report-dir",
         report_dir,
         "--interval",
@@ -361,8 +365,13 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
         "2",
     ]
     if config:
-        cmd += ["--config", config]
-    cmd.append("--")
+        flags += ["--config", config]
+    if s.attach:
+        script = 'python="$1"; shift; "$python" -m "$@" & exec "$python" -m watchdog attach --pid "$!" ' + " ".join(
+            shlex.quote(f) for f in flags
+        )
+        return ["sh", "-c", script, "sh", sys.executable, s.module, *s.job]
+    cmd = [sys.executable, "-m", "watchdog", "run", *flags, "--"]
     if s.shm_size:
         cmd += ["unshare", "-m", "sh", "-c", SHM_WRAPPER.format(size=s.shm_size), "sh"]
     return cmd + [sys.executable, "-m", s.module, *s.job]

@@ -22,9 +22,9 @@ NOTE [ Escalation ladder ]
    to, and one at the same place is reported again only once it lasts twice as long as the
    longest that resolved (``detect.Episode``: one episode, one report).
 
-Under the batch measure (NOTE [ Hang criterion ]) step 2 adds a second Python-only dump of the
-workers 2 s after the first, to name a line a worker polls at; step 3 reads ``/proc/locks`` and
-follows each blocked worker's wait chain (``collect.chain``).
+Under the batch and main-wait measures (NOTE [ Hang criterion ]) step 3 begins with a second
+Python-only dump of the workers 2 s after the first, to name a line a worker polls at; it also
+reads ``/proc/locks`` and follows each blocked worker's wait chain (``collect.chain``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from .types import (
     SEVERITY_WARNING,
     Facts,
     InsideView,
+    Measure,
     Polling,
     ProcessStack,
     Sample,
@@ -335,10 +336,15 @@ class Watcher:
                 "every thread of a process in an untimed private-futex wait, unchanged, "
                 f"for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
             )
-        if self.tracker.measure == detect.MEASURE_BATCHES:
+        if self.tracker.measure == Measure.BATCHES:
             return (
                 f"no batch delivered and no sample reached for by a worker for stall_timeout_s "
                 f"({cfg.stall_timeout_s:g} s) while main waits in __next__ (the inside view's measure)"
+            )
+        if self.tracker.measure == Measure.MAIN_WAIT:
+            return (
+                f"main's iterating thread waited like the DataLoader's batch poll, reading nothing, for "
+                f"stall_timeout_s ({cfg.stall_timeout_s:g} s) (the main-wait measure: no inside view)"
             )
         why = (
             " (the fixed timeout: "
@@ -650,7 +656,7 @@ class Watcher:
             self.episode.dismissed(time.monotonic())
             return
         polling: Tuple[Polling, ...] = ()
-        if stall.measure == detect.MEASURE_BATCHES and proof is None:
+        if stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT) and proof is None:
             polling = self._polling(sample, quick)  # the dumps below get their own time after it
             deadline = max(deadline or 0.0, time.monotonic() + cfg.py_spy.timeout_s / 2)
         # Main, the workers, and a forkserver that forked them (its threads are those at the fork).

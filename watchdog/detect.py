@@ -33,6 +33,16 @@ sample, dismissed) or the loader only waits (a suspected hang). Starting workers
 children still count by their work. A Dataset with ``__getitems__`` (a batched fetch) is
 reached for once per batch, not per sample: its progress is a batch begun.
 
+Without the inside view, the *main-wait measure* (``Measure.MAIN_WAIT``,
+:meth:`ProgressTracker._main_waits`) is the batch measure seen from outside: main's iterating
+thread, at every sample since some moment, in a wait that may be PyTorch's 5 s batch poll, its
+process moving no byte (a batch is a pipe read in main, then the next index a pipe write) and
+its thread using no CPU to speak of: no batch came since that moment, and the loader's threads'
+activity is no progress, as under the batch measure. At the examination main's stack must show
+it inside the iterator's wait (:func:`confirm`); otherwise the activity measure's checks
+decide. A worker that sleeps at one line for each sample looks the same as one that polls there
+forever: only the inside view's sample counts tell them apart.
+
 Workers appearing or exiting count as progress. A stopped job (state T: SIGSTOP, a debugger)
 is paused, not hung: while any loader-path process is stopped the stall clock stands still.
 After py-spy attaches (which makes threads switch), marks are re-based without counting
@@ -105,6 +115,8 @@ from .types import (
     Frame,
     HangVerdict,
     KernelWait,
+    LoaderWork,
+    Measure,
     Polling,
     ProcessSample,
     ProcessStack,
@@ -125,10 +137,6 @@ WAKE_SWITCH_ALLOWANCE = 4
 # a background poller waking every 10 ms (gloo's loop: about 1.5% here) does not.
 BUSY_SHARE = 0.05
 
-# The loader's progress measures (``Stall.measure``, NOTE [ Hang criterion ]).
-MEASURE_BATCHES = "batches"
-MEASURE_ACTIVITY = "activity"
-
 # Seconds of a stall's most recent part over which the loader's work is measured (at most half
 # the stall): a burst when main began to wait (workers fetching their first samples) is not
 # work on a sample still under way.
@@ -139,6 +147,11 @@ WORK_WINDOW_S = 10.0
 # poller's retries read a lock file, a database page or a counter (about a kilobyte a second
 # measured here for SQLite's busy handler and a 7 ms counter poll).
 WORK_IO_BYTES_PER_S = 64 << 10
+
+# Under the main-wait measure a loader process waking at least this often a second in a timed
+# wait of the job's code polls; one waking less often waits for a slow sample (seconds per
+# object), which only the inside view's sample counts could tell from a slow poll.
+POLL_WAKES_PER_S = 2.0
 
 TRIGGER_STALL = "stall_timeout"
 TRIGGER_PROOF = "proof"
@@ -157,6 +170,18 @@ class _Mark:
     cpu_s: float
     vol: int
     io: Optional[int]
+
+
+@dataclass
+class _MainWait:
+    """Main's iterating thread in a wait like PyTorch's batch poll since ``since`` (monotonic
+    seconds), with its thread's CPU and I/O bytes (its process's ``rchar + wchar`` and the
+    thread's own) then (the main-wait measure)."""
+
+    key: Tuple[_Key, int]
+    since: float
+    cpu_s: float
+    io: int
 
 
 def _may_be_inert(t: ThreadSample) -> bool:
@@ -212,9 +237,11 @@ class ProgressTracker:
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
         # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
-        self._recent: Dict[_Key, Deque[Tuple[float, float, Optional[int]]]] = {}
-        self.measure = MEASURE_ACTIVITY
+        self._recent: Dict[_Key, Deque[Tuple[float, float, Optional[int], int]]] = {}
+        self.measure = Measure.ACTIVITY
         self.stopped: Tuple[int, ...] = ()
+        self._main_wait: Optional[_MainWait] = None
+        self._last_restart = float("-inf")
 
     # --- what counts as progress ------------------------------------------------------------
 
@@ -275,6 +302,41 @@ class ProgressTracker:
         self._tokens = counts
         return rose
 
+    # --- the main-wait measure ---------------------------------------------------------------
+
+    def _main_waits(self, main: ProcessSample, now: float) -> Optional[float]:
+        """Since when main's iterating thread has waited for a batch as seen from outside, or
+        ``None`` (NOTE [ Hang criterion ]): at every sample in a wait that may be PyTorch's 5 s
+        batch poll (:func:`states.may_be_loader_idle_poll`; running for an instant at a read
+        does not end it) and not one the frames showed in the job's own code, while the whole
+        process read and wrote no byte (a batch reaches main through a pipe read, by main or by
+        its pin-memory thread, and main then sends the next index: ``_try_get_data`` and
+        ``_try_put_index`` in torch/utils/data/dataloader.py, ``_pin_memory_loop`` in
+        torch/utils/data/_utils/pin_memory.py) and the thread used less
+        than ``max(cpu_progress_s, BUSY_SHARE of a core)``. ``None`` also on the sample that
+        begins such a wait."""
+        t = next((x for x in main.threads if x.tid == main.pid), None)
+        key = ((main.pid, main.create_time), main.pid)
+        w = t.wait if t is not None else None
+        waits = w is not None and (
+            (states.may_be_loader_idle_poll(w) and self._trusted.get(key) != w.signature) or w.kind is WaitKind.RUNNING
+        )
+        io = _io_of(main)
+        if t is None or not waits or io is None:
+            self._main_wait = None
+            return None
+        io += t.io_bytes or 0
+        last = self._main_wait
+        if (
+            last is None
+            or last.key != key
+            or io != last.io
+            or t.cpu_s - last.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - last.since))
+        ):
+            self._main_wait = _MainWait(key, now, t.cpu_s, io)
+            return None
+        return last.since
+
     # --- folding samples in ------------------------------------------------------------------
 
     def update(self, sample: Sample) -> None:
@@ -288,13 +350,23 @@ class ProgressTracker:
         members = loader_members(sample)
         rose = self._count_batches(sample)
         batches = batch_measure(sample)
-        entered = batches and self.measure != MEASURE_BATCHES  # main just began to wait in __next__
-        self.measure = MEASURE_BATCHES if batches else MEASURE_ACTIVITY
+        waited = None if batches or sample.loaders else self._main_waits(main, now)
+        measure = Measure.BATCHES if batches else Measure.ACTIVITY if waited is None else Measure.MAIN_WAIT
+        # main just began to wait in __next__, or a batch reached it after a main wait
+        entered = batches and self.measure != Measure.BATCHES
+        left = self.measure == Measure.MAIN_WAIT and measure != Measure.MAIN_WAIT
+        began_waiting = measure == Measure.MAIN_WAIT and self.measure != Measure.MAIN_WAIT
+        self.measure = measure
+        batches = batches or waited is not None  # the measures alike from here: activity is no progress
         restart = self._last_progress is None or members != self._members or bool(self.stopped)
-        if restart or rose or entered:
+        if restart or rose or entered or left:
             # Workers came or went, a batch or a sample moved, main began to wait for one, or
             # the job is stopped (paused, not hung): the clock restarts.
-            self._last_progress = self._last_delivery = now
+            self._last_progress = self._last_delivery = self._last_restart = now
+        elif began_waiting and waited is not None:
+            # The stall is main's wait, from its start: the workers' activity meanwhile
+            # counted under the activity measure, and is no progress now.
+            self._last_progress = self._last_delivery = max(waited, self._last_restart)
         if restart:
             self._last_tree_work = now
             self._stuck_since.clear()
@@ -307,7 +379,7 @@ class ProgressTracker:
             if proc_moved:
                 self._last_tree_work = now
             recent = self._recent.setdefault(pkey, collections.deque())
-            recent.append((now, p.cpu_s, _io_of(p)))
+            recent.append((now, p.cpu_s, _io_of(p), sum(t.voluntary_ctxt_switches for t in p.threads)))
             while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
                 recent.popleft()
             if p.role not in LOADER_ROLES:
@@ -416,10 +488,18 @@ class ProgressTracker:
                 continue
             # The newest reading at or before the window's start (one is kept older than the
             # window), so that a window never shrinks below one sampling interval.
-            t0, cpu0, io0 = next((x for x in reversed(recent) if x[0] <= since), recent[0])
+            t0, cpu0, io0, wakes0 = next((x for x in reversed(recent) if x[0] <= since), recent[0])
             io = _io_of(p)
             window = max(window, now - t0)
-            work.append((p.pid, max(0.0, p.cpu_s - cpu0), io - io0 if io is not None and io0 is not None else 0))
+            wakes = sum(t.voluntary_ctxt_switches for t in p.threads)
+            work.append(
+                LoaderWork(
+                    p.pid,
+                    max(0.0, p.cpu_s - cpu0),
+                    io - io0 if io is not None and io0 is not None else 0,
+                    max(0, wakes - wakes0),
+                )
+            )
         return Stall(
             work_window_s=window,
             measure=self.measure,
@@ -883,8 +963,17 @@ def assess(
             if user is not None:
                 timed.append((p, d, wait, user))
     entries = tuple((p.pid, p.create_time, d.tid, wait.signature) for p, d, wait, _ in timed)
+    measure = stall.measure
+    if measure == Measure.MAIN_WAIT and not (
+        verdict.confirmed_by_stack and verdict.kind == "dataloader" and not in_bounded_shutdown(verdict)
+    ):
+        # Seen from outside, main only seemed to wait for a batch; its stack does not show it
+        # in the iterator (or is unknown): the activity measure's checks decide.
+        measure = Measure.ACTIVITY
     reading = (
-        [line for line in working(sample, stall, details, io_only=True)] if stall.measure == MEASURE_BATCHES else []
+        [line for line in working(sample, stall, details, io_only=True)]
+        if measure in (Measure.BATCHES, Measure.MAIN_WAIT)
+        else []
     )
     if trigger == TRIGGER_BUSY and reading:
         # The ceiling is for workers that burn CPU or wait and send nothing; one that reads or
@@ -907,7 +996,11 @@ def assess(
     held = lock_holder_moving(sample, stall, details, locks) if proof is None else None
     if held is not None:
         return Assessment(False, verdict, held, None, entries)
-    if stall.measure == MEASURE_BATCHES:
+    if measure == Measure.MAIN_WAIT and proof is None:
+        slow = _slow_waker(stall, [(p.pid, d.tid, user) for p, d, _, user in timed])
+        if slow is not None:
+            return Assessment(False, verdict, slow, None, entries)
+    if measure in (Measure.BATCHES, Measure.MAIN_WAIT):
         return _assess_batches(sample, stall, verdict, details, proof, entries)
     for p, d, _, user in timed:
         if (p.pid, d.tid) in woke:
@@ -951,15 +1044,15 @@ def assess(
 def working(
     sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]], io_only: bool = False
 ) -> List[str]:
-    """The loader-path processes that worked on a sample during a stall under the batch measure,
-    one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
+    """The loader-path processes that worked on a sample during a stall under the batch or
+    main-wait measure, one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
     ``BUSY_SHARE`` of a core with a thread running at the examination's reads (eight workers
     that compute on two cores get a quarter of a core each). A poller sleeps between its tries:
     its share stays small and its threads are asleep when read. With ``io_only``, only I/O
     counts (the busy-stall ceiling's question)."""
     out = []
     span = max(stall.work_window_s, 1e-6)
-    for pid, cpu_s, io_bytes in stall.loader_work:
+    for pid, cpu_s, io_bytes, _wakes in stall.loader_work:
         p = sample.process(pid)
         if p is None or p.role not in LOADER_ROLES:
             continue
@@ -985,7 +1078,7 @@ def lock_holder_moving(
     The holder's whole process is measured (``flock`` locks belong to an open file, not a
     thread): a busy logging thread of the holder passes for it moving; the busy-stall ceiling
     still reports such a stall."""
-    work = {pid: (cpu, io) for pid, cpu, io in stall.loader_work}
+    work = {w.pid: (w.cpu_s, w.io_bytes) for w in stall.loader_work}
     span = max(stall.work_window_s, 1e-6)
     for pid, threads in sorted(details.items()):
         p = sample.process(pid)
@@ -1006,6 +1099,26 @@ def lock_holder_moving(
     return None
 
 
+def _slow_waker(stall: Stall, timed: Sequence[Tuple[int, int, Frame]]) -> Optional[str]:
+    """Under the main-wait measure, why a stall is slow, not stuck: a loader thread in a timed
+    wait in the job's own code (``timed``: pid, tid, its frame), in a process that woke at
+    least once but fewer than ``POLL_WAKES_PER_S`` times a second over the stall's last
+    ``work_window_s``. From outside, a sample that sleeps or waits seconds for a remote object
+    looks like that; a poller retries faster (SQLite's busy handler about 10 times a second, a
+    7 ms counter poll 140). ``None`` when no such thread is found."""
+    span = max(stall.work_window_s, 1e-6)
+    wakes = {w.pid: w.wakes for w in stall.loader_work}
+    for pid, tid, frame in timed:
+        n = wakes.get(pid)
+        if n and n / span < POLL_WAKES_PER_S:
+            return (
+                f"pid {pid} thread {tid} waits with a timeout in the job's code at {frames.where(frame)} and woke "
+                f"{n} time(s) in the last {stall.work_window_s:.0f} s: slower than a poll, a sample still under way "
+                "(from outside; the inside view would count its samples)"
+            )
+    return None
+
+
 def _assess_batches(
     sample: Sample,
     stall: Stall,
@@ -1014,10 +1127,11 @@ def _assess_batches(
     proof: Optional[Proof],
     entries: Tuple[Tuple[int, float, int, tuple], ...],
 ) -> Assessment:
-    """:func:`assess` under the batch measure: no batch came and no worker reached for a new
-    sample for the whole stall. A proof makes it proven; a loader process that worked
-    (:func:`working`) makes it a slow sample; anything else (threads that sleep, poll, retry or
-    block) is a suspected hang, however often they wake."""
+    """:func:`assess` under the batch or main-wait measure: no batch came (and, with the
+    inside view, no worker reached for a new sample) for the whole stall. A proof makes it
+    proven; a loader process that worked (:func:`working`) makes it a slow sample; anything
+    else (threads that sleep, poll, retry or block) is a suspected hang, however often they
+    wake."""
     if proof is not None:
         return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
     busy = working(sample, stall, details)
@@ -1029,11 +1143,18 @@ def _assess_batches(
             None,
             entries,
         )
+    if stall.measure == Measure.MAIN_WAIT:
+        came = (
+            f"main waited for a batch in the DataLoader iterator for {stall.stall_s:.0f} s without reading a "
+            "byte (no batch came)"
+        )
+    else:
+        came = f"no batch was delivered and no worker reached for a new sample for {stall.stall_s:.0f} s"
     return Assessment(
         True,
         verdict,
-        f"no batch was delivered and no worker reached for a new sample for {stall.stall_s:.0f} s, while the "
-        "loader's processes used little CPU and I/O: they wait, poll or retry without getting anywhere",
+        f"{came}, while the loader's processes used little CPU and I/O: they wait, poll or retry without "
+        "getting anywhere",
         None,
         entries,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 # The samples kept in a timeline (timeline_samples x processes x threads of them) carry no
 # per-instance __dict__ where Python allows it (dataclass ``slots``, Python >= 3.10): about 40 %
@@ -412,6 +412,33 @@ class ThreadDetail:
     voluntary_ctxt_switches: Optional[int] = None
 
 
+class LoaderWork(NamedTuple):
+    """What one process of the job's tree did in a stall's last ``Stall.work_window_s``
+    seconds: ``cpu_s`` CPU seconds, ``io_bytes`` bytes read and written (``rchar + wchar``) and
+    ``wakes`` voluntary context switches of all its threads."""
+
+    pid: int
+    cpu_s: float
+    io_bytes: int
+    wakes: int = 0
+
+
+class Measure(str, enum.Enum):
+    """What counts as the loader's progress in a stall (NOTE [ Hang criterion ] in detect.py);
+    the value is what report.json shows.
+
+    ``BATCHES``: the inside view shows main in ``__next__``: a batch main received, or a
+    sample a worker reached for. ``MAIN_WAIT``: no inside view, and main's iterating thread has
+    sat in a wait like PyTorch's 5 s batch poll without reading or writing a byte (``rchar +
+    wchar`` of the whole process, which the pin-memory thread's reads of the workers' result
+    queue also move) or using CPU: only a byte moved or main's own work ends it. ``ACTIVITY``: any thread's CPU,
+    I/O and wake-ups."""
+
+    BATCHES = "batches"
+    MAIN_WAIT = "main_wait"
+    ACTIVITY = "activity"
+
+
 @dataclass(frozen=True)
 class Stall:
     """The detector's view of the loader's progress (see NOTE [ Hang criterion ] in detect.py).
@@ -425,11 +452,9 @@ class Stall:
     timeout, unchanged, to how long. ``trigger`` is what led to the examination
     (``stall_timeout``, ``proof``, ``batch_rhythm`` or ``busy_stall``), set once one is due;
     ``rule`` says which stall rule was in force and why (NOTE [ Batch rhythm ]).
-    ``measure`` is what counted as the loader's progress: ``batches`` (the inside view: a batch
-    main received, or a sample a worker reached for) or ``activity`` (threads' CPU, I/O and
-    wake-ups). ``loader_work`` holds, for each process of the job's tree, ``(pid, CPU seconds,
-    I/O bytes)`` it used in the stall's last ``work_window_s`` seconds (at most half the stall,
-    at most ``detect.WORK_WINDOW_S``).
+    ``measure`` is what counted as the loader's progress (:class:`Measure`). ``loader_work``
+    holds what each process of the job's tree did in the stall's last ``work_window_s``
+    seconds (:class:`LoaderWork`; at most half the stall, at most ``detect.WORK_WINDOW_S``).
     """
 
     stall_s: float
@@ -441,8 +466,8 @@ class Stall:
     stuck_s: Tuple[Tuple[int, float], ...] = ()
     trigger: Optional[str] = None
     rule: str = ""
-    measure: str = "activity"
-    loader_work: Tuple[Tuple[int, float, int], ...] = ()
+    measure: Measure = Measure.ACTIVITY
+    loader_work: Tuple[LoaderWork, ...] = ()
     work_window_s: float = 0.0
 
 

@@ -25,7 +25,9 @@ class Case:
     warned about while the job ran; ``remedy`` holds words the first diagnosis's remedy must
     contain (``"!words"``: must not); ``needs_mount`` marks a target that mounts a file system in
     a mount namespace of its own (root or CAP_SYS_ADMIN; skipped without); ``evidence`` holds
-    words the first diagnosis's evidence must contain."""
+    words the first diagnosis's evidence must contain; ``attach`` runs the target with plain
+    ``python`` and watches it with ``dlwatch attach --pid`` (no inside view: what progress
+    means then is main's wait seen from outside)."""
 
     name: str
     kind: Optional[str]
@@ -41,6 +43,7 @@ class Case:
     remedy: Tuple[str, ...] = ()
     needs_mount: bool = False
     evidence: Tuple[str, ...] = ()
+    attach: bool = False
 
     @property
     def module(self) -> str:
@@ -58,6 +61,14 @@ CASES: Tuple[Case, ...] = (
         evidence=("native thread(s) that threading does not list",),
     ),
     Case("thread_pool_before_fork", "fork_inherited_lock", "hang", "proven", "future.result()"),
+    Case(
+        "live_display_lock_at_fork",
+        "fork_inherited_lock",
+        "hang",
+        "proven",
+        'self.display.update(f"sample {i}")',
+        evidence=("held a lock named self._lock: it was at livedisplay.py:19 in Live._refresh",),
+    ),
     Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
     Case("mp_queue_nothing_feeds", "worker_stuck", "hang", "suspected", "self.jobs.get()"),
     Case("mp_event_never_set", "worker_stuck", "hang", "suspected", "self.ready.wait()"),
@@ -78,6 +89,26 @@ CASES: Tuple[Case, ...] = (
         "suspected",
         "time.sleep(0.007)",
         remedy=("keeps trying", "!socket"),
+    ),
+    Case(
+        "sqlite_busy_retry_attach",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "INSERT OR REPLACE INTO cache",
+        target="sqlite_busy_retry",
+        remedy=("cache.db is locked (POSIX WRITE", "(main): release it", "!socket"),
+        attach=True,
+    ),
+    Case(
+        "node_barrier_stale_world_attach",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "time.sleep(0.007)",
+        target="node_barrier_stale_world",
+        remedy=("keeps trying", "!socket"),
+        attach=True,
     ),
     Case(
         "pipe_command_store_silent",
@@ -148,6 +179,10 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_socket_timeout", None),
     Case("healthy_poll_until_ready", None, stall_timeout_s=30.0),
     Case("healthy_compute_slow_batches", None),
+    Case("healthy_poll_until_ready_attach", None, target="healthy_poll_until_ready", stall_timeout_s=30.0, attach=True),
+    Case("healthy_compute_slow_batches_attach", None, target="healthy_compute_slow_batches", attach=True),
+    Case("healthy_slow_samples_attach", None, target="healthy_slow_samples", attach=True),
+    Case("healthy_socket_timeout_attach", None, target="healthy_socket_timeout", attach=True),
     Case("healthy_flock_download", None, timeout_s=150.0),
     Case("healthy_forkserver_preload", None),
     Case("healthy_terminal_prompt", None),

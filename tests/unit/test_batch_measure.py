@@ -32,6 +32,8 @@ from watchdog.types import (
     FileLock,
     Frame,
     HangVerdict,
+    LoaderWork,
+    Measure,
     Polling,
     ProcessStack,
     ThreadStack,
@@ -76,7 +78,7 @@ def _track(make, seconds=20):
 
 def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_under_activity():
     tracker, st = _track(_poller)
-    assert tracker.measure == detect.MEASURE_BATCHES and st.measure == "batches"
+    assert tracker.measure == Measure.BATCHES and st.measure == "batches"
     assert st.stall_s == pytest.approx(20.0)
     assert dict(st.progress_age_s)[WORKER_PID] == pytest.approx(20.0)
     assert st.no_delivery_s == pytest.approx(20.0)
@@ -85,7 +87,7 @@ def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_
     assert work[1] == pytest.approx(0.2) and work[2] == 10 * 4096
     # The same job without the workers' sample counts: its wake-ups are progress, as before.
     tracker, st = _track(lambda t: _poller(t, fetches=False))
-    assert tracker.measure == detect.MEASURE_ACTIVITY and st.stall_s < 2.0
+    assert tracker.measure == Measure.ACTIVITY and st.stall_s < 2.0
 
 
 def test_a_sample_reached_for_or_a_batch_received_restarts_the_clock():
@@ -233,7 +235,7 @@ def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_tim
     st = dataclasses.replace(
         hang_facts([t]).stall,
         measure="batches",
-        loader_work=((WORKER_PID, 0.01, 2048),),
+        loader_work=(LoaderWork(WORKER_PID, 0.01, 2048),),
         work_window_s=10.0,
         trigger="stall_timeout",
     )

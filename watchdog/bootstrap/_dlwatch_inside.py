@@ -362,13 +362,19 @@ def _disable(reason):
             pass
 
 
+def _function(code):
+    """A code object's qualified name (``Live._refresh``; CPython 3.11's ``co_qualname``, as
+    py-spy names frames), its bare name before 3.11."""
+    return getattr(code, "co_qualname", None) or code.co_name
+
+
 def _outside_torch(frame):
     """The innermost frame outside torch's package and this file: where the user's code called in."""
     here = __file__.rstrip("c")
     while frame is not None:
         name = frame.f_code.co_filename
         if not (_TORCH_DIR and name.startswith(_TORCH_DIR)) and name.rstrip("c") != here:
-            return {"file": name, "line": frame.f_lineno, "function": frame.f_code.co_name}
+            return {"file": name, "line": frame.f_lineno, "function": _function(frame.f_code)}
         frame = frame.f_back
     return None
 
@@ -704,7 +710,9 @@ def _threads_now(skip_frame):
             frame = skip_frame
         stack: List[Dict[str, Any]] = []
         while frame is not None and len(stack) < MAX_FRAMES:
-            stack.append({"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name})
+            stack.append(
+                {"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": _function(frame.f_code)}
+            )
             frame = frame.f_back
         stack.reverse()
         t = by_ident.get(ident)

@@ -14,6 +14,7 @@ from ..types import (
     Frame,
     HangVerdict,
     LinkKind,
+    Measure,
     Polling,
     ProcessSample,
     ProcessStack,
@@ -125,14 +126,15 @@ def quiet_text(facts: Facts, pid: int) -> str:
     if age is None:
         return "no progress seen"
     stall = facts.stall
-    if stall is not None and stall.measure == "batches":
-        work = {p: (cpu, io) for p, cpu, io in stall.loader_work}.get(pid)
+    if stall is not None and stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT):
+        work = {w.pid: (w.cpu_s, w.io_bytes) for w in stall.loader_work}.get(pid)
         spent = (
             f" ({work[0]:.2f} s of CPU, {work[1] / 1024:.0f} KiB of I/O in the last {stall.work_window_s:.0f} s)"
             if work
             else ""
         )
-        return f"no new sample for {age:.0f} s{spent}"
+        what = "no new sample" if stall.measure == Measure.BATCHES else "no batch"
+        return f"{what} for {age:.0f} s{spent}"
     return f"no CPU, I/O or context-switch progress for {age:.0f} s"
 
 

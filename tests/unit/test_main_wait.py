@@ -1,0 +1,186 @@
+"""The main-wait measure (NOTE [ Hang criterion ] in watchdog/detect.py): without the inside view
+(``dlwatch attach`` with no hook), main's iterating thread sitting in a wait like the
+DataLoader's 5 s batch poll while its process moves no byte is the stall, whatever the workers
+do; a worker that polls forever is then reported, and one that works on a sample is not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.unit.builders import (
+    IDLE_POLL,
+    LOCK_TIMED,
+    MAIN_PID,
+    SLEEP,
+    WORKER_PID,
+    detail,
+    fixture,
+    proc,
+    sample,
+    thread,
+)
+from watchdog import detect
+from watchdog.collect import pyspy
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, Measure
+
+# A busy main: between two samples it ran (its thread is running at the read).
+RUNNING = "running"
+
+
+def _job(t, main_io=0, main_cpu=0.0, main_syscall=IDLE_POLL, cpu_per_s=0.02, io_per_s=4096, main_reads=True):
+    """Main waiting (from outside: a 5 s poll, no I/O) and one worker that sleeps and wakes 50
+    times a second, reading a few KiB a second (a lock file, a database page)."""
+    i = int(t)
+    worker = proc(
+        WORKER_PID,
+        ROLE_WORKER,
+        [thread(WORKER_PID, cpu=cpu_per_s * t, vol=50 * i, io=io_per_s * i, syscall=SLEEP)],
+        "fork",
+        cpu=cpu_per_s * t,
+        read_chars=io_per_s * i,
+    )
+    state = "R" if main_syscall == RUNNING else "S"
+    main = proc(
+        MAIN_PID,
+        ROLE_MAIN,
+        [thread(MAIN_PID, cpu=main_cpu, vol=i // 5, syscall="running" if state == "R" else main_syscall, state=state)],
+        cpu=main_cpu,
+        read_chars=main_io if main_reads else None,
+    )
+    return sample(t, [main, worker])
+
+
+def _track(make, seconds=20):
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(seconds + 1):
+        tracker.update(make(float(t)))
+    return tracker, tracker.stall(make(float(seconds)))
+
+
+def test_a_worker_that_polls_forever_while_main_reads_nothing_is_a_stall():
+    tracker, st = _track(_job)
+    assert tracker.measure == Measure.MAIN_WAIT and st.measure == "main_wait"
+    assert st.stall_s == pytest.approx(20.0)  # from main's first sample in the wait
+    assert st.no_delivery_s == pytest.approx(20.0)  # the busy-stall ceiling counts, whatever the worker reads
+    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
+    assert work[2] == 10 * 4096
+
+
+def test_a_byte_main_reads_or_writes_restarts_the_clock():
+    _, st = _track(lambda t: _job(t, main_io=100 * (t >= 12)))
+    assert st.measure == Measure.MAIN_WAIT and st.stall_s == pytest.approx(8.0)
+    # a batch every 3 s (main reads it and sends the next index): never a stall of note
+    _, st = _track(lambda t: _job(t, main_io=300 * (int(t) // 3)))
+    assert st.stall_s <= 3.0
+
+
+def test_main_that_works_or_waits_elsewhere_is_not_under_the_main_wait_measure():
+    # main trains: half a core between samples, running at some reads
+    _, st = _track(lambda t: _job(t, main_cpu=0.5 * t, main_syscall=RUNNING if int(t) % 2 else IDLE_POLL))
+    assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
+    # main sleeps in the job's own code (a 30 s socket timeout is not PyTorch's poll)
+    _, st = _track(lambda t: _job(t, main_syscall=SLEEP))
+    assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
+    # main's I/O counters unreadable: no main-wait measure
+    _, st = _track(lambda t: _job(t, main_reads=False))
+    assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
+
+
+def test_a_timed_wait_the_frames_showed_in_the_jobs_code_is_not_a_batch_wait():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(11):
+        tracker.update(_job(float(t), main_syscall=LOCK_TIMED))
+    assert tracker.measure == Measure.MAIN_WAIT
+    sig = _job(0.0, main_syscall=LOCK_TIMED).main.threads[0].wait.signature
+    tracker.trust_timed_waits([(MAIN_PID, 1.0, MAIN_PID, sig)])  # an Event.wait(5) loop of the job's own
+    for t in range(11, 16):
+        tracker.update(_job(float(t), main_syscall=LOCK_TIMED))
+    st = tracker.stall(_job(15.0, main_syscall=LOCK_TIMED))
+    assert tracker.measure == Measure.ACTIVITY and st.stall_s < 2.0
+
+
+def test_a_batch_that_comes_after_a_long_wait_says_the_loader_moved():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(21):
+        tracker.update(_job(float(t)))
+    before = tracker.last_delivery_mono
+    tracker.update(_job(21.0, main_io=500))
+    assert tracker.last_delivery_mono == 21.0 != before
+    assert tracker.stall(_job(21.0, main_io=500)).stall_s == 0.0
+
+
+def _assess(make, verdict, seconds=20, trigger=detect.TRIGGER_STALL):
+    _, st = _track(make, seconds)
+    smp = make(float(seconds))
+    details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
+    return detect.assess(
+        dataclasses.replace(st, trigger=trigger).trigger or "",
+        smp,
+        st,
+        verdict,
+        {},
+        details,
+        None,
+        {(WORKER_PID, WORKER_PID)},
+        5.0,
+    )
+
+
+def _in_next():
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    return HangVerdict("dataloader", True, "waits", main_threads[0])
+
+
+def test_a_poller_seen_from_outside_is_a_suspected_hang_when_mains_stack_is_in_the_iterator():
+    a = _assess(_job, _in_next())
+    assert a.hang and a.proof is None
+    assert "main waited for a batch in the DataLoader iterator for 20 s without reading a byte" in a.reason
+
+
+def test_workers_that_compute_or_read_are_a_slow_batch_seen_from_outside_too():
+    assert not _assess(lambda t: _job(t, cpu_per_s=0.9), _in_next()).hang
+    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), _in_next()).hang
+
+
+def test_without_mains_stack_in_the_iterator_the_activity_checks_decide():
+    # py-spy could not read main: the verdict rests on /proc alone; nothing is reported that
+    # the activity measure would not report (the job's tree did work meanwhile).
+    unread = HangVerdict("dataloader", False, "presumed", None)
+    a = _assess(_job, unread)
+    assert not a.hang
+    outside = HangVerdict("outside_loader", True, "elsewhere", None)
+    assert not _assess(_job, outside).hang
+
+
+def test_the_busy_stall_ceiling_applies_to_a_worker_that_polls_from_outside_too():
+    a = _assess(_job, _in_next(), seconds=30, trigger=detect.TRIGGER_BUSY)
+    assert a.hang and "busy_stall_timeout_s" in a.reason
+    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), _in_next(), trigger=detect.TRIGGER_BUSY).hang
+
+
+def _sleeper_stack():
+    from tests.unit.test_batch_measure import _stack
+
+    return {WORKER_PID: _stack(WORKER_PID, 20)}
+
+
+def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_not():
+    # One wake every 2-4 s (a remote object per sample, a 30 s socket timeout answered in 1.5 s):
+    # from outside that is a sample under way; the inside view would count its samples.
+    def slow(t):
+        smp = _job(t)
+        worker = smp.processes[1]
+        thread_ = dataclasses.replace(worker.threads[0], voluntary_ctxt_switches=int(t) // 3)
+        return dataclasses.replace(smp, processes=(smp.processes[0], dataclasses.replace(worker, threads=(thread_,))))
+
+    _, st = _track(slow)
+    details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
+    woke = {(WORKER_PID, WORKER_PID)}
+    a = detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
+    assert not a.hang and "woke 3 time(s) in the last 10 s" in a.reason and "/job/data.py:20" in a.reason
+    # 50 wakes a second at the same line: a poller, reported
+    _, st = _track(_job)
+    a = detect.assess("stall_timeout", _job(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
+    assert a.hang and a.proof is None
