@@ -121,6 +121,8 @@ from .types import (
     ProcessSample,
     ProcessStack,
     Proof,
+    ProofKind,
+    ProofLink,
     Sample,
     Stall,
     ThreadDetail,
@@ -680,10 +682,9 @@ class PipeEnds:
 _READS, _WRITES = READ_CALLS, WRITE_CALLS
 
 
-def _describe_wait(pid: int, d: ThreadDetail, name: Optional[str] = None) -> str:
+def _link(pid: int, d: ThreadDetail, why: str, name: Optional[str] = None) -> ProofLink:
     w = d.wait
-    raw = f" — `{w.raw}`" if w is not None and w.raw else ""
-    return f"pid {pid} thread {d.tid} ({name or d.name}): {w.detail if w else 'unknown wait'}{raw}"
+    return ProofLink(pid, d.tid, name or d.name, w.detail if w else "unknown wait", why, (w.raw if w else None) or "")
 
 
 def prove(
@@ -774,31 +775,30 @@ def prove(
     stuck = sorted(pid for pid in details if whole(pid, candidates))
     if not stuck:
         return None
-    lines = []
+    links = []
     for pid in stuck:
         for d in details[pid]:
-            line = _describe_wait(pid, d, (names or {}).get((pid, d.tid)))
             w = d.wait
             if (pid, d.tid) in inert:
-                line += (
-                    "; multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing "
+                why = (
+                    "multiprocessing's resource-sharer thread only hands out file descriptors and releases nothing "
                     "the others wait for"
                 )
             elif w is None:
-                pass  # never: every thread of a stuck pid is a candidate, whose wait is known
+                why = ""  # never: every thread of a stuck pid is a candidate, whose wait is known
             elif w.kind is WaitKind.FUTEX_PRIVATE:
-                line += "; a private futex is woken only by a thread of the same process"
+                why = "a private futex is woken only by a thread of the same process"
             elif w.kind is WaitKind.CHILD:
-                line += f"; its children {', '.join(map(str, children.get(pid, ())))} can never exit"
+                why = f"its children {', '.join(map(str, children.get(pid, ())))} can never exit"
             else:
                 pipe, end, holders = pipe_ends(pid, d)
-                line += f"; fd {w.fd} is {pipe}, whose {end} end only pid(s) {', '.join(map(str, holders))} hold"
-            lines.append(line)
-    lines.append(
+                why = f"fd {w.fd} is {pipe}, whose {end} end only pid(s) {', '.join(map(str, holders))} hold"
+            links.append(_link(pid, d, why, (names or {}).get((pid, d.tid))))
+    conclusion = (
         f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: "
         "none can ever run again"
     )
-    return Proof("kernel", tuple(stuck), tuple(lines))
+    return Proof(ProofKind.KERNEL, tuple(stuck), tuple(links), conclusion)
 
 
 def stable_details(
@@ -861,21 +861,28 @@ def prove_loader_idle(
     for t in main_stack.threads:
         if frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE) and not states.is_loader_idle(t):
             return None
-    lines = [f"main pid {main.pid}: the iterating thread waits for the next batch in the DataLoader iterator"]
+    links = [
+        ProofLink(main.pid, None, "main", "the iterating thread waits for the next batch in the DataLoader iterator")
+    ]
     for w in workers:
         st = stacks.get(w.pid)
         if st is None or not st.ok or not st.threads:
             return None
         if not all(states.is_loader_idle(t) for t in st.threads):
             return None
-        lines.append(
-            f"worker pid {w.pid}: every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task"
+        links.append(
+            ProofLink(
+                w.pid,
+                None,
+                "worker",
+                "every thread idle in PyTorch's loop (index_queue.get / queue feeder), holding no task",
+            )
         )
-    lines.append(
+    conclusion = (
         f"no loader thread did CPU work or I/O for {stall.stall_s:.0f} s: no process holds or carries the batch main "
         "waits for, so it never comes"
     )
-    return Proof("loader_idle", tuple(w.pid for w in workers), tuple(lines))
+    return Proof(ProofKind.LOADER_IDLE, tuple(w.pid for w in workers), tuple(links), conclusion)
 
 
 def in_bounded_shutdown(verdict: HangVerdict) -> bool:
@@ -946,8 +953,8 @@ def assess(
             (``procfs.file_locks``): a wait for a lock whose holder moves is slow, not stuck
             (:func:`lock_holder_moving`).
     """
-    if proof is not None and (proof.kind != "kernel" or stall.main_pid in proof.pids):
-        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof)
+    if proof is not None and (proof.kind is not ProofKind.KERNEL or stall.main_pid in proof.pids):
+        return Assessment(True, verdict, f"proven: {proof.conclusion}", proof)
     timed: List[Tuple[ProcessSample, ThreadDetail, KernelWait, Frame]] = []  # with the wait and the user's frame
     for p in sample.processes:
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
@@ -1022,7 +1029,7 @@ def assess(
             entries,
         )
     if proof is not None:  # workers that can never run again, while main is not bounded by a shutdown join
-        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
+        return Assessment(True, verdict, f"proven: {proof.conclusion}", proof, entries)
     if stall.tree_quiet_s < stall.stall_s - 1e-6:
         return Assessment(
             False,
@@ -1133,7 +1140,7 @@ def _assess_batches(
     else (threads that sleep, poll, retry or block) is a suspected hang, however often they
     wake."""
     if proof is not None:
-        return Assessment(True, verdict, f"proven: {proof.lines[-1]}", proof, entries)
+        return Assessment(True, verdict, f"proven: {proof.conclusion}", proof, entries)
     busy = working(sample, stall, details)
     if busy:
         return Assessment(
@@ -1238,10 +1245,10 @@ def termination(
 ) -> Termination:
     """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`)."""
     verdict, proof = assessment.verdict, assessment.proof
-    main_proven = proof is not None and proof.kind == "kernel" and stall.main_pid in proof.pids
+    main_proven = proof is not None and proof.kind is ProofKind.KERNEL and stall.main_pid in proof.pids
     waiting_for_data = verdict.confirmed_by_stack and verdict.kind == "dataloader" and not in_bounded_shutdown(verdict)
     bound_s = shutdown_bound_s(sample, stall_timeout_s)
-    if main_proven or (proof is not None and proof.kind == "loader_idle"):
+    if main_proven or (proof is not None and proof.kind is ProofKind.LOADER_IDLE):
         grounded, note = True, "proven: the job cannot move"
     elif proof is not None and (waiting_for_data or stall.stall_s >= bound_s):
         grounded, note = True, "proven: workers can never run again and main waits for their data"

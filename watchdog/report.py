@@ -77,8 +77,8 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         # The raw stack layer keeps py-spy's own key names (``py-spy dump --json``).
         entry["stack"] = {
             "native": stack.native,
-            "error": stack.error,
-            "lost": stack.lost,
+            "error": None if stack.error is None else str(stack.error),
+            "lost": None if stack.lost is None else str(stack.lost),
             "elapsed_s": round(stack.elapsed_s, 3),
             "threads": [
                 {
@@ -250,7 +250,7 @@ def _stall(facts: Facts) -> Optional[dict]:
         "certainty": "proven" if facts.proof is not None else "suspected",
         "proof": None
         if facts.proof is None
-        else {"kind": facts.proof.kind, "pids": list(facts.proof.pids), "lines": list(facts.proof.lines)},
+        else {"kind": facts.proof.kind, "pids": list(facts.proof.pids), "lines": list(facts.proof.lines())},
     }
 
 
@@ -320,9 +320,7 @@ def build(
         stack = facts.stack(p.pid)
         processes.append(_process_entry(p, stack, role, source, facts.threads_of(p.pid)))
         if stack is not None:
-            raw_files.append(
-                (f"py-spy-{p.pid}.{'json' if stack.ok else 'txt'}", stack.raw or (stack.error or "") + "\n")
-            )
+            raw_files.append((f"py-spy-{p.pid}.{'json' if stack.ok else 'txt'}", stack.raw or f"{stack.error or ''}\n"))
     document = {
         "schema_version": SCHEMA_VERSION,
         "job": job,

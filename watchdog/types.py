@@ -368,6 +368,35 @@ class ThreadStack:
     frames: Tuple[Frame, ...]
 
 
+class StackFailureKind(str, enum.Enum):
+    """Why py-spy gave no stack, or only part of one (``watchdog.collect.pyspy``); the value is
+    the words a report's ``pyspy_problem`` groups pids under."""
+
+    TIMED_OUT = "timed out at the dump deadline"
+    NOT_RUN = "not started before the dump deadline"
+    PTRACE_REFUSED = "ptrace refused"
+    GONE = "process gone"
+    UNWIND_FAILED = "native unwinding failed"
+    DISK_SLEEP = "in D state (read --nonblocking, which py-spy cannot combine with --native)"
+    NO_PYSPY = "py-spy missing"
+    FAILED = "py-spy failed"
+
+
+@dataclass(frozen=True)
+class StackFailure:
+    """A failed dump (``ProcessStack.error``) or a part of a stack that was asked for and is
+    missing (``ProcessStack.lost``; ``what`` is ``native frames`` or ``locals``): its ``kind``
+    and ``detail``, one sentence that names the pid (with the ptrace remedy when permission is
+    the cause)."""
+
+    kind: StackFailureKind
+    detail: str
+    what: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.what} lost: {self.detail}" if self.what else self.detail
+
+
 @dataclass(frozen=True)
 class ProcessStack:
     """The result of dumping one process with py-spy.
@@ -375,17 +404,17 @@ class ProcessStack:
     ``threads`` is empty and ``error`` says why when the dump failed; ``native`` tells whether
     native frames were collected; ``raw`` is py-spy's own output (JSON text) or its error text;
     ``elapsed_s`` the seconds the dump took. ``lost`` says what was asked for but is missing
-    from a stack that did come back, and why (``"native frames lost: py-spy --native timed out
-    …"``: the threads are Python-only); ``None`` when nothing was lost.
+    from a stack that did come back, and why (the threads are then Python-only); ``None`` when
+    nothing was lost.
     """
 
     pid: int
     threads: Tuple[ThreadStack, ...]
     native: bool
-    error: Optional[str]
+    error: Optional[StackFailure]
     raw: str
     elapsed_s: float
-    lost: Optional[str] = None
+    lost: Optional[StackFailure] = None
 
     @property
     def ok(self) -> bool:
@@ -540,18 +569,62 @@ class Polling:
 
 
 @dataclass(frozen=True)
+class ProofKind(str, enum.Enum):
+    """Which argument a :class:`Proof` makes (NOTE [ Deadlock proof ] in detect.py); the value
+    is what report.json shows."""
+
+    KERNEL = "kernel"
+    LOADER_IDLE = "loader_idle"
+
+
+@dataclass(frozen=True)
+class ProofLink:
+    """One step of a proof: thread ``tid`` of ``pid`` (``name``: py-spy's thread name or the
+    comm) waits on ``wait`` (decoded from ``raw``, the ``/proc/PID/task/TID/syscall`` line), and
+    ``why`` that can never end. ``tid`` is ``None`` for a statement about a whole process
+    (``name`` is then its role word, ``main`` or ``worker``: the loader-level proof)."""
+
+    pid: int
+    tid: Optional[int]
+    name: str
+    wait: str
+    why: str = ""
+    raw: str = ""
+
+    def text(self, raw: bool = False) -> str:
+        """The step as one line: ``pid P thread T (name): wait[ — `raw`]; why`` (the raw line
+        only with ``raw``: the report's proof section keeps it, evidence lines do not)."""
+        if self.tid is None:
+            head = f"{self.name} pid {self.pid}: {self.wait}"
+        else:
+            head = f"pid {self.pid} thread {self.tid} ({self.name}): {self.wait}"
+        if raw and self.raw:
+            head += f" — `{self.raw}`"
+        return f"{head}; {self.why}" if self.why else head
+
+
+@dataclass(frozen=True)
 class Proof:
     """Why the job can never move by itself (NOTE [ Deadlock proof ] in detect.py).
 
     ``kind`` is ``kernel`` (every thread of ``pids`` waits, with no timeout, for something only
     threads of that same set could do) or ``loader_idle`` (main waits inside the iterator for a
     batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved).
-    ``lines`` is the argument, one line per thread or link, the conclusion last.
+    ``links`` are the argument's steps, one per thread or process; ``conclusion`` what follows.
     """
 
-    kind: str
+    kind: ProofKind
     pids: Tuple[int, ...]
-    lines: Tuple[str, ...]
+    links: Tuple[ProofLink, ...]
+    conclusion: str
+
+    def links_of(self, pid: int) -> Tuple[ProofLink, ...]:
+        """The steps about ``pid``."""
+        return tuple(link for link in self.links if link.pid == pid)
+
+    def lines(self, raw: bool = True) -> Tuple[str, ...]:
+        """Every step as a line (:meth:`ProofLink.text`), the conclusion last."""
+        return tuple(link.text(raw) for link in self.links) + (self.conclusion,)
 
 
 @dataclass(frozen=True)

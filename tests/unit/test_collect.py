@@ -11,7 +11,7 @@ import pytest
 from tests.unit.builders import WORKER_PID, fixture
 from watchdog import frames, states
 from watchdog.collect import procfs, pyspy, waits
-from watchdog.types import WaitKind
+from watchdog.types import StackFailureKind, WaitKind
 
 
 def _captured_syscalls():
@@ -92,9 +92,11 @@ def test_parse_rejects_other_output(text):
 
 
 def test_permission_failure_gives_the_ptrace_remedy():
-    msg = pyspy.explain_failure(
+    failure = pyspy.explain_failure(
         "Error: Failed to get process executable name. Check that the process is running.\n", 42
     )
+    msg = failure.detail
+    assert failure.kind is StackFailureKind.PTRACE_REFUSED
     assert "SYS_PTRACE" in msg and "ptrace_scope" in msg and "42" in msg
 
 

@@ -33,6 +33,7 @@ from watchdog.types import (
     Measure,
     ProcessStack,
     Proof,
+    ProofKind,
 )
 
 
@@ -201,7 +202,7 @@ def test_due_trigger_respects_the_last_dismissal():
 def test_a_process_whose_threads_all_wait_on_private_futexes_is_proven_stuck():
     proof = detect.prove({WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED),)}, {})
     assert proof.kind == "kernel" and proof.pids == (WORKER_PID,)
-    assert "0x189" in proof.lines[0] and "private futex" in proof.lines[0]
+    assert "0x189" in proof.links[0].raw and "private futex" in proof.links[0].why
 
 
 @pytest.mark.parametrize(
@@ -224,7 +225,7 @@ def test_a_pipe_writer_whose_only_reader_is_itself_stuck_is_proven():
     pipes = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID,)}, {"pipe:[77]": (MAIN_PID,)}, True)
     proof = detect.prove(details, {}, pipes)
     assert proof is not None and proof.pids == (MAIN_PID,)
-    assert any("pipe:[77]" in line for line in proof.lines)
+    assert any("pipe:[77]" in link.why for link in proof.links)
     other_reader = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID, 5000)}, {}, True)
     assert detect.prove(details, {}, other_reader) is None
     incomplete = detect.PipeEnds(pipes.targets, pipes.readers, pipes.writers, False)
@@ -297,7 +298,7 @@ def test_a_users_timed_wait_that_never_woke_is_a_suspected_hang():
 
 def test_work_elsewhere_in_the_tree_dismisses_an_unproven_stall_but_not_a_proven_one():
     assert not _exam(SLEEP, _sleeping_worker(), tree_quiet=2.0).hang
-    proof = Proof("kernel", (WORKER_PID,), ("x",))
+    proof = Proof(ProofKind.KERNEL, (WORKER_PID,), (), "x")
     assert _exam(LOCK_UNTIMED, _sleeping_worker(), tree_quiet=2.0, proof=proof).hang
 
 

@@ -45,6 +45,8 @@ from watchdog.types import (
     HangVerdict,
     ProcessStack,
     Proof,
+    ProofKind,
+    ProofLink,
     ThreadStack,
 )
 
@@ -85,10 +87,10 @@ def _waiting_on_event():
 
 def _kernel_proof(*pids):
     return Proof(
-        "kernel",
+        ProofKind.KERNEL,
         tuple(pids),
-        tuple(f"pid {p} thread {p} (x): futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout" for p in pids)
-        + ("conclusion",),
+        tuple(ProofLink(p, p, "x", "futex(FUTEX_WAIT|FUTEX_PRIVATE_FLAG), no timeout") for p in pids),
+        "conclusion",
     )
 
 
@@ -217,7 +219,11 @@ def test_idle_worker_is_healthy_and_main_waiting_is_only_a_symptom():
 
 
 def test_a_loader_idle_proof_is_a_lost_batch():
-    facts = _idle_worker_hang(proof=Proof("loader_idle", (WORKER_PID,), ("main waits", "none can come")))
+    facts = _idle_worker_hang(
+        proof=Proof(
+            ProofKind.LOADER_IDLE, (WORKER_PID,), (ProofLink(MAIN_PID, None, "main", "waits"),), "none can come"
+        )
+    )
     first = diagnose(facts)[0]
     assert first.kind == "batch_lost" and first.certainty == "proven"
 

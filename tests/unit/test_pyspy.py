@@ -16,6 +16,7 @@ import pytest
 
 from tests.unit.builders import fixture
 from watchdog.collect import pyspy
+from watchdog.types import StackFailureKind
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 HANGS = os.path.join(FIXTURES, "fake-py-spy-hangs")
@@ -79,8 +80,8 @@ def test_a_hanging_py_spy_and_its_child_are_killed_at_the_one_deadline(recorded)
     assert elapsed < timeout_s + SLACK_S, f"dump_all took {elapsed:.2f} s for a {timeout_s} s deadline"
     assert set(stacks) == set(NO_SUCH_PIDS)
     for pid, st in stacks.items():
-        assert not st.ok and "timed out" in st.error and f"pid {pid}" in st.error, st.error
-        assert pyspy.reason(st.error) == pyspy.TIMED_OUT
+        assert not st.ok and "timed out" in st.error.detail and f"pid {pid}" in st.error.detail, st.error
+        assert st.error.kind is StackFailureKind.TIMED_OUT
     started_pids = _recorded_pids(recorded)
     assert len(started_pids) == 2 * len(NO_SUCH_PIDS)  # one py-spy per pid, no second try after a timeout
     assert _wait_gone(started_pids) == [], "a fake py-spy or its child outlived the deadline"
@@ -97,7 +98,7 @@ def test_the_native_attempt_and_its_fallback_share_one_deadline(recorded):
     started = time.monotonic()
     st = pyspy.dump_with_fallback(NO_SUCH_PIDS[0], HANGS, True, 1.0, False, False)
     assert time.monotonic() - started < 1.0 + SLACK_S
-    assert pyspy.reason(st.error) == pyspy.TIMED_OUT
+    assert st.error.kind is StackFailureKind.TIMED_OUT
     assert _wait_gone(_recorded_pids(recorded)) == []
 
 
@@ -107,8 +108,8 @@ def test_more_processes_than_threads_still_end_by_the_deadline(recorded):
     started = time.monotonic()
     stacks = pyspy.dump_all(pids, HANGS, False, 1.0)
     assert time.monotonic() - started < 1.0 + SLACK_S
-    reasons = {pyspy.reason(st.error) for st in stacks.values()}
-    assert reasons <= {pyspy.TIMED_OUT, pyspy.NOT_RUN} and pyspy.TIMED_OUT in reasons
+    reasons = {st.error.kind for st in stacks.values()}
+    assert reasons <= {StackFailureKind.TIMED_OUT, StackFailureKind.NOT_RUN} and StackFailureKind.TIMED_OUT in reasons
     assert _wait_gone(_recorded_pids(recorded)) == []
 
 
@@ -120,11 +121,11 @@ def test_native_frames_lost_to_the_deadline_keep_the_python_stack_and_say_why(re
     n = len(NO_SUCH_PIDS)
     for st in stacks.values():
         assert st.ok and st.threads and not st.native
-        assert st.lost.startswith(
+        assert str(st.lost).startswith(
             ("native frames lost: py-spy --native timed out", "native frames lost: py-spy --native not run")
         ), st.lost
     # native_workers(n) hang until the deadline; the rest never got a slot.
-    timed_out = [pid for pid, st in stacks.items() if pyspy.reason(st.lost) == pyspy.TIMED_OUT]
+    timed_out = [pid for pid, st in stacks.items() if st.lost.kind is StackFailureKind.TIMED_OUT]
     assert len(timed_out) == pyspy.native_workers(n)
     assert _wait_gone(_recorded_pids(recorded)) == []
     summary = pyspy.problem_summary(stacks, 1.0)
@@ -146,8 +147,8 @@ def test_python_stacks_given_are_kept_when_native_fails_and_failures_are_named(t
     for st in stacks.values():
         assert (
             st.ok
-            and pyspy.reason(st.lost) == pyspy.UNWIND_FAILED
-            and "Failed to merge native and python frames" in st.lost
+            and st.lost.kind is StackFailureKind.UNWIND_FAILED
+            and "Failed to merge native and python frames" in st.lost.detail
         )
     summary = pyspy.problem_summary(stacks)
     assert "native unwinding failed: pid " + ", ".join(map(str, NO_SUCH_PIDS[:4])) in summary
@@ -178,21 +179,21 @@ def test_a_process_in_d_state_is_read_nonblocking_and_its_native_loss_is_stated(
     pid = NO_SUCH_PIDS[0]
     st = pyspy.dump_all([pid], NATIVE_FAILS, True, 5.0, disk_sleep=[pid])[pid]
     assert args.read_text().split() == ["dump", "--json", "--pid", str(pid), "--nonblocking"]
-    assert st.ok and pyspy.reason(st.lost) == pyspy.DISK_SLEEP
+    assert st.ok and st.lost.kind is StackFailureKind.DISK_SLEEP
 
 
 @pytest.mark.timeout(30)
 def test_refused_ptrace_is_not_retried_natively_and_carries_the_remedy():
     stacks = pyspy.dump_all(NO_SUCH_PIDS[:2], DENIED, True, 5.0)
     for st in stacks.values():
-        assert not st.ok and pyspy.reason(st.error) == pyspy.PTRACE_REFUSED and "; then" not in st.error
+        assert not st.ok and st.error.kind is StackFailureKind.PTRACE_REFUSED and "; then" not in st.error.detail
     summary = pyspy.problem_summary(stacks)
     assert summary.startswith("no stack for 2 of 2 processes: ptrace refused: pid") and "SYS_PTRACE" in summary
 
 
 def test_a_missing_py_spy_is_stated_without_running_anything():
     stacks = pyspy.dump_all(NO_SUCH_PIDS[:2], None, True, 5.0)
-    assert {pyspy.reason(st.error) for st in stacks.values()} == {pyspy.NO_PYSPY}
+    assert {st.error.kind for st in stacks.values()} == {StackFailureKind.NO_PYSPY}
 
 
 def test_nothing_lost_means_no_problem_line():
@@ -202,7 +203,7 @@ def test_nothing_lost_means_no_problem_line():
 
 def test_a_deadline_already_passed_starts_no_py_spy(recorded):
     st = pyspy.dump(NO_SUCH_PIDS[0], HANGS, False, 5.0, deadline=time.monotonic() - 1)
-    assert pyspy.reason(st.error) == pyspy.NOT_RUN
+    assert st.error.kind is StackFailureKind.NOT_RUN
     assert not recorded.exists()
 
 
@@ -211,7 +212,7 @@ def test_a_target_left_stopped_by_a_killed_py_spy_is_continued():
     target = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         st = pyspy.dump(target.pid, STOPS_TARGET, True, 0.5)
-        assert pyspy.reason(st.error) == pyspy.TIMED_OUT and "SIGCONT sent" in st.error
+        assert st.error.kind is StackFailureKind.TIMED_OUT and "SIGCONT sent" in st.error.detail
         with open(f"/proc/{target.pid}/stat", "rb") as f:
             assert f.read().rsplit(b")", 1)[1].split()[0] not in (b"T", b"t")
     finally:

@@ -26,7 +26,19 @@ from tests.unit.builders import (
 from watchdog import __version__, report, writer
 from watchdog.collect import inside, pyspy
 from watchdog.diagnose import diagnose
-from watchdog.types import MODE_CRASH, MODE_EXIT, MODE_LIVE, ROLE_MAIN, ROLE_WORKER, Facts, Frame, Proof, ThreadStack
+from watchdog.types import (
+    MODE_CRASH,
+    MODE_EXIT,
+    MODE_LIVE,
+    ROLE_MAIN,
+    ROLE_WORKER,
+    Facts,
+    Frame,
+    Proof,
+    ProofKind,
+    ProofLink,
+    ThreadStack,
+)
 
 INSIDE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")
 INFO = {
@@ -53,7 +65,9 @@ def _written(tmp_path, facts, found=None, job=JOB, action="report", env=None, su
 
 
 def _proof(*pids):
-    return Proof("kernel", tuple(pids), tuple(f"pid {p} thread {p}: futex, no timeout" for p in pids) + ("conclusion",))
+    return Proof(
+        ProofKind.KERNEL, tuple(pids), tuple(ProofLink(p, p, "x", "futex, no timeout") for p in pids), "conclusion"
+    )
 
 
 def _hang(**kw):

@@ -28,6 +28,7 @@ process group and reaped, and a target it left stopped is continued.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import os
@@ -41,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..errors import PTRACE_REMEDY
-from ..types import Frame, ProcessStack, ThreadStack
+from ..types import Frame, ProcessStack, StackFailure, ThreadStack
+from ..types import StackFailureKind as Kind
 from .procfs import proc_stat, redact_local
 
 _PERMISSION_MARKERS = ("permission denied", "operation not permitted", "failed to get process executable name", "eperm")
@@ -50,27 +52,6 @@ REAP_S = 1.0
 """Seconds allowed to collect a killed py-spy's output and exit status after its process group
 got SIGKILL (dead processes close their pipes at once; this bounds a descendant that left the
 group while holding them)."""
-
-# Reasons, as :func:`reason` names them; the error texts built here contain their markers.
-TIMED_OUT = "timed out at the dump deadline"
-NOT_RUN = "not started before the dump deadline"
-PTRACE_REFUSED = "ptrace refused"
-GONE = "process gone"
-UNWIND_FAILED = "native unwinding failed"
-DISK_SLEEP = "in D state (read --nonblocking, which py-spy cannot combine with --native)"
-NO_PYSPY = "py-spy missing"
-FAILED = "py-spy failed"
-
-_MARKERS = (
-    (" timed out ", TIMED_OUT),
-    (" not run ", NOT_RUN),
-    ("ptrace denied", PTRACE_REFUSED),
-    ("ended before py-spy", GONE),
-    ("native unwinding failed", UNWIND_FAILED),
-    ("uninterruptible", DISK_SLEEP),
-    ("not installed", NO_PYSPY),
-    ("cannot run ", NO_PYSPY),
-)
 
 
 def find_pyspy(configured: Optional[str] = None) -> Optional[str]:
@@ -153,29 +134,24 @@ def parse_dump(text: str, locals_: bool = False) -> Tuple[ThreadStack, ...]:
     return tuple(pid_order)
 
 
-def explain_failure(stderr: str, pid: int, native: bool = False) -> str:
-    """A one-line reason for a failed dump, with the ptrace remedy when permission is the
-    cause; a ``--native`` dump that failed for another reason is "native unwinding failed"
-    (py-spy prints e.g. "Failed to merge native and python frames")."""
+def explain_failure(stderr: str, pid: int, native: bool = False) -> StackFailure:
+    """Why a dump failed, from py-spy's output: ptrace refused (with the remedy), the process
+    gone, or for a ``--native`` dump "native unwinding failed" (py-spy prints e.g. "Failed to
+    merge native and python frames")."""
     text = " ".join(stderr.split())
     if any(m in text.lower() for m in _PERMISSION_MARKERS):
-        return f"py-spy cannot attach to pid {pid} (ptrace denied: {text[:200]}); {PTRACE_REMEDY}"
+        return StackFailure(
+            Kind.PTRACE_REFUSED,
+            f"py-spy cannot attach to pid {pid} (ptrace denied: {text[:200]}); {PTRACE_REMEDY}",
+        )
     if "no such process" in text.lower():
-        return f"pid {pid} ended before py-spy could read it"
+        return StackFailure(Kind.GONE, f"pid {pid} ended before py-spy could read it")
     if native:
-        return f"py-spy --native failed on pid {pid} (native unwinding failed): {text[:300] or 'no output'}"
-    return f"py-spy failed on pid {pid}: {text[:300] or 'no output'}"
-
-
-def reason(text: Optional[str]) -> str:
-    """The kind of failure an error (or ``lost``) text of this module states: one of
-    :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`PTRACE_REFUSED`, :data:`GONE`,
-    :data:`UNWIND_FAILED`, :data:`DISK_SLEEP`, :data:`NO_PYSPY`, else :data:`FAILED`."""
-    low = f" {text or ''} ".lower()
-    for marker, kind in _MARKERS:
-        if marker in low:
-            return kind
-    return FAILED
+        return StackFailure(
+            Kind.UNWIND_FAILED,
+            f"py-spy --native failed on pid {pid} (native unwinding failed): {text[:300] or 'no output'}",
+        )
+    return StackFailure(Kind.FAILED, f"py-spy failed on pid {pid}: {text[:300] or 'no output'}")
 
 
 def _state(pid: int) -> Optional[str]:
@@ -264,18 +240,30 @@ def dump(
     that was running before and is stopped after gets SIGCONT (a blocking dump pauses it with
     ``PTRACE_ATTACH``). Never raises for the target's sake: a missing binary, a
     deadline already passed (py-spy is not started), a timeout, a refused attach or unparseable
-    output come back as a :class:`ProcessStack` whose ``error`` says why (:func:`reason` names
-    the kind).
+    output come back as a :class:`ProcessStack` whose ``error`` says why (a
+    :class:`~watchdog.types.StackFailure`: its kind and a sentence).
     """
     started = time.monotonic()
     if deadline is None:
         deadline = started + timeout_s
     flags = " --native" if native else " --nonblocking" if nonblocking else ""
     if pyspy is None:
-        return ProcessStack(pid, (), native, "py-spy is not installed (pip install py-spy)", "", 0.0)
+        return ProcessStack(
+            pid,
+            (),
+            native,
+            StackFailure(Kind.NO_PYSPY, "py-spy is not installed (pip install py-spy)"),
+            "",
+            0.0,
+        )
     if deadline <= started:
         return ProcessStack(
-            pid, (), native, f"py-spy{flags} not run on pid {pid}: the dump deadline had passed", "", 0.0
+            pid,
+            (),
+            native,
+            StackFailure(Kind.NOT_RUN, f"py-spy{flags} not run on pid {pid}: the dump deadline had passed"),
+            "",
+            0.0,
         )
     cmd = [pyspy, "dump", "--json", "--pid", str(pid)]
     if native:
@@ -288,26 +276,41 @@ def dump(
     try:
         done = _run(cmd, deadline)
     except OSError as e:
-        return ProcessStack(pid, (), native, f"cannot run {pyspy}: {e.strerror}", "", time.monotonic() - started)
+        why = StackFailure(Kind.NO_PYSPY, f"cannot run {pyspy}: {e.strerror}")
+        return ProcessStack(pid, (), native, why, "", time.monotonic() - started)
     elapsed = time.monotonic() - started
     if done is None:
         note = "" if was_stopped else _continue_if_left_stopped(pid)
-        why = (
+        timed_out = StackFailure(
+            Kind.TIMED_OUT,
             f"py-spy{flags} timed out on pid {pid} after {elapsed:.1f} s (the dump deadline; its process group was "
-            f"killed{note})"
+            f"killed{note})",
         )
-        return ProcessStack(pid, (), native, why, "", time.monotonic() - started)
+        return ProcessStack(pid, (), native, timed_out, "", time.monotonic() - started)
     code, out, err = done
     if code != 0:
         return ProcessStack(pid, (), native, explain_failure(err or out, pid, native), err, elapsed)
     try:
         threads = parse_dump(out, locals_)
     except ValueError as e:
-        return ProcessStack(pid, (), native, f"unreadable py-spy output for pid {pid}: {e}", out, elapsed)
+        return ProcessStack(
+            pid,
+            (),
+            native,
+            StackFailure(Kind.FAILED, f"unreadable py-spy output for pid {pid}: {e}"),
+            out,
+            elapsed,
+        )
     return ProcessStack(pid, threads, native, None, out, elapsed)
 
 
-_FINAL = (TIMED_OUT, NOT_RUN, PTRACE_REFUSED, GONE, NO_PYSPY)
+_FINAL = (
+    Kind.TIMED_OUT,
+    Kind.NOT_RUN,
+    Kind.PTRACE_REFUSED,
+    Kind.GONE,
+    Kind.NO_PYSPY,
+)
 """Reasons after which a second py-spy on the same pid would fail the same way."""
 
 
@@ -321,21 +324,24 @@ def _merge(
     what = "native frames" if native else "locals"
     if base.ok:
         if disk_sleep and native:
-            why = (
+            why = StackFailure(
+                Kind.DISK_SLEEP,
                 f"pid {base.pid} is in uninterruptible sleep (D state): read with --nonblocking, which py-spy cannot "
-                "combine with --native"
+                "combine with --native",
+                what,
             )
         elif more is None:
             return base
         else:
-            why = more.error or "?"
-        return ProcessStack(base.pid, base.threads, False, None, base.raw, base.elapsed_s, f"{what} lost: {why}")
-    if more is not None and more.error and reason(more.error) != reason(base.error):
+            failed = more.error or StackFailure(Kind.FAILED, "?")
+            why = dataclasses.replace(failed, what=what)
+        return ProcessStack(base.pid, base.threads, False, None, base.raw, base.elapsed_s, why)
+    if more is not None and more.error and base.error and more.error.kind != base.error.kind:
         return ProcessStack(
             base.pid,
             (),
             False,
-            f"{base.error}; then {more.error}",
+            StackFailure(base.error.kind, f"{base.error.detail}; then {more.error.detail}"),
             base.raw or more.raw,
             base.elapsed_s + more.elapsed_s,
         )
@@ -364,7 +370,7 @@ def dump_all(
     Python-only stack. The native attempt and its Python-only fallback thus share the one
     deadline. Returns a :class:`ProcessStack` for every pid: ``error`` set when it has no
     stack, ``lost`` set when it has only Python frames though native frames (or locals) were
-    asked, both saying why (:func:`reason`); :func:`problem_summary` sums them up. Never
+    asked, both saying why (``StackFailure``); :func:`problem_summary` sums them up. Never
     raises for a target's sake (see :func:`dump`).
     """
     start = time.monotonic()
@@ -388,10 +394,17 @@ def dump_all(
         st = base[pid]
         if pid in d_state and native:
             return False
-        return st.ok or reason(st.error) not in _FINAL
+        return st.error is None or st.error.kind not in _FINAL
 
     def first(pid: int) -> None:
-        st = ProcessStack(pid, (), False, f"py-spy failed on pid {pid}: internal error", "", 0.0)
+        st = ProcessStack(
+            pid,
+            (),
+            False,
+            StackFailure(Kind.FAILED, f"py-spy failed on pid {pid}: internal error"),
+            "",
+            0.0,
+        )
         try:
             st = dump(pid, pyspy, False, timeout_s, False, nonblocking=pid in d_state, deadline=deadline)
         finally:
@@ -440,7 +453,7 @@ def dump_with_fallback(
 
 def problem_summary(stacks: Dict[int, ProcessStack], budget_s: Optional[float] = None) -> Optional[str]:
     """One line on what the dumps lost, for the report's ``pyspy_problem``: which pids have
-    no stack and which lost native frames (or locals), grouped by :func:`reason`; a group
+    no stack and which lost native frames (or locals), grouped by ``StackFailure.kind``; a group
     whose pids alone do not say enough (ptrace refused, native unwinding failed, py-spy
     failed) also shows its first error (with the ptrace remedy when permission is the cause).
     ``budget_s`` (seconds, ``py_spy.timeout_s``) is named when the deadline cost something.
@@ -448,28 +461,33 @@ def problem_summary(stacks: Dict[int, ProcessStack], budget_s: Optional[float] =
     n = len(stacks)
     parts = []
     late = False
-    for label, texts in (
-        ("no stack", {pid: st.error for pid, st in stacks.items() if st.error}),
-        ("only Python frames", {pid: st.lost for pid, st in stacks.items() if st.ok and st.lost}),
-    ):
+    failures: Tuple[Tuple[str, Dict[int, StackFailure]], ...] = (
+        ("no stack", {pid: st.error for pid, st in stacks.items() if st.error is not None}),
+        ("only Python frames", {pid: st.lost for pid, st in stacks.items() if st.ok and st.lost is not None}),
+    )
+    for label, texts in failures:
         if not texts:
             continue
-        groups: Dict[str, List[int]] = {}
+        groups: Dict[Kind, List[int]] = {}
         for pid in sorted(texts):
-            groups.setdefault(reason(texts[pid]), []).append(pid)
+            groups.setdefault(texts[pid].kind, []).append(pid)
         lost_what = ""
         if label != "no stack":
-            kinds = {t.split(" lost:", 1)[0] for t in texts.values()}
+            kinds = {t.what for t in texts.values()}
             lost_what = f" ({' and '.join(sorted(kinds))} lost)"
         details = []
         for kind, group in groups.items():
             shown = ", ".join(map(str, group[:12])) + (f", … ({len(group)} in all)" if len(group) > 12 else "")
-            text = texts[group[0]]
-            if kind in (TIMED_OUT, NOT_RUN, GONE, DISK_SLEEP):
-                late = late or kind in (TIMED_OUT, NOT_RUN)
-                details.append(f"{kind}: pid {shown}")
+            if kind in (
+                Kind.TIMED_OUT,
+                Kind.NOT_RUN,
+                Kind.GONE,
+                Kind.DISK_SLEEP,
+            ):
+                late = late or kind in (Kind.TIMED_OUT, Kind.NOT_RUN)
+                details.append(f"{kind.value}: pid {shown}")
             else:
-                details.append(f"{kind}: pid {shown} — {text.split(' lost: ', 1)[-1]}")
+                details.append(f"{kind.value}: pid {shown} — {texts[group[0]].detail}")
         parts.append(f"{label} for {len(texts)} of {n} processes{lost_what}: " + "; ".join(details))
     if late and budget_s:
         parts.append(f"The dump deadline is py_spy.timeout_s = {budget_s:g} s after detection")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import frames, states
 from ..types import (
@@ -18,6 +18,7 @@ from ..types import (
     Polling,
     ProcessSample,
     ProcessStack,
+    ProofKind,
     Stall,
     ThreadDetail,
     ThreadStack,
@@ -295,7 +296,7 @@ def worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
     for known, views in _VIEWS:
         if known is facts:
             return views
-    proven_pids = set(facts.proof.pids) if facts.proof is not None and facts.proof.kind == "kernel" else set()
+    proven_pids = set(facts.proof.pids) if facts.proof is not None and facts.proof.kind is ProofKind.KERNEL else set()
     out = []
     for w in facts.sample.workers:
         stack = facts.stack(w.pid)
@@ -348,16 +349,27 @@ def gather(facts: Facts, hit) -> Optional[Tuple[Tuple[str, ...], Tuple[int, ...]
     return tuple(evidence), tuple(v.pid for v, _ in hits), user, max(h[0] for _, h in hits)
 
 
-def worker_finding(facts: Facts, hit, state: str, remedy: str, docs: Tuple[str, ...]) -> Optional[Finding]:
+def worker_finding(
+    facts: Facts,
+    hit,
+    state: str,
+    remedy: str,
+    docs: Tuple[str, ...],
+    adapt: Optional[Callable[[Tuple[int, ...]], Optional[Tuple[str, str]]]] = None,
+) -> Optional[Finding]:
     """A finding whose summary is ``N DataLoader workers are <state>``, where ``state`` may use
     ``{where}`` for the user's ``file:line`` and ``{their}`` for ``its``/``their``; ``None`` when
-    no worker matched ``hit``."""
+    no worker matched ``hit``. ``adapt(pids)``, when given, may return another ``(state,
+    remedy)`` for the workers found (a rule whose cause depends on which they are)."""
     found = gather(facts, hit)
     if found is None:
         return None
     evidence, pids, user, confidence = found
-    if facts.proof is not None and any(line.startswith("proof: ") for line in evidence):
-        evidence += (f"proof: {facts.proof.lines[-1]}",)
+    chosen = adapt(pids) if adapt is not None else None
+    if chosen is not None:
+        state, remedy = chosen
+    if facts.proof is not None and any(facts.proof.links_of(pid) for pid in pids):
+        evidence += (f"proof: {facts.proof.conclusion}",)
     where = f" at {brief(user)}" if user else ""
     return Finding(
         confidence=confidence,

@@ -52,6 +52,7 @@ from ..types import (
     SEVERITY_WARNING,
     Diagnosis,
     Facts,
+    ProofKind,
 )
 
 ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
@@ -112,7 +113,7 @@ def certainty(facts: Facts, severity: str, pids: Tuple[int, ...]) -> str:
     if severity != SEVERITY_HANG or facts.mode != MODE_HANG:
         return ""
     proof = facts.proof
-    if proof is not None and (proof.kind == "loader_idle" or set(proof.pids) & set(pids)):
+    if proof is not None and (proof.kind is ProofKind.LOADER_IDLE or set(proof.pids) & set(pids)):
         return "proven"
     return "suspected"
 

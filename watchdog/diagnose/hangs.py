@@ -23,6 +23,7 @@ from ..types import (
     LinkKind,
     LoaderView,
     ProcessSample,
+    ProofKind,
     ThreadAtFork,
     ThreadStack,
 )
@@ -247,14 +248,11 @@ def _holder(facts: Facts, t: ThreadStack) -> Optional[str]:
 
 
 def _proof_line(facts: Facts, pid: int) -> List[str]:
-    """The proof's lines about ``pid`` (its conclusion is added once per finding)."""
-    if facts.proof is None or pid not in facts.proof.pids:
+    """The proof's steps about ``pid`` (its conclusion is added once per finding), without the
+    raw syscall lines (addresses), which stay in the report's proof section."""
+    if facts.proof is None:
         return []
-    # The raw syscall line (addresses) stays in the report's proof section, not in evidence.
-    return [f"proof: {_RAW_SYSCALL.sub('', line)}" for line in facts.proof.lines if line.startswith(f"pid {pid} ")]
-
-
-_RAW_SYSCALL = re.compile(r" — `[^`]*`")
+    return [f"proof: {link.text()}" for link in facts.proof.links_of(pid)]
 
 
 # --- fork-inherited locks and deadlocks inside a worker -------------------------------------------
@@ -404,33 +402,43 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     release: only the forking thread survives ``fork()``, so a lock another thread of the parent
     held, or a pool whose threads lived in the parent, stays stuck in the child (POSIX ``fork``;
     CPython docs on start methods; PyTorch multiprocessing notes; pytorch/pytorch#41197)."""
-    found = worker_finding(
+
+    def state(what: str) -> str:
+        return f"deadlocked{{where}} on {what}; no thread in a worker can ever release it."
+
+    def inherited(parent: str) -> str:
+        return f"state inherited through fork (a lock, condition or thread pool of the {parent})"
+
+    def adapt(pids: Tuple[int, ...]) -> Tuple[str, str]:
+        if any(forkserver_of(facts, pid) is not None for pid in pids):
+            return state(inherited("forkserver process that forked the workers")), _FORKSERVER_REMEDY
+        holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None}
+        holder = next(iter(holders)) if len(holders) == 1 else None
+        if holder is not None and holder in _FORK_REMEDY:
+            return state(HOLDER_TEXT[holder]), _FORK_REMEDY[holder]
+        return state(inherited("main process")), _FORK_REMEDY_DEFAULT
+
+    return worker_finding(
         facts,
         _fork_lock_hit,
-        "deadlocked{where} on state inherited through fork (a lock, condition or thread pool of the main process); no "
-        "thread in a worker can ever release it.",
+        state(inherited("main process")),
         _FORK_REMEDY_DEFAULT,
         (DOC_MULTIPROCESSING, DOC_START_METHODS),
+        adapt,
     )
-    if found is None:
-        return None
-    if any(forkserver_of(facts, pid) is not None for pid in found.pids):
-        summary = found.summary.replace("of the main process", "of the forkserver process that forked the workers")
-        return Finding(**{**found.__dict__, "summary": summary, "remedy": _FORKSERVER_REMEDY})
-    holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in found.pids and v.loop is not None}
-    holder = next(iter(holders)) if len(holders) == 1 else None
-    if holder in _FORK_REMEDY:
-        summary = found.summary.replace(
-            "state inherited through fork (a lock, condition or thread pool of the main process)", HOLDER_TEXT[holder]
-        )
-        return Finding(**{**found.__dict__, "summary": summary, "remedy": _FORK_REMEDY[holder]})
-    return found
+
+
+def _own_threads(v: WorkerView) -> List[ThreadStack]:
+    """The worker's threads besides multiprocessing's queue feeder and resource sharer."""
+    if v.stack is None or not v.stack.ok:
+        return []
+    return [t for t in v.stack.threads if not frames.is_feeder_thread(t) and not frames.is_resource_sharer(t)]
 
 
 def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
     if not v.proven or v.stack is None or not v.stack.ok:
         return None
-    threads = [t for t in v.stack.threads if not frames.is_feeder_thread(t) and not frames.is_resource_sharer(t)]
+    threads = _own_threads(v)
     if not threads:
         return None
     inherited_ruled_out = (
@@ -464,7 +472,20 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
     private futex (two locks taken in opposite orders, a lock taken twice), so none can run; or
     its only thread waits for an event, condition or lock that no thread of it can ever signal,
     when the job's record at the fork rules out an inherited one."""
-    found = worker_finding(
+    views = {v.pid: v for v in worker_views(facts)}
+
+    def adapt(pids: Tuple[int, ...]) -> Optional[Tuple[str, str]]:
+        if not any(len(_own_threads(views[pid])) < 2 for pid in pids if pid in views):
+            return None
+        return (
+            "deadlocked{where}: the worker's only thread waits for an event, condition or lock that no thread of it "
+            "can ever signal or release.",
+            "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter "
+            "is another process or a thread the worker never started (create the object where its setter lives, e.g. "
+            "in worker_init_fn); wait with a timeout to fail loudly.",
+        )
+
+    return worker_finding(
         facts,
         _self_deadlock_hit,
         "deadlocked{where}: every thread of the worker waits for a lock or condition that only another of its own "
@@ -474,21 +495,8 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
             "non-reentrant lock twice in one thread (threading.RLock if needed); acquire with a timeout to fail loudly."
         ),
         (DOC_MULTI_PROCESS_LOADING,),
+        adapt,
     )
-    if found is not None and any("its only thread waits" in line for line in found.evidence):
-        summary = found.summary.replace(
-            "every thread of the worker waits for a lock or condition that only another of its own threads could "
-            "release",
-            "the worker's only thread waits for an event, condition or lock that no thread of it can ever signal or "
-            "release",
-        )
-        remedy = (
-            "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter "
-            "is another process or a thread the worker never started (create the object where its setter lives, e.g. "
-            "in worker_init_fn); wait with a timeout to fail loudly."
-        )
-        return Finding(**{**found.__dict__, "summary": summary, "remedy": remedy})
-    return found
 
 
 # --- a deadlock inside main -------------------------------------------------------------------
@@ -535,7 +543,12 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
     multiprocessing's exit handler joining a queue feeder thread blocked on a pipe nobody reads:
     ``Queue._finalize_join`` in multiprocessing/queues.py, pytorch/pytorch#48666)."""
     main = facts.sample.main
-    if main is None or facts.proof is None or facts.proof.kind != "kernel" or main.pid not in facts.proof.pids:
+    if (
+        main is None
+        or facts.proof is None
+        or facts.proof.kind is not ProofKind.KERNEL
+        or main.pid not in facts.proof.pids
+    ):
         return None
     lines, where, kinds = _main_threads_chain(facts, main.pid)
     stack = facts.stack(main.pid)
@@ -563,7 +576,7 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
             "timeout and check a stop flag) before join(); join with a timeout to fail loudly; take locks in one "
             "order."
         )
-    evidence = tuple(lines + [f"proof: {line}" for line in facts.proof.lines])
+    evidence = tuple(lines + [f"proof: {line}" for line in facts.proof.lines()])
     return Finding(0.95, summary, evidence, remedy, (main.pid,), location(where), (DOC_MULTIPROCESSING,))
 
 
@@ -884,7 +897,7 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
     if not facts.loader_hang():
         return None
     failures = feeder_failures(facts.stderr_tail)
-    idle_proof = facts.proof if facts.proof is not None and facts.proof.kind == "loader_idle" else None
+    idle_proof = facts.proof if facts.proof is not None and facts.proof.kind is ProofKind.LOADER_IDLE else None
     if not failures and idle_proof is None:
         return None
     evidence = [waiting_main(facts)]
@@ -900,7 +913,7 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
             "_worker_loop): the lost batch will never be re-sent"
         )
     if idle_proof is not None:
-        evidence += [f"proof: {line}" for line in idle_proof.lines]
+        evidence += [f"proof: {line}" for line in idle_proof.lines()]
     why = (
         f"a worker failed to send it to the main process ({failures[-1][0][:240]})"
         if failures
