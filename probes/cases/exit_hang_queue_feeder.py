@@ -31,7 +31,7 @@ def summary_writer(q):
         item = q.get()
         if item is None:
             return
-        time.sleep(0.02)  # a slow sink
+        time.sleep(0.2)  # a slow sink
 
 
 def main():
@@ -48,7 +48,8 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        log_q.put({"step": step, "w": model.weight.detach().numpy().copy(), "act": x.numpy()})
+        # each item (about 130 KiB) is larger than a pipe's buffer: one unread item fills it
+        log_q.put({"step": step, "w": model.weight.detach().numpy().copy(), "act": x.repeat(16, 1).numpy()})
     log_q.put(None)
     writer.join()
 
