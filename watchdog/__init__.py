@@ -1,11 +1,25 @@
 """dataloader-watchdog: a sidecar that tells why a PyTorch training job stopped moving.
 
-The pipeline runs in one direction::
+The pipeline runs in one direction (``tests/unit/test_layout.py`` holds it)::
 
-    collect (procfs, discovery, pyspy) -> detect -> diagnose -> report -> act
+    cli ── config, terminal (the job's terminal under `run`), ranks (one Watcher per rank)
+     └─ daemon.Watcher: every interval_s one tick
+          collect/  sampler (psutil + /proc: Sample), discovery (roles), inside (the job's
+                    own recorder files), procfs/waits (kernel waits), pyspy (stacks),
+                    chain (what a wait waits for), cgroup, stderr_tail
+            │ Sample, ThreadDetail, ProcessStack, WaitLink          (types.py records)
+          detect    ProgressTracker (Measure: batches | main_wait | activity) -> Stall;
+                    Episode (when a look is due, what was reported); prove -> Proof;
+                    assess -> Assessment; termination -> Termination
+            │ Facts (everything one report rests on)
+          diagnose/ engine + rules (hangs, crashes, data, live) -> Diagnosis, ranked
+            │ Diagnosis
+          report    report.json / report.txt / raw stacks (writer: atomic, owner-only),
+                    html, metrics, alert; act (SIGTERM/SIGKILL, identity-checked)
 
 Stages exchange the frozen records of :mod:`watchdog.types`; only :mod:`watchdog.daemon` and
-:mod:`watchdog.cli` wire them together.
+:mod:`watchdog.cli` wire them together. No stage reads back another's sentences: a finding's
+words come from diagnose, the report's layout from report.
 
 Note: ``watchdog`` is also the import name of an unrelated file-system-events package on PyPI.
 Install this sidecar in its own virtual environment when the job's environment has that one.

@@ -15,7 +15,14 @@ import html
 import io
 from typing import Dict, List, Optional, Tuple
 
-from .report import STACKS_HEADING
+from .report import STACKS_HEADING, printable
+
+
+def _esc(text: str) -> str:
+    """HTML-escaped, with control characters from the job written as ``\\xNN``
+    (:func:`watchdog.report.printable`)."""
+    return html.escape(printable(text))
+
 
 _STYLE = """
 body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px;
@@ -178,18 +185,18 @@ def render(doc: dict, text: str) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title>",
+        f"<title>{_esc(title)}</title>",
         f"<style>{_STYLE}</style></head><body>",
-        f'<h1 id="title">{html.escape(title)}</h1>',
-        f'<p id="cause"><b>Cause:</b> {html.escape(first.get("summary", ""))}</p>',
+        f'<h1 id="title">{_esc(title)}</h1>',
+        f'<p id="cause"><b>Cause:</b> {_esc(first.get("summary", ""))}</p>',
     ]
     if first.get("location"):
-        parts.append(f"<p><b>Where:</b> <code>{html.escape(first['location'])}</code></p>")
-    parts.append(f"<p><b>Fix:</b> {html.escape(first.get('remedy', ''))}</p>")
+        parts.append(f"<p><b>Where:</b> <code>{_esc(first['location'])}</code></p>")
+    parts.append(f"<p><b>Fix:</b> {_esc(first.get('remedy', ''))}</p>")
     note = f" ({doc['action_note']})" if doc.get("action_note") else ""
-    parts.append(f"<p><b>Action:</b> {html.escape(str(doc.get('action', '')) + note)}</p>")
+    parts.append(f"<p><b>Action:</b> {_esc(str(doc.get('action', '')) + note)}</p>")
     parts.append('<h2>Evidence</h2><ul id="evidence">')
-    parts += [f"<li>{html.escape(line)}</li>" for line in first.get("evidence", [])]
+    parts += [f"<li>{_esc(line)}</li>" for line in first.get("evidence", [])]
     parts.append("</ul>")
     parts.append('<h2>Timeline</h2><div class="plots" id="plots">')
     try:
@@ -198,12 +205,12 @@ def render(doc: dict, text: str) -> str:
             parts.append('<p class="note">No samples in the timeline.</p>')
         for name, png in images:
             data = base64.b64encode(png).decode("ascii")
-            parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+            parts.append(f'<img alt="{_esc(name)}" src="data:image/png;base64,{data}">')
     except ImportError:
         parts.append('<p class="note">Plots need matplotlib: pip install "dataloader-watchdog[html]".</p>')
     parts.append("</div>")
     parts.append("<h2>Report</h2><details open><summary>report.txt (summary)</summary>")
-    parts.append(f"<pre>{html.escape(summary)}</pre></details>")
+    parts.append(f"<pre>{_esc(summary)}</pre></details>")
     if stacks.strip():
         parts.append('<h2>Stacks</h2><div id="stacks">')
         for block in _stack_blocks(stacks):
@@ -211,10 +218,7 @@ def render(doc: dict, text: str) -> str:
             # What a dump lost ("(no stack: …)", "(Python frames only: …)") shows while folded.
             first_line = body.strip().split("\n", 1)[0]
             lost = f" {first_line}" if first_line.startswith("(") else ""
-            parts.append(
-                f"<details><summary>{html.escape(head.strip() + lost)}</summary>"
-                f"<pre>{html.escape(body)}</pre></details>"
-            )
+            parts.append(f"<details><summary>{_esc(head.strip() + lost)}</summary><pre>{_esc(body)}</pre></details>")
         parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

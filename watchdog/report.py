@@ -5,6 +5,7 @@ summary (short at the top, complete below). Pure: reads records, writes nothing.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import shlex
 from dataclasses import asdict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -353,9 +354,19 @@ def build(
         "timeline": _timeline(facts.timeline),
     }
     name = folder_name(detected_wall, job["pid"]) + (f"-{suffix}" if suffix else "")
-    return Report(
-        folder_name=name, document=document, text="\n".join(text_lines(document)) + "\n", raw_files=tuple(raw_files)
-    )
+    text = "\n".join(printable(line) for line in text_lines(document)) + "\n"
+    return Report(folder_name=name, document=document, text=text, raw_files=tuple(raw_files))
+
+
+# Control characters (C0 but tab and newline, DEL, C1): text from the job (its stderr, its
+# source lines, its paths) may hold a NUL (PyTorch's signal handler writes one) or a terminal
+# escape sequence; report.txt stays text, safe to cat, grep or print to a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab and newline written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def status_document(view: InsideView, pinned: Dict[int, Optional[int]], now: float) -> dict:

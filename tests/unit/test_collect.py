@@ -156,11 +156,16 @@ def test_wchan_families_cover_old_and_new_kernel_names():
     assert frames.wchan_family("0") is None
 
 
-def test_shm_leftovers_match_only_the_jobs_pids(tmp_path):
+def test_shm_leftovers_match_only_the_jobs_pids_and_count_allocated_bytes(tmp_path):
     (tmp_path / "torch_123_abc_0").write_bytes(b"x" * 10)
+    with open(tmp_path / "torch_123_abc_1", "wb") as f:
+        f.truncate(24 << 20)  # sized, never written: sparse, holds nothing
     (tmp_path / "torch_999_abc_0").write_bytes(b"x")
     (tmp_path / "sem.mp-1").write_bytes(b"")
-    assert procfs.shm_leftovers({123, 5}, str(tmp_path)) == (("torch_123_abc_0", 10),)
+    os.symlink("/etc/shadow", tmp_path / "torch_123_abc_2")  # another user's name in /dev/shm
+    found = dict(procfs.shm_leftovers({123, 5}, str(tmp_path)))
+    assert set(found) == {"torch_123_abc_0", "torch_123_abc_1"}
+    assert 10 <= found["torch_123_abc_0"] <= 64 << 10 and found["torch_123_abc_1"] == 0
 
 
 def test_pinned_memory_is_the_rss_of_shared_nvidiactl_mappings_only():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 
@@ -164,3 +165,24 @@ def test_the_html_page_says_what_a_dump_lost_while_its_stack_is_folded():
     summaries = [line for line in page.splitlines() if line.startswith("<details><summary>")]
     assert any("(Python frames only: native frames lost" in s for s in summaries), summaries
     assert any("(no stack: py-spy cannot attach" in s for s in summaries), summaries
+
+
+def test_control_characters_from_the_job_are_escaped_in_report_txt_and_html():
+    from watchdog import html as html_page
+    from watchdog.report import printable
+
+    assert (
+        printable("killed by signal: Bus error.\x00 \x1b[2J\tok\n")
+        == "killed by signal: Bus error.\\x00 \\x1b[2J\tok\n"
+    )
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    facts = hang_facts([t])
+    facts = dataclasses.replace(facts, stderr_tail="RuntimeError: DataLoader worker (pid 7) is killed by signal\x00\n")
+    diags = [
+        dataclasses.replace(d, evidence=d.evidence + ("stderr: killed\x00 \x1b]0;title\x07",)) for d in diagnose(facts)
+    ]
+    job = {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}
+    rep = report.build(facts, diags, job, 1.8e9, "report", None, {})
+    assert "\x00" not in rep.text and "\x1b" not in rep.text and "\\x00" in rep.text
+    page = html_page.render(rep.document, rep.text)
+    assert "\x00" not in page and "\x1b" not in page

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..types import FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
@@ -866,9 +867,12 @@ _SHM_NAME = re.compile(r"^torch_(\d+)_")
 
 
 def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]:
-    """``(name, bytes)`` of the files in ``folder`` that PyTorch's ``file_system`` sharing
-    strategy created for one of ``pids`` (``torch_<pid>_<…>``, torch/csrc/CudaIPCTypes and
-    libshm naming) and nobody removed. Empty when none or unreadable."""
+    """``(name, bytes)`` of the regular files in ``folder`` that PyTorch's ``file_system``
+    sharing strategy created for one of ``pids`` (``torch_<pid>_<…>``, torch/csrc/CudaIPCTypes
+    and libshm naming) and nobody removed. The bytes are the memory a file holds (allocated
+    blocks, ``st_blocks × 512``), not its apparent size: a sparse file that was sized with
+    ``ftruncate`` and never written holds nothing. Links are not followed (another user may
+    create such names in ``/dev/shm``). Empty when none or unreadable."""
     wanted = {str(p) for p in pids}
     out = []
     try:
@@ -879,9 +883,11 @@ def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]
         m = _SHM_NAME.match(name)
         if m and m.group(1) in wanted:
             try:
-                out.append((name, os.stat(os.path.join(folder, name)).st_size))
+                st = os.lstat(os.path.join(folder, name))
             except OSError:
                 continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((name, st.st_blocks * 512))
     return tuple(out)
 
 

@@ -618,7 +618,7 @@ def shm_leaked(facts: Facts) -> Optional[Finding]:
         confidence=0.95,
         summary=f"The job left {len(facts.shm_leftovers)} file(s) ({mib(total)}) in /dev/shm; they hold shared memory "
         "until removed.",
-        evidence=tuple(f"/dev/shm/{name}: {size} bytes" for name, size in facts.shm_leftovers[:5])
+        evidence=tuple(f"/dev/shm/{name}: {size} bytes allocated" for name, size in facts.shm_leftovers[:5])
         + (f"… and {len(facts.shm_leftovers) - 5} more",) * (len(facts.shm_leftovers) > 5)
         + (f"created by pid(s) {', '.join(map(str, pids))} of this job (the pid is in each name){_exit(facts)}",),
         remedy=f"Remove them once no process of the job runs: rm -f {patterns}",
