@@ -32,7 +32,8 @@ from tests.unit.builders import (
 from watchdog import frames
 from watchdog.collect import pyspy
 from watchdog.diagnose import RULES, diagnose, engine
-from watchdog.diagnose.crashes import errno_of, original_traceback
+from watchdog.diagnose.common import original_traceback
+from watchdog.diagnose.crashes import errno_of
 from watchdog.diagnose.hangs import feeder_failures
 from watchdog.types import (
     MODE_CRASH,
@@ -419,8 +420,9 @@ def test_an_exception_in_the_dataset_names_it_and_the_users_line():
     assert "IndexError: list index out of range" in first.summary
     assert first.location == "/home/user/train/dataset_exception_len_lies.py:21"
     assert "__len__" in first.remedy
-    exc, user, source = original_traceback(fixture("stderr_dataset_exception.txt"))
-    assert user.function == "__getitem__" and source.startswith("name = self.frames[i]")
+    tb = original_traceback(fixture("stderr_dataset_exception.txt"))
+    user, source = tb.user()
+    assert user.function == "__getitem__" and source.startswith("name = self.frames[i]") and tb.stage() == "Dataset"
 
 
 def test_a_pool_in_a_worker_is_a_start_failure_first():
@@ -748,3 +750,25 @@ def test_a_lock_of_self_is_matched_to_a_holder_of_the_same_class_only():
 
     assert holder_line("Console")  # the same class: the same lock
     assert not holder_line("Live")  # Live's self._lock is another object (Textualize/rich#2046)
+
+
+def test_an_exception_in_collate_fn_is_not_called_the_datasets_and_gets_a_collate_reproduction():
+    first = diagnose(_crash(fixture("stderr_collate_object_field.txt")))[0]
+    assert first.kind == "dataset_error"
+    assert first.summary.startswith("collate_fn raised TypeError: default_collate: batch must contain")
+    assert (
+        "collate_fn([dataset[i] for i in range(batch_size)])" in first.remedy
+        and "dataset[i] for the" not in first.remedy
+    )
+    # no frame of the job's own in the worker's traceback: the loop that iterates the loader, in main
+    assert first.location == "/home/user/train/collate_object_field.py:7"
+    assert any("PyTorch's call of collate_fn" in line for line in first.evidence)
+
+
+def test_an_exception_in_worker_init_fn_names_its_line_and_a_reproduction_that_runs_it():
+    first = diagnose(_crash(fixture("stderr_worker_init_fn_raises.txt")))[0]
+    assert first.summary.startswith("worker_init_fn raised KeyError: 'SHARD_ID' at ")
+    assert first.location == "/home/user/train/worker_init_fn_raises.py:7"  # not <frozen os>
+    assert "worker_init_fn(0)" in first.remedy and "num_workers=0 (or" not in first.remedy
+    tb = original_traceback(fixture("stderr_worker_init_fn_raises.txt"))
+    assert tb.stage() == "worker_init_fn" and tb.exception == "KeyError: 'SHARD_ID'"

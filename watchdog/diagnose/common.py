@@ -398,19 +398,91 @@ def mib(n: Optional[float]) -> str:
     return "unknown" if n is None else f"{n / 2**20:.1f} MiB"
 
 
-_TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration)\b.*")
+
+
+def tb_frame(line: str) -> Optional[Frame]:
+    """The frame of one ``  File "…", line N, in F`` line of a Python traceback, or ``None``."""
+    m = TB_FILE.match(line)
+    return Frame(m.group("func"), m.group("file"), int(m.group("line")), False) if m else None
+
+
+# Where in a worker a stage of PyTorch's pipeline calls the job's code: the source line of the
+# frame in torch/utils/data/_utils/{worker,fetch}.py (``_worker_loop``, ``_MapDatasetFetcher.fetch``,
+# ``_IterableDatasetFetcher.fetch``).
+STAGE_DATASET = "Dataset"
+STAGE_COLLATE = "collate_fn"
+STAGE_WORKER_INIT = "worker_init_fn"
+_STAGE_CALLS = (("collate_fn(", STAGE_COLLATE), ("init_fn(", STAGE_WORKER_INIT), ("dataset", STAGE_DATASET))
+
+
+@dataclass(frozen=True)
+class OriginalTraceback:
+    """The last "Original Traceback" PyTorch printed for a worker's exception
+    (``ExceptionWrapper.reraise`` in torch/_utils.py), chained parts included: ``frames`` with
+    the source line under each (outermost first), and ``exception``, the line of the exception
+    finally raised (``None`` when cut off)."""
+
+    frames: Tuple[Tuple[Frame, str], ...]
+    exception: Optional[str]
+
+    def user(self) -> Optional[Tuple[Frame, str]]:
+        """The innermost frame of the job's own files and its source line (not the standard
+        library, torch or an installed package; else the innermost installed package's frame),
+        or ``None``."""
+        library = None
+        for f, source in reversed(self.frames):
+            if frames.is_user(f):
+                if not frames.is_third_party(f):
+                    return f, source
+                library = library or (f, source)
+        return library
+
+    def stage(self) -> str:
+        """Which stage of the worker raised: ``collate_fn``, ``worker_init_fn`` or ``Dataset``
+        (the default), from the innermost call PyTorch's worker code made (the source line of
+        its frame in torch/utils/data/_utils/worker.py or fetch.py)."""
+        for f, source in reversed(self.frames):
+            path = frames.normalise_path(f.file)
+            if path.endswith(("torch/utils/data/_utils/fetch.py", "torch/utils/data/_utils/worker.py")):
+                for call, stage in _STAGE_CALLS:
+                    if call in source:
+                        return stage
+        return STAGE_DATASET
+
+
+def original_traceback(stderr: str) -> Optional[OriginalTraceback]:
+    """The last "Original Traceback" in ``stderr`` (:class:`OriginalTraceback`), or ``None``."""
+    at = stderr.rfind("Original Traceback (most recent call last):")
+    if at < 0:
+        return None
+    lines = stderr[at:].splitlines()[1:]
+    found: List[Tuple[Frame, str]] = []
+    exception = None
+    for i, line in enumerate(lines):
+        f = tb_frame(line)
+        if f is not None:
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            found.append((f, "" if tb_frame(nxt) is not None else nxt.strip()))
+        elif line and not line.startswith((" ", "\t")) and _EXCEPTION_LINE.match(line.strip()):
+            exception = line.strip()
+    return OriginalTraceback(tuple(found), exception)
 
 
 def traceback_location(stderr: str) -> Optional[str]:
-    """``file:line`` of the innermost frame of the user's code in the last Python traceback of
-    ``stderr`` (PyTorch re-raises a worker's error with its "Original Traceback", whose user
-    frame is the most precise), or ``None``."""
-    found = None
+    """``file:line`` of the last frame of the job's own files in ``stderr``'s Python tracebacks
+    (PyTorch re-raises a worker's error with its "Original Traceback", whose user frame is the
+    most precise); an installed package's frame only when there is none; else ``None``."""
+    own = library = None
     for line in stderr.splitlines():
-        m = _TB_FILE.match(line)
-        if m and frames.is_user(Frame(m.group("func"), m.group("file"), int(m.group("line")), False)):
-            found = f"{m.group('file')}:{m.group('line')}"
-    return found
+        f = tb_frame(line)
+        if f is not None and frames.is_user(f):
+            if frames.is_third_party(f):
+                library = f"{f.file}:{f.line}"
+            else:
+                own = f"{f.file}:{f.line}"
+    return own or library
 
 
 def workers_phrase(n: int) -> str:

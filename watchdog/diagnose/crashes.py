@@ -38,7 +38,6 @@ from ..types import (
     SEVERITY_CRASH,
     SEVERITY_WARNING,
     Facts,
-    Frame,
 )
 from .common import (
     DOC_CUDA_FORK,
@@ -47,8 +46,12 @@ from .common import (
     DOC_MULTIPROCESSING,
     DOC_SHARING_STRATEGIES,
     DOC_START_METHODS,
+    STAGE_COLLATE,
+    STAGE_DATASET,
+    STAGE_WORKER_INIT,
     max_over_timeline,
     mib,
+    original_traceback,
     stderr_lines,
     traceback_location,
 )
@@ -83,7 +86,6 @@ _START_PATH = re.compile(r"popen_(?:spawn|forkserver)_posix\.py|popen_forkserver
 _CUDA_FORK = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
 _TIMED_OUT = re.compile(r"DataLoader timed out after (\d+(?:\.\d+)?) seconds")
 _CAUGHT = re.compile(r"Caught (\w+(?:\.\w+)*) in DataLoader worker process (\d+)")
-_TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
 # Share of RLIMIT_NOFILE / vm.max_map_count at which a process counts as having hit it.
 NEAR_LIMIT = 0.9
@@ -544,61 +546,62 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     )
 
 
-def original_traceback(stderr: str) -> Tuple[Optional[str], Optional[Frame], Optional[str]]:
-    """From the last "Original Traceback" PyTorch printed (``ExceptionWrapper.reraise``): the
-    exception line, the innermost frame of the user's code, and its source line (the line
-    after the ``File …`` line), each ``None`` when absent."""
-    at = stderr.rfind("Original Traceback (most recent call last):")
-    if at < 0:
-        return None, None, None
-    lines = stderr[at:].splitlines()[1:]
-    exc, user, source = None, None, None
-    for i, line in enumerate(lines):
-        m = _TB_FILE.match(line)
-        if m:
-            f = Frame(m.group("func"), m.group("file"), int(m.group("line")), False)
-            if frames.is_user(f):
-                user = f
-                nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
-                source = None if _TB_FILE.match(lines[i + 1] if i + 1 < len(lines) else "") else nxt or None
-        elif line and not line.startswith((" ", "\t")):
-            exc = line.strip()
-            break
-    return exc, user, source
+_STAGE_REMEDY = {
+    STAGE_DATASET: (
+        "Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process with "
+        "num_workers=0 (or dataset[i] for the failing index) to debug it in place."
+    ),
+    STAGE_COLLATE: (
+        "The samples are fine one by one; putting them into a batch failed. Reproduce in one process with "
+        "collate_fn([dataset[i] for i in range(batch_size)]) (torch.utils.data.default_collate when you pass none) "
+        "and look at each field's type: default_collate stacks tensors, numpy arrays of numbers, numbers, strings, "
+        "and dicts, lists and tuples of those; an object array (a pandas object column), None or a custom class "
+        "fails. Convert that field in __getitem__, or pass a collate_fn that handles it."
+    ),
+    STAGE_WORKER_INIT: (
+        "worker_init_fn raised before the worker fetched anything; with num_workers=0 it never runs, so call it "
+        "directly to reproduce: worker_init_fn(0) in one process (torch.utils.data.get_worker_info() is None "
+        "there). Check what it reads from its surroundings (environment variables, files, the dataset's state)."
+    ),
+}
 
 
 @rule("dataset_error", SEVERITY_CRASH, 7, CRASH)
 def dataset_error(facts: Facts) -> Optional[Finding]:
-    """An exception raised in the Dataset (``__getitem__``, ``__iter__``, ``collate_fn``,
-    ``worker_init_fn``) inside a worker, which PyTorch re-raises in main as "Caught X in
+    """An exception raised inside a worker, which PyTorch re-raises in main as "Caught X in
     DataLoader worker process N" with the worker's "Original Traceback" (``ExceptionWrapper`` in
-    torch/_utils.py)."""
+    torch/_utils.py). The stage that raised (the Dataset, ``collate_fn``, ``worker_init_fn``;
+    :meth:`OriginalTraceback.stage`) picks the summary and the way to reproduce it."""
     caught = list(_CAUGHT.finditer(facts.stderr_tail or ""))
     if not caught:
         return None
     m = caught[-1]
-    exc, user, source = original_traceback(facts.stderr_tail)
+    tb = original_traceback(facts.stderr_tail)
+    exc = tb.exception if tb else None
     if exc and is_loader_resource_error(exc):
         return None
-    where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else "the Dataset"
+    found = tb.user() if tb else None
+    user, source = found if found else (None, "")
+    stage = tb.stage() if tb else STAGE_DATASET
+    where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else ""
     evidence = [f"stderr: {m.group(0)}"]
     if exc:
         evidence.append(f"stderr (Original Traceback): {exc}")
     if user is not None:
         evidence.append(f"raised at {where}" + (f": `{source}`" if source else ""))
+    if stage != STAGE_DATASET:
+        evidence.append(f"the worker's traceback runs through PyTorch's call of {stage}, not the Dataset's methods")
     evidence.append(f"worker id {m.group(2)} raised it; main re-raised it and stopped{_exit(facts)}")
     hint = ""
-    if m.group(1).endswith("IndexError"):
+    if stage == STAGE_DATASET and m.group(1).endswith("IndexError"):
         hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
+    who = "The Dataset" if stage == STAGE_DATASET else stage
     return Finding(
         confidence=0.9 if exc else 0.75,
-        summary=f"The Dataset raised {exc or m.group(1)} at {where} in DataLoader worker {m.group(2)}; the main "
-        "process re-raised it.",
+        summary=f"{who} raised {exc or m.group(1)}{' at ' + where if where else ''} in DataLoader worker "
+        f"{m.group(2)}; the main process re-raised it.",
         evidence=tuple(evidence),
-        remedy=(
-            "Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process with "
-            "num_workers=0 (or dataset[i] for the failing index) to debug it in place." + hint
-        ),
+        remedy=_STAGE_REMEDY[stage] + hint,
         pids=(facts.sample.main.pid,) if facts.sample.main else (),
         location=f"{user.file}:{user.line}" if user else traceback_location(facts.stderr_tail),
         docs=(DOC_DATALOADER,),

@@ -45,6 +45,7 @@ from .common import (
     lock_holders,
     polling_of,
     quiet_text,
+    tb_frame,
     torch_seen,
     waiting_main,
     worker_finding,
@@ -865,7 +866,6 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
 
 
 _FEEDER_FRAME = re.compile(r'multiprocessing[/\\]queues\.py", line \d+, in _feed')
-_TB_FILE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 
 
 def feeder_failures(stderr: str) -> List[Tuple[str, Optional[str]]]:
@@ -881,9 +881,9 @@ def feeder_failures(stderr: str) -> List[Tuple[str, Optional[str]]]:
         exc = next((line.strip() for line in lines if line and not line.startswith((" ", "\t"))), None)
         user = None
         for line in lines:
-            m = _TB_FILE.match(line)
-            if m and frames.is_user(Frame(m.group(3), m.group(1), int(m.group(2)), False)):
-                user = f"{m.group(1)}:{m.group(2)}"
+            f = tb_frame(line)
+            if f is not None and frames.is_user(f):
+                user = f"{f.file}:{f.line}"
         if exc:
             out.append((exc, user))
     return out
