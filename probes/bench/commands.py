@@ -283,9 +283,15 @@ def _report(
     print(f"dataset: {dataset_text}")
     print(output.table(results, ceilings))
     top, bend = output.best(results), output.knee(results)
-    print(f"best: {top.config.label()} at {top.throughput:.0f} samples/s")
+    choice = output.choose(results, _cuda(results))
+    print(choice.text())
+    if choice.ignored:
+        print(
+            f"not ranked: {', '.join(r.config.label() for r in choice.ignored)}: pin_memory has no effect without "
+            "CUDA here, so its gap to the others is noise"
+        )
     print(
-        f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the best with "
+        f"knee: {bend.config.label()} ({bend.throughput / top.throughput:.0%} of the fastest with "
         f"{bend.config.num_workers} workers)"
     )
     line = output.ceiling_text(results, mach["usable_cpus"], ceilings)
@@ -302,7 +308,7 @@ def _report(
     for w in warns:
         print(f"warning: {w}")
     settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
-    doc = output.document(results, mach, settings, ceilings, warns)
+    doc = output.document(results, mach, settings, ceilings, warns, choice)
     doc["dataset"] = dataset_text
     doc.update(extra or {})
     if args.json:
@@ -330,6 +336,15 @@ def _grid(args) -> List[LoaderConfig]:
         args.persistent_workers,
         args.multiprocessing_context,
     )
+
+
+def _cuda(results: Sequence[Result]) -> bool:
+    """Whether the runs saw CUDA (each child records ``torch.cuda.is_available()``)."""
+    return any(run.cuda for r in results for run in r.runs)
+
+
+# autotune: rounds of more repeats for configurations that cannot be told apart from the best.
+EXTRA_ROUNDS = 2
 
 
 def cmd_bench(args) -> int:
@@ -384,18 +399,32 @@ def cmd_autotune(args) -> int:
     pins = {c.pin_memory for c in grid}
     if len(pins) > 1 and torch.cuda.is_available():
         at(candidates[best_i], not pin0)
+    for _ in range(EXTRA_ROUNDS):  # more repeats until the best separates from the rest
+        choice = output.choose(list(measured.values()), torch.cuda.is_available())
+        if len(choice.tied) < 2:
+            break
+        for r in choice.tied:
+            print(f"autotune: measuring {r.config.label()} again (its range overlaps the best's)", file=sys.stderr)
+            r.runs.extend(measure(r.config, dataset, args.repeats, args.warmup_batches).runs)
     results = list(measured.values())
     elapsed = time.monotonic() - started
     full = len(grid)
     per_config = elapsed / len(results)
-    top = output.best(results)
+    choice = output.choose(results, torch.cuda.is_available())
+    top = choice.pick
     print(
         f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about "
         f"{full * per_config:.0f} s)"
     )
     if len(pins) > 1 and not torch.cuda.is_available():
         print("autotune: pin_memory not measured: no effect without CUDA (torch starts no pin-memory thread)")
-    print(f"autotune: use {top.config.label()}")
+    if len(choice.tied) > 1:
+        print(
+            f"autotune: {len(choice.tied)} configurations cannot be told apart after {EXTRA_ROUNDS} more rounds; "
+            f"the cheapest of them: use {top.config.label()}"
+        )
+    else:
+        print(f"autotune: use {top.config.label()}")
     _report(
         results,
         args,

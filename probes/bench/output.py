@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
-from typing import Dict, Iterable, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
@@ -17,6 +18,66 @@ KNEE_FRACTION = 0.95
 def best(results: Sequence[Result]) -> Result:
     """The configuration with the highest median throughput."""
     return max(results, key=lambda r: r.throughput)
+
+
+# Two configurations measured once each are told apart only when one is this much faster.
+SINGLE_RUN_MARGIN = 1.05
+
+
+def apart(a: Result, b: Result) -> bool:
+    """Whether ``a``'s and ``b``'s throughputs can be told apart: with two runs or more each,
+    their ranges (slowest to fastest run) do not overlap; with one run, the faster is more than
+    5 % faster."""
+    if len(a.runs) >= 2 and len(b.runs) >= 2:
+        (alo, ahi), (blo, bhi) = a.throughput_span, b.throughput_span
+        return ahi < blo or bhi < alo
+    lo, hi = sorted((a.throughput, b.throughput))
+    return hi > SINGLE_RUN_MARGIN * lo
+
+
+def _cost(r: Result) -> tuple:
+    """What a configuration costs to run, cheapest first: fewer workers (processes, memory),
+    no pinned memory, fewer prefetched batches, no persistent workers."""
+    c = r.config
+    return (c.num_workers, c.pin_memory, c.prefetch_factor, c.persistent_workers)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The benchmark's recommendation: ``pick``, the cheapest configuration that cannot be told
+    apart from the fastest (``tied``: every such configuration, the fastest included), and
+    ``ignored``, configurations left out of the ranking because their setting has no effect on
+    this machine (``pin_memory`` without CUDA)."""
+
+    pick: Result
+    tied: Tuple[Result, ...]
+    ignored: Tuple[Result, ...]
+
+    def text(self) -> str:
+        """One line for the terminal."""
+
+        def runs(r: Result) -> str:
+            lo, hi = r.throughput_span
+            return f"{r.config.label()} ({r.throughput:.0f} samples/s, runs {lo:.0f}–{hi:.0f})"
+
+        if len(self.tied) < 2:
+            return f"best: {self.pick.config.label()} at {self.pick.throughput:.0f} samples/s"
+        return (
+            f"best: cannot be told apart: {'; '.join(runs(r) for r in self.tied)}; their ranges overlap, so the "
+            f"cheapest is recommended: {self.pick.config.label()} (more --repeats may separate them)"
+        )
+
+
+def choose(results: Sequence[Result], cuda: bool) -> Choice:
+    """The recommendation (:class:`Choice`): without CUDA, ``pin_memory=True`` rows are not
+    ranked (torch starts no pin-memory thread, so any gap is noise); among the rest, the
+    fastest by median and every configuration that cannot be told apart from it
+    (:func:`apart`), of which the cheapest (:func:`_cost`) is picked."""
+    ignored = tuple(r for r in results if r.config.pin_memory and not cuda)
+    ranked = [r for r in results if r not in ignored] or list(results)
+    top = best(ranked)
+    tied = tuple(sorted((r for r in ranked if r is top or not apart(r, top)), key=_cost))
+    return Choice(tied[0], tied, ignored if len(ranked) < len(results) else ())
 
 
 def knee(results: Sequence[Result]) -> Result:
@@ -147,14 +208,26 @@ def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
 
 
 def document(
-    results: Sequence[Result], machine: dict, settings: dict, ceilings: Dict[int, float], warnings: Iterable[str]
+    results: Sequence[Result],
+    machine: dict,
+    settings: dict,
+    ceilings: Dict[int, float],
+    warnings: Iterable[str],
+    choice: Optional[Choice] = None,
 ) -> dict:
-    """Everything measured, for ``--json``."""
-    top, bend = best(results), knee(results)
+    """Everything measured, for ``--json``: ``best`` is the recommendation (:func:`choose`: the
+    cheapest of those that cannot be told apart from the fastest), ``fastest`` the highest
+    median, ``tied`` every configuration that cannot be told apart from it, ``unranked`` those
+    whose setting has no effect here."""
+    choice = choice or choose(results, any(run.cuda for r in results for run in r.runs))
+    bend = knee(results)
     return {
         "machine": machine,
         "settings": settings,
-        "best": top.config.as_dict(),
+        "best": choice.pick.config.as_dict(),
+        "fastest": best(results).config.as_dict(),
+        "tied": [r.config.as_dict() for r in choice.tied],
+        "unranked": [r.config.as_dict() for r in choice.ignored],
         "knee": bend.config.as_dict(),
         "warnings": list(warnings),
         "results": [

@@ -1,0 +1,49 @@
+"""The benchmark's recommendation (probes/bench/output.py ``choose``): configurations whose
+ranges overlap cannot be told apart and the cheapest of them is recommended; a setting with no
+effect on this machine (pin_memory without CUDA) is never ranked."""
+
+from __future__ import annotations
+
+from probes.bench import output
+from probes.bench.grid import LoaderConfig
+from probes.bench.measure import Result, Run
+
+
+def _result(workers, *rates, pin=False, cuda=False):
+    config = LoaderConfig(workers, pin, 32, 2, False, "fork")
+    runs = [Run(0.1, rate, 1.0, 100, 1.0, None, None, None, None, cuda, False) for rate in rates]
+    return Result(config, runs)
+
+
+def test_overlapping_ranges_cannot_be_told_apart_and_the_cheaper_is_recommended():
+    w2, w4 = _result(2, 900, 1300, 1100), _result(4, 1000, 1500, 1200)  # W=4 faster in median, ranges overlap
+    choice = output.choose([w2, w4], cuda=False)
+    assert choice.pick is w2 and choice.tied == (w2, w4)
+    assert choice.text().startswith("best: cannot be told apart:") and "W=2" in choice.text().split("recommended:")[1]
+
+
+def test_separated_ranges_name_the_fastest():
+    w2, w4 = _result(2, 900, 1000, 950), _result(4, 1400, 1500, 1450)
+    choice = output.choose([w2, w4], cuda=False)
+    assert choice.pick is w4 and choice.tied == (w4,)
+    assert choice.text() == f"best: {w4.config.label()} at 1450 samples/s"
+
+
+def test_single_runs_need_a_five_percent_gap():
+    assert not output.apart(_result(2, 1000), _result(4, 1040))
+    assert output.apart(_result(2, 1000), _result(4, 1100))
+
+
+def test_pin_memory_without_cuda_is_never_ranked_however_fast_it_measured():
+    plain, pinned = _result(2, 1000, 1010), _result(2, 3700, 3710, pin=True)  # a 3.7x gap of pure noise
+    choice = output.choose([plain, pinned], cuda=False)
+    assert choice.pick is plain and choice.ignored == (pinned,)
+    with_cuda = output.choose([plain, _result(2, 3700, 3710, pin=True, cuda=True)], cuda=True)
+    assert with_cuda.pick.config.pin_memory and not with_cuda.ignored
+
+
+def test_the_json_document_says_what_was_recommended_and_what_was_tied():
+    w2, w4 = _result(2, 900, 1300), _result(4, 1000, 1500)
+    doc = output.document([w2, w4], {"usable_cpus": 2}, {}, {}, [])
+    assert doc["best"]["num_workers"] == 2 and doc["fastest"]["num_workers"] == 4
+    assert [c["num_workers"] for c in doc["tied"]] == [2, 4] and doc["unranked"] == []
