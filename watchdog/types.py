@@ -113,6 +113,37 @@ class ThreadSample:
     wait: Optional[KernelWait] = None
 
 
+class FdKind(str, enum.Enum):
+    """What a file descriptor refers to (its ``/proc/PID/fd/N`` link); the value is what
+    reports show."""
+
+    FILE = "file"  # a regular file or directory the job opened
+    SHM = "shared memory"  # /dev/shm/… (PyTorch's shared tensors: deleted torch_* files, memfd)
+    SOCKET = "socket"
+    PIPE = "pipe"
+    ANON = "anon_inode"  # eventfd, epoll, timerfd, …
+    DEVICE = "device"  # /dev/… (a GPU, a terminal)
+    OTHER = "other"
+
+
+@dataclass(frozen=True, **_SLOTS)
+class FdCensus:
+    """What a process's open file descriptors are, counted when it nears RLIMIT_NOFILE
+    (``watchdog.collect.procfs.fd_census``): ``read`` descriptors were read (at most the
+    census limit), ``kinds`` counts them by :class:`FdKind`, most first, and ``files`` names
+    the regular files' folders that hold the most of them, ``(folder, count)``, most first.
+    ``t_mono`` is when it was taken (``time.monotonic()``)."""
+
+    t_mono: float
+    read: int
+    kinds: Tuple[Tuple[FdKind, int], ...]
+    files: Tuple[Tuple[str, int], ...] = ()
+
+    def count(self, kind: FdKind) -> int:
+        """How many of the descriptors read are of ``kind``."""
+        return dict(self.kinds).get(kind, 0)
+
+
 @dataclass(frozen=True, **_SLOTS)
 class ProcessSample:
     """One process at one instant (psutil ``oneshot()`` plus ``/proc`` reads).
@@ -155,6 +186,7 @@ class ProcessSample:
     owner_pid: Optional[int] = None
     map_count: Optional[int] = None
     pinned_bytes: Optional[int] = None
+    fd_census: Optional[FdCensus] = None
 
 
 @dataclass(frozen=True, **_SLOTS)

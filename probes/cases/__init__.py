@@ -136,6 +136,14 @@ CASES: Tuple[Case, ...] = (
         needs_mount=True,
     ),
     Case("fd_exhausted_in_workers", "fd_exhausted", "hang"),
+    Case(
+        "fd_exhausted_by_open_files",
+        "fd_exhausted",
+        "crash",
+        location="open(self.paths[i]",
+        remedy=("Close the files the Dataset opens", "!set_sharing_strategy"),
+        evidence=("regular files: ",),
+    ),
     Case("stdout_reader_gone", "worker_blocked_io", "hang", "suspected"),
     Case("summary_writer_and_deadlock", "fork_inherited_lock", "hang", "proven", "with LOCK:"),
     Case(
@@ -194,6 +202,7 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_socket_timeout", None),
     Case("healthy_poll_until_ready", None, stall_timeout_s=30.0),
     Case("healthy_compute_slow_batches", None),
+    Case("healthy_many_open_files", None),
     Case("healthy_poll_until_ready_attach", None, target="healthy_poll_until_ready", stall_timeout_s=30.0, attach=True),
     Case("healthy_compute_slow_batches_attach", None, target="healthy_compute_slow_batches", attach=True),
     Case("healthy_slow_samples_attach", None, target="healthy_slow_samples", attach=True),

@@ -348,3 +348,24 @@ def test_still_memory_is_judged_against_the_slowest_growth_the_rules_warn_about(
     assert not _still(last, 100 * 2**20 + 12 * 2**20, 400, None, 10.0)  # 1.2 MiB/s: growth
     assert not _still(last, 100 * 2**20, 600, None, 10.0)  # +200 mappings
     assert _still(last, None, None, None, 10.0)  # unreadable: nothing to learn
+
+
+def test_fd_kinds_and_a_census_of_this_process(tmp_path):
+    from watchdog.types import FdKind
+
+    assert procfs.fd_kind("socket:[123]") is FdKind.SOCKET and procfs.fd_kind("pipe:[9]") is FdKind.PIPE
+    assert procfs.fd_kind("/dev/shm/torch_12_345_0 (deleted)") is FdKind.SHM
+    assert procfs.fd_kind("/memfd:torch (deleted)") is FdKind.SHM and procfs.fd_kind("/dev/nvidia0") is FdKind.DEVICE
+    assert procfs.fd_kind("anon_inode:[eventfd]") is FdKind.ANON and procfs.fd_kind("/data/x.jpg") is FdKind.FILE
+    handles = []
+    try:
+        for i in range(30):
+            p = tmp_path / f"{i}.bin"
+            p.write_bytes(b"x")
+            handles.append(open(p, "rb"))
+        census = procfs.fd_census(os.getpid(), 5.0)
+        assert census is not None and census.count(FdKind.FILE) >= 30
+        assert census.files[0] == (str(tmp_path), 30)
+    finally:
+        for f in handles:
+            f.close()

@@ -772,3 +772,22 @@ def test_an_exception_in_worker_init_fn_names_its_line_and_a_reproduction_that_r
     assert "worker_init_fn(0)" in first.remedy and "num_workers=0 (or" not in first.remedy
     tb = original_traceback(fixture("stderr_worker_init_fn_raises.txt"))
     assert tb.stage() == "worker_init_fn" and tb.exception == "KeyError: 'SHARD_ID'"
+
+
+def test_descriptors_exhausted_by_the_datasets_own_files_get_close_them_advice_not_a_sharing_strategy():
+    from watchdog.types import FdCensus, FdKind
+
+    stderr = "OSError: [Errno 24] Too many open files: '/data/img/00231.bin'\n"
+    census = FdCensus(40.0, 240, ((FdKind.FILE, 228), (FdKind.PIPE, 8), (FdKind.SOCKET, 4)), (("/data/img", 228),))
+    worker = dataclasses.replace(proc(WORKER_PID, ROLE_WORKER, [], "fork", num_fds=240, rlimit=256), fd_census=census)
+    first = diagnose(_crash(stderr, procs=[proc(MAIN_PID, ROLE_MAIN, []), worker]))[0]
+    assert first.kind == "fd_exhausted"
+    assert "regular files the job opened and kept open (228 of 240" in first.summary
+    assert "Close the files the Dataset opens (under /data/img)" in first.remedy
+    assert "set_sharing_strategy" not in first.remedy
+    assert any("228 file, 8 pipe, 4 socket" in line for line in first.evidence)
+    # shared tensors filling the table: the sharing-strategy advice stays
+    shm = FdCensus(40.0, 240, ((FdKind.SHM, 220), (FdKind.FILE, 20)), (("/usr/lib", 20),))
+    worker = dataclasses.replace(worker, fd_census=shm)
+    first = diagnose(_crash(stderr, procs=[proc(MAIN_PID, ROLE_MAIN, []), worker]))[0]
+    assert "set_sharing_strategy" in first.remedy

@@ -13,7 +13,7 @@ import re
 import stat
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..types import FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
+from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -797,6 +797,46 @@ def mount_devices(pid: int) -> Dict[int, Tuple[int, int]]:
         except (IndexError, ValueError):
             continue
     return out
+
+
+def fd_kind(target: str) -> FdKind:
+    """The :class:`~watchdog.types.FdKind` of one ``/proc/PID/fd/N`` link target (proc(5)):
+    ``socket:[…]``, ``pipe:[…]``, ``anon_inode:…``, ``/memfd:…`` and ``/dev/shm/…`` (PyTorch's
+    shared storages: ``file_descriptor`` strategy files unlinked at once, shown ``(deleted)``),
+    other ``/dev/…``, else a path (a regular file)."""
+    if target.startswith("socket:"):
+        return FdKind.SOCKET
+    if target.startswith("pipe:"):
+        return FdKind.PIPE
+    if target.startswith("anon_inode:"):
+        return FdKind.ANON
+    if target.startswith(("/dev/shm/", "/memfd:")):
+        return FdKind.SHM
+    if target.startswith("/dev/"):
+        return FdKind.DEVICE
+    return FdKind.FILE if target.startswith("/") else FdKind.OTHER
+
+
+def fd_census(pid: int, now: float, limit: int = 4096) -> Optional[FdCensus]:
+    """Count ``pid``'s open descriptors by kind (:func:`fd_kind`), reading at most ``limit``
+    links, and the folders of its regular files with the most of them; ``None`` when
+    unreadable. Cost: one ``readlink`` per descriptor (a millisecond per thousand here)."""
+    kinds: Dict[FdKind, int] = {}
+    folders: Dict[str, int] = {}
+    read = 0
+    for target in open_files(pid, limit):
+        read += 1
+        kind = fd_kind(target)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind is FdKind.FILE:
+            path = target[: -len(" (deleted)")] if target.endswith(" (deleted)") else target
+            folder = os.path.dirname(path) or "/"
+            folders[folder] = folders.get(folder, 0) + 1
+    if not read:
+        return None
+    by_count = tuple(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0].value)))
+    top = tuple(sorted(folders.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+    return FdCensus(now, read, by_count, top)
 
 
 def _fd_names(pid: int, limit: int = 256) -> List[str]:

@@ -49,6 +49,7 @@ from ..types import (
     ROLE_MAIN,
     ROLE_STARTING,
     ROLE_WORKER,
+    FdCensus,
     HostSample,
     ProcessSample,
     Sample,
@@ -84,6 +85,12 @@ _FULL_INFO_MAX_FACTOR = 24
 # last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
 _RSS_MOVE_BYTES = 16 * 2**20
 _RSS_MOVE_SHARE = 0.1
+
+
+# A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
+# every FD_CENSUS_INTERVAL_S seconds.
+FD_CENSUS_SHARE = 0.5
+FD_CENSUS_INTERVAL_S = 2.0
 
 
 def host_sample(main_pid: Optional[int]) -> HostSample:
@@ -210,6 +217,7 @@ class Sampler:
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
         self.role_overrides: Dict[int, str] = {}
         self._quota_read_at = float("-inf")
+        self._census: Dict[_Key, FdCensus] = {}  # the last fd census of a process near its limit
 
     def _create_time(self, start_ticks: int) -> float:
         return start_ticks / procfs.CLK_TCK + self._boot
@@ -252,11 +260,12 @@ class Sampler:
         if main is not None and main_st is not None:
             found = self._walk(main.pid, main_st, t_mono)
         self._read_full_info(found, t_mono)
+        self._count_fds(found, t_mono)
         processes = tuple(self._kept(f) for f in found)
         live = {(p.pid, p.create_time) for p in processes}
         self._lost = bool(self._live - live)
         self._live = live
-        for table in (self._facts, self._full, self._psutil, self._kids, self._prev):
+        for table in (self._facts, self._full, self._psutil, self._kids, self._prev, self._census):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
@@ -346,6 +355,27 @@ class Sampler:
             queue.extend((c, None, pid) for c in dict.fromkeys(kids))
         out.sort(key=lambda e: (e["pid"] != main_pid, e["create_time"], e["pid"]))
         return out
+
+    def _count_fds(self, entries: List[dict], now: float) -> None:
+        """Count the descriptors of each process above ``FD_CENSUS_SHARE`` of its
+        RLIMIT_NOFILE by kind (:func:`procfs.fd_census`), at most every
+        ``FD_CENSUS_INTERVAL_S`` a process; each entry carries its last census (a crash by
+        EMFILE is explained by what filled the table: shared tensors, sockets, or files the job
+        never closed)."""
+        for e in entries:
+            key = (e["pid"], e["create_time"])
+            n, limit = e["num_fds"], e["rlimit_nofile_soft"]
+            last = self._census.get(key)
+            if (
+                n
+                and limit
+                and n > FD_CENSUS_SHARE * limit
+                and (last is None or now - last.t_mono >= FD_CENSUS_INTERVAL_S)
+            ):
+                found = procfs.fd_census(e["pid"], now)
+                if found is not None:
+                    self._census[key] = last = found
+            e["fd_census"] = last
 
     def _kept(self, fields: dict) -> ProcessSample:
         """The :class:`ProcessSample` of ``fields``, holding the previous sample's objects for

@@ -28,7 +28,7 @@ rules above, since "fix the Dataset code" is the wrong remedy for a full ``/dev/
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import frames
 from ..types import (
@@ -38,6 +38,8 @@ from ..types import (
     SEVERITY_CRASH,
     SEVERITY_WARNING,
     Facts,
+    FdCensus,
+    FdKind,
 )
 from .common import (
     DOC_CUDA_FORK,
@@ -259,6 +261,15 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
         return None
     hot = _near_limit(facts, lambda p: p.num_fds, lambda p, s: p.rlimit_nofile_soft)
     evidence = [f"stderr: {line}" for line in lines[-2:]]
+    censuses = _fd_censuses(facts, [pid for _, pid, _, _ in hot] if hot else None)
+    for pid, census in censuses[:4]:
+        kinds = ", ".join(f"{n} {kind.value}" for kind, n in census.kinds)
+        folders = "; ".join(f"{n} in {folder}" for folder, n in census.files)
+        evidence.append(
+            f"pid {pid}: of {census.read} descriptors read near the limit: {kinds}"
+            + (f" (regular files: {folders})" if folders else "")
+        )
+    files = [(pid, c) for pid, c in censuses if c.count(FdKind.FILE) * 2 > c.read]
     if hot:
         for role, pid, used, limit in hot[:4]:
             evidence.append(
@@ -266,9 +277,8 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
             )
         who = _who(hot)
         limits = sorted({limit for *_, limit in hot})
-        summary = (
-            f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))}) passing shared tensors "
-            "between processes."
+        summary = f"{who} ran out of file descriptors (RLIMIT_NOFILE {', '.join(map(str, limits))})" + (
+            "" if files else " passing shared tensors between processes"
         )
         pids = tuple(pid for _, pid, _, _ in hot)
     else:
@@ -277,21 +287,48 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
             f"the highest descriptor count seen in any process was {peak} (the limit was hit between "
             f"samples){_exit(facts)}"
         )
-        summary = "A process of the job ran out of file descriptors (Too many open files) passing shared tensors."
+        summary = "A process of the job ran out of file descriptors (Too many open files)" + (
+            "" if files else " passing shared tensors"
+        )
         pids = tuple(p.pid for p in facts.sample.processes if p.role in ("main", "dataloader_worker"))
+    remedy = (
+        'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
+        "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, "
+        "larger tensors per sample, and do not keep many batches alive in main."
+    )
+    summary += "."
+    if files:
+        pid, census = files[0]
+        where = census.files[0][0] if census.files else "the job's files"
+        summary = (
+            f"{summary[:-1]}: most of the descriptors were regular files the job opened and kept open "
+            f"({census.count(FdKind.FILE)} of {census.read} in pid {pid}, most in {where})."
+        )
+        remedy = (
+            f"Close the files the Dataset opens (under {where}): open them in a `with` block in __getitem__, or "
+            "keep one handle per file and reuse it, instead of opening one per sample and keeping it; each worker "
+            "holds its own descriptors. A higher limit (ulimit -n) or another sharing strategy only delays this."
+        )
     return Finding(
         confidence=0.9,
         summary=summary,
         evidence=tuple(evidence),
-        remedy=(
-            'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
-            "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, "
-            "larger tensors per sample, and do not keep many batches alive in main."
-        ),
+        remedy=remedy,
         pids=pids,
         location=traceback_location(facts.stderr_tail),
-        docs=(DOC_SHARING_STRATEGIES,),
+        docs=(DOC_DATALOADER,) if files else (DOC_SHARING_STRATEGIES,),
     )
+
+
+def _fd_censuses(facts: Facts, pids: Optional[Sequence[int]]) -> List[Tuple[int, FdCensus]]:
+    """The last descriptor census (``ProcessSample.fd_census``) of each of ``pids`` (every
+    process when ``None``) in the timeline, most descriptors first."""
+    last: Dict[int, FdCensus] = {}
+    for s in facts.timeline:
+        for p in s.processes:
+            if p.fd_census is not None and (pids is None or p.pid in pids):
+                last[p.pid] = p.fd_census
+    return sorted(last.items(), key=lambda kv: -kv[1].read)
 
 
 @rule("map_count_exhausted", SEVERITY_CRASH, 2, CRASH_AND_HANG)
