@@ -406,7 +406,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     pids = [p.pid for p in tree]
     view = reader.read(pids)
     view = dataclasses.replace(view, forks=tuple(r for r in view.forks if r.pid in pids))  # this process's tree only
-    pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid)[1]}
+    pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid).nvidia}
     doc = report.status_document(view, pinned, time.monotonic())
     try:
         print(json.dumps(doc, indent=1) if args.json else "\n".join(report.status_lines(doc)), flush=True)

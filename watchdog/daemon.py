@@ -430,6 +430,11 @@ class Watcher:
                 host_cpus=self.host_cpus,
                 shm_leftovers=leftovers,
                 inside=self._inside_view(),
+                mapped_file_sizes=procfs.file_sizes(
+                    path for s in list(self.timeline)[-30:] for p in s.processes for path, _, _ in p.mapped_files
+                )
+                if crashed
+                else (),
             )
             # A warning already written while the job ran is not written again.
             found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in self._warned)]

@@ -156,7 +156,10 @@ class ProcessSample:
     from. ``threads`` are read for main, workers and starting workers. ``map_count`` is the
     number of memory mappings (lines of ``/proc/PID/maps``), read with USS. ``pinned_bytes`` is
     CUDA pinned host memory (``/dev/nvidiactl`` mappings in ``/proc/PID/smaps``), read with USS
-    and only for a process that maps that device (``None`` otherwise). ``cpu_affinity`` is the number of CPUs the
+    and only for a process that maps that device (``None`` otherwise). ``fd_census`` counts its
+    descriptors by kind once it nears RLIMIT_NOFILE (:class:`FdCensus`); ``mapped_files`` are
+    the data files it maps, ``(path, bytes mapped up to, inode)``, read with USS
+    (``procfs.mapped_data_files``). ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
     for main and workers only.
@@ -187,6 +190,7 @@ class ProcessSample:
     map_count: Optional[int] = None
     pinned_bytes: Optional[int] = None
     fd_census: Optional[FdCensus] = None
+    mapped_files: Tuple[Tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -718,6 +722,9 @@ class Facts:
     ``pyspy_problem`` says why stacks are missing (permission, binary missing, timeout).
     ``stderr_tail`` is the last 64 KiB of the job's stderr (``dlwatch run`` only).
     ``oom_kills`` is how many OOM kills the job's cgroup counted while it was watched.
+    ``mapped_file_sizes`` holds, for each data file a process of the timeline mapped
+    (``ProcessSample.mapped_files``), ``(path, size, inode)`` when the report was made
+    (``None``: gone).
     ``host_cpus`` is the number of online CPUs of the host. ``open_files`` maps a pid to the
     targets of its file descriptors (``/proc/PID/fd``), read at report time. ``proof`` is set
     when the hang is proven (NOTE [ Deadlock proof ]); ``assessment`` says why the stall was
@@ -763,6 +770,7 @@ class Facts:
     polling: Tuple[Polling, ...] = ()
     file_locks: Tuple[FileLock, ...] = ()
     chains: Tuple[Tuple[WaitLink, ...], ...] = ()
+    mapped_file_sizes: Tuple[Tuple[str, Optional[int], Optional[int]], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

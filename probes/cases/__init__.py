@@ -173,6 +173,13 @@ CASES: Tuple[Case, ...] = (
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),
     ),
     Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
+    Case(
+        "memmap_truncated_under_workers",
+        "worker_killed",
+        "crash",
+        remedy=("os.replace()", "!--shm-size"),
+        evidence=("features.npy mapped up to byte", "shrank under the mapping"),
+    ),
     Case("nested_pool_in_worker", "worker_start_failed", "crash"),
     Case("spawn_without_main_guard", "worker_start_failed", "crash"),
     Case("shm_removed", "shm_removed", "crash"),

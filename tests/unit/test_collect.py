@@ -369,3 +369,16 @@ def test_fd_kinds_and_a_census_of_this_process(tmp_path):
     finally:
         for f in handles:
             f.close()
+
+
+def test_mapped_data_files_are_the_non_library_files_with_their_extent_and_inode():
+    maps = (
+        b"7f0000000000-7f0001000000 r--s 00000000 fd:01 4242 /data/features.npy\n"
+        b"7f0002000000-7f0002001000 r--p 00001000 fd:01 4242 /data/features.npy\n"
+        b"7f1000000000-7f1000100000 r-xp 00000000 fd:01 77 /opt/venv/lib/libfoo.so.1\n"
+        b"7f1000100000-7f1000200000 r--p 00100000 fd:01 77 /opt/venv/lib/libfoo.so.1\n"
+        b"7f2000000000-7f2000001000 rw-s 00000000 00:05 9 /dev/shm/torch_1_2_0 (deleted)\n"
+        b"7f3000000000-7f3000001000 r--p 00000000 fd:01 5 /usr/lib/locale/locale-archive\n"
+        b"7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]\n"
+    )
+    assert procfs.mapped_data_files(maps) == (("/data/features.npy", 0x1000000, 4242),)

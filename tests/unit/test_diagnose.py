@@ -791,3 +791,27 @@ def test_descriptors_exhausted_by_the_datasets_own_files_get_close_them_advice_n
     worker = dataclasses.replace(worker, fd_census=shm)
     first = diagnose(_crash(stderr, procs=[proc(MAIN_PID, ROLE_MAIN, []), worker]))[0]
     assert "set_sharing_strategy" in first.remedy
+
+
+def test_a_bus_error_from_a_file_that_shrank_under_its_mapping_is_not_blamed_on_dev_shm():
+    stderr = (
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n"
+        "RuntimeError: DataLoader worker (pid 2847) is killed by signal: Bus error.\n"
+    )
+    mapped = (("/data/features.npy", 16 << 20, 4242),)
+    worker = dataclasses.replace(proc(WORKER_PID, ROLE_WORKER, [], "fork"), mapped_files=mapped)
+    procs = [proc(MAIN_PID, ROLE_MAIN, []), worker]
+    host = {"shm_total": 24 << 30, "shm_used": 1 << 20}
+    shrunk = _crash(stderr, procs=procs, host=host, mapped_file_sizes=(("/data/features.npy", 65664, 4242),))
+    kinds = [d.kind for d in diagnose(shrunk)]
+    first = diagnose(shrunk)[0]
+    assert first.kind == "worker_killed" and "shm_exhausted" not in kinds
+    assert "/data/features.npy, which it had mapped, shrank" in first.summary and "os.replace()" in first.remedy
+    # replaced by a new file (another inode): the mapping keeps the old pages, nothing shrank
+    replaced = _crash(stderr, procs=procs, host=host, mapped_file_sizes=(("/data/features.npy", 65664, 9999),))
+    found = {d.kind: d for d in diagnose(replaced)}
+    assert "shrank" not in found["worker_killed"].summary
+    assert any(
+        "contradicted by a measurement" in e and "file-backed mapping" in e for e in found["shm_exhausted"].evidence
+    )
+    assert [d.kind for d in diagnose(replaced)].index("shm_exhausted") > 0  # contradicted: not first

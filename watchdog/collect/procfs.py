@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
@@ -854,18 +855,89 @@ NVIDIA_CTL = b"/dev/nvidiactl"
 def map_count(pid: int) -> Optional[int]:
     """How many memory mappings ``pid`` has (lines of ``/proc/PID/maps``), or ``None``. Cost:
     reading the whole file (about 100 bytes a mapping), hence the slow cadence."""
-    return maps_summary(pid)[0]
+    return maps_summary(pid).mappings
 
 
-def maps_summary(pid: int) -> Tuple[Optional[int], bool]:
-    """``(mapping count, whether /dev/nvidiactl is mapped)`` from one read of
-    ``/proc/PID/maps``; ``(None, False)`` when unreadable."""
+class MapsSummary(NamedTuple):
+    """One read of ``/proc/PID/maps``: how many mappings, whether ``/dev/nvidiactl`` is mapped
+    (CUDA pinned memory), and the data files mapped (:func:`mapped_data_files`)."""
+
+    mappings: Optional[int]
+    nvidia: bool
+    files: Tuple[Tuple[str, int, int], ...] = ()
+
+
+def maps_summary(pid: int) -> MapsSummary:
+    """:class:`MapsSummary` of ``pid``; ``(None, False, ())`` when unreadable."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as f:
             data = f.read()
     except OSError:
-        return None, False
-    return data.count(b"\n"), NVIDIA_CTL in data
+        return MapsSummary(None, False)
+    return MapsSummary(data.count(b"\n"), NVIDIA_CTL in data, mapped_data_files(data))
+
+
+# Mapped data files kept per process (the largest extents).
+MAPPED_FILES_KEPT = 4
+_SYSTEM_PREFIXES = ("/usr/", "/lib", "/etc/", "/dev/", "/proc/", "/sys/", "/memfd:", "/run/")
+
+
+def file_sizes(paths, timeout_s: float = 2.0) -> Tuple[Tuple[str, Optional[int], Optional[int]], ...]:
+    """``(path, size in bytes, inode)`` of each of ``paths`` now (``os.stat``, which opens
+    nothing; ``(path, None, None)`` when it is gone or unreadable), in the order given,
+    duplicates dropped. The stats run in a daemon thread given ``timeout_s`` seconds in all: a
+    path on a FUSE or NFS mount that stopped answering blocks that thread, not the caller; what
+    it did not reach is left out."""
+    wanted = list(dict.fromkeys(paths))
+    out: List[Tuple[str, Optional[int], Optional[int]]] = []
+
+    def run() -> None:
+        for path in wanted:
+            try:
+                st = os.stat(path)
+                out.append((path, st.st_size, st.st_ino))
+            except OSError:
+                out.append((path, None, None))
+
+    worker = threading.Thread(target=run, name="dlwatch-stat", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return tuple(out[: len(out)])
+
+
+def mapped_data_files(maps: bytes) -> Tuple[Tuple[str, int, int], ...]:
+    """``(path, bytes mapped up to, inode)`` of the regular data files in a ``/proc/PID/maps`` text
+    (proc(5): ``start-end perms offset dev inode path``): the furthest byte of the file any
+    mapping reaches (offset + length), for files never mapped executable (not a library) outside
+    the system's folders, the largest first, at most ``MAPPED_FILES_KEPT``. A numpy memmap,
+    ``np.load(mmap_mode=…)``, a safetensors or Arrow file is one. A file that later is shorter
+    than that extent was truncated under the mapping: touching a page past its end raises
+    SIGBUS (mmap(2))."""
+    extent: Dict[str, int] = {}
+    inode: Dict[str, int] = {}
+    code: Set[str] = set()
+    for raw in maps.splitlines():
+        parts = raw.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith(b"/"):
+            continue
+        path = parts[5].decode("utf-8", "replace")
+        if path.endswith(" (deleted)") or path.startswith(_SYSTEM_PREFIXES):
+            continue
+        if b"x" in parts[1]:
+            code.add(path)
+            continue
+        try:
+            start, end = (int(x, 16) for x in parts[0].split(b"-"))
+            offset = int(parts[2], 16)
+            inode[path] = int(parts[4])
+        except ValueError:
+            continue
+        extent[path] = max(extent.get(path, 0), offset + end - start)
+    found = [
+        (path, n, inode[path]) for path, n in extent.items() if path not in code and not path.endswith((".so", ".pyc"))
+    ]
+    found.sort(key=lambda x: (-x[1], x[0]))
+    return tuple(found[:MAPPED_FILES_KEPT])
 
 
 def pinned_bytes_from_smaps(text: str) -> int:

@@ -167,6 +167,7 @@ class _Full:
     pinned: Optional[int]
     rss: int
     interval: float
+    files: Tuple[Tuple[str, int, int], ...] = ()
 
 
 def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
@@ -460,6 +461,7 @@ class Sampler:
             "owner_pid": decided.owner_pid,
             "map_count": full.maps if watched and full else None,
             "pinned_bytes": full.pinned if watched and full else None,
+            "mapped_files": full.files if watched and full else (),
         }
 
     def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
@@ -520,7 +522,7 @@ class Sampler:
                 pass
             except psutil.Error:
                 continue
-            maps, nvidia = procfs.maps_summary(e["pid"])
+            maps, nvidia, files = procfs.maps_summary(e["pid"])
             pinned = procfs.pinned_bytes(e["pid"]) if nvidia else None
             last = self._full.get(key)
             interval = self.full_info_interval_s
@@ -529,8 +531,8 @@ class Sampler:
                     max(2 * last.interval, self.full_info_interval_s * _FULL_INFO_STILL_FACTOR),
                     self.full_info_interval_s * _FULL_INFO_MAX_FACTOR,
                 )
-            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval)
-            e.update(uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned)
+            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files)
+            e.update(uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned, mapped_files=files)
 
     def _quota(self, pid: int, role: str) -> Optional[float]:
         # cgroup limits change rarely: read main's once a minute, and give workers main's value.

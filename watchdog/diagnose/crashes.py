@@ -184,6 +184,38 @@ def _who(hot) -> str:
     return " and ".join(parts)
 
 
+_PAGE = 4096  # the page size mappings are rounded to (x86-64, arm64 with 4 KiB pages)
+
+
+def truncated_mappings(facts: Facts, pids: Optional[Sequence[int]] = None) -> List[Tuple[int, str, int, int]]:
+    """``(pid, path, bytes mapped up to, size now)`` of each data file a process (of ``pids``,
+    or any worker) had mapped at its last sample that is now, as the same file (inode), shorter
+    than the mapping reached, past page rounding (``ProcessSample.mapped_files`` against
+    ``Facts.mapped_file_sizes``): a page past a file's end raises SIGBUS when touched (mmap(2):
+    "Attempted access to a page of the buffer that lies beyond the end of the mapped file"). A
+    file deleted or replaced by another (``os.replace``) keeps the mapped pages: not counted."""
+    now = {path: (size, ino) for path, size, ino in facts.mapped_file_sizes}
+    last: Dict[int, Tuple[Tuple[str, int, int], ...]] = {}
+    for s in facts.timeline:
+        for p in s.processes:
+            if p.mapped_files and ((pids is None and p.role == "dataloader_worker") or (pids and p.pid in pids)):
+                last[p.pid] = p.mapped_files
+    out = []
+    for pid, files in sorted(last.items()):
+        for path, extent, ino in files:
+            size, ino_now = now.get(path, (None, None))
+            if size is not None and ino_now == ino and -(-size // _PAGE) * _PAGE < extent:
+                out.append((pid, path, extent, size))
+    return out
+
+
+def _bus_error_only(facts: Facts) -> bool:
+    """Whether the only sign of shared memory running out is a bus error (no ENOSPC)."""
+    return not any(code == 28 for _, code in resource_errors(facts.stderr_tail)) and bool(
+        _SIGBUS.search(facts.stderr_tail or "")
+    )
+
+
 @rule("shm_exhausted", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_exhausted(facts: Facts) -> Optional[Finding]:
     """``/dev/shm`` full: workers put every batch's tensors in shared memory (PyTorch's
@@ -192,6 +224,9 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
     lines = _shm_full_lines(facts.stderr_tail)
     if not lines:
         return None
+    bus_only = _bus_error_only(facts)
+    if bus_only and truncated_mappings(facts):
+        return None  # a file-backed mapping lost its file's pages: worker_killed says which
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
     peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
     evidence = [f"stderr: {line}" for line in lines[-2:]]
@@ -210,6 +245,11 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
     if rivals and peak is not None and total and peak < 0.25 * total:
         contradiction = (
             f"/dev/shm was at most {peak / total:.1%} used, and stderr also reports errno {', '.join(map(str, rivals))}"
+        )
+    elif bus_only and peak is not None and total and total >= 1 << 30 and peak < 0.05 * total:
+        contradiction = (
+            f"the only sign is a bus error, and /dev/shm was at most {mib(peak)} of {mib(total)} used: a bus error "
+            "is as often a file-backed mapping (np.memmap, np.load(mmap_mode=...)) whose file shrank"
         )
     return Finding(
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
@@ -414,7 +454,30 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         evidence.append("the watchdog never sampled these workers (they died within a sampling interval of starting)")
     low_memory = avail is not None and -avail < 0.05 * 2**30
     segfault = (signal_name or "").lower().startswith(("segmentation", "floating"))
-    if segfault:
+    bus = (signal_name or "").lower().startswith("bus")
+    truncated = truncated_mappings(facts, pids or None) if bus else []
+    for pid, path, extent, size in truncated[:3]:
+        evidence.append(
+            f"worker pid {pid} had {path} mapped up to byte {extent}; the same file is now {size} bytes: it shrank "
+            "under the mapping"
+        )
+    if truncated:
+        pid, path, extent, size = truncated[0]
+        how += f": {path}, which it had mapped, shrank under the mapping"
+        remedy = (
+            f"Another process rewrote or truncated {path} while workers had it mapped (np.memmap, "
+            "np.load(mmap_mode=...)): a page past the file's new end raises SIGBUS. Write a new version to a new file "
+            "and os.replace() it into place (the workers keep the old one until they reopen it), never truncate or "
+            "rewrite a file in place while it is mapped; reopen the mapping in each worker after a rewrite."
+        )
+    elif bus:
+        remedy = (
+            "A bus error is a mapping that lost its backing store: /dev/shm full (see its use above; Docker's default "
+            "is 64 MB: --shm-size), a shared-memory file removed, or a file-backed mapping (np.memmap, "
+            "np.load(mmap_mode=...), safetensors, Arrow) whose file shrank or whose disk filled. Check which files "
+            "the worker maps and whether something rewrites them while the job runs."
+        )
+    elif segfault:
         remedy = (
             "A native library called from __getitem__ crashed (a decoder, a C extension, ctypes): this is a bug or "
             "bad input, not memory. Reproduce with num_workers=0 under `python -X faulthandler` (or gdb) to get the "
