@@ -159,7 +159,9 @@ class ProcessSample:
     and only for a process that maps that device (``None`` otherwise). ``fd_census`` counts its
     descriptors by kind once it nears RLIMIT_NOFILE (:class:`FdCensus`); ``mapped_files`` are
     the data files it maps, ``(path, bytes mapped up to, inode)``, read with USS
-    (``procfs.mapped_data_files``). ``cpu_affinity`` is the number of CPUs the
+    (``procfs.mapped_data_files``). ``dirty_bytes`` is its private dirty memory (``smaps_rollup``
+    Private_Dirty, read with USS): what it wrote that only it holds; clean file pages it read
+    (a memmap) are in USS and not in it. ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
     for main and workers only.
@@ -191,6 +193,7 @@ class ProcessSample:
     pinned_bytes: Optional[int] = None
     fd_census: Optional[FdCensus] = None
     mapped_files: Tuple[Tuple[str, int, int], ...] = ()
+    dirty_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True, **_SLOTS)

@@ -210,6 +210,12 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_poll_until_ready", None, stall_timeout_s=30.0),
     Case("healthy_compute_slow_batches", None),
     Case("healthy_many_open_files", None),
+    Case(
+        "healthy_mmap_reads",
+        None,
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        timeout_s=180.0,
+    ),
     Case("healthy_poll_until_ready_attach", None, target="healthy_poll_until_ready", stall_timeout_s=30.0, attach=True),
     Case("healthy_compute_slow_batches_attach", None, target="healthy_compute_slow_batches", attach=True),
     Case("healthy_slow_samples_attach", None, target="healthy_slow_samples", attach=True),

@@ -382,3 +382,17 @@ def test_mapped_data_files_are_the_non_library_files_with_their_extent_and_inode
         b"7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]\n"
     )
     assert procfs.mapped_data_files(maps) == (("/data/features.npy", 0x1000000, 4242),)
+
+
+def test_smaps_rollup_gives_uss_pss_and_private_dirty():
+    text = (
+        "55d0c0000000-7ffd00000000 ---p 00000000 00:00 0    [rollup]\n"
+        "Rss:              250000 kB\nPss:              180000 kB\nShared_Clean:      60000 kB\n"
+        "Private_Clean:    153600 kB\nPrivate_Dirty:     12152 kB\nAnonymous:         14000 kB\n"
+    )
+    r = procfs.parse_smaps_rollup(text)
+    assert r.uss == (153600 + 12152) * 1024 and r.pss == 180000 * 1024
+    assert r.private_dirty == 12152 * 1024 and r.anonymous == 14000 * 1024
+    assert procfs.parse_smaps_rollup("garbage") is None
+    own = procfs.smaps_rollup(os.getpid())
+    assert own is not None and own.uss >= own.private_dirty > 0

@@ -815,3 +815,24 @@ def test_a_bus_error_from_a_file_that_shrank_under_its_mapping_is_not_blamed_on_
         "contradicted by a measurement" in e and "file-backed mapping" in e for e in found["shm_exhausted"].evidence
     )
     assert [d.kind for d in diagnose(replaced)].index("shm_exhausted") > 0  # contradicted: not first
+
+
+def test_clean_file_pages_a_worker_reads_through_a_memmap_are_not_a_leak():
+    # USS grows 8 MiB/s (file pages read through np.load(mmap_mode="r")) while what the
+    # workers wrote stays flat: no warning. The same growth in private dirty memory is one.
+    def timeline(dirty_grows):
+        def s(t):
+            workers = [
+                dataclasses.replace(
+                    proc(WORKER_PID + k, ROLE_WORKER, [], "fork", uss=(20 + 8 * t) << 20),
+                    dirty_bytes=((12 + 8 * t) if dirty_grows else 12) << 20,
+                )
+                for k in range(2)
+            ]
+            return sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], uss=200 << 20), *workers])
+
+        return tuple(s(t) for t in range(20))
+
+    assert "worker_memory_growth" not in [d.kind for d in diagnose(live_facts(timeline(False)))]
+    (found,) = [d for d in diagnose(live_facts(timeline(True))) if d.kind == "worker_memory_growth"]
+    assert any("private dirty memory +" in line for line in found.evidence)

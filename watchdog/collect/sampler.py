@@ -24,13 +24,14 @@ Documentation/filesystems/proc.rst):
   (:meth:`Sampler._kept`), so the timeline holds one copy of them.
 * Threads: see :class:`procfs.ThreadReader` (a thread that did not run since the last tick
   costs two reads and keeps its sample object).
-* USS/PSS (``smaps_rollup``, milliseconds on a torch process: the kernel walks its page
-  tables) and the map count: see :meth:`Sampler._due_full_info`.
+* USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
+  kernel walks its page tables), the map count and the mapped data files: see
+  :meth:`Sampler._due_full_info`.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
-tick's sleep (caches cold), which is what a 1 Hz sidecar pays; ``memory_full_info()``
-(``smaps_rollup``) 2–8 ms on a torch process. ``dlwatch probe overhead`` measures the whole.
+tick's sleep (caches cold), which is what a 1 Hz sidecar pays; ``smaps_rollup`` 2–8 ms on
+a torch process. ``dlwatch probe overhead`` measures the whole.
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ class _Full:
     rss: int
     interval: float
     files: Tuple[Tuple[str, int, int], ...] = ()
+    dirty: Optional[int] = None
 
 
 def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
@@ -207,7 +209,6 @@ class Sampler:
         self._prev: Dict[_Key, ProcessSample] = {}  # the last sample of each process
         self._last_pid: Optional[int] = None
         self._full: Dict[_Key, _Full] = {}
-        self._psutil: Dict[_Key, psutil.Process] = {}
         self._threads = procfs.ThreadReader()
         self._classifier = discovery.Classifier(clock)
         self._live: Set[_Key] = set()
@@ -266,7 +267,7 @@ class Sampler:
         live = {(p.pid, p.create_time) for p in processes}
         self._lost = bool(self._live - live)
         self._live = live
-        for table in (self._facts, self._full, self._psutil, self._kids, self._prev, self._census):
+        for table in (self._facts, self._full, self._kids, self._prev, self._census):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
@@ -462,6 +463,7 @@ class Sampler:
             "map_count": full.maps if watched and full else None,
             "pinned_bytes": full.pinned if watched and full else None,
             "mapped_files": full.files if watched and full else (),
+            "dirty_bytes": full.dirty if watched and full else None,
         }
 
     def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
@@ -508,20 +510,13 @@ class Sampler:
         (:meth:`_due_full_info`)."""
         for e in self._due_full_info(entries, now):
             key = (e["pid"], e["create_time"])
-            uss = pss = None
-            try:
-                proc = self._psutil.get(key)
-                if proc is None:
-                    proc = psutil.Process(e["pid"])
-                    if abs(proc.create_time() - key[1]) >= 0.01:
-                        continue  # another process under that pid already
-                    self._psutil[key] = proc
-                full = proc.memory_full_info()
-                uss, pss = full.uss, getattr(full, "pss", None)
-            except psutil.AccessDenied:
-                pass
-            except psutil.Error:
-                continue
+            rollup = procfs.smaps_rollup(e["pid"])
+            st = procfs.proc_stat(e["pid"])
+            if st is None or self._create_time(st.start_ticks) != key[1]:
+                continue  # gone, or another process under that pid already
+            uss = rollup.uss if rollup else None
+            pss = rollup.pss if rollup else None
+            dirty = rollup.private_dirty if rollup else None
             maps, nvidia, files = procfs.maps_summary(e["pid"])
             pinned = procfs.pinned_bytes(e["pid"]) if nvidia else None
             last = self._full.get(key)
@@ -531,8 +526,10 @@ class Sampler:
                     max(2 * last.interval, self.full_info_interval_s * _FULL_INFO_STILL_FACTOR),
                     self.full_info_interval_s * _FULL_INFO_MAX_FACTOR,
                 )
-            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files)
-            e.update(uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned, mapped_files=files)
+            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files, dirty)
+            e.update(
+                uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned, mapped_files=files, dirty_bytes=dirty
+            )
 
     def _quota(self, pid: int, role: str) -> Optional[float]:
         # cgroup limits change rarely: read main's once a minute, and give workers main's value.

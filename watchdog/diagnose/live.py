@@ -58,23 +58,33 @@ def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
     return sxy / sxx, (sxy * sxy) / (sxx * syy)
 
 
-def _uss_points(facts: Facts, w) -> List[Tuple[float, float]]:
-    points, last = [], None
+def written(p: ProcessSample) -> Optional[int]:
+    """The private memory ``p`` wrote (``dirty_bytes``: smaps_rollup Private_Dirty), else its
+    USS when that was not read: clean file pages it only read (a memmap, page cache of files it
+    maps) are reclaimable and not a leak, nor what one more worker costs."""
+    return p.dirty_bytes if p.dirty_bytes is not None else p.uss_bytes
+
+
+def _memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
+    points: List[Tuple[float, float]] = []
+    last = None
     for s in facts.timeline:
         p = s.process(w.pid)
-        if p is not None and p.create_time == w.create_time and p.uss_bytes is not None and p.uss_bytes != last:
-            points.append((s.t_mono, float(p.uss_bytes)))
-            last = p.uss_bytes
+        value = written(p) if p is not None and p.create_time == w.create_time else None
+        if value is not None and value != last:
+            points.append((s.t_mono, float(value)))
+            last = value
     return points
 
 
 @rule("worker_memory_growth", SEVERITY_WARNING, 50, LIVE)
 def worker_memory_growth(facts: Facts) -> Optional[Finding]:
-    """Workers' private memory (USS) grows steadily, or is already large next to main's own: the
+    """Workers' private memory grows steadily, or is already large next to main's own: the
     copy-on-read effect (reference counting writes to every page of Python objects a worker
-    touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged by
-    slope and by level: each worker's USS against main's USS, the total the workers hold, and
-    what one more worker would cost."""
+    touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged on
+    the memory a worker wrote (:func:`written`: Private_Dirty, not clean file pages read
+    through a memmap), by slope and by level: each worker's against main's USS, the total the
+    workers hold, and what one more worker would cost."""
     main = facts.sample.main
     if main is None or not facts.sample.workers:  # not _live(facts)
         return None
@@ -82,7 +92,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     growing = []
     copied: List[Tuple[ProcessSample, int]] = []  # (worker, its USS)
     for w in facts.sample.workers:
-        points = _uss_points(facts, w)
+        points = _memory_points(facts, w)
         if len(points) >= GROWTH_MIN_POINTS:
             slope, r2 = fit_line(points)
             grown = points[-1][1] - points[0][1]
@@ -92,13 +102,14 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             None,
             "fork",
         )  # spawn/forkserver workers share nothing with main: their USS is their own
-        uss = w.uss_bytes
+        uss = written(w)
         if forked and uss and main_uss and uss >= COPIED_MIN_BYTES and uss >= COPIED_MIN_SHARE * main_uss:
             copied.append((w, uss))
     if not growing and len(copied) < len(facts.sample.workers):
         return None
+    what = "private dirty memory" if all(w.dirty_bytes is not None for w in facts.sample.workers) else "USS"
     evidence = [
-        f"worker pid {pid}: USS +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
+        f"worker pid {pid}: {what} +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
         for pid, slope, grown, span, now in growing
     ]
     avail = facts.sample.host.mem_available_bytes
@@ -107,7 +118,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         per = [uss for _, uss in copied]
         mean = sum(per) / len(per)
         evidence += [
-            f"worker pid {w.pid}: USS {mib(uss)}, {uss / main_uss:.0%} of main's own USS ({mib(main_uss)})"
+            f"worker pid {w.pid}: {what} {mib(uss)}, {uss / main_uss:.0%} of main's own USS ({mib(main_uss)})"
             for w, uss in copied[:4]
         ]
         evidence.append(
