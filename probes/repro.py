@@ -43,6 +43,10 @@ from .cli import Parser, folder
 from .env import child_env
 
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
+# Moves the job into a memory cgroup v1 folder of its own with a limit, then runs it.
+MEMCG_WRAPPER = (
+    'mkdir -p "$1" && echo {limit} > "$1/memory.limit_in_bytes" && echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class Scenario:
     (words the first diagnosis's remedy must hold, and ``"!words"`` words it must not) are
     checked when set, and ``evidence`` (words the first diagnosis's evidence must hold).
     ``attach`` starts the job with plain ``python`` and watches it with ``dlwatch attach
-    --pid`` instead of ``dlwatch run`` (no inside view).
+    --pid`` instead of ``dlwatch run`` (no inside view). ``memory_limit`` (bytes) runs the job in
+    a memory cgroup (v1) of its own with that limit (root; skipped where none can be made).
     """
 
     name: str
@@ -71,6 +76,7 @@ class Scenario:
     job: Tuple[str, ...] = ()
     settings: Tuple[Tuple[str, object], ...] = ()
     shm_size: Optional[str] = None
+    memory_limit: Optional[int] = None
     skip: Optional[str] = None
     timeout_s: float = 120.0
     module: str = "probes.train"
@@ -102,6 +108,7 @@ def from_case(case) -> "Scenario":
         needs_mount=case.needs_mount,
         evidence=case.evidence,
         attach=case.attach,
+        memory_limit=case.memory_limit,
     )
 
 
@@ -322,6 +329,35 @@ def cuda_available() -> bool:
     return done.stdout.strip() == "True"
 
 
+def memory_cgroup_folder(name: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(folder, None)``: a new cgroup v1 memory folder for scenario ``name`` below this
+    process's own, made and removed again to prove it can be; or ``(None, why not)``."""
+    from watchdog.collect import cgroup
+
+    own = cgroup.memory_cgroup(os.getpid())
+    if own is None or own.version != 1:
+        return None, "no cgroup v1 memory controller to make a limited cgroup in (cgroup v2 needs delegation)"
+    folder = os.path.join(own.path, f"dlwatch-case-{name}-{os.getpid()}")
+    try:
+        os.mkdir(folder)
+        os.rmdir(folder)
+    except OSError as e:
+        return None, f"cannot make a memory cgroup (needs root): {e.strerror}"
+    return folder, None
+
+
+def _remove_cgroup(folder: str) -> None:
+    """Remove a scenario's memory cgroup once its processes are gone (a few tries)."""
+    for _ in range(20):
+        try:
+            os.rmdir(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.25)
+
+
 def can_private_shm() -> Optional[str]:
     """``None`` when a private /dev/shm can be mounted here, else why not."""
     if shutil.which("unshare") is None:
@@ -347,7 +383,7 @@ def _config_file(folder: str, settings) -> Optional[str]:
     return path
 
 
-def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
+def command(s: Scenario, report_dir: str, config: Optional[str], memcg: Optional[str] = None) -> List[str]:
     """The full command line that runs scenario ``s`` under the watchdog: ``dlwatch run -- JOB``,
     or for ``s.attach`` a shell that starts the job in the background and becomes ``dlwatch
     attach --pid`` of it (the job stays dlwatch's child, so that the run's process tree holds
@@ -374,6 +410,8 @@ def command(s: Scenario, report_dir: str, config: Optional[str]) -> List[str]:
     cmd = [sys.executable, "-m", "watchdog", "run", *flags, "--"]
     if s.shm_size:
         cmd += ["unshare", "-m", "sh", "-c", SHM_WRAPPER.format(size=s.shm_size), "sh"]
+    if memcg and s.memory_limit:
+        cmd += ["sh", "-c", MEMCG_WRAPPER.format(limit=int(s.memory_limit)), "sh", memcg]
     return cmd + [sys.executable, "-m", s.module, *s.job]
 
 
@@ -576,10 +614,15 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         why = can_private_shm()
         if why:
             return Outcome(s, "skipped", note=why)
+    memcg = None
+    if s.memory_limit:
+        memcg, why = memory_cgroup_folder(s.name)
+        if memcg is None:
+            return Outcome(s, "skipped", note=why or "")
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     report_dir = os.path.join(workdir, "reports")
-    cmd = command(s, report_dir, _config_file(workdir, s.settings))
+    cmd = command(s, report_dir, _config_file(workdir, s.settings), memcg)
     started = time.time()
     out_path = os.path.join(workdir, "job.stdout")
     with open(out_path, "w", encoding="utf-8") as out_file:
@@ -611,6 +654,8 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         finally:
             stop_run(proc, tree)
             _remove_leftovers(report_dir)
+            if memcg:
+                _remove_cgroup(memcg)
     if timed_out:
         return Outcome(s, "misdiagnosed", note=f"no conclusion within {s.timeout_s:g} s", exit_code=None)
     with open(out_path, encoding="utf-8", errors="replace") as f:

@@ -232,7 +232,9 @@ class Watcher:
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
-        self._oom_at_start = cgroup.oom_kills(root_pid)
+        self._memcg: Optional[cgroup.MemoryCgroup] = None
+        self._oom_at_start: Dict[str, int] = {}  # memory cgroup folder -> its OOM kills when first seen
+        self._note_memory_cgroup(root_pid)
         self.host_cpus = os.cpu_count() or 1
 
     def _internal_error(self, where: str) -> None:
@@ -291,6 +293,8 @@ class Watcher:
                 (p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
             )
         self.births.update(sample)
+        if sample.main is not None:
+            self._note_memory_cgroup(sample.main.pid)  # a wrapper may move the job after it started
         if not self.examine:
             return
         self.tracker.update(sample)
@@ -363,11 +367,24 @@ class Watcher:
             self._said[key] = now
             log(message)
 
+    def _note_memory_cgroup(self, pid: int) -> None:
+        """Remember ``pid``'s memory cgroup and the OOM kills it had counted when first seen
+        (a job's wrapper may move it into another cgroup after it started)."""
+        found = cgroup.memory_cgroup(pid)
+        if found is not None and found.oom_kills is not None:
+            self._memcg = found
+            self._oom_at_start.setdefault(found.path, found.oom_kills)
+
     def _oom_kills(self) -> Optional[int]:
-        now = cgroup.oom_kills(self.root_pid)
-        if now is None or self._oom_at_start is None:
+        """The OOM kills the job's memory cgroup counted since dlwatch first saw it, read from
+        the cgroup's folder (the job may have ended), or ``None``."""
+        if self._memcg is None:
             return None
-        return now - self._oom_at_start
+        now = cgroup.read_memory(self._memcg.version, self._memcg.path)
+        start = self._oom_at_start.get(self._memcg.path)
+        if now is None or now.oom_kills is None or start is None:
+            return None
+        return now.oom_kills - start
 
     def _look_for_warnings(self, sample: Sample) -> None:
         facts = Facts(

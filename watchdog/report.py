@@ -631,9 +631,15 @@ def text_lines(doc: dict) -> Iterable[str]:
     for line in table.splitlines():
         yield f"  {line}"
     host = doc["host"]
+    limit = host.get("mem_limit_bytes")
+    cgroup = (
+        f"; the job's memory cgroup: {_mib(host.get('mem_cgroup_usage_bytes'))} of its {_mib(limit)} MiB limit used"
+        if limit
+        else ""
+    )
     yield (
         f"  /dev/shm: {_mib(host['shm_used_bytes'])} of {_mib(host['shm_total_bytes'])} MiB used; memory available: "
-        f"{_mib(host['mem_available_bytes'])} MiB"
+        f"{_mib(host['mem_available_bytes'])} MiB{cgroup}"
     )
     forks = (doc.get("inside_view") or {}).get("threads_at_fork") or []
     if not any(p["stack"] for p in doc["processes"]) and not forks:

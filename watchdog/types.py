@@ -199,13 +199,25 @@ class ProcessSample:
 @dataclass(frozen=True, **_SLOTS)
 class HostSample:
     """Host-wide facts: ``/dev/shm`` size and use (``statvfs``, bytes), available memory, and
-    ``vm.max_map_count`` (the most memory mappings one process may have)."""
+    ``vm.max_map_count`` (the most memory mappings one process may have). ``mem_limit_bytes``
+    and ``mem_cgroup_usage_bytes`` are the job's memory cgroup's limit and usage (v1 or v2;
+    ``None``: no limit, or unreadable); :attr:`mem_left_bytes` is what the job can still use."""
 
     shm_total_bytes: Optional[int]
     shm_used_bytes: Optional[int]
     mem_available_bytes: int
     max_map_count: Optional[int] = None
     mem_total_bytes: Optional[int] = None
+    mem_limit_bytes: Optional[int] = None
+    mem_cgroup_usage_bytes: Optional[int] = None
+
+    @property
+    def mem_left_bytes(self) -> int:
+        """The host's available memory, or what is left under the cgroup's limit when that is
+        less (a job under a 1 GiB limit on a 64 GiB host has about 1 GiB), in bytes."""
+        if self.mem_limit_bytes is None or self.mem_cgroup_usage_bytes is None:
+            return self.mem_available_bytes
+        return max(0, min(self.mem_available_bytes, self.mem_limit_bytes - self.mem_cgroup_usage_bytes))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ class Case:
     a mount namespace of its own (root or CAP_SYS_ADMIN; skipped without); ``evidence`` holds
     words the first diagnosis's evidence must contain; ``attach`` runs the target with plain
     ``python`` and watches it with ``dlwatch attach --pid`` (no inside view: what progress
-    means then is main's wait seen from outside)."""
+    means then is main's wait seen from outside); ``memory_limit`` (bytes) runs the job in a
+    memory cgroup of its own with that limit (root and cgroup v1; skipped without)."""
 
     name: str
     kind: Optional[str]
@@ -44,6 +45,7 @@ class Case:
     needs_mount: bool = False
     evidence: Tuple[str, ...] = ()
     attach: bool = False
+    memory_limit: Optional[int] = None
 
     @property
     def module(self) -> str:
@@ -173,6 +175,13 @@ CASES: Tuple[Case, ...] = (
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),
     ),
     Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
+    Case(
+        "worker_cache_oom_in_cgroup",
+        "worker_killed",
+        "crash",
+        memory_limit=640 << 20,
+        evidence=("OOM kill(s) while it was watched", "limit of 640.0 MiB"),
+    ),
     Case(
         "memmap_truncated_under_workers",
         "worker_killed",

@@ -9,13 +9,14 @@ lock_order_in_worker.py, mp_queue_nothing_feeds.py, mp_event_never_set.py,
 main_join_prefetch_thread.py, exit_hang_queue_feeder.py, fd_exhausted_in_workers.py,
 stdout_reader_gone.py, summary_writer_and_deadlock.py, loader_timeout_slow_batch.py,
 dataset_exception_len_lies.py, collate_object_field.py, worker_init_fn_raises.py,
-worker_segfault_mid_epoch.py, memmap_truncated_under_workers.py, nested_pool_in_worker.py, spawn_without_main_guard.py,
-shm_removed.py, shm_leaked_after_kill.py, map_count_exhausted.py, copy_on_read_index.py,
-live_display_lock_at_fork.py, taskset_one_cpu.py, iterable_not_sharded.py,
-rng_copied_into_workers.py, uneven_shards_mp_spawn.py, sqlite_busy_retry.py,
-node_barrier_stale_world.py, pipe_command_store_silent.py, child_waits_on_stdin.py,
-fuse_daemon_silent.py, forkserver_preload_lock.py
-and the healthy_*.py controls (healthy_terminal_prompt.py is also
+worker_segfault_mid_epoch.py, memmap_truncated_under_workers.py, worker_cache_oom_in_cgroup.py,
+nested_pool_in_worker.py, spawn_without_main_guard.py, shm_removed.py, shm_leaked_after_kill.py,
+map_count_exhausted.py, copy_on_read_index.py, live_display_lock_at_fork.py, taskset_one_cpu.py,
+iterable_not_sharded.py, rng_copied_into_workers.py, uneven_shards_mp_spawn.py,
+sqlite_busy_retry.py, node_barrier_stale_world.py, pipe_command_store_silent.py,
+child_waits_on_stdin.py, fuse_daemon_silent.py, forkserver_preload_lock.py
+fd_exhausted_by_open_files.py, and the healthy_*.py controls
+(healthy_terminal_prompt.py is also
 driven through a terminal in test_terminal.py). The ``*_attach`` entries run a target with
 plain ``python`` under ``dlwatch attach --pid`` (no inside view: the main-wait measure).
 """

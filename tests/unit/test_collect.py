@@ -396,3 +396,23 @@ def test_smaps_rollup_gives_uss_pss_and_private_dirty():
     assert procfs.parse_smaps_rollup("garbage") is None
     own = procfs.smaps_rollup(os.getpid())
     assert own is not None and own.uss >= own.private_dirty > 0
+
+
+def test_memory_cgroups_v1_and_v2_are_read_by_folder(tmp_path):
+    from watchdog.collect import cgroup
+
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text("671088640\n")
+    (v1 / "memory.usage_in_bytes").write_text("600000000\n")
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert cgroup.read_memory(1, str(v1)) == cgroup.MemoryCgroup(1, str(v1), 640 << 20, 600000000, 2)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert cgroup.read_memory(1, str(v1)).limit_bytes is None
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text("123\n")
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert cgroup.read_memory(2, str(v2)) == cgroup.MemoryCgroup(2, str(v2), None, 123, 1)
+    assert cgroup.read_memory(2, str(tmp_path / "gone")) is None

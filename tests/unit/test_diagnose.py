@@ -836,3 +836,18 @@ def test_clean_file_pages_a_worker_reads_through_a_memmap_are_not_a_leak():
     assert "worker_memory_growth" not in [d.kind for d in diagnose(live_facts(timeline(False)))]
     (found,) = [d for d in diagnose(live_facts(timeline(True))) if d.kind == "worker_memory_growth"]
     assert any("private dirty memory +" in line for line in found.evidence)
+
+
+def test_an_oom_kill_under_a_cgroup_names_the_limit_in_force_not_the_hosts_memory():
+    stderr = "RuntimeError: DataLoader worker (pid 2847) is killed by signal: Killed.\n"
+    procs = [proc(MAIN_PID, ROLE_MAIN, [], uss=150 << 20), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=300 << 20)]
+    smp = sample(50.0, procs)
+    smp = dataclasses.replace(
+        smp, host=dataclasses.replace(smp.host, mem_limit_bytes=640 << 20, mem_cgroup_usage_bytes=600 << 20)
+    )
+    facts = Facts(mode=MODE_CRASH, sample=smp, timeline=(smp,), stderr_tail=stderr, exit_code=1, oom_kills=1)
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_killed" and "by the OOM killer" in first.summary
+    assert any("at the cgroup's limit of 640.0 MiB" in e for e in first.evidence)
+    assert any("lowest memory left to the job seen: 40.0 MiB" in e for e in first.evidence)  # not the host's 1 GiB
+    assert "raise the cgroup's 640.0 MiB limit" in first.remedy and "own allocations grew" in first.remedy

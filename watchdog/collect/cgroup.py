@@ -1,16 +1,97 @@
-"""cgroup v2 facts about the job: its OOM-kill count and its CPU quota.
+"""cgroup facts about the job: its memory limit, usage and OOM-kill count, and its CPU quota.
 
-Files: ``/proc/PID/cgroup`` (``0::/path``), ``memory.events`` (``oom_kill N``) and ``cpu.max``
-(``QUOTA PERIOD`` or ``max PERIOD``), per the kernel's ``Documentation/admin-guide/cgroup-v2.rst``.
-Every function returns ``None`` when cgroup v2 is absent or unreadable; none raises.
+Files, per the kernel's ``Documentation/admin-guide/cgroup-v2.rst`` and
+``Documentation/admin-guide/cgroup-v1/memory.rst``: ``/proc/PID/cgroup`` (``0::/path`` for v2,
+``N:memory:/path`` for the v1 memory controller); v2 ``memory.max``, ``memory.current``,
+``memory.events`` (``oom_kill N``) and ``cpu.max`` (``QUOTA PERIOD`` or ``max PERIOD``); v1
+``memory.limit_in_bytes``, ``memory.usage_in_bytes`` and ``memory.oom_control`` (``oom_kill N``,
+Linux 4.13 and later). Every function returns ``None`` when the file is absent or unreadable;
+none raises.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import List, Optional
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+# v1 reports "no limit" as the largest page-aligned signed 64-bit value (PAGE_COUNTER_MAX pages).
+_V1_UNLIMITED = 1 << 62
+
+
+@dataclass(frozen=True)
+class MemoryCgroup:
+    """The job's memory cgroup now: ``version`` 1 or 2, its folder, ``limit_bytes`` (``None``:
+    no limit), ``usage_bytes`` (page cache included, as the kernel counts against the limit)
+    and ``oom_kills`` (the kernel's count since the cgroup was made; ``None`` when not kept)."""
+
+    version: int
+    path: str
+    limit_bytes: Optional[int]
+    usage_bytes: Optional[int]
+    oom_kills: Optional[int]
+
+
+def _lines(pid: int) -> List[str]:
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _count(text: Optional[str], key: str) -> Optional[int]:
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def memory_cgroup(pid: int) -> Optional[MemoryCgroup]:
+    """``pid``'s memory cgroup (:class:`MemoryCgroup`): the v1 memory controller's when one is
+    mounted (a hybrid host counts memory there), else v2's; ``None`` when neither is readable."""
+    for line in _lines(pid):
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "memory" in parts[1].split(","):
+            d = os.path.join(CGROUP_ROOT, "memory", parts[2].lstrip("/"))
+            if os.path.isdir(d):
+                return read_memory(1, d)
+    v2 = cgroup_dir(pid)
+    if v2 is None or not os.path.exists(os.path.join(v2, "memory.current")):
+        return None
+    return read_memory(2, v2)
+
+
+def read_memory(version: int, path: str) -> Optional[MemoryCgroup]:
+    """The memory cgroup at ``path`` (cgroup ``version`` 1 or 2) now, or ``None`` when it is
+    gone: read by folder, so that the count of a job that ended can still be read."""
+    if not os.path.isdir(path):
+        return None
+    if version == 1:
+        limit = _int(_read(os.path.join(path, "memory.limit_in_bytes")))
+        return MemoryCgroup(
+            1,
+            path,
+            None if limit is None or limit >= _V1_UNLIMITED else limit,
+            _int(_read(os.path.join(path, "memory.usage_in_bytes"))),
+            _count(_read(os.path.join(path, "memory.oom_control")), "oom_kill"),
+        )
+    return MemoryCgroup(
+        2,
+        path,
+        _int(_read(os.path.join(path, "memory.max"))),  # "max": no limit
+        _int(_read(os.path.join(path, "memory.current"))),
+        _count(_read(os.path.join(path, "memory.events")), "oom_kill"),
+    )
 
 
 def cgroup_dir(pid: int) -> Optional[str]:
@@ -32,19 +113,6 @@ def _read(path: str) -> Optional[str]:
             return f.read()
     except OSError:
         return None
-
-
-def oom_kills(pid: int) -> Optional[int]:
-    """``oom_kill`` of the job's cgroup ``memory.events`` (a count since the cgroup was made)."""
-    d = cgroup_dir(pid)
-    text = _read(os.path.join(d, "memory.events")) if d else None
-    if text is None:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill":
-            return int(value)
-    return None
 
 
 def cpu_quota(pid: int) -> Optional[float]:

@@ -96,8 +96,9 @@ FD_CENSUS_INTERVAL_S = 2.0
 
 def host_sample(main_pid: Optional[int]) -> HostSample:
     """``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, so a container's own shm
-    mount is measured) and available memory (``MemAvailable``), in bytes; ``vm.max_map_count``
-    is read at most once a minute."""
+    mount is measured), available memory (``MemAvailable``) and main's memory cgroup's limit
+    and usage (:func:`cgroup.memory_cgroup`), in bytes; ``vm.max_map_count`` is read at most
+    once a minute."""
     shm_total = shm_used = None
     for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
         try:
@@ -108,12 +109,15 @@ def host_sample(main_pid: Optional[int]) -> HostSample:
         shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         break
     total, available = _meminfo()
+    memory = cgroup.memory_cgroup(main_pid) if main_pid else None
     return HostSample(
         shm_total_bytes=shm_total,
         shm_used_bytes=shm_used,
         mem_available_bytes=available,
         max_map_count=_max_map_count(),
         mem_total_bytes=total,
+        mem_limit_bytes=memory.limit_bytes if memory else None,
+        mem_cgroup_usage_bytes=memory.usage_bytes if memory else None,
     )
 
 

@@ -209,6 +209,43 @@ def truncated_mappings(facts: Facts, pids: Optional[Sequence[int]] = None) -> Li
     return out
 
 
+def _memory_remedy(facts: Facts, pids: Sequence[int], limit: Optional[float]) -> str:
+    """What to change for a worker the OOM killer ended, from the figures: a worker that wrote
+    more private memory than main holds at all allocated it itself (a per-worker cache,
+    buffers kept across samples); one near main's own size copied main's Python objects
+    (copy-on-read); the limit in force is the cgroup's when there is one."""
+    main = facts.sample.main
+    main_uss = main.uss_bytes if main is not None else None
+    wrote = [w for w in (written_last(facts, pid) for pid in pids) if w is not None]
+    peak = max(wrote) if wrote else None
+    if peak is not None and main_uss and peak > main_uss:
+        cause = (
+            f"Each worker's own allocations grew (up to {mib(peak)} written, more than main's whole {mib(main_uss)}): "
+            "a per-worker cache or buffers kept across samples. Bound it (an LRU of fixed size, or cache on disk), "
+            "or build the cache once in main before the workers start"
+        )
+    else:
+        cause = (
+            "Lower what each worker holds: copy-on-read of the Dataset's Python objects (keep its metadata in numpy "
+            "arrays/tensors, not lists/dicts), a per-worker cache (bound it)"
+        )
+    where = f"the cgroup's {mib(limit)} limit" if limit else "the memory limit"
+    return (
+        f"{cause}; or lower num_workers or batch_size × prefetch_factor, or raise {where}. Check "
+        "`dmesg | grep -i -e oom -e killed`."
+    )
+
+
+def written_last(facts: Facts, pid: int) -> Optional[int]:
+    """The private dirty memory (else USS) ``pid`` had at its last sample with one, bytes."""
+    found = None
+    for s in facts.timeline:
+        p = s.process(pid)
+        if p is not None and (p.dirty_bytes is not None or p.uss_bytes is not None):
+            found = p.dirty_bytes if p.dirty_bytes is not None else p.uss_bytes
+    return found
+
+
 def _bus_error_only(facts: Facts) -> bool:
     """Whether the only sign of shared memory running out is a bus error (no ENOSPC)."""
     return not any(code == 28 for _, code in resource_errors(facts.stderr_tail)) and bool(
@@ -389,9 +426,9 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
     ]
     if not hot:
         evidence.append(f"highest map count seen: {peak} of vm.max_map_count {limit}")
-    avail = max_over_timeline(facts, lambda s: -s.host.mem_available_bytes)
+    avail = max_over_timeline(facts, lambda s: -s.host.mem_left_bytes)
     if avail is not None:
-        evidence.append(f"lowest available memory seen: {mib(-avail)}{_exit(facts)}")
+        evidence.append(f"lowest memory left to the job seen: {mib(-avail)}{_exit(facts)}")
     near = bool(hot) or (peak is not None and limit and peak >= 0.75 * limit)
     who = _who(hot) if hot else "a process of the job"
     return Finding(
@@ -439,13 +476,19 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
                 f"worker pid {pid}: last seen state {last.state}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}"
             )
     oom = bool(facts.oom_kills)
+    limit = max_over_timeline(facts, lambda s: s.host.mem_limit_bytes)
+    used = max_over_timeline(facts, lambda s: s.host.mem_cgroup_usage_bytes)
     if oom:
         evidence.append(
-            f"the job's cgroup counted {facts.oom_kills} OOM kill(s) (memory.events oom_kill) while it was watched"
+            f"the job's memory cgroup counted {facts.oom_kills} OOM kill(s) while it was watched: the kernel's OOM "
+            "killer ended the worker"
+            + (f" at the cgroup's limit of {mib(limit)} (highest usage seen {mib(used)})" if limit else "")
         )
-    avail = max_over_timeline(facts, lambda s: -s.host.mem_available_bytes)
+    elif limit:
+        evidence.append(f"the job's memory cgroup: limit {mib(limit)}, highest usage seen {mib(used)}")
+    avail = max_over_timeline(facts, lambda s: -s.host.mem_left_bytes)
     if avail is not None:
-        evidence.append(f"lowest available memory seen: {mib(-avail)}{_exit(facts)}")
+        evidence.append(f"lowest memory left to the job seen: {mib(-avail)}{_exit(facts)}")
     how = f"killed by signal {signal_name}" if signal_name else "exited unexpectedly"
     if oom:
         how += " by the OOM killer"
@@ -484,11 +527,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             "native stack, check the record being decoded, and upgrade or replace the library."
         )
     elif oom or (signal_name == "Killed" and low_memory):
-        remedy = (
-            "Memory: lower num_workers, batch_size × prefetch_factor, or the per-worker copy-on-read growth (keep "
-            "Dataset metadata in numpy arrays/tensors, not Python lists/dicts), or raise the memory limit. Check "
-            "`dmesg | grep -i -e oom -e killed`."
-        )
+        remedy = _memory_remedy(facts, pids, limit)
     else:
         remedy = (
             "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the "

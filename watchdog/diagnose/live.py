@@ -112,7 +112,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         f"worker pid {pid}: {what} +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
         for pid, slope, grown, span, now in growing
     ]
-    avail = facts.sample.host.mem_available_bytes
+    avail = facts.sample.host.mem_left_bytes
     total_slope = sum(g[1] for g in growing)
     if copied:
         per = [uss for _, uss in copied]
@@ -387,7 +387,7 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     if ram:
         evidence.append(
             f"pinned in all: {mib(total)}, {total / ram:.0%} of RAM ({mib(ram)}); available "
-            f"{mib(facts.sample.host.mem_available_bytes)}"
+            f"{mib(facts.sample.host.mem_left_bytes)}"
         )
     if growing:
         slope, grown, span = growing
