@@ -309,8 +309,9 @@ class ProgressTracker:
     def _main_waits(self, main: ProcessSample, now: float) -> Optional[float]:
         """Since when main's iterating thread has waited for a batch as seen from outside, or
         ``None`` (NOTE [ Hang criterion ]): at every sample in a wait that may be PyTorch's 5 s
-        batch poll (:func:`states.may_be_loader_idle_poll`; running for an instant at a read
-        does not end it) and not one the frames showed in the job's own code, while the whole
+        batch poll (:func:`states.may_be_loader_idle_poll`; running for an instant, an
+        unreadable wait or a restarted one does not end it) and not one the frames showed in
+        the job's own code, while the whole
         process read and wrote no byte (a batch reaches main through a pipe read, by main or by
         its pin-memory thread, and main then sends the next index: ``_try_get_data`` and
         ``_try_put_index`` in torch/utils/data/dataloader.py, ``_pin_memory_loop`` in
@@ -320,8 +321,12 @@ class ProgressTracker:
         t = next((x for x in main.threads if x.tid == main.pid), None)
         key = ((main.pid, main.create_time), main.pid)
         w = t.wait if t is not None else None
+        # Running for an instant at a read, unreadable for one read, or resuming an interrupted
+        # wait (restart_syscall(2), after py-spy's ptrace stop of an examination) leaves the
+        # wait as it was: only a byte moved, CPU used or another wait of main's ends it.
+        neutral = w is not None and (w.kind in (WaitKind.RUNNING, WaitKind.UNKNOWN) or w.syscall == "restart_syscall")
         waits = w is not None and (
-            (states.may_be_loader_idle_poll(w) and self._trusted.get(key) != w.signature) or w.kind is WaitKind.RUNNING
+            (states.may_be_loader_idle_poll(w) and self._trusted.get(key) != w.signature) or neutral
         )
         io = _io_of(main)
         if t is None or not waits or io is None:

@@ -184,3 +184,16 @@ def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_
     _, st = _track(_job)
     a = detect.assess("stall_timeout", _job(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert a.hang and a.proof is None
+
+
+def test_a_wait_resumed_after_py_spys_stop_does_not_end_mains_wait():
+    # An examination's py-spy stops main (PTRACE_ATTACH); its poll resumes as restart_syscall(2):
+    # that is the same wait, not a batch delivered (else a hang reported once would be "resolved"
+    # and reported again at the next look).
+    restart = "219 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffc8ccd7e60 0x7fbe41b1a26f"
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(21):
+        tracker.update(_job(float(t), main_syscall=restart if t in (8, 9) else IDLE_POLL))
+    st = tracker.stall(_job(20.0))
+    assert st.measure == Measure.MAIN_WAIT and st.stall_s == pytest.approx(20.0)
+    assert tracker.last_delivery_mono == 0.0
