@@ -183,6 +183,16 @@ CASES: Tuple[Case, ...] = (
         evidence=("OOM kill(s) while it was watched", "limit of 640.0 MiB"),
     ),
     Case(
+        "main_keeps_graphs_oom",
+        "main_killed",
+        "crash",
+        memory_limit=1 << 30,
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        warnings=("main_memory_growth",),
+        evidence=("OOM kill(s)", "main grew steadily"),
+        timeout_s=180.0,
+    ),
+    Case(
         "memmap_truncated_under_workers",
         "worker_killed",
         "crash",

@@ -851,3 +851,40 @@ def test_an_oom_kill_under_a_cgroup_names_the_limit_in_force_not_the_hosts_memor
     assert any("at the cgroup's limit of 640.0 MiB" in e for e in first.evidence)
     assert any("lowest memory left to the job seen: 40.0 MiB" in e for e in first.evidence)  # not the host's 1 GiB
     assert "raise the cgroup's 640.0 MiB limit" in first.remedy and "own allocations grew" in first.remedy
+
+
+def _main_growth_timeline(mib_per_s, seconds=20, limit=1 << 30, available=1 << 30):
+    def s(t):
+        main = dataclasses.replace(
+            proc(MAIN_PID, ROLE_MAIN, [], uss=(300 + mib_per_s * t) << 20), dirty_bytes=(250 + mib_per_s * t) << 20
+        )
+        smp = sample(float(t), [main, proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=20 << 20)])
+        used = (300 + mib_per_s * t) << 20
+        return dataclasses.replace(
+            smp,
+            host=dataclasses.replace(
+                smp.host, mem_limit_bytes=limit, mem_cgroup_usage_bytes=used, mem_available_bytes=available
+            ),
+        )
+
+    return tuple(s(t) for t in range(seconds))
+
+
+def test_main_growing_toward_its_cgroup_limit_is_warned_about_and_a_flat_main_is_not():
+    (found,) = [d for d in diagnose(live_facts(_main_growth_timeline(30))) if d.kind == "main_memory_growth"]
+    assert "30.0 MiB/s" in found.summary and "under the cgroup limit" in found.summary and ".item()" in found.remedy
+    assert "main_memory_growth" not in [d.kind for d in diagnose(live_facts(_main_growth_timeline(0)))]
+    # growing, but the memory left lasts for hours at that rate: no warning
+    slow = _main_growth_timeline(30, limit=1 << 40, available=1 << 40)
+    assert "main_memory_growth" not in [d.kind for d in diagnose(live_facts(slow))]
+
+
+def test_main_killed_by_the_oom_killer_is_a_crash_with_its_growth_and_the_limit():
+    timeline = _main_growth_timeline(30)
+    facts = Facts(mode=MODE_CRASH, sample=timeline[-1], timeline=timeline, stderr_tail="", exit_code=137, oom_kills=1)
+    first = diagnose(facts)[0]
+    assert first.kind == "main_killed" and "OOM killer" in first.summary
+    assert any("main grew steadily" in e for e in first.evidence)
+    assert any("at its limit of 1024.0 MiB" in e for e in first.evidence)
+    term = dataclasses.replace(facts, exit_code=143, oom_kills=0, timeline=timeline[:1])
+    assert "OOM killer never sends it" in diagnose(term)[0].remedy

@@ -4,7 +4,7 @@ Files, per the kernel's ``Documentation/admin-guide/cgroup-v2.rst`` and
 ``Documentation/admin-guide/cgroup-v1/memory.rst``: ``/proc/PID/cgroup`` (``0::/path`` for v2,
 ``N:memory:/path`` for the v1 memory controller); v2 ``memory.max``, ``memory.current``,
 ``memory.events`` (``oom_kill N``) and ``cpu.max`` (``QUOTA PERIOD`` or ``max PERIOD``); v1
-``memory.limit_in_bytes``, ``memory.usage_in_bytes`` and ``memory.oom_control`` (``oom_kill N``,
+``memory.limit_in_bytes``, ``memory.usage_in_bytes``, ``memory.stat`` and ``memory.oom_control`` (``oom_kill N``,
 Linux 4.13 and later). Every function returns ``None`` when the file is absent or unreadable;
 none raises.
 """
@@ -25,8 +25,9 @@ _V1_UNLIMITED = 1 << 62
 @dataclass(frozen=True)
 class MemoryCgroup:
     """The job's memory cgroup now: ``version`` 1 or 2, its folder, ``limit_bytes`` (``None``:
-    no limit), ``usage_bytes`` (page cache included, as the kernel counts against the limit)
-    and ``oom_kills`` (the kernel's count since the cgroup was made; ``None`` when not kept)."""
+    no limit), ``usage_bytes`` (the working set: usage less inactive file pages, which the
+    kernel reclaims before it kills) and ``oom_kills`` (the kernel's count since the cgroup was
+    made; ``None`` when not kept)."""
 
     version: int
     path: str
@@ -82,16 +83,31 @@ def read_memory(version: int, path: str) -> Optional[MemoryCgroup]:
             1,
             path,
             None if limit is None or limit >= _V1_UNLIMITED else limit,
-            _int(_read(os.path.join(path, "memory.usage_in_bytes"))),
+            _working_set(
+                _int(_read(os.path.join(path, "memory.usage_in_bytes"))),
+                _read(os.path.join(path, "memory.stat")),
+                "total_inactive_file",
+            ),
             _count(_read(os.path.join(path, "memory.oom_control")), "oom_kill"),
         )
     return MemoryCgroup(
         2,
         path,
         _int(_read(os.path.join(path, "memory.max"))),  # "max": no limit
-        _int(_read(os.path.join(path, "memory.current"))),
+        _working_set(
+            _int(_read(os.path.join(path, "memory.current"))), _read(os.path.join(path, "memory.stat")), "inactive_file"
+        ),
         _count(_read(os.path.join(path, "memory.events")), "oom_kill"),
     )
+
+
+def _working_set(usage: Optional[int], stat: Optional[str], inactive: str) -> Optional[int]:
+    """Usage less the inactive file pages the kernel reclaims first (the working set, as
+    Kubernetes' kubelet measures it): a job that reads many files fills its cgroup's usage with
+    page cache it can give back."""
+    if usage is None:
+        return None
+    return max(0, usage - (_count(stat, inactive) or 0))
 
 
 def cgroup_dir(pid: int) -> Optional[str]:

@@ -504,3 +504,37 @@ def torch_seen(facts: Facts) -> bool:
             if any(("/torch/" in f.file or f.file.startswith("torch/")) for f in t.frames if not f.native):
                 return True
     return False
+
+
+def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
+    """Least-squares slope and R² of ``(x, y)`` points (x in seconds, y in bytes)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    syy = sum((y - my) ** 2 for _, y in points)
+    sxy = sum((x - mx) * (y - my) for x, y in points)
+    if sxx == 0 or syy == 0:
+        return 0.0, 0.0
+    return sxy / sxx, (sxy * sxy) / (sxx * syy)
+
+
+def written(p: ProcessSample) -> Optional[int]:
+    """The private memory ``p`` wrote (``dirty_bytes``: smaps_rollup Private_Dirty), else its
+    USS when that was not read: clean file pages it only read (a memmap, page cache of files it
+    maps) are reclaimable and not a leak, nor what one more worker costs."""
+    return p.dirty_bytes if p.dirty_bytes is not None else p.uss_bytes
+
+
+def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
+    """``(t_mono, bytes written)`` of process ``w`` over the timeline (:func:`written`), one
+    point per change."""
+    points: List[Tuple[float, float]] = []
+    last = None
+    for s in facts.timeline:
+        p = s.process(w.pid)
+        value = written(p) if p is not None and p.create_time == w.create_time else None
+        if value is not None and value != last:
+            points.append((s.t_mono, float(value)))
+            last = value
+    return points

@@ -23,6 +23,7 @@ rank  kind                    why here
 5     worker_killed           a dead worker explains main's error
 6     loader_timeout          main's own timeout fired: the cause is the slow batch
 7     dataset_error           an exception in the Dataset, re-raised by main
+8     main_killed             main died of a signal, after every cause a worker names
 10    fork_inherited_lock     a deadlocked worker explains main waiting for data
 11    worker_deadlock         the same, within the worker's own threads
 12    pin_memory_stall        main's pin thread, before what waits on it

@@ -15,7 +15,10 @@ from .common import (
     DOC_MULTI_PROCESS_LOADING,
     DOC_PIN_MEMORY,
     DOC_SHARING_STRATEGIES,
+    fit_line,
+    memory_points,
     mib,
+    written,
 )
 from .engine import Finding, rule
 
@@ -45,38 +48,6 @@ def _live(facts: Facts) -> bool:
     return facts.sample.main is not None
 
 
-def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
-    """Least-squares slope and R² of ``(x, y)`` points (x in seconds, y in bytes)."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    syy = sum((y - my) ** 2 for _, y in points)
-    sxy = sum((x - mx) * (y - my) for x, y in points)
-    if sxx == 0 or syy == 0:
-        return 0.0, 0.0
-    return sxy / sxx, (sxy * sxy) / (sxx * syy)
-
-
-def written(p: ProcessSample) -> Optional[int]:
-    """The private memory ``p`` wrote (``dirty_bytes``: smaps_rollup Private_Dirty), else its
-    USS when that was not read: clean file pages it only read (a memmap, page cache of files it
-    maps) are reclaimable and not a leak, nor what one more worker costs."""
-    return p.dirty_bytes if p.dirty_bytes is not None else p.uss_bytes
-
-
-def _memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
-    points: List[Tuple[float, float]] = []
-    last = None
-    for s in facts.timeline:
-        p = s.process(w.pid)
-        value = written(p) if p is not None and p.create_time == w.create_time else None
-        if value is not None and value != last:
-            points.append((s.t_mono, float(value)))
-            last = value
-    return points
-
-
 @rule("worker_memory_growth", SEVERITY_WARNING, 50, LIVE)
 def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     """Workers' private memory grows steadily, or is already large next to main's own: the
@@ -92,7 +63,7 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     growing = []
     copied: List[Tuple[ProcessSample, int]] = []  # (worker, its USS)
     for w in facts.sample.workers:
-        points = _memory_points(facts, w)
+        points = memory_points(facts, w)
         if len(points) >= GROWTH_MIN_POINTS:
             slope, r2 = fit_line(points)
             grown = points[-1][1] - points[0][1]
@@ -153,6 +124,65 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         ),
         pids=tuple(g[0] for g in growing) or tuple(w.pid for w, _ in copied),
         docs=(DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING),
+    )
+
+
+# Main's own growth: this much at least, over this long, fitted this well, and memory left to
+# the job running out within MAIN_GROWTH_HORIZON_S at that rate (a job that warms up its
+# allocator, or fills a cache once, flattens out well before).
+MAIN_GROWTH_MIN_BYTES = 256 * 2**20
+MAIN_GROWTH_MIN_SPAN_S = 10.0
+MAIN_GROWTH_MIN_R2 = 0.9
+MAIN_GROWTH_HORIZON_S = 3600.0
+
+
+@rule("main_memory_growth", SEVERITY_WARNING, 50, LIVE)
+def main_memory_growth(facts: Facts) -> Optional[Finding]:
+    """Main's own memory (what it wrote: :func:`written`) grows steadily and would exhaust the
+    memory left to the job (the cgroup's limit, else the host's) within an hour: something kept
+    per step (a loss appended with its graph, outputs kept in a list: Lightning-AI/pytorch-
+    lightning#9894, pytorch/pytorch#1085). The OOM killer then ends main, and its workers with
+    it."""
+    main = facts.sample.main
+    if main is None:
+        return None
+    points = memory_points(facts, main)
+    if len(points) < GROWTH_MIN_POINTS:
+        return None
+    slope, r2 = fit_line(points)
+    gained, span = points[-1][1] - points[0][1], points[-1][0] - points[0][0]
+    left = facts.sample.host.mem_left_bytes
+    if gained < MAIN_GROWTH_MIN_BYTES or span < MAIN_GROWTH_MIN_SPAN_S or r2 < MAIN_GROWTH_MIN_R2 or slope <= 0:
+        return None
+    eta_s = left / slope
+    if eta_s > MAIN_GROWTH_HORIZON_S:
+        return None
+    host = facts.sample.host
+    limit = host.mem_limit_bytes
+    return Finding(
+        confidence=0.75,
+        summary=(
+            f"The main process grows steadily ({slope / 2**20:.1f} MiB/s, +{mib(gained)} in {span:.0f} s): the "
+            f"memory left to the job ({mib(left)}{' under the cgroup limit' if limit else ''}) runs out in about "
+            f"{f'{eta_s:.0f} s' if eta_s < 120 else f'{eta_s / 60:.0f} min'} at this rate."
+        ),
+        evidence=(
+            f"main pid {main.pid}: memory it wrote (private dirty) {mib(points[0][1])} -> {mib(points[-1][1])} over "
+            f"{span:.0f} s, a straight line (R² {r2:.2f})",
+            f"memory left to the job: {mib(left)}"
+            + (
+                f" (cgroup limit {mib(limit)})"
+                if limit
+                else f" (host available {mib(facts.sample.host.mem_available_bytes)})"
+            ),
+        ),
+        remedy=(
+            "Find what main keeps per step: a loss or output appended to a list without .item()/.detach() keeps its "
+            "whole graph; metrics accumulated as tensors; batches or predictions kept for later; a cache that only "
+            "grows. Keep Python numbers (.item()) or detached CPU copies, or clear the list."
+        ),
+        pids=(main.pid,),
+        docs=(DOC_MEMORY_LEAK,),
     )
 
 
