@@ -888,3 +888,15 @@ def test_main_killed_by_the_oom_killer_is_a_crash_with_its_growth_and_the_limit(
     assert any("at its limit of 1024.0 MiB" in e for e in first.evidence)
     term = dataclasses.replace(facts, exit_code=143, oom_kills=0, timeline=timeline[:1])
     assert "OOM killer never sends it" in diagnose(term)[0].remedy
+
+
+def test_a_worker_killed_by_sigabrt_or_sigterm_gets_its_own_cause_not_memory_advice():
+    abort = (
+        "python: decoder.c:42: decode_row: Assertion `width > 0' failed.\n"
+        "RuntimeError: DataLoader worker (pid 2847) is killed by signal: Aborted.\n"
+    )
+    first = diagnose(_crash(abort))[0]
+    assert first.kind == "worker_killed" and "Assertion `width > 0' failed" in first.remedy
+    assert any("stderr: python: decoder.c:42" in e for e in first.evidence) and "Memory" not in first.remedy
+    term = diagnose(_crash("RuntimeError: DataLoader worker (pid 2847) is killed by signal: Terminated.\n"))[0]
+    assert "the OOM killer never sends it" in term.remedy

@@ -75,6 +75,8 @@ _SIGBUS = re.compile(r"Unexpected bus error|killed by signal: Bus error|insuffic
 _KILLED = re.compile(
     r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)\.|exited unexpectedly)"
 )
+# A native abort's own words on stderr: glibc's assert(), libstdc++'s terminate handler, CPython.
+_ASSERTION = re.compile(r"Assertion [`'].*failed|terminate called after throwing.*|what\(\): .*|Fatal Python error: .*")
 _NATIVE_SIGNAL = re.compile(
     r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) encountered in worker"
 )
@@ -515,6 +517,22 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             "and os.replace() it into place (the workers keep the old one until they reopen it), never truncate or "
             "rewrite a file in place while it is mapped; reopen the mapping in each worker after a rewrite."
         )
+    elif (signal_name or "").lower().startswith(("abort", "terminated")):
+        asserted = [line.strip() for line in facts.stderr_tail.splitlines() if _ASSERTION.search(line)]
+        evidence += [f"stderr: {line}" for line in asserted[-2:]]
+        if (signal_name or "").lower().startswith("abort"):
+            remedy = (
+                "A native library in the worker called abort(): "
+                + (f"it said `{asserted[-1]}`; " if asserted else "a failed assertion or an uncaught C++ exception; ")
+                + "reproduce with num_workers=0 under `python -X faulthandler` to get the stack, and check the "
+                "library's version and the record it was given."
+            )
+        else:
+            remedy = (
+                "SIGTERM came from a process outside the job (the OOM killer never sends it): a scheduler ending "
+                "the job, `kill`, or a cleanup script that matched the worker's name; check who, and handle or "
+                "avoid it."
+            )
     elif bus:
         remedy = (
             "A bus error is a mapping that lost its backing store: /dev/shm full (see its use above; Docker's default "
@@ -748,8 +766,6 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
         docs=(DOC_DATALOADER,),
     )
 
-
-_ASSERTION = re.compile(r"Assertion [`'].*failed|terminate called after throwing.*|what\(\): .*|Fatal Python error: .*")
 
 # Main's memory growth that, read at a crash, counts as the cause of an OOM kill: this much at
 # least, fitted this well.
