@@ -109,6 +109,7 @@ def from_case(case) -> "Scenario":
         evidence=case.evidence,
         attach=case.attach,
         memory_limit=case.memory_limit,
+        shm_size=case.shm_size,
     )
 
 

@@ -28,7 +28,8 @@ class Case:
     words the first diagnosis's evidence must contain; ``attach`` runs the target with plain
     ``python`` and watches it with ``dlwatch attach --pid`` (no inside view: what progress
     means then is main's wait seen from outside); ``memory_limit`` (bytes) runs the job in a
-    memory cgroup of its own with that limit (root and cgroup v1; skipped without)."""
+    memory cgroup of its own with that limit (root and cgroup v1; skipped without);
+    ``shm_size`` gives it a private ``/dev/shm`` of that size (root; skipped without)."""
 
     name: str
     kind: Optional[str]
@@ -46,6 +47,7 @@ class Case:
     evidence: Tuple[str, ...] = ()
     attach: bool = False
     memory_limit: Optional[int] = None
+    shm_size: Optional[str] = None
 
     @property
     def module(self) -> str:
@@ -181,6 +183,14 @@ CASES: Tuple[Case, ...] = (
         "crash",
         memory_limit=640 << 20,
         evidence=("OOM kill(s) while it was watched", "limit of 640.0 MiB"),
+    ),
+    Case(
+        "main_keeps_batches_shm",
+        "shm_exhausted",
+        "crash",
+        shm_size="64m",
+        remedy=("Main keeps the batches it received", "!--shm-size=8g"),
+        evidence=("never fell back",),
     ),
     Case(
         "main_keeps_graphs_oom",

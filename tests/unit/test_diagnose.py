@@ -900,3 +900,27 @@ def test_a_worker_killed_by_sigabrt_or_sigterm_gets_its_own_cause_not_memory_adv
     assert any("stderr: python: decoder.c:42" in e for e in first.evidence) and "Memory" not in first.remedy
     term = diagnose(_crash("RuntimeError: DataLoader worker (pid 2847) is killed by signal: Terminated.\n"))[0]
     assert "the OOM killer never sends it" in term.remedy
+
+
+def test_dev_shm_filled_by_batches_main_keeps_is_not_told_to_raise_shm_size():
+    stderr = (
+        "RuntimeError: unable to allocate shared memory(shm) for file </torch_7_1_2>: No space left on device (28)\n"
+    )
+
+    def timeline(growing):
+        return tuple(
+            sample(
+                float(t),
+                [proc(MAIN_PID, ROLE_MAIN, [])],
+                shm_total=64 << 20,
+                shm_used=((8 * t) if growing else 6) << 20,
+            )
+            for t in range(9)
+        )
+
+    kept = timeline(True)
+    first = diagnose(_crash(stderr, timeline=kept, host={"shm_total": 64 << 20, "shm_used": 64 << 20}))[0]
+    assert first.kind == "shm_exhausted" and "main kept the batches" in first.summary
+    assert "--shm-size=8g" not in first.remedy and "clone()" in first.remedy
+    steady = diagnose(_crash(stderr, timeline=timeline(False), host={"shm_total": 64 << 20, "shm_used": 6 << 20}))[0]
+    assert "--shm-size=8g" in steady.remedy

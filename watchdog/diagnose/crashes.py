@@ -250,6 +250,21 @@ def written_last(facts: Facts, pid: int) -> Optional[int]:
     return found
 
 
+def _shm_kept(facts: Facts, total: Optional[float]) -> Optional[Tuple[float, float, float]]:
+    """``(bytes gained, seconds, bytes/s)`` when ``/dev/shm`` use grew in a straight line over
+    the timeline by at least half the tmpfs (R² ≥ 0.9, 5 s or more): a loader in steady state
+    holds about ``num_workers × prefetch_factor`` batches in shared memory, so use that only
+    grows is batches kept after delivery. ``None`` otherwise."""
+    points = [(s.t_mono, float(s.host.shm_used_bytes)) for s in facts.timeline if s.host.shm_used_bytes is not None]
+    if len(points) < 4 or not total:
+        return None
+    slope, r2 = fit_line(points)
+    gained, span = points[-1][1] - points[0][1], points[-1][0] - points[0][0]
+    if slope > 0 and r2 >= 0.9 and span >= 5.0 and gained >= 0.5 * total:
+        return gained, span, slope
+    return None
+
+
 def _bus_error_only(facts: Facts) -> bool:
     """Whether the only sign of shared memory running out is a bus error (no ENOSPC)."""
     return not any(code == 28 for _, code in resource_errors(facts.stderr_tail)) and bool(
@@ -281,6 +296,13 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
         f"/dev/shm (as the job sees it): {mib(total)} in all, peak use seen {mib(peak)} at the sampling interval "
         f"(a batch's allocation that does not fit fails between samples){_exit(facts)}"
     )
+    kept = _shm_kept(facts, total)
+    if kept is not None:
+        gained, span, slope = kept
+        evidence.append(
+            f"/dev/shm use grew in a straight line for {span:.0f} s (+{mib(gained)}, {slope / 2**20:.1f} MiB/s) and "
+            "never fell back: batches that were delivered kept their shared memory (something in main holds them)"
+        )
     contradiction = None
     rivals = sorted({code for _, code in resource_errors(facts.stderr_tail) if code in (2, 12, 24)})
     if rivals and peak is not None and total and peak < 0.25 * total:
@@ -294,10 +316,20 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
         )
     return Finding(
         confidence=0.9 if peak is not None and total and peak >= 0.5 * total else 0.75,
-        summary=f"Shared memory (/dev/shm, {mib(total)}) ran out while workers passed batches to the main process.",
+        summary=f"Shared memory (/dev/shm, {mib(total)}) ran out"
+        + (
+            ": main kept the batches it had received, and their shared memory with them."
+            if kept is not None
+            else " while workers passed batches to the main process."
+        ),
         evidence=tuple(evidence),
         remedy=(
-            "Give the job more shared memory: docker run --shm-size=8g (or --ipc=host); on Kubernetes mount an "
+            "Main keeps the batches it received, and each kept batch keeps its shared memory: a list of batches, "
+            "inputs or outputs that still reference them (a replay buffer, a debug cache). More --shm-size only "
+            "delays the crash: keep copies instead (batch.clone(), a slice's .clone(), .item() for numbers) or drop "
+            "the references."
+            if kept is not None
+            else "Give the job more shared memory: docker run --shm-size=8g (or --ipc=host); on Kubernetes mount an "
             "emptyDir with medium: Memory at /dev/shm; or lower batch_size × prefetch_factor × num_workers."
         ),
         pids=tuple(creators) or tuple(w.pid for w in facts.sample.workers),
