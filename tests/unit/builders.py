@@ -176,3 +176,14 @@ def oversubscribed_timeline():
         )
 
     return tuple(s(float(t)) for t in range(10))
+
+
+def track(make, seconds=20):
+    """A :class:`~watchdog.detect.ProgressTracker` fed ``make(t)`` for t = 0 … ``seconds`` (one
+    sample a second), and its stall at the last one."""
+    from watchdog import detect
+
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    for t in range(seconds + 1):
+        tracker.update(make(float(t)))
+    return tracker, tracker.stall(make(float(seconds)))

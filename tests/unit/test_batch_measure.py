@@ -22,6 +22,7 @@ from tests.unit.builders import (
     proc,
     sample,
     thread,
+    track,
 )
 from watchdog import detect
 from watchdog.collect import inside, procfs, pyspy
@@ -69,15 +70,8 @@ def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None
     )
 
 
-def _track(make, seconds=20):
-    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-    for t in range(seconds + 1):
-        tracker.update(make(float(t)))
-    return tracker, tracker.stall(make(float(seconds)))
-
-
 def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_under_activity():
-    tracker, st = _track(_poller)
+    tracker, st = track(_poller)
     assert tracker.measure == Measure.BATCHES and st.measure == "batches"
     assert st.stall_s == pytest.approx(20.0)
     assert dict(st.progress_age_s)[WORKER_PID] == pytest.approx(20.0)
@@ -86,16 +80,16 @@ def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_
     assert st.work_window_s == pytest.approx(10.0)
     assert work[1] == pytest.approx(0.2) and work[2] == 10 * 4096
     # The same job without the workers' sample counts: its wake-ups are progress, as before.
-    tracker, st = _track(lambda t: _poller(t, fetches=False))
+    tracker, st = track(lambda t: _poller(t, fetches=False))
     assert tracker.measure == Measure.ACTIVITY and st.stall_s < 2.0
 
 
 def test_a_sample_reached_for_or_a_batch_received_restarts_the_clock():
-    _, st = _track(lambda t: _poller(t, samples=int(t) // 4))
+    _, st = track(lambda t: _poller(t, samples=int(t) // 4))
     assert st.stall_s == pytest.approx(0.0)  # the 20th second raised the count
-    _, st = _track(lambda t: _poller(t, samples=7 + (t >= 15)))
+    _, st = track(lambda t: _poller(t, samples=7 + (t >= 15)))
     assert st.stall_s == pytest.approx(5.0)
-    _, st = _track(lambda t: _poller(t, view=_view(batches=3 + (t >= 12))))
+    _, st = track(lambda t: _poller(t, view=_view(batches=3 + (t >= 12))))
     assert st.stall_s == pytest.approx(8.0)
 
 
@@ -110,12 +104,12 @@ def test_the_clock_starts_when_main_begins_to_wait_not_before():
     def make(t):
         return _poller(t, view=_view(waiting_since=15.0 if t >= 15 else None))
 
-    _, st = _track(make)
+    _, st = track(make)
     assert st.measure == "batches" and st.stall_s == pytest.approx(5.0)
 
 
 def _assess(make, seconds=20, state="S", trigger=detect.TRIGGER_STALL):
-    tracker, st = _track(make, seconds)
+    tracker, st = track(make, seconds)
     smp = make(float(seconds))
     main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
     verdict = HangVerdict("dataloader", True, "waits", main_threads[0])

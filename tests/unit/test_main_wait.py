@@ -20,6 +20,7 @@ from tests.unit.builders import (
     proc,
     sample,
     thread,
+    track,
 )
 from watchdog import detect
 from watchdog.collect import pyspy
@@ -52,15 +53,8 @@ def _job(t, main_io=0, main_cpu=0.0, main_syscall=IDLE_POLL, cpu_per_s=0.02, io_
     return sample(t, [main, worker])
 
 
-def _track(make, seconds=20):
-    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-    for t in range(seconds + 1):
-        tracker.update(make(float(t)))
-    return tracker, tracker.stall(make(float(seconds)))
-
-
 def test_a_worker_that_polls_forever_while_main_reads_nothing_is_a_stall():
-    tracker, st = _track(_job)
+    tracker, st = track(_job)
     assert tracker.measure == Measure.MAIN_WAIT and st.measure == "main_wait"
     assert st.stall_s == pytest.approx(20.0)  # from main's first sample in the wait
     assert st.no_delivery_s == pytest.approx(20.0)  # the busy-stall ceiling counts, whatever the worker reads
@@ -69,22 +63,22 @@ def test_a_worker_that_polls_forever_while_main_reads_nothing_is_a_stall():
 
 
 def test_a_byte_main_reads_or_writes_restarts_the_clock():
-    _, st = _track(lambda t: _job(t, main_io=100 * (t >= 12)))
+    _, st = track(lambda t: _job(t, main_io=100 * (t >= 12)))
     assert st.measure == Measure.MAIN_WAIT and st.stall_s == pytest.approx(8.0)
     # a batch every 3 s (main reads it and sends the next index): never a stall of note
-    _, st = _track(lambda t: _job(t, main_io=300 * (int(t) // 3)))
+    _, st = track(lambda t: _job(t, main_io=300 * (int(t) // 3)))
     assert st.stall_s <= 3.0
 
 
 def test_main_that_works_or_waits_elsewhere_is_not_under_the_main_wait_measure():
     # main trains: half a core between samples, running at some reads
-    _, st = _track(lambda t: _job(t, main_cpu=0.5 * t, main_syscall=RUNNING if int(t) % 2 else IDLE_POLL))
+    _, st = track(lambda t: _job(t, main_cpu=0.5 * t, main_syscall=RUNNING if int(t) % 2 else IDLE_POLL))
     assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
     # main sleeps in the job's own code (a 30 s socket timeout is not PyTorch's poll)
-    _, st = _track(lambda t: _job(t, main_syscall=SLEEP))
+    _, st = track(lambda t: _job(t, main_syscall=SLEEP))
     assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
     # main's I/O counters unreadable: no main-wait measure
-    _, st = _track(lambda t: _job(t, main_reads=False))
+    _, st = track(lambda t: _job(t, main_reads=False))
     assert st.measure == Measure.ACTIVITY and st.stall_s < 2.0
 
 
@@ -112,7 +106,7 @@ def test_a_batch_that_comes_after_a_long_wait_says_the_loader_moved():
 
 
 def _assess(make, verdict, seconds=20, trigger=detect.TRIGGER_STALL):
-    _, st = _track(make, seconds)
+    _, st = track(make, seconds)
     smp = make(float(seconds))
     details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
     return detect.assess(
@@ -175,13 +169,13 @@ def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_
         thread_ = dataclasses.replace(worker.threads[0], voluntary_ctxt_switches=int(t) // 3)
         return dataclasses.replace(smp, processes=(smp.processes[0], dataclasses.replace(worker, threads=(thread_,))))
 
-    _, st = _track(slow)
+    _, st = track(slow)
     details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
     woke = {(WORKER_PID, WORKER_PID)}
     a = detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert not a.hang and "woke 3 time(s) in the last 10 s" in a.reason and "/job/data.py:20" in a.reason
     # 50 wakes a second at the same line: a poller, reported
-    _, st = _track(_job)
+    _, st = track(_job)
     a = detect.assess("stall_timeout", _job(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert a.hang and a.proof is None
 
