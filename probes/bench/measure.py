@@ -1,6 +1,7 @@
 """Run one configuration in a fresh subprocess and measure it, sampling the process tree with
 the watchdog's collectors (:class:`watchdog.collect.sampler.Sampler`): peak memory (sum of
-USS over main and workers, bytes), peak ``/dev/shm`` use above the starting level (bytes) and
+USS over main and workers, bytes), peak shared memory the run's processes hold in ``/dev/shm``
+(bytes: :func:`watchdog.collect.procfs.shm_held`, not the tmpfs's use by anyone) and
 peak open file descriptors, while the child reports its own timings."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from watchdog.collect import procfs
 from watchdog.collect.sampler import Sampler
 
 from ..env import child_env
@@ -117,7 +119,7 @@ def _sample_until_exit(proc: subprocess.Popen):
     """Sample ``proc``'s tree until it exits; ``(peak USS sum, peak shm growth, peak fds)``,
     or ``None`` after ``RUN_TIMEOUT_S``."""
     sampler = Sampler(proc.pid, full_info_interval_s=SAMPLE_PERIOD_S * 2)
-    peak_uss = peak_shm = peak_fds = shm_base = None
+    peak_uss = peak_shm = peak_fds = None
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while proc.poll() is None:
         if time.monotonic() > deadline:
@@ -129,9 +131,8 @@ def _sample_until_exit(proc: subprocess.Popen):
             peak_uss = max(peak_uss or 0, sum(uss))
         if fds:
             peak_fds = max(peak_fds or 0, sum(fds))
-        if s.host.shm_used_bytes is not None:
-            shm_base = s.host.shm_used_bytes if shm_base is None else min(shm_base, s.host.shm_used_bytes)
-            peak_shm = max(peak_shm or 0, s.host.shm_used_bytes - shm_base)
+        held = procfs.shm_held([p.pid for p in s.processes])  # the run's own files, not the tmpfs's use
+        peak_shm = max(peak_shm or 0, held)
         time.sleep(SAMPLE_PERIOD_S)
     return peak_uss, peak_shm, peak_fds
 

@@ -416,3 +416,18 @@ def test_memory_cgroups_v1_and_v2_are_read_by_folder(tmp_path):
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n")
     assert cgroup.read_memory(2, str(v2)) == cgroup.MemoryCgroup(2, str(v2), None, 123, 1)
     assert cgroup.read_memory(2, str(tmp_path / "gone")) is None
+
+
+def test_shm_held_counts_the_processes_own_files_open_or_named_and_not_others(tmp_path):
+    me = os.getpid()
+    held = tmp_path / "torch_x_held"
+    held.write_bytes(b"y" * 8192)
+    f = open(held, "rb")
+    try:
+        held.unlink()  # as the file_descriptor strategy does: only the descriptor finds it
+        (tmp_path / f"torch_{me}_named_0").write_bytes(b"z" * 4096)
+        (tmp_path / "torch_1_other_0").write_bytes(b"w" * (1 << 20))  # another job's
+        n = procfs.shm_held([me], str(tmp_path))
+        assert 8192 + 4096 <= n < (1 << 20)
+    finally:
+        f.close()
