@@ -4,8 +4,8 @@ memory cgroup limit of 640 MiB; the workers grow until the cgroup's OOM killer e
 main raises "DataLoader worker (pid N) is killed by signal: Killed". The host has far more
 memory than the limit: the limit in force is the cgroup's.
 
-Run under a memory limit (``dlwatch probe repro worker_cache_oom_in_cgroup`` makes the cgroup):
-``python -m probes.cases.worker_cache_oom_in_cgroup``. The watchdog must conclude
+Run: ``python -m probes.cases.worker_cache_oom_in_cgroup`` under a memory limit (``dlwatch
+probe repro worker_cache_oom_in_cgroup`` makes the cgroup). The watchdog must conclude
 ``worker_killed`` by the OOM killer, naming the cgroup's limit and its OOM count.
 """
 
