@@ -14,6 +14,17 @@ from tabulate import tabulate
 from . import frames
 from .errors import ReportNotFound
 
+# The files of a report folder a user may name instead of the folder itself.
+_REPORT_FILES = ("report.txt", "report.json", "report.html")
+
+
+def report_folder(path: str) -> str:
+    """The report folder ``path`` names: itself, or the folder of one of its files
+    (``report.txt``, the path dlwatch prints after a report; ``report.json``; ``report.html``)."""
+    if os.path.basename(path.rstrip("/")) in _REPORT_FILES and not os.path.isdir(path):
+        return os.path.dirname(path) or "."
+    return path
+
 
 def load(folder: str) -> dict:
     """The ``report.json`` document of a report folder.

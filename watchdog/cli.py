@@ -46,9 +46,21 @@ _STDERR_DRAIN_S = 2.0
 _SHEBANG_BYTES = 256
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    h = config_mod.flag_help  # each setting's description is in watchdog/config.py, the one place
-    p.add_argument("--no-hook", action="store_true", help=h("hook", negated=True))
+# Where a flag means something else under `attach` than the setting's own description says.
+_ATTACH_HELP = {
+    "--no-hook": "do not read the job's inside view even when its environment names one (a job started "
+    "with `env $(dlwatch hook-env) …`): watch from outside only",
+    "--terminate-grace": "seconds between SIGTERM and SIGKILL to the job's processes (its process tree; "
+    "terminate_grace_s; >= 0, <= 600)",
+}
+
+
+def _add_common(p: argparse.ArgumentParser, attach: bool = False) -> None:
+    def h(key: str, negated: bool = False, flag: str = "") -> str:
+        # each setting's description is in watchdog/config.py, the one place
+        return _ATTACH_HELP[flag] if attach and flag in _ATTACH_HELP else config_mod.flag_help(key, negated=negated)
+
+    p.add_argument("--no-hook", action="store_true", help=h("hook", negated=True, flag="--no-hook"))
     p.add_argument(
         "--config", metavar="PATH", help="YAML settings file (see config.yaml for every key); flags override it"
     )
@@ -56,7 +68,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, metavar="S", help=h("interval_s"))
     p.add_argument("--stall-timeout", type=float, metavar="S", help=h("stall_timeout_s"))
     p.add_argument("--on-hang", choices=("report", "terminate"), help=h("on_hang"))
-    p.add_argument("--terminate-grace", type=float, metavar="S", help=h("terminate_grace_s"))
+    p.add_argument("--terminate-grace", type=float, metavar="S", help=h("terminate_grace_s", flag="--terminate-grace"))
     p.add_argument("--pyspy-timeout", type=float, metavar="S", help=h("py_spy.timeout_s"))
     p.add_argument("--no-native", action="store_true", help=h("py_spy.native", negated=True))
     p.add_argument("--metrics-port", type=int, metavar="PORT", help=h("metrics_port"))
@@ -74,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the job's command, after --")
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
-    _add_common(attach)
+    _add_common(attach, attach=True)
     reports_p = sub.add_parser("reports", help="list report folders, newest first: dlwatch reports [DIR]")
     reports_p.add_argument(
         "dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)"
@@ -82,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
     reports_p.add_argument("-n", type=positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
-    show.add_argument("report", help="a report folder")
+    show.add_argument("report", help="a report folder, or a file in it (the report.txt path dlwatch prints)")
     show.add_argument("--full", action="store_true", help="the whole report.txt, stacks included")
     show.add_argument("--html", action="store_true", help="write one self-contained HTML page and print its path")
     show.add_argument("--out", metavar="PATH", help="where --html writes (default REPORT/report.html)")
@@ -438,10 +450,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     if args.out and not args.html:
         raise ConfigError("--out", "goes with --html (the page it writes)", "command line")
+    folder = browse.report_folder(args.report)
     if args.html:
-        _print(browse.write_html(args.report, args.out))
+        _print(browse.write_html(folder, args.out))
         return Exit.OK
-    _print(browse.text(args.report, full=args.full).rstrip("\n"))
+    _print(browse.text(folder, full=args.full).rstrip("\n"))
     return Exit.OK
 
 

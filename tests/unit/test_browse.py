@@ -100,3 +100,13 @@ def test_show_out_without_html_and_a_nan_timeout_are_usage_errors(capsys):
             assert e.value.code == 2
             err = capsys.readouterr().err
             assert "--timeout" in err and err.count("\n") == 1
+
+
+def test_show_takes_the_report_txt_path_dlwatch_prints(tmp_path, capsys):
+    from watchdog import cli
+
+    folder = _written(tmp_path)
+    assert browse.report_folder(os.path.join(folder, "report.txt")) == folder
+    assert browse.report_folder(folder) == folder
+    assert cli.main(["show", os.path.join(folder, "report.txt")]) == 0
+    assert capsys.readouterr().out.startswith("dlwatch: job hung")
