@@ -651,6 +651,8 @@ def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
     with_other = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking, other)))[0]
     assert with_other.kind == "fork_inherited_lock"
     assert any("uploader (tid" in e for e in with_other.evidence)  # the threads at fork, from the job's record
+    # a threading.Event never crosses processes: spawn would hang the same way; the fix is a multiprocessing one
+    assert "multiprocessing.Event" in with_other.remedy and "hangs the same way" in with_other.remedy
     alone = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking)))[0]
     assert alone.kind == "worker_deadlock" and "only thread waits" in alone.summary and "setter" in alone.remedy
     # Without a record (no inside view) nothing rules inheritance out: the verdict stays as it was.

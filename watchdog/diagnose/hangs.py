@@ -376,8 +376,11 @@ _FORK_REMEDY = {
         'multiprocessing_context="forkserver".'
     ),
     "condition": (
-        "The thread that would signal this condition or queue lives only in the main process: create the object and "
-        'its thread inside the worker (worker_init_fn), or use multiprocessing_context="forkserver" (or "spawn").'
+        "The thread that would signal this condition, event or queue lives only in the main process, and a "
+        "threading object never crosses a process boundary: another start method (spawn, forkserver) hangs the "
+        "same way. If main is to signal the workers, use a multiprocessing.Event (or a multiprocessing queue) "
+        "created before the DataLoader and passed to the Dataset; if the worker is to signal itself, create the "
+        "object and its thread inside the worker (worker_init_fn)."
     ),
 }
 _FORK_REMEDY_DEFAULT = (
