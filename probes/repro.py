@@ -276,6 +276,9 @@ _CASE_SCENARIOS = {
     "main_thread_deadlock": "main_join_prefetch_thread",
     "loader_timeout": "loader_timeout_slow_batch",
     "dataset_error": "dataset_exception_len_lies",
+    "collate_error": "collate_object_field",
+    "worker_init_error": "worker_init_fn_raises",
+    "main_killed": "main_keeps_graphs_oom",
     "shm_removed": "shm_removed",
     "shm_leaked": "shm_leaked_after_kill",
     "map_count_exhausted": "map_count_exhausted",
@@ -290,6 +293,15 @@ SCENARIOS = (
         for kind, target in _CASE_SCENARIOS.items()
     )
     + (
+        Scenario(
+            "main_memory_growth",
+            "main_memory_growth",
+            "warning",
+            settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+            module="probes.cases.main_keeps_graphs_oom",
+            memory_limit=1 << 30,
+            timeout_s=120.0,
+        ),
         Scenario(
             "map_count_pressure",
             "map_count_pressure",

@@ -293,8 +293,10 @@ class Watcher:
                 (p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
             )
         self.births.update(sample)
-        if sample.main is not None:
-            self._note_memory_cgroup(sample.main.pid)  # a wrapper may move the job after it started
+        if sample.main is not None and sample.main.rss_bytes > 0 and sample.main.state not in ("Z", "X"):
+            # a wrapper may move the job after it started; a dying main (its memory gone, the
+            # kernel about to move it out) is no news about its cgroup
+            self._note_memory_cgroup(sample.main.pid)
         if not self.examine:
             return
         self.tracker.update(sample)

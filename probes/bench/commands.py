@@ -282,6 +282,9 @@ def _report(
     warns = output.warnings_for(results, mach, batch_bytes)
     print(f"dataset: {dataset_text}")
     print(output.table(results, ceilings))
+    print(
+        "(* marks the fastest median; `best:` below is the recommendation, the cheapest of those it cannot tell apart)"
+    )
     top, bend = output.best(results), output.knee(results)
     choice = output.choose(results, _cuda(results))
     print(choice.text())

@@ -163,15 +163,15 @@ CASES: Tuple[Case, ...] = (
     Case("dataset_exception_len_lies", "dataset_error", "crash", location="name = self.frames[i]"),
     Case(
         "collate_object_field",
-        "dataset_error",
+        "collate_error",
         "crash",
         location="DataLoader(Rows()",
-        remedy=("collate_fn([dataset[i] for i in range(batch_size)])", "!num_workers=0 (or dataset[i]"),
+        remedy=("collate_fn([dataset[i] for i in range(0, 4)])", "!num_workers=0 (or dataset[i]"),
         evidence=("PyTorch's call of collate_fn",),
     ),
     Case(
         "worker_init_fn_raises",
-        "dataset_error",
+        "worker_init_error",
         "crash",
         location='os.environ["SHARD_ID"]',
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),

@@ -5,7 +5,7 @@ arrays, numbers, dicts or lists; found object" (dreamquark-ai/tabnet#440). ``dat
 works, so advice to reproduce with ``dataset[i]`` would not reproduce it.
 
 Run: ``python -m probes.cases.collate_object_field``. The watchdog must conclude
-``dataset_error`` naming ``collate_fn`` as the stage that raised, with a reproduction that
+``collate_error`` (``collate_fn`` raised, not the Dataset), with a reproduction that
 collates a batch, located at the loop over the loader (no frame of the job's own is in the
 worker's traceback).
 """

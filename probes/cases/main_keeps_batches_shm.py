@@ -5,8 +5,9 @@ batch (PaddlePaddle/Paddle#49840: batches kept by the consumer fill shared memor
 ``--shm-size`` only delays the crash. The case runs with a private 64 MiB ``/dev/shm``.
 
 Run: ``python -m probes.cases.main_keeps_batches_shm`` (``dlwatch probe repro
-main_keeps_batches_shm`` mounts the small ``/dev/shm``). The watchdog must conclude ``shm_exhausted`` with the advice to stop keeping the batches (copy
-what is kept), not to raise ``--shm-size``.
+main_keeps_batches_shm`` mounts the small ``/dev/shm``). The watchdog must conclude
+``shm_exhausted`` with the advice to stop keeping the batches (copy what is kept), not to raise
+``--shm-size``.
 """
 
 import time

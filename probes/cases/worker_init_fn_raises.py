@@ -5,7 +5,7 @@ torch/utils/data/_utils/worker.py calls it), so advice to reproduce with ``num_w
 ``dataset[i]`` would not reproduce it.
 
 Run: ``python -m probes.cases.worker_init_fn_raises``. The watchdog must conclude
-``dataset_error`` naming ``worker_init_fn`` as the stage that raised, at the
+``worker_init_error`` (``worker_init_fn`` raised), at the
 ``os.environ["SHARD_ID"]`` line (not the standard library's ``os`` frame under it), with a
 reproduction that calls ``worker_init_fn`` directly.
 """

@@ -756,7 +756,7 @@ def test_a_lock_of_self_is_matched_to_a_holder_of_the_same_class_only():
 
 def test_an_exception_in_collate_fn_is_not_called_the_datasets_and_gets_a_collate_reproduction():
     first = diagnose(_crash(fixture("stderr_collate_object_field.txt")))[0]
-    assert first.kind == "dataset_error"
+    assert first.kind == "collate_error"
     assert first.summary.startswith("collate_fn raised TypeError: default_collate: batch must contain")
     assert (
         "collate_fn([dataset[i] for i in range(batch_size)])" in first.remedy
@@ -769,6 +769,7 @@ def test_an_exception_in_collate_fn_is_not_called_the_datasets_and_gets_a_collat
 
 def test_an_exception_in_worker_init_fn_names_its_line_and_a_reproduction_that_runs_it():
     first = diagnose(_crash(fixture("stderr_worker_init_fn_raises.txt")))[0]
+    assert first.kind == "worker_init_error"
     assert first.summary.startswith("worker_init_fn raised KeyError: 'SHARD_ID' at ")
     assert first.location == "/home/user/train/worker_init_fn_raises.py:7"  # not <frozen os>
     assert "worker_init_fn(0)" in first.remedy and "num_workers=0 (or" not in first.remedy

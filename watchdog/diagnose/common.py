@@ -538,3 +538,14 @@ def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
             points.append((s.t_mono, float(value)))
             last = value
     return points
+
+
+def since_last_drop(points: List[Tuple[float, float]], drop: float = 0.1) -> List[Tuple[float, float]]:
+    """The points after the last fall of more than ``drop`` (a share) from one point to the
+    next: a process's private memory falls when it forks (its pages become shared with the
+    children) or frees a cache, and a growth is measured from there."""
+    start = 0
+    for i in range(1, len(points)):
+        if points[i][1] < (1 - drop) * points[i - 1][1]:
+            start = i
+    return points[start:]

@@ -56,6 +56,7 @@ from .common import (
     memory_points,
     mib,
     original_traceback,
+    since_last_drop,
     stderr_lines,
     traceback_location,
 )
@@ -530,7 +531,10 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         how += " by the OOM killer"
     seen = any(facts.last_seen(pid) is not None for pid in pids)
     if pids and not seen:
-        evidence.append("the watchdog never sampled these workers (they died within a sampling interval of starting)")
+        evidence.append(
+            "the watchdog has no sample of these workers: they lived less than about one sampling interval "
+            "(interval_s) from their start to their death, or between two samples"
+        )
     low_memory = avail is not None and -avail < 0.05 * 2**30
     segfault = (signal_name or "").lower().startswith(("segmentation", "floating"))
     bus = (signal_name or "").lower().startswith("bus")
@@ -566,12 +570,21 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
                 "avoid it."
             )
     elif bus:
-        remedy = (
-            "A bus error is a mapping that lost its backing store: /dev/shm full (see its use above; Docker's default "
-            "is 64 MB: --shm-size), a shared-memory file removed, or a file-backed mapping (np.memmap, "
-            "np.load(mmap_mode=...), safetensors, Arrow) whose file shrank or whose disk filled. Check which files "
-            "the worker maps and whether something rewrites them while the job runs."
+        shm_total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
+        shm_peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
+        mapped = (
+            "a file-backed mapping (np.memmap, np.load(mmap_mode=...), safetensors, Arrow) whose file shrank or "
+            "whose disk filled: check which files the worker maps and whether something rewrites them in place "
+            "while the job runs (write a new file and os.replace() it instead)"
         )
+        shm = "/dev/shm full (Docker's default is 64 MB: --shm-size) or a shared-memory file removed"
+        if shm_total and shm_peak is not None and shm_peak < 0.05 * shm_total:
+            remedy = (
+                f"A bus error is a mapping that lost its backing store. /dev/shm was at most {mib(shm_peak)} of "
+                f"{mib(shm_total)} used, so most likely {mapped}; less likely {shm}."
+            )
+        else:
+            remedy = f"A bus error is a mapping that lost its backing store: {shm}, or {mapped}."
     elif segfault:
         remedy = (
             "A native library called from __getitem__ crashed (a decoder, a C extension, ctypes): this is a bug or "
@@ -587,15 +600,26 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             "error to /dev/shm."
         )
     who = f"DataLoader worker(s) {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
+    loop = _loader_site(facts)
     return Finding(
         confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen or not pids else 0.15),
         summary=f"{who} {how}; the main process stopped with an error.",
         evidence=tuple(evidence),
         remedy=remedy,
         pids=pids,
-        location=traceback_location(facts.stderr_tail),
+        location=loop or traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
     )
+
+
+def _loader_site(facts: Facts) -> Optional[str]:
+    """``file:line`` where main iterates the DataLoader whose worker died (the inside view's
+    record of the iterator), or ``None``: for a signal death there is no worker traceback, and
+    the line main happened to run when SIGCHLD came is no place to change."""
+    main = facts.sample.main
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
+    site = views[-1].site if views else None
+    return f"{site.file}:{site.line}" if site is not None else None
 
 
 @rule("worker_start_failed", SEVERITY_CRASH, 3, CRASH)
@@ -737,17 +761,10 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     )
 
 
-_STAGE_REMEDY = {
+_STAGE_REMEDY = {  # the collate stage's is _collate_remedy
     STAGE_DATASET: (
         "Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process with "
         "num_workers=0 (or dataset[i] for the failing index) to debug it in place."
-    ),
-    STAGE_COLLATE: (
-        "The samples are fine one by one; putting them into a batch failed. Reproduce in one process with "
-        "collate_fn([dataset[i] for i in range(batch_size)]) (torch.utils.data.default_collate when you pass none) "
-        "and look at each field's type: default_collate stacks tensors, numpy arrays of numbers, numbers, strings, "
-        "and dicts, lists and tuples of those; an object array (a pandas object column), None or a custom class "
-        "fails. Convert that field in __getitem__, or pass a collate_fn that handles it."
     ),
     STAGE_WORKER_INIT: (
         "worker_init_fn raised before the worker fetched anything; with num_workers=0 it never runs, so call it "
@@ -757,12 +774,40 @@ _STAGE_REMEDY = {
 }
 
 
-@rule("dataset_error", SEVERITY_CRASH, 7, CRASH)
-def dataset_error(facts: Facts) -> Optional[Finding]:
-    """An exception raised inside a worker, which PyTorch re-raises in main as "Caught X in
-    DataLoader worker process N" with the worker's "Original Traceback" (``ExceptionWrapper`` in
-    torch/_utils.py). The stage that raised (the Dataset, ``collate_fn``, ``worker_init_fn``;
-    :meth:`OriginalTraceback.stage`) picks the summary and the way to reproduce it."""
+def _collate_remedy(samples: str) -> str:
+    """The collate stage's remedy, reproducing with ``samples`` (the failing batch's, or a
+    first batch's: ``range(batch_size)``)."""
+    return (
+        "The samples are fine one by one; putting them into a batch failed. Reproduce in one process with "
+        f"collate_fn([dataset[i] for i in {samples}]) (torch.utils.data.default_collate when you pass none) and "
+        "look at each field's type: default_collate stacks tensors, numpy arrays of numbers, numbers, strings, and "
+        "dicts, lists and tuples of those; an object array (a pandas object column), None or a custom class fails. "
+        "Convert that field in __getitem__, or pass a collate_fn that handles it."
+    )
+
+
+def _failing_batch(facts: Facts) -> Optional[Tuple[str, Optional[str]]]:
+    """Which batch failed, from the inside view: ``(words, indices as a Python range or None)``
+    for the batch index main waited for, with a ``SequentialSampler`` (no shuffling) the samples
+    it holds; ``None`` without an inside view."""
+    main = facts.sample.main
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
+    if not views:
+        return None
+    v = views[-1]
+    settings = dict(v.settings)
+    size = settings.get("batch_size")
+    if settings.get("sampler") == "SequentialSampler" and isinstance(size, int) and size > 0:
+        first = v.waiting_idx * size
+        return f"batch {v.waiting_idx}, samples {first}–{first + size - 1}", f"range({first}, {first + size})"
+    return f"batch {v.waiting_idx} (the sampler shuffles: log the indices in collate_fn to find its samples)", None
+
+
+def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
+    """An exception raised inside a worker at stage ``wanted`` (:meth:`OriginalTraceback.stage`),
+    which PyTorch re-raises in main as "Caught X in DataLoader worker process N" with the
+    worker's "Original Traceback" (``ExceptionWrapper`` in torch/_utils.py); the stage picks
+    the summary and the way to reproduce it."""
     caught = list(_CAUGHT.finditer(facts.stderr_tail or ""))
     if not caught:
         return None
@@ -771,9 +816,11 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
     exc = tb.exception if tb else None
     if exc and is_loader_resource_error(exc):
         return None
+    stage = tb.stage() if tb else STAGE_DATASET
+    if stage != wanted:
+        return None
     found = tb.user() if tb else None
     user, source = found if found else (None, "")
-    stage = tb.stage() if tb else STAGE_DATASET
     where = f"{frames.short_path(user.file)}:{user.line} in {user.function}" if user else ""
     evidence = [f"stderr: {m.group(0)}"]
     if exc:
@@ -782,21 +829,49 @@ def dataset_error(facts: Facts) -> Optional[Finding]:
         evidence.append(f"raised at {where}" + (f": `{source}`" if source else ""))
     if stage != STAGE_DATASET:
         evidence.append(f"the worker's traceback runs through PyTorch's call of {stage}, not the Dataset's methods")
+    batch = _failing_batch(facts) if stage != STAGE_WORKER_INIT else None
+    if batch:
+        evidence.append(f"the failing batch (the inside view): {batch[0]}")
     evidence.append(f"worker id {m.group(2)} raised it; main re-raised it and stopped{_exit(facts)}")
     hint = ""
     if stage == STAGE_DATASET and m.group(1).endswith("IndexError"):
         hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
+    if stage == STAGE_COLLATE:
+        remedy = _collate_remedy(batch[1] if batch and batch[1] else "range(batch_size)")
+    else:
+        remedy = _STAGE_REMEDY[stage]
     who = "The Dataset" if stage == STAGE_DATASET else stage
     return Finding(
         confidence=0.9 if exc else 0.75,
         summary=f"{who} raised {exc or m.group(1)}{' at ' + where if where else ''} in DataLoader worker "
         f"{m.group(2)}; the main process re-raised it.",
         evidence=tuple(evidence),
-        remedy=_STAGE_REMEDY[stage] + hint,
+        remedy=remedy + hint,
         pids=(facts.sample.main.pid,) if facts.sample.main else (),
         location=f"{user.file}:{user.line}" if user else traceback_location(facts.stderr_tail),
         docs=(DOC_DATALOADER,),
     )
+
+
+@rule("dataset_error", SEVERITY_CRASH, 7, CRASH)
+def dataset_error(facts: Facts) -> Optional[Finding]:
+    """An exception the Dataset raised in a worker (``__getitem__``, ``__getitems__``,
+    ``__iter__``): :func:`_worker_exception`."""
+    return _worker_exception(facts, STAGE_DATASET)
+
+
+@rule("collate_error", SEVERITY_CRASH, 7, CRASH)
+def collate_error(facts: Facts) -> Optional[Finding]:
+    """An exception ``collate_fn`` (PyTorch's ``default_collate`` or the job's) raised in a
+    worker while it batched samples that each loaded fine: :func:`_worker_exception`."""
+    return _worker_exception(facts, STAGE_COLLATE)
+
+
+@rule("worker_init_error", SEVERITY_CRASH, 7, CRASH)
+def worker_init_error(facts: Facts) -> Optional[Finding]:
+    """An exception ``worker_init_fn`` raised as a worker started (``_worker_loop`` calls it
+    before any fetch; with ``num_workers=0`` it never runs): :func:`_worker_exception`."""
+    return _worker_exception(facts, STAGE_WORKER_INIT)
 
 
 # Main's memory growth that, read at a crash, counts as the cause of an OOM kill: this much at
@@ -824,13 +899,17 @@ def main_killed(facts: Facts) -> Optional[Finding]:
     main = facts.sample.main
     pid = main.pid if main is not None else None
     evidence = [f"the job's main process{f' (pid {pid})' if pid else ''} ended by {name} (exit code {code})"]
-    last = facts.last_seen(pid) if pid else None
+    last = (
+        next((p for s in reversed(facts.timeline) for p in [s.process(pid)] if p is not None and p.rss_bytes > 0), None)
+        if pid
+        else None
+    )  # the last sample with its memory (one taken as it was killed has none)
     if last is not None:
         evidence.append(
             f"main pid {pid}: last seen RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}, private dirty "
             f"{mib(last.dirty_bytes)}"
         )
-    points = memory_points(facts, main) if main is not None else []
+    points = since_last_drop(memory_points(facts, main)) if main is not None else []
     grew = None
     if len(points) >= 4:
         slope, r2 = fit_line(points)

@@ -23,6 +23,8 @@ rank  kind                    why here
 5     worker_killed           a dead worker explains main's error
 6     loader_timeout          main's own timeout fired: the cause is the slow batch
 7     dataset_error           an exception in the Dataset, re-raised by main
+7     collate_error           an exception in collate_fn, re-raised by main
+7     worker_init_error       an exception in worker_init_fn, re-raised by main
 8     main_killed             main died of a signal, after every cause a worker names
 10    fork_inherited_lock     a deadlocked worker explains main waiting for data
 11    worker_deadlock         the same, within the worker's own threads
@@ -57,8 +59,10 @@ from ..types import (
 )
 
 ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
-# Added to the rank of a finding that a measured figure contradicts.
+# Added to the rank of a finding that a measured figure contradicts; its confidence is
+# multiplied by CONTRADICTED_CONFIDENCE.
 CONTRADICTED_PENALTY = 1000
+CONTRADICTED_CONFIDENCE = 0.4
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ class Finding:
 
     ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or figure;
     ``location`` is the ``file:line`` in the user's code, when known; ``contradiction`` names a
-    measured figure that disagrees with this finding (it then ranks last, and says so).
+    measured figure that disagrees with this finding (it then ranks last, with its confidence
+    cut to ``CONTRADICTED_CONFIDENCE`` of its own, and says so).
     """
 
     confidence: float
@@ -124,7 +129,7 @@ def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
     return Diagnosis(
         kind=r.kind,
         severity=r.severity,
-        confidence=f.confidence,
+        confidence=round(f.confidence * (CONTRADICTED_CONFIDENCE if f.contradiction else 1.0), 3),
         summary=f.summary,
         evidence=evidence,
         remedy=f.remedy,

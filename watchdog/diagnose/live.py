@@ -18,6 +18,7 @@ from .common import (
     fit_line,
     memory_points,
     mib,
+    since_last_drop,
     written,
 )
 from .engine import Finding, rule
@@ -146,7 +147,7 @@ def main_memory_growth(facts: Facts) -> Optional[Finding]:
     main = facts.sample.main
     if main is None:
         return None
-    points = memory_points(facts, main)
+    points = since_last_drop(memory_points(facts, main))
     if len(points) < GROWTH_MIN_POINTS:
         return None
     slope, r2 = fit_line(points)
