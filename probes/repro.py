@@ -68,6 +68,7 @@ class Scenario:
     ``attach`` starts the job with plain ``python`` and watches it with ``dlwatch attach
     --pid`` instead of ``dlwatch run`` (no inside view). ``memory_limit`` (bytes) runs the job in
     a memory cgroup (v1) of its own with that limit (root; skipped where none can be made).
+    ``also`` are kinds the judged report must hold among its other findings.
     """
 
     name: str
@@ -88,6 +89,7 @@ class Scenario:
     needs_mount: bool = False
     evidence: Tuple[str, ...] = ()
     attach: bool = False
+    also: Tuple[str, ...] = ()
 
 
 def from_case(case) -> "Scenario":
@@ -110,6 +112,7 @@ def from_case(case) -> "Scenario":
         attach=case.attach,
         memory_limit=case.memory_limit,
         shm_size=case.shm_size,
+        also=case.also,
     )
 
 
@@ -279,8 +282,8 @@ _CASE_SCENARIOS = {
     "collate_error": "collate_object_field",
     "worker_init_error": "worker_init_fn_raises",
     "main_killed": "main_keeps_graphs_oom",
+    "shm_leaked": "shm_leaked_after_kill",  # main_killed first, shm_leaked among the findings
     "shm_removed": "shm_removed",
-    "shm_leaked": "shm_leaked_after_kill",
     "map_count_exhausted": "map_count_exhausted",
     "iterable_replicated": "iterable_not_sharded",
     "uneven_batches": "uneven_shards_mp_spawn",
@@ -539,6 +542,8 @@ def _judge(
             why.append(f"remedy {'holds' if absent else 'lacks'} {words.lstrip('!')!r}")
     evidence = "\n".join(first.get("evidence", ()))
     why += [f"evidence lacks {words!r}" for words in s.evidence if words not in evidence]
+    found = {x["kind"] for x in chosen[1]["diagnoses"]}
+    why += [f"no {kind} among the findings" for kind in s.also if kind not in found]
     return not why, chosen, kinds, "; ".join(why)
 
 

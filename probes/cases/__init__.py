@@ -29,7 +29,8 @@ class Case:
     ``python`` and watches it with ``dlwatch attach --pid`` (no inside view: what progress
     means then is main's wait seen from outside); ``memory_limit`` (bytes) runs the job in a
     memory cgroup of its own with that limit (root and cgroup v1; skipped without);
-    ``shm_size`` gives it a private ``/dev/shm`` of that size (root; skipped without)."""
+    ``shm_size`` gives it a private ``/dev/shm`` of that size (root; skipped without); ``also``
+    are kinds the same report must hold among its other findings."""
 
     name: str
     kind: Optional[str]
@@ -48,6 +49,7 @@ class Case:
     attach: bool = False
     memory_limit: Optional[int] = None
     shm_size: Optional[str] = None
+    also: Tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -212,7 +214,7 @@ CASES: Tuple[Case, ...] = (
     Case("nested_pool_in_worker", "worker_start_failed", "crash"),
     Case("spawn_without_main_guard", "worker_start_failed", "crash"),
     Case("shm_removed", "shm_removed", "crash"),
-    Case("shm_leaked_after_kill", "shm_leaked", "exit"),
+    Case("shm_leaked_after_kill", "main_killed", "crash", also=("shm_leaked",), remedy=("scheduler",)),
     Case(
         "map_count_exhausted",
         "map_count_exhausted",

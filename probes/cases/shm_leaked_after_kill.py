@@ -5,8 +5,9 @@ cgroup-wide OOM kill would: its process group and the ``torch_shm_manager`` daem
 in sessions of their own and would otherwise remove the files). Exit code 137.
 
 Run: ``python -m probes.cases.shm_leaked_after_kill`` (in a process group of its own). The
-watchdog must report ``shm_leaked`` after the exit: how many files, how much memory, and the
-``rm`` command for the job's pids.
+watchdog must report ``main_killed`` (SIGKILL from outside, no OOM kill counted) and, in the
+same report, ``shm_leaked``: how many files, how much memory, and the ``rm`` command for the
+job's pids.
 """
 
 import os
