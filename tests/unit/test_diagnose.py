@@ -927,3 +927,23 @@ def test_dev_shm_filled_by_batches_main_keeps_is_not_told_to_raise_shm_size():
     assert "--shm-size=8g" not in first.remedy and "clone()" in first.remedy
     steady = diagnose(_crash(stderr, timeline=timeline(False), host={"shm_total": 64 << 20, "shm_used": 6 << 20}))[0]
     assert "--shm-size=8g" in steady.remedy
+
+
+def test_the_original_traceback_ends_where_its_exception_does_not_at_the_next_processs_traceback():
+    stderr = (
+        "ValueError: Caught ValueError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "/t/torch/utils/data/_utils/fetch.py", line 52, in fetch\n'
+        "    data = [self.dataset[idx] for idx in possibly_batched_index]\n"
+        '  File "/home/u/train.py", line 12, in __getitem__\n'
+        "    raise ValueError(f'sample {i} is corrupt')\n"
+        "ValueError: sample 64 is corrupt\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 30, in main\n'
+        "    dist.barrier()\n"
+        "RuntimeError: Connection closed by peer\n"
+    )
+    tb = original_traceback(stderr)
+    assert tb.exception == "ValueError: sample 64 is corrupt"
+    assert tb.user()[0].line == 12 and all(f.line != 30 for f, _ in tb.frames)

@@ -460,14 +460,30 @@ def original_traceback(stderr: str) -> Optional[OriginalTraceback]:
     lines = stderr[at:].splitlines()[1:]
     found: List[Tuple[Frame, str]] = []
     exception = None
+    chained = False  # after an exception line, only a chained traceback continues the block
     for i, line in enumerate(lines):
+        if exception is not None and not chained:
+            text = line.strip()
+            if text.startswith(_CHAIN_HEADS):
+                chained = True
+            elif text:
+                break  # the block ended: what follows is main's or a launcher's own output
+            continue
         f = tb_frame(line)
         if f is not None:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             found.append((f, "" if tb_frame(nxt) is not None else nxt.strip()))
         elif line and not line.startswith((" ", "\t")) and _EXCEPTION_LINE.match(line.strip()):
-            exception = line.strip()
+            exception, chained = line.strip(), False
     return OriginalTraceback(tuple(found), exception)
+
+
+# The lines that chain one traceback to the next within one exception's report (CPython's
+# traceback module): the block goes on after them.
+_CHAIN_HEADS = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
 
 
 def traceback_location(stderr: str) -> Optional[str]:
