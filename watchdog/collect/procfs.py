@@ -861,21 +861,10 @@ def shm_held(pids, folder: str = "/dev/shm", limit: int = 4096) -> int:
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
-    wanted = {str(p) for p in pids}
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        names = []
-    for name in names:
-        m = _SHM_NAME.match(name)
-        if m and m.group(1) in wanted:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
+    for _name, st in _torch_shm_files(pids, folder):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total
 
 
@@ -1059,12 +1048,18 @@ def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]
     blocks, ``st_blocks × 512``), not its apparent size: a sparse file that was sized with
     ``ftruncate`` and never written holds nothing. Links are not followed (another user may
     create such names in ``/dev/shm``). Empty when none or unreadable."""
+    return tuple((name, st.st_blocks * 512) for name, st in _torch_shm_files(pids, folder))
+
+
+def _torch_shm_files(pids, folder: str) -> List[Tuple[str, os.stat_result]]:
+    """``(name, lstat)`` of the regular ``torch_<pid>_…`` files in ``folder`` of one of
+    ``pids``, by name; links are not followed. Empty when unreadable."""
     wanted = {str(p) for p in pids}
-    out = []
     try:
         names = os.listdir(folder)
     except OSError:
-        return ()
+        return []
+    out = []
     for name in sorted(names):
         m = _SHM_NAME.match(name)
         if m and m.group(1) in wanted:
@@ -1073,8 +1068,8 @@ def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                out.append((name, st.st_blocks * 512))
-    return tuple(out)
+                out.append((name, st))
+    return out
 
 
 # Signals a process's own timers deliver: SIGALRM (alarm, setitimer ITIMER_REAL), SIGVTALRM and
