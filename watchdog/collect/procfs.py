@@ -965,7 +965,7 @@ def file_sizes(paths, timeout_s: float = 2.0) -> Tuple[Tuple[str, Optional[int],
     worker = threading.Thread(target=run, name="dlwatch-stat", daemon=True)
     worker.start()
     worker.join(timeout_s)
-    return tuple(out[: len(out)])
+    return tuple(list(out))  # a snapshot: a stat stuck past the timeout may still append
 
 
 def mapped_data_files(maps: bytes) -> Tuple[Tuple[str, int, int], ...]:
