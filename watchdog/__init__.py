@@ -2,15 +2,16 @@
 
 The pipeline runs in one direction (``tests/unit/test_layout.py`` holds it)::
 
-    cli ── config, terminal (the job's terminal under `run`), ranks (one Watcher per rank)
-     └─ daemon.Watcher: every interval_s one tick
-          collect/  sampler (psutil + /proc: Sample), discovery (roles), inside (the job's
-                    own recorder files), procfs/waits (kernel waits), pyspy (stacks),
-                    chain (what a wait waits for), cgroup, stderr_tail
-            │ Sample, ThreadDetail, ProcessStack, WaitLink          (types.py records)
+    cli ── config, terminal (the job's terminal under `run`), ranks (one Watcher per rank,
+     │     each in its own thread; they read each other through Watcher.status())
+     └─ daemon.Watcher: the loop; every interval_s one tick
+          collect/  sampler (Sample), discovery (roles), inside (the job's own recorder
+                    files), procfs/waits (kernel waits), examine (the I/O of a look at a
+                    stall: Evidence, then the closer look of a report), pyspy, chain, cgroup
+            │ Sample, ThreadSample, ProcessStack, Evidence, ProcId      (types.py records)
           detect    ProgressTracker (Measure: batches | main_wait | activity) -> Stall;
-                    Episode (when a look is due, what was reported); prove -> Proof;
-                    assess -> Assessment; termination -> Termination
+                    Episode: due(stall) -> trigger, conclude(Evidence) -> Decision
+                    (prove -> Proof, assess -> Assessment, termination -> Termination)
             │ Facts (everything one report rests on)
           diagnose/ engine + rules (hangs, crashes, data, live) -> Diagnosis, ranked
             │ Diagnosis

@@ -2,9 +2,10 @@
 
 Only the job's own processes are signalled: the tree found under the job's root (never the
 process group of an attached job, which may hold the shell or launcher that started it). Each
-process is identified by ``(pid, create_time)`` and checked before every signal, as psutil's
-``Process.send_signal`` does after ``_raise_if_pid_reused``; processes that vanish meanwhile
-are skipped. SIGTERM first, SIGKILL for whatever remains after the grace period.
+process is identified by its :class:`~watchdog.types.ProcId` (pid and start time in clock
+ticks, compared exactly) and checked before every signal, as psutil's ``Process.send_signal``
+does after ``_raise_if_pid_reused``; processes that vanish meanwhile are skipped. SIGTERM
+first, SIGKILL for whatever remains after the grace period.
 """
 
 from __future__ import annotations
@@ -12,42 +13,38 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional
 
 import psutil
 
-Identity = Tuple[int, float]  # (pid, create_time)
+from .collect import procfs
+from .types import ProcId
 
 
-def same_process(pid: int, create_time: float) -> bool:
-    """True when ``pid`` still names the process created at ``create_time``."""
-    try:
-        return abs(psutil.Process(pid).create_time() - create_time) < 0.01
-    except psutil.Error:
-        return False
+def same_process(proc: ProcId) -> bool:
+    """True when ``proc.pid`` still names the process that started at ``proc.start_ticks``
+    (one ``/proc/PID/stat`` read)."""
+    st = procfs.proc_stat(proc.pid)
+    return st is not None and st.start_ticks == proc.start_ticks
 
 
-def still_running(pid: int, create_time: float) -> bool:
-    """True when ``pid`` still names the process created at ``create_time`` and it is not a
-    zombie (a dead child its parent has not reaped yet)."""
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def still_running(proc: ProcId) -> bool:
+    """:func:`same_process`, and not a zombie (a dead child its parent has not reaped yet)."""
+    st = procfs.proc_stat(proc.pid)
+    return st is not None and st.start_ticks == proc.start_ticks and st.state not in ("Z", "X", "x")
 
 
-def _verified(members: Iterable[Identity]) -> List[psutil.Process]:
+def _verified(members: Iterable[ProcId]) -> List[psutil.Process]:
     out = []
-    for pid, create_time in dict.fromkeys(members):
-        if pid == os.getpid():
+    for member in dict.fromkeys(members):
+        if member.pid == os.getpid():
             continue
         try:
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - create_time) < 0.01:
-                out.append(proc)
+            proc = psutil.Process(member.pid)  # psutil keeps this process's start from here on
         except psutil.Error:
             continue
+        if same_process(member):  # and it is still ours: a pid reused before psutil looked is not
+            out.append(proc)
     return out
 
 
@@ -94,7 +91,7 @@ def _alive(procs: Iterable[psutil.Process]) -> List[psutil.Process]:
 
 
 def terminate_tree(
-    members: Iterable[Identity],
+    members: Iterable[ProcId],
     grace_s: float,
     own_group: Optional[int] = None,
     ended: Optional[Callable[[], bool]] = None,
@@ -106,8 +103,8 @@ def terminate_tree(
     seconds.
 
     Args:
-        members: ``(pid, create_time)`` of every process of the job's tree (root and main
-            first); a pid that now names another process is never signalled.
+        members: every process of the job's tree (root and main first); a pid that now
+            names another process is never signalled.
         grace_s: seconds between SIGTERM and SIGKILL.
         own_group: the job's process group when ``dlwatch run`` created it for the job alone
             (signalled too, to reach processes that left the tree); ``None`` for ``attach``.

@@ -43,7 +43,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import __version__, act, detect, frames, report, writer
 from .alert import Alerts
-from .collect import cgroup, chain, procfs, pyspy, waits
+from .collect import cgroup, examine, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .collect.sampler import host_sample as sampler_host_sample
@@ -57,34 +57,26 @@ from .types import (
     MODE_HANG,
     MODE_LIVE,
     ROLE_FORKSERVER,
-    ROLE_MAIN,
-    ROLE_WORKER,
+    ROLE_OTHER,
     SEVERITY_CRASH,
     SEVERITY_WARNING,
+    Evidence,
     Facts,
     InsideView,
     Measure,
-    Polling,
-    ProcessStack,
+    ProcessRole,
+    ProcId,
     Sample,
     Stall,
-    WaitKind,
-    WaitLink,
 )
 from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
-# Python frames per thread whose source lines go into the report.
-_SOURCE_FRAMES_PER_THREAD = 12
 # Seconds to wait, after the job ends, for its torch_shm_manager daemons to remove its files.
 _SHM_MANAGER_WAIT_S = 10.0
 # At most this many pids are remembered for the /dev/shm leftovers check.
 _MAX_SEEN_PIDS = 100_000
-# Seconds between the two reads of every thread's wait that a proof compares.
-_STABLE_GAP_S = 0.25
-# Seconds between the two stacks of the workers that show a thread polling at one line.
-_POLL_GAP_S = 2.0
 
 
 def _fork_source_lines(record) -> List[Tuple[str, int]]:
@@ -143,6 +135,25 @@ def say(text: str) -> None:
 def log(message: str) -> None:
     """One line on stderr, prefixed ``dlwatch:`` (see :func:`say`)."""
     say(f"dlwatch: {message}\n")
+
+
+@dataclass(frozen=True)
+class WatcherStatus:
+    """What a :class:`Watcher` last saw, for the other ranks' watchers and the metrics endpoint,
+    which read it from other threads (:meth:`Watcher.status`).
+
+    ``rank`` is the rank's ``RANK`` ("" outside a multi-rank job) and ``root_pid`` the process it
+    watches as main; ``sample`` its latest sample (``None`` before the first); ``stall_s`` the
+    seconds since the loader path moved, at the last tick (``None``: no stall measured);
+    ``last_hang_kind`` the first diagnosis of its last hang report ("" before any) and
+    ``hang_in_loader`` whether that hang was in its DataLoader (main waiting for a batch)."""
+
+    rank: str = ""
+    root_pid: int = 0
+    sample: Optional[Sample] = None
+    stall_s: Optional[float] = None
+    last_hang_kind: str = ""
+    hang_in_loader: bool = False
 
 
 @dataclass
@@ -212,9 +223,7 @@ class Watcher:
             config.exec_timeout_s,
             log,
         )
-        self.last_hang_kind_in_loader = ""  # the kind of the last DataLoader hang reported, for other ranks
-        self.last_hang_kind = ""
-        self.last_stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
+        self._status = WatcherStatus(rank=str((self.rank or {}).get("RANK", "")), root_pid=root_pid)
         self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
         self.stop = threading.Event()
         self.outcome = Outcome()
@@ -224,20 +233,37 @@ class Watcher:
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)
         self.episode = detect.Episode(
-            config.stall_timeout_s, config.busy_stall_timeout_s, config.on_hang == "terminate"
+            config.stall_timeout_s,
+            config.busy_stall_timeout_s,
+            config.on_hang == "terminate",
+            config.terminate_outside_loader,
         )
         self._said: Dict[str, float] = {}
+        self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
-        self._shm_managers: Set[Tuple[int, float]] = set()  # torch_shm_manager daemons seen
+        self._shm_managers: Set[ProcId] = set()  # torch_shm_manager daemons seen
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
         self._memcg: Optional[cgroup.MemoryCgroup] = None
         self._oom_at_start: Dict[str, int] = {}  # memory cgroup folder -> its OOM kills when first seen
-        self._note_memory_cgroup(root_pid)
+        self._note_memory_cgroup(cgroup.memory_cgroup(root_pid))
         self.host_cpus = os.cpu_count() or 1
 
-    def _internal_error(self, where: str) -> None:
+    def status(self) -> WatcherStatus:
+        """What this watcher last saw (:class:`WatcherStatus`); safe to call from any thread."""
+        return self._status
+
+    def set_roles(self, roles: Dict[int, ProcessRole], examine: bool) -> None:
+        """Name processes by pid in the samples from now on (``roles``: the launcher and the
+        ranks of a multi-rank job, :class:`~watchdog.ranks.JobWatcher`), and examine stalls or
+        only sample (``examine``)."""
+        self.sampler.role_overrides = dict(roles)
+        self.examine = examine
+
+    def internal_error(self, where: str) -> None:
+        """Log the exception being handled, once per ``where``, as dlwatch's own failure
+        (watching goes on): call it from an ``except`` block."""
         if where not in self._errors_logged:
             self._errors_logged.add(where)
             log(
@@ -246,9 +272,8 @@ class Watcher:
             )
 
     def run(self) -> Outcome:
-        """Watch until the job ends, it is terminated, or ``stop`` is set."""
-        if self.pyspy is None:
-            log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
+        """Watch until the job ends, it is terminated, or ``stop`` is set (then set ``wake``
+        too, to cut the sleep short): a rank's own loop (:class:`~watchdog.ranks.JobWatcher`)."""
         while not self.stop.is_set() and not self.job_ended():
             self.step()
             if self.outcome.terminated:
@@ -265,7 +290,10 @@ class Watcher:
         try:
             self._tick()
         except Exception:  # never let the watchdog's failure reach the job
-            self._internal_error("sampling")
+            self.internal_error("sampling")
+        latest = self.timeline[-1] if self.timeline else None
+        if latest is not self._status.sample or self._stall_s != self._status.stall_s:
+            self._status = dataclasses.replace(self._status, sample=latest, stall_s=self._stall_s)
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
             _log_tick(
@@ -276,7 +304,7 @@ class Watcher:
         try:
             return self.inside.read(pids, forks)
         except Exception:
-            self._internal_error("reading the inside view")
+            self.internal_error("reading the inside view")
             return InsideView(note="the inside view could not be read")
 
     def _tick(self) -> None:
@@ -290,13 +318,13 @@ class Watcher:
         if len(self._seen_pids) < _MAX_SEEN_PIDS:
             self._seen_pids.update(p.pid for p in sample.processes)
             self._shm_managers.update(
-                (p.pid, p.create_time) for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
+                p.ident for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
             )
         self.births.update(sample)
         if sample.main is not None and sample.main.rss_bytes > 0 and sample.main.state not in ("Z", "X"):
             # a wrapper may move the job after it started; a dying main (its memory gone, the
             # kernel about to move it out) is no news about its cgroup
-            self._note_memory_cgroup(sample.main.pid)
+            self._note_memory_cgroup(self.sampler.memory_cgroup)
         if not self.examine:
             return
         self.tracker.update(sample)
@@ -305,7 +333,7 @@ class Watcher:
             return
         self._said.pop("stopped", None)
         stall = self.tracker.stall(sample)
-        self.last_stall_s = None if stall is None else stall.stall_s
+        self._stall_s = None if stall is None else stall.stall_s
         if stall is None:
             return
         over = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
@@ -320,21 +348,23 @@ class Watcher:
         trigger = self.episode.due(stall, sample.t_mono, rule)
         if trigger is not None and not self.job_ended():
             try:
-                self._examine(sample, dataclasses.replace(stall, trigger=trigger, rule=self._rule_text(trigger, rule)))
+                self._examine(
+                    sample, dataclasses.replace(stall, trigger=trigger, criterion=self._criterion(trigger, rule))
+                )
             except Exception:
-                self._internal_error("examining a stall")
+                self.internal_error("examining a stall")
         elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
             self._last_live_look = sample.t_mono
             try:
                 self._look_for_warnings(sample)
             except Exception:
-                self._internal_error("looking for warnings")
+                self.internal_error("looking for warnings")
 
-    def _rule_text(self, trigger: str, rule: Optional[detect.Rhythm]) -> str:
+    def _criterion(self, trigger: detect.Trigger, rule: Optional[detect.Rhythm]) -> str:
         """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py)."""
         cfg = self.config
         if trigger == detect.TRIGGER_RHYTHM and rule is not None:
-            return rule.rule
+            return rule.criterion
         if trigger == detect.TRIGGER_BUSY:
             return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
         if trigger == detect.TRIGGER_PROOF:
@@ -369,10 +399,9 @@ class Watcher:
             self._said[key] = now
             log(message)
 
-    def _note_memory_cgroup(self, pid: int) -> None:
-        """Remember ``pid``'s memory cgroup and the OOM kills it had counted when first seen
-        (a job's wrapper may move it into another cgroup after it started)."""
-        found = cgroup.memory_cgroup(pid)
+    def _note_memory_cgroup(self, found: Optional[cgroup.MemoryCgroup]) -> None:
+        """Remember the job's memory cgroup ``found`` and the OOM kills it had counted when
+        first seen (a job's wrapper may move it into another cgroup after it started)."""
         if found is not None and found.oom_kills is not None:
             self._memcg = found
             self._oom_at_start.setdefault(found.path, found.oom_kills)
@@ -416,9 +445,9 @@ class Watcher:
         its workers dying then is what the signal did, not a fault to explain."""
         try:
             deadline = time.monotonic() + _SHM_MANAGER_WAIT_S
-            while time.monotonic() < deadline and any(act.same_process(*m) for m in self._shm_managers):
+            while time.monotonic() < deadline and any(act.same_process(m) for m in self._shm_managers):
                 time.sleep(0.1)  # torch_shm_manager removes its clients' files once they are gone
-            alive = [pid for pid, ct in self._shm_managers if act.same_process(pid, ct)]
+            alive = [m.pid for m in self._shm_managers if act.same_process(m)]
             leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid}) if not alive else ()
             if alive and procfs.shm_leftovers(self._seen_pids):
                 log(
@@ -463,14 +492,14 @@ class Watcher:
                     facts = dataclasses.replace(facts, mode=MODE_EXIT)  # killed or ended, not a crash we can name
                 self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
-            self._internal_error("diagnosing the job's exit")
+            self.internal_error("diagnosing the job's exit")
         self._report_survivors()
 
     def _report_survivors(self) -> None:
         """Say which processes of the job still run after it ended (workers orphaned by a main
         that was killed keep their hang forever); never signals them."""
         last = self.timeline[-1].processes if self.timeline else ()
-        alive = [(p.pid, p.role) for p in last if p.role != "other" and act.still_running(p.pid, p.create_time)]
+        alive = [(p.pid, p.role) for p in last if p.role is not ROLE_OTHER and act.still_running(p.ident)]
         if alive:
             shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
             stuck = [pid for pid, _ in alive[:8] if (st := procfs.proc_stat(pid)) is not None and st.state == "D"]
@@ -533,219 +562,114 @@ class Watcher:
             log(f"{e}; the summary above is all that was kept")
 
     def _examine(self, sample: Sample, stall: Stall) -> None:
-        """Decide whether a due stall is a hang (:func:`detect.assess`); report it if so.
+        """Decide whether a due stall is a hang (:meth:`detect.Episode.conclude` on the
+        evidence of :func:`examine.look`); report it if so (:meth:`_report_hang`).
 
         Every py-spy run for it is over ``py_spy.timeout_s`` seconds after this call began
         (one deadline; the Python-only look gets at most half of it), or, when the batch
-        measure's polling look ran (:meth:`_polling`), half of it after that look."""
+        measure's polling look ran, half of it after that look."""
         cfg = self.config
         deadline = time.monotonic() + cfg.py_spy.timeout_s
-        main = sample.main
-        if main is None:  # a stall is only declared with main in the sample
+        woke = self.tracker.woke_during_stall(sample)  # before py-spy attaches
+        evidence = examine.look(sample, self.pyspy, cfg.py_spy.timeout_s, self.sampler.sample)
+        peers = self.peers() if self.rank else []
+        decision = self.episode.conclude(evidence, sample, stall, woke, time.monotonic(), peers)
+        self.tracker.trust_timed_waits(decision.assessment.timed_waits)
+        if decision.conclusion is detect.Conclusion.REPORT:
+            self._report_hang(sample, stall, evidence, decision, deadline)
             return
-        woke = self.tracker.woke_during_stall(sample)
-        first = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
-        time.sleep(_STABLE_GAP_S)  # NOTE [ Deadlock proof ]: two reads, nothing moved between them
-        details = {p.pid: procfs.thread_details(p.pid) for p in sample.processes}
-        stable = detect.stable_details(first, details)
-        children = {p.pid: tuple(c.pid for c in sample.processes if c.ppid == p.pid) for p in sample.processes}
-        pipes = self._pipe_ends(stable)
-        live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.state not in ("T", "t")]
-        d_state = [p.pid for p in sample.processes if p.state == "D"]
-        quick_deadline = min(deadline, time.monotonic() + cfg.py_spy.timeout_s / 2)
-        quick = pyspy.dump_all(
-            live, self.pyspy, False, cfg.py_spy.timeout_s, disk_sleep=d_state, deadline=quick_deadline
-        )
-        inert = [(pid, t.tid) for pid, st in quick.items() if st.ok for t in st.threads if frames.is_resource_sharer(t)]
-        names = {(pid, t.tid): t.name for pid, st in quick.items() if st.ok for t in st.threads if t.name}
-        wakeable = {p.pid: why for p in sample.processes for why in [procfs.timer_wakeup(p.pid)] if why}
-        proof = detect.relevant(detect.prove(stable, children, pipes, inert, names, wakeable), sample)
-        verdict = detect.confirm(main.pid, quick.get(main.pid), details.get(main.pid, ()), len(sample.workers))
-        early = stall.trigger == detect.TRIGGER_RHYTHM
-        if proof is None:
-            timeout = min(cfg.stall_timeout_s, stall.stall_s) if early else cfg.stall_timeout_s
-            proof = detect.prove_loader_idle(verdict, sample, quick, stall, timeout)
-        lock_waiters = [
-            pid
-            for pid, threads in stable.items()
-            if any(d.wait is not None and d.wait.syscall in waits.LOCK_CALLS for d in threads)
-        ]
-        locks = procfs.file_locks(lock_waiters) if lock_waiters else ()
-        assessment = detect.assess(
-            stall.trigger or "", sample, stall, verdict, quick, stable, proof, woke, cfg.stall_timeout_s, locks
-        )
-        now = self.sampler.sample()
-        if detect.loader_members(now) != detect.loader_members(sample):
-            # Workers came or went while we looked (an epoch ended): the job moved.
-            assessment = detect.Assessment(False, verdict, "the job's workers changed during the examination: it moved")
-        self.tracker.trust_timed_waits(assessment.timed_waits)
-        if early and assessment.hang and assessment.proof is None:
-            # NOTE [ Batch rhythm ]: before stall_timeout_s only a proven hang is reported.
-            self.episode.rhythm_unproven(time.monotonic())
-            self.tracker.rebaseline(self.sampler.sample())
+        self.tracker.rebaseline(evidence.after)  # py-spy's stops are not the job's progress
+        reason = decision.assessment.reason
+        if decision.conclusion is detect.Conclusion.LOOK_AGAIN:
             self._say_once(
                 "rhythm",
                 f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: "
                 "looking again, reported at stall_timeout_s if it lasts",
             )
-            return
-        if not assessment.hang:
-            self.episode.dismissed(time.monotonic())
-            self.tracker.rebaseline(self.sampler.sample())
+        elif decision.conclusion is detect.Conclusion.DISMISS:
             self._say_once(
-                "dismissed:" + assessment.reason.split(":")[0][:40],
-                f"stall of {stall.stall_s:.0f} s examined, not a hang: {assessment.reason}",
+                "dismissed:" + reason.split(":")[0][:40],
+                f"stall of {stall.stall_s:.0f} s examined, not a hang: {reason}",
             )
-            return
-        self._report_hang(sample, stall, assessment, quick, stable, pipes, deadline)
+        elif decision.conclusion is detect.Conclusion.PEER:
+            self.waits_for_peer(decision.peer, stall.stall_s, "outside its DataLoader")
 
-    def _polling(self, sample: Sample, first: Dict[int, ProcessStack]) -> Tuple[Polling, ...]:
-        """The workers' threads that poll (:class:`~watchdog.types.Polling`): a second
-        Python-only dump ``_POLL_GAP_S`` after ``first``, and each thread's voluntary context
-        switches over the gap (read after the first dump, so that py-spy's own stop is not
-        counted). Blocks for the gap plus one dump (at most half of ``py_spy.timeout_s``)."""
-        pids = [p.pid for p in sample.workers if p.state not in ("T", "t") and first.get(p.pid) is not None]
-        if not pids:
-            return ()
-        before = {pid: procfs.thread_details(pid) for pid in pids}
-        time.sleep(_POLL_GAP_S)
-        after = {pid: procfs.thread_details(pid) for pid in pids}
-        timeout = self.config.py_spy.timeout_s / 2
-        later = pyspy.dump_all(pids, self.pyspy, False, timeout, deadline=time.monotonic() + timeout)
-        return detect.polling(first, later, before, after, _POLL_GAP_S)
-
-    @staticmethod
-    def _chains(sample: Sample, details) -> Tuple[Tuple[WaitLink, ...], ...]:
-        """The wait chain of each worker whose main thread is blocked on a descriptor, a child
-        or the disk (:func:`~watchdog.collect.chain.follow`; report time)."""
-        out = []
-        for w in sample.workers:
-            d = next((x for x in details.get(w.pid, ()) if x.tid == w.pid), None)
-            if d is not None and d.wait is not None and d.wait.kind in (WaitKind.FD, WaitKind.CHILD, WaitKind.DISK):
-                out.append(chain.follow(w.pid, d, {p.pid for p in sample.processes}))
-        return tuple(out)
-
-    def _pipe_ends(self, details) -> Optional[detect.PipeEnds]:
-        """Holders of the pipes that waiting threads read or write (report time only)."""
-        targets = {}
-        for pid, threads in details.items():
-            for d in threads:
-                if d.wait is not None and d.wait.fd is not None:
-                    target = procfs.fd_target(pid, d.wait.fd)
-                    if target:
-                        targets[(pid, d.wait.fd)] = target
-        pipes = {t for t in targets.values() if t.startswith("pipe:")}
-        if not pipes:
-            return detect.PipeEnds(targets, {}, {}, True)
-        readers, writers, complete = procfs.pipe_holders(pipes)
-        return detect.PipeEnds(targets, readers, writers, complete)
+    def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
+        """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
+        because it waits for another rank, ``peer`` (one line of
+        :meth:`~watchdog.ranks.JobWatcher.loader_stalls`): from its own examination, or from
+        the job's watcher when that rank's hang was reported first."""
+        self._say_once(
+            "waits-for-peer",
+            f"rank {(self.rank or {}).get('RANK')} (pid {self.root_pid}) stalled {stall_s:.0f} s"
+            + (f" {where}" if where else "")
+            + f", waiting for another rank: {peer}; that rank's report has the cause",
+            every_s=self.config.stall_timeout_s * 10,
+        )
 
     def _report_hang(
-        self,
-        sample: Sample,
-        stall: Stall,
-        assessment,
-        quick,
-        details,
-        pipes,
-        deadline: Optional[float] = None,
+        self, sample: Sample, stall: Stall, evidence: Evidence, decision: detect.Decision, deadline: float
     ) -> None:
+        """Take the closer look (:func:`examine.look_closer`), diagnose, report, and end the
+        job when ``decision`` says so."""
         cfg = self.config
         main = sample.main
-        if main is None:
-            return
+        assert main is not None
+        assessment = decision.assessment
         verdict, proof = assessment.verdict, assessment.proof
-        if self.rank and verdict.kind != "dataloader" and proof is None:
-            stalled = self.peers()
-            if stalled:
-                # Its loader is fine: it waits (in a collective) for a rank whose loader is stuck.
-                self.episode.dismissed(time.monotonic())
-                self._say_once(
-                    "waits-for-peer",
-                    f"rank {self.rank.get('RANK')} (pid {main.pid}) stalled {stall.stall_s:.0f} s "
-                    "outside its DataLoader, "
-                    f"waiting for another rank: {stalled[0]}; that rank's report has the cause",
-                    every_s=cfg.stall_timeout_s * 10,
-                )
-                self.tracker.rebaseline(self.sampler.sample())
-                return
-        decision = detect.termination(
-            assessment, stall, sample, cfg.stall_timeout_s, cfg.busy_stall_timeout_s, cfg.terminate_outside_loader
-        )
-        terminable = decision.grounded and decision.allowed
-        terminate = cfg.on_hang == "terminate" and terminable
-        if self.episode.already_reported(terminate, proof is not None):
-            # Already reported, and this look would neither end it nor prove it: no second
-            # report (nor alert) of the same hang; look again later.
-            self.episode.dismissed(time.monotonic())
-            return
-        polling: Tuple[Polling, ...] = ()
-        if stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT) and proof is None:
-            polling = self._polling(sample, quick)  # the dumps below get their own time after it
-            deadline = max(deadline or 0.0, time.monotonic() + cfg.py_spy.timeout_s / 2)
         # Main, the workers, and a forkserver that forked them (its threads are those at the fork).
         pids = [main.pid] + [w.pid for w in sample.workers]
         pids += [p.pid for p in sample.processes if p.role == ROLE_FORKSERVER]
-        d_state = [p.pid for p in sample.processes if p.state == "D"]
-        dumpable = [pid for pid in pids if (p := sample.process(pid)) is not None and p.state not in ("T", "t")]
-        # Native frames (and locals) on top of the Python-only stacks already taken, by the
-        # examination's deadline; what it leaves out keeps its Python stack and says why.
-        stacks = pyspy.dump_all(
-            dumpable,
-            self.pyspy,
-            cfg.py_spy.native,
-            cfg.py_spy.timeout_s,
-            cfg.py_spy.locals,
-            d_state,
-            deadline=deadline,
-            python_stacks=quick,
-        )
-        sources = {}
-        for pid, st in stacks.items():
-            wanted = [
-                (f.file, f.line)
-                for t in st.threads
-                for f in [x for x in t.frames if not x.native][:_SOURCE_FRAMES_PER_THREAD]
-            ]
-            sources.update(procfs.source_lines(pid, wanted))
         view = self._inside_view([p.pid for p in sample.processes])
-        for record in view.forks:
-            sources.update(procfs.source_lines(record.pid, _fork_source_lines(record)))
+        closer = examine.look_closer(
+            sample,
+            evidence,
+            pids,
+            self.pyspy,
+            cfg.py_spy,
+            deadline,
+            poll=stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT) and proof is None,
+            more_sources=[(record.pid, _fork_source_lines(record)) for record in view.forks],
+        )
+        poll = closer.poll
+        pipes = evidence.pipes
         facts = Facts(
             mode=MODE_HANG,
             sample=sample,
             timeline=tuple(self.timeline),
             stall=stall,
             verdict=verdict,
-            stacks=tuple(sorted(stacks.items())),
-            thread_details=tuple(sorted((pid, tuple(t)) for pid, t in details.items())),
+            stacks=tuple(sorted(closer.stacks.items())),
+            thread_details=tuple(sorted(evidence.stable.items())),
             main_threads_at_fork=self.births.as_tuple(),
-            source_lines=tuple(sources.items()),
-            pyspy_problem=pyspy.problem_summary(stacks, cfg.py_spy.timeout_s),
+            source_lines=closer.source_lines,
+            pyspy_problem=pyspy.problem_summary(dict(closer.stacks), cfg.py_spy.timeout_s),
             stderr_tail=self.stderr_tail(),
             oom_kills=self._oom_kills(),
             host_cpus=self.host_cpus,
-            open_files=tuple((pid, procfs.open_files(pid)) for pid in pids),
+            open_files=closer.open_files,
             proof=proof,
             assessment=assessment.reason,
             fd_targets=tuple(sorted(pipes.targets.items())) if pipes else (),
             pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
             pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
-            worker_start_ticks=tuple(
-                (w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None
-            ),
+            worker_start_ticks=closer.worker_start_ticks,
             inside=view,
             rank=(self.rank or {}).get("RANK"),
             peer_loaders=self.peer_loaders(),
-            polling=polling,
-            file_locks=procfs.file_locks(pids),
-            chains=self._chains(sample, details),
+            polling=detect.polling(evidence.stacks, poll.later, poll.before, poll.after, poll.gap_s) if poll else (),
+            file_locks=closer.file_locks,
+            chains=closer.chains,
         )
+        after = self.sampler.sample()
+        self.tracker.rebaseline(after)  # py-spy's stops are not the job's progress
+        terminate, terminable = decision.terminate, decision.terminable
+        ending_note = decision.termination.note if decision.termination else ""
         diagnoses = diagnose(facts)
         if terminate:
-            note = decision.note
+            note = ending_note
         elif cfg.on_hang == "terminate":
-            note = f"not terminated: {decision.note}"
+            note = f"not terminated: {ending_note}"
         else:
             note = ""
         key = (diagnoses[0].kind, diagnoses[0].location or "")
@@ -759,17 +683,13 @@ class Watcher:
                 f"{self.episode.resolved[key]:.0f} s): not reported again unless a stall there lasts "
                 f"{detect.RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
             )
-            self.tracker.rebaseline(self.sampler.sample())
             return
-        self.last_hang_kind_in_loader = diagnoses[0].kind if verdict.kind == "dataloader" else ""
-        self.last_hang_kind = diagnoses[0].kind
+        self._status = dataclasses.replace(
+            self._status, last_hang_kind=diagnoses[0].kind, hang_in_loader=verdict.in_loader
+        )
         self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
-        after = self.sampler.sample()
-        self.tracker.rebaseline(after)
         if terminate:
             log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
-            members = self.sampler.root_identity() + [
-                (p.pid, p.create_time) for p in (after.processes or sample.processes)
-            ]
+            members = self.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
             log(act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended))
             self.outcome.terminated = True

@@ -111,22 +111,27 @@ from .types import (
     ROLE_STARTING,
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
+    Evidence,
     FileLock,
     Frame,
     HangVerdict,
     KernelWait,
     LoaderWork,
     Measure,
+    PipeEnds,
     Polling,
     ProcessSample,
     ProcessStack,
+    ProcId,
     Proof,
     ProofKind,
     ProofLink,
     Sample,
     Stall,
-    ThreadDetail,
+    TextEnum,
     ThreadSample,
+    Trigger,
+    VerdictKind,
     WaitKind,
 )
 
@@ -155,15 +160,13 @@ WORK_IO_BYTES_PER_S = 64 << 10
 # object), which only the inside view's sample counts could tell from a slow poll.
 POLL_WAKES_PER_S = 2.0
 
-TRIGGER_STALL = "stall_timeout"
-TRIGGER_PROOF = "proof"
-TRIGGER_BUSY = "busy_stall"
-TRIGGER_RHYTHM = "batch_rhythm"
+TRIGGER_STALL = Trigger.STALL
+TRIGGER_PROOF = Trigger.PROOF
+TRIGGER_BUSY = Trigger.BUSY
+TRIGGER_RHYTHM = Trigger.RHYTHM
 
 # Intervals between batches an iterator must have before its p99 sets the stall (NOTE [ Batch rhythm ]).
 MIN_INTERVALS = 20
-
-_Key = Tuple[int, float]  # (pid, create_time): pids are reused
 
 
 @dataclass
@@ -180,7 +183,7 @@ class _MainWait:
     seconds), with its thread's CPU and I/O bytes (its process's ``rchar + wchar`` and the
     thread's own) then (the main-wait measure)."""
 
-    key: Tuple[_Key, int]
+    key: Tuple[ProcId, int]
     since: float
     cpu_s: float
     io: int
@@ -228,18 +231,18 @@ class ProgressTracker:
     def __init__(self, cpu_progress_s: float, wake_interval_s: float = frames.MP_STATUS_CHECK_INTERVAL_S) -> None:
         self.cpu_progress_s = cpu_progress_s
         self.wake_interval_s = wake_interval_s
-        self._marks: Dict[Tuple[_Key, int], _Mark] = {}
-        self._proc_marks: Dict[_Key, _Mark] = {}
-        self._pid_progress: Dict[_Key, float] = {}
-        self._stuck_since: Dict[_Key, Tuple[float, tuple]] = {}
-        self._trusted: Dict[Tuple[_Key, int], tuple] = {}
+        self._marks: Dict[Tuple[ProcId, int], _Mark] = {}
+        self._proc_marks: Dict[ProcId, _Mark] = {}
+        self._pid_progress: Dict[ProcId, float] = {}
+        self._stuck_since: Dict[ProcId, Tuple[float, tuple]] = {}
+        self._trusted: Dict[Tuple[ProcId, int], tuple] = {}
         self._last_progress: Optional[float] = None
         self._last_delivery: Optional[float] = None
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
         # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
-        self._recent: Dict[_Key, Deque[Tuple[float, float, Optional[int], int]]] = {}
+        self._recent: Dict[ProcId, Deque[Tuple[float, float, Optional[int], int]]] = {}
         self.measure = Measure.ACTIVITY
         self.stopped: Tuple[int, ...] = ()
         self._main_wait: Optional[_MainWait] = None
@@ -279,7 +282,7 @@ class ProgressTracker:
     def _moved(self, key, mark: _Mark, t: ThreadSample, now: float) -> bool:
         return self._did_io(mark, t.io_bytes) or self._worked(mark, t, now) or self._woke(key, mark, t, now)
 
-    def _proc_moved(self, key: _Key, p: ProcessSample, now: float) -> bool:
+    def _proc_moved(self, key: ProcId, p: ProcessSample, now: float) -> bool:
         io = _io_of(p)
         mark = self._proc_marks.get(key)
         worked = mark is not None and p.cpu_s - mark.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - mark.t_mono))
@@ -319,7 +322,7 @@ class ProgressTracker:
         than ``max(cpu_progress_s, BUSY_SHARE of a core)``. ``None`` also on the sample that
         begins such a wait."""
         t = next((x for x in main.threads if x.tid == main.pid), None)
-        key = ((main.pid, main.create_time), main.pid)
+        key = (main.ident, main.pid)
         w = t.wait if t is not None else None
         # Running for an instant at a read, unreadable for one read, or resuming an interrupted
         # wait (restart_syscall(2), after py-spy's ptrace stop of an examination) leaves the
@@ -380,7 +383,7 @@ class ProgressTracker:
         self._members = members
         seen, live = set(), set()
         for p in sample.processes:
-            pkey = (p.pid, p.create_time)
+            pkey = p.ident
             live.add(pkey)
             proc_moved = self._proc_moved(pkey, p, now)
             if proc_moved:
@@ -395,7 +398,7 @@ class ProgressTracker:
                 owner = loader.get(p.owner_pid) if p.owner_pid is not None else None
             else:
                 owner = p
-            okey = (owner.pid, owner.create_time) if owner is not None else pkey
+            okey = owner.ident if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
             moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
             for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
@@ -425,7 +428,7 @@ class ProgressTracker:
                 if pkey not in live:
                     del table[pkey]
 
-    def _track_stuck(self, pkey: _Key, p: ProcessSample, now: float) -> None:
+    def _track_stuck(self, pkey: ProcId, p: ProcessSample, now: float) -> None:
         """A main or worker whose every thread waits on a private futex with no timeout, with
         no counter moving since: a candidate for NOTE [ Deadlock proof ]."""
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
@@ -447,7 +450,7 @@ class ProgressTracker:
         """Move every mark's counters to ``sample`` without counting it as progress (after
         py-spy attached, which perturbs context switches and CPU)."""
         for p in sample.processes:
-            pkey = (p.pid, p.create_time)
+            pkey = p.ident
             pm = self._proc_marks.get(pkey)
             if pm is not None:
                 self._proc_marks[pkey] = _Mark(pm.t_mono, p.cpu_s, 0, _io_of(p))
@@ -457,12 +460,12 @@ class ProgressTracker:
                 if mark is not None:
                     self._marks[key] = _Mark(mark.t_mono, t.cpu_s, t.voluntary_ctxt_switches, t.io_bytes)
 
-    def trust_timed_waits(self, entries: Iterable[Tuple[int, float, int, tuple]]) -> None:
-        """Remember ``(pid, create_time, tid, wait signature)`` of threads whose frames showed
-        the user's code in a timed wait: while a thread stays in that same wait, its wake-ups
-        count as progress (see NOTE [ Hang criterion ])."""
-        for pid, create_time, tid, signature in entries:
-            self._trusted[((pid, create_time), tid)] = signature
+    def trust_timed_waits(self, entries: Iterable[Tuple[ProcId, int, tuple]]) -> None:
+        """Remember ``(ProcId, tid, wait signature)`` of threads whose frames showed the user's
+        code in a timed wait: while a thread stays in that same wait, its wake-ups count as
+        progress (see NOTE [ Hang criterion ])."""
+        for proc, tid, signature in entries:
+            self._trusted[(proc, tid)] = signature
 
     def woke_during_stall(self, sample: Sample) -> Set[Tuple[int, int]]:
         """``(pid, tid)`` of loader-path threads whose voluntary context switches rose since
@@ -473,7 +476,7 @@ class ProgressTracker:
             if p.role not in LOADER_ROLES:
                 continue
             for t in _loader_threads(p):
-                mark = self._marks.get(((p.pid, p.create_time), t.tid))
+                mark = self._marks.get((p.ident, t.tid))
                 if mark is not None and t.voluntary_ctxt_switches > mark.vol:
                     out.add((p.pid, t.tid))
         return out
@@ -490,7 +493,7 @@ class ProgressTracker:
         work, window = [], 0.0
         since = max(self._last_progress, now - min(WORK_WINDOW_S, (now - self._last_progress) / 2))
         for p in sample.processes:
-            recent = self._recent.get((p.pid, p.create_time))
+            recent = self._recent.get(p.ident)
             if not recent:
                 continue
             # The newest reading at or before the window's start (one is kept older than the
@@ -530,11 +533,11 @@ class ProgressTracker:
 class Rhythm:
     """The batch-rhythm stall rule for the iterator main waits on (NOTE [ Batch rhythm ]):
     ``timeout_s`` is the stall that counts, ``since`` when main entered ``__next__``
-    (``time.monotonic()``), ``rule`` the sentence for the report."""
+    (``time.monotonic()``), ``criterion`` the sentence for the report."""
 
     timeout_s: float
     since: float
-    rule: str
+    criterion: str
 
 
 def rhythm(sample: Sample, stall_timeout_s: float, stall_min_s: float, factor: float) -> Optional[Rhythm]:
@@ -577,7 +580,7 @@ def due_trigger(
     now: float,
     rhythm_rule: Optional[Rhythm] = None,
     rhythm_floor_mono: float = float("-inf"),
-) -> Optional[str]:
+) -> Optional[Trigger]:
     """Which trigger (NOTE [ Hang criterion ]) fires now, or ``None``. ``quiet_floor_mono`` is
     the last examination that found no hang: the loader's stall is counted from the later of it
     and the last progress. ``rhythm_rule`` (:func:`rhythm`) adds the earlier batch-rhythm
@@ -631,7 +634,7 @@ class WorkerBirths:
 
 
 def confirm(
-    main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tuple[ThreadDetail, ...], worker_count: int
+    main_pid: int, main_stack: Optional[ProcessStack], main_threads: Tuple[ThreadSample, ...], worker_count: int
 ) -> HangVerdict:
     """Classify a stall from main's stack (or, without one, from ``/proc``).
 
@@ -646,23 +649,27 @@ def confirm(
         for t in ordered:
             if frames.loader_wait_depth(t) is not None:
                 return HangVerdict(
-                    "dataloader", True, "the iterating thread waits for a batch in the DataLoader iterator", t
+                    VerdictKind.DATALOADER, True, "the iterating thread waits for a batch in the DataLoader iterator", t
                 )
         for t in ordered:
             if frames.has_frame(t, frames.LOADER_SHUTDOWN_FUNCS, frames.DATALOADER_FILE):
-                return HangVerdict("dataloader", True, "the main process is shutting the DataLoader iterator down", t)
+                return HangVerdict(
+                    VerdictKind.DATALOADER, True, "the main process is shutting the DataLoader iterator down", t
+                )
         main_thread = ordered[0] if ordered else None
-        return HangVerdict("outside_loader", True, "the main thread is not inside a DataLoader iterator", main_thread)
+        return HangVerdict(
+            VerdictKind.OUTSIDE_LOADER, True, "the main thread is not inside a DataLoader iterator", main_thread
+        )
     main_detail = next((t for t in main_threads if t.tid == main_pid), None)
     wchan = main_detail.wchan if main_detail else None
     family = frames.wchan_family(wchan)
     shown = wchan if family else "a wait channel the kernel hides (no permission)"
     if worker_count and family in ("poll", "futex", None):
         return HangVerdict(
-            "dataloader", False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}"
+            VerdictKind.DATALOADER, False, f"no stack; DataLoader workers exist and main's main thread waits in {shown}"
         )
     return HangVerdict(
-        "outside_loader",
+        VerdictKind.OUTSIDE_LOADER,
         False,
         "no stack; " + ("no DataLoader workers" if not worker_count else f"main's main thread waits in {shown}"),
     )
@@ -671,29 +678,16 @@ def confirm(
 # --- proofs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PipeEnds:
-    """Who holds each end of the pipes that waiting threads read or write: ``targets`` maps
-    ``(pid, fd)`` to the fd's target (``pipe:[123]``); ``readers``/``writers`` map a pipe to the
-    pids holding its read/write end. ``complete`` is False when some process's descriptors could
-    not be read (another user's): then no pipe wait can be part of a proof."""
-
-    targets: Mapping[Tuple[int, int], str]
-    readers: Mapping[str, Tuple[int, ...]]
-    writers: Mapping[str, Tuple[int, ...]]
-    complete: bool
-
-
 _READS, _WRITES = READ_CALLS, WRITE_CALLS
 
 
-def _link(pid: int, d: ThreadDetail, why: str, name: Optional[str] = None) -> ProofLink:
+def _link(pid: int, d: ThreadSample, why: str, name: Optional[str] = None) -> ProofLink:
     w = d.wait
     return ProofLink(pid, d.tid, name or d.name, w.detail if w else "unknown wait", why, (w.raw if w else None) or "")
 
 
 def prove(
-    details: Mapping[int, Sequence[ThreadDetail]],
+    details: Mapping[int, Sequence[ThreadSample]],
     children: Mapping[int, Sequence[int]],
     pipes: Optional[PipeEnds] = None,
     inert: Iterable[Tuple[int, int]] = (),
@@ -715,19 +709,19 @@ def prove(
 
     Returns ``None`` when no process is stuck for good.
     """
-    waits: Dict[Tuple[int, int], ThreadDetail] = {}
+    waits: Dict[Tuple[int, int], ThreadSample] = {}
     for pid, threads in details.items():
         for d in threads:
             waits[(pid, d.tid)] = d
 
-    def pipe_of(pid: int, d: ThreadDetail) -> Optional[str]:
+    def pipe_of(pid: int, d: ThreadSample) -> Optional[str]:
         w = d.wait
         if pipes is None or not pipes.complete or w is None or w.fd is None:
             return None
         target = pipes.targets.get((pid, w.fd), "")
         return target if target.startswith("pipe:") else None
 
-    def pipe_ends(pid: int, d: ThreadDetail) -> Tuple[Optional[str], str, Tuple[int, ...]]:
+    def pipe_ends(pid: int, d: ThreadSample) -> Tuple[Optional[str], str, Tuple[int, ...]]:
         """The pipe a thread reads or writes, the end that could wake it (``write`` for a
         reader), and the pids that hold that end."""
         pipe = pipe_of(pid, d)
@@ -806,35 +800,6 @@ def prove(
     return Proof(ProofKind.KERNEL, tuple(stuck), tuple(links), conclusion)
 
 
-def stable_details(
-    first: Mapping[int, Sequence[ThreadDetail]], second: Mapping[int, Sequence[ThreadDetail]]
-) -> Dict[int, Tuple[ThreadDetail, ...]]:
-    """``second`` with the wait of every thread that changed since ``first`` (another system
-    call or arguments, more voluntary context switches, or absent from one read) made
-    ``UNKNOWN``: a proof rests only on threads that were asleep, unmoved, across both reads
-    (NOTE [ Deadlock proof ])."""
-    out = {}
-    for pid, threads in second.items():
-        before = {d.tid: d for d in first.get(pid, ())}
-        kept = []
-        for d in threads:
-            b = before.get(d.tid)
-            same = (
-                b is not None
-                and b.wait is not None
-                and d.wait is not None
-                and b.wait.raw == d.wait.raw
-                and b.voluntary_ctxt_switches == d.voluntary_ctxt_switches
-            )
-            kept.append(
-                d
-                if same
-                else dataclasses.replace(d, wait=KernelWait(WaitKind.UNKNOWN, detail="changed between two reads"))
-            )
-        out[pid] = tuple(kept)
-    return out
-
-
 def relevant(proof: Optional[Proof], sample: Sample) -> Optional[Proof]:
     """``proof`` when it covers main or a DataLoader worker (a stuck helper process alone does
     not stop the job), else ``None``."""
@@ -854,7 +819,7 @@ def prove_loader_idle(
     """The loader-level argument (NOTE [ Deadlock proof ]): main waits in the iterator for a
     batch, every worker's threads sit idle in PyTorch's own loops, main's pin-memory thread (if
     any) is idle, and no loader-path thread moved for the whole stall. ``None`` otherwise."""
-    if verdict.kind != "dataloader" or verdict.thread is None or frames.loader_wait_depth(verdict.thread) is None:
+    if not verdict.in_loader or verdict.thread is None or frames.loader_wait_depth(verdict.thread) is None:
         return None
     workers = sample.workers
     if not workers or stall.stall_s < stall_timeout_s or any(p.role == ROLE_STARTING for p in sample.processes):
@@ -922,7 +887,7 @@ class Assessment:
     verdict: HangVerdict
     reason: str
     proof: Optional[Proof] = None
-    timed_waits: Tuple[Tuple[int, float, int, tuple], ...] = ()
+    timed_waits: Tuple[Tuple[ProcId, int, tuple], ...] = ()
 
 
 def _thread_of(stack: Optional[ProcessStack], tid: int):
@@ -932,12 +897,12 @@ def _thread_of(stack: Optional[ProcessStack], tid: int):
 
 
 def assess(
-    trigger: str,
+    trigger: Optional[Trigger],
     sample: Sample,
     stall: Stall,
     verdict: HangVerdict,
     stacks: Mapping[int, ProcessStack],
-    details: Mapping[int, Sequence[ThreadDetail]],
+    details: Mapping[int, Sequence[ThreadSample]],
     proof: Optional[Proof],
     woke: Set[Tuple[int, int]],
     stall_timeout_s: float,
@@ -960,7 +925,7 @@ def assess(
     """
     if proof is not None and (proof.kind is not ProofKind.KERNEL or stall.main_pid in proof.pids):
         return Assessment(True, verdict, f"proven: {proof.conclusion}", proof)
-    timed: List[Tuple[ProcessSample, ThreadDetail, KernelWait, Frame]] = []  # with the wait and the user's frame
+    timed: List[Tuple[ProcessSample, ThreadSample, KernelWait, Frame]] = []  # with the wait and the user's frame
     for p in sample.processes:
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
             continue
@@ -974,10 +939,10 @@ def assess(
             user = frames.waits_in_user_code(t)
             if user is not None:
                 timed.append((p, d, wait, user))
-    entries = tuple((p.pid, p.create_time, d.tid, wait.signature) for p, d, wait, _ in timed)
+    entries = tuple((p.ident, d.tid, wait.signature) for p, d, wait, _ in timed)
     measure = stall.measure
     if measure == Measure.MAIN_WAIT and not (
-        verdict.confirmed_by_stack and verdict.kind == "dataloader" and not in_bounded_shutdown(verdict)
+        verdict.confirmed_by_stack and verdict.in_loader and not in_bounded_shutdown(verdict)
     ):
         # Seen from outside, main only seemed to wait for a batch; its stack does not show it
         # in the iterator (or is unknown): the activity measure's checks decide.
@@ -1054,7 +1019,7 @@ def assess(
 
 
 def working(
-    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]], io_only: bool = False
+    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]], io_only: bool = False
 ) -> List[str]:
     """The loader-path processes that worked on a sample during a stall under the batch or
     main-wait measure, one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
@@ -1080,7 +1045,7 @@ def working(
 
 
 def lock_holder_moving(
-    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadDetail]], locks: Sequence[FileLock]
+    sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]], locks: Sequence[FileLock]
 ) -> Optional[str]:
     """Why a stall is slow, not stuck, when a loader thread waits in ``flock``/``fcntl`` for a
     lock on a file that a process of the job holds (``/proc/locks``), and that holder moved in
@@ -1135,9 +1100,9 @@ def _assess_batches(
     sample: Sample,
     stall: Stall,
     verdict: HangVerdict,
-    details: Mapping[int, Sequence[ThreadDetail]],
+    details: Mapping[int, Sequence[ThreadSample]],
     proof: Optional[Proof],
-    entries: Tuple[Tuple[int, float, int, tuple], ...],
+    entries: Tuple[Tuple[ProcId, int, tuple], ...],
 ) -> Assessment:
     """:func:`assess` under the batch or main-wait measure: no batch came (and, with the
     inside view, no worker reached for a new sample) for the whole stall. A proof makes it
@@ -1178,8 +1143,8 @@ _BLOCKED = frozenset({WaitKind.FUTEX_PRIVATE, WaitKind.FUTEX_SHARED, WaitKind.FD
 def polling(
     first: Mapping[int, ProcessStack],
     later: Mapping[int, ProcessStack],
-    before: Mapping[int, Sequence[ThreadDetail]],
-    after: Mapping[int, Sequence[ThreadDetail]],
+    before: Mapping[int, Sequence[ThreadSample]],
+    after: Mapping[int, Sequence[ThreadSample]],
     gap_s: float,
 ) -> Tuple[Polling, ...]:
     """Threads seen polling (:class:`~watchdog.types.Polling`): the same innermost frame of the
@@ -1220,8 +1185,8 @@ def polling(
 
 
 def loader_members(sample: Sample) -> frozenset:
-    """``(pid, create_time)`` of main and the workers: when it changes, the job moved."""
-    return frozenset((p.pid, p.create_time) for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER))
+    """The :class:`~watchdog.types.ProcId` of main and the workers: when it changes, the job moved."""
+    return frozenset(p.ident for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER))
 
 
 @dataclass(frozen=True)
@@ -1251,7 +1216,7 @@ def termination(
     """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`)."""
     verdict, proof = assessment.verdict, assessment.proof
     main_proven = proof is not None and proof.kind is ProofKind.KERNEL and stall.main_pid in proof.pids
-    waiting_for_data = verdict.confirmed_by_stack and verdict.kind == "dataloader" and not in_bounded_shutdown(verdict)
+    waiting_for_data = verdict.confirmed_by_stack and verdict.in_loader and not in_bounded_shutdown(verdict)
     bound_s = shutdown_bound_s(sample, stall_timeout_s)
     if main_proven or (proof is not None and proof.kind is ProofKind.LOADER_IDLE):
         grounded, note = True, "proven: the job cannot move"
@@ -1274,7 +1239,7 @@ def termination(
             False,
             f"suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({busy_stall_timeout_s:g} s)",
         )
-    allowed = verdict.kind == "dataloader" or main_proven or terminate_outside_loader
+    allowed = verdict.in_loader or main_proven or terminate_outside_loader
     if grounded and not allowed:
         note = "outside the DataLoader and terminate_outside_loader is false"
     return Termination(grounded, allowed, note)
@@ -1305,26 +1270,63 @@ class Reported:
     published: bool = True
 
 
+class Conclusion(TextEnum):
+    """What an examination concluded (:meth:`Episode.conclude`)."""
+
+    REPORT = "report"  # a hang: take the closer look and report it (and end the job when allowed)
+    DISMISS = "dismiss"  # not a hang: the stall clock restarts
+    LOOK_AGAIN = "look_again"  # past the batch rhythm, not proven: wait for stall_timeout_s
+    PEER = "peer"  # stalled outside its loader while another rank's loader is stuck
+    REPORTED = "reported"  # the same hang, already reported, and this look changes nothing
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An examination's outcome: ``conclusion``, the ``assessment`` it rests on, and for a
+    report whether the hang may end the job (``termination``, ``terminate``: ``on_hang`` is
+    ``terminate`` and it may). ``peer`` names the stalled rank under ``Conclusion.PEER``."""
+
+    conclusion: Conclusion
+    assessment: Assessment
+    termination: Optional[Termination] = None
+    terminate: bool = False
+    peer: str = ""
+
+    @property
+    def terminable(self) -> bool:
+        """Whether the hang could be ended now (the evidence holds and the settings allow it)."""
+        return self.termination is not None and self.termination.grounded and self.termination.allowed
+
+
 class Episode:
     """The hang-episode policy of one watched main, pure (the clock is passed in): when an
-    examination is due, what was already reported, when a stall counts as resolved, and
-    whether a new look at the same hang is reported (NOTE [ Escalation ladder ] in daemon.py).
+    examination is due, what it concludes, what was already reported, when a stall counts as
+    resolved, and whether a new look at the same hang is reported (NOTE [ Escalation ladder ]
+    in daemon.py).
 
     Args:
         stall_timeout_s, busy_stall_timeout_s: the configured timeouts, in seconds.
         terminate: ``on_hang`` is ``terminate``.
+        terminate_outside_loader: the setting of that name (:func:`termination`).
     """
 
-    def __init__(self, stall_timeout_s: float, busy_stall_timeout_s: float, terminate: bool) -> None:
+    def __init__(
+        self,
+        stall_timeout_s: float,
+        busy_stall_timeout_s: float,
+        terminate: bool,
+        terminate_outside_loader: bool = False,
+    ) -> None:
         self.stall_timeout_s = stall_timeout_s
         self.busy_stall_timeout_s = busy_stall_timeout_s
         self.terminate = terminate
+        self.terminate_outside_loader = terminate_outside_loader
         self.reported: Optional[Reported] = None
         self.quiet_floor = float("-inf")  # when an examination last found no hang (or looked again)
         self.rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
         self.resolved: Dict[Tuple[str, str], float] = {}  # (kind, location) -> longest stall that resolved
 
-    def due(self, stall: Stall, now: float, rule: Optional[Rhythm] = None) -> Optional[str]:
+    def due(self, stall: Stall, now: float, rule: Optional[Rhythm] = None) -> Optional[Trigger]:
         """The trigger of an examination due now (:func:`due_trigger`), or ``None``; while the
         last report's hang lasts, only a proof or the busy-stall ceiling that could escalate it:
         end it (``terminate``, once it may be ended) or prove it (``report``, when unproven)."""
@@ -1351,6 +1353,76 @@ class Episode:
             return None
         self.resolved[last.key] = max(self.resolved.get(last.key, 0.0), now - last.since)
         return last if last.published else None
+
+    def conclude(
+        self,
+        evidence: Evidence,
+        sample: Sample,
+        stall: Stall,
+        woke: Set[Tuple[int, int]],
+        now: float,
+        stalled_peers: Sequence[str] = (),
+    ) -> Decision:
+        """Decide on an examination of ``stall`` (due in ``sample``) from what it read.
+
+        The kernel proof over ``evidence.stable`` (:func:`prove`, kept when it covers main or a
+        worker), else the loader-level one (:func:`prove_loader_idle`); main's verdict
+        (:func:`confirm`); then :func:`assess`, unless the workers changed during the look (an
+        epoch ended: the job moved). An early (batch-rhythm) look reports only a proof. A rank
+        (``stalled_peers`` given, from :meth:`~watchdog.ranks.JobWatcher.loader_stalls`)
+        stalled outside its loader, unproven, waits for the first of those peers. A hang
+        already reported is reported again only when this look could end it or proves it
+        first. ``woke`` is :meth:`ProgressTracker.woke_during_stall`; ``now`` monotonic
+        seconds. Records the floors of :meth:`due` as it decides."""
+        main = sample.main
+        assert main is not None, "a stall is only declared with main in the sample"
+        stacks = evidence.stacks
+        threads = [(pid, t) for pid, st in stacks.items() if st.ok for t in st.threads]
+        inert = [(pid, t.tid) for pid, t in threads if frames.is_resource_sharer(t)]
+        names = {(pid, t.tid): t.name for pid, t in threads if t.name}
+        proof = relevant(
+            prove(evidence.stable, evidence.children, evidence.pipes, inert, names, evidence.wakeable), sample
+        )
+        verdict = confirm(main.pid, stacks.get(main.pid), evidence.details.get(main.pid, ()), len(sample.workers))
+        early = stall.trigger == TRIGGER_RHYTHM
+        if proof is None:
+            timeout = min(self.stall_timeout_s, stall.stall_s) if early else self.stall_timeout_s
+            proof = prove_loader_idle(verdict, sample, stacks, stall, timeout)
+        assessment = assess(
+            stall.trigger,
+            sample,
+            stall,
+            verdict,
+            stacks,
+            evidence.stable,
+            proof,
+            woke,
+            self.stall_timeout_s,
+            evidence.file_locks,
+        )
+        if loader_members(evidence.after) != loader_members(sample):
+            assessment = Assessment(False, verdict, "the job's workers changed during the examination: it moved")
+        if early and assessment.hang and assessment.proof is None:
+            # NOTE [ Batch rhythm ]: before stall_timeout_s only a proven hang is reported.
+            self.rhythm_unproven(now)
+            return Decision(Conclusion.LOOK_AGAIN, assessment)
+        if not assessment.hang:
+            self.dismissed(now)
+            return Decision(Conclusion.DISMISS, assessment)
+        if stalled_peers and not verdict.in_loader and assessment.proof is None:
+            self.dismissed(now)
+            return Decision(Conclusion.PEER, assessment, peer=stalled_peers[0])
+        ending = termination(
+            assessment, stall, sample, self.stall_timeout_s, self.busy_stall_timeout_s, self.terminate_outside_loader
+        )
+        decision = Decision(Conclusion.REPORT, assessment, ending)
+        decision = dataclasses.replace(decision, terminate=self.terminate and decision.terminable)
+        if self.already_reported(decision.terminate, assessment.proof is not None):
+            # Already reported, and this look would neither end it nor prove it: no second
+            # report (nor alert) of the same hang; look again later.
+            self.dismissed(now)
+            return dataclasses.replace(decision, conclusion=Conclusion.REPORTED)
+        return decision
 
     def dismissed(self, now: float) -> None:
         """An examination found no hang (or looked and decided to look again later)."""

@@ -60,6 +60,27 @@ class TargetAccessDenied(TargetError):
         )
 
 
+class ProcError(WatchdogError):
+    """A ``/proc`` read about process ``pid`` failed (``path``, relative to ``/proc/PID``);
+    raised only by the reads that say so, translated from ``OSError`` in one place
+    (:func:`watchdog.collect.procfs.proc_errors`, as psutil's ``wrap_exceptions``). This class
+    itself means dlwatch's own trouble (``errno``: EMFILE, EIO), not the process's."""
+
+    def __init__(self, pid: int, path: str, errno: int = 0, why: str = "") -> None:
+        self.pid = pid
+        self.path = path
+        self.errno = errno
+        super().__init__(f"/proc/{pid}/{path}: {why or 'cannot be read'}")
+
+
+class ProcessGone(ProcError):
+    """The process ended (or its pid never existed): ``ENOENT``, ``ESRCH``."""
+
+
+class ProcAccessDenied(ProcError):
+    """dlwatch may not read it (another user's process without ptrace access): ``EACCES``, ``EPERM``."""
+
+
 class ReportWriteError(WatchdogError):
     """A report could not be written to ``path`` (full disk, permission)."""
 

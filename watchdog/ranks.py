@@ -16,7 +16,7 @@ from .collect import discovery, procfs
 from .collect.inside import InsideReader
 from .config import Config
 from .daemon import Outcome, Watcher, log
-from .types import ROLE_LAUNCHER, ROLE_RANK, Sample
+from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, ProcessRole, ProcId, Sample
 from .wake import Waker
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went or was
@@ -27,12 +27,15 @@ _RANK_DISCOVERY_S = 30.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
+# Seconds an examination may spend besides its py-spy dumps (the two wait reads, the polling
+# look's gap, reading files): part of how long a rank's loop is waited for when the job ends.
+_POLL_GAP_BOUND_S = 5.0
 
 
-def _ended(pid: int, start: Optional[int]) -> bool:
-    """Whether the rank ``pid`` that started at ``start`` (clock ticks since boot) has ended (a
-    rank watcher's ``job_ended``): one ``/proc/PID/stat`` read (:func:`procfs.running`)."""
-    return not procfs.running(pid, start)
+def _ended(rank: ProcId) -> bool:
+    """Whether ``rank`` has ended (a rank watcher's ``job_ended``): one ``/proc/PID/stat`` read
+    (:func:`procfs.running`)."""
+    return not procfs.running(rank.pid, rank.start_ticks)
 
 
 class JobWatcher:
@@ -46,6 +49,11 @@ class JobWatcher:
     Ending a stuck rank (``on_hang: terminate``) signals that rank's own tree only, never the
     launcher or the process group: the launcher then applies its own policy
     (``torchrun --max-restarts``: restart the ranks, or stop them all and exit non-zero).
+
+    Each rank's watcher runs its own loop in a thread of its own (:meth:`Watcher.run`), so that
+    one rank's examination (py-spy dumps, up to ``py_spy.timeout_s`` and more) does not hold
+    up the other ranks' ticks; the watchers read each other only through
+    :meth:`Watcher.status`.
 
     Args: as :class:`Watcher`.
     """
@@ -65,15 +73,15 @@ class JobWatcher:
         self.root_pid = root_pid
         self.job_ended = job_ended
         self.wake = wake
-        self.stop = threading.Event()
         self._stderr_tail = stderr_tail
         self._inside = inside
         self.job = Watcher(config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside)
         self.alerts = self.job.alerts
         self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
         self.job.on_report = lambda *a: self.on_report(*a)
-        self.ranks: Dict[Tuple[int, float], Watcher] = {}
+        self.ranks: Dict[ProcId, Watcher] = {}
         self._all: List[Watcher] = [self.job]
+        self._threads: List[Tuple[Watcher, threading.Thread]] = []  # one per rank ever watched
         self._next_discovery = float("-inf")
         self._tree: Optional[tuple] = None  # what the last look saw (:meth:`_tree_now`)
         self._ticks = 0
@@ -85,13 +93,13 @@ class JobWatcher:
 
     def _tree_now(self) -> Optional[tuple]:
         """What the ranks found depend on, from the job-level watcher's latest sample: each
-        process's ``(pid, create_time, name, ppid)`` and the pids that own a DataLoader iterator
+        process's ``(ProcId, name, ppid)`` and the pids that own a DataLoader iterator
         (the inside view). ``None`` before the first sample."""
-        if not self.job.timeline:
+        last = self.job.status().sample
+        if last is None:
             return None
-        last = self.job.timeline[-1]
         return (
-            tuple((p.pid, p.create_time, p.name, p.ppid) for p in last.processes),
+            tuple((p.ident, p.name, p.ppid) for p in last.processes),
             tuple(sorted({v.pid for v in last.loaders})),
         )
 
@@ -108,18 +116,18 @@ class JobWatcher:
         except psutil.Error:
             return
         for proc, env in found:
-            try:
-                key = (proc.pid, proc.create_time())
-            except psutil.Error:
+            start = procfs.start_ticks(proc.pid)
+            if start is None:
                 continue
+            key = ProcId(proc.pid, start)
             if key in self.ranks:
                 continue
             w = Watcher(
                 self.config,
                 proc.pid,
                 None,
-                functools.partial(_ended, proc.pid, procfs.start_ticks(proc.pid)),
-                self.wake,
+                functools.partial(_ended, key),
+                Waker(),
                 self._stderr_tail,
                 None,
                 self._inside,
@@ -128,17 +136,44 @@ class JobWatcher:
                 peer_loaders=functools.partial(self.loaders_of_ranks, except_key=key),
                 alerts=self.alerts,
             )
-            w.on_report = lambda *a: self.on_report(*a)
+            w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
             self._all.append(w)
             world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
             log(f"watching rank {env.get('RANK')}{world} (pid {proc.pid}) and its DataLoader workers")
+            thread = threading.Thread(target=self._watch_rank, args=(w,), name=f"rank-{env.get('RANK')}", daemon=True)
+            self._threads.append((w, thread))
+            thread.start()
         for key in [k for k, w in self.ranks.items() if w.job_ended()]:
             del self.ranks[key]  # its reports stay in the outcome
-        self.job.examine = not self.ranks
-        self.job.sampler.role_overrides = self._roles(found)
+        self.job.set_roles(self._roles(found), examine=not self.ranks)
 
-    def _roles(self, found) -> Dict[int, str]:
+    def _rank_reported(self, key: ProcId, mode: str, kind: str, rank: str) -> None:
+        """A rank's report was written (called from that rank's thread): count it, and when it
+        was a hang in its DataLoader, each other rank stalled for half of ``stall_timeout_s``
+        or more says now that it waits for that one (ending the stuck rank may end the job
+        before their own examinations come due)."""
+        self.on_report(mode, kind, rank)
+        if mode != MODE_HANG:
+            return
+        stuck = self.ranks.get(key)
+        if stuck is None or not stuck.status().hang_in_loader:
+            return
+        status = stuck.status()
+        peer = f"rank {status.rank} (pid {status.root_pid}): its DataLoader hang was reported ({status.last_hang_kind})"
+        for other_key, w in list(self.ranks.items()):
+            stall_s = w.status().stall_s
+            if other_key != key and stall_s is not None and stall_s >= self.config.stall_timeout_s / 2:
+                w.waits_for_peer(peer, stall_s)
+
+    def _watch_rank(self, w: Watcher) -> None:
+        """A rank's own loop, in its thread; never raises."""
+        try:
+            w.run()
+        except Exception:
+            w.internal_error("watching a rank")
+
+    def _roles(self, found) -> Dict[int, ProcessRole]:
         """Roles for the launcher's own sample: ``launcher`` for the job's main when its ranks
         are other processes, ``rank`` for each rank."""
         if not self.ranks:
@@ -152,21 +187,22 @@ class JobWatcher:
             roles[main.pid] = ROLE_LAUNCHER
         return roles
 
-    def loader_stalls(self, except_key: Optional[Tuple[int, float]] = None) -> List[str]:
+    def loader_stalls(self, except_key: Optional[ProcId] = None) -> List[str]:
         """One line per rank (other than ``except_key``) that explains why the others wait: its
         main has waited in ``__next__`` for a batch a worker owns (the inside view) for at least
         half of ``stall_timeout_s``, or its last report was a DataLoader hang or uneven batches
         across ranks."""
         out = []
         now = time.monotonic()
-        for key, w in self.ranks.items():
-            if key == except_key or not w.timeline:
+        for key, w in list(self.ranks.items()):
+            status = w.status()
+            last = status.sample
+            if key == except_key or last is None:
                 continue
-            last = w.timeline[-1]
-            name = f"rank {(w.rank or {}).get('RANK')} (pid {w.root_pid})"
+            name = f"rank {status.rank} (pid {status.root_pid})"
             for v in last.loaders:
                 if (
-                    v.pid == w.root_pid
+                    v.pid == status.root_pid
                     and v.waiting_since is not None
                     and v.waiting_worker >= 0
                     and now - v.waiting_since >= self.config.stall_timeout_s / 2
@@ -178,9 +214,9 @@ class JobWatcher:
                     )
                     break
             else:
-                if w.last_hang_kind_in_loader:
-                    out.append(f"{name}: its DataLoader hang was reported ({w.last_hang_kind_in_loader})")
-                elif w.last_hang_kind == "uneven_batches":
+                if status.last_hang_kind and status.hang_in_loader:
+                    out.append(f"{name}: its DataLoader hang was reported ({status.last_hang_kind})")
+                elif status.last_hang_kind == "uneven_batches":
                     out.append(f"{name}: uneven batches across ranks were reported")
         return out
 
@@ -189,44 +225,52 @@ class JobWatcher:
         each rank's, or the job's when it has no ranks. Read from another thread: only the
         last values each watcher stored."""
         watchers = list(self.ranks.values()) or [self.job]
-        return [
-            (str((w.rank or {}).get("RANK", "")), w.timeline[-1] if w.timeline else None, w.last_stall_s)
-            for w in watchers
-        ]
+        return [(s.rank, s.sample, s.stall_s) for s in (w.status() for w in watchers)]
 
-    def loaders_of_ranks(self, except_key: Optional[Tuple[int, float]] = None) -> tuple:
+    def loaders_of_ranks(self, except_key: Optional[ProcId] = None) -> tuple:
         """``((rank, loaders of its main), …)`` for every rank but ``except_key``, from its
         latest sample (:attr:`Facts.peer_loaders`)."""
         out = []
-        for key, w in self.ranks.items():
-            if key == except_key or not w.timeline:
+        for key, w in list(self.ranks.items()):
+            status = w.status()
+            if key == except_key or status.sample is None:
                 continue
-            out.append(
-                (str((w.rank or {}).get("RANK")), tuple(v for v in w.timeline[-1].loaders if v.pid == w.root_pid))
-            )
+            out.append((status.rank, tuple(v for v in status.sample.loaders if v.pid == status.root_pid)))
         return tuple(out)
 
     def run(self) -> Outcome:
-        """Watch until the job ends or ``stop`` is set; a single-process job also stops once it
-        is terminated."""
+        """Watch until the job ends; a single-process job also stops once it is terminated.
+        The ranks' loops are stopped and waited for (each at most one examination and its
+        termination grace) before this returns."""
         if self.job.pyspy is None:
             log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
-        while not self.stop.is_set() and not self.job_ended():
-            try:
-                self._discover()
-            except Exception:
-                self.job._internal_error("looking for ranks")
-            if not self.ranks or self._ticks % _JOB_SAMPLE_EVERY == 0:
-                self.job.step()
-            self._ticks += 1
-            for w in list(self.ranks.values()):
-                if not w.job_ended():
-                    w.step()
-            if self.job.outcome.terminated:
-                break
-            self.wake.wait(self.config.interval_s)
-            self.wake.clear()
+        try:
+            while not self.job_ended():
+                try:
+                    self._discover()
+                except Exception:
+                    self.job.internal_error("looking for ranks")
+                if not self.ranks or self._ticks % _JOB_SAMPLE_EVERY == 0:
+                    self.job.step()
+                self._ticks += 1
+                if self.job.outcome.terminated:
+                    break
+                self.wake.wait(self.config.interval_s)
+                self.wake.clear()
+        finally:
+            self._stop_ranks()
         return self.outcome
+
+    def _stop_ranks(self) -> None:
+        for w, _ in self._threads:
+            w.stop.set()
+            w.wake.set()
+        cfg = self.config
+        bound = time.monotonic() + 2 * cfg.py_spy.timeout_s + _POLL_GAP_BOUND_S + cfg.terminate_grace_s
+        for w, thread in self._threads:
+            thread.join(max(0.0, bound - time.monotonic()))
+            if not thread.is_alive():
+                w.wake.close()
 
     def after_exit(self, exit_code: Optional[int], terminated: bool = False, signalled: Optional[int] = None) -> None:
         """The job-level look after the job ended (:meth:`Watcher.after_exit`); then waits up to

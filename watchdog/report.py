@@ -15,16 +15,20 @@ from tabulate import tabulate
 from . import frames
 from .collect.procfs import redact_cmdline
 from .types import (
+    ROLE_MAIN,
+    ROLE_WORKER,
     Diagnosis,
     Facts,
     ForkRecord,
     Frame,
     InsideView,
     LoaderView,
+    ProcessRole,
     ProcessSample,
     ProcessStack,
     Report,
     Sample,
+    ThreadSample,
 )
 
 # report.json's version; its shape is watchdog/schema/report.schema.json. New optional keys may
@@ -61,6 +65,23 @@ def _metrics(p: ProcessSample) -> dict:
     }
 
 
+def _thread_proc(t: ThreadSample) -> dict:
+    """One thread's ``/proc`` facts at the examination, for ``threads_proc`` (the schema's
+    ``thread_proc``): ``syscall`` is the first field of its ``syscall`` line (the call's
+    number, ``running``; ``None`` unread)."""
+    raw = t.wait.raw if t.wait is not None else None
+    return {
+        "tid": t.tid,
+        "name": t.name,
+        "state": t.state,
+        "wchan": t.wchan,
+        "syscall": raw.split()[0] if raw and raw.strip() else None,
+        "wait": asdict(t.wait) if t.wait is not None else None,
+        "start_ticks": t.start_ticks,
+        "voluntary_ctxt_switches": t.voluntary_ctxt_switches,
+    }
+
+
 def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, role_source: str, details) -> dict:
     entry = {
         "pid": p.pid,
@@ -71,7 +92,7 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         "cmdline": redact_cmdline(p.cmdline),
         "start_method": p.start_method,
         **_metrics(p),
-        "threads_proc": [asdict(d) for d in details],
+        "threads_proc": [_thread_proc(d) for d in details],
         "stack": None,
     }
     if stack is not None:
@@ -228,7 +249,7 @@ def _stall(facts: Facts) -> Optional[dict]:
         return None
     return {
         "trigger": st.trigger,
-        "rule": st.rule or None,
+        "rule": st.criterion or None,
         "stall_s": round(st.stall_s, 2),
         "no_delivery_s": round(st.no_delivery_s, 2),
         "tree_quiet_s": round(st.tree_quiet_s, 2),
@@ -270,19 +291,19 @@ def _diag_dict(d: Diagnosis) -> dict:
     }
 
 
-def roles(facts: Facts) -> Dict[int, Tuple[str, str]]:
+def roles(facts: Facts) -> Dict[int, Tuple[ProcessRole, str]]:
     """``pid -> (role, source)``: the role decided once by discovery, and a note when the stack
     disagrees (a thread running ``_worker_loop`` in a process not taken for a worker, as on
     torch < 2.5 under spawn, or none in one that was). The role itself is never changed here."""
-    out = {}
+    out: Dict[int, Tuple[ProcessRole, str]] = {}
     for p in facts.sample.processes:
         source = "discovery"
         stack = facts.stack(p.pid)
-        if stack is not None and stack.ok and p.role != "main":
+        if stack is not None and stack.ok and p.role is not ROLE_MAIN:
             runs_loop = frames.is_worker_stack(stack.threads)
-            if runs_loop and p.role != "dataloader_worker":
+            if runs_loop and p.role is not ROLE_WORKER:
                 source = "discovery (its stack runs the worker loop)"
-            elif not runs_loop and p.role == "dataloader_worker":
+            elif not runs_loop and p.role is ROLE_WORKER:
                 source = "discovery (no _worker_loop in stack)"
         out[p.pid] = (p.role, source)
     return out

@@ -6,14 +6,13 @@ matching frame names or evidence text themselves. Pure: reads records, touches n
 
 from __future__ import annotations
 
-import enum
 from typing import Optional
 
 from . import frames
-from .types import KernelWait, ThreadStack, WaitKind
+from .types import KernelWait, TextEnum, ThreadStack, WaitKind
 
 
-class Activity(str, enum.Enum):
+class Activity(TextEnum):
     """One thread's state, for the rules. The value is what reports show."""
 
     RUNNING = "running"
@@ -72,7 +71,7 @@ def activity(wait: Optional[KernelWait], thread: Optional[ThreadStack] = None) -
     return _BY_WAIT.get(kind, Activity.UNKNOWN)
 
 
-class WorkerState(str, enum.Enum):
+class WorkerState(TextEnum):
     """What a DataLoader worker's loop thread is doing, from its frames."""
 
     IDLE = "idle, waiting for an index"

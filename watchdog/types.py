@@ -10,32 +10,84 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 # The samples kept in a timeline (timeline_samples x processes x threads of them) carry no
 # per-instance __dict__ where Python allows it (dataclass ``slots``, Python >= 3.10): about 40 %
 # less memory for a full timeline.
 _SLOTS: Dict[str, Any] = {"slots": True} if sys.version_info >= (3, 10) else {}
 
-ROLE_MAIN = "main"
-ROLE_WORKER = "dataloader_worker"
-ROLE_WORKER_CHILD = "worker_child"
-ROLE_STARTING = "worker_starting"
-ROLE_FORKSERVER = "forkserver"
-ROLE_OTHER = "other"
-# Multi-rank jobs (watchdog.ranks): the launcher above the ranks (torchrun's elastic agent, the
-# process that called torch.multiprocessing.spawn), and each rank as the launcher's sample sees it.
-ROLE_LAUNCHER = "launcher"
-ROLE_RANK = "rank"
+
+class TextEnum(str, enum.Enum):
+    """A ``str`` enum whose members read as their values everywhere: in comparisons with
+    strings, as dict keys, in JSON, and in ``str()`` and f-strings on every Python this runs
+    on (Python 3.11 made ``format()`` of mixed-in enums print ``Class.MEMBER``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class ProcessRole(TextEnum):
+    """What a process of the job's tree is, decided once by :mod:`watchdog.collect.discovery`;
+    the value is what reports show."""
+
+    MAIN = "main"
+    WORKER = "dataloader_worker"
+    WORKER_CHILD = "worker_child"  # a process a worker started
+    STARTING = "worker_starting"  # a child of main young enough that it may become a worker
+    FORKSERVER = "forkserver"
+    OTHER = "other"
+    # Multi-rank jobs (watchdog.ranks): the launcher above the ranks (torchrun's elastic agent,
+    # the process that called torch.multiprocessing.spawn), and each rank as the launcher's
+    # sample sees it.
+    LAUNCHER = "launcher"
+    RANK = "rank"
+
+
+ROLE_MAIN = ProcessRole.MAIN
+ROLE_WORKER = ProcessRole.WORKER
+ROLE_WORKER_CHILD = ProcessRole.WORKER_CHILD
+ROLE_STARTING = ProcessRole.STARTING
+ROLE_FORKSERVER = ProcessRole.FORKSERVER
+ROLE_OTHER = ProcessRole.OTHER
+ROLE_LAUNCHER = ProcessRole.LAUNCHER
+ROLE_RANK = ProcessRole.RANK
 # Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect.py).
 LOADER_ROLES = frozenset({ROLE_MAIN, ROLE_WORKER, ROLE_WORKER_CHILD, ROLE_STARTING})
 
-SEVERITY_HANG = "hang"
-SEVERITY_CRASH = "crash"
-SEVERITY_WARNING = "warning"
+
+class Severity(TextEnum):
+    """How bad a :class:`Diagnosis` is: the job hung, crashed, or a warning about a job that runs."""
+
+    HANG = "hang"
+    CRASH = "crash"
+    WARNING = "warning"
 
 
-class WaitKind(str, enum.Enum):
+SEVERITY_HANG = Severity.HANG
+SEVERITY_CRASH = Severity.CRASH
+SEVERITY_WARNING = Severity.WARNING
+
+
+class Mode(TextEnum):
+    """Why :class:`Facts` were gathered, and what kind of report they make."""
+
+    HANG = "hang"  # a confirmed stall
+    CRASH = "crash"  # the job exited non-zero
+    LIVE = "live"  # a periodic look at the timeline for warnings
+    EXIT = "exit"  # the job ended with exit code 0 (only leftovers are looked for)
+
+
+MODE_HANG = Mode.HANG
+MODE_CRASH = Mode.CRASH
+MODE_LIVE = Mode.LIVE
+MODE_EXIT = Mode.EXIT
+
+
+class WaitKind(TextEnum):
     """What a thread waits for, decided once from ``/proc/PID/task/TID/{stat,syscall}`` (see
     :mod:`watchdog.collect.waits`). The value is what reports show."""
 
@@ -96,24 +148,31 @@ class KernelWait:
 
 @dataclass(frozen=True, **_SLOTS)
 class ThreadSample:
-    """One thread of one process at one instant, read from ``/proc/PID/task/TID/``.
+    """One thread of one process at one instant, read from ``/proc/PID/task/TID/`` (no ptrace
+    needed): at every tick (:class:`~watchdog.collect.procfs.ThreadReader`) and, with its wait
+    channel and start, at an examination (:func:`~watchdog.collect.procfs.thread_details`).
 
     ``cpu_s`` is user + system CPU time in seconds (``stat`` fields 14 and 15 over
-    ``SC_CLK_TCK``); ``io_bytes`` is ``rchar + wchar`` from ``io`` (bytes passed to read/write
-    system calls, pipes and sockets included), ``None`` when unreadable.
+    ``SC_CLK_TCK``); the context switches come from ``status``; ``io_bytes`` is ``rchar +
+    wchar`` from ``io`` (bytes passed to read/write system calls, pipes and sockets included),
+    ``None`` when unreadable or not read; ``wait`` the decoded ``syscall`` line. ``wchan`` (the
+    kernel function it sleeps in) and ``start_ticks`` (when it started, in clock ticks since
+    boot, ``stat`` field 22) are read at an examination only, ``None`` otherwise.
     """
 
     tid: int
     name: str
     state: str
-    cpu_s: float
-    voluntary_ctxt_switches: int
-    nonvoluntary_ctxt_switches: int
-    io_bytes: Optional[int]
+    cpu_s: float = 0.0
+    voluntary_ctxt_switches: int = 0
+    nonvoluntary_ctxt_switches: int = 0
+    io_bytes: Optional[int] = None
     wait: Optional[KernelWait] = None
+    wchan: Optional[str] = None
+    start_ticks: Optional[int] = None
 
 
-class FdKind(str, enum.Enum):
+class FdKind(TextEnum):
     """What a file descriptor refers to (its ``/proc/PID/fd/N`` link); the value is what
     reports show."""
 
@@ -144,6 +203,15 @@ class FdCensus:
         return dict(self.kinds).get(kind, 0)
 
 
+class ProcId(NamedTuple):
+    """One process for as long as it lives: its pid and when it started, in clock ticks since
+    boot (``/proc/PID/stat`` field 22, proc(5)). Pids are reused; the pair is not while the
+    system runs, and it compares exactly (no float rounding, unlike psutil's ``create_time``)."""
+
+    pid: int
+    start_ticks: int
+
+
 @dataclass(frozen=True, **_SLOTS)
 class ProcessSample:
     """One process at one instant (psutil ``oneshot()`` plus ``/proc`` reads).
@@ -164,13 +232,14 @@ class ProcessSample:
     (a memmap) are in USS and not in it. ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
-    for main and workers only.
+    for main and workers only. ``create_time`` is when it started (seconds since the epoch, as
+    psutil's) and ``start_ticks`` the same in clock ticks since boot, its :attr:`ident`.
     """
 
     pid: int
     ppid: int
     create_time: float
-    role: str
+    role: ProcessRole
     name: str
     cmdline: Tuple[str, ...]
     state: str
@@ -194,6 +263,12 @@ class ProcessSample:
     fd_census: Optional[FdCensus] = None
     mapped_files: Tuple[Tuple[str, int, int], ...] = ()
     dirty_bytes: Optional[int] = None
+    start_ticks: int = 0
+
+    @property
+    def ident(self) -> ProcId:
+        """This process's :class:`ProcId` (``start_ticks``: ``stat`` field 22)."""
+        return ProcId(self.pid, self.start_ticks)
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -419,7 +494,7 @@ class ThreadStack:
     frames: Tuple[Frame, ...]
 
 
-class StackFailureKind(str, enum.Enum):
+class StackFailureKind(TextEnum):
     """Why py-spy gave no stack, or only part of one (``watchdog.collect.pyspy``); the value is
     the words a report's ``pyspy_problem`` groups pids under."""
 
@@ -473,25 +548,6 @@ class ProcessStack:
         return self.error is None
 
 
-@dataclass(frozen=True)
-class ThreadDetail:
-    """What ``/proc`` alone tells about a thread at report time (no ptrace needed).
-
-    ``syscall`` is the first field of ``/proc/PID/task/TID/syscall``: the system call number,
-    ``running`` or ``None`` when unreadable; ``wait`` the decoded wait; ``start_ticks`` when the
-    thread started, in clock ticks since boot (``stat`` field 22), ``None`` when unreadable.
-    """
-
-    tid: int
-    name: str
-    state: str
-    wchan: Optional[str]
-    syscall: Optional[str]
-    wait: Optional[KernelWait] = None
-    start_ticks: Optional[int] = None
-    voluntary_ctxt_switches: Optional[int] = None
-
-
 class LoaderWork(NamedTuple):
     """What one process of the job's tree did in a stall's last ``Stall.work_window_s``
     seconds: ``cpu_s`` CPU seconds, ``io_bytes`` bytes read and written (``rchar + wchar``) and
@@ -503,7 +559,7 @@ class LoaderWork(NamedTuple):
     wakes: int = 0
 
 
-class Measure(str, enum.Enum):
+class Measure(TextEnum):
     """What counts as the loader's progress in a stall (NOTE [ Hang criterion ] in detect.py);
     the value is what report.json shows.
 
@@ -519,6 +575,15 @@ class Measure(str, enum.Enum):
     ACTIVITY = "activity"
 
 
+class Trigger(TextEnum):
+    """What led to an examination of a stall (NOTE [ Hang criterion ] in detect.py)."""
+
+    STALL = "stall_timeout"  # no progress for stall_timeout_s
+    PROOF = "proof"  # a process's every thread in an untimed private-futex wait for stall_timeout_s
+    BUSY = "busy_stall"  # no batch for busy_stall_timeout_s, whatever else moved
+    RHYTHM = "batch_rhythm"  # far past the loader's own rhythm between batches (NOTE [ Batch rhythm ])
+
+
 @dataclass(frozen=True)
 class Stall:
     """The detector's view of the loader's progress (see NOTE [ Hang criterion ] in detect.py).
@@ -530,8 +595,9 @@ class Stall:
     ``tree_quiet_s`` is how long no process of the job's tree did CPU work or I/O. ``stuck_s``
     maps the pid of a main or worker whose every thread has waited on a private futex with no
     timeout, unchanged, to how long. ``trigger`` is what led to the examination
-    (``stall_timeout``, ``proof``, ``batch_rhythm`` or ``busy_stall``), set once one is due;
-    ``rule`` says which stall rule was in force and why (NOTE [ Batch rhythm ]).
+    (:class:`Trigger`), set once one is due;
+    ``criterion`` says which stall criterion was in force and why (NOTE [ Batch rhythm ]), for
+    the report (its ``stall.rule``).
     ``measure`` is what counted as the loader's progress (:class:`Measure`). ``loader_work``
     holds what each process of the job's tree did in the stall's last ``work_window_s``
     seconds (:class:`LoaderWork`; at most half the stall, at most ``detect.WORK_WINDOW_S``).
@@ -544,14 +610,14 @@ class Stall:
     no_delivery_s: float = 0.0
     tree_quiet_s: float = 0.0
     stuck_s: Tuple[Tuple[int, float], ...] = ()
-    trigger: Optional[str] = None
-    rule: str = ""
+    trigger: Optional[Trigger] = None
+    criterion: str = ""
     measure: Measure = Measure.ACTIVITY
     loader_work: Tuple[LoaderWork, ...] = ()
     work_window_s: float = 0.0
 
 
-class LinkKind(str, enum.Enum):
+class LinkKind(TextEnum):
     """What one link of a wait chain waits on (:class:`WaitLink`); the value is what reports show."""
 
     PIPE = "pipe"
@@ -606,6 +672,44 @@ class FileLock:
 
 
 @dataclass(frozen=True)
+class PipeEnds:
+    """Who holds each end of the pipes that waiting threads read or write: ``targets`` maps
+    ``(pid, fd)`` to the fd's target (``pipe:[123]``); ``readers``/``writers`` map a pipe to the
+    pids holding its read/write end. ``complete`` is False when some process's descriptors could
+    not be read (another user's): then no pipe wait can be part of a proof."""
+
+    targets: Mapping[Tuple[int, int], str]
+    readers: Mapping[str, Tuple[int, ...]]
+    writers: Mapping[str, Tuple[int, ...]]
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one examination of a due stall read from the job (:func:`watchdog.collect.examine.look`),
+    for :meth:`watchdog.detect.Episode.conclude` to decide on, all keyed by pid.
+
+    ``details`` is every thread's ``/proc`` detail at the second of two reads
+    ``gap_s`` seconds apart, and ``stable`` the same with the wait of every thread that changed
+    between them made ``UNKNOWN`` (NOTE [ Deadlock proof ] in detect.py). ``children`` maps a
+    process to its children in the sample; ``pipes`` the holders of the pipes stable threads
+    wait on; ``stacks`` the Python-only py-spy dumps of main and the workers; ``wakeable`` why a
+    process might wake itself (a timer signal it catches, POSIX timers); ``file_locks`` the
+    locks others hold on files a lock-waiting thread has open; ``after`` the job's sample once
+    the look was over (workers that came or went mean the job moved)."""
+
+    details: Mapping[int, Tuple[ThreadSample, ...]]
+    stable: Mapping[int, Tuple[ThreadSample, ...]]
+    children: Mapping[int, Tuple[int, ...]]
+    pipes: Optional[PipeEnds]
+    stacks: Mapping[int, ProcessStack]
+    wakeable: Mapping[int, str]
+    file_locks: Tuple[FileLock, ...]
+    after: Sample
+    gap_s: float = 0.25
+
+
+@dataclass(frozen=True)
 class Polling:
     """A thread that polls: in two Python stacks ``gap_s`` seconds apart (the batch measure's
     examination) its innermost frame in the job's own code is the same ``frame``, and it woke
@@ -620,7 +724,7 @@ class Polling:
 
 
 @dataclass(frozen=True)
-class ProofKind(str, enum.Enum):
+class ProofKind(TextEnum):
     """Which argument a :class:`Proof` makes (NOTE [ Deadlock proof ] in detect.py); the value
     is what report.json shows."""
 
@@ -678,20 +782,35 @@ class Proof:
         return tuple(link.text(raw) for link in self.links) + (self.conclusion,)
 
 
+class VerdictKind(TextEnum):
+    """Where main's stall is (:class:`HangVerdict`)."""
+
+    DATALOADER = "dataloader"  # the iterating thread waits inside the DataLoader iterator
+    OUTSIDE_LOADER = "outside_loader"  # it is stalled elsewhere (a collective, the user's code)
+
+
 @dataclass(frozen=True)
 class HangVerdict:
     """The confirmation of a stall from main's stack.
 
-    ``kind`` is ``dataloader`` (the iterating thread waits inside the DataLoader iterator) or
-    ``outside_loader``. ``confirmed_by_stack`` is False when py-spy could not read main and the
+    ``kind`` says where main is stalled (:class:`VerdictKind`). ``confirmed_by_stack`` is
+    False when py-spy could not read main and the
     verdict rests on ``/proc`` alone. ``thread`` is the main-process thread that the verdict
     names (the iterating thread), when known.
     """
 
-    kind: str
+    kind: VerdictKind
     confirmed_by_stack: bool
     reason: str
     thread: Optional[ThreadStack] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", VerdictKind(self.kind))  # a plain string is checked once here
+
+    @property
+    def in_loader(self) -> bool:
+        """Main is stalled inside the DataLoader iterator (``VerdictKind.DATALOADER``)."""
+        return self.kind is VerdictKind.DATALOADER
 
 
 @dataclass(frozen=True)
@@ -705,7 +824,7 @@ class Diagnosis:
     """
 
     kind: str
-    severity: str
+    severity: Severity
     confidence: float
     summary: str
     evidence: Tuple[str, ...]
@@ -714,12 +833,6 @@ class Diagnosis:
     location: Optional[str] = None
     docs: Tuple[str, ...] = ()
     certainty: str = ""
-
-
-MODE_HANG = "hang"
-MODE_CRASH = "crash"
-MODE_LIVE = "live"
-MODE_EXIT = "exit"  # the job ended with exit code 0 (only leftovers are looked for)
 
 
 @dataclass(frozen=True)
@@ -757,13 +870,13 @@ class Facts:
     of a worker (:class:`WaitLink`, first link the worker's own wait, last what it ends at).
     """
 
-    mode: str
+    mode: Mode
     sample: Sample
     timeline: Tuple[Sample, ...]
     stall: Optional[Stall] = None
     verdict: Optional[HangVerdict] = None
     stacks: Tuple[Tuple[int, ProcessStack], ...] = ()
-    thread_details: Tuple[Tuple[int, Tuple[ThreadDetail, ...]], ...] = ()
+    thread_details: Tuple[Tuple[int, Tuple[ThreadSample, ...]], ...] = ()
     main_threads_at_fork: Tuple[Tuple[int, int], ...] = ()
     source_lines: Tuple[Tuple[Tuple[str, int], str], ...] = ()
     pyspy_problem: Optional[str] = None
@@ -787,7 +900,7 @@ class Facts:
     chains: Tuple[Tuple[WaitLink, ...], ...] = ()
     mapped_file_sizes: Tuple[Tuple[str, Optional[int], Optional[int]], ...] = ()
 
-    def detail(self, pid: int, tid: int) -> Optional[ThreadDetail]:
+    def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""
         return next((d for d in self.threads_of(pid) if d.tid == tid), None)
 
@@ -795,7 +908,7 @@ class Facts:
         """The py-spy result for ``pid``, or ``None`` when it was not dumped."""
         return dict(self.stacks).get(pid)
 
-    def threads_of(self, pid: int) -> Tuple[ThreadDetail, ...]:
+    def threads_of(self, pid: int) -> Tuple[ThreadSample, ...]:
         """The ``/proc`` thread details of ``pid`` (empty when unreadable)."""
         return dict(self.thread_details).get(pid, ())
 
@@ -814,7 +927,7 @@ class Facts:
 
     def loader_hang(self) -> bool:
         """True for a confirmed (or presumed) DataLoader hang."""
-        return self.mode == MODE_HANG and self.verdict is not None and self.verdict.kind == "dataloader"
+        return self.mode == MODE_HANG and self.verdict is not None and self.verdict.in_loader
 
     def last_seen(self, pid: int) -> Optional[ProcessSample]:
         """The latest sample of ``pid`` in the timeline (it may be gone now), or ``None``."""

@@ -18,7 +18,6 @@ from watchdog.types import (
     ProcessStack,
     Sample,
     Stall,
-    ThreadDetail,
     ThreadSample,
     ThreadStack,
 )
@@ -62,12 +61,11 @@ def thread(tid, cpu=0.0, vol=0, io=0, syscall=IDLE_POLL, state="S", nonvol=0):
 
 
 def detail(tid, syscall, state="S", name="python", wchan="futex_do_wait", vol=0, start_ticks=None):
-    return ThreadDetail(
+    return ThreadSample(
         tid=tid,
         name=name,
         state=state,
         wchan=wchan,
-        syscall=syscall.split()[0] if syscall else None,
         wait=wait(syscall, state),
         start_ticks=start_ticks,
         voluntary_ctxt_switches=vol,

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import time
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from tests.unit.builders import WORKER_PID, fixture
 from watchdog import frames, states
 from watchdog.collect import procfs, pyspy, waits
-from watchdog.types import StackFailureKind, WaitKind
+from watchdog.errors import ProcError, ProcessGone
+from watchdog.types import ProcId, StackFailureKind, WaitKind
 
 
 def _captured_syscalls():
@@ -188,15 +191,28 @@ def test_proc_stat_fields_and_a_comm_with_spaces_and_parentheses():
     assert procfs.proc_stat(2**22 + 1) is None  # above any pid_max: no such process
 
 
-def test_context_switches_come_from_the_last_lines_of_status():
+def test_one_reader_of_status_finds_each_field_the_line_split_finds():
     status = b"Name:\tpython\nvoluntary_ctxt_switches:\t170\nnonvoluntary_ctxt_switches:\t3\n"
     assert procfs.ctxt_switches(status) == (170, 3)
     assert procfs.ctxt_switches(b"Name:\tx\n") == (0, 0)
+    assert procfs.status_field(status, "Name") == b"python"  # the first line has no newline before it
+    assert procfs.status_field(status, "Tgid") is None
     with open(f"/proc/{os.getpid()}/status", "rb") as f:
         text = f.read()
-    fields = procfs.parse_status_fields(text.decode(), "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
-    vol, nonvol = procfs.ctxt_switches(text)
-    assert vol == fields["voluntary_ctxt_switches"] and nonvol == fields["nonvoluntary_ctxt_switches"]
+    split = dict(line.split(b":", 1) for line in text.splitlines())
+    for key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches", "SigCgt", "Tgid", "Name", "VmRSS"):
+        assert procfs.status_field(text, key) == split[key.encode()].strip()
+
+
+def test_one_reader_of_io_gives_rchar_and_wchar():
+    captured = fixture("proc_io.txt").encode()  # /proc/self/io of `cat`, Linux 6.x
+    expected = tuple(int(line.split(b":")[1]) for line in captured.splitlines()[:2])
+    assert procfs.parse_io(captured) == expected
+    assert procfs.parse_io(b"rchar: x\n") == (None, None)
+    with open(f"/proc/{os.getpid()}/io", "rb") as f:
+        own = f.read()
+    rchar, wchar = procfs.parse_io(own)
+    assert rchar is not None and wchar is not None and rchar > 0
 
 
 def test_command_line_is_split_as_psutil_splits_it():
@@ -277,8 +293,15 @@ def test_roles_are_decided_from_name_parent_command_line_and_age():
 
 
 def _entry(pid, rss, role="dataloader_worker", create_time=None):
-    created = float(create_time if create_time is not None else pid)
-    return {"pid": pid, "create_time": created, "role": role, "state": "S", "rss_bytes": rss}
+    created = create_time if create_time is not None else pid
+    return {
+        "pid": pid,
+        "create_time": float(created),
+        "start_ticks": int(created),
+        "role": role,
+        "state": "S",
+        "rss_bytes": rss,
+    }
 
 
 def test_descriptor_count_matches_the_listing_and_a_gone_pid_raises():
@@ -290,8 +313,29 @@ def test_descriptor_count_matches_the_listing_and_a_gone_pid_raises():
         os.close(r)
         os.close(w)
     assert procfs.fd_count(os.getpid()) == listed - 2
-    with pytest.raises(OSError):
+    with pytest.raises(ProcessGone):
         procfs.fd_count(2**22 + 1)
+
+
+def test_os_errors_become_typed_errors_at_one_boundary_and_dlwatchs_own_trouble_is_not_a_gone_process():
+    with pytest.raises(ProcessGone) as gone:
+        procfs.read_checked(2**22 + 1, "io")
+    assert gone.value.pid == 2**22 + 1 and "io" in str(gone.value)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    try:
+        with pytest.raises(OSError):
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        with pytest.raises(ProcError) as full:  # out of descriptors: dlwatch's trouble, the process is there
+            procfs.read_checked(os.getpid(), "io")
+        assert type(full.value) is ProcError and full.value.errno == errno.EMFILE
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert procfs.nofile_limit(os.getpid()) == soft
 
 
 def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks():
@@ -306,7 +350,7 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     other = [_entry(1, 100 * 2**20, role="other")]
     assert s._due_full_info(other, 2.0) == []  # only main and workers
     # a process read at t=0 that was still is due after 6 x 10 s, unless its RSS moved
-    s._full = {(7, 7.0): sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)}
+    s._full = {ProcId(7, 7): sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)}
     s._last_t = 29.0
     assert s._due_full_info([_entry(7, 100 * 2**20)], 30.0) == []
     assert len(s._due_full_info([_entry(7, 140 * 2**20)], 30.0)) == 1  # RSS +40 MiB: due at 10 s
@@ -321,14 +365,21 @@ def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_f
 
     me = psutil.Process()
     s = sampler_mod.Sampler(me.pid, full_info_interval_s=10.0)
-    key = (me.pid, me.create_time())
+    key = ProcId(me.pid, procfs.start_ticks(me.pid))
     uss, rss = me.memory_full_info().uss, me.memory_info().rss
     s._full = {key: sampler_mod._Full(0.0, uss, None, None, None, rss, 10.0)}
     intervals = []
     for _ in range(4):
         last = s._full[key]
         s._last_t = last.at + last.interval - 1.0
-        entry = {"pid": me.pid, "create_time": key[1], "role": "main", "state": "R", "rss_bytes": rss}
+        entry = {
+            "pid": me.pid,
+            "start_ticks": key.start_ticks,
+            "create_time": me.create_time(),
+            "role": "main",
+            "state": "R",
+            "rss_bytes": rss,
+        }
         s._read_full_info([entry], last.at + last.interval)
         assert entry["uss_bytes"] is not None
         intervals.append(s._full[key].interval)

@@ -23,6 +23,7 @@ from tests.unit.builders import (
 )
 from watchdog import detect
 from watchdog.collect import pyspy
+from watchdog.collect.examine import stable_details
 from watchdog.types import (
     ROLE_MAIN,
     ROLE_OTHER,
@@ -31,7 +32,9 @@ from watchdog.types import (
     ROLE_WORKER_CHILD,
     HangVerdict,
     Measure,
+    PipeEnds,
     ProcessStack,
+    ProcId,
     Proof,
     ProofKind,
 )
@@ -113,7 +116,7 @@ def test_ambiguous_timed_futex_wakes_count_only_once_the_examination_trusts_them
     assert _run(tracker, 8, make).stall_s == pytest.approx(8.0)
     assert (WORKER_PID, WORKER_PID) in tracker.woke_during_stall(sample(8.0, make(8)))
     sig = make(0)[1].threads[0].wait.signature
-    tracker.trust_timed_waits([(WORKER_PID, 1.0, WORKER_PID, sig)])
+    tracker.trust_timed_waits([(ProcId(WORKER_PID, 0), WORKER_PID, sig)])
     tracker.update(sample(10.0, make(10)))
     assert tracker.stall(sample(10.0, make(10))).stall_s == 0.0
 
@@ -222,21 +225,21 @@ def test_no_proof_while_any_thread_can_still_run(other):
 def test_a_pipe_writer_whose_only_reader_is_itself_stuck_is_proven():
     # multiprocessing's exit handler joins a feeder thread blocked writing to a pipe only main reads.
     details = {MAIN_PID: (detail(MAIN_PID, LOCK_UNTIMED), detail(12, PIPE_WRITE))}
-    pipes = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID,)}, {"pipe:[77]": (MAIN_PID,)}, True)
+    pipes = PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID,)}, {"pipe:[77]": (MAIN_PID,)}, True)
     proof = detect.prove(details, {}, pipes)
     assert proof is not None and proof.pids == (MAIN_PID,)
     assert any("pipe:[77]" in link.why for link in proof.links)
-    other_reader = detect.PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID, 5000)}, {}, True)
+    other_reader = PipeEnds({(MAIN_PID, 9): "pipe:[77]"}, {"pipe:[77]": (MAIN_PID, 5000)}, {}, True)
     assert detect.prove(details, {}, other_reader) is None
-    incomplete = detect.PipeEnds(pipes.targets, pipes.readers, pipes.writers, False)
+    incomplete = PipeEnds(pipes.targets, pipes.readers, pipes.writers, False)
     assert detect.prove(details, {}, incomplete) is None
 
 
 def test_changed_waits_between_two_reads_are_not_trusted():
     first = {WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED, vol=5),)}
     moved = {WORKER_PID: (detail(WORKER_PID, LOCK_UNTIMED, vol=6),)}
-    assert detect.prove(detect.stable_details(first, first), {}) is not None
-    assert detect.prove(detect.stable_details(first, moved), {}) is None
+    assert detect.prove(stable_details(first, first), {}) is not None
+    assert detect.prove(stable_details(first, moved), {}) is None
 
 
 def test_the_loader_idle_proof_needs_every_worker_idle_and_main_waiting():
@@ -288,7 +291,7 @@ def _sleeping_worker():
 def test_a_users_timed_wait_that_woke_is_dismissed_and_trusted():
     a = _exam(SLEEP, _sleeping_worker(), woke={(WORKER_PID, WORKER_PID)})
     assert not a.hang and "timeout" in a.reason
-    assert a.timed_waits and a.timed_waits[0][2] == WORKER_PID
+    assert a.timed_waits and a.timed_waits[0][1] == WORKER_PID
 
 
 def test_a_users_timed_wait_that_never_woke_is_a_suspected_hang():
@@ -369,7 +372,7 @@ def test_the_batch_rhythm_rule_needs_enough_intervals_a_waiting_main_and_a_worke
     assert detect.rhythm(_with_loaders(_loader(worker=-1)), 60.0, 10.0, 10.0) is None  # an epoch ended
     assert detect.rhythm(_with_loaders(_loader(pid=WORKER_PID)), 60.0, 10.0, 10.0) is None  # not main's iterator
     two = detect.rhythm(_with_loaders(_loader(p99=0.5), _loader(p99=3.0)), 60.0, 10.0, 10.0)
-    assert two.timeout_s == 30.0 and "p99 3000 ms" in two.rule  # the most patient iterator
+    assert two.timeout_s == 30.0 and "p99 3000 ms" in two.criterion  # the most patient iterator
 
 
 def test_the_batch_rhythm_trigger_counts_from_the_later_of_entering_next_and_the_last_progress():

@@ -1,12 +1,27 @@
 """The hang-episode policy (``detect.Episode``), on hand-built stalls: when an examination is
-due, what a report already covers, when a stall resolves, and one report per episode."""
+due, what an examination concludes from its evidence, what a report already covers, when a
+stall resolves, and one report per episode."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from tests.unit.builders import stall
+from tests.unit.builders import (
+    IDLE_POLL,
+    LOCK_UNTIMED,
+    MAIN_PID,
+    SLEEP,
+    WORKER_PID,
+    detail,
+    fixture,
+    proc,
+    sample,
+    stall,
+    thread,
+)
 from watchdog import detect
+from watchdog.collect import pyspy
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, Evidence, PipeEnds, ProcessStack
 
 
 def _episode(terminate=False):
@@ -65,3 +80,79 @@ def test_one_episode_one_report_until_a_stall_at_that_place_lasts_twice_the_long
     busy = _stall(5.0, trigger=detect.TRIGGER_BUSY)
     assert other.report(detect.Reported(1.0, True, False, key, 100.0), busy, 105.0)  # the ceiling always reports
     assert other.report(detect.Reported(1.0, False, False, ("worker_stuck", "b.py:1"), 100.0), _stall(5.0), 105.0)
+
+
+# --- what an examination concludes (Episode.conclude) ---------------------------------------------
+
+
+def _looked(worker_syscall, worker_frames="pyspy_worker_fork_lock_native.json", workers_after=True, main_stack=True):
+    """A sample with main waiting in the DataLoader's __next__ (the native fixture) and one
+    worker whose only thread waits in ``worker_syscall``, and the Evidence of a look at it."""
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    worker = proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork", ppid=MAIN_PID)
+    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), worker])
+    after = smp if workers_after else sample(30.5, [smp.processes[0]])
+    details = {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
+    stacks = {WORKER_PID: ProcessStack(WORKER_PID, pyspy.parse_dump(fixture(worker_frames)), False, None, "", 0.0)}
+    if main_stack:
+        stacks[MAIN_PID] = ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0)
+    ev = Evidence(
+        details, details, {MAIN_PID: (WORKER_PID,), WORKER_PID: ()}, PipeEnds({}, {}, {}, True), stacks, {}, (), after
+    )
+    return smp, ev
+
+
+def test_a_worker_proven_stuck_while_main_waits_for_its_data_is_reported_and_may_be_ended():
+    smp, ev = _looked(LOCK_UNTIMED)
+    ep = _episode(terminate=True)
+    d = ep.conclude(ev, smp, _stall(20.0, trigger=detect.TRIGGER_STALL), set(), 120.0)
+    assert d.conclusion is detect.Conclusion.REPORT
+    assert d.assessment.proof is not None and d.assessment.proof.pids == (WORKER_PID,)
+    assert d.terminable and d.terminate
+    assert not _episode().conclude(ev, smp, _stall(20.0, trigger=detect.TRIGGER_STALL), set(), 120.0).terminate
+
+
+def test_workers_that_came_or_went_during_the_look_mean_the_job_moved():
+    smp, ev = _looked(LOCK_UNTIMED, workers_after=False)
+    ep = _episode()
+    d = ep.conclude(ev, smp, _stall(20.0, trigger=detect.TRIGGER_STALL), set(), 120.0)
+    assert d.conclusion is detect.Conclusion.DISMISS and "workers changed" in d.assessment.reason
+    assert ep.due(_stall(24.0), 124.0) is None and ep.due(_stall(25.0), 125.0) == detect.TRIGGER_STALL
+
+
+def test_an_early_look_past_the_batch_rhythm_reports_only_a_proof():
+    smp, ev = _looked(SLEEP)  # a timed sleep: suspected at most
+    ep = _episode()
+    d = ep.conclude(ev, smp, _stall(3.0, trigger=detect.TRIGGER_RHYTHM), set(), 103.0)
+    assert d.conclusion is detect.Conclusion.LOOK_AGAIN and ep.rhythm_floor == 103.0
+    proven_smp, proven = _looked(LOCK_UNTIMED)
+    assert ep.conclude(proven, proven_smp, _stall(3.0, trigger=detect.TRIGGER_RHYTHM), set(), 104.0).conclusion is (
+        detect.Conclusion.REPORT
+    )
+
+
+def test_a_rank_stalled_outside_its_loader_waits_for_the_peer_whose_loader_is_stuck():
+    smp, ev = _looked(SLEEP, main_stack=False)
+    smp = sample(30.0, [smp.processes[0]])  # no workers: main is outside its loader
+    ev = dataclasses.replace(ev, after=smp, stacks={}, details={MAIN_PID: (detail(MAIN_PID, SLEEP),)})
+    ev = dataclasses.replace(ev, stable=ev.details)
+    st = _stall(20.0, trigger=detect.TRIGGER_STALL, worker_pids=())
+    ep = _episode()
+    peer = "rank 1 (pid 99) has waited 30 s in its DataLoader for batch 4 from worker 0"
+    d = ep.conclude(ev, smp, st, set(), 120.0, stalled_peers=[peer])
+    assert d.conclusion is detect.Conclusion.PEER and d.peer == peer
+    assert _episode().conclude(ev, smp, st, set(), 120.0).conclusion is detect.Conclusion.REPORT
+
+
+def test_the_same_unproven_hang_is_not_reported_twice_but_a_first_proof_is():
+    smp, ev = _looked(SLEEP)
+    ep = _episode()
+    first = ep.conclude(ev, smp, _stall(20.0, trigger=detect.TRIGGER_STALL), set(), 120.0)
+    assert first.conclusion is detect.Conclusion.REPORT and first.assessment.proof is None
+    ep.report(detect.Reported(1.0, False, False, ("worker_stuck", "a.py:3"), 100.0), _stall(20.0), 120.0)
+    again = ep.conclude(ev, smp, _stall(30.0, trigger=detect.TRIGGER_STALL), set(), 130.0)
+    assert again.conclusion is detect.Conclusion.REPORTED
+    proven_smp, proven = _looked(LOCK_UNTIMED)
+    assert ep.conclude(proven, proven_smp, _stall(40.0, trigger=detect.TRIGGER_PROOF), set(), 140.0).conclusion is (
+        detect.Conclusion.REPORT
+    )

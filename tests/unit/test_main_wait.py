@@ -24,7 +24,7 @@ from tests.unit.builders import (
 )
 from watchdog import detect
 from watchdog.collect import pyspy
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, Measure
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, Measure, ProcId
 
 # A busy main: between two samples it ran (its thread is running at the read).
 RUNNING = "running"
@@ -88,7 +88,7 @@ def test_a_timed_wait_the_frames_showed_in_the_jobs_code_is_not_a_batch_wait():
         tracker.update(_job(float(t), main_syscall=LOCK_TIMED))
     assert tracker.measure == Measure.MAIN_WAIT
     sig = _job(0.0, main_syscall=LOCK_TIMED).main.threads[0].wait.signature
-    tracker.trust_timed_waits([(MAIN_PID, 1.0, MAIN_PID, sig)])  # an Event.wait(5) loop of the job's own
+    tracker.trust_timed_waits([(ProcId(MAIN_PID, 0), MAIN_PID, sig)])  # an Event.wait(5) loop of the job's own
     for t in range(11, 16):
         tracker.update(_job(float(t), main_syscall=LOCK_TIMED))
     st = tracker.stall(_job(15.0, main_syscall=LOCK_TIMED))

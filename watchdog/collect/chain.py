@@ -18,7 +18,7 @@ import stat
 import struct
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
-from ..types import KernelWait, LinkKind, ThreadDetail, WaitKind, WaitLink
+from ..types import KernelWait, LinkKind, ThreadSample, WaitKind, WaitLink
 from . import procfs
 from .waits import READ_CALLS
 
@@ -159,7 +159,7 @@ def _tcp_peers(pid: int) -> List[Tuple[str, str]]:
     return out
 
 
-def _blocked_thread(threads: Sequence[ThreadDetail], pid: int) -> Optional[ThreadDetail]:
+def _blocked_thread(threads: Sequence[ThreadSample], pid: int) -> Optional[ThreadSample]:
     """The thread of a process that is most likely what the chain waits on: one blocked on a
     descriptor, a child or the disk, the main thread first."""
     ordered = sorted(threads, key=lambda d: d.tid != pid)
@@ -169,11 +169,11 @@ def _blocked_thread(threads: Sequence[ThreadDetail], pid: int) -> Optional[Threa
     return ordered[0] if ordered else None
 
 
-def _next_hop(pid: int, members: Optional[Collection[int]]) -> Optional[Tuple[int, ThreadDetail]]:
+def _next_hop(pid: int, members: Optional[Collection[int]]) -> Optional[Tuple[int, ThreadSample]]:
     """The next process of a chain with the thread it is followed through; a process outside
     the job gets a placeholder thread (nothing of it is read)."""
     if members is not None and pid not in members:
-        return pid, ThreadDetail(pid, "?", "?", None, None)
+        return pid, ThreadSample(pid, "?", "?")
     nxt = _blocked_thread(procfs.thread_details(pid), pid)
     return (pid, nxt) if nxt is not None else None
 
@@ -194,7 +194,7 @@ def _fd_of(wait: Optional[KernelWait]) -> Optional[int]:
     return wait.fd if wait is not None and wait.fd is not None and wait.fd >= 0 else None
 
 
-def follow(pid: int, detail: ThreadDetail, members: Optional[Collection[int]] = None) -> Tuple[WaitLink, ...]:
+def follow(pid: int, detail: ThreadSample, members: Optional[Collection[int]] = None) -> Tuple[WaitLink, ...]:
     """The wait chain that starts at thread ``detail`` of ``pid``: one :class:`WaitLink` per
     hop, at most ``MAX_HOPS``, never the same process twice. A process outside ``members`` (the
     job's processes; ``None``: no bound) ends the chain with a link that names it and reads
@@ -202,7 +202,7 @@ def follow(pid: int, detail: ThreadDetail, members: Optional[Collection[int]] = 
     (report time); never raises (what cannot be read ends the chain)."""
     links: List[WaitLink] = []
     seen = set()
-    here: Optional[Tuple[int, ThreadDetail]] = (pid, detail)
+    here: Optional[Tuple[int, ThreadSample]] = (pid, detail)
     while here is not None and len(links) < MAX_HOPS:
         pid, d = here
         seen.add(pid)

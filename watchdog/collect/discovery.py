@@ -42,6 +42,7 @@ from ..types import (
     ROLE_STARTING,
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
+    ProcId,
 )
 from . import procfs
 
@@ -70,14 +71,8 @@ def is_python(proc: psutil.Process) -> bool:
 
 
 def _tgid(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
+    tgid = procfs.status_field(procfs.read_bytes(f"/proc/{pid}/status") or b"", "Tgid")
+    return int(tgid) if tgid is not None and tgid.isdigit() else None
 
 
 def check_target(pid: int) -> psutil.Process:
@@ -409,21 +404,18 @@ class Classifier:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self._names_workers: Dict[Tuple[int, float], Optional[bool]] = {}
+        self._names_workers: Dict[ProcId, Optional[bool]] = {}
 
-    def modern(self, main_pid: int, main_create_time: float) -> bool:
+    def modern(self, main: ProcId) -> bool:
         """Whether main's torch names its workers (:func:`torch_names_workers`), read once per
         main while known; ``True`` (a current torch) while it cannot be told."""
-        key = (main_pid, main_create_time)
-        if self._names_workers.get(key) is None:
-            self._names_workers[key] = torch_names_workers(main_pid)
-        return self._names_workers[key] is not False
+        if self._names_workers.get(main) is None:
+            self._names_workers[main] = torch_names_workers(main.pid)
+        return self._names_workers[main] is not False
 
     def _modern(self, main: psutil.Process) -> bool:
-        try:
-            return self.modern(main.pid, main.create_time())
-        except psutil.Error:
-            return True
+        start = procfs.start_ticks(main.pid)
+        return True if start is None else self.modern(ProcId(main.pid, start))
 
     def classify(self, main: psutil.Process) -> List[Classified]:
         """Main first, then every descendant, parents before children (psutil's walk of the

@@ -20,6 +20,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerFetch
@@ -268,6 +269,7 @@ class InsideReader:
         self._docs: Dict[int, Tuple[int, Optional[dict]]] = {}  # pid -> (mtime_ns, parsed JSON)
         self._problems: Dict[int, str] = {}
         self._saw_any = False
+        self._lock = threading.Lock()  # the watchers of a job's ranks read from their own threads
 
     def _doc(self, pid: int, path: str) -> Optional[dict]:
         try:
@@ -289,7 +291,11 @@ class InsideReader:
 
     def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True) -> InsideView:
         """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
-        ``forks``, the fork records of every process that wrote."""
+        ``forks``, the fork records of every process that wrote. Safe from several threads."""
+        with self._lock:
+            return self._read(pids, forks)
+
+    def _read(self, pids: Optional[Iterable[int]], forks: bool) -> InsideView:
         if self.folder is None:
             return InsideView(note=self.why_none)
         wanted = None if pids is None else set(pids)

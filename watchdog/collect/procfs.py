@@ -3,18 +3,25 @@ channels, system calls, the environment and source lines seen from the target's 
 
 Formats: ``proc(5)`` and ``Documentation/filesystems/proc.rst`` in the kernel tree. Every
 function here returns ``None`` (or an empty tuple) for a process or thread that vanished or
-cannot be read; none raises ``OSError``.
+cannot be read, except those whose docstring names the typed errors of :mod:`watchdog.errors`
+they raise (:class:`~watchdog.errors.ProcessGone`, :class:`~watchdog.errors.ProcAccessDenied`,
+:class:`~watchdog.errors.ProcError`), translated from ``OSError`` in one place,
+:func:`proc_errors`. None raises ``OSError``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import resource
 import stat
 import threading
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadDetail, ThreadSample, WaitKind
+from ..errors import ProcAccessDenied, ProcError, ProcessGone
+from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadSample, WaitKind
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -29,6 +36,54 @@ _SECRET_VALUE = re.compile(r"(AccountKey|SharedAccessKey|SharedAccessSignature|s
 # An HTTP credential inside any value: "Authorization: Bearer X", "Basic X", "token X".
 _AUTH_VALUE = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+[^\s\"']+", re.I)
 REDACTED = "<redacted>"
+
+
+@contextlib.contextmanager
+def proc_errors(pid: int, path: str) -> Iterator[None]:
+    """Translate an ``OSError`` raised inside into the typed errors of :mod:`watchdog.errors`
+    (psutil's ``_pslinux.wrap_exceptions``): ``ENOENT``/``ESRCH`` into
+    :class:`~watchdog.errors.ProcessGone`, ``EACCES``/``EPERM`` into
+    :class:`~watchdog.errors.ProcAccessDenied`, anything else (dlwatch out of descriptors:
+    ``EMFILE``) into :class:`~watchdog.errors.ProcError`. ``path`` names the file under
+    ``/proc/PID`` for the message."""
+    try:
+        yield
+    except OSError as e:
+        code = e.errno or 0
+        if code in (errno.ENOENT, errno.ESRCH):
+            raise ProcessGone(pid, path, code, "the process is gone") from e
+        if code in (errno.EACCES, errno.EPERM):
+            raise ProcAccessDenied(pid, path, code, "permission denied") from e
+        raise ProcError(pid, path, code, e.strerror or str(e)) from e
+
+
+def read_checked(pid: int, name: str) -> bytes:
+    """The bytes of ``/proc/PID/NAME`` (``io``, ``status``).
+
+    Raises:
+        ProcessGone, ProcAccessDenied, ProcError: see :func:`proc_errors`.
+    """
+    with proc_errors(pid, name):
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 65536)
+        finally:
+            os.close(fd)
+
+
+def nofile_limit(pid: int) -> Optional[int]:
+    """``pid``'s soft RLIMIT_NOFILE (``prlimit(2)``), ``None`` when unlimited or where Python
+    lacks ``resource.prlimit``.
+
+    Raises:
+        ProcessGone, ProcAccessDenied, ProcError: see :func:`proc_errors`.
+    """
+    prlimit = getattr(resource, "prlimit", None)
+    if prlimit is None:
+        return None
+    with proc_errors(pid, "limits"):
+        soft = prlimit(pid, resource.RLIMIT_NOFILE)[0]
+    return None if soft < 0 else soft
 
 
 def _read(path: str) -> Optional[str]:
@@ -73,14 +128,20 @@ def read_bytes(path: str, records: bool = False, chunk: int = 16384) -> Optional
         os.close(fd)
 
 
-def parse_status_fields(text: str, *keys: str) -> Dict[str, int]:
-    """Integer fields of a ``status`` file (e.g. ``voluntary_ctxt_switches``)."""
-    out = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key in keys:
-            out[key] = int(value.split()[0])
-    return out
+def status_field(status: bytes, key: str) -> Optional[bytes]:
+    """The value of field ``key`` (``voluntary_ctxt_switches``, ``SigCgt``, ``Tgid``) in the
+    bytes of a ``/proc/PID[/task/TID]/status`` file (proc(5): one ``Key:\tvalue`` per line),
+    stripped; ``None`` when absent. The one parser of that file: the sampler reads a thread's
+    context switches with it on every tick, so it finds the field without splitting lines."""
+    head = ("\n" + key + ":").encode()
+    at = status.rfind(head)
+    if at < 0:
+        if not status.startswith(head[1:]):
+            return None
+        at = -1
+    start = at + len(head)
+    end = status.find(b"\n", start)
+    return status[start : end if end >= 0 else len(status)].strip()
 
 
 class ProcStat(NamedTuple):
@@ -174,33 +235,39 @@ def cmdline(pid: int) -> Optional[Tuple[str, ...]]:
     return tuple(args)
 
 
-_VOLUNTARY = b"\nvoluntary_ctxt_switches:"
-_NONVOLUNTARY = b"\nnonvoluntary_ctxt_switches:"
-
-
 def ctxt_switches(status: bytes) -> Tuple[int, int]:
     """``(voluntary, nonvoluntary)`` context switches from the bytes of a ``status`` file (its
-    last two lines on every kernel since 2.6.23); 0 for a field that is absent.
+    last two lines on every kernel since 2.6.23; :func:`status_field`); 0 for a field that is
+    absent.
 
     Raises:
-        ValueError, IndexError: a field holds no number.
+        ValueError: a field holds no number.
     """
-    at = status.rfind(_VOLUNTARY)
-    vol = int(status[at + len(_VOLUNTARY) :].split(None, 1)[0]) if at >= 0 else 0
-    at = status.rfind(_NONVOLUNTARY)
-    nonvol = int(status[at + len(_NONVOLUNTARY) :].split(None, 1)[0]) if at >= 0 else 0
-    return vol, nonvol
+    vol = status_field(status, "voluntary_ctxt_switches")
+    nonvol = status_field(status, "nonvoluntary_ctxt_switches")
+    return int(vol) if vol is not None else 0, int(nonvol) if nonvol is not None else 0
+
+
+def parse_io(data: bytes) -> Tuple[Optional[int], Optional[int]]:
+    """``(rchar, wchar)`` of a ``/proc/PID[/task/TID]/io`` file (proc(5): bytes passed to
+    read- and write-like system calls, its first two lines), ``None`` for a field that is
+    absent or not a number. The one parser of that file."""
+    fields: Dict[bytes, int] = {}
+    for line in data.split(b"\n", 2)[:2]:
+        key, _, value = line.partition(b":")
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            continue
+    return fields.get(b"rchar"), fields.get(b"wchar")
 
 
 def _rchar_wchar(data: Optional[bytes]) -> Optional[int]:
+    """``rchar + wchar`` (:func:`parse_io`), ``None`` when unread or incomplete."""
     if data is None:
         return None
-    total = 0
-    for line in data.split(b"\n", 2)[:2]:  # rchar, wchar: the first two lines (proc(5))
-        key, _, value = line.partition(b":")
-        if key in (b"rchar", b"wchar"):
-            total += int(value)
-    return total
+    rchar, wchar = parse_io(data)
+    return None if rchar is None or wchar is None else rchar + wchar
 
 
 def children_files_supported() -> bool:
@@ -254,12 +321,13 @@ def fd_count(pid: int) -> int:
     tens of times more. Older kernels report 0 there; then the directory is listed.
 
     Raises:
-        PermissionError: ``pid`` belongs to another user and dlwatch may not ptrace it.
-        OSError: ``pid`` is gone (``FileNotFoundError``, ``ProcessLookupError``).
+        ProcAccessDenied: ``pid`` belongs to another user and dlwatch may not ptrace it.
+        ProcessGone, ProcError: see :func:`proc_errors`.
     """
     folder = f"/proc/{pid}/fd"
-    size = os.stat(folder).st_size
-    return size if size > 0 else len(os.listdir(folder))
+    with proc_errors(pid, "fd"):
+        size = os.stat(folder).st_size
+        return size if size > 0 else len(os.listdir(folder))
 
 
 def children_of(pid: int) -> Optional[Tuple[int, ...]]:
@@ -509,7 +577,7 @@ def wchan(pid: int, tid: Optional[int] = None) -> Optional[str]:
     return text.strip() if text is not None else None
 
 
-def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
+def thread_details(pid: int) -> Tuple[ThreadSample, ...]:
     """State, name, wait channel, system call, decoded wait and start time of every thread of
     ``pid`` (report time). Threads that end while being read are skipped."""
     try:
@@ -522,21 +590,22 @@ def thread_details(pid: int) -> Tuple[ThreadDetail, ...]:
         st = proc_stat(pid, tid)
         if st is None:
             continue
-        comm, state, start = st.comm, st.state, st.start_ticks
         raw = _read(f"{base}/syscall")
-        status = _read(f"{base}/status") or ""
+        try:
+            vol, nonvol = ctxt_switches(read_bytes(f"{base}/status") or b"")
+        except ValueError:
+            vol = nonvol = 0
         out.append(
-            ThreadDetail(
+            ThreadSample(
                 tid=tid,
-                name=comm,
-                state=state,
+                name=st.comm,
+                state=st.state,
+                cpu_s=st.cpu_ticks / CLK_TCK,
+                voluntary_ctxt_switches=vol,
+                nonvoluntary_ctxt_switches=nonvol,
+                wait=waits.decode(st.state, raw),
                 wchan=wchan(pid, tid),
-                syscall=raw.split()[0] if raw and raw.strip() else None,
-                wait=waits.decode(state, raw),
-                start_ticks=start,
-                voluntary_ctxt_switches=parse_status_fields(status, "voluntary_ctxt_switches").get(
-                    "voluntary_ctxt_switches"
-                ),
+                start_ticks=st.start_ticks,
             )
         )
     return tuple(out)
@@ -1082,11 +1151,11 @@ def timer_wakeup(pid: int) -> Optional[str]:
     ``None``: it catches a timer signal (``SigCgt`` in ``/proc/PID/status``; a Python handler runs
     in the main thread and can release what it waits for) or has POSIX timers
     (``/proc/PID/timers``)."""
-    status = _read(f"/proc/{pid}/status") or ""
-    caught = 0
-    for line in status.splitlines():
-        if line.startswith("SigCgt:"):
-            caught = int(line.split()[1], 16)
+    mask = status_field(read_bytes(f"/proc/{pid}/status") or b"", "SigCgt")
+    try:
+        caught = int(mask, 16) if mask is not None else 0
+    except ValueError:
+        caught = 0
     names = [name for sig, name in _TIMER_SIGNALS.items() if caught >> (sig - 1) & 1]
     if names:
         return f"it catches {', '.join(names)}, so a timer it armed may wake it"

@@ -39,25 +39,25 @@ from __future__ import annotations
 import collections
 import math
 import os
-import resource
 import time
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import psutil
 
+from ..errors import ProcError, ProcessGone
 from ..types import (
     ROLE_MAIN,
     ROLE_STARTING,
     ROLE_WORKER,
     FdCensus,
     HostSample,
+    ProcessRole,
     ProcessSample,
+    ProcId,
     Sample,
 )
 from . import cgroup, discovery, procfs
-
-_Key = Tuple[int, float]  # (pid, create_time): pids are reused
 
 # State letters kept as they are (psutil's statuses, mapped back); any other letter is "?".
 _STATES = frozenset("RSDTtZXI")
@@ -94,11 +94,11 @@ FD_CENSUS_SHARE = 0.5
 FD_CENSUS_INTERVAL_S = 2.0
 
 
-def host_sample(main_pid: Optional[int]) -> HostSample:
+def host_sample(main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] = None) -> HostSample:
     """``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, so a container's own shm
-    mount is measured), available memory (``MemAvailable``) and main's memory cgroup's limit
-    and usage (:func:`cgroup.memory_cgroup`), in bytes; ``vm.max_map_count`` is read at most
-    once a minute."""
+    mount is measured), available memory (``MemAvailable``) and the limit and usage of main's
+    memory cgroup ``memory`` (:func:`cgroup.memory_cgroup`), in bytes; ``vm.max_map_count`` is
+    read at most once a minute."""
     shm_total = shm_used = None
     for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
         try:
@@ -109,7 +109,6 @@ def host_sample(main_pid: Optional[int]) -> HostSample:
         shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         break
     total, available = _meminfo()
-    memory = cgroup.memory_cgroup(main_pid) if main_pid else None
     return HostSample(
         shm_total_bytes=shm_total,
         shm_used_bytes=shm_used,
@@ -150,7 +149,7 @@ def _max_map_count() -> Optional[int]:
 
 
 @dataclass
-class _Facts:
+class _Known:
     """What is kept of one process between ticks: its comm and psutil-style name, its command
     line, and whether its role can still change (then the command line is read again)."""
 
@@ -205,25 +204,28 @@ class Sampler:
         self.full_info_interval_s = full_info_interval_s
         self.clock = clock
         self._root: Optional[psutil.Process] = None
+        self._root_start = procfs.start_ticks(root_pid)  # the job's root, alive when watching begins
         self._main: Optional[psutil.Process] = None
         self._main_start: Optional[int] = None
         self._boot = psutil.boot_time()  # as psutil's create_time adds it; fixed, so keys stay equal
-        self._facts: Dict[_Key, _Facts] = {}
-        self._kids: Dict[_Key, Tuple[int, ...]] = {}  # children at the last walk
-        self._prev: Dict[_Key, ProcessSample] = {}  # the last sample of each process
+        self._facts: Dict[ProcId, _Known] = {}
+        self._kids: Dict[ProcId, Tuple[int, ...]] = {}  # children at the last walk
+        self._prev: Dict[ProcId, ProcessSample] = {}  # the last sample of each process
         self._last_pid: Optional[int] = None
-        self._full: Dict[_Key, _Full] = {}
+        self._full: Dict[ProcId, _Full] = {}
         self._threads = procfs.ThreadReader()
         self._classifier = discovery.Classifier(clock)
-        self._live: Set[_Key] = set()
+        self._live: Set[ProcId] = set()
         self._lost = False  # a process of the tree ended since the previous walk
         self._all_children_at = float("-inf")
         self._last_t: Optional[float] = None
         self._quota_value: Optional[float] = None
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
-        self.role_overrides: Dict[int, str] = {}
+        self.role_overrides: Dict[int, ProcessRole] = {}
         self._quota_read_at = float("-inf")
-        self._census: Dict[_Key, FdCensus] = {}  # the last fd census of a process near its limit
+        self._census: Dict[ProcId, FdCensus] = {}  # the last fd census of a process near its limit
+        # Main's memory cgroup at the last sample (read once a tick, for the sample and the watcher).
+        self.memory_cgroup: Optional[cgroup.MemoryCgroup] = None
 
     def _create_time(self, start_ticks: int) -> float:
         return start_ticks / procfs.CLK_TCK + self._boot
@@ -248,14 +250,10 @@ class Sampler:
         self._main, self._main_start = main, st.start_ticks
         return main, st
 
-    def root_identity(self) -> List[Tuple[int, float]]:
-        """``[(pid, create_time)]`` of the job's root process (a shell or launcher above main),
-        or empty when it is gone or was never read."""
-        try:
-            root = self._root or psutil.Process(self.root_pid)
-            return [(root.pid, root.create_time())]
-        except psutil.Error:
-            return []
+    def root_identity(self) -> List[ProcId]:
+        """``[ProcId]`` of the job's root process (a shell or launcher above main) as it was when
+        this sampler was made, or empty when it was gone already."""
+        return [] if self._root_start is None else [ProcId(self.root_pid, self._root_start)]
 
     def sample(self) -> Sample:
         """One sample of the job now; processes that vanish meanwhile are left out, and so are
@@ -268,7 +266,7 @@ class Sampler:
         self._read_full_info(found, t_mono)
         self._count_fds(found, t_mono)
         processes = tuple(self._kept(f) for f in found)
-        live = {(p.pid, p.create_time) for p in processes}
+        live = {p.ident for p in processes}
         self._lost = bool(self._live - live)
         self._live = live
         for table in (self._facts, self._full, self._kids, self._prev, self._census):
@@ -276,7 +274,9 @@ class Sampler:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
         self._last_t = t_mono
-        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host_sample(main.pid if main else None))
+        self.memory_cgroup = cgroup.memory_cgroup(main.pid) if main is not None else None
+        host = host_sample(main.pid if main else None, self.memory_cgroup)
+        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host)
 
     def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float) -> List[dict]:
         """Main and every descendant (breadth first, each parent before its children), as the
@@ -298,13 +298,13 @@ class Sampler:
                 ppids[ppid].append(pid)
         roles: Dict[int, discovery.Role] = {}
         out: List[dict] = []
-        main_key = (main_pid, self._create_time(main_st.start_ticks))
+        main_key = ProcId(main_pid, main_st.start_ticks)
         main_cmd: Tuple[str, ...] = ()
         modern_cache: List[bool] = []
 
         def modern() -> bool:
             if not modern_cache:
-                modern_cache.append(self._classifier.modern(*main_key))
+                modern_cache.append(self._classifier.modern(main_key))
             return modern_cache[0]
 
         queue: Deque[Tuple[int, Optional[procfs.ProcStat], Optional[int]]] = collections.deque(
@@ -325,7 +325,7 @@ class Sampler:
             if st.state in ("Z", "X", "x"):
                 continue
             create_time = self._create_time(st.start_ticks)
-            key = (pid, create_time)
+            key = ProcId(pid, st.start_ticks)
             facts = self._facts_of(key, st)
             age = self.clock() - create_time
             if pid == main_pid:
@@ -369,7 +369,7 @@ class Sampler:
         EMFILE is explained by what filled the table: shared tensors, sockets, or files the job
         never closed)."""
         for e in entries:
-            key = (e["pid"], e["create_time"])
+            key = ProcId(e["pid"], e["start_ticks"])
             n, limit = e["num_fds"], e["rlimit_nofile_soft"]
             last = self._census.get(key)
             if (
@@ -387,7 +387,7 @@ class Sampler:
         """The :class:`ProcessSample` of ``fields``, holding the previous sample's objects for
         every value that did not change, or the previous sample itself when nothing did (a
         process asleep in a hang): the timeline keeps one copy of what stays the same."""
-        key = (fields["pid"], fields["create_time"])
+        key = ProcId(fields["pid"], fields["start_ticks"])
         prev = self._prev.get(key)
         if prev is not None:
             same = True
@@ -405,7 +405,7 @@ class Sampler:
         self._prev[key] = sample
         return sample
 
-    def _facts_of(self, key: _Key, st: procfs.ProcStat) -> _Facts:
+    def _facts_of(self, key: ProcId, st: procfs.ProcStat) -> _Known:
         """The kept facts of ``key``, its command line read again when its name changed or its
         role may still change."""
         facts = self._facts.get(key)
@@ -414,26 +414,32 @@ class Sampler:
             cmd = () if cmd is None else cmd
             if facts is not None and facts.cmdline == cmd:
                 cmd = facts.cmdline  # one tuple shared by every sample of the timeline
-            facts = _Facts(st.comm, _name(st.comm, cmd), cmd)
+            facts = _Known(st.comm, _name(st.comm, cmd), cmd)
             self._facts[key] = facts
         return facts
 
     def _process_entry(
-        self, pid: int, key: _Key, st: procfs.ProcStat, facts: _Facts, role: str, decided: discovery.Role, watched: bool
+        self,
+        pid: int,
+        key: ProcId,
+        st: procfs.ProcStat,
+        facts: _Known,
+        role: str,
+        decided: discovery.Role,
+        watched: bool,
     ) -> Optional[dict]:
         """The cheap per-tick reads of one process; ``None`` when it vanished meanwhile."""
-        try:
-            num_fds: Optional[int] = procfs.fd_count(pid)
-            rlimit: Optional[int] = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
-            io = procfs.read_bytes(f"/proc/{pid}/io")
-            if io is None:
-                raise PermissionError  # ptrace-read access, as for the descriptors
-            rw = _io_chars(io)
-        except (PermissionError, AttributeError):
-            num_fds = rlimit = None
-            rw = (None, None)
-        except OSError:
+        num_fds: Optional[int] = None
+        rlimit: Optional[int] = None
+        rw: Tuple[Optional[int], Optional[int]] = (None, None)
+        try:  # all three need ptrace-read access to the process
+            num_fds = procfs.fd_count(pid)
+            rlimit = procfs.nofile_limit(pid)
+            rw = procfs.parse_io(procfs.read_checked(pid, "io"))
+        except ProcessGone:
             return None
+        except ProcError:  # another user's process, or dlwatch's own trouble (EMFILE): unknown this tick
+            pass
         affinity = quota = None
         if watched:
             try:
@@ -445,7 +451,8 @@ class Sampler:
         return {
             "pid": pid,
             "ppid": st.ppid,
-            "create_time": key[1],
+            "create_time": self._create_time(key.start_ticks),
+            "start_ticks": key.start_ticks,
             "role": role,
             "name": facts.name,
             "cmdline": facts.cmdline,
@@ -498,7 +505,7 @@ class Sampler:
         budget = max(1, math.ceil(len(watched) * max(dt, 0.0) / base))
         due = []
         for e in watched:
-            full = self._full.get((e["pid"], e["create_time"]))
+            full = self._full.get(ProcId(e["pid"], e["start_ticks"]))
             if full is None:
                 due.append((float("-inf"), e["create_time"], e))
                 continue
@@ -513,10 +520,10 @@ class Sampler:
         """Read the due processes' USS, PSS, map count and pinned memory into their entries
         (:meth:`_due_full_info`)."""
         for e in self._due_full_info(entries, now):
-            key = (e["pid"], e["create_time"])
+            key = ProcId(e["pid"], e["start_ticks"])
             rollup = procfs.smaps_rollup(e["pid"])
             st = procfs.proc_stat(e["pid"])
-            if st is None or self._create_time(st.start_ticks) != key[1]:
+            if st is None or st.start_ticks != key.start_ticks:
                 continue  # gone, or another process under that pid already
             uss = rollup.uss if rollup else None
             pss = rollup.pss if rollup else None
@@ -558,16 +565,3 @@ def _still(last: _Full, uss: Optional[int], maps: Optional[int], pinned: Optiona
         or moved(last.pinned, pinned, _STABLE_BYTES_PER_S, _STABLE_BYTES)
         or moved(last.maps, maps, _STABLE_MAPS_PER_S, _STABLE_MAPS)
     )
-
-
-def _io_chars(io: bytes) -> Tuple[Optional[int], Optional[int]]:
-    """``(rchar, wchar)`` of a process's ``io`` file (bytes passed to read/write-like system
-    calls), ``None`` for a field that is absent."""
-    fields: Dict[bytes, int] = {}
-    for line in io.split(b"\n", 2)[:2]:
-        k, _, v = line.partition(b":")
-        try:
-            fields[k] = int(v)
-        except ValueError:
-            continue
-    return fields.get(b"rchar"), fields.get(b"wchar")

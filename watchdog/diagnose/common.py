@@ -20,7 +20,7 @@ from ..types import (
     ProcessStack,
     ProofKind,
     Stall,
-    ThreadDetail,
+    ThreadSample,
     ThreadStack,
     WaitLink,
 )
@@ -274,7 +274,7 @@ class WorkerView:
     proc: ProcessSample
     stack: Optional[ProcessStack]
     loop: Optional[ThreadStack]
-    loop_detail: Optional[ThreadDetail]
+    loop_detail: Optional[ThreadSample]
     state: states.WorkerState
     activity: states.Activity
     others: Tuple[ThreadStack, ...]
@@ -549,7 +549,7 @@ def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
     last = None
     for s in facts.timeline:
         p = s.process(w.pid)
-        value = written(p) if p is not None and p.create_time == w.create_time else None
+        value = written(p) if p is not None and p.ident == w.ident else None
         if value is not None and value != last:
             points.append((s.t_mono, float(value)))
             last = value

@@ -35,11 +35,14 @@ from ..types import (
     MODE_CRASH,
     MODE_EXIT,
     MODE_HANG,
+    ROLE_MAIN,
+    ROLE_WORKER,
     SEVERITY_CRASH,
     SEVERITY_WARNING,
     Facts,
     FdCensus,
     FdKind,
+    ProcId,
 )
 from .common import (
     DOC_CUDA_FORK,
@@ -174,7 +177,7 @@ def _near_limit(facts: Facts, used, limit) -> List[Tuple[str, int, int, int]]:
     return sorted(hot, key=lambda x: -x[2] / x[3])
 
 
-_ROLE_WORDS = {"main": "the main process", "dataloader_worker": "DataLoader worker"}
+_ROLE_WORDS = {ROLE_MAIN: "the main process", ROLE_WORKER: "DataLoader worker"}
 
 
 def _who(hot) -> str:
@@ -183,7 +186,7 @@ def _who(hot) -> str:
     for role in dict.fromkeys(r for r, *_ in hot):
         pids = [str(pid) for r, pid, _, _ in hot if r == role][:4]
         word = _ROLE_WORDS.get(role, role)
-        if role == "dataloader_worker" and len(pids) > 1:
+        if role == ROLE_WORKER and len(pids) > 1:
             word = "DataLoader workers"
         parts.append(f"{word} {', '.join(pids)}")
     return " and ".join(parts)
@@ -203,7 +206,7 @@ def truncated_mappings(facts: Facts, pids: Optional[Sequence[int]] = None) -> Li
     last: Dict[int, Tuple[Tuple[str, int, int], ...]] = {}
     for s in facts.timeline:
         for p in s.processes:
-            if p.mapped_files and ((pids is None and p.role == "dataloader_worker") or (pids and p.pid in pids)):
+            if p.mapped_files and ((pids is None and p.role is ROLE_WORKER) or (pids and p.pid in pids)):
                 last[p.pid] = p.mapped_files
     out = []
     for pid, files in sorted(last.items()):
@@ -404,7 +407,7 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
         summary = "A process of the job ran out of file descriptors (Too many open files)" + (
             "" if files else " passing shared tensors"
         )
-        pids = tuple(p.pid for p in facts.sample.processes if p.role in ("main", "dataloader_worker"))
+        pids = tuple(p.pid for p in facts.sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER))
     remedy = (
         'Call torch.multiprocessing.set_sharing_strategy("file_system") at the start of the program, or raise the '
         "limit (ulimit -n 65536; Docker --ulimit nofile=65536:65536; do not lower it in the job); return fewer, "
@@ -700,15 +703,15 @@ def _workers_cpu_s(facts: Facts, window_s: float) -> Tuple[Optional[float], int]
     if len(recent) < 2:
         return None, 0
     total, pids = 0.0, set()
-    first: Dict[Tuple[int, float], float] = {}  # (pid, create_time) -> CPU seconds
+    first: Dict[ProcId, float] = {}  # CPU seconds at the window's start
     for s in recent:
         for w in s.workers:
-            first.setdefault((w.pid, w.create_time), w.cpu_s)
+            first.setdefault(w.ident, w.cpu_s)
             pids.add(w.pid)
     last = {}
     for s in recent:
         for w in s.workers:
-            last[(w.pid, w.create_time)] = w.cpu_s
+            last[w.ident] = w.cpu_s
     total = sum(last[k] - first[k] for k in last)
     return total, len(pids)
 

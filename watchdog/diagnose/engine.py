@@ -55,7 +55,9 @@ from ..types import (
     SEVERITY_WARNING,
     Diagnosis,
     Facts,
+    Mode,
     ProofKind,
+    Severity,
 )
 
 ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
@@ -93,16 +95,16 @@ class Rule:
     """A registered rule: ``fn`` runs only when the facts' mode is in ``modes``."""
 
     kind: str
-    severity: str
+    severity: Severity
     rank: int
-    modes: FrozenSet[str]
+    modes: FrozenSet[Mode]
     fn: RuleFn
 
 
 RULES: List[Rule] = []
 
 
-def rule(kind: str, severity: str, rank: int, modes: Iterable[str]) -> Callable[[RuleFn], RuleFn]:
+def rule(kind: str, severity: Severity, rank: int, modes: Iterable[Mode]) -> Callable[[RuleFn], RuleFn]:
     """Register a rule (see NOTE [ Rule ranks ] for ``rank``)."""
 
     def register(fn: RuleFn) -> RuleFn:
@@ -113,7 +115,7 @@ def rule(kind: str, severity: str, rank: int, modes: Iterable[str]) -> Callable[
     return register
 
 
-def certainty(facts: Facts, severity: str, pids: Tuple[int, ...]) -> str:
+def certainty(facts: Facts, severity: Severity, pids: Tuple[int, ...]) -> str:
     """``proven`` for a hang finding backed by the facts' proof (it covers one of ``pids``, or
     is the loader-level argument); ``suspected`` for any other hang finding; empty otherwise."""
     if severity != SEVERITY_HANG or facts.mode != MODE_HANG:

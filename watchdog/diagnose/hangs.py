@@ -26,6 +26,7 @@ from ..types import (
     ProofKind,
     ThreadAtFork,
     ThreadStack,
+    VerdictKind,
 )
 from .common import (
     BLOCKED_DOING,
@@ -1055,7 +1056,7 @@ def uneven_batches(facts: Facts) -> Optional[Finding]:
     collective timeout (allenai/allennlp#5088, microsoft/PyMarlin#80). Read from the inside view
     of every rank: the same iterator over, on one rank, while another delivered a different
     count and is still mid-epoch."""
-    if facts.rank is None or not facts.peer_loaders or facts.verdict is None or facts.verdict.kind == "dataloader":
+    if facts.rank is None or not facts.peer_loaders or facts.verdict is None or facts.verdict.in_loader:
         return None
     main = facts.sample.main
     own = [v for v in facts.sample.loaders if main is not None and v.pid == main.pid]
@@ -1108,7 +1109,7 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
     """Main's iterating thread stopped outside any DataLoader iterator (a collective, a lock,
     a sleep, user I/O), and no proof shows main deadlocked (``main_thread_deadlock`` covers that)."""
     v, stall = facts.verdict, facts.stall
-    if v is None or v.kind != "outside_loader" or stall is None:
+    if v is None or v.kind is not VerdictKind.OUTSIDE_LOADER or stall is None:
         return None
     pid = stall.main_pid
     if facts.proof is not None and pid in facts.proof.pids:
@@ -1189,7 +1190,7 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
 def unknown(facts: Facts) -> Finding:
     """The fallback when no rule matched: the stall and every stack are attached."""
     stall, v = hang_of(facts)
-    evidence = [waiting_main(facts) if v.kind == "dataloader" else f"main pid {stall.main_pid}: {v.reason}"]
+    evidence = [waiting_main(facts) if v.in_loader else f"main pid {stall.main_pid}: {v.reason}"]
     for view in worker_views(facts):
         evidence.append(
             f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, "

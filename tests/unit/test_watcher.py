@@ -1,0 +1,46 @@
+"""The watch loop's public face, on this test process itself (nothing is started): what
+other threads read of a watcher (:meth:`Watcher.status`), and the roles and examination
+switch a job-level watcher sets (:meth:`Watcher.set_roles`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from watchdog import config
+from watchdog.daemon import Watcher, WatcherStatus
+from watchdog.types import ROLE_LAUNCHER
+from watchdog.wake import Waker
+
+
+def _watcher(**kw) -> Watcher:
+    return Watcher(config.Config(), os.getpid(), None, lambda: False, Waker(), **kw)
+
+
+def test_the_status_is_a_frozen_snapshot_replaced_at_each_tick():
+    w = _watcher(rank={"RANK": "3", "WORLD_SIZE": "4"})
+    before = w.status()
+    assert before == WatcherStatus(rank="3", root_pid=os.getpid()) and before.sample is None
+    w.step()
+    after = w.status()
+    assert after is not before and after.sample is not None and after.sample.main is not None
+    assert after.sample.main.pid == os.getpid() and after.rank == "3" and after.last_hang_kind == ""
+    assert before.sample is None  # what another thread held is never changed under it
+
+
+def test_roles_set_from_outside_name_processes_in_the_next_sample_and_examination_can_be_turned_off():
+    w = _watcher()
+    w.set_roles({os.getpid(): ROLE_LAUNCHER}, examine=False)
+    w.step()
+    main = w.status().sample.main
+    assert main is not None and main.role is ROLE_LAUNCHER and not w.examine
+
+
+def test_a_watchers_own_loop_ends_when_stopped_from_another_thread():
+    w = _watcher()
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    w.stop.set()
+    w.wake.set()
+    t.join(10.0)
+    assert not t.is_alive()
