@@ -87,14 +87,14 @@ def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
     folder = inside.make_folder() if hooked else None
     try:
         if folder:
-            env = inside.hook_env(env, folder, os.getpid())
+            env = inside.hook_env(env, folder.path, os.getpid())
         cmd = [sys.executable, "-c", JOB, str(batches), str(batch_size), shape, str(step_ms), str(workers)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"{loader} run failed (exit {done.returncode}): {done.stderr.strip()[-300:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
         if folder:
-            result["file_bytes"] = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+            result["file_bytes"] = sum(os.path.getsize(os.path.join(folder.path, n)) for n in os.listdir(folder.path))
         return result
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{loader} run timed out after {timeout_s:g} s") from None

@@ -76,17 +76,17 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     """
     folder = inside.make_folder()
     try:
-        env = inside.hook_env(child_env(), folder, os.getpid())  # probes.train found from any working directory
+        env = inside.hook_env(child_env(), folder.path, os.getpid())  # probes.train found from any working directory
         done = subprocess.run(
             [sys.executable, "-m", "probes.train", *args], env=env, capture_output=True, text=True, timeout=timeout_s
         )
         if done.returncode != 0:
             raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")
         out = []
-        for name in sorted(os.listdir(folder)):
+        for name in sorted(os.listdir(folder.path)):
             if not name.endswith(".bin"):
                 continue
-            with open(os.path.join(folder, name), "rb") as f:
+            with open(os.path.join(folder.path, name), "rb") as f:
                 _, slots = inside.FORMAT.read_slots(f.read())
             for s in slots:
                 hist = s["hist"]

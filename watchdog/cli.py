@@ -17,7 +17,7 @@ import threading
 from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__
+from . import __version__, redact
 from . import config as config_mod
 from .argtypes import UsageParser, folder, positive_int
 from .collect import discovery, inside, procfs
@@ -38,6 +38,7 @@ _OVERRIDES = {
     "--report-dir": ("report_dir", str),
     "--pyspy-timeout": ("py_spy.timeout_s", float),
     "--metrics-port": ("metrics_port", int),
+    "--metrics-addr": ("metrics_addr", str),
 }
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
@@ -72,6 +73,7 @@ def _add_common(p: argparse.ArgumentParser, attach: bool = False) -> None:
     p.add_argument("--pyspy-timeout", type=float, metavar="S", help=h("py_spy.timeout_s"))
     p.add_argument("--no-native", action="store_true", help=h("py_spy.native", negated=True))
     p.add_argument("--metrics-port", type=int, metavar="PORT", help=h("metrics_port"))
+    p.add_argument("--metrics-addr", metavar="ADDR", help=h("metrics_addr"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,8 +187,8 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     folder, reader = _hook_folder(cfg)
-    env = inside.hook_env(os.environ, folder, os.getpid(), cfg.data_checks) if folder else None
-    tail = _start_stderr_tail(cfg, [folder] if folder else [])
+    env = inside.hook_env(os.environ, folder.path, os.getpid(), cfg.data_checks) if folder else None
+    tail = _start_stderr_tail(cfg, [folder.path] if folder else [])
     search = (env or os.environ).get("PATH", os.defpath)
     # The first executable of that name on PATH, as bash runs it: Python's own search would go
     # on to a later PATH folder when the first one's #! interpreter is missing (ENOENT), and run
@@ -383,10 +385,10 @@ def _hook_folder(cfg: config_mod.Config):
     except OSError as e:
         log(f"no inside view: cannot create its folder ({e.strerror}); watching from outside only")
         return None, inside.InsideReader(None, f"no inside view (its folder could not be created: {e.strerror})")
-    return folder, inside.InsideReader(folder)
+    return folder, inside.InsideReader(folder.path)
 
 
-def _remove(folder: Optional[str]) -> None:
+def _remove(folder: Optional[inside.HookFolder]) -> None:
     if folder:
         inside.remove_folder(folder)
 
@@ -413,7 +415,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         tree = [proc]
     folder = inside.folder_of(proc.pid)
     reader = inside.InsideReader(
-        folder, "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`"
+        folder.path if folder else None,
+        "no inside view: start the job with `dlwatch run` or `env $(dlwatch hook-env) …`",
     )
     pids = [p.pid for p in tree]
     view = reader.read(pids)
@@ -467,10 +470,10 @@ def cmd_hook_env() -> int:
         return Exit.USAGE
     import shlex
 
-    env = inside.hook_env(os.environ, folder, None)
+    env = inside.hook_env(os.environ, folder.path, None)
     # Quoted for the shell where needed: `eval "export $(dlwatch hook-env)"` works with any path;
     # `env $(dlwatch hook-env) …` with paths that hold no spaces.
-    print(f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder)}")
+    print(f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder.path)}")
     return Exit.OK
 
 
@@ -492,7 +495,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         signal.signal(sig, on_signal)
     folder = inside.folder_of(proc.pid) if cfg.hook else None
     reader = inside.InsideReader(
-        folder,
+        folder.path if folder else None,
         "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)"
         if cfg.hook
         else "no inside view (hook: false / --no-hook)",
@@ -500,7 +503,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
-    shown = " ".join(" ".join(procfs.redact_cmdline(proc.cmdline())).split())  # one line, even for `-c` code
+    shown = " ".join(" ".join(redact.cmdline(proc.cmdline())).split())  # one line, even for `-c` code
     log(f"watching pid {proc.pid} ({shown[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
         log(
@@ -517,7 +520,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return of_signal(stopped[0])
     watcher.after_exit(None, terminated=outcome.terminated)
     if folder:
-        inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended
+        inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended; still that one
     log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
     return Exit.HANG_REPORTED if outcome.reports else Exit.OK
 

@@ -226,8 +226,11 @@ class Config(_Settings, frozen=True):
     ] = None
     metrics_addr: Annotated[
         _Text,
-        Meta(description="address the metrics endpoint listens on (127.0.0.1: this host only)"),
-    ] = "0.0.0.0"
+        Meta(
+            description="address the metrics endpoint listens on: this host only by default; 0.0.0.0 (all "
+            "addresses) when a Prometheus elsewhere scrapes it through a port you publish on purpose"
+        ),
+    ] = "127.0.0.1"
     py_spy: Annotated[PySpyConfig, Meta(description="how stacks are taken (py-spy dump)")] = PySpyConfig()
 
 

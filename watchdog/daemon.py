@@ -34,14 +34,13 @@ import dataclasses
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import __version__, act, detect, frames, report, writer
+from . import __version__, act, detect, frames, redact, report, writer
 from .alert import Alerts
 from .collect import cgroup, examine, procfs, pyspy
 from .collect.inside import InsideReader
@@ -533,31 +532,28 @@ class Watcher:
         settings = self.config.as_dict()
         for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec"):
             if settings.get(key):
-                settings[key] = procfs.REDACTED  # a shell command, which may carry a token
+                settings[key] = redact.REDACTED  # a shell command, which may carry a token
         info = {"version": __version__, "py_spy": self.pyspy, "settings": settings}
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
         say(report.short_summary(rep.text, warning=summary_only))
         try:
-            path = writer.write_with_fallback(
-                rep, [self.config.report_dir, os.path.join(tempfile.gettempdir(), "dlwatch-reports")], log
-            )
+            path = writer.write_with_fallback(rep, self.config.report_dir, log)
             self.outcome.reports.append(path)
             log(f"full report: {os.path.join(path, 'report.txt')}")
             first = diagnoses[0]
             self.on_report(facts.mode, first.kind, str((self.rank or {}).get("RANK", "")))
-            self.alerts.fire(
-                facts.mode,
-                {
-                    "DLWATCH_REPORT": path,
-                    "DLWATCH_KIND": first.kind,
-                    "DLWATCH_MODE": facts.mode,
-                    "DLWATCH_SUMMARY": first.summary,
-                    "DLWATCH_ACTION": action,
-                    "DLWATCH_JOB_PID": str(job["pid"]),
-                    "DLWATCH_RANK": str((self.rank or {}).get("RANK", "")),
-                },
-            )
+            hook_env = {
+                "DLWATCH_REPORT": path,
+                "DLWATCH_KIND": first.kind,
+                "DLWATCH_MODE": str(facts.mode),
+                "DLWATCH_SUMMARY": first.summary,
+                "DLWATCH_ACTION": action,
+                "DLWATCH_JOB_PID": str(job["pid"]),
+                "DLWATCH_RANK": str((self.rank or {}).get("RANK", "")),
+            }
+            # The summary quotes the job's exception text: redacted like every byte we write.
+            self.alerts.fire(facts.mode, {k: redact.value(v) for k, v in hook_env.items()})
         except ReportWriteError as e:
             log(f"{e}; the summary above is all that was kept")
 

@@ -140,7 +140,7 @@ class JobMetrics(Collector):
         yield from (cpu, rss, uss, fds, max_fds, threads, pinned, since, shm_used, shm_size, batches, wait, reports)
 
 
-def serve(port: int, collector: JobMetrics, addr: str = "0.0.0.0"):
+def serve(port: int, collector: JobMetrics, addr: str = "127.0.0.1"):
     """Serve ``collector`` at ``http://ADDR:PORT/metrics`` in a daemon thread.
 
     Returns the server (``shutdown()`` stops it).

@@ -12,8 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
-from . import frames
-from .collect.procfs import redact_cmdline
+from . import frames, redact
 from .types import (
     ROLE_MAIN,
     ROLE_WORKER,
@@ -89,7 +88,7 @@ def _process_entry(p: ProcessSample, stack: Optional[ProcessStack], role: str, r
         "role": role,
         "role_source": role_source,
         "name": p.name,
-        "cmdline": redact_cmdline(p.cmdline),
+        "cmdline": redact.cmdline(p.cmdline),
         "start_method": p.start_method,
         **_metrics(p),
         "threads_proc": [_thread_proc(d) for d in details],
@@ -333,7 +332,7 @@ def build(
         suffix: appended to the folder name (``crash``, ``warning-<kind>``), or empty.
         action_note: why the action was (or was not) taken, or empty.
     """
-    job = {**job, "cmdline": redact_cmdline(job.get("cmdline") or [])}
+    job = {**job, "cmdline": redact.cmdline(job.get("cmdline") or [])}
     role_of = roles(facts)
     processes = []
     raw_files = []
@@ -374,9 +373,16 @@ def build(
         "watchdog": watchdog_info,
         "timeline": _timeline(facts.timeline),
     }
+    # The suffix may carry a job's value (its rank): one path component of plain characters.
+    suffix = re.sub(r"[^A-Za-z0-9_.-]", "_", suffix).lstrip(".")
     name = folder_name(detected_wall, job["pid"]) + (f"-{suffix}" if suffix else "")
-    text = "\n".join(printable(line) for line in text_lines(document)) + "\n"
-    return Report(folder_name=name, document=document, text=text, raw_files=tuple(raw_files))
+    # Every byte that leaves goes through redaction once more, by shape (watchdog.redact): the
+    # collectors redacted by name what they read (environment, locals, command lines); an
+    # exception message, the stderr tail or a raw py-spy dump may still hold a token.
+    document = redact.document(document)
+    text = redact.value("\n".join(printable(line) for line in text_lines(document)) + "\n")
+    raw = tuple((n, redact.pyspy_json(t) if n.endswith(".json") else redact.value(t)) for n, t in raw_files)
+    return Report(folder_name=name, document=document, text=text, raw_files=raw)
 
 
 # Control characters (C0 but tab and newline, DEL, C1): text from the job (its stderr, its

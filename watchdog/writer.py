@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from .errors import ReportWriteError
 from .types import Report
@@ -54,23 +55,67 @@ def write(report: Report, report_dir: str) -> str:
     return final
 
 
-def write_with_fallback(
-    report: Report, report_dirs: Sequence[str], on_fallback: Optional[Callable[[str], None]] = None
-) -> str:
-    """:func:`write` to the first of ``report_dirs`` that works; ``on_fallback`` is told why
-    the first one failed when another was used.
+# The fallback folder's name in the temporary directory (``$TMPDIR``).
+FALLBACK_NAME = "dlwatch-reports"
+
+
+def _private_dir(path: str) -> bool:
+    """Whether ``path`` is a directory (not a link) of this user that nobody else may enter,
+    in a folder nobody else may rename entries of (its own, or a sticky root-owned ``/tmp``)."""
+    try:
+        st, parent = os.lstat(path), os.lstat(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    own = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+    safe_parent = parent.st_uid == os.getuid() or (bool(parent.st_mode & stat.S_ISVTX) and parent.st_uid == 0)
+    return own and safe_parent
+
+
+def fallback_dir(base: Optional[str] = None) -> str:
+    """The folder for reports when ``report_dir`` cannot be written: ``dlwatch-reports`` in the
+    temporary directory ``base`` when it is this user's own and private (made 0700 when
+    missing), else a fresh private ``dlwatch-reports-XXXXXXXX`` there. Another user may have
+    made ``/tmp/dlwatch-reports`` first, or a link by that name: a root dlwatch never writes
+    through either.
 
     Raises:
-        ReportWriteError: every folder failed; the message names the first one.
+        ReportWriteError: not even a fresh folder can be made.
     """
-    first_error = None
-    for d in report_dirs:
-        try:
-            path = write(report, d)
-            if first_error is not None and on_fallback is not None:
-                on_fallback(f"{first_error}; wrote to {d} instead")
-            return path
-        except ReportWriteError as e:
-            first_error = first_error or e
-    assert first_error is not None
-    raise first_error
+    base = base or tempfile.gettempdir()
+    path = os.path.join(base, FALLBACK_NAME)
+    try:
+        os.mkdir(path, 0o700)
+    except OSError:
+        pass  # there already (ours or another's), or base is not writable: checked next
+    if _private_dir(path):
+        return path
+    try:
+        return tempfile.mkdtemp(prefix=FALLBACK_NAME + "-", dir=base)
+    except OSError as e:
+        raise ReportWriteError(path, e.strerror or str(e)) from None
+
+
+def write_with_fallback(
+    report: Report,
+    report_dir: str,
+    on_fallback: Optional[Callable[[str], None]] = None,
+    fallback_base: Optional[str] = None,
+) -> str:
+    """:func:`write` to ``report_dir``, or when that fails to :func:`fallback_dir` (in
+    ``fallback_base``, default the temporary directory); ``on_fallback`` is told why and where.
+
+    Raises:
+        ReportWriteError: both failed; the message names ``report_dir``.
+    """
+    try:
+        return write(report, report_dir)
+    except ReportWriteError as e:
+        first_error = e
+    try:
+        other = fallback_dir(fallback_base)
+        path = write(report, other)
+    except ReportWriteError:
+        raise first_error from None
+    if on_fallback is not None:
+        on_fallback(f"{first_error}; wrote to {other} instead")
+    return path

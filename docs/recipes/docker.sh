@@ -7,4 +7,4 @@ exec docker run --rm \
   -p 9400:9400 \
   -v "$PWD/dlwatch-reports:/workspace/dlwatch-reports" \
   my-registry/train:latest \
-  dlwatch run --metrics-port 9400 --report-dir /workspace/dlwatch-reports -- python train.py --epochs 10
+  dlwatch run --metrics-port 9400 --metrics-addr 0.0.0.0 --report-dir /workspace/dlwatch-reports -- python train.py --epochs 10

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.unit.builders import WORKER_PID, fixture
-from watchdog import frames, states
+from watchdog import frames, redact, states
 from watchdog.collect import procfs, pyspy, waits
 from watchdog.errors import ProcError, ProcessGone
 from watchdog.types import ProcId, StackFailureKind, WaitKind
@@ -125,7 +125,7 @@ def test_a_background_process_stopped_on_its_terminal_is_told_from_a_paused_one(
 
 
 def test_secret_environment_values_are_redacted():
-    env = procfs.redact_env(
+    env = redact.env(
         {
             "AWS_SECRET_ACCESS_KEY": "x",
             "HF_TOKEN": "y",
@@ -135,7 +135,7 @@ def test_secret_environment_values_are_redacted():
         }
     )
     assert env["OMP_NUM_THREADS"] == "4"
-    more = procfs.redact_env(
+    more = redact.env(
         {
             "GITHUB_PAT": "x",
             "CI_JOB_JWT": "x",
@@ -148,9 +148,9 @@ def test_secret_environment_values_are_redacted():
         }
     )
     assert more["PWD"] == "/work"
-    assert all(procfs.REDACTED in v and "abc" not in v for k, v in more.items() if k != "PWD")
+    assert all(redact.REDACTED in v and "abc" not in v for k, v in more.items() if k != "PWD")
     assert env["DATABASE_URL"] == "postgres://u:<redacted>@h/db"
-    assert {env[k] for k in ("AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DB_PASSWORD")} == {procfs.REDACTED}
+    assert {env[k] for k in ("AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "DB_PASSWORD")} == {redact.REDACTED}
 
 
 def test_wchan_families_cover_old_and_new_kernel_names():

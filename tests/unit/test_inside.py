@@ -244,3 +244,63 @@ def test_a_recorder_that_stopped_itself_is_named_with_its_reason(tmp_path):
     view = inside.InsideReader(str(tmp_path)).read()
     assert "pid 77 stopped: cannot install on this torch" in view.note
     assert "not enabled" in inside.InsideReader(None, "no inside view (not enabled)").read().note
+
+
+def test_a_hook_folder_is_removed_only_while_it_is_the_one_made_and_a_swapped_one_stays(tmp_path, monkeypatch):
+    monkeypatch.setattr(inside.tempfile, "tempdir", str(tmp_path))
+    made = inside.make_folder()
+    (open(os.path.join(made.path, "12.bin"), "wb")).close()
+    assert inside.remove_folder(made) and not os.path.lexists(made.path)
+    again = inside.make_folder()
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)  # made while the first exists: another inode
+    (other / "keep").write_text("x")
+    os.rmdir(again.path)
+    os.rename(other, again.path)  # same name, another directory: not the one made
+    assert not inside.remove_folder(again) and os.path.exists(os.path.join(again.path, "keep"))
+    shutil.rmtree(again.path)
+    linked = inside.make_folder()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    os.rmdir(linked.path)
+    os.symlink(target, linked.path)  # a link where the folder was: never followed
+    assert not inside.remove_folder(linked) and (target / "keep").exists()
+
+
+def test_a_fifo_in_the_hook_folder_never_blocks_the_reader(tmp_path):
+    os.mkfifo(tmp_path / "123.json")
+    os.mkfifo(tmp_path / "124.bin")
+    view = inside.InsideReader(str(tmp_path)).read()  # returns: nothing is opened for blocking reads
+    assert view.loaders == () and "not a regular file" in (view.note or "")
+
+
+def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_taken_from_a_jobs_environment(
+    tmp_path,
+):
+    import subprocess
+    import sys
+
+    private = tmp_path / "secret"  # as /root/.ssh: this user's, closed to others, but no hook folder
+    private.mkdir(mode=0o700)
+    hook = tmp_path / "dlwatch-hook-abcd1234"
+    hook.mkdir(mode=0o700)
+    shared = tmp_path / "dlwatch-hook-open5678"
+    shared.mkdir(mode=0o755)
+    found = {}
+    for folder in (private, hook, shared, "relative/dlwatch-hook-abcd1234"):
+        env = {**os.environ, FMT.ENV_DIR: str(folder)}
+        job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env=env)
+        try:
+            for _ in range(100):
+                if inside.FORMAT.ENV_DIR.encode() in open(f"/proc/{job.pid}/environ", "rb").read():
+                    break
+            found[str(folder)] = inside.folder_of(job.pid)
+        finally:
+            job.kill()
+            job.wait(10)
+    assert (
+        found[str(private)] is None and found[str(shared)] is None and found["relative/dlwatch-hook-abcd1234"] is None
+    )
+    taken = found[str(hook)]
+    assert taken is not None and taken.path == str(hook) and taken.ino == os.lstat(hook).st_ino

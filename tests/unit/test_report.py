@@ -57,9 +57,42 @@ def test_writer_failure_names_the_folder_and_leaves_nothing(tmp_path):
     with pytest.raises(ReportWriteError) as e:
         writer.write(rep, str(blocker / "sub"))
     assert str(blocker) in str(e.value)
-    assert writer.write_with_fallback(rep, [str(blocker / "sub"), str(tmp_path / "ok")]).startswith(
-        str(tmp_path / "ok")
-    )
+    told = []
+    path = writer.write_with_fallback(rep, str(blocker / "sub"), told.append, fallback_base=str(tmp_path))
+    assert path.startswith(str(tmp_path / writer.FALLBACK_NAME)) and str(blocker) in told[0]
+    assert f"wrote to {os.path.dirname(path)} instead" in told[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's folder is made with chown (root)")
+def test_a_fallback_folder_another_user_made_or_linked_is_never_written_through(tmp_path):
+    """Another local user made /tmp/dlwatch-reports first (theirs, or a link to their folder):
+    root's report goes to a fresh private folder, never into theirs."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir(mode=0o777)
+    os.chmod(sticky, 0o1777)
+    theirs = tmp_path / "attacker"
+    theirs.mkdir(mode=0o777)
+    os.chown(theirs, 65534, 65534)
+    rep = Report("n", {}, "t", ())
+    for squat in ("folder", "link"):
+        target = sticky / writer.FALLBACK_NAME
+        if squat == "folder":
+            target.mkdir(mode=0o777)
+            os.chown(target, 65534, 65534)
+        else:
+            target.symlink_to(theirs)
+        folder = writer.fallback_dir(str(sticky))
+        assert os.path.dirname(folder) == str(sticky) and folder != str(target), squat
+        st = os.lstat(folder)
+        assert st.st_uid == os.getuid() and not st.st_mode & 0o077
+        path = writer.write(rep, folder)
+        assert not os.listdir(theirs) and os.path.realpath(path).startswith(str(sticky) + "/"), squat
+        if squat == "folder":
+            os.rmdir(target)
+        else:
+            os.unlink(target)
+    made = writer.fallback_dir(str(sticky))  # nobody squats: the usual name, made private
+    assert made == str(sticky / writer.FALLBACK_NAME) and not os.lstat(made).st_mode & 0o077
 
 
 def test_the_stderr_summary_is_short_and_wrapped():
@@ -86,7 +119,8 @@ def test_the_stderr_summary_is_short_and_wrapped():
 
 
 def test_secret_looking_arguments_are_redacted_from_command_lines():
-    from watchdog.collect.procfs import REDACTED, redact_cmdline
+    from watchdog.redact import REDACTED
+    from watchdog.redact import cmdline as redact_cmdline
 
     args = [
         "python",
@@ -116,8 +150,8 @@ def test_secret_looking_arguments_are_redacted_from_command_lines():
 def test_locals_with_secret_looking_names_are_redacted():
     import json
 
-    from watchdog.collect.procfs import REDACTED
     from watchdog.collect.pyspy import parse_dump
+    from watchdog.redact import REDACTED
 
     dump = [
         {

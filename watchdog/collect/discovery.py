@@ -180,9 +180,18 @@ def find_main(root: psutil.Process) -> Optional[psutil.Process]:
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 
 
+# What a rank variable may hold: a decimal integer (torch.distributed's env:// rendezvous reads
+# them with int(); torch/distributed/rendezvous.py, _env_rendezvous_handler), or for
+# TORCHELASTIC_RUN_ID a plain name. They name report folders: nothing else is let through.
+_RANK_VALUE = re.compile(r"[0-9]{1,9}\Z")
+_RUN_ID_VALUE = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+
+
 def rank_env(pid: int) -> Optional[Dict[str, str]]:
     """The rank variables (``RANK_VARS``) in ``/proc/PID/environ`` when ``RANK`` is among them,
-    else ``None`` (also when unreadable)."""
+    else ``None`` (also when unreadable). The job sets them: a value that is not a decimal
+    integer (``TORCHELASTIC_RUN_ID``: a plain name) is left out, and without a valid ``RANK``
+    the process is no rank (``RANK='0/x'`` never reaches a folder name)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read()
@@ -191,8 +200,11 @@ def rank_env(pid: int) -> Optional[Dict[str, str]]:
     env = {}
     for item in data.split(b"\0"):
         key, sep, value = item.partition(b"=")
-        if sep and key.decode("ascii", "replace") in RANK_VARS:
-            env[key.decode()] = value.decode("utf-8", "replace")
+        name = key.decode("ascii", "replace")
+        if sep and name in RANK_VARS:
+            text = value.decode("utf-8", "replace")
+            if (_RUN_ID_VALUE if name == "TORCHELASTIC_RUN_ID" else _RANK_VALUE).match(text):
+                env[name] = text
     return env if "RANK" in env else None
 
 

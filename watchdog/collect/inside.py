@@ -17,10 +17,12 @@ import errno
 import importlib.util
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
 import threading
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerFetch
@@ -86,37 +88,86 @@ def hook_env(
     return out
 
 
-def folder_of(pid: int) -> Optional[str]:
-    """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
-    environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), when it is a folder of ours
-    closed to others; else ``None``."""
-    from .procfs import environ
+# ``tempfile.mkdtemp(prefix=HOOK_PREFIX)`` names: the prefix and eight of its random characters.
+HOOK_PREFIX = "dlwatch-hook-"
+_HOOK_NAME = re.compile(re.escape(HOOK_PREFIX) + r"[a-z0-9_]{8}\Z")
 
-    folder = (environ(pid) or {}).get(FORMAT.ENV_DIR)
-    if not folder:
+
+@dataclass(frozen=True)
+class HookFolder:
+    """A recorder folder and its identity when dlwatch made or accepted it: ``dev`` and
+    ``ino`` of the directory (``lstat``). Only a folder that still has that identity is ever
+    removed (:func:`remove_folder`)."""
+
+    path: str
+    dev: int
+    ino: int
+
+
+def _private_dir(path: str) -> Optional[os.stat_result]:
+    """``lstat`` of ``path`` when it is a directory (not a link) of this user closed to others."""
+    try:
+        st = os.lstat(path)
+    except OSError:
         return None
-    for path in (folder, f"/proc/{pid}/root{folder}"):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if os.path.isdir(path) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
-            return path
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return st
     return None
 
 
-def make_folder() -> str:
-    """A new private folder (0700) for the recorder's files.
+def _safe_parent(path: str) -> bool:
+    """Whether nobody else can swap what ``path`` names: its parent is this user's own, or a
+    sticky folder (``/tmp``) whose entries only their owners may rename or remove."""
+    try:
+        st = os.lstat(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and (
+        st.st_uid == os.getuid() or (bool(st.st_mode & stat.S_ISVTX) and st.st_uid == 0)
+    )
+
+
+def folder_of(pid: int) -> Optional[HookFolder]:
+    """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
+    environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), or ``None`` unless it is one
+    ``dlwatch hook-env`` could have made: named ``dlwatch-hook-XXXXXXXX``, a directory (not a
+    link) of this user closed to others, in a folder nobody else may rename entries of. The
+    job controls its environment; this is what keeps it from pointing a root dlwatch at
+    ``/root`` (which :func:`remove_folder` would then delete)."""
+    from .procfs import environ
+
+    folder = (environ(pid) or {}).get(FORMAT.ENV_DIR)
+    if not folder or not os.path.isabs(folder) or not _HOOK_NAME.match(os.path.basename(folder)):
+        return None
+    for path in (folder, f"/proc/{pid}/root{folder}"):
+        st = _private_dir(path)
+        if st is not None and _safe_parent(path):
+            return HookFolder(path, st.st_dev, st.st_ino)
+    return None
+
+
+def make_folder() -> HookFolder:
+    """A new private folder (0700) for the recorder's files, in the temporary directory.
 
     Raises:
         OSError: the temporary directory cannot be written.
     """
-    return tempfile.mkdtemp(prefix="dlwatch-hook-")
+    path = tempfile.mkdtemp(prefix=HOOK_PREFIX)
+    st = os.lstat(path)
+    return HookFolder(path, st.st_dev, st.st_ino)
 
 
-def remove_folder(folder: str) -> None:
-    """Remove the recorder's folder and its files; errors are ignored (it lives in /tmp)."""
-    shutil.rmtree(folder, ignore_errors=True)
+def remove_folder(folder: HookFolder) -> bool:
+    """Remove the recorder's folder and its files, only while ``folder.path`` still names the
+    directory dlwatch made or accepted (same ``dev`` and ``ino``, not a link, still this
+    user's and private); ``shutil.rmtree`` then removes it without following links (it works
+    from directory descriptors where the platform allows: ``shutil.rmtree.avoids_symlink_attacks``).
+    Returns whether it was removed; errors are ignored (it lives in /tmp)."""
+    st = _private_dir(folder.path)
+    if st is None or (st.st_dev, st.st_ino) != (folder.dev, folder.ino):
+        return False
+    shutil.rmtree(folder.path, ignore_errors=True)
+    return not os.path.lexists(folder.path)
 
 
 def percentile_s(hist: Tuple[int, ...], q: float) -> Optional[float]:

@@ -20,22 +20,13 @@ import stat
 import threading
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
+from .. import redact
 from ..errors import ProcAccessDenied, ProcError, ProcessGone
 from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadSample, WaitKind
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-_SECRET_KEY = re.compile(
-    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY|_KEY$|^KEY"
-    r"|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
-    re.I,
-)
-# Values that carry a secret whatever their key is called (Azure connection strings, signed URLs).
-_SECRET_VALUE = re.compile(r"(AccountKey|SharedAccessKey|SharedAccessSignature|sig|password|pwd)=([^;&\s]+)", re.I)
-# An HTTP credential inside any value: "Authorization: Bearer X", "Basic X", "token X".
-_AUTH_VALUE = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+[^\s\"']+", re.I)
-REDACTED = "<redacted>"
 
 
 @contextlib.contextmanager
@@ -150,8 +141,9 @@ class ProcStat(NamedTuple):
     page faults), ``cpu_ticks`` (14 + 15: user + system CPU in clock ticks, ``CLK_TCK`` a
     second), ``num_threads`` (20), ``start_ticks`` (22: start time in clock ticks since boot),
     ``rss_pages`` (24: resident pages of ``PAGE_SIZE`` bytes, as ``statm``'s ``resident``),
-    ``pgrp`` (5), ``tty_nr`` (7: the controlling terminal, 0 for none) and ``tpgid`` (8: the
-    foreground process group of that terminal, -1 for none). The only parser of that file."""
+    ``pgrp`` (5), ``tty_nr`` (7: the controlling terminal, 0 for none), ``tpgid`` (8: the
+    foreground process group of that terminal, -1 for none) and ``session`` (6). The only
+    parser of that file."""
 
     comm: str
     state: str
@@ -165,6 +157,7 @@ class ProcStat(NamedTuple):
     pgrp: int
     tty_nr: int
     tpgid: int
+    session: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -201,6 +194,7 @@ def parse_proc_stat(data: bytes) -> ProcStat:
         int(rest[2]),
         int(rest[4]),
         int(rest[5]),
+        int(rest[3]),
     )
 
 
@@ -340,6 +334,18 @@ def children_of(pid: int) -> Optional[Tuple[int, ...]]:
     for tid in task_ids(pid) or ():
         out.extend(thread_children(pid, tid))
     return tuple(out)
+
+
+def group_members(pgrp: int, session: int) -> List[Tuple[int, ProcStat]]:
+    """``(pid, stat)`` of every process on the host in process group ``pgrp`` of ``session``
+    (``stat`` fields 5 and 6). Cost: one read per process on the host."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = proc_stat(int(entry))
+            if st is not None and st.pgrp == pgrp and st.session == session:
+                out.append((int(entry), st))
+    return out
 
 
 def ppid_map() -> Dict[int, int]:
@@ -684,59 +690,6 @@ def pipe_holders(pipes) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int
     )
 
 
-_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
-
-
-def redact_env(env: Dict[str, str]) -> Dict[str, str]:
-    """``env`` with the values of secret-looking keys (TOKEN, SECRET, PASSWORD, PAT, JWT, DSN,
-    WEBHOOK, …) replaced, and in every other value the passwords inside URLs
-    (``postgres://user:PASSWORD@host``), ``AccountKey=``/``sig=``-style parts and HTTP
-    credentials (``Bearer X``) replaced (:func:`redact_value`)."""
-    out = {}
-    for k, v in env.items():
-        out[k] = REDACTED if _SECRET_KEY.search(k) else redact_value(v)
-    return out
-
-
-def redact_local(name: str, value: str) -> str:
-    """A local variable's ``repr`` as a report may show it: replaced when the name looks secret
-    (the same names as :func:`redact_env`'s keys: ``api_key``, ``password``, ``token`` …),
-    else with credentials inside it replaced (:func:`redact_value`)."""
-    return REDACTED if _SECRET_KEY.search(name) else redact_value(value)
-
-
-def redact_cmdline(args) -> List[str]:
-    """A command line with secret-looking values replaced: ``--api-key=V`` and ``--api-key V``
-    (flag names as secret-looking as :func:`redact_env`'s keys), ``TOKEN=V`` assignments, and
-    passwords inside URLs and ``password=``-style parts of any argument."""
-    out: List[str] = []
-    hide_next = False
-    for arg in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, eq, _value = arg.partition("=")
-        key = name.lstrip("-").replace("-", "_")
-        if key and _SECRET_KEY.search(key) and (eq or name.startswith("-")):
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(redact_value(arg))
-    return out
-
-
-def redact_value(text: str) -> str:
-    """``text`` with passwords inside URLs, ``password=``-style parts and HTTP credentials
-    (``Bearer X``, ``Basic X``) replaced."""
-    text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
-    text = _AUTH_VALUE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    return _SECRET_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
-
-
 def environ(pid: int) -> Optional[Dict[str, str]]:
     """The redacted environment of ``pid`` (``/proc/PID/environ``), or ``None``."""
     text = _read(f"/proc/{pid}/environ")
@@ -747,7 +700,7 @@ def environ(pid: int) -> Optional[Dict[str, str]]:
         if "=" in item:
             k, v = item.split("=", 1)
             env[k] = v
-    return redact_env(env)
+    return redact.env(env)
 
 
 def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:

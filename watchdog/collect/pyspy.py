@@ -41,10 +41,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from .. import redact
 from ..errors import PTRACE_REMEDY
 from ..types import Frame, ProcessStack, StackFailure, ThreadStack
 from ..types import StackFailureKind as Kind
-from .procfs import proc_stat, redact_local
+from .procfs import proc_stat
 
 _PERMISSION_MARKERS = ("permission denied", "operation not permitted", "failed to get process executable name", "eperm")
 
@@ -108,7 +109,7 @@ def parse_dump(text: str, locals_: bool = False) -> Tuple[ThreadStack, ...]:
             loc = None
             if locals_ and f.get("locals"):
                 loc = tuple(
-                    (str(v.get("name")), redact_local(str(v.get("name")), str(v.get("repr")))) for v in f["locals"]
+                    (str(v.get("name")), redact.local(str(v.get("name")), str(v.get("repr")))) for v in f["locals"]
                 )
             frames.append(
                 Frame(

@@ -24,6 +24,7 @@ import os
 import re
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,34 +40,58 @@ _LOCK = "lock"
 _UNLOCKED_GRACE_S = 3600.0
 
 
+def _owned_lock_free(folder: str) -> Optional[bool]:
+    """Whether ``folder`` (a directory of this user, checked by the caller) has a ``lock`` file
+    whose ``flock`` can be taken now (``True``: no live owner), is held (``False``), or has
+    none (``None``). The lock is opened without following a link and without blocking, and only
+    a regular file of this user counts: anything else another user or the job put there
+    (a FIFO, a link to a device) is never waited on."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        try:
+            fd = os.open(_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                return False
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+
+
 def sweep_stale(tmpdir: str) -> int:
     """Remove the ``dlwatch-stderr-*`` folders under ``tmpdir`` that no live dlwatch or pump
     owns: their ``lock`` file's ``flock`` can be taken (the kernel drops a flock when the last
     descriptor of its open file description closes, so a killed owner holds none: flock(2)).
-    Folders without a lock file are removed only when older than an hour. Returns how many
+    Folders without a lock file are removed only when older than an hour. Only real
+    directories of this user are looked into (``lstat`` first: another user's folder, a link or
+    a FIFO named like ours is skipped, and nothing there is ever waited on). Returns how many
     were removed; never raises."""
     removed = 0
     for folder in glob.glob(os.path.join(glob.escape(tmpdir), _PREFIX + "*")):
         try:
-            fd = os.open(os.path.join(folder, _LOCK), os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            try:
-                stale = time.time() - os.lstat(folder).st_mtime > _UNLOCKED_GRACE_S
-            except OSError:
-                continue
+            st = os.lstat(folder)
         except OSError:
             continue
-        else:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                stale = True
-            except OSError:
-                stale = False
-            finally:
-                os.close(fd)
-        if stale and os.path.isdir(folder) and not os.path.islink(folder) and os.stat(folder).st_uid == os.getuid():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        free = _owned_lock_free(folder)
+        stale = free if free is not None else time.time() - st.st_mtime > _UNLOCKED_GRACE_S
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)  # no link followed (shutil.rmtree.avoids_symlink_attacks)
+            removed += not os.path.lexists(folder)
     return removed
 
 

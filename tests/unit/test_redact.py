@@ -1,0 +1,98 @@
+"""Redaction by name and by shape (:mod:`watchdog.redact`): each kind of secret that reached a
+report or a hook before is planted in the strings a report carries, and what an SRE needs
+(names, hosts, paths, settings) stays."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from watchdog import redact
+from watchdog.redact import REDACTED
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+SIGNED = (
+    "https://bucket.s3.amazonaws.com/shard-00042.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20261201&X-Amz-Signature=9f2c8a1b7e3d4c5f60718293a4b5c6d7e8f90a1b2c3d"
+)
+WEBHOOK = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/Xq8sV3kLm2Np7Rt4Wy9Zb1Cd"
+
+
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        (f"401 Unauthorized: token {JWT} expired", JWT),
+        (f"requests.get({SIGNED!r}) timed out", "9f2c8a1b7e3d4c5f60718293a4b5c6d7e8f90a1b2c3d"),
+        (f"boto3 failed with key {AWS_KEY}", AWS_KEY),
+        (f"POST {WEBHOOK} failed", "Xq8sV3kLm2Np7Rt4Wy9Zb1Cd"),
+        ("Authorization: Bearer s3cr3t-Bearer-Value-123", "s3cr3t-Bearer-Value-123"),
+        ("postgres://trainer:hunter2pass@db.internal:5432/runs", "hunter2pass"),
+        ("{'api_key': 'k-9a8b7c6d5e', 'lr': 0.1}", "k-9a8b7c6d5e"),
+        ('{"password": "pa ss\\"word", "epochs": 3}', 'pa ss\\"word'),
+        ("huggingface_hub.errors: hf_AbCdEfGhIjKlMnOpQrStUvWx0123 is not valid", "hf_AbCdEfGhIjKlMnOpQrStUvWx0123"),
+        ("git clone https://x:ghp_0123456789abcdefghijABCDEFGHIJ012345@github.com/o/r", "ghp_0123456789abcdefghij"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+        ("ValueError: invalid api key 9e1f0c2b7a3d4e5f6a7b8c9d", "9e1f0c2b7a3d4e5f6a7b8c9d"),
+        ("connect(DefaultEndpointsProtocol=https;AccountKey=ZmFrZWtleQ==;EndpointSuffix=x)", "ZmFrZWtleQ=="),
+    ],
+)
+def test_a_secret_is_found_by_its_shape_wherever_it_appears(text, secret):
+    out = redact.value(text)
+    assert secret not in out and REDACTED in out, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/home/ml/.cache/huggingface/hub/models--bert-base-uncased/snapshots/main/config.json",
+        "tokenizer(text, return_token_type_ids=False, max_length=512)",
+        "DataLoader(ds, num_workers=8, pin_memory=True, prefetch_factor=2)",
+        "https://github.com/pytorch/pytorch/issues/13246",
+        "File /usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py, line 1284, in _get_data",
+        "pid 2847 (dataloader_worker): state S, wchan futex_do_wait, syscall 202",
+        "the tokenizer's vocabulary has 30522 tokens",
+    ],
+)
+def test_what_an_sre_needs_stays(text):
+    assert redact.value(text) == text
+
+
+def test_a_command_line_loses_its_secrets_and_keeps_its_settings():
+    config = json.dumps({"data": "/datasets/imagenet", "wandb": {"api_key": "0123abcd4567"}})
+    args = ["mysql", "-p", "sekrit", "-pInline9", "--lr", "0.1", f"--config={config}", "-p8080"]
+    out = redact.cmdline(args)
+    assert "sekrit" not in out and "-pInline9" not in out and "0123abcd4567" not in " ".join(out)
+    assert out[:2] == ["mysql", "-p"] and out[4:6] == ["--lr", "0.1"] and "/datasets/imagenet" in out[6]
+    assert out[7] == "-p8080"  # a number after -p is a port, kept
+
+
+def test_locals_are_redacted_by_name_and_by_shape_and_raw_pyspy_json_too():
+    assert redact.local("api_key", "'plain'") == REDACTED
+    assert redact.local("headers", f"{{'Authorization': 'Bearer {JWT}'}}").count(JWT) == 0
+    raw = json.dumps(
+        [
+            {
+                "frames": [
+                    {
+                        "name": "fetch",
+                        "locals": [{"name": "password", "repr": "'hunter2'"}, {"name": "url", "repr": SIGNED}],
+                    }
+                ]
+            }
+        ]
+    )
+    out = redact.pyspy_json(raw)
+    assert (
+        "hunter2" not in out
+        and "9f2c8a1b7e3d4c5f6071" not in out
+        and json.loads(out)[0]["frames"][0]["name"] == "fetch"
+    )
+
+
+def test_a_document_is_redacted_string_by_string_and_its_keys_kept():
+    doc = {"stderr_tail": f"RuntimeError: {WEBHOOK} returned 403", "n": 3, "items": [JWT, "ok"]}
+    out = redact.document(doc)
+    assert set(out) == set(doc) and out["n"] == 3 and out["items"][1] == "ok"
+    assert "Xq8sV3kLm2Np7Rt4Wy9Zb1Cd" not in json.dumps(out) and JWT not in json.dumps(out)

@@ -1,0 +1,198 @@
+"""Redaction of secrets from everything dlwatch writes: report files, raw stacks, HTML, the
+alert hooks' environment and its own stderr. A leaf module (it imports nothing of the
+watchdog): the collectors redact what they read, the report builder redacts the whole
+document and its texts once more, by shape, before anything leaves.
+
+Two ways to find a secret, both needed (GitHub's and truffleHog's secret scanning do the same):
+
+- **by name**: the value of an environment variable, a local variable, a command-line flag or a
+  ``key=value``/``"key": "value"`` pair whose name looks secret (TOKEN, SECRET, PASSWORD, PAT,
+  JWT, DSN, WEBHOOK, API_KEY, …) is replaced whole;
+- **by shape**, wherever it appears (an exception message, the stderr tail, a URL in any
+  value): passwords inside URLs (``scheme://user:PASSWORD@host``), HTTP credentials
+  (``Bearer X``), signed-URL parameters (``X-Amz-Signature=``, ``sig=``, ``token=``), JSON Web
+  Tokens, AWS access key ids, private-key blocks, the tokens of well-known services (GitHub,
+  GitLab, Slack, Hugging Face, OpenAI-style ``sk-``), the secret path of webhook URLs, and a
+  long random-looking string right after a key-like word.
+
+What it replaces becomes ``<redacted>``; what stays is what an SRE needs: names, hosts, paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any, Dict, Iterable, List
+
+REDACTED = "<redacted>"
+
+# Names of variables, flags and keys whose values are secrets.
+SECRET_NAME = re.compile(
+    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY"
+    r"|_KEY$|^KEY$|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
+    re.I,
+)
+# Names that match SECRET_NAME but hold no secret (the shell's working directory, sizes).
+_NOT_SECRET = re.compile(r"^(PWD|OLDPWD|KEYBOARD\w*|\w*_TOKENS?_(?:ID|IDS|LEN|LENGTH|SIZE|COUNT)|MAX_TOKENS)$", re.I)
+
+_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
+_AUTH_HEADER = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+[^\s\"',;]+", re.I)
+# key=value where the key looks secret: query strings, connection strings, `TOKEN=V` arguments.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<key>[\w.-]*(?:signature|token|secret|passw(?:or)?d|pwd|api[_-]?key|apikey|access[_-]?key|accountkey"
+    r"|sharedaccesskey|credential|\bsig\b|x-amz-security-token)[\w.-]*)(?P<eq>=)(?P<value>[^&\s;\"',)}\]]+)",
+    re.I,
+)
+# "key": "value" and 'key': 'value' (JSON, a Python dict's repr) where the key looks secret.
+_SECRET_PAIR = re.compile(
+    r"(?P<head>(?P<q>[\"'])[\w.-]*(?:key|token|secret|passw(?:or)?d|pwd|credential|auth|signature)[\w.-]*(?P=q)"
+    r"\s*:\s*(?P<q2>[\"']))(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)",
+    re.I,
+)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
+_AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b")
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
+_SERVICE_TOKEN = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35})"
+)
+# Webhook URLs whose path is the secret (Slack, Discord, Teams, generic /hooks/…): host kept.
+_WEBHOOK_PATH = re.compile(
+    r"(?P<head>https?://[^/\s\"']*(?:hooks\.slack\.com/(?:services|workflows)|discord(?:app)?\.com/api/webhooks"
+    r"|webhook\.office\.com/webhookb2|/hooks?)/)[^\s\"'<>]+",
+    re.I,
+)
+# A URL path segment that looks like a random secret (>= 24 characters, letters and digits).
+_URL_SECRET_SEGMENT = re.compile(r"(?P<head>https?://[^\s\"'<>]*?/)(?P<seg>[A-Za-z0-9_-]{24,})(?=[/?#\s\"'<>]|$)")
+# A long random-looking string right after a key-like word: "invalid token 3f9aQ…", "key: AbC9…".
+_NEAR_KEY_WORD = re.compile(
+    r"(?P<head>\b(?:api[_ -]?key|token|secret|password|passwd|credential|bearer)\b[\"']?\s*(?:[:=]|is)?\s*[\"']?)"
+    r"(?P<value>[A-Za-z0-9+/_=.-]{20,})",
+    re.I,
+)
+
+
+# Values of a secret-named key that are no secret: what redaction wrote, code literals of a
+# source line (``return_token_type_ids=False``, ``max_tokens=512``).
+_LITERAL = re.compile(r"(?:<redacted>|True|False|None|[0-9.]+)\Z")
+
+
+def _random_looking(text: str) -> bool:
+    """Letters and digits mixed (a word or a number alone is no secret)."""
+    return any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, flag or key called ``name`` holds a secret (``SECRET_NAME``)."""
+    key = name.lstrip("-").replace("-", "_")
+    return bool(key) and bool(SECRET_NAME.search(key)) and not _NOT_SECRET.match(key)
+
+
+def value(text: str) -> str:
+    """``text`` with every secret found by shape replaced (see the module docstring)."""
+    if len(text) < 6:  # no shape is shorter
+        return text
+    if len(text) <= 4096:
+        return _value_cached(text)  # a report repeats its strings (a timeline's names, states)
+    return _value(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _value_cached(text: str) -> str:
+    return _value(text)
+
+
+def _value(text: str) -> str:
+    text = _PRIVATE_KEY.sub(REDACTED, text)
+    text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _WEBHOOK_PATH.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _URL_SECRET_SEGMENT.sub(
+        lambda m: m.group("head") + (REDACTED if _random_looking(m.group("seg")) else m.group("seg")), text
+    )
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _JWT.sub(REDACTED, text)
+    text = _AWS_KEY_ID.sub(REDACTED, text)
+    text = _SERVICE_TOKEN.sub(REDACTED, text)
+    text = _SECRET_PAIR.sub(lambda m: f"{m.group('head')}{REDACTED}{m.group('q2')}", text)
+    text = _SECRET_ASSIGNMENT.sub(
+        lambda m: m.group(0) if _LITERAL.match(m.group("value")) else f"{m.group('key')}={REDACTED}", text
+    )
+    return _NEAR_KEY_WORD.sub(
+        lambda m: m.group("head") + (REDACTED if _random_looking(m.group("value")) else m.group("value")), text
+    )
+
+
+def env(variables: Dict[str, str]) -> Dict[str, str]:
+    """An environment with the values of secret-named variables replaced whole, and every
+    other value redacted by shape (:func:`value`)."""
+    return {k: REDACTED if is_secret_name(k) else value(v) for k, v in variables.items()}
+
+
+def local(name: str, text: str) -> str:
+    """A local variable's ``repr`` as a report may show it: replaced whole when the name looks
+    secret (``api_key``, ``password``, ``token``), else redacted by shape."""
+    return REDACTED if is_secret_name(name) else value(text)
+
+
+def cmdline(args: Iterable[str]) -> List[str]:
+    """A command line with secrets replaced: ``--api-key=V`` and ``--api-key V`` (secret-looking
+    flag names), ``-p V`` (the password flag of mysql, sshpass, redis-cli and others),
+    ``TOKEN=V`` assignments, and everything :func:`value` finds by shape (a JSON ``--config=``
+    argument's secret keys included)."""
+    out: List[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, rest = arg.partition("=")
+        if arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2 and not eq and not arg[2:].isdigit():
+            out.append("-p" + REDACTED)  # -pSECRET
+            continue
+        if arg == "-p":
+            out.append(arg)
+            hide_next = True
+            continue
+        if is_secret_name(name) and (eq or name.startswith("-")):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(value(arg))
+    return out
+
+
+def document(obj: Any) -> Any:
+    """A JSON-like value (dicts, lists, strings) with every string redacted by shape
+    (:func:`value`); keys are kept."""
+    if isinstance(obj, str):
+        return value(obj)
+    if isinstance(obj, dict):
+        return {k: document(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [document(v) for v in obj]
+    return obj
+
+
+def pyspy_json(text: str) -> str:
+    """A raw ``py-spy dump --json`` document with each local replaced when its name looks
+    secret and every string redacted by shape; text that is not JSON is redacted as text."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return value(text)
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            if "name" in obj and "repr" in obj and isinstance(obj.get("name"), str):
+                obj = {**obj, "repr": local(obj["name"], str(obj["repr"]))}
+            return {k: walk(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return value(obj) if isinstance(obj, str) else obj
+
+    return json.dumps(walk(doc), indent=2) + "\n"
