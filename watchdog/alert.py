@@ -94,10 +94,17 @@ class Alerts:
             last = bytes(tail).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
             self.log(f"{setting} exited with code {code}: {last[0][:200]}")
 
-    def wait(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` seconds in all for commands still running (at exit)."""
+    def wait(self, timeout_s: float, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Wait up to ``timeout_s`` seconds in all for commands still running (at exit), or
+        until ``interrupted()`` (a signal sent to dlwatch meanwhile): then the commands are
+        left running and said so."""
         import time
 
         deadline = time.monotonic() + timeout_s
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            if interrupted():
+                left = sum(t.is_alive() for t in self._threads)
+                self.log(f"a signal cut the wait for alert commands short; {left} left running")
+                return
+            for t in self._threads:
+                t.join(min(0.1, max(0.0, deadline - time.monotonic())))

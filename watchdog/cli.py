@@ -185,6 +185,20 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         return Exit.NOT_FOUND
     # Its own process group (setpgid), in our session: terminal signals reach dlwatch, which forwards them.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    wake, forward_wake, ended = Waker(), Waker(), threading.Event()
+    pending: List[int] = []
+    received: List[int] = []  # every signal forwarded to the job, in order
+
+    def on_signal(signum, _frame) -> None:
+        pending.append(signum)  # handlers only enqueue and write to a self-pipe; a thread forwards
+        received.append(signum)
+        forward_wake.set()
+        wake.set()
+
+    # Before the job exists: a signal from now on is kept and forwarded once it does (no window
+    # in which SIGTERM would kill dlwatch and leave the job running unwatched).
+    for sig in _FORWARDED:
+        signal.signal(sig, on_signal)
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder.path, os.getpid(), cfg.data_checks) if folder else None
@@ -211,9 +225,6 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         tail.close_job_end()
     control = JobControl(log)
     control.hand_over(proc.pid)
-    wake, forward_wake, ended = Waker(), Waker(), threading.Event()
-    pending: List[int] = []
-    received: List[int] = []  # every signal forwarded to the job, in order
 
     def waiter() -> None:
         try:
@@ -224,12 +235,6 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         ended.set()
         wake.set()
         forward_wake.set()
-
-    def on_signal(signum, _frame) -> None:
-        pending.append(signum)  # handlers only enqueue and write to a self-pipe; a thread forwards
-        received.append(signum)
-        forward_wake.set()
-        wake.set()
 
     def forwarder() -> None:
         # Its own thread, so a signal reaches the job at once, even while the loop examines a
@@ -244,8 +249,6 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                 return
             forward_wake.wait(0.5)
 
-    for sig in _FORWARDED:
-        signal.signal(sig, on_signal)
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
     threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
@@ -275,7 +278,13 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         # that catches KeyboardInterrupt exits 130 itself.
         received.append(interrupted[proc.returncode])
     if watcher is not None:
-        watcher.after_exit(code, terminated=outcome.terminated, signalled=received[0] if received else None)
+        before = len(received)  # a signal from now on cuts the wait for alert commands short
+        watcher.after_exit(
+            code,
+            terminated=outcome.terminated,
+            signalled=received[0] if received else None,
+            interrupted=lambda: len(received) > before,
+        )
     if tail:
         tail.cleanup()
     _remove(folder)
@@ -512,13 +521,16 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         )
     outcome = watcher.run()
     if outcome.terminated or stopped:
-        watcher.alerts.wait(cfg.exec_timeout_s)
+        first = len(stopped)  # one more signal cuts the wait for alert commands short
+        watcher.alerts.wait(cfg.exec_timeout_s, lambda: len(stopped) > first)
     if outcome.terminated:
+        if folder:
+            inside.remove_folder(folder)  # the job dlwatch ended has no more use for it
         return Exit.TERMINATED
     if stopped:
         log(f"stopped by signal {stopped[0]}; pid {proc.pid} keeps running")
         return of_signal(stopped[0])
-    watcher.after_exit(None, terminated=outcome.terminated)
+    watcher.after_exit(None, terminated=outcome.terminated, interrupted=lambda: bool(stopped))
     if folder:
         inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended; still that one
     log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")

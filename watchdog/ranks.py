@@ -272,8 +272,15 @@ class JobWatcher:
             if not thread.is_alive():
                 w.wake.close()
 
-    def after_exit(self, exit_code: Optional[int], terminated: bool = False, signalled: Optional[int] = None) -> None:
+    def after_exit(
+        self,
+        exit_code: Optional[int],
+        terminated: bool = False,
+        signalled: Optional[int] = None,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> None:
         """The job-level look after the job ended (:meth:`Watcher.after_exit`); then waits up to
-        ``exec_timeout_s`` for alert commands still running."""
+        ``exec_timeout_s`` for alert commands still running, or until ``interrupted()`` (a
+        signal to dlwatch meanwhile)."""
         self.job.after_exit(exit_code, terminated, signalled)
-        self.alerts.wait(self.config.exec_timeout_s)
+        self.alerts.wait(self.config.exec_timeout_s, interrupted)

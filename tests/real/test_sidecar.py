@@ -429,6 +429,29 @@ def test_a_burst_of_signals_reaches_the_job_and_dlwatch_still_exits_with_its_cod
         kill_tree(proc)
 
 
+def test_a_sigterm_the_moment_the_job_starts_still_reaches_the_job_and_never_leaves_it_unwatched(tmp_path):
+    # dlwatch's handlers exist before the job does: a signal that came between the fork and the
+    # handlers used to kill dlwatch with the default action and leave the job running alone.
+    for attempt in range(8):
+        proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(60)"])
+        job = None
+        try:
+            parent = psutil.Process(proc.pid)
+            deadline = time.monotonic() + 30
+            while job is None and time.monotonic() < deadline:
+                kids = [c for c in parent.children() if "time.sleep(60)" in " ".join(c.cmdline())]
+                job = kids[0] if kids else None
+            assert job is not None, "the job never started"
+            if attempt % 2:
+                time.sleep(0.002 * attempt)
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.communicate(timeout=30)
+            assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), proc.returncode
+            assert psutil.wait_procs([job], timeout=10)[1] == [], f"attempt {attempt}: the job outlived dlwatch"
+        finally:
+            kill_tree(proc)
+
+
 def test_a_job_stopped_by_the_users_sigterm_gets_no_crash_report(tmp_path):
     # The user ends `dlwatch run` with SIGTERM; dlwatch forwards it to the job's group, the
     # workers die with it and main exits 1: that is the signal's doing, not a crash (the crash
@@ -635,6 +658,31 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
         wait_for(lambda: not pump.is_running(), 30, "the pump to exit")
     finally:
         kill_tree(proc)
+
+
+def test_dlwatch_and_its_pump_killed_together_leave_folders_the_next_run_sweeps_hook_folder_included(tmp_path):
+    import tempfile
+
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = start(
+            DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(60)"],
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        pump = _child(proc.pid, "stderr_tail", 60, "the stderr pump")
+        tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
+        left = {os.path.dirname(tail_path), hook}
+        pump.kill()
+        os.kill(proc.pid, signal.SIGKILL)  # both at once (systemctl stop, a harness killing every descendant)
+        proc.wait(10)
+    finally:
+        kill_tree(proc)
+    assert all(os.path.isdir(p) for p in left)
+    code, _out, err = run_bounded(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", "pass"], 60)
+    assert code == 0, err
+    assert not any(os.path.exists(p) for p in left), [p for p in left if os.path.exists(p)]
+    assert os.path.dirname(hook) == tempfile.gettempdir()
 
 
 def test_attach_to_a_python_program_that_is_not_a_training_job_says_so(tmp_path):

@@ -127,6 +127,13 @@ def _safe_parent(path: str) -> bool:
     )
 
 
+def is_hook_folder(path: str) -> bool:
+    """Whether ``path`` is a folder ``dlwatch hook-env`` or ``dlwatch run`` could have made:
+    named ``dlwatch-hook-XXXXXXXX``, a directory (not a link) of this user closed to others, in
+    a folder nobody else may rename entries of."""
+    return bool(_HOOK_NAME.match(os.path.basename(path))) and _private_dir(path) is not None and _safe_parent(path)
+
+
 def folder_of(pid: int) -> Optional[HookFolder]:
     """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
     environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), or ``None`` unless it is one

@@ -29,13 +29,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
+
+from .inside import is_hook_folder, read_regular
 
 _PUBLISH_EVERY_S = 0.2
 # Marks, in the tail's folder, that the pump saw the end of the stream and published it all.
 _EOF = "eof"
 _PREFIX = "dlwatch-stderr-"
 _LOCK = "lock"
+# Lists, in the tail's folder, the folders the pump would remove with it (the inside view's):
+# a sweep that finds the folder stale removes them too (dlwatch and the pump killed together).
+_ORPHANS = "orphans"
 # A folder without a lock file is left alone this long (it may be being made right now).
 _UNLOCKED_GRACE_S = 3600.0
 
@@ -90,9 +95,22 @@ def sweep_stale(tmpdir: str) -> int:
         free = _owned_lock_free(folder)
         stale = free if free is not None else time.time() - st.st_mtime > _UNLOCKED_GRACE_S
         if stale:
+            for other in _orphans_of(folder):
+                shutil.rmtree(other, ignore_errors=True)
             shutil.rmtree(folder, ignore_errors=True)  # no link followed (shutil.rmtree.avoids_symlink_attacks)
             removed += not os.path.lexists(folder)
     return removed
+
+
+def _orphans_of(folder: str) -> List[str]:
+    """The hook folders a stale tail folder names in its ``orphans`` file that are still what
+    dlwatch made (``dlwatch-hook-XXXXXXXX``, a private directory of this user in a safe
+    parent: :func:`watchdog.collect.inside.folder_of`'s test); anything else is left alone."""
+    try:
+        names = read_regular(os.path.join(folder, _ORPHANS), 1 << 16).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return [p for p in names if os.path.isabs(p) and is_hook_folder(p)]
 
 
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
@@ -184,6 +202,8 @@ class StderrTail:
         lock_fd = os.open(os.path.join(self._dir, _LOCK), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self._lock_fd: Optional[int] = lock_fd
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with open(os.path.join(self._dir, _ORPHANS), "x", encoding="utf-8") as f:
+            f.write("".join(f"{p}\n" for p in orphan_cleanup))
         read_fd, self.job_stderr = os.pipe()
         try:
             self._proc = subprocess.Popen(
