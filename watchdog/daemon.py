@@ -239,6 +239,7 @@ class Watcher:
         )
         self._said: Dict[str, float] = {}
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
+        self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._shm_managers: Set[ProcId] = set()  # torch_shm_manager daemons seen
         self._errors_logged: Set[str] = set()
@@ -320,6 +321,7 @@ class Watcher:
                 p.ident for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
             )
         self.births.update(sample)
+        self._saw_loader = self._saw_loader or bool(sample.loaders) or bool(sample.workers)
         if sample.main is not None and sample.main.rss_bytes > 0 and sample.main.state not in ("Z", "X"):
             # a wrapper may move the job after it started; a dying main (its memory gone, the
             # kernel about to move it out) is no news about its cgroup
@@ -345,7 +347,17 @@ class Watcher:
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
         trigger = self.episode.due(stall, sample.t_mono, rule)
-        if trigger is not None and not self.job_ended():
+        if trigger is not None and self.inside.folder is not None and not self._saw_loader:
+            # The inside view would have seen a DataLoader iterator: there is none yet, and no
+            # worker. dlwatch judges DataLoader loops; an idle script is no hung loader.
+            self.episode.dismissed(sample.t_mono)
+            self._say_once(
+                "no-loader",
+                f"pid {stall.main_pid} has not moved for {stall.stall_s:.0f} s and has created no DataLoader "
+                "iterator yet (the inside view saw none): not judged until it does",
+                every_s=3600.0,
+            )
+        elif trigger is not None and not self.job_ended():
             try:
                 self._examine(
                     sample, dataclasses.replace(stall, trigger=trigger, criterion=self._criterion(trigger, rule))

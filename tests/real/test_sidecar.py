@@ -244,11 +244,13 @@ def test_sleeping_main_is_stall_outside_loader_and_not_terminated(tmp_path):
             "--",
             PY,
             "-c",
-            "import time; time.sleep(600)",
+            "import time; from torch.utils.data import DataLoader\n"
+            "for _ in DataLoader(range(8), num_workers=1): pass\n"  # a loader ran: then main sleeps outside it
+            "time.sleep(600)",
         ]
     )
     try:
-        (folder,) = wait_for(lambda: reports(str(tmp_path)), 60, "a report")
+        (folder,) = wait_for(lambda: reports(str(tmp_path)), 90, "a report")
         doc = load_report(folder)
         assert doc["diagnoses"][0]["kind"] == "stall_outside_loader"
         assert all(d["kind"] not in ("fork_inherited_lock", "worker_stuck") for d in doc["diagnoses"])
@@ -256,6 +258,17 @@ def test_sleeping_main_is_stall_outside_loader_and_not_terminated(tmp_path):
         assert proc.poll() is None  # terminate_outside_loader is false: the job is left alone
     finally:
         kill_tree(proc)
+
+
+def test_an_idle_script_that_never_made_a_dataloader_is_not_reported_as_hung(tmp_path):
+    code, _out, err = run_bounded(
+        DLWATCH
+        + ["run", "--stall-timeout", "2", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(9)"],
+        60,
+    )
+    assert code == 0, err
+    assert not reports(str(tmp_path)) and "job hung" not in err
+    assert "created no DataLoader iterator yet" in err, err
 
 
 def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_busy_stall_ceiling(tmp_path):

@@ -482,3 +482,13 @@ def test_shm_held_counts_the_processes_own_files_open_or_named_and_not_others(tm
         assert 8192 + 4096 <= n < (1 << 20)
     finally:
         f.close()
+
+
+def test_a_dlwatch_inside_the_job_is_a_wrapper_never_the_main():
+    from watchdog.collect.discovery import is_dlwatch
+
+    assert is_dlwatch(["/venv/bin/python", "/venv/bin/dlwatch", "run", "--", "python", "train.py"])
+    assert is_dlwatch(["python3", "-m", "watchdog", "run", "--", "python", "train.py"])
+    assert is_dlwatch(["/usr/bin/python3", "-I", "-m", "watchdog.collect.stderr_tail", "/tmp/x/tail", "65536", "1"])
+    assert not is_dlwatch(["python", "train.py", "--log-dir", "dlwatch"])
+    assert not is_dlwatch(["python", "-m", "watchdogs.observer"])

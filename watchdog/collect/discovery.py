@@ -29,7 +29,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Tuple
+from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import psutil
 
@@ -159,15 +159,25 @@ def _child_comms(proc: psutil.Process) -> Dict[int, str]:
     return out
 
 
+def is_dlwatch(cmdline: Sequence[str]) -> bool:
+    """Whether a command line is dlwatch's own (``dlwatch …``, ``python -m watchdog …``, its
+    stderr pump ``python -I -m watchdog.collect.stderr_tail``): a wrapper, never the job."""
+    args = list(cmdline[:4])
+    if any(os.path.basename(a) == "dlwatch" for a in args[:2]):
+        return True
+    return any(a == "-m" and b.split(".")[0] == "watchdog" for a, b in zip(args, args[1:]))
+
+
 def find_main(root: psutil.Process) -> Optional[psutil.Process]:
     """The job's main Python process: ``root`` itself when it runs Python, else the first
     Python process in a breadth-first walk of its descendants (``dlwatch run -- bash -c …``).
-    ``None`` while there is none."""
+    A dlwatch inside the job (``dlwatch run -- dlwatch run -- python …``) is a wrapper like a
+    shell: its job is the main. ``None`` while there is none."""
     queue = [root]
     while queue:
         proc = queue.pop(0)
         try:
-            if is_python(proc):
+            if is_python(proc) and not is_dlwatch(_cmdline(proc)):
                 return proc
             queue.extend(children(proc))
         except psutil.Error:
