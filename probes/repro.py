@@ -281,6 +281,7 @@ _CASE_SCENARIOS = {
     "dataset_error": "dataset_exception_len_lies",
     "collate_error": "collate_object_field",
     "worker_init_error": "worker_init_fn_raises",
+    "worker_exec": "worker_execs_program",
     "main_killed": "main_keeps_graphs_oom",
     "shm_leaked": "shm_leaked_after_kill",  # main_killed first, shm_leaked among the findings
     "shm_removed": "shm_removed",

@@ -831,6 +831,14 @@ def prove_loader_idle(
     for t in main_stack.threads:
         if frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE) and not states.is_loader_idle(t):
             return None
+    live = {w.pid for w in workers}
+    if any(
+        pid not in live
+        for v in sample.loaders
+        if v.pid == main.pid and v.waiting_since is not None
+        for pid in v.workers
+    ):
+        return None  # a worker of the iterator main waits on is no longer one (gone, or another program now)
     links = [
         ProofLink(main.pid, None, "main", "the iterating thread waits for the next batch in the DataLoader iterator")
     ]

@@ -417,17 +417,30 @@ class WorkerFetch:
 
 
 @dataclass(frozen=True)
+class WorkerExec:
+    """A DataLoader worker that replaced itself with another program (``os.exec*``), as it
+    recorded just before: the program's ``path`` and the Python frames that called it
+    (outermost first, innermost last)."""
+
+    pid: int
+    path: str
+    frames: Tuple["Frame", ...]
+
+
+@dataclass(frozen=True)
 class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
     per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
-    recorded its random generators, ``fetches`` per process that fetched samples, and ``note``
-    saying why the view is empty or partial (``None`` when it is fine)."""
+    recorded its random generators, ``fetches`` per process that fetched samples, ``execs`` per
+    worker that exec'd another program, and ``note`` saying why the view is empty or partial
+    (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
     note: Optional[str] = None
     rng: Tuple[RngCheck, ...] = ()
     fetches: Tuple[WorkerFetch, ...] = ()
+    execs: Tuple[WorkerExec, ...] = ()
 
 
 @dataclass(frozen=True, **_SLOTS)

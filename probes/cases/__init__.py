@@ -179,6 +179,7 @@ CASES: Tuple[Case, ...] = (
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),
     ),
     Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
+    Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
         "worker_cache_oom_in_cgroup",
         "worker_killed",

@@ -947,3 +947,23 @@ def test_the_original_traceback_ends_where_its_exception_does_not_at_the_next_pr
     tb = original_traceback(stderr)
     assert tb.exception == "ValueError: sample 64 is corrupt"
     assert tb.user()[0].line == 12 and all(f.line != 30 for f, _ in tb.frames)
+
+
+def test_a_worker_that_became_another_program_is_worker_exec_not_a_lost_batch():
+    import dataclasses as dc
+
+    from watchdog.types import ROLE_OTHER, Frame, InsideView, WorkerExec
+
+    base = hang_facts([], stacks_ok=False)
+    was = next(p for p in base.sample.processes if p.pid == WORKER_PID)
+    was = dc.replace(was, name="pt_data_worker", cmdline=("python", "train.py"))
+    now = dc.replace(was, name="sleep", cmdline=("sleep", "600"), role=ROLE_OTHER)
+    before = dc.replace(base.sample, processes=(base.sample.main, was))
+    after = dc.replace(base.sample, processes=(base.sample.main, now))
+    record = WorkerExec(WORKER_PID, "/bin/sleep", (Frame("__getitem__", "/work/train.py", 21, False),))
+    facts = dc.replace(base, sample=after, timeline=(before, after), inside=InsideView(execs=(record,)))
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_exec" and first.location == "/work/train.py:21", first
+    assert "sleep" in first.summary and "subprocess.run" in first.remedy and "picklable" not in first.remedy
+    unchanged = dc.replace(base, sample=before, timeline=(before, before))
+    assert all(d.kind != "worker_exec" for d in diagnose(unchanged))

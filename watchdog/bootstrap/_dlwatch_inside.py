@@ -259,6 +259,7 @@ class _Process(object):
         self.workers = {}  # iterator id -> its multiprocessing.Process objects, for exit codes
         self.worker = None  # in a DataLoader worker: its id and the RNG states it started with
         self.buf = None
+        self.exec_ = None  # what this worker exec'd and from where, just before it did
         self.fetch = None  # the mmap of <pid>.fetch, once this process fetches samples
         self.fetched = 0
 
@@ -314,6 +315,7 @@ class _Process(object):
             "disabled": disabled,
             "iterators": self.iterators,
             "worker": self.worker,
+            "exec": self.exec_,
         }
         for record in self.iterators:
             workers = self.workers.get(record["id"])
@@ -676,10 +678,51 @@ def _on_fetcher_ready(fetcher, _value):
     st.write_json()
 
 
+_EXEC_WATCHED = False
+
+
+def _watch_exec():
+    """In a DataLoader worker, wrap ``os.execv`` and ``os.execve`` (every ``os.exec*`` ends in one
+    of them; Lib/os.py) so that a worker replacing itself with another program first records the
+    program and the Python frames that called it (``exec`` in its JSON). Nothing else changes:
+    the original runs, with the same arguments."""
+    global _EXEC_WATCHED
+    _EXEC_WATCHED = True
+    if _worker_info() is None:
+        return
+
+    def wrap(original):
+        def exec_(path, *args):
+            try:
+                frames: List[Dict[str, Any]] = []
+                frame: Optional[FrameType] = sys._getframe(1)
+                while frame is not None and len(frames) < MAX_FRAMES:
+                    frames.append(
+                        {"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": _function(frame.f_code)}
+                    )
+                    frame = frame.f_back
+                frames.reverse()
+                st = _state()
+                st.exec_ = {"path": os.fsdecode(path), "stack": frames, "ns": time.monotonic_ns()}
+                st.write_json()
+            except Exception:
+                pass
+            return original(path, *args)
+
+        exec_.__wrapped__ = original  # type: ignore[attr-defined]
+        return exec_
+
+    os.execv = wrap(os.execv)
+    os.execve = wrap(os.execve)
+
+
 def _on_sample(fetcher):
     """Each read of the fetcher's ``dataset`` or ``dataset_iter`` (once a sample): counted in
     ``<pid>.fetch``; with the data checks, after ``RNG_RECHECK_AFTER`` reads, the generators'
-    states again, to tell which ones the worker drew from."""
+    states again, to tell which ones the worker drew from. The first read in a worker arms
+    :func:`_watch_exec`."""
+    if not _EXEC_WATCHED:
+        _watch_exec()
     _state().fetched_one()
     if not _CHECKS:
         return
@@ -774,8 +817,9 @@ def _before_fork():
 
 
 def _after_fork_in_child():
-    global _STATE
+    global _STATE, _EXEC_WATCHED
     _STATE = None  # the parent's file is the parent's; the child opens its own when it needs one
+    _EXEC_WATCHED = False
 
 
 def _at_exit():

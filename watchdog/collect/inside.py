@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerFetch
+from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerExec, WorkerFetch
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -312,6 +312,15 @@ def rng_check(pid: int, doc: Optional[dict]) -> Optional[RngCheck]:
     )
 
 
+def exec_record(pid: int, doc: Optional[dict]) -> Optional[WorkerExec]:
+    """A worker's record of the program it exec'd (``exec`` in its JSON), or ``None``."""
+    e = (doc or {}).get("exec")
+    if not isinstance(e, dict) or not e.get("path"):
+        return None
+    frames = tuple(f for f in (_frame(d) for d in (e.get("stack") or [])[:64] if isinstance(d, dict)) if f)
+    return WorkerExec(pid, str(e["path"]), frames)
+
+
 class InsideReader:
     """Reads the recorder's folder at each tick; never raises (a bad file is skipped and named
     in the view's ``note``).
@@ -361,6 +370,7 @@ class InsideReader:
         fork_list: List[ForkRecord] = []
         rng: List[RngCheck] = []
         fetches: List[WorkerFetch] = []
+        execs: List[WorkerExec] = []
         try:
             names = sorted(e.name for e in os.scandir(self.folder))
         except OSError as e:
@@ -384,6 +394,9 @@ class InsideReader:
                 check = rng_check(pid, doc)
                 if check is not None:
                     rng.append(check)
+                became = exec_record(pid, doc)
+                if became is not None:
+                    execs.append(became)
                 continue
             if wanted is not None and pid not in wanted:
                 continue
@@ -399,7 +412,12 @@ class InsideReader:
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
         return InsideView(
-            loaders=tuple(loaders), forks=tuple(fork_list), note=note, rng=tuple(rng), fetches=tuple(fetches)
+            loaders=tuple(loaders),
+            forks=tuple(fork_list),
+            note=note,
+            rng=tuple(rng),
+            fetches=tuple(fetches),
+            execs=tuple(execs),
         )
 
     def _fetch(self, pid: int, path: str) -> Optional[WorkerFetch]:

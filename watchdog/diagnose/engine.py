@@ -30,6 +30,7 @@ rank  kind                    why here
 11    worker_deadlock         the same, within the worker's own threads
 12    pin_memory_stall        main's pin thread, before what waits on it
 13    main_thread_deadlock    main's threads wait on each other
+14    worker_exec             a worker that became another program never sends its batch
 15    worker_blocked_io       a worker blocked in the kernel
 18    batch_lost              a lost batch (after the exhaustion that caused it)
 20    worker_stuck            a worker stuck in the Dataset for another reason
