@@ -107,7 +107,7 @@ def test_the_report_shows_batches_data_wait_and_the_threads_at_fork():
     assert loaders[0]["batches"] == 16 and loaders[0]["settings"]["num_workers"] == 2
 
 
-@pytest.mark.parametrize("line", ["sitecustomize.py", "_dlwatch_inside.py"])
+@pytest.mark.parametrize("line", ["sitecustomize.py", "_dlwatch_arm.py", "_dlwatch_inside.py"])
 def test_the_bootstrap_uses_the_standard_library_only(line):
     import ast
 
@@ -120,7 +120,18 @@ def test_the_bootstrap_uses_the_standard_library_only(line):
             imported.add((node.module or "").split(".")[0])
     import sys
 
-    assert imported <= set(sys.stdlib_module_names) | {"_dlwatch_inside"}, imported
+    assert imported <= set(sys.stdlib_module_names) | {"_dlwatch_inside", "_dlwatch_arm"}, imported
+    if line != "_dlwatch_inside.py":  # imported at every start-up: nothing but what Python has loaded by then
+        assert imported <= {"os", "sys", "importlib", "_dlwatch_inside", "_dlwatch_arm"}, imported
+
+
+def test_the_arming_module_and_the_recorder_name_the_same_variables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_dlwatch_arm_test", os.path.join(inside.BOOT_DIR, "_dlwatch_arm.py"))
+    arm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(arm)
+    assert (arm.ENV_DIR, arm.ENV_ANCESTOR, arm.TARGET) == (FMT.ENV_DIR, FMT.ENV_ANCESTOR, FMT.TARGET)
 
 
 def test_pin_memory_without_an_accelerator_is_said_to_do_nothing():

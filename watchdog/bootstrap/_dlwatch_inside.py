@@ -858,24 +858,13 @@ def install(module):
     atexit.register(_at_exit)
 
 
-class _Finder(object):
-    """A ``sys.meta_path`` entry that never finds anything: each time the job imports a new
-    module it checks whether ``torch.utils.data.dataloader`` has finished loading, installs the
-    recorder, and leaves ``sys.meta_path``. (Wrapping the module's loader instead would put our
-    frame in the traceback of any error raised while torch imports.)"""
-
-    def find_spec(self, name, path=None, target=None):
-        module = sys.modules.get(TARGET)
-        if module is not None and hasattr(module, "_MultiProcessingDataLoaderIter") and hasattr(module, "DataLoader"):
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-            _install_safely(module)
-        return None
-
-    def invalidate_caches(self):
-        pass
+def start(folder, module):
+    """Install the recorder in this process, writing to ``folder``, now that ``module``
+    (``torch.utils.data.dataloader``) is loaded: called by ``_dlwatch_arm`` once it decided this
+    process belongs to the watched job. Never raises."""
+    global _FOLDER
+    _FOLDER = folder
+    _install_safely(module)
 
 
 def _install_safely(module):
@@ -883,47 +872,3 @@ def _install_safely(module):
         install(module)
     except Exception as e:
         _disable("cannot install on this torch: %r" % (e,))
-
-
-def _descends_from(ancestor):
-    pid = os.getpid()
-    for _ in range(64):
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as f:
-                stat = f.read()
-        except OSError:
-            return False
-        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-    return False
-
-
-def arm():
-    """Arm the recorder in this process when it belongs to the watched job: ``$DLWATCH_HOOK_DIR``
-    is a folder owned by this user and closed to others, and ``$DLWATCH_HOOK_ANCESTOR`` (the
-    watchdog's pid, set by ``dlwatch run``) is an ancestor; without that variable (the opt-in
-    ``env $(dlwatch hook-env) …`` for ``attach``) every process that has the folder records.
-    Otherwise do nothing."""
-    global _FOLDER
-    folder = os.environ.get(ENV_DIR)
-    if not folder:
-        return
-    if os.environ.get(ENV_ANCESTOR):
-        try:
-            ancestor = int(os.environ[ENV_ANCESTOR])
-        except ValueError:
-            return
-        if not _descends_from(ancestor):
-            return
-    st = os.stat(folder)
-    if not os.path.isdir(folder) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return
-    _FOLDER = folder
-    module = sys.modules.get(TARGET)
-    if module is not None and hasattr(module, "_MultiProcessingDataLoaderIter"):
-        _install_safely(module)
-    else:
-        sys.meta_path.insert(0, _Finder())

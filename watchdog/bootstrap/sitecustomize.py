@@ -4,9 +4,10 @@
 ``DLWATCH_HOOK_DIR``; Python's ``site`` module imports ``sitecustomize`` at start-up
 (https://docs.python.org/3/library/site.html). This file:
 
-1. arms the recorder (``_dlwatch_inside.arm``), which does nothing until the job imports
-   ``torch.utils.data.dataloader``, and nothing at all in a process whose parent chain does not
-   lead to the watchdog, or when ``DLWATCH_HOOK_DIR`` is unset (``dlwatch run --no-hook``);
+1. arms the recorder (``_dlwatch_arm.arm``), which imports and does nothing until the job
+   imports ``torch.utils.data.dataloader`` (then it loads ``_dlwatch_inside``), and nothing at
+   all in a process whose parent chain does not lead to the watchdog, or when
+   ``DLWATCH_HOOK_DIR`` is unset (``dlwatch run --no-hook``);
 2. then runs the ``sitecustomize`` the environment already had (the next one on ``sys.path``),
    so that the job starts exactly as it would without dlwatch. An error in that one reaches
    ``site`` as it would have without us; an error of ours never does.
@@ -22,9 +23,9 @@ def _dlwatch_boot():
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("DLWATCH_HOOK_DIR"):
         try:
-            import _dlwatch_inside
+            import _dlwatch_arm
 
-            _dlwatch_inside.arm()
+            _dlwatch_arm.arm()
         except Exception:  # never let the hook reach the job
             pass
     import importlib.machinery
