@@ -9,11 +9,14 @@ series count without bound. Names follow the Prometheus conventions (base units,
 
 from __future__ import annotations
 
+import socket
+import socketserver
 import threading
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -140,15 +143,69 @@ class JobMetrics(Collector):
         yield from (cpu, rss, uss, fds, max_fds, threads, pinned, since, shm_used, shm_size, batches, wait, reports)
 
 
+# Connections served at once; one more is closed at once (a scraper retries at its next
+# interval). Each holds a thread and a descriptor of dlwatch's, which its own /proc reads need.
+MAX_CONNECTIONS = 8
+# Seconds a connection may stay idle (no request, or a request sent slowly) before it is closed.
+IDLE_TIMEOUT_S = 10.0
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = IDLE_TIMEOUT_S  # socketserver.StreamRequestHandler: a socket timeout per connection
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass  # no line on stderr per scrape
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    """prometheus_client's WSGI app behind a threading server with at most ``MAX_CONNECTIONS``
+    connections, each closed after ``IDLE_TIMEOUT_S`` idle (``prometheus_client.start_http_server``
+    bounds neither: idle connections held a thread and a descriptor each, until dlwatch's own
+    ``/proc`` reads failed with EMFILE)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: this one is closed at once
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self.slots.release()
+            raise
+
+    def handle_error(self, request, client_address):
+        pass  # a client that timed out or went away is no news for dlwatch's stderr
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def serve(port: int, collector: JobMetrics, addr: str = "127.0.0.1"):
-    """Serve ``collector`` at ``http://ADDR:PORT/metrics`` in a daemon thread.
+    """Serve ``collector`` at ``http://ADDR:PORT/metrics`` in a daemon thread, at most
+    ``MAX_CONNECTIONS`` connections at once, each closed after ``IDLE_TIMEOUT_S`` seconds idle.
 
     Returns the server (``shutdown()`` stops it).
 
     Raises:
-        OSError: the port cannot be bound (in use, no permission).
+        OSError: the port cannot be bound (in use, no permission, an address not of this host).
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    server_class = _Server6 if ":" in addr else _Server
+    server = make_server(addr, port, make_wsgi_app(registry), server_class, handler_class=_Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

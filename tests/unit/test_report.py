@@ -220,3 +220,35 @@ def test_control_characters_from_the_job_are_escaped_in_report_txt_and_html():
     assert "\x00" not in rep.text and "\x1b" not in rep.text and "\\x00" in rep.text
     page = html_page.render(rep.document, rep.text)
     assert "\x00" not in page and "\x1b" not in page
+
+
+def test_the_metrics_endpoint_bounds_its_connections_and_closes_idle_ones(monkeypatch):
+    import socket
+    import time
+    import urllib.request
+
+    from watchdog import metrics
+
+    monkeypatch.setattr(metrics._Handler, "timeout", 1.0)
+    server = metrics.serve(0, metrics.JobMetrics(lambda: []))
+    port = server.server_address[1]
+    held = []
+    try:
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).status == 200
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3 * metrics.MAX_CONNECTIONS)]
+        time.sleep(0.3)
+        threads = [t for t in __import__("threading").enumerate() if t.name.startswith("Thread-")]
+        assert len(threads) <= metrics.MAX_CONNECTIONS + 2  # the others were closed at once
+        deadline = time.monotonic() + 20
+        while True:  # idle ones are closed after the timeout: a scrape gets through again
+            try:
+                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).status == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the idle connections were never closed"
+                time.sleep(0.2)
+    finally:
+        for s in held:
+            s.close()
+        server.shutdown()
+        server.server_close()
