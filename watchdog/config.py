@@ -500,6 +500,10 @@ def _loader_class() -> type:
                         hash(key)
                     except TypeError:
                         raise _Refused(line, "YAML", f"a key must be a name, not a {key_node.id}") from None
+                    if not isinstance(key, str):  # `~:` is null, `1:` an int, `true:` a bool
+                        shown = excerpt(key_node.value) if isinstance(key_node, yaml.ScalarNode) else key_node.id
+                        what = "null" if key is None else "true/false" if isinstance(key, bool) else "a number"
+                        raise _Refused(line, "YAML", f"a key must be a name, not {shown} ({what})")
                     if key in seen:
                         raise _Refused(line, _key_name(key), "duplicate key")
                     seen.add(key)

@@ -394,3 +394,10 @@ def test_a_flags_help_gives_the_range_its_setting_accepts():
     assert config.bounds("report_dir") == ""
     assert "(interval_s; >= 0.1, <= 60)" in config.flag_help("interval_s")
     assert cli.build_parser().format_help()  # builds with every range in the flags' help
+
+
+@pytest.mark.parametrize("body, line", [("~: 1\n", 1), ("interval_s: 1\n1: 2\n", 2), ("py_spy:\n  true: x\n", 2)])
+def test_a_key_that_is_not_a_name_is_refused_with_its_line(tmp_path, body, line):
+    with pytest.raises(config.ConfigError) as e:
+        config.load(_write(tmp_path, body), {})
+    assert f":{line}:" in str(e.value) and "a key must be a name" in str(e.value), str(e.value)
