@@ -394,7 +394,7 @@ def _hook_folder(cfg: config_mod.Config):
     except OSError as e:
         log(f"no inside view: cannot create its folder ({e.strerror}); watching from outside only")
         return None, inside.InsideReader(None, f"no inside view (its folder could not be created: {e.strerror})")
-    return folder, inside.InsideReader(folder.path)
+    return folder, inside.InsideReader(folder.path, retire=True)
 
 
 def _remove(folder: Optional[inside.HookFolder]) -> None:
@@ -505,9 +505,12 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     folder = inside.folder_of(proc.pid) if cfg.hook else None
     reader = inside.InsideReader(
         folder.path if folder else None,
-        "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)"
-        if cfg.hook
-        else "no inside view (hook: false / --no-hook)",
+        why_none=(
+            "no inside view (start the job with `env $(dlwatch hook-env) …` to have one)"
+            if cfg.hook
+            else "no inside view (hook: false / --no-hook)"
+        ),
+        retire=True,
     )
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)

@@ -315,3 +315,29 @@ def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_
     )
     taken = found[str(hook)]
     assert taken is not None and taken.path == str(hook) and taken.ino == os.lstat(hook).st_ino
+
+
+def test_records_of_ended_workers_are_kept_in_memory_their_files_removed_and_the_cost_stays_flat(tmp_path):
+    import json
+    import time
+
+    dead = 4_000_000  # above any pid_max: a worker that ended
+    for i in range(1000):
+        doc = {"pid": dead + i, "ppid": 1, "worker": {"id": i % 2, "num_workers": 2, "rng_start": {"torch": f"s{i}"}}}
+        (tmp_path / f"{dead + i}.json").write_text(json.dumps(doc))
+        (tmp_path / f"{dead + i}.fetch").write_bytes(b"\0" * FMT.FETCH.size)
+    (tmp_path / f"{dead}.json").write_text(json.dumps({"pid": dead, "disabled": "test stop"}))
+    shutil.copy(os.path.join(FIXTURE, sorted(n for n in os.listdir(FIXTURE) if n.endswith(".bin"))[0]), tmp_path)
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    view = reader.read()
+    left = sorted(os.listdir(tmp_path))
+    assert all(n.endswith(".bin") for n in left)  # the loader owner's file stays; every ended worker's went
+    assert len(view.rng) == inside.RETIRED_KEPT and view.rng[-1].start == (("torch", "s999"),)
+    t0 = time.perf_counter()
+    again = reader.read()
+    assert time.perf_counter() - t0 < 0.5 and len(again.rng) == inside.RETIRED_KEPT
+    untouched = tmp_path / "look"
+    untouched.mkdir()
+    (untouched / f"{dead}.json").write_text("{}")
+    inside.InsideReader(str(untouched)).read()  # a one-off look (dlwatch status) removes nothing
+    assert os.listdir(untouched) == [f"{dead}.json"]

@@ -13,6 +13,7 @@ again only when it changed). For ``dlwatch attach`` the job opts in when it star
 
 from __future__ import annotations
 
+import collections
 import errno
 import importlib.util
 import json
@@ -23,7 +24,7 @@ import stat
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerExec, WorkerFetch
 
@@ -321,6 +322,21 @@ def exec_record(pid: int, doc: Optional[dict]) -> Optional[WorkerExec]:
     return WorkerExec(pid, str(e["path"]), frames)
 
 
+# Records of ended processes kept after their files are removed (:meth:`InsideReader._retire`).
+RETIRED_KEPT = 256
+
+
+class _Retired(NamedTuple):
+    forks: Tuple[ForkRecord, ...]
+    rng: Tuple[RngCheck, ...]
+    execs: Tuple[WorkerExec, ...]
+    problem: Optional[str] = None
+
+
+def _alive(pid: str) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
 class InsideReader:
     """Reads the recorder's folder at each tick; never raises (a bad file is skipped and named
     in the view's ``note``).
@@ -328,15 +344,22 @@ class InsideReader:
     Args:
         folder: the private folder given to the job, or ``None`` (no inside view).
         why_none: the note when ``folder`` is ``None``.
+        retire: fold the records of processes that ended into memory and remove their files
+            (:meth:`_retire`): the watch loop's reader of a job's folder; a one-off look
+            (``dlwatch status``) leaves the folder as it is.
     """
 
-    def __init__(self, folder: Optional[str], why_none: str = "no inside view") -> None:
+    def __init__(self, folder: Optional[str], why_none: str = "no inside view", retire: bool = False) -> None:
         self.folder = folder
         self.why_none = why_none
+        self.retire = retire
         self._docs: Dict[int, Tuple[int, Optional[dict]]] = {}  # pid -> (mtime_ns, parsed JSON)
         self._problems: Dict[int, str] = {}
         self._saw_any = False
         self._lock = threading.Lock()  # the watchers of a job's ranks read from their own threads
+        # What the files of processes that ended said, kept after the files are removed: the last
+        # RETIRED_KEPT of them (a week with persistent_workers=False starts a worker a second).
+        self._retired: "collections.OrderedDict[int, _Retired]" = collections.OrderedDict()
 
     def _doc(self, pid: int, path: str) -> Optional[dict]:
         try:
@@ -375,6 +398,13 @@ class InsideReader:
             names = sorted(e.name for e in os.scandir(self.folder))
         except OSError as e:
             return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
+        if self.retire:
+            names = self._retire(names)
+        for retired in self._retired.values():
+            if forks:
+                fork_list.extend(retired.forks)
+            rng.extend(retired.rng)
+            execs.extend(retired.execs)
         for name in names:
             stem, _, ext = name.partition(".")
             if not stem.isdigit() or ext not in ("bin", "json", "fetch"):
@@ -408,7 +438,8 @@ class InsideReader:
                 continue
             self._saw_any = True
             loaders.extend(loader_views(pid, self._doc(pid, os.path.join(self.folder, f"{pid}.json")), slots))
-        note = "; ".join(sorted(set(self._problems.values()))) or None
+        problems = set(self._problems.values()) | {r.problem for r in self._retired.values() if r.problem}
+        note = "; ".join(sorted(problems)) or None
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
         return InsideView(
@@ -419,6 +450,37 @@ class InsideReader:
             fetches=tuple(fetches),
             execs=tuple(execs),
         )
+
+    def _retire(self, names: List[str]) -> List[str]:
+        """Fold the records of processes that ended (no ``/proc/PID``) and wrote no loader file
+        (``.bin``: the job's main, read again after it ends) into ``_retired`` and remove their
+        files, so that a job that starts workers all week long costs each tick what its live
+        processes cost. Returns the names still in the folder."""
+        owners = {n.partition(".")[0] for n in names if n.endswith(".bin")}
+        gone: Dict[int, List[str]] = {}
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if stem.isdigit() and stem not in owners and ext in ("json", "fetch") and not _alive(stem):
+                gone.setdefault(int(stem), []).append(name)
+        if not gone:
+            return names
+        for pid, files in gone.items():
+            doc = self._doc(pid, os.path.join(self.folder or "", f"{pid}.json")) if f"{pid}.json" in files else None
+            check, became = rng_check(pid, doc), exec_record(pid, doc)
+            kept = _Retired(fork_records(pid, doc), (check,) if check else (), (became,) if became else ())
+            self._retired[pid] = kept._replace(problem=self._problems.get(pid))
+            self._retired.move_to_end(pid)
+            while len(self._retired) > RETIRED_KEPT:
+                self._retired.popitem(last=False)
+            self._docs.pop(pid, None)
+            self._problems.pop(pid, None)
+            for name in files:
+                try:
+                    os.unlink(os.path.join(self.folder or "", name))  # never follows a link: the name goes
+                except OSError:
+                    pass
+        removed = {n for files in gone.values() for n in files}
+        return [n for n in names if n not in removed]
 
     def _fetch(self, pid: int, path: str) -> Optional[WorkerFetch]:
         try:
