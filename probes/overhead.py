@@ -102,6 +102,31 @@ JOB = textwrap.dedent(
     """
 )
 
+# A job whose workers are recreated about every second (persistent_workers=False, short epochs),
+# for --churn: what the sidecar costs after hours of worker churn must be what it costs at first.
+CHURN_JOB = textwrap.dedent(
+    """
+    import json, os, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Small(Dataset):
+        def __len__(self):
+            return 64
+        def __getitem__(self, i):
+            time.sleep(0.005)
+            return torch.ones(8)
+
+    workers, seconds = int(sys.argv[1]), float(sys.argv[2])
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    end, epochs = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        for _ in DataLoader(Small(), batch_size=8, num_workers=workers, persistent_workers=False):
+            pass
+        epochs += 1
+    print(json.dumps({"epochs": epochs}), flush=True)
+    """
+)
+
 _SETTLE_TICKS = 3  # ticks the sidecar makes before the window opens (start-up left out)
 _RUN_SLACK_S = 180.0  # seconds a run may take beyond its warm-up and window
 
@@ -432,6 +457,49 @@ def run_full_timeline(workers: int, interval_s: float, samples: int, folder: str
         kill_session(job)
 
 
+def run_churn(workers: int, seconds: float, interval_s: float, folder: str) -> dict:
+    """The churn job (``CHURN_JOB``: ``workers`` workers recreated about every second) for
+    ``seconds``, with the inside view (``hook-env``'s folder), watched by ``dlwatch attach``:
+    the sidecar's tick CPU (p50, milliseconds) over the first and the last fifth of the run, its
+    RSS at the first and the last tick (bytes), the epochs (worker generations) and the files
+    left in the inside view's folder.
+
+    Raises:
+        RunError: a process failed or a deadline passed.
+    """
+    from watchdog.collect import inside
+
+    hook = inside.make_folder()
+    env = inside.hook_env(child_env(), hook.path, None)
+    deadline = time.monotonic() + seconds + _RUN_SLACK_S
+    job = _start([sys.executable, "-c", CHURN_JOB, str(workers), f"{seconds:g}"], folder, "churn", env)
+    watcher = None
+    try:
+        pid = _read_json_line(job, deadline, "its start")["pid"]
+        watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
+        _wait_ticks(log, _SETTLE_TICKS, watcher, job, deadline)
+        rss = [_status_bytes(watcher.pid, "VmRSS")]
+        epochs = _read_json_line(job, deadline, "its end")["epochs"]
+        rss.append(_status_bytes(watcher.pid, "VmRSS"))
+        cpu = [t[2] for t in _ticks(log)]
+        fifth = max(1, len(cpu) // 5)
+        return {
+            "workers": workers,
+            "seconds": seconds,
+            "epochs": epochs,
+            "ticks": len(cpu),
+            "tick_cpu_ms_first": _percentile(cpu[:fifth], 0.5),
+            "tick_cpu_ms_last": _percentile(cpu[-fifth:], 0.5),
+            "rss_bytes_first": rss[0],
+            "rss_bytes_last": rss[1],
+            "hook_files": len(os.listdir(hook.path)),
+        }
+    finally:
+        _stop(watcher)
+        kill_session(job)
+        inside.remove_folder(hook)
+
+
 def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
     """The figures for one ``workers`` value from its pairs (``(plain, watched)`` runs): medians
     over pairs, the throughput ratio's spread, tick percentiles over every tick of every pair."""
@@ -529,6 +597,14 @@ def build_parser() -> Parser:
         help="dlwatch's interval in seconds for --full-timeline, from %g to %g" % INTERVAL_S,
     )
     p.add_argument(
+        "--churn",
+        type=float_range(0.0, MAX_SECONDS),
+        default=0.0,
+        metavar="SECONDS",
+        help="also run a job whose workers are recreated about every second (persistent_workers=False) for SECONDS "
+        "with the inside view, and compare the sidecar's tick CPU and RSS at its start and end (0: off)",
+    )
+    p.add_argument(
         "--json", type=output_file, metavar="PATH", help="also write every figure, each run's included, as JSON"
     )
     return p
@@ -591,6 +667,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 doc["full_timeline"] = run_full_timeline(
                     max(counts), args.full_timeline_interval, args.timeline_samples, folder
                 )
+            if args.churn:
+                doc["churn"] = run_churn(max(counts), args.churn, args.interval, folder)
         except RunError as e:
             failed = str(e)  # what was measured before is still printed and written
             doc["error"] = failed
@@ -622,6 +700,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"full timeline: {timeline['timeline_samples']} samples of {timeline['processes']} processes: "
             f"sidecar RSS {_mib(timeline['rss_bytes'])} MiB (peak {_mib(timeline['peak_rss_bytes'])} MiB)"
         )
+    churn = doc.get("churn")
+    if isinstance(churn, dict):
+        print(
+            f"churn: {churn['epochs']} worker generations of {churn['workers']} in {churn['seconds']:g} s: "
+            f"tick CPU p50 {_ms(churn['tick_cpu_ms_first'])} ms in the first fifth, "
+            f"{_ms(churn['tick_cpu_ms_last'])} ms in the last; "
+            f"sidecar RSS {_mib(churn['rss_bytes_first'])} -> {_mib(churn['rss_bytes_last'])} MiB; "
+            f"{churn['hook_files']} file(s) left in the inside view's folder"
+        )
     machine = _machine_line(doc["machine"])
     print(machine)
     if args.json:
@@ -648,6 +735,10 @@ def _machine_line(machine) -> str:
 
 def _mib(value: Optional[int]) -> str:
     return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _row(s: dict) -> list:

@@ -28,10 +28,12 @@ def test_overhead_probe_reports_every_figure(tmp_path):
             "5",
             "--warmup",
             "3",
+            "--churn",
+            "15",
             "--json",
             str(out_json),
         ],
-        timeout_s=270,
+        timeout_s=330,
     )
     assert code == 0, err
     assert "1 + 2" in out and "detect→report" in out
@@ -51,6 +53,10 @@ def test_overhead_probe_reports_every_figure(tmp_path):
     (hang,) = doc["hangs"]
     assert hang["kind"] == "fork_inherited_lock" and hang["processes"] == 3
     assert len(doc["runs"]) == 2 and {r["watched"] for r in doc["runs"]} == {False, True}
+    churn = doc["churn"]  # workers recreated about every second, the inside view on
+    assert churn["epochs"] >= 5 and churn["ticks"] >= 5 and churn["tick_cpu_ms_last"] > 0
+    assert churn["hook_files"] <= 2 + 2 * 2  # main's two files and the live workers' only: ended ones are folded
+    assert "churn: " in out
 
 
 def test_overhead_probe_refuses_bad_flags_in_one_line():
