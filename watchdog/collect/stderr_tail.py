@@ -113,6 +113,23 @@ def _orphans_of(folder: str) -> List[str]:
     return [p for p in names if os.path.isabs(p) and is_hook_folder(p)]
 
 
+# fcntl.F_SETPIPE_SZ (Linux, Python >= 3.10 names it): a pipe's capacity.
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# The pipe capacity asked for and the read size: 1 MiB, the default /proc/sys/fs/pipe-max-size
+# an unprivileged process may set (pipe(7)). A job writing 1 GiB to stderr then costs 1024
+# reads and writes instead of 16384.
+_PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> int:
+    """Ask for a 1 MiB capacity of the pipe ``fd`` (a pipe holds 64 KiB by default); the read
+    size that goes with what was granted."""
+    try:
+        return max(65536, fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES))
+    except OSError:  # not a pipe, or above the limit: the default
+        return 65536
+
+
 def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
     """Copy ``src_fd`` to ``dst_fd`` until EOF, publishing the last ``limit_bytes`` bytes to
     ``tail_path`` at most every 0.2 s, within 0.2 s of the stream pausing, and at EOF. A write
@@ -120,6 +137,7 @@ def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
     block or get SIGPIPE."""
     buf = bytearray()
     forward, dirty, last = True, False, 0.0
+    chunk_size = _widen_pipe(src_fd)
     while True:
         if dirty:  # publish what arrived once the stream pauses, not only when more arrives
             try:
@@ -131,7 +149,7 @@ def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
                 dirty, last = False, time.monotonic()
                 continue
         try:
-            chunk = os.read(src_fd, 65536)
+            chunk = os.read(src_fd, chunk_size)
         except InterruptedError:
             continue
         except OSError:
@@ -145,9 +163,12 @@ def pump(src_fd: int, dst_fd: int, tail_path: str, limit_bytes: int) -> None:
                     view = view[os.write(dst_fd, view) :]
             except OSError:
                 forward = False
-        buf += chunk
-        if len(buf) > limit_bytes:
-            del buf[: len(buf) - limit_bytes]
+        if len(chunk) >= limit_bytes:
+            buf[:] = chunk[len(chunk) - limit_bytes :]
+        else:
+            buf += chunk
+            if len(buf) > limit_bytes:
+                del buf[: len(buf) - limit_bytes]
         dirty = True
         now = time.monotonic()
         if now - last >= _PUBLISH_EVERY_S:
