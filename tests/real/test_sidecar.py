@@ -639,6 +639,21 @@ def test_a_metrics_port_in_use_is_a_one_line_error_before_the_job_starts(tmp_pat
     assert len(done.stderr.strip().splitlines()) == 1 and not marker.exists()
 
 
+def _run_with_pump(tmp_path, job):
+    """``dlwatch run`` of ``job`` with its output to files (a pipe nobody reads would fill and
+    block the pump before it sees EOF): ``(dlwatch, its stderr pump, {the pump's folder, the
+    hook folder}``)."""
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = start(DLWATCH + ["run", "--report-dir", str(tmp_path), "--"] + job, stdout=out, stderr=err)
+    try:
+        pump = _child(proc.pid, "stderr_tail", 60, "the stderr pump")
+    except BaseException:
+        kill_tree(proc)
+        raise
+    tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
+    return proc, pump, {os.path.dirname(tail_path), hook}
+
+
 def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
     import glob
     import tempfile
@@ -649,20 +664,9 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
             + glob.glob(os.path.join(tempfile.gettempdir(), "dlwatch-hook-*"))
         )
 
-    # Output to files: a pipe nobody reads would fill and block the pump before it sees EOF.
-    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
-        proc = start(
-            DLWATCH
-            + ["run", "--report-dir", str(tmp_path), "--"]
-            + TRAIN
-            + ["--num-workers", "1", "--sample-delay-s", "0.05"],
-            stdout=out,
-            stderr=err,
-        )
+    proc, pump, new = _run_with_pump(tmp_path, TRAIN + ["--num-workers", "1", "--sample-delay-s", "0.05"])
+    hook = next(p for p in new if "dlwatch-hook-" in p)
     try:
-        pump = _child(proc.pid, "stderr_tail", 60, "the stderr pump")
-        tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
-        new = {os.path.dirname(tail_path), hook}
         assert new <= ours() and os.path.basename(hook).startswith("dlwatch-hook-")
         job = _child(proc.pid, "probes.train", 60, "the job")
         os.kill(proc.pid, signal.SIGKILL)  # dlwatch dies; its stderr pump lives on
@@ -676,16 +680,9 @@ def test_a_killed_dlwatch_leaves_no_folders_behind(tmp_path):
 def test_dlwatch_and_its_pump_killed_together_leave_folders_the_next_run_sweeps_hook_folder_included(tmp_path):
     import tempfile
 
-    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
-        proc = start(
-            DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, "-c", "import time; time.sleep(60)"],
-            stdout=out,
-            stderr=err,
-        )
+    proc, pump, left = _run_with_pump(tmp_path, [PY, "-c", "import time; time.sleep(60)"])
+    hook = next(p for p in left if "dlwatch-hook-" in p)
     try:
-        pump = _child(proc.pid, "stderr_tail", 60, "the stderr pump")
-        tail_path, _limit, _dlwatch_pid, hook = pump.cmdline()[-4:]
-        left = {os.path.dirname(tail_path), hook}
         pump.kill()
         os.kill(proc.pid, signal.SIGKILL)  # both at once (systemctl stop, a harness killing every descendant)
         proc.wait(10)
