@@ -585,6 +585,50 @@ def test_an_alert_command_runs_after_a_hang_report_and_its_failure_changes_nothi
     assert "on_crash_exec exited with code 7" in err
 
 
+def test_a_signal_while_alert_commands_run_after_the_job_ended_cuts_the_wait_short(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("on_crash_exec: 'sleep 30'\nexec_timeout_s: 40\n")
+    crash = "import os, time; time.sleep(1.5); os.kill(os.getpid(), 9)"  # a crash report, then the hook
+    out = tmp_path / "r"
+    proc = start(DLWATCH + ["run", "--config", str(cfg), "--report-dir", str(out), "--", PY, "-c", crash])
+    try:
+        wait_for(lambda: reports(str(out)), 60, "the crash report")
+        time.sleep(1.0)  # the hook is running now
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10, "the wait for the alert command was not cut short"
+        assert "cut the wait for alert commands short" in err, err[-2000:]
+    finally:
+        kill_tree(proc)
+
+
+def test_ctrl_c_during_dlwatchs_own_start_up_is_one_line_and_130():
+    for delay in (0.15, 0.3, 0.45, 0.6):
+        proc = start(DLWATCH + ["run", "--", "sleep", "30"])  # a job that prints nothing when interrupted
+        try:
+            time.sleep(delay)  # inside dlwatch's imports, before or after its handlers exist
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+            if "init_import_site" in err:
+                continue  # still in the interpreter's own start-up, before any code of dlwatch's runs
+            assert "Traceback" not in err, err
+            assert proc.returncode in (130, -signal.SIGINT), (delay, proc.returncode, err)
+        finally:
+            kill_tree(proc)
+
+
+def test_a_dlwatch_inside_the_job_is_a_wrapper_and_its_job_is_watched_as_main(tmp_path):
+    inner = DLWATCH + ["run", "--no-hook", "--report-dir", str(tmp_path / "inner"), "--stall-timeout", "600", "--"]
+    job = TRAIN + ["--fault", "fork-lock", "--num-workers", "2"]
+    code, _out, err = run_dlwatch([*TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "outer")], inner + job)
+    assert code == 124, err
+    (folder,) = reports(str(tmp_path / "outer"))
+    doc = load_report(folder)
+    assert doc["diagnoses"][0]["kind"] == "fork_inherited_lock" and "rank" not in doc["job"], doc["job"]
+    assert "probes.train" in " ".join(doc["job"]["cmdline"]) and "rank 0" not in err
+
+
 def _free_port() -> int:
     import socket
 
