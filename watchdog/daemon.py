@@ -240,6 +240,7 @@ class Watcher:
         self._said: Dict[str, float] = {}
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
+        self._resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
         self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
         self._shm_managers: Set[ProcId] = set()  # torch_shm_manager daemons seen
         self._errors_logged: Set[str] = set()
@@ -337,13 +338,17 @@ class Watcher:
         self._stall_s = None if stall is None else stall.stall_s
         if stall is None:
             return
-        over = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
-        if over is not None:  # a batch moved since a suspected report: say so
+        if self._resolved is not None:  # said one tick late: a job that is ending moves too, and is no news
+            over, at = self._resolved
+            self._resolved = None
             kind, where = over.key
             log(
                 f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
-                f"{sample.t_mono - over.since:.0f} s: the loader moved again (slow, not hung)"
+                f"{at - over.since:.0f} s: the loader moved again (slow, not hung)"
             )
+        ended = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
+        if ended is not None:  # a batch moved since a suspected report: said at the next tick
+            self._resolved = (ended, sample.t_mono)
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
         trigger = self.episode.due(stall, sample.t_mono, rule)
