@@ -233,3 +233,33 @@ def test_code_that_reads_or_fills_the_hooked_objects_dicts_sees_no_difference(tm
     plain = _run([PY, str(script)], base)
     hooked = _run([PY, str(script)], _hooked(base, folder))
     assert plain[0] == 0 and hooked == plain, (plain, hooked)
+
+
+def test_attach_to_a_job_started_under_hook_env_has_the_inside_view_and_removes_its_folder_after_ending_it(tmp_path):
+    import shlex
+
+    from tests.real.helpers import TERMINATE_AFTER_4_S, TRAIN, load_report, reports
+
+    code, out, err = run_bounded(DLWATCH + ["hook-env"], 60)
+    assert code == 0, err
+    env = dict(os.environ)
+    env.update(dict(item.split("=", 1) for item in shlex.split(out)))
+    folder = env["DLWATCH_HOOK_DIR"]
+    assert os.path.basename(folder).startswith("dlwatch-hook-") and os.path.isdir(folder)
+    job = start(TRAIN + ["--fault", "fork-lock", "--num-workers", "2"], env=env)
+    try:
+        code, _out, err = run_bounded(
+            DLWATCH + ["attach", "--pid", str(job.pid), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path)], 150
+        )
+        assert code == 124, err
+        (report,) = reports(str(tmp_path))
+        assert load_report(report)["diagnoses"][0]["kind"] == "fork_inherited_lock"
+        with open(os.path.join(report, "report.txt"), encoding="utf-8") as f:
+            assert "DataLoader (inside view):" in f.read()
+        assert not os.path.exists(folder), "the hook folder of the job dlwatch ended was left behind"
+    finally:
+        kill_tree(job)
+        if os.path.isdir(folder):
+            import shutil
+
+            shutil.rmtree(folder)
