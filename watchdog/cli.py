@@ -482,7 +482,10 @@ def cmd_hook_env() -> int:
     env = inside.hook_env(os.environ, folder.path, None)
     # Quoted for the shell where needed: `eval "export $(dlwatch hook-env)"` works with any path;
     # `env $(dlwatch hook-env) …` with paths that hold no spaces.
-    print(f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder.path)}")
+    print(
+        f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])} DLWATCH_HOOK_DIR={shlex.quote(folder.path)} "
+        f"{inside.TOKEN_ENV}={env[inside.TOKEN_ENV]}"
+    )
     return Exit.OK
 
 

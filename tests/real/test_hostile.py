@@ -74,6 +74,27 @@ def test_attach_never_deletes_a_root_folder_the_job_names_as_its_hook_folder(att
     assert victim.is_dir() and (victim / "authorized_keys").exists(), "root's folder was deleted"
 
 
+def test_attach_never_takes_or_deletes_another_jobs_hook_folder_the_job_names(attacker, tmp_path):
+    code, out, err = run_bounded(DLWATCH + ["hook-env"], 60)  # root's folder, made for another job
+    assert code == 0, err
+    other = next(item.split("=", 1)[1] for item in out.split() if item.startswith("DLWATCH_HOOK_DIR="))
+    try:
+        env = {"PATH": "/usr/bin:/bin", "DLWATCH_HOOK_DIR": other}  # its path is in /tmp for all to see
+        job = _as(attacker, [SYSTEM_PY, "-c", "import time; time.sleep(4)"], env=env)
+        try:
+            code, _out, err = run_bounded(
+                DLWATCH + ["attach", "--pid", str(job.pid), "--interval", "0.5", "--report-dir", str(tmp_path / "r")],
+                60,
+            )
+        finally:
+            job.kill()
+            job.wait(10)
+        assert code == 0, err
+        assert os.path.isdir(other), "another job's hook folder was deleted"
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
 def test_a_fifo_another_user_plants_where_dlwatch_sweeps_never_blocks_a_run(attacker, shared_tmp):
     planted = _as(
         attacker,

@@ -266,7 +266,7 @@ def test_a_hook_folder_is_removed_only_while_it_is_the_one_made_and_a_swapped_on
     other = tmp_path / "other"
     other.mkdir(mode=0o700)  # made while the first exists: another inode
     (other / "keep").write_text("x")
-    os.rmdir(again.path)
+    shutil.rmtree(again.path)
     os.rename(other, again.path)  # same name, another directory: not the one made
     assert not inside.remove_folder(again) and os.path.exists(os.path.join(again.path, "keep"))
     shutil.rmtree(again.path)
@@ -274,7 +274,7 @@ def test_a_hook_folder_is_removed_only_while_it_is_the_one_made_and_a_swapped_on
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "keep").write_text("x")
-    os.rmdir(linked.path)
+    shutil.rmtree(linked.path)
     os.symlink(target, linked.path)  # a link where the folder was: never followed
     assert not inside.remove_folder(linked) and (target / "keep").exists()
 
@@ -296,11 +296,14 @@ def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_
     private.mkdir(mode=0o700)
     hook = tmp_path / "dlwatch-hook-abcd1234"
     hook.mkdir(mode=0o700)
+    (hook / inside.TOKEN_FILE).write_text("f00d" * 8)
     shared = tmp_path / "dlwatch-hook-open5678"
     shared.mkdir(mode=0o755)
     found = {}
-    for folder in (private, hook, shared, "relative/dlwatch-hook-abcd1234"):
-        env = {**os.environ, FMT.ENV_DIR: str(folder)}
+    for folder in (private, hook, shared, "relative/dlwatch-hook-abcd1234", "another job's"):
+        token = "f00d" * 8 if folder == hook else "bad0" * 8
+        named = hook if folder == "another job's" else folder  # the right folder, another job's token
+        env = {**os.environ, FMT.ENV_DIR: str(named), inside.TOKEN_ENV: token}
         job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env=env)
         try:
             for _ in range(100):
@@ -313,6 +316,7 @@ def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_
     assert (
         found[str(private)] is None and found[str(shared)] is None and found["relative/dlwatch-hook-abcd1234"] is None
     )
+    assert found["another job's"] is None
     taken = found[str(hook)]
     assert taken is not None and taken.path == str(hook) and taken.ino == os.lstat(hook).st_ino
 

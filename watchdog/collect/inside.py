@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import collections
 import errno
+import hmac
 import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -80,12 +82,48 @@ def hook_env(
     path = out.get("PYTHONPATH")
     out["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
     out[FORMAT.ENV_DIR] = folder
+    out.pop(TOKEN_ENV, None)
+    token = _token_of(folder)
+    if token:
+        out[TOKEN_ENV] = token
     out.pop(FORMAT.ENV_ANCESTOR, None)
     out.pop(FORMAT.ENV_CHECKS, None)
     if not data_checks:
         out[FORMAT.ENV_CHECKS] = "0"
     if ancestor_pid is not None:
         out[FORMAT.ENV_ANCESTOR] = str(ancestor_pid)
+    return out
+
+
+# The job's proof that a hook folder is its own: ``make_folder`` writes a random token into the
+# folder (TOKEN_FILE, 0600, in a 0700 folder) and ``hook_env`` gives it to the job; ``folder_of``
+# takes a folder only from a job whose environment holds the same token. Another user's job can
+# name any ``/tmp/dlwatch-hook-*`` it sees, but cannot read that folder's token.
+TOKEN_ENV = "DLWATCH_HOOK_TOKEN"
+TOKEN_FILE = ".token"
+
+
+def _token_of(folder: str) -> Optional[str]:
+    try:
+        return read_regular(os.path.join(folder, TOKEN_FILE), 256).decode("ascii", "replace").strip() or None
+    except OSError:
+        return None
+
+
+def _raw_environ(pid: int, names: Iterable[str]) -> Dict[str, str]:
+    """The values of ``names`` in ``/proc/PID/environ``, unredacted (a token compared here,
+    never written anywhere)."""
+    wanted = {n.encode() for n in names}
+    out: Dict[str, str] = {}
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return out
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key in wanted:
+            out[key.decode()] = os.fsdecode(value)
     return out
 
 
@@ -138,18 +176,21 @@ def is_hook_folder(path: str) -> bool:
 def folder_of(pid: int) -> Optional[HookFolder]:
     """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
     environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), or ``None`` unless it is one
-    ``dlwatch hook-env`` could have made: named ``dlwatch-hook-XXXXXXXX``, a directory (not a
-    link) of this user closed to others, in a folder nobody else may rename entries of. The
-    job controls its environment; this is what keeps it from pointing a root dlwatch at
-    ``/root`` (which :func:`remove_folder` would then delete)."""
-    from .procfs import environ
-
-    folder = (environ(pid) or {}).get(FORMAT.ENV_DIR)
+    ``dlwatch hook-env`` made for this job: named ``dlwatch-hook-XXXXXXXX``, a directory (not a
+    link) of this user closed to others, in a folder nobody else may rename entries of, whose
+    token (``TOKEN_FILE``) the job's environment holds (``DLWATCH_HOOK_TOKEN``). The job
+    controls its environment; this is what keeps it from pointing a root dlwatch at ``/root``
+    or at another job's hook folder (which :func:`remove_folder` would then delete)."""
+    env = _raw_environ(pid, (FORMAT.ENV_DIR, TOKEN_ENV))
+    folder = env.get(FORMAT.ENV_DIR)
     if not folder or not os.path.isabs(folder) or not _HOOK_NAME.match(os.path.basename(folder)):
         return None
     for path in (folder, f"/proc/{pid}/root{folder}"):
         st = _private_dir(path)
         if st is not None and _safe_parent(path):
+            token = _token_of(path)
+            if token is None or not hmac.compare_digest(token, env.get(TOKEN_ENV, "")):
+                return None  # not the folder made for this job
             return HookFolder(path, st.st_dev, st.st_ino)
     return None
 
@@ -161,6 +202,9 @@ def make_folder() -> HookFolder:
         OSError: the temporary directory cannot be written.
     """
     path = tempfile.mkdtemp(prefix=HOOK_PREFIX)
+    fd = os.open(os.path.join(path, TOKEN_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secrets.token_hex(16))
     st = os.lstat(path)
     return HookFolder(path, st.st_dev, st.st_ino)
 
