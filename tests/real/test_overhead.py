@@ -55,7 +55,7 @@ def test_overhead_probe_reports_every_figure(tmp_path):
     assert len(doc["runs"]) == 2 and {r["watched"] for r in doc["runs"]} == {False, True}
     churn = doc["churn"]  # workers recreated about every second, the inside view on
     assert churn["epochs"] >= 5 and churn["ticks"] >= 5 and churn["tick_cpu_ms_last"] > 0
-    assert churn["hook_files"] <= 2 + 2 * 2  # main's two files and the live workers' only: ended ones are folded
+    assert churn["hook_files"] <= 1 + 2 + 2 * 2  # the token, main's two files, the live workers': ended ones go
     assert "churn: " in out
 
 
