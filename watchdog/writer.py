@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import tempfile
 from typing import Callable, Optional
 
+from .collect import inside
 from .errors import ReportWriteError
 from .types import Report
 
@@ -59,18 +59,6 @@ def write(report: Report, report_dir: str) -> str:
 FALLBACK_NAME = "dlwatch-reports"
 
 
-def _private_dir(path: str) -> bool:
-    """Whether ``path`` is a directory (not a link) of this user that nobody else may enter,
-    in a folder nobody else may rename entries of (its own, or a sticky root-owned ``/tmp``)."""
-    try:
-        st, parent = os.lstat(path), os.lstat(os.path.dirname(path) or ".")
-    except OSError:
-        return False
-    own = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-    safe_parent = parent.st_uid == os.getuid() or (bool(parent.st_mode & stat.S_ISVTX) and parent.st_uid == 0)
-    return own and safe_parent
-
-
 def fallback_dir(base: Optional[str] = None) -> str:
     """The folder for reports when ``report_dir`` cannot be written: ``dlwatch-reports`` in the
     temporary directory ``base`` when it is this user's own and private (made 0700 when
@@ -87,7 +75,7 @@ def fallback_dir(base: Optional[str] = None) -> str:
         os.mkdir(path, 0o700)
     except OSError:
         pass  # there already (ours or another's), or base is not writable: checked next
-    if _private_dir(path):
+    if inside.private_dir(path) is not None and inside.safe_parent(path):
         return path
     try:
         return tempfile.mkdtemp(prefix=FALLBACK_NAME + "-", dir=base)

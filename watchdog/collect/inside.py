@@ -143,7 +143,7 @@ class HookFolder:
     ino: int
 
 
-def _private_dir(path: str) -> Optional[os.stat_result]:
+def private_dir(path: str) -> Optional[os.stat_result]:
     """``lstat`` of ``path`` when it is a directory (not a link) of this user closed to others."""
     try:
         st = os.lstat(path)
@@ -154,7 +154,7 @@ def _private_dir(path: str) -> Optional[os.stat_result]:
     return None
 
 
-def _safe_parent(path: str) -> bool:
+def safe_parent(path: str) -> bool:
     """Whether nobody else can swap what ``path`` names: its parent is this user's own, or a
     sticky folder (``/tmp``) whose entries only their owners may rename or remove."""
     try:
@@ -170,7 +170,7 @@ def is_hook_folder(path: str) -> bool:
     """Whether ``path`` is a folder ``dlwatch hook-env`` or ``dlwatch run`` could have made:
     named ``dlwatch-hook-XXXXXXXX``, a directory (not a link) of this user closed to others, in
     a folder nobody else may rename entries of."""
-    return bool(_HOOK_NAME.match(os.path.basename(path))) and _private_dir(path) is not None and _safe_parent(path)
+    return bool(_HOOK_NAME.match(os.path.basename(path))) and private_dir(path) is not None and safe_parent(path)
 
 
 def folder_of(pid: int) -> Optional[HookFolder]:
@@ -186,8 +186,8 @@ def folder_of(pid: int) -> Optional[HookFolder]:
     if not folder or not os.path.isabs(folder) or not _HOOK_NAME.match(os.path.basename(folder)):
         return None
     for path in (folder, f"/proc/{pid}/root{folder}"):
-        st = _private_dir(path)
-        if st is not None and _safe_parent(path):
+        st = private_dir(path)
+        if st is not None and safe_parent(path):
             token = _token_of(path)
             if token is None or not hmac.compare_digest(token, env.get(TOKEN_ENV, "")):
                 return None  # not the folder made for this job
@@ -215,7 +215,7 @@ def remove_folder(folder: HookFolder) -> bool:
     user's and private); ``shutil.rmtree`` then removes it without following links (it works
     from directory descriptors where the platform allows: ``shutil.rmtree.avoids_symlink_attacks``).
     Returns whether it was removed; errors are ignored (it lives in /tmp)."""
-    st = _private_dir(folder.path)
+    st = private_dir(folder.path)
     if st is None or (st.st_dev, st.st_ino) != (folder.dev, folder.ino):
         return False
     shutil.rmtree(folder.path, ignore_errors=True)
