@@ -78,11 +78,12 @@ _SHM_MANAGER_WAIT_S = 10.0
 _MAX_SEEN_PIDS = 100_000
 
 
-def _fork_source_lines(record) -> List[Tuple[str, int]]:
-    """Source lines to read for a fork record: each user frame of the threads at the fork, and
-    the lines above it where a ``with LOCK:`` enclosing it would be (``lock_holder_at_fork``)."""
+def _enclosing_lines(threads) -> List[Tuple[str, int]]:
+    """Source lines to read for ``threads`` (records with ``frames``: a fork record's threads,
+    a worker's py-spy threads): each user frame's line and the lines above it where a
+    ``with LOCK:`` or ``LOCK.acquire()`` holding it would be (``hangs.holds_at``)."""
     wanted = []
-    for t in record.threads[:16]:
+    for t in list(threads)[:16]:
         for f in [f for f in t.frames if frames.is_user(f)][:6]:
             wanted += [(f.file, line) for line in range(max(1, f.line - ENCLOSING_LINES), f.line + 1)]
     return wanted
@@ -642,7 +643,8 @@ class Watcher:
             cfg.py_spy,
             deadline,
             poll=stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT) and proof is None,
-            more_sources=[(record.pid, _fork_source_lines(record)) for record in view.forks],
+            more_sources=[(record.pid, _enclosing_lines(record.threads)) for record in view.forks]
+            + [(w.pid, _enclosing_lines(st.threads)) for w in sample.workers if (st := evidence.stacks.get(w.pid))],
         )
         poll = closer.poll
         pipes = evidence.pipes

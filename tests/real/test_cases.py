@@ -5,7 +5,7 @@ right line; the healthy controls never reported and never ended. Each run is bou
 process group it starts is killed (``probes.repro.run_scenario``).
 
 The cases: probes/cases/openmp_pool_after_fork.py, thread_pool_before_fork.py,
-lock_order_in_worker.py, mp_queue_nothing_feeds.py, mp_event_never_set.py,
+lock_order_in_worker.py, lock_held_across_iter.py, mp_queue_nothing_feeds.py, mp_event_never_set.py,
 main_join_prefetch_thread.py, exit_hang_queue_feeder.py, fd_exhausted_in_workers.py,
 stdout_reader_gone.py, summary_writer_and_deadlock.py, loader_timeout_slow_batch.py,
 dataset_exception_len_lies.py, collate_object_field.py, worker_init_fn_raises.py,

@@ -671,6 +671,58 @@ def test_a_lock_the_forking_thread_itself_held_is_inherited_even_when_it_was_alo
     assert first.kind == "fork_inherited_lock"
 
 
+def test_a_lock_the_forking_thread_acquired_above_the_loop_is_inherited():
+    # main: `LOCK.acquire()`, then `for b in DataLoader(...)` at one indentation; the worker waits at `with LOCK:`
+    t = _in_dataset(("D.__getitem__", USER, 7, False))
+    forking = ("MainThread", MAIN_PID, True, [("<module>", USER, 11, False)])
+    sources = (
+        ((USER, 7), "        with LOCK:"),
+        ((USER, 10), "    LOCK.acquire()"),
+        ((USER, 11), "    for b in loader:"),
+    )
+    found = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_fork_view(forking)))
+    assert found[0].kind == "fork_inherited_lock" and "main's own thread held" in found[0].summary
+    assert "before the iterator is created" in found[0].remedy
+    assert any("the forking thread MainThread" in e and "`LOCK.acquire()`" in e for e in found[0].evidence)
+    # released again before the loop: nothing was inherited held
+    released = sources + (((USER, 9), "    LOCK.release()"), ((USER, 8), "    LOCK.acquire()"))
+    released = tuple(x for x in released if x[0] != (USER, 10))
+    facts = hang_facts([t], proof=_kernel_proof(WORKER_PID), sources=released, inside=_fork_view(forking))
+    assert diagnose(facts)[0].kind == "worker_deadlock"
+
+
+def _first_fetch_view(forking, samples, batch_size=4):
+    from tests.unit.test_detect import _loader
+    from watchdog.types import WorkerFetch
+
+    view = _fork_view(forking)
+    loader = dataclasses.replace(_loader(), settings=(("num_workers", 2), ("batch_size", batch_size)))
+    return dataclasses.replace(view, loaders=(loader,), fetches=(WorkerFetch(WORKER_PID, samples, 1.0),))
+
+
+def test_a_lock_held_before_a_worker_s_first_batch_was_held_by_the_forking_thread():
+    # the lock was taken in a helper that returned before iter(loader): no frame at the fork shows it
+    t = _in_dataset(("Registry.lookup", USER, 30, False), ("D.__getitem__", USER, 7, False))
+    forking = ("MainThread", MAIN_PID, True, [("main", USER, 51, False)])
+    sources = (((USER, 30), "        with self._lock:"), ((USER, 7), "        return REGISTRY.lookup(i)"))
+    facts = hang_facts(
+        [t], proof=_kernel_proof(WORKER_PID), sources=sources, inside=_first_fetch_view(forking, samples=2)
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "fork_inherited_lock" and "main's own thread held" in first.summary
+    assert any("already held when the worker began" in e and "first batch" in e for e in first.evidence)
+    # Past its first batch the worker took the lock before: its own thread left it held.
+    later = dataclasses.replace(facts, inside=_first_fetch_view(forking, samples=40))
+    assert diagnose(later)[0].kind == "worker_deadlock"
+    # In its first batch, but an outer frame of its own thread holds it already (taken twice): its own deadlock.
+    own = _in_dataset(("Registry.lookup", USER, 30, False), ("Registry.get", USER, 7, False))
+    nested = (((USER, 30), "        with self._lock:"), ((USER, 5), "    with self._lock:"), ((USER, 7), "        x()"))
+    nested_facts = hang_facts(
+        [own], proof=_kernel_proof(WORKER_PID), sources=nested, inside=_first_fetch_view(forking, samples=2)
+    )
+    assert diagnose(nested_facts)[0].kind == "worker_deadlock"
+
+
 def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
     from tests.unit.test_detect import _loader
 

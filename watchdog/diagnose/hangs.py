@@ -96,16 +96,46 @@ def _owner_class(function: str) -> Optional[str]:
     return head.rsplit(".", 1)[-1] if dot else None
 
 
+_SCOPE = re.compile(r"^\s*(?:async\s+def|def|class)\s")
+
+
+def holds_at(facts: Facts, f: Frame, name: str) -> Optional[Tuple[int, str]]:
+    """Whether frame ``f`` runs while holding the lock named ``name``: the line and text of a
+    ``with NAME:`` enclosing ``f.line`` (indented less), or of a ``NAME.acquire()`` above it in
+    the same block or an enclosing one with no ``NAME.release()`` between; ``None`` when neither
+    is found in the ``ENCLOSING_LINES`` raw source lines above (the daemon reads them) or the
+    scan reaches the start of ``f``'s function. ``f.line`` itself is not read: a thread waiting
+    at ``with NAME:`` does not hold it yet."""
+    here = facts.source_raw(f.file, f.line)
+    if here is None:
+        return None
+    enclosing = re.compile(r"^\s*with\s+" + re.escape(name) + r"\b")
+    taken = re.compile(r".*\b" + re.escape(name) + r"\.acquire\(")
+    given = re.compile(r".*\b" + re.escape(name) + r"\.release\(")
+    for line in range(f.line - 1, max(0, f.line - ENCLOSING_LINES) - 1, -1):
+        text = facts.source_raw(f.file, line)
+        if text is None or not text.strip():
+            continue
+        indent = _indent(text)
+        if indent < _indent(here) and enclosing.match(text):
+            return line, text.strip()
+        if indent <= _indent(here) and given.match(text):
+            return None
+        if indent <= _indent(here) and taken.match(text):
+            return line, text.strip()
+        if indent < _indent(here) and _SCOPE.match(text):
+            return None
+    return None
+
+
 def lock_holder_at_fork(
     facts: Facts, record: ForkRecord, name: str, forking: bool = False, waiter: Optional[Frame] = None
 ) -> Optional[Tuple[ThreadAtFork, Frame, int, str]]:
-    """The thread of ``record`` (not the forking one) inside a ``with NAME:`` block (or after
-    ``NAME.acquire()``) at the fork: ``(thread, its frame, line of the with, its text)``. Raw
-    source lines (indentation kept) come from the daemon, up to ``ENCLOSING_LINES`` above each
-    user frame of the threads at fork. The lock is matched by its name, so an attribute of
-    ``self`` (``self._lock``) matches only in a method of the waiting frame's (``waiter``) own
-    class: two classes' ``self._lock`` are two locks (Textualize/rich#2046)."""
-    pattern = re.compile(r"^\s*(?:with\s+" + re.escape(name) + r"\b|.*\b" + re.escape(name) + r"\.acquire\()")
+    """The thread of ``record`` (the forking one when ``forking``, else another) that held the
+    lock named ``name`` at the fork (:func:`holds_at` on its user frames): ``(thread, its frame,
+    line of the with or acquire, its text)``. The lock is matched by its name, so an attribute
+    of ``self`` (``self._lock``) matches only in a method of the waiting frame's (``waiter``)
+    own class: two classes' ``self._lock`` are two locks (Textualize/rich#2046)."""
     cls = _owner_class(waiter.function) if waiter is not None and name.startswith("self.") else None
     for t in record.threads:
         if t.forking != forking:
@@ -113,13 +143,9 @@ def lock_holder_at_fork(
         for f in [f for f in t.frames if frames.is_user(f)][:6]:
             if cls is not None and _owner_class(f.function) != cls:
                 continue
-            here = facts.source_raw(f.file, f.line)
-            if here is None:
-                continue
-            for line in range(f.line - 1, max(0, f.line - ENCLOSING_LINES) - 1, -1):
-                text = facts.source_raw(f.file, line)
-                if text is not None and pattern.match(text) and _indent(text) < _indent(here):
-                    return t, f, line, text.strip()
+            held = holds_at(facts, f, name)
+            if held is not None:
+                return (t, f) + held
     return None
 
 
@@ -291,12 +317,47 @@ def _seen_alone_at_fork(facts: Facts, pid: int) -> bool:
 
 
 def _forking_thread_held(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
-    """Whether the forking thread itself was inside ``with NAME:`` for the lock the worker waits
-    on (the worker's copy of that thread then waits for a lock its own copy holds)."""
+    """Whether the forking thread itself was inside ``with NAME:`` (or after ``NAME.acquire()``)
+    for the lock the worker waits on (the worker's copy of that thread then waits for a lock its
+    own copy holds)."""
     top = frames.innermost_python(t)
     name = lock_name(facts.source(top.file, top.line)) if top is not None else None
     record = fork_record_of(facts, v.pid)
     return bool(name and record is not None and lock_holder_at_fork(facts, record, name, forking=True, waiter=top))
+
+
+def in_first_fetch(facts: Facts, pid: int) -> bool:
+    """Whether worker ``pid`` is still inside the first batch it fetches: its count of samples
+    reached for (the inside view's ``<pid>.fetch``) is at most ``batch_size + 1``, one read
+    of the dataset per index and one for ``hasattr(dataset, "__getitems__")``
+    (``_MapDatasetFetcher.fetch`` in torch/utils/data/_utils/fetch.py). ``False`` when unknown
+    (no inside view, no ``batch_size``: a ``batch_sampler``)."""
+    fetched = {f.pid: f.samples for f in (facts.inside.fetches if facts.inside else ()) + facts.sample.fetches}
+    loaders = [lv for lv in (facts.inside.loaders if facts.inside else ()) + facts.sample.loaders if pid in lv.workers]
+    batch = dict(loaders[0].settings).get("batch_size") if loaders else None
+    samples = fetched.get(pid)
+    return isinstance(batch, int) and batch >= 1 and samples is not None and samples <= batch + 1
+
+
+def _locked_before_it_began(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
+    """Whether the ``threading.Lock`` that the worker's thread ``t`` waits for was already held
+    when the worker began: the worker is inside its first batch (:func:`in_first_fetch`) and no
+    frame of ``t`` took the lock itself (:func:`holds_at`), so no earlier sample and no caller
+    can have left it held. With the forking thread alone at the fork, that thread held it: a
+    lock taken in a function that returned before ``iter(loader)``, beyond what the record's
+    frames show."""
+    top = frames.innermost_python(t)
+    name = lock_name(facts.source(top.file, top.line)) if top is not None else None
+    if name is None or _holder(facts, t) != "python_lock" or not in_first_fetch(facts, v.pid):
+        return False
+    return not any(holds_at(facts, f, name) for f in [f for f in t.frames if frames.is_user(f)][:6])
+
+
+def _inherited_from_forker(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
+    """The forking thread held what ``t`` waits for: seen in its frames at the fork
+    (:func:`_forking_thread_held`), or shown by the worker's own first batch
+    (:func:`_locked_before_it_began`)."""
+    return _forking_thread_held(facts, v, t) or _locked_before_it_began(facts, v, t)
 
 
 # Start methods whose workers are copies of a running process (main's, or the forkserver's).
@@ -313,7 +374,8 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         holder = _holder(facts, t)
         if holder is None and not v.proven:
             return None
-        if holder in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not _forking_thread_held(facts, v, t):
+        forker = alone_at_fork(facts, v.pid) and _inherited_from_forker(facts, v, t)
+        if holder in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not forker:
             return None  # nothing was inherited locked: worker_deadlock (its own threads, or none)
         top = frames.innermost_python(t)
         what = HOLDER_TEXT.get(holder or "", "something only another thread of its process could release")
@@ -331,6 +393,23 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
                 f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} "
                 f"held a lock named {name}: it was at {describe(facts, record.pid, hf)}, inside `{htext}` "
                 f"({frames.short_path(hf.file)}:{hline})"
+            )
+        mine = lock_holder_at_fork(facts, record, name, forking=True, waiter=top) if record and name else None
+        if held is None and record is not None and mine is not None:
+            ht, hf, hline, htext = mine
+            lines.append(
+                f"worker pid {v.pid}: at the fork, the forking thread {ht.name or '?'} (tid {ht.native_id}) of pid "
+                f"{record.pid} held the lock named {name} itself: it was at {describe(facts, record.pid, hf)}, after "
+                f"`{htext}` ({frames.short_path(hf.file)}:{hline}); the worker's copy of it is held and nothing in the "
+                "worker releases it"
+            )
+        elif held is None and record is not None and forker:
+            fetched = next((f.samples for f in facts.inside.fetches if f.pid == v.pid), None) if facts.inside else None
+            lines.append(
+                f"worker pid {v.pid}: the lock named {name} was already held when the worker began: it waits inside "
+                f"its first batch ({fetched} reads of the dataset) and none of its own frames took it; the forking "
+                f"thread, the only thread of pid {record.pid} at the fork, held it (taken before the iterator was "
+                "created, and not released)"
             )
         native = [f for f in t.frames if f.native][:3]
         if holder in ("openmp", "native_mutex") and native:
@@ -393,6 +472,14 @@ _FORK_REMEDY_DEFAULT = (
 )
 
 
+_FORKER_REMEDY = (
+    "Release the lock before the iterator is created (iter(loader), `for batch in loader`, which forks the "
+    "workers) and take it again after, or do not hold it across the loop: fork copies it held into every worker, "
+    "where nothing releases it. Or create the lock inside the worker (worker_init_fn), or start workers with "
+    'DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), which gives each worker fresh locks.'
+)
+
+
 _FORKSERVER_REMEDY = (
     "The forkserver forks every worker from its own state, and a thread in it held this lock: modules named in "
     "set_forkserver_preload([...]) (and the main module, which the forkserver imports) run there, so a thread they "
@@ -418,6 +505,9 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     def adapt(pids: Tuple[int, ...]) -> Tuple[str, str]:
         if any(forkserver_of(facts, pid) is not None for pid in pids):
             return state(inherited("forkserver process that forked the workers")), _FORKSERVER_REMEDY
+        waiting = [(v, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None]
+        if waiting and all(alone_at_fork(facts, v.pid) and _inherited_from_forker(facts, v, t) for v, t in waiting):
+            return state("a lock that main's own thread held when it created the iterator"), _FORKER_REMEDY
         holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None}
         holder = next(iter(holders)) if len(holders) == 1 else None
         if holder is not None and holder in _FORK_REMEDY:
@@ -450,7 +540,7 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
     inherited_ruled_out = (
         _holder(facts, threads[0]) in _PYTHON_HOLDERS
         and alone_at_fork(facts, v.pid)
-        and not _forking_thread_held(facts, v, threads[0])
+        and not _inherited_from_forker(facts, v, threads[0])
     )
     if len(threads) < 2 and v.proc.start_method in _FORKED and not inherited_ruled_out:
         return None  # one thread, forked: fork_inherited_lock, unless the fork record rules that out
