@@ -40,23 +40,19 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import __version__, act, detect, frames, redact, report, writer
+from . import act, detect
 from .alert import Alerts
-from .collect import cgroup, examine, procfs, pyspy
+from .collect import examine, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
-from .collect.sampler import host_sample as sampler_host_sample
 from .config import Config
 from .diagnose import diagnose
-from .diagnose.hangs import ENCLOSING_LINES
-from .errors import ReportWriteError
+from .exit_look import JobTraces, exit_facts, survivors
+from .hang_look import closer_look, hang_facts
+from .publish import Publisher
 from .types import (
-    MODE_CRASH,
     MODE_EXIT,
-    MODE_HANG,
     MODE_LIVE,
-    ROLE_FORKSERVER,
-    ROLE_OTHER,
     SEVERITY_CRASH,
     SEVERITY_WARNING,
     Evidence,
@@ -64,7 +60,6 @@ from .types import (
     InsideView,
     Measure,
     ProcessRole,
-    ProcId,
     Sample,
     Stall,
 )
@@ -72,21 +67,6 @@ from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
-# Seconds to wait, after the job ends, for its torch_shm_manager daemons to remove its files.
-_SHM_MANAGER_WAIT_S = 10.0
-# At most this many pids are remembered for the /dev/shm leftovers check.
-_MAX_SEEN_PIDS = 100_000
-
-
-def _enclosing_lines(threads) -> List[Tuple[str, int]]:
-    """Source lines to read for ``threads`` (records with ``frames``: a fork record's threads,
-    a worker's py-spy threads): each user frame's line and the lines above it where a
-    ``with LOCK:`` or ``LOCK.acquire()`` holding it would be (``hangs.holds_at``)."""
-    wanted = []
-    for t in list(threads)[:16]:
-        for f in [f for f in t.frames if frames.is_user(f)][:6]:
-            wanted += [(f.file, line) for line in range(max(1, f.line - ENCLOSING_LINES), f.line + 1)]
-    return wanted
 
 
 # A file to which every tick appends its timing (``dlwatch probe overhead`` sets it); unset: none.
@@ -120,6 +100,36 @@ def _stopped_text(pids: Tuple[int, ...]) -> str:
     if paused:
         out.append(f"pid(s) {', '.join(map(str, paused))} stopped (state T: SIGSTOP or a debugger): paused")
     return "; ".join(out) + "; not hung, the stall clock waits"
+
+
+def criterion(
+    trigger: detect.Trigger, rule: Optional[detect.Rhythm], measure: Measure, cfg: Config, has_loaders: bool
+) -> str:
+    """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py):
+    ``trigger`` as :meth:`detect.Episode.due` gave it, ``rule`` the loader's rhythm when one
+    was measured, ``measure`` the tracker's measure of progress, ``has_loaders`` whether the
+    inside view saw an iterator in the latest sample."""
+    if trigger == detect.TRIGGER_RHYTHM and rule is not None:
+        return rule.criterion
+    if trigger == detect.TRIGGER_BUSY:
+        return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
+    if trigger == detect.TRIGGER_PROOF:
+        return (
+            "every thread of a process in an untimed private-futex wait, unchanged, "
+            f"for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
+        )
+    if measure == Measure.BATCHES:
+        return (
+            f"no batch delivered and no sample reached for by a worker for stall_timeout_s "
+            f"({cfg.stall_timeout_s:g} s) while main waits in __next__ (the inside view's measure)"
+        )
+    if measure == Measure.MAIN_WAIT:
+        return (
+            f"main's iterating thread waited like the DataLoader's batch poll, reading nothing, for "
+            f"stall_timeout_s ({cfg.stall_timeout_s:g} s) (the main-wait measure: no inside view)"
+        )
+    why = "no inside view" if not has_loaders else "main not waiting on a worker, or too few batches for a rhythm"
+    return f"no progress of the loader path for stall_timeout_s ({cfg.stall_timeout_s:g} s) (the fixed timeout: {why})"
 
 
 def say(text: str) -> None:
@@ -242,15 +252,17 @@ class Watcher:
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
         self._resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
-        self._seen_pids: Set[int] = set()  # every pid of the job seen, for /dev/shm leftovers
-        self._shm_managers: Set[ProcId] = set()  # torch_shm_manager daemons seen
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
-        self._memcg: Optional[cgroup.MemoryCgroup] = None
-        self._oom_at_start: Dict[str, int] = {}  # memory cgroup folder -> its OOM kills when first seen
-        self._note_memory_cgroup(cgroup.memory_cgroup(root_pid))
+        self.traces = JobTraces(root_pid)
+        self.publisher = Publisher(
+            config, root_pid, self.job_cmdline, self.rank, self.alerts, self.pyspy, say, log, self._reported
+        )
         self.host_cpus = os.cpu_count() or 1
+
+    def _reported(self, mode: str, kind: str, rank: str) -> None:
+        self.on_report(mode, kind, rank)
 
     def status(self) -> WatcherStatus:
         """What this watcher last saw (:class:`WatcherStatus`); safe to call from any thread."""
@@ -317,17 +329,9 @@ class Watcher:
         if view.loaders or view.fetches:
             sample = dataclasses.replace(sample, loaders=view.loaders, fetches=view.fetches)
         self.timeline.append(sample)
-        if len(self._seen_pids) < _MAX_SEEN_PIDS:
-            self._seen_pids.update(p.pid for p in sample.processes)
-            self._shm_managers.update(
-                p.ident for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
-            )
+        self.traces.note(sample, self.sampler.memory_cgroup)
         self.births.update(sample)
         self._saw_loader = self._saw_loader or bool(sample.loaders) or bool(sample.workers)
-        if sample.main is not None and sample.main.rss_bytes > 0 and sample.main.state not in ("Z", "X"):
-            # a wrapper may move the job after it started; a dying main (its memory gone, the
-            # kernel about to move it out) is no news about its cgroup
-            self._note_memory_cgroup(self.sampler.memory_cgroup)
         if not self.examine:
             return
         self.tracker.update(sample)
@@ -364,10 +368,9 @@ class Watcher:
                 every_s=3600.0,
             )
         elif trigger is not None and not self.job_ended():
+            why = criterion(trigger, rule, self.tracker.measure, cfg, bool(sample.loaders))
             try:
-                self._examine(
-                    sample, dataclasses.replace(stall, trigger=trigger, criterion=self._criterion(trigger, rule))
-                )
+                self._examine(sample, dataclasses.replace(stall, trigger=trigger, criterion=why))
             except Exception:
                 self.internal_error("examining a stall")
         elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
@@ -377,62 +380,11 @@ class Watcher:
             except Exception:
                 self.internal_error("looking for warnings")
 
-    def _criterion(self, trigger: detect.Trigger, rule: Optional[detect.Rhythm]) -> str:
-        """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py)."""
-        cfg = self.config
-        if trigger == detect.TRIGGER_RHYTHM and rule is not None:
-            return rule.criterion
-        if trigger == detect.TRIGGER_BUSY:
-            return f"no batch for busy_stall_timeout_s ({cfg.busy_stall_timeout_s:g} s)"
-        if trigger == detect.TRIGGER_PROOF:
-            return (
-                "every thread of a process in an untimed private-futex wait, unchanged, "
-                f"for stall_timeout_s ({cfg.stall_timeout_s:g} s)"
-            )
-        if self.tracker.measure == Measure.BATCHES:
-            return (
-                f"no batch delivered and no sample reached for by a worker for stall_timeout_s "
-                f"({cfg.stall_timeout_s:g} s) while main waits in __next__ (the inside view's measure)"
-            )
-        if self.tracker.measure == Measure.MAIN_WAIT:
-            return (
-                f"main's iterating thread waited like the DataLoader's batch poll, reading nothing, for "
-                f"stall_timeout_s ({cfg.stall_timeout_s:g} s) (the main-wait measure: no inside view)"
-            )
-        why = (
-            " (the fixed timeout: "
-            + (
-                "no inside view"
-                if not self.timeline or not self.timeline[-1].loaders
-                else "main not waiting on a worker, or too few batches for a rhythm"
-            )
-            + ")"
-        )
-        return f"no progress of the loader path for stall_timeout_s ({cfg.stall_timeout_s:g} s)" + why
-
     def _say_once(self, key: str, message: str, every_s: float = 600.0) -> None:
         now = time.monotonic()
         if now - self._said.get(key, float("-inf")) >= every_s:
             self._said[key] = now
             log(message)
-
-    def _note_memory_cgroup(self, found: Optional[cgroup.MemoryCgroup]) -> None:
-        """Remember the job's memory cgroup ``found`` and the OOM kills it had counted when
-        first seen (a job's wrapper may move it into another cgroup after it started)."""
-        if found is not None and found.oom_kills is not None:
-            self._memcg = found
-            self._oom_at_start.setdefault(found.path, found.oom_kills)
-
-    def _oom_kills(self) -> Optional[int]:
-        """The OOM kills the job's memory cgroup counted since dlwatch first saw it, read from
-        the cgroup's folder (the job may have ended), or ``None``."""
-        if self._memcg is None:
-            return None
-        now = cgroup.read_memory(self._memcg.version, self._memcg.path)
-        start = self._oom_at_start.get(self._memcg.path)
-        if now is None or now.oom_kills is None or start is None:
-            return None
-        return now.oom_kills - start
 
     def _look_for_warnings(self, sample: Sample) -> None:
         facts = Facts(
@@ -459,121 +411,47 @@ class Watcher:
         its data (``iterable_replicated``, ``rng_duplicated``). Nothing is written when nothing
         is found. No crash is diagnosed when the watchdog ended the job (``terminated``) or
         forwarded it the signal ``signalled`` (SIGINT, SIGTERM, SIGHUP sent to ``dlwatch run``):
-        its workers dying then is what the signal did, not a fault to explain."""
+        its workers dying then is what the signal did, not a fault to explain. Then says which
+        of its processes outlived it (:func:`exit_look.survivors`)."""
         try:
-            deadline = time.monotonic() + _SHM_MANAGER_WAIT_S
-            while time.monotonic() < deadline and any(act.same_process(m) for m in self._shm_managers):
-                time.sleep(0.1)  # torch_shm_manager removes its clients' files once they are gone
-            alive = [m.pid for m in self._shm_managers if act.same_process(m)]
-            leftovers = procfs.shm_leftovers(self._seen_pids | {self.root_pid}) if not alive else ()
-            if alive and procfs.shm_leftovers(self._seen_pids):
-                log(
-                    f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: "
-                    "they may still remove the job's /dev/shm files"
-                )
+            leftovers = self.traces.shm_leftovers(log)
             crashed = bool(exit_code) and not terminated and signalled is None
             if bool(exit_code) and signalled is not None and not terminated:
                 log(
                     f"the job exited with code {exit_code} after the {signal.Signals(signalled).name} "
                     "dlwatch forwarded to it: not diagnosed as a crash"
                 )
-            if terminated and not leftovers:
-                self._report_survivors()
-                return
-            last = (
-                self.timeline[-1]
-                if self.timeline
-                else Sample(time.monotonic(), time.time(), (), sampler_host_sample(None))
-            )
-            facts = Facts(
-                mode=MODE_CRASH if crashed else MODE_EXIT,
-                sample=last,
-                timeline=tuple(self.timeline),
-                stderr_tail=self.stderr_tail() if crashed else "",
-                exit_code=exit_code,
-                oom_kills=self._oom_kills(),
-                host_cpus=self.host_cpus,
-                shm_leftovers=leftovers,
-                inside=self._inside_view(),
-                mapped_file_sizes=procfs.file_sizes(
-                    path for s in list(self.timeline)[-30:] for p in s.processes for path, _, _ in p.mapped_files
+            if not terminated or leftovers:
+                facts = exit_facts(
+                    self.traces,
+                    tuple(self.timeline),
+                    crashed,
+                    exit_code,
+                    leftovers,
+                    self.stderr_tail,
+                    self._inside_view(),
+                    self.host_cpus,
                 )
-                if crashed
-                else (),
-            )
-            # A warning already written while the job ran is not written again.
-            found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in self._warned)]
-            if found:
-                crash = any(d.severity == SEVERITY_CRASH for d in found)
-                if not crash:
-                    facts = dataclasses.replace(facts, mode=MODE_EXIT)  # killed or ended, not a crash we can name
-                self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
+                # A warning already written while the job ran is not written again.
+                found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in self._warned)]
+                if found:
+                    crash = any(d.severity == SEVERITY_CRASH for d in found)
+                    if not crash:
+                        facts = dataclasses.replace(facts, mode=MODE_EXIT)  # killed or ended, not a crash we can name
+                    self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
             self.internal_error("diagnosing the job's exit")
-        self._report_survivors()
-
-    def _report_survivors(self) -> None:
-        """Say which processes of the job still run after it ended (workers orphaned by a main
-        that was killed keep their hang forever); never signals them."""
-        last = self.timeline[-1].processes if self.timeline else ()
-        alive = [(p.pid, p.role) for p in last if p.role is not ROLE_OTHER and act.still_running(p.ident)]
-        if alive:
-            shown = ", ".join(f"{pid} ({role})" for pid, role in alive[:8])
-            stuck = [pid for pid, _ in alive[:8] if (st := procfs.proc_stat(pid)) is not None and st.state == "D"]
-            killable = [pid for pid, _ in alive[:8] if pid not in stuck]
-            advice = [f"to end them: kill {' '.join(map(str, killable))}"] if killable else []
-            if stuck:
-                advice.append(
-                    f"pid(s) {', '.join(map(str, stuck))} are in uninterruptible I/O (state D): no signal ends them "
-                    "until that I/O returns (a FUSE mount: echo 1 > /sys/fs/fuse/connections/<N>/abort, or "
-                    "umount -l; NFS: umount -f -l)"
-                )
-            log(f"{len(alive)} process(es) of the job still run after it ended: {shown}; {'; '.join(advice)}")
+        line = survivors(self.timeline[-1].processes if self.timeline else ())
+        if line is not None:
+            log(line)
 
     def _publish(
         self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = ""
     ) -> None:
-        """Build, print and write one report; never raises ReportWriteError."""
-        main = facts.sample.main
-        if main is not None:
-            job = {
-                "pid": main.pid,
-                "cmdline": list(main.cmdline),
-                "start_time": report.utc_iso(main.create_time),
-                "root_pid": self.root_pid,
-            }
-        else:  # the job ended before its first sample
-            job = {"pid": self.root_pid, "cmdline": self.job_cmdline, "start_time": None, "root_pid": self.root_pid}
-        if self.rank:
-            job["rank"] = dict(self.rank)
-            suffix = "-".join(x for x in (f"rank{self.rank.get('RANK')}", suffix) if x)
-        settings = self.config.as_dict()
-        for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec"):
-            if settings.get(key):
-                settings[key] = redact.REDACTED  # a shell command, which may carry a token
-        info = {"version": __version__, "py_spy": self.pyspy, "settings": settings}
-        env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
-        rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
-        say(report.short_summary(rep.text, warning=summary_only))
-        try:
-            path = writer.write_with_fallback(rep, self.config.report_dir, log)
+        """Publish one report (:meth:`Publisher.publish`) and count it in the outcome."""
+        path = self.publisher.publish(facts, diagnoses, action, suffix, summary_only, note)
+        if path is not None:
             self.outcome.reports.append(path)
-            log(f"full report: {os.path.join(path, 'report.txt')}")
-            first = diagnoses[0]
-            self.on_report(facts.mode, first.kind, str((self.rank or {}).get("RANK", "")))
-            hook_env = {
-                "DLWATCH_REPORT": path,
-                "DLWATCH_KIND": first.kind,
-                "DLWATCH_MODE": str(facts.mode),
-                "DLWATCH_SUMMARY": first.summary,
-                "DLWATCH_ACTION": action,
-                "DLWATCH_JOB_PID": str(job["pid"]),
-                "DLWATCH_RANK": str((self.rank or {}).get("RANK", "")),
-            }
-            # The summary quotes the job's exception text: redacted like every byte we write.
-            self.alerts.fire(facts.mode, {k: redact.value(v) for k, v in hook_env.items()})
-        except ReportWriteError as e:
-            log(f"{e}; the summary above is all that was kept")
 
     def _examine(self, sample: Sample, stall: Stall) -> None:
         """Decide whether a due stall is a hang (:meth:`detect.Episode.conclude` on the
@@ -627,54 +505,25 @@ class Watcher:
         """Take the closer look (:func:`examine.look_closer`), diagnose, report, and end the
         job when ``decision`` says so."""
         cfg = self.config
-        main = sample.main
-        assert main is not None
         assessment = decision.assessment
         verdict, proof = assessment.verdict, assessment.proof
-        # Main, the workers, and a forkserver that forked them (its threads are those at the fork).
-        pids = [main.pid] + [w.pid for w in sample.workers]
-        pids += [p.pid for p in sample.processes if p.role == ROLE_FORKSERVER]
         view = self._inside_view([p.pid for p in sample.processes])
-        closer = examine.look_closer(
+        closer = closer_look(sample, stall, evidence, proof, view, self.pyspy, cfg.py_spy, deadline)
+        facts = hang_facts(
             sample,
+            stall,
             evidence,
-            pids,
-            self.pyspy,
-            cfg.py_spy,
-            deadline,
-            poll=stall.measure in (Measure.BATCHES, Measure.MAIN_WAIT) and proof is None,
-            more_sources=[(record.pid, _enclosing_lines(record.threads)) for record in view.forks]
-            + [(w.pid, _enclosing_lines(st.threads)) for w in sample.workers if (st := evidence.stacks.get(w.pid))],
-        )
-        poll = closer.poll
-        pipes = evidence.pipes
-        facts = Facts(
-            mode=MODE_HANG,
-            sample=sample,
+            assessment,
+            closer,
+            view,
             timeline=tuple(self.timeline),
-            stall=stall,
-            verdict=verdict,
-            stacks=tuple(sorted(closer.stacks.items())),
-            thread_details=tuple(sorted(evidence.stable.items())),
             main_threads_at_fork=self.births.as_tuple(),
-            source_lines=closer.source_lines,
-            pyspy_problem=pyspy.problem_summary(dict(closer.stacks), cfg.py_spy.timeout_s),
             stderr_tail=self.stderr_tail(),
-            oom_kills=self._oom_kills(),
+            oom_kills=self.traces.oom_kills(),
             host_cpus=self.host_cpus,
-            open_files=closer.open_files,
-            proof=proof,
-            assessment=assessment.reason,
-            fd_targets=tuple(sorted(pipes.targets.items())) if pipes else (),
-            pipe_readers=tuple(sorted(pipes.readers.items())) if pipes else (),
-            pipe_writers=tuple(sorted(pipes.writers.items())) if pipes else (),
-            worker_start_ticks=closer.worker_start_ticks,
-            inside=view,
             rank=(self.rank or {}).get("RANK"),
             peer_loaders=self.peer_loaders(),
-            polling=detect.polling(evidence.stacks, poll.later, poll.before, poll.after, poll.gap_s) if poll else (),
-            file_locks=closer.file_locks,
-            chains=closer.chains,
+            pyspy_timeout_s=cfg.py_spy.timeout_s,
         )
         after = self.sampler.sample()
         self.tracker.rebaseline(after)  # py-spy's stops are not the job's progress

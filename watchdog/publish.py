@@ -1,0 +1,117 @@
+"""Publish one report: build it (:func:`watchdog.report.build`), print its short summary, write
+it (:func:`watchdog.writer.write_with_fallback`: atomic, owner-only) and run the configured
+``on_*_exec`` command with its redacted ``DLWATCH_*`` variables. The wiring end of the pipeline:
+:class:`watchdog.daemon.Watcher` calls it for hangs, warnings, crashes and exits alike."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, Optional, Sequence
+
+from . import __version__, redact, report, writer
+from .alert import Alerts
+from .collect import procfs
+from .config import Config
+from .errors import ReportWriteError
+from .types import MODE_CRASH, Diagnosis, Facts
+
+# Settings whose values are shell commands, which may carry a token: never written as they are.
+_COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")
+
+
+class Publisher:
+    """Writes the reports of one watched process (a job, or one rank of it).
+
+    Args:
+        config: validated settings (``report_dir``, the ``on_*_exec`` commands).
+        root_pid: the job's root process, named in every report.
+        job_cmdline: the command that started the job, for a report written before main was seen.
+        rank: the rank variables (``RANK``, …) of a multi-rank job's rank, or ``None``.
+        alerts: runs ``on_*_exec`` after each report.
+        pyspy_path: the py-spy binary found (``None``: none), named in the report.
+        say: writes the short summary (stderr); ``log``: one ``dlwatch:`` line.
+        on_report: called as ``on_report(mode, first_kind, rank)`` after each report written.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        root_pid: int,
+        job_cmdline: Sequence[str],
+        rank: Optional[Dict[str, str]],
+        alerts: Alerts,
+        pyspy_path: Optional[str],
+        say: Callable[[str], None],
+        log: Callable[[str], None],
+        on_report: Callable[[str, str, str], None],
+    ) -> None:
+        self.config = config
+        self.root_pid = root_pid
+        self.job_cmdline = list(job_cmdline)
+        self.rank = rank
+        self.alerts = alerts
+        self.pyspy_path = pyspy_path
+        self.say = say
+        self.log = log
+        self.on_report = on_report
+
+    def _job(self, facts: Facts) -> dict:
+        main = facts.sample.main
+        if main is None:  # the job ended before its first sample
+            job: dict = {"pid": self.root_pid, "cmdline": self.job_cmdline, "start_time": None}
+        else:
+            job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time)}
+        job["root_pid"] = self.root_pid
+        if self.rank:
+            job["rank"] = dict(self.rank)
+        return job
+
+    def publish(
+        self,
+        facts: Facts,
+        diagnoses: Sequence[Diagnosis],
+        action: str,
+        suffix: str,
+        summary_only: bool = False,
+        note: str = "",
+    ) -> Optional[str]:
+        """Build, print and write one report of ``facts`` and its ``diagnoses`` (first: the
+        headline), with ``action`` (what dlwatch did) and ``note`` (why); its folder's name ends
+        in ``suffix`` (prefixed ``rank<N>-`` in a rank). ``summary_only`` prints the short
+        summary of a warning. Returns the report's folder, or ``None`` when it could not be
+        written anywhere (said on stderr: the summary printed is all that was kept); never
+        raises :class:`~watchdog.errors.ReportWriteError`."""
+        rank = str((self.rank or {}).get("RANK", ""))
+        if self.rank:
+            suffix = "-".join(x for x in (f"rank{rank}", suffix) if x)
+        job = self._job(facts)
+        settings = self.config.as_dict()
+        for key in _COMMAND_SETTINGS:
+            if settings.get(key):
+                settings[key] = redact.REDACTED
+        info = {"version": __version__, "py_spy": self.pyspy_path, "settings": settings}
+        main = facts.sample.main
+        env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
+        rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
+        self.say(report.short_summary(rep.text, warning=summary_only))
+        try:
+            path = writer.write_with_fallback(rep, self.config.report_dir, self.log)
+        except ReportWriteError as e:
+            self.log(f"{e}; the summary above is all that was kept")
+            return None
+        self.log(f"full report: {os.path.join(path, 'report.txt')}")
+        first = diagnoses[0]
+        self.on_report(facts.mode, first.kind, rank)
+        hook_env = {
+            "DLWATCH_REPORT": path,
+            "DLWATCH_KIND": first.kind,
+            "DLWATCH_MODE": str(facts.mode),
+            "DLWATCH_SUMMARY": first.summary,
+            "DLWATCH_ACTION": action,
+            "DLWATCH_JOB_PID": str(job["pid"]),
+            "DLWATCH_RANK": rank,
+        }
+        # The summary quotes the job's exception text: redacted like every byte we write.
+        self.alerts.fire(facts.mode, {k: redact.value(v) for k, v in hook_env.items()})
+        return path
