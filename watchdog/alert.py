@@ -46,7 +46,8 @@ class Alerts:
         cmd = self.commands.get(setting or "")
         if not cmd:
             return
-        full = {**os.environ, **env}
+        # An environment value cannot hold a NUL (execve); the job's text may (its exception).
+        full = {**os.environ, **{k: v.replace("\0", "\\x00") for k, v in env.items()}}
         t = threading.Thread(target=self._run, args=(setting, cmd, full), name=f"alert-{setting}", daemon=True)
         self._threads.append(t)
         t.start()
@@ -61,8 +62,8 @@ class Alerts:
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # never in the job's or the terminal's process group
             )
-        except OSError as e:
-            self.log(f"{setting} could not run: {e.strerror or e}")
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the command or the environment
+            self.log(f"{setting} could not run: {getattr(e, 'strerror', None) or e}")
             return
         tail = bytearray()
         stderr = proc.stderr  # a pipe: stderr=subprocess.PIPE

@@ -17,7 +17,7 @@ import threading
 from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, redact
+from . import __version__, redact, report
 from . import config as config_mod
 from .argtypes import UsageParser, folder, positive_int
 from .collect import discovery, inside, procfs
@@ -518,7 +518,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
     _attach_metrics(collector, watcher)
-    shown = " ".join(" ".join(redact.cmdline(proc.cmdline())).split())  # one line, even for `-c` code
+    shown = report.one_line(" ".join(" ".join(redact.cmdline(proc.cmdline())).split()))  # one line, even for `-c`
     log(f"watching pid {proc.pid} ({shown[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
         log(

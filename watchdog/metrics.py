@@ -20,6 +20,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from . import redact
 from .types import ROLE_MAIN, ROLE_WORKER, LoaderView, Sample
 
 PREFIX = "dlwatch"
@@ -120,7 +121,8 @@ class JobMetrics(Collector):
                         family.add_metric(values, value)
             latest: Dict[str, LoaderView] = {}
             for v in sample.loaders:
-                where = f"{v.site.file.rsplit('/', 1)[-1]}:{v.site.line}" if v.site else "?"
+                # the job names its files: a label is redacted like every byte dlwatch writes
+                where = redact.value(f"{v.site.file.rsplit('/', 1)[-1]}:{v.site.line}") if v.site else "?"
                 if where not in latest or v.iterator > latest[where].iterator:
                     latest[where] = v
             for where, v in latest.items():

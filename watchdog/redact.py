@@ -29,32 +29,58 @@ REDACTED = "<redacted>"
 
 # Names of variables, flags and keys whose values are secrets.
 SECRET_NAME = re.compile(
-    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION|API_?KEY|ACCESS_?KEY"
-    r"|_KEY$|^KEY$|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
+    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|(?:^|_)PW(?:$|_)|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION"
+    r"|API_?KEY|ACCESS_?KEY|_KEY$|^KEY$|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
     re.I,
 )
-# Names that match SECRET_NAME but hold no secret (the shell's working directory, sizes).
-_NOT_SECRET = re.compile(r"^(PWD|OLDPWD|KEYBOARD\w*|\w*_TOKENS?_(?:ID|IDS|LEN|LENGTH|SIZE|COUNT)|MAX_TOKENS)$", re.I)
+# Names that match SECRET_NAME but hold no secret: the shell's working directory, counts and
+# sizes of tokens, tokenizers, desktop sessions, switches, and where a secret is kept (a path).
+_NOT_SECRET = re.compile(
+    r"^(?:PWD|OLDPWD|KEYBOARD\w*|\w*TOKENIZERS?\w*|(?:MAX|MIN|NUM|N|TOTAL)_\w*TOKENS?"
+    r"|(?:\w*_)?TOKENS?_(?:ID|IDS|LEN|LENGTH|SIZE|COUNT|BUDGET|LIMIT|TYPE|TYPES)"
+    r"|XDG_SESSION_\w+|DBUS_SESSION_BUS_ADDRESS|SESSION_MANAGER|DESKTOP_SESSION|\w*(?:DISABLE|ENABLE)\w*"
+    r"|\w*_(?:PATH|FILE|DIR|DIRECTORY))$",
+    re.I,
+)
+# Names whose values are secret even when they are only digits (a PIN-like password).
+_ALWAYS_SECRET = re.compile(r"PASS|SECRET|(?:^|_)PW(?:$|_)|PIN$", re.I)
 
-_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
-_AUTH_HEADER = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+[^\s\"',;]+", re.I)
-# key=value where the key looks secret: query strings, connection strings, `TOKEN=V` arguments.
+# scheme://user:PASSWORD@host: the password may hold "@"; the host part after the last "@" may not.
+_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^\s/]+?(?=@[^@\s/]*(?:[/?#\s\"'<>]|$))")
+_AUTH_HEADER = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+([^\s\"',;]+)", re.I)
+# HTTP headers whose whole value is a credential: Cookie, Set-Cookie, (Proxy-)Authorization.
+_COOKIE_HEADER = re.compile(r"(?P<head>\b(?:Set-)?Cookie:[ \t]*)[^\r\n]+", re.I)
+_AUTHORIZATION = re.compile(r"(?P<head>\b(?:Proxy-)?Authorization:[ \t]*(?:[A-Za-z-]+[ \t]+)?)[^\s\"',;]+", re.I)
+_SECRET_KEY_WORDS = (
+    r"signature|token|secret|passw(?:or)?d|passphrase|pwd|(?<![a-z])pw(?![a-z])|api[_-]?key|apikey|access[_-]?key"
+    r"|accountkey|sharedaccesskey|credential|\bsig\b|x-amz-security-token"
+)
+# key=value where the key looks secret: query strings, connection strings, `TOKEN=V` arguments,
+# Python keyword arguments (``password='x'``), ini files (``aws_secret_access_key = V``).
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?P<key>[\w.-]*(?:signature|token|secret|passw(?:or)?d|pwd|api[_-]?key|apikey|access[_-]?key|accountkey"
-    r"|sharedaccesskey|credential|\bsig\b|x-amz-security-token)[\w.-]*)(?P<eq>=)(?P<value>[^&\s;\"',)}\]]+)",
+    r"(?P<key>[\w.-]*(?:" + _SECRET_KEY_WORDS + r")[\w.-]*)(?P<eq>[ \t]*(?<![=!<>])=(?!=)[ \t]*)"
+    r"(?:(?P<q>[\"'])(?P<quoted>(?:(?!(?P=q))[^\\\n]|\\.)*)(?P=q)|(?P<value>[^&\s;\"',)}\]]+))",
+    re.I,
+)
+# key: value (YAML, logs) where the key looks secret and the value is not quoted.
+_SECRET_COLON = re.compile(
+    r"(?<![\w.-])(?P<key>[\w.-]*(?:" + _SECRET_KEY_WORDS + r")[\w.-]*):[ \t]+(?P<value>[^\s,;\"'}\]]+)",
     re.I,
 )
 # "key": "value" and 'key': 'value' (JSON, a Python dict's repr) where the key looks secret.
 _SECRET_PAIR = re.compile(
-    r"(?P<head>(?P<q>[\"'])[\w.-]*(?:key|token|secret|passw(?:or)?d|pwd|credential|auth|signature)[\w.-]*(?P=q)"
-    r"\s*:\s*(?P<q2>[\"']))(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)",
+    r"(?P<head>(?P<q>[\"'])[\w.-]*(?:key|token|secret|passw(?:or)?d|passphrase|pwd|credential|auth|signature)"
+    r"[\w.-]*(?P=q)\s*:\s*(?P<q2>[\"']))(?P<value>(?:(?!(?P=q2))[^\\]|\\.)*)(?P=q2)",
     re.I,
 )
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 _AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b")
-_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S
+)
 _SERVICE_TOKEN = re.compile(
-    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
+    r"|xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35})"
 )
 # Webhook URLs whose path is the secret (Slack, Discord, Teams, generic /hooks/…): host kept.
@@ -63,24 +89,49 @@ _WEBHOOK_PATH = re.compile(
     r"|webhook\.office\.com/webhookb2|/hooks?)/)[^\s\"'<>]+",
     re.I,
 )
-# A URL path segment that looks like a random secret (>= 24 characters, letters and digits).
+# A URL path segment that may be a random secret (>= 24 characters, letters and digits).
 _URL_SECRET_SEGMENT = re.compile(r"(?P<head>https?://[^\s\"'<>]*?/)(?P<seg>[A-Za-z0-9_-]{24,})(?=[/?#\s\"'<>]|$)")
-# A long random-looking string right after a key-like word: "invalid token 3f9aQ…", "key: AbC9…".
+# Digests in URL paths that name content, not access: a git commit (40 hex), a sha256 (64 hex).
+_DIGEST = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# A long random-looking string right after a key-like word: "invalid token 3f9aQ…", "key: AbC9…",
+# "WANDB_API_KEY is 0123…".
 _NEAR_KEY_WORD = re.compile(
-    r"(?P<head>\b(?:api[_ -]?key|token|secret|password|passwd|credential|bearer)\b[\"']?\s*(?:[:=]|is)?\s*[\"']?)"
-    r"(?P<value>[A-Za-z0-9+/_=.-]{20,})",
+    r"(?P<head>(?<![A-Za-z0-9])(?:api[_ -]?key|token|secret|password|passwd|credential|bearer)\b[\"']?\s*"
+    r"(?:[:=]|is)?\s*[\"']?)(?P<value>[A-Za-z0-9+/_=.-]{20,})",
     re.I,
 )
 
 
 # Values of a secret-named key that are no secret: what redaction wrote, code literals of a
-# source line (``return_token_type_ids=False``, ``max_tokens=512``).
-_LITERAL = re.compile(r"(?:<redacted>|True|False|None|[0-9.]+)\Z")
+# source line (``return_token_type_ids=False``, ``max_tokens=512``), words for nothing.
+_LITERAL = re.compile(r"(?:<redacted>|True|False|None|null|none|true|false|[0-9.]+)\Z")
 
 
 def _random_looking(text: str) -> bool:
     """Letters and digits mixed (a word or a number alone is no secret)."""
     return any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
+
+
+def _credential_like(text: str) -> bool:
+    """A value after ``Bearer``/``Basic``/``Token``: 8 characters or more, and random-looking,
+    base64 padded, or of mixed case past its first letter (a word of prose is none of these)."""
+    if len(text) < 8 or text == REDACTED:
+        return False
+    mixed = any(c.islower() for c in text) and any(c.isupper() for c in text[1:])
+    return _random_looking(text) or text.endswith("=") or mixed
+
+
+def _secret_segment(seg: str) -> bool:
+    """A URL path segment that looks like a secret: random-looking, with an unbroken run of 20
+    letters and digits (a model name's short words between dashes is no secret), and no
+    content digest (``_DIGEST``)."""
+    longest = max(len(part) for part in re.split(r"[-_]", seg))
+    return _random_looking(seg) and longest >= 20 and not _DIGEST.fullmatch(seg)
+
+
+def _secret_key(key: str) -> bool:
+    """A key matched by a secret word that does not name a count, a tokenizer or a path."""
+    return not _NOT_SECRET.match(key.replace("-", "_").replace(".", "_"))
 
 
 def is_secret_name(name: str) -> bool:
@@ -103,21 +154,39 @@ def _value_cached(text: str) -> str:
     return _value(text)
 
 
+def _assignment(m: re.Match) -> str:
+    key, eq, quoted, bare = m.group("key"), m.group("eq"), m.group("quoted"), m.group("value")
+    if not _secret_key(key):
+        return m.group(0)
+    if quoted is not None:
+        return f"{key}{eq}{m.group('q')}{REDACTED}{m.group('q')}" if quoted and quoted != REDACTED else m.group(0)
+    if _LITERAL.match(bare) or (eq.strip() != eq and not _random_looking(bare)):
+        return m.group(0)  # a literal; or code (`password = os.environ[...]`) rather than a value
+    return f"{key}{eq}{REDACTED}"
+
+
+def _colon(m: re.Match) -> str:
+    if not _secret_key(m.group("key")) or _LITERAL.match(m.group("value")):
+        return m.group(0)
+    return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
+
+
 def _value(text: str) -> str:
     text = _PRIVATE_KEY.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
     text = _WEBHOOK_PATH.sub(lambda m: m.group("head") + REDACTED, text)
     text = _URL_SECRET_SEGMENT.sub(
-        lambda m: m.group("head") + (REDACTED if _random_looking(m.group("seg")) else m.group("seg")), text
+        lambda m: m.group("head") + (REDACTED if _secret_segment(m.group("seg")) else m.group("seg")), text
     )
-    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _COOKIE_HEADER.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _AUTHORIZATION.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}" if _credential_like(m.group(2)) else m.group(0), text)
     text = _JWT.sub(REDACTED, text)
     text = _AWS_KEY_ID.sub(REDACTED, text)
     text = _SERVICE_TOKEN.sub(REDACTED, text)
     text = _SECRET_PAIR.sub(lambda m: f"{m.group('head')}{REDACTED}{m.group('q2')}", text)
-    text = _SECRET_ASSIGNMENT.sub(
-        lambda m: m.group(0) if _LITERAL.match(m.group("value")) else f"{m.group('key')}={REDACTED}", text
-    )
+    text = _SECRET_ASSIGNMENT.sub(_assignment, text)
+    text = _SECRET_COLON.sub(_colon, text)
     return _NEAR_KEY_WORD.sub(
         lambda m: m.group("head") + (REDACTED if _random_looking(m.group("value")) else m.group("value")), text
     )
@@ -135,34 +204,40 @@ def local(name: str, text: str) -> str:
     return REDACTED if is_secret_name(name) else value(text)
 
 
+def _hidden_flag_value(name: str, value: str) -> bool:
+    """Whether the value after a secret-looking flag ``name`` is hidden: not a number after a
+    flag that is not a password's (``--token-budget 512``, ``-p 8080``)."""
+    return not (_LITERAL.match(value) and not _ALWAYS_SECRET.search(name.lstrip("-")))
+
+
 def cmdline(args: Iterable[str]) -> List[str]:
     """A command line with secrets replaced: ``--api-key=V`` and ``--api-key V`` (secret-looking
-    flag names), ``-p V`` (the password flag of mysql, sshpass, redis-cli and others),
-    ``TOKEN=V`` assignments, and everything :func:`value` finds by shape (a JSON ``--config=``
-    argument's secret keys included)."""
+    flag names), ``-p V`` (the password flag of mysql, sshpass, redis-cli and others; a number
+    after it is a port and stays), ``TOKEN=V`` assignments, and everything :func:`value` finds
+    by shape (a JSON ``--config=`` argument's secret keys included). A flag that names counts,
+    a tokenizer or a path (``--max-new-tokens``, ``--tokenizer``, ``--session-dir``) is no
+    secret's, and the flag after a secret-looking switch (``--private --lr``) stays."""
+    args = list(args)
     out: List[str] = []
-    hide_next = False
-    for arg in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
         name, eq, rest = arg.partition("=")
         if arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2 and not eq and not arg[2:].isdigit():
             out.append("-p" + REDACTED)  # -pSECRET
             continue
-        if arg == "-p":
+        secret = arg == "-p" or (is_secret_name(name) and (bool(eq) or name.startswith("-")))
+        if secret and eq:
+            keep = _LITERAL.match(rest) and not _ALWAYS_SECRET.search(name.lstrip("-"))
+            out.append(arg if keep else f"{name}={REDACTED}")
+        elif secret:
             out.append(arg)
-            hide_next = True
-            continue
-        if is_secret_name(name) and (eq or name.startswith("-")):
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(value(arg))
+            if i < len(args) and not args[i].startswith("--"):  # the next flag is read as a flag
+                out.append(REDACTED if _hidden_flag_value(arg, args[i]) else value(args[i]))
+                i += 1
+        else:
+            out.append(value(arg))
     return out
 
 

@@ -414,6 +414,17 @@ def status_lines(doc: dict) -> List[str]:
 
 # Width of the summary printed to stderr (``short_summary``).
 SHORT_WIDTH = 100
+
+# What splits a line (str.splitlines): in a job's argument it would start a forged line of ours.
+_BREAKS = re.compile(r"[\n\r\t\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: every line break and tab written as its escape (``\\n``), then
+    :func:`printable`; for what the job controls (its command line) inside a line of ours."""
+    return printable(_BREAKS.sub(lambda m: repr(m.group())[1:-1], text))
+
+
 _SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:")
 
 
@@ -430,7 +441,8 @@ def short_summary(text: str, warning: bool = False) -> str:
     ]
     out = []
     for line in keep:
-        indent = " " * (len(line) - len(line.lstrip()) + (8 if line.startswith("  ") else 2))
+        # the headline's continuation sits deeper than the keys: no part of it reads as a key line
+        indent = " " * (len(line) - len(line.lstrip()) + (8 if line.startswith("  ") else 4))
         out += textwrap.wrap(line, SHORT_WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [line]
     return "\n".join(out) + "\n"
 
@@ -574,7 +586,7 @@ def text_lines(doc: dict) -> Iterable[str]:
     """The human summary of a report document: headline, cause, fix, then everything else."""
     job = doc["job"]
     first = doc["diagnoses"][0]
-    cmd = shlex.join(job.get("cmdline") or []) or "?"
+    cmd = one_line(shlex.join(job.get("cmdline") or [])) or "?"
     if doc["stall_s"] is not None:
         state = f"stalled {doc['stall_s']:.0f} s"
     elif doc["exit_code"] is not None:

@@ -96,3 +96,90 @@ def test_a_document_is_redacted_string_by_string_and_its_keys_kept():
     out = redact.document(doc)
     assert set(out) == set(doc) and out["n"] == 3 and out["items"][1] == "ok"
     assert "Xq8sV3kLm2Np7Rt4Wy9Zb1Cd" not in json.dumps(out) and JWT not in json.dumps(out)
+
+
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("connect(host='db', password='hunter2')", "hunter2"),
+        ('login(user="ml", passphrase="correct horse")', "correct horse"),
+        ("password: hunter2", "hunter2"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+        ("WANDB_API_KEY is 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
+        ("slack: xapp-1-A0123BCDE-4567890123-abcdef0123456789", "xapp-1-A0123"),
+        ("slack: xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAxMi00NTY3", "Mi0yLTEy"),
+        ("slack: xoxd-AbCdEf0123456789ghIJ", "xoxd-AbCdEf"),
+        ("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGx\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBGx"),
+        ("request headers: Cookie: session=f00dcafe; theme=dark", "f00dcafe"),
+        ("Authorization: ApiKey c2VjcmV0LWtleQ", "c2VjcmV0LWtleQ"),
+        ("redis://:r3dispass@cache.internal:6379/0", "r3dispass"),
+        ("postgres://trainer:p@ssw0rd@db.internal:5432/runs", "ssw0rd"),
+        ("pw=hunter2 user=ml", "hunter2"),
+    ],
+)
+def test_secrets_in_the_shapes_a_first_pass_missed_are_found(text, secret):
+    out = redact.value(text)
+    assert secret not in out and REDACTED in out, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Token limit exceeded: 4096 tokens in the prompt",
+        "Basic usage: python train.py --epochs 3",
+        "tokenizer_path=/models/llama/tokenizer.model",
+        "https://huggingface.co/meta-llama/Llama-2-7b-chat-hf-quantized-v2/resolve/main/config.json",
+        "https://huggingface.co/bert-base-uncased/resolve/0a6aa9128b6194f4f3c4db429b6cb4891cdb421b/config.json",
+        "postgres://db.internal:5432/runs",
+        "the password prompt timed out",
+    ],
+)
+def test_words_and_names_that_only_look_like_secrets_stay(text):
+    assert redact.value(text) == text
+
+
+def test_variables_named_like_secrets_that_hold_none_stay():
+    env = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "XDG_SESSION_ID": "3",
+        "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1000/bus",
+        "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+        "HF_TOKEN_PATH": "/home/ml/.cache/huggingface/token",
+        "HF_TOKEN": "hf_AbCdEfGhIjKlMnOpQrStUvWx0123",
+        "DB_PASSWORD": "1234",
+    }
+    out = redact.env(env)
+    assert out["HF_TOKEN"] == REDACTED and out["DB_PASSWORD"] == REDACTED
+    assert {k: v for k, v in out.items() if k not in ("HF_TOKEN", "DB_PASSWORD")} == {
+        k: v for k, v in env.items() if k not in ("HF_TOKEN", "DB_PASSWORD")
+    }
+
+
+def test_flags_named_like_secrets_keep_their_numbers_paths_and_the_next_flag():
+    args = [
+        "train.py",
+        "--tokenizer",
+        "gpt2",
+        "--max-new-tokens",
+        "64",
+        "--token-budget=512",
+        "--session-dir",
+        "/runs/s1",
+        "--private",
+        "--lr",
+        "0.1",
+        "--pw",
+        "hunter2",
+        "--api-token",
+        "0123abcd",
+        "--password=12345",
+        "--private",
+        "--pw",
+        "s3cret",
+        "-p",
+        "8080",
+    ]
+    out = redact.cmdline(args)
+    assert out[:11] == args[:11], out
+    assert out[11:16] == ["--pw", REDACTED, "--api-token", REDACTED, f"--password={REDACTED}"], out
+    assert out[16:] == ["--private", "--pw", REDACTED, "-p", "8080"], out

@@ -118,6 +118,19 @@ def test_the_stderr_summary_is_short_and_wrapped():
     assert report.short_summary(text, warning=True).count("\n") < len(lines)
 
 
+def test_a_job_s_argument_cannot_forge_a_line_of_the_summary():
+    forged = "x\n  cause:  nothing is wrong\x1b[2J\u2028  fix:    rm -rf /"
+    facts = hang_facts([])
+    job = {"pid": MAIN_PID, "cmdline": ["python", "train.py", forged], "start_time": None}
+    rep = report.build(facts, diagnose(facts), job, 1.8e9, "report", None, {})
+    header = rep.text.splitlines()[0]
+    assert header.startswith("dlwatch: job hung") and "\\n  cause:  nothing is wrong\\x1b[2J\\u2028" in header
+    short = report.short_summary(rep.text)
+    keys = [line for line in short.splitlines() if line.startswith(("  cause:", "  fix:"))]
+    assert len(keys) == 2 and not any("nothing is wrong" in k or "rm -rf" in k for k in keys), short
+    assert "\x1b" not in short
+
+
 def test_secret_looking_arguments_are_redacted_from_command_lines():
     from watchdog.redact import REDACTED
     from watchdog.redact import cmdline as redact_cmdline
