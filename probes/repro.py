@@ -121,7 +121,14 @@ SCENARIOS: Tuple[Scenario, ...] = (
     Scenario("fork_inherited_lock_native", "fork_inherited_lock", "hang", ("--fault", "fork-native-lock")),
     Scenario("worker_stuck", "worker_stuck", "hang", ("--fault", "worker-sleep")),
     Scenario("worker_stuck_busy", "worker_stuck", "hang", ("--fault", "worker-spin"), (("busy_stall_timeout_s", 6.0),)),
-    Scenario("worker_blocked_io", "worker_blocked_io", "hang", ("--fault", "worker-fifo")),
+    Scenario(
+        "worker_blocked_io",
+        "worker_blocked_io",
+        "hang",
+        ("--fault", "worker-fifo"),
+        evidence=("it is opening", "stuck.fifo (a FIFO"),
+        remedy=("stuck.fifo for reading",),
+    ),
     Scenario("batch_lost", "batch_lost", "hang", ("--fault", "unpicklable-batch")),
     Scenario(
         "stall_outside_loader",

@@ -109,4 +109,5 @@ def hang_facts(
         polling=detect.polling(evidence.stacks, poll.later, poll.before, poll.after, poll.gap_s) if poll else (),
         file_locks=closer.file_locks,
         chains=closer.chains,
+        opening=closer.opening,
     )

@@ -880,7 +880,9 @@ class Facts:
     polling at one line (:class:`Polling`, the batch measure's examination only);
     ``file_locks`` the locks other processes hold on files that main or a worker has open
     (:class:`FileLock`, read at report time); ``chains`` one wait chain per blocked loop thread
-    of a worker (:class:`WaitLink`, first link the worker's own wait, last what it ends at).
+    of a worker (:class:`WaitLink`, first link the worker's own wait, last what it ends at);
+    ``opening`` ``(pid, tid, path)`` for each worker thread blocked opening a file (a FIFO with
+    no writer), the path read from its system call's argument.
     """
 
     mode: Mode
@@ -912,6 +914,7 @@ class Facts:
     file_locks: Tuple[FileLock, ...] = ()
     chains: Tuple[Tuple[WaitLink, ...], ...] = ()
     mapped_file_sizes: Tuple[Tuple[str, Optional[int], Optional[int]], ...] = ()
+    opening: Tuple[Tuple[int, int, str], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

@@ -492,3 +492,18 @@ def test_a_dlwatch_inside_the_job_is_a_wrapper_never_the_main():
     assert is_dlwatch(["/usr/bin/python3", "-I", "-m", "watchdog.collect.stderr_tail", "/tmp/x/tail", "65536", "1"])
     assert not is_dlwatch(["python", "train.py", "--log-dir", "dlwatch"])
     assert not is_dlwatch(["python", "-m", "watchdogs.observer"])
+
+
+def test_the_path_a_thread_is_opening_is_read_from_its_system_call_argument():
+    import ctypes
+
+    from watchdog.types import KernelWait, WaitKind
+
+    name = ctypes.create_string_buffer(b"/data/shards/in.fifo\nforged line")
+    address = ctypes.addressof(name)
+    wait = KernelWait(WaitKind.FD, "openat", raw=f"257 0xffffff9c {address:#x} 0x80000 0x0 0x0 0x0 0x7ffd 0x7f01")
+    assert procfs.opening_path(os.getpid(), wait) == "/data/shards/in.fifo\\nforged line"
+    opened = KernelWait(WaitKind.FD, "open", raw=f"2 {address:#x} 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x7f01")
+    assert procfs.opening_path(os.getpid(), opened).startswith("/data/shards/in.fifo")
+    assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "read", fd=3, raw="0 0x3 0x0")) is None
+    assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "openat", raw="257 0xffffff9c 0x0")) is None

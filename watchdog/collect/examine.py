@@ -162,6 +162,7 @@ class CloserLook:
     chains: Tuple[Tuple[WaitLink, ...], ...]
     worker_start_ticks: Tuple[Tuple[int, int], ...]
     poll: Optional[PollLook] = None
+    opening: Tuple[Tuple[int, int, str], ...] = ()
 
 
 def _poll_look(sample: Sample, first: Mapping[int, ProcessStack], pyspy_path: Optional[str], timeout_s: float):
@@ -248,4 +249,10 @@ def look_closer(
             (w.pid, t) for w in sample.workers for t in [procfs.start_ticks(w.pid)] if t is not None
         ),
         poll=polled,
+        opening=tuple(
+            (w.pid, d.tid, path)
+            for w in sample.workers
+            for d in evidence.stable.get(w.pid, ())
+            if (path := procfs.opening_path(w.pid, d.wait)) is not None
+        ),
     )

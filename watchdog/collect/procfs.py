@@ -740,6 +740,48 @@ def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
     return tuple(out)
 
 
+# Which argument of a file-opening system call is its path (open(2), openat(2), openat2(2)).
+_PATH_ARGUMENT = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}
+PATH_MAX = 4096
+
+
+def opening_path(pid: int, wait: Optional[KernelWait]) -> Optional[str]:
+    """The path a thread that waits in ``open``/``openat`` is opening: the call's path argument
+    (an address in the ``syscall`` line, Documentation/filesystems/proc.rst) read from the
+    process's memory (``/proc/PID/mem``, which needs the same ptrace access as py-spy: proc(5))
+    up to its NUL, at most ``PATH_MAX`` bytes. A relative path is as the process sees it (its
+    working directory, or the call's directory descriptor). ``None`` for any other wait, or
+    when the memory cannot be read. Reads only: the path is never opened or followed."""
+    if wait is None or wait.raw is None or wait.syscall not in _PATH_ARGUMENT:
+        return None
+    parts = wait.raw.split()
+    try:
+        address = int(parts[1 + _PATH_ARGUMENT[wait.syscall]], 16)
+    except (IndexError, ValueError):
+        return None
+    if address <= 0:
+        return None
+    data = b""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while len(data) < PATH_MAX and b"\0" not in data:
+            at = address + len(data)
+            data += os.pread(fd, min(PATH_MAX - len(data), page - at % page), at)  # one page at a time
+    except OSError:
+        if not data:
+            return None
+    finally:
+        os.close(fd)
+    end = data.find(b"\0")
+    text = data[: end if end >= 0 else len(data)].decode("utf-8", "backslashreplace")
+    # the job chose the name: a line break in it must not start a line of ours
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) or None
+
+
 def parse_locks(text: str) -> List[Tuple[str, str, Optional[int], Tuple[int, int, int]]]:
     """The held locks of a ``/proc/locks`` text: ``(kind, mode, pid, (major, minor, inode))``
     per line (``1: POSIX  ADVISORY  WRITE 3578 00:2c:1234 0 EOF``; major and minor in hex,

@@ -714,6 +714,10 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
     lines = [
         f"worker pid {v.pid} ({v.proc.name}): thread {tid} blocked in the kernel: {kernel_wait(facts, v.pid, tid)}"
     ]
+    opening = [path for pid, t, path in facts.opening if pid == v.pid and t == tid]
+    if opening:
+        fifo = " (a FIFO: open blocks until another process opens it for writing)" if family == "fifo_open" else ""
+        lines.append(f"worker pid {v.pid}: it is opening {opening[0]}{fifo}")
     if target and wait is not None:
         lines.append(f"worker pid {v.pid}: it waits on fd {wait.fd}, which is {target}")
         if target.startswith("pipe:"):
@@ -784,9 +788,11 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
         and v.loop_detail.wait.syscall in ("open", "openat")
         for v in views
     ):
+        paths = sorted({path for pid, _, path in facts.opening if pid in pids})
+        what = f"the FIFO (named pipe) {', '.join(paths[:3])}" if paths else "a FIFO (named pipe)"
         return (
-            "The worker opens a FIFO (named pipe) that no process opens for writing: start the writer first, or open "
-            "it non-blocking."
+            f"The worker opens {what} for reading and no process opens it for writing: start the writer first (or "
+            "check that it still runs), or open the FIFO with O_NONBLOCK and wait for data with a timeout."
         )
     return (
         "Check the storage the Dataset reads (NFS/FUSE mount, disk): `cat /proc/<pid>/stack` as root shows the kernel "
@@ -803,7 +809,7 @@ def worker_blocked_io(facts: Facts) -> Optional[Finding]:
     found = worker_finding(
         facts,
         _blocked_io_hit,
-        "blocked in file-system or pipe I/O{where}; the main process waits for {their} batch forever.",
+        "blocked in file-system or pipe I/O{where}; the main process waits for {their} batch.",
         "",
         (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
