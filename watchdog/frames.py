@@ -383,6 +383,33 @@ def waits_on_mp_queue(thread: ThreadStack) -> bool:
     return False
 
 
+# multiprocessing's synchronization primitives (multiprocessing/synchronize.py), by class.
+_MP_SYNC = {
+    "Event": "event",
+    "Lock": "lock",
+    "RLock": "lock",
+    "Semaphore": "semaphore",
+    "BoundedSemaphore": "semaphore",
+    "Condition": "condition",
+    "Barrier": "barrier",
+}
+
+
+def mp_sync_wait(thread: ThreadStack) -> Optional[str]:
+    """What multiprocessing primitive the thread's innermost Python frames, above the user's
+    code, wait on (``Event.wait``, ``Lock.acquire``/``__enter__``, … in
+    multiprocessing/synchronize.py): ``event``, ``lock``, ``semaphore``, ``condition`` or
+    ``barrier``; ``None`` when none."""
+    found = None
+    for f in python_frames(thread):
+        if is_user(f):
+            break
+        if normalise_path(f.file).endswith("multiprocessing/synchronize.py"):
+            head = f.function.split(".")[0]
+            found = _MP_SYNC.get(head, found)
+    return found
+
+
 def is_resource_sharer(thread: ThreadStack) -> bool:
     """True for multiprocessing's resource-sharer thread (``_ResourceSharer._serve`` in
     multiprocessing/resource_sharer.py), which only hands file descriptors to processes that

@@ -921,7 +921,8 @@ def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
     end = _end_remedy(facts, pids)
     if end is not None:
         return end
-    acts = {v.activity for v in worker_views(facts) if v.pid in pids}
+    views = [v for v in worker_views(facts) if v.pid in pids]
+    acts = {v.activity for v in views}
     busy = facts.stall is not None and facts.stall.trigger == "busy_stall" and Activity.RUNNING in acts
     if busy:
         return (
@@ -934,16 +935,54 @@ def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
             "slow service), raise stall_timeout_s above the slowest sample; if not, find why the call at the location "
             "above keeps waiting. DataLoader(..., timeout=<seconds>) bounds how long main waits for a batch."
         )
-    if Activity.SHARED_WAIT in acts:
-        return (
-            "Another process was meant to set this event, release this lock or feed this queue and never did: check "
-            "it (or that it still exists), and wait with a timeout; DataLoader(..., timeout=<seconds>) makes the job "
-            "fail instead of hanging."
-        )
+    if Activity.SHARED_WAIT in acts or any(v.loop is not None and frames.waits_on_mp_queue(v.loop) for v in views):
+        return _shared_wait_remedy(facts, views)
     return (
         "Give the blocking call a timeout (socket.settimeout, an HTTP or storage client's timeout, "
         "Queue.get(timeout=…)) and set DataLoader(..., timeout=<seconds>) so the main process raises 'DataLoader "
         "timed out' instead of waiting forever."
+    )
+
+
+_BOUND_THE_WAIT = "DataLoader(..., timeout=<seconds>) makes main fail instead of hanging."
+
+
+def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
+    """For workers that wait on something another process must do: put to the multiprocessing
+    queue they read (whose write end's holders are named), set the multiprocessing.Event they
+    wait on, release the lock; each with the line it waits at and how to bound the wait."""
+    for v in views:
+        if v.loop is None:
+            continue
+        at = f" at {frames.short_path(v.user.file)}:{v.user.line}" if v.user is not None else ""
+        if frames.waits_on_mp_queue(v.loop):
+            target = _fd_target(facts, v) or ""
+            writers = [p for p in dict(facts.pipe_writers).get(target, ()) if p not in {w.pid for w in views}]
+            roles = {p.pid: p.role for p in facts.sample.processes}
+            held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in writers)
+            who = f": its write end is held by pid(s) {held}, and none of them puts" if held else ""
+            return (
+                f"Nothing puts to the multiprocessing queue the workers get from{at}{who}. Start (or fix) the "
+                "producer meant to put: a process that was never started or has died, or code that runs only after "
+                "the loop; get with a timeout (queue.get(timeout=<seconds>) raises queue.Empty) to fail loudly. "
+                + _BOUND_THE_WAIT
+            )
+        kind = frames.mp_sync_wait(v.loop)
+        if kind == "event":
+            return (
+                f"Nothing sets the multiprocessing.Event the workers wait on{at}: call .set() in the process meant to "
+                "(check that it runs and reaches it, before or while the loader iterates); wait with a timeout "
+                "(event.wait(<seconds>) returns False) to fail loudly. " + _BOUND_THE_WAIT
+            )
+        if kind in ("lock", "semaphore", "condition", "barrier"):
+            return (
+                f"Another process holds the multiprocessing {kind} the workers wait on{at} and never releases it "
+                "(or died holding it): find that process, release it in a finally: block, and acquire with a "
+                "timeout (acquire(timeout=<seconds>) returns False). " + _BOUND_THE_WAIT
+            )
+    return (
+        "Another process was meant to set this event, release this lock or feed this queue and never did: check "
+        "it (or that it still exists), and wait with a timeout. " + _BOUND_THE_WAIT
     )
 
 
