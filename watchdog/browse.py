@@ -37,7 +37,8 @@ def load(folder: str) -> dict:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
-        raise ReportNotFound(folder, "not a report folder (no report.json)") from None
+        why = "not a report folder (no report.json)" if os.path.isdir(folder) else "no such folder"
+        raise ReportNotFound(folder, why) from None
     except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         raise ReportNotFound(folder, f"cannot read report.json: {getattr(e, 'strerror', None) or e}") from None
     if not _well_formed(doc):

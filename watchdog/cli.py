@@ -431,7 +431,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     view = reader.read(pids)
     view = dataclasses.replace(view, forks=tuple(r for r in view.forks if r.pid in pids))  # this process's tree only
     pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid).nvidia}
-    doc = report.status_document(view, pinned, time.monotonic())
+    from .collect.sampler import Sampler
+
+    sample = Sampler(proc.pid, 1.0).sample()  # the outside view: main and its workers now (USS, PSS once)
+    doc = report.status_document(view, pinned, time.monotonic(), sample.processes)
     try:
         print(json.dumps(doc, indent=1) if args.json else "\n".join(report.status_lines(doc)), flush=True)
     except BrokenPipeError:  # `dlwatch status … | head`

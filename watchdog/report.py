@@ -396,15 +396,36 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def status_document(view: InsideView, pinned: Dict[int, Optional[int]], now: float) -> dict:
-    """What ``dlwatch status`` shows of a running job: its inside view and, per process that
-    uses CUDA, its pinned host memory in bytes."""
-    return {"inside_view": _inside(view, now), "pinned_bytes": {str(pid): b for pid, b in sorted(pinned.items())}}
+def status_document(
+    view: InsideView, pinned: Dict[int, Optional[int]], now: float, processes: Sequence[ProcessSample] = ()
+) -> dict:
+    """What ``dlwatch status`` shows of a running job: its processes as one sample saw them
+    (main first, then its workers: role, state, CPU seconds, memory in bytes, descriptors), its
+    inside view and, per process that uses CUDA, its pinned host memory in bytes."""
+    return {
+        "processes": [
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "role": p.role,
+                "name": p.name,
+                "cmdline": redact.cmdline(p.cmdline),
+                "start_method": p.start_method,
+                **_metrics(p),
+            }
+            for p in processes
+        ],
+        "inside_view": _inside(view, now),
+        "pinned_bytes": {str(pid): b for pid, b in sorted(pinned.items())},
+    }
 
 
 def status_lines(doc: dict) -> List[str]:
     """The text of :func:`status_document`."""
-    lines = [line for line in _inside_lines(doc["inside_view"]) if line]
+    lines = []
+    if doc.get("processes"):
+        lines += ["Processes (now):", *_process_table(doc["processes"]), ""]
+    lines += [line for line in _inside_lines(doc["inside_view"]) if line]
     for pid, b in doc["pinned_bytes"].items():
         lines.append(f"  pid {pid}: pinned host memory {_mib(b)} MiB (/dev/nvidiactl mappings in smaps)")
     if not doc["pinned_bytes"]:
@@ -582,6 +603,32 @@ def _at(frame_dicts: List[dict]) -> str:
     return "?"
 
 
+def _process_table(processes: Sequence[dict]) -> Iterable[str]:
+    """The processes of a document as a table, indented two spaces (``tabulate``)."""
+    rows = [
+        [
+            p["pid"],
+            p["role"],
+            p["start_method"] or "",
+            p["state"],
+            p["wchan"],
+            f"{p['cpu_s']:.1f}",
+            _mib(p["rss_bytes"]),
+            _mib(p["uss_bytes"]),
+            "-" if p["num_fds"] is None else f"{p['num_fds']}/{p['rlimit_nofile_soft']}",
+            p["num_threads"],
+        ]
+        for p in processes
+    ]
+    headers = ["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"]
+    if any(p.get("pinned_bytes") is not None for p in processes):
+        headers.append("PINNED MiB")  # CUDA pinned host memory, only where CUDA is in use
+        for row, p in zip(rows, processes):
+            row.append(_mib(p.get("pinned_bytes")))
+    for line in tabulate(rows, headers=headers, tablefmt="simple").splitlines():
+        yield f"  {line}"
+
+
 def text_lines(doc: dict) -> Iterable[str]:
     """The human summary of a report document: headline, cause, fix, then everything else."""
     job = doc["job"]
@@ -646,29 +693,7 @@ def text_lines(doc: dict) -> Iterable[str]:
         "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"
     )
     yield f"Processes ({when}):"
-    rows = [
-        [
-            p["pid"],
-            p["role"],
-            p["start_method"] or "",
-            p["state"],
-            p["wchan"],
-            f"{p['cpu_s']:.1f}",
-            _mib(p["rss_bytes"]),
-            _mib(p["uss_bytes"]),
-            "-" if p["num_fds"] is None else f"{p['num_fds']}/{p['rlimit_nofile_soft']}",
-            p["num_threads"],
-        ]
-        for p in doc["processes"]
-    ]
-    headers = ["PID", "ROLE", "START", "STATE", "WCHAN", "CPU s", "RSS MiB", "USS MiB", "FDS", "THREADS"]
-    if any(p.get("pinned_bytes") is not None for p in doc["processes"]):
-        headers.append("PINNED MiB")  # CUDA pinned host memory, only where CUDA is in use
-        for row, p in zip(rows, doc["processes"]):
-            row.append(_mib(p.get("pinned_bytes")))
-    table = tabulate(rows, headers=headers, tablefmt="simple")
-    for line in table.splitlines():
-        yield f"  {line}"
+    yield from _process_table(doc["processes"])
     host = doc["host"]
     limit = host.get("mem_limit_bytes")
     cgroup = (

@@ -175,6 +175,8 @@ def test_dlwatch_status_shows_a_running_jobs_loader(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "31 batches (epoch 0)" in done.stdout and "num_workers=2" in done.stdout, done.stdout
         assert "nothing is pinned" in done.stdout
+        table = done.stdout.split("DataLoader (inside view):")[0]  # the outside view comes first
+        assert re.search(rf"^\s+{pid}\s+main\s", table, re.M) and table.count("dataloader_worker") == 2, table
         bad = subprocess.run(DLWATCH + ["status", "--pid", "999999999"], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and "999999999" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     finally:

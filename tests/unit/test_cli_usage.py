@@ -155,3 +155,16 @@ def test_an_out_of_range_flag_points_to_the_commands_help(capfd):
     assert cli.main(["run", "--interval", "0", "--", "true"]) == Exit.USAGE
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "--interval" in err and "(see `dlwatch run --help`)" in err, err
+
+
+def test_show_names_a_folder_that_does_not_exist(tmp_path):
+    from watchdog import browse
+    from watchdog.errors import ReportNotFound
+
+    for folder, why in ((tmp_path / "missing", "no such folder"), (tmp_path, "not a report folder")):
+        try:
+            browse.load(str(folder))
+        except ReportNotFound as e:
+            assert why in str(e) and str(folder) in str(e)
+        else:
+            raise AssertionError(folder)

@@ -265,3 +265,14 @@ def test_the_metrics_endpoint_bounds_its_connections_and_closes_idle_ones(monkey
             s.close()
         server.shutdown()
         server.server_close()
+
+
+def test_status_shows_the_job_s_processes_before_its_inside_view():
+    from tests.unit.builders import WORKER_PID, proc
+    from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView
+
+    processes = (proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, []))
+    doc = report.status_document(InsideView(note="no inside view"), {}, 0.0, processes)
+    lines = report.status_lines(doc)
+    assert lines[0] == "Processes (now):" and any(str(WORKER_PID) in line and "worker" in line for line in lines[1:5])
+    assert [p["pid"] for p in doc["processes"]] == [MAIN_PID, WORKER_PID]
