@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
-from .collect import discovery, procfs
+from .collect import discovery, examine, procfs
 from .collect.inside import InsideReader
 from .config import Config
 from .daemon import Outcome, Watcher, log
@@ -27,9 +27,6 @@ _RANK_DISCOVERY_S = 30.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
-# Seconds an examination may spend besides its py-spy dumps (the two wait reads, the polling
-# look's gap, reading files): part of how long a rank's loop is waited for when the job ends.
-_POLL_GAP_BOUND_S = 5.0
 
 
 def _ended(rank: ProcId) -> bool:
@@ -266,7 +263,7 @@ class JobWatcher:
             w.stop.set()
             w.wake.set()
         cfg = self.config
-        bound = time.monotonic() + 2 * cfg.py_spy.timeout_s + _POLL_GAP_BOUND_S + cfg.terminate_grace_s
+        bound = time.monotonic() + 2 * cfg.py_spy.timeout_s + examine.OUTSIDE_DUMPS_S + cfg.terminate_grace_s
         for w, thread in self._threads:
             thread.join(max(0.0, bound - time.monotonic()))
             if not thread.is_alive():

@@ -41,6 +41,9 @@ from .waits import LOCK_CALLS
 STABLE_GAP_S = 0.25
 # Seconds between the two stacks of the workers that show a thread polling at one line.
 POLL_GAP_S = 2.0
+# Seconds a look and a closer look may spend besides their py-spy dumps: the two gaps, and a
+# generous allowance for reading /proc, source lines and open files.
+OUTSIDE_DUMPS_S = STABLE_GAP_S + POLL_GAP_S + 2.75
 # Python frames per thread whose source lines go into the report.
 SOURCE_FRAMES_PER_THREAD = 12
 

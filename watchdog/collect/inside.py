@@ -26,7 +26,7 @@ import stat
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
 from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerExec, WorkerFetch
 
@@ -443,7 +443,7 @@ class InsideReader:
         except OSError as e:
             return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
         if self.retire:
-            names = self._retire(names)
+            names = self._retire(names, wanted or set())
         for retired in self._retired.values():
             if forks:
                 fork_list.extend(retired.forks)
@@ -495,16 +495,23 @@ class InsideReader:
             execs=tuple(execs),
         )
 
-    def _retire(self, names: List[str]) -> List[str]:
+    def _retire(self, names: List[str], live: Set[int]) -> List[str]:
         """Fold the records of processes that ended (no ``/proc/PID``) and wrote no loader file
         (``.bin``: the job's main, read again after it ends) into ``_retired`` and remove their
         files, so that a job that starts workers all week long costs each tick what its live
-        processes cost. Returns the names still in the folder."""
+        processes cost. ``live`` are pids just sampled alive: not looked up again. Returns the
+        names still in the folder."""
         owners = {n.partition(".")[0] for n in names if n.endswith(".bin")}
         gone: Dict[int, List[str]] = {}
         for name in names:
             stem, _, ext = name.partition(".")
-            if stem.isdigit() and stem not in owners and ext in ("json", "fetch") and not _alive(stem):
+            if (
+                stem.isdigit()
+                and stem not in owners
+                and ext in ("json", "fetch")
+                and int(stem) not in live
+                and not _alive(stem)
+            ):
                 gone.setdefault(int(stem), []).append(name)
         if not gone:
             return names
