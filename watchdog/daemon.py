@@ -42,7 +42,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import act, detect
 from .alert import Alerts
-from .collect import examine, procfs, pyspy
+from .collect import discovery, examine, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .config import Config
@@ -251,6 +251,7 @@ class Watcher:
         self._said: Dict[str, float] = {}
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
+        self._recording = False  # main's recorder wrote its record (the inside view runs in main)
         self._resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
@@ -323,7 +324,8 @@ class Watcher:
 
     def _tick(self) -> None:
         sample = self.sampler.sample()
-        if sample.main is None:
+        main = sample.main
+        if main is None:
             return
         view = self._inside_view([p.pid for p in sample.processes], forks=False)
         if view.loaders or view.fetches:
@@ -332,6 +334,7 @@ class Watcher:
         self.traces.note(sample, self.sampler.memory_cgroup)
         self.births.update(sample)
         self._saw_loader = self._saw_loader or bool(sample.loaders) or bool(sample.workers)
+        self._recording = self._recording or main.pid in view.recording
         if not self.examine:
             return
         self.tracker.update(sample)
@@ -357,7 +360,12 @@ class Watcher:
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
         trigger = self.episode.due(stall, sample.t_mono, rule)
-        if trigger is not None and self.inside.folder is not None and not self._saw_loader:
+        if (
+            trigger is not None
+            and self.inside.folder is not None
+            and not self._saw_loader
+            and self._no_loader_yet(sample)
+        ):
             # The inside view would have seen a DataLoader iterator: there is none yet, and no
             # worker. dlwatch judges DataLoader loops; an idle script is no hung loader.
             self.episode.dismissed(sample.t_mono)
@@ -379,6 +387,22 @@ class Watcher:
                 self._look_for_warnings(sample)
             except Exception:
                 self.internal_error("looking for warnings")
+
+    def _no_loader_yet(self, sample: Sample) -> bool:
+        """Whether the job can have no DataLoader yet: main's recorder runs and saw no iterator,
+        or main has not imported torch (no ``libtorch`` mapped). A recorder that never started in
+        a main that imported torch (an interpreter run with ``-I`` or ``-S``, a job that replaced
+        its environment) proves nothing: the stall is judged, and that is said once."""
+        main = sample.main
+        if self._recording or main is None or discovery.has_loaded_torch(main.pid) is False:
+            return True
+        self._say_once(
+            "deaf-recorder",
+            f"pid {main.pid} imported torch but its inside view recorded nothing (the hook did not load in it): "
+            "judged from outside",
+            every_s=3600.0,
+        )
+        return False
 
     def _say_once(self, key: str, message: str, every_s: float = 600.0) -> None:
         now = time.monotonic()

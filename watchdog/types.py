@@ -432,8 +432,9 @@ class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
     per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
     recorded its random generators, ``fetches`` per process that fetched samples, ``execs`` per
-    worker that exec'd another program, and ``note`` saying why the view is empty or partial
-    (``None`` when it is fine)."""
+    worker that exec'd another program, ``recording`` the pids whose recorder runs (it wrote its
+    record when installed, and has not stopped), and ``note`` saying why the view is empty or
+    partial (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
@@ -441,6 +442,7 @@ class InsideView:
     rng: Tuple[RngCheck, ...] = ()
     fetches: Tuple[WorkerFetch, ...] = ()
     execs: Tuple[WorkerExec, ...] = ()
+    recording: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, **_SLOTS)

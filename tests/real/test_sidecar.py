@@ -271,6 +271,17 @@ def test_an_idle_script_that_never_made_a_dataloader_is_not_reported_as_hung(tmp
     assert "created no DataLoader iterator yet" in err, err
 
 
+def test_an_idle_script_with_torch_waits_for_its_dataloader_only_while_its_recorder_runs(tmp_path):
+    idle = "import time, torch; time.sleep(9)"
+    run = DLWATCH + ["run", "--stall-timeout", "2", "--report-dir"]
+    code, _out, err = run_bounded(run + [str(tmp_path / "hooked"), "--", PY, "-c", idle], 60)
+    assert code == 0 and "created no DataLoader iterator yet" in err, err  # main's recorder wrote its record
+    # -I ignores PYTHONPATH: the hook never loads, nothing proves there is no DataLoader, the stall is judged
+    code, _out, err = run_bounded(run + [str(tmp_path / "deaf"), "--", PY, "-I", "-c", idle], 60)
+    assert "recorded nothing (the hook did not load in it): judged from outside" in err, err
+    assert "created no DataLoader iterator yet" not in err, err
+
+
 def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_busy_stall_ceiling(tmp_path):
     # A sleep is a timed wait: it may end by itself, so the stall is reported as suspected and
     # the job is left alone; only busy_stall_timeout_s without a batch allows ending it.

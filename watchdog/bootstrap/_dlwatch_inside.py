@@ -865,6 +865,11 @@ def start(folder, module):
     global _FOLDER
     _FOLDER = folder
     _install_safely(module)
+    if _DISABLED is None:
+        try:
+            _state().write_json()  # "recording": the sidecar may tell an idle script from a deaf recorder
+        except Exception as e:
+            _disable("cannot write the record: %r" % (e,))
 
 
 def _install_safely(module):

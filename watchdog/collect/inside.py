@@ -438,6 +438,7 @@ class InsideReader:
         rng: List[RngCheck] = []
         fetches: List[WorkerFetch] = []
         execs: List[WorkerExec] = []
+        recording: List[int] = []
         try:
             names = sorted(e.name for e in os.scandir(self.folder))
         except OSError as e:
@@ -463,6 +464,8 @@ class InsideReader:
                 continue
             if ext == "json":
                 doc = self._doc(pid, path)
+                if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
+                    recording.append(pid)
                 if forks:
                     fork_list.extend(fork_records(pid, doc))
                 check = rng_check(pid, doc)
@@ -493,6 +496,7 @@ class InsideReader:
             rng=tuple(rng),
             fetches=tuple(fetches),
             execs=tuple(execs),
+            recording=tuple(recording),
         )
 
     def _retire(self, names: List[str], live: Set[int]) -> List[str]:
