@@ -119,12 +119,17 @@ def read_bytes(path: str, records: bool = False, chunk: int = 16384) -> Optional
         os.close(fd)
 
 
+_STATUS_HEADS: Dict[str, bytes] = {}  # key -> b"\nkey:", made once each
+
+
 def status_field(status: bytes, key: str) -> Optional[bytes]:
     """The value of field ``key`` (``voluntary_ctxt_switches``, ``SigCgt``, ``Tgid``) in the
     bytes of a ``/proc/PID[/task/TID]/status`` file (proc(5): one ``Key:\tvalue`` per line),
     stripped; ``None`` when absent. The one parser of that file: the sampler reads a thread's
     context switches with it on every tick, so it finds the field without splitting lines."""
-    head = ("\n" + key + ":").encode()
+    head = _STATUS_HEADS.get(key)
+    if head is None:
+        head = _STATUS_HEADS.setdefault(key, ("\n" + key + ":").encode())
     at = status.rfind(head)
     if at < 0:
         if not status.startswith(head[1:]):
@@ -246,14 +251,16 @@ def parse_io(data: bytes) -> Tuple[Optional[int], Optional[int]]:
     """``(rchar, wchar)`` of a ``/proc/PID[/task/TID]/io`` file (proc(5): bytes passed to
     read- and write-like system calls, its first two lines), ``None`` for a field that is
     absent or not a number. The one parser of that file."""
-    fields: Dict[bytes, int] = {}
+    out: List[Optional[int]] = [None, None]
     for line in data.split(b"\n", 2)[:2]:
         key, _, value = line.partition(b":")
-        try:
-            fields[key] = int(value)
-        except ValueError:
-            continue
-    return fields.get(b"rchar"), fields.get(b"wchar")
+        at = 0 if key == b"rchar" else 1 if key == b"wchar" else -1
+        if at >= 0:
+            try:
+                out[at] = int(value)
+            except ValueError:
+                pass
+    return out[0], out[1]
 
 
 def _rchar_wchar(data: Optional[bytes]) -> Optional[int]:
