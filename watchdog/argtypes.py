@@ -92,6 +92,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds above 0, at most a day (``dlwatch dump
+    --timeout``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, not above 0, or above a day.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError("must be above 0 and at most 86400 (a day)")
+    return value
+
+
 def folder(text: str) -> str:
     """An argparse ``type``: a folder that exists, or that can be made (``--report-dir``):
     neither an existing file (or link to nothing) nor under one. Returns ``text``.

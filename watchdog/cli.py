@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import __version__, redact, report
 from . import config as config_mod
-from .argtypes import UsageParser, folder, positive_int
+from .argtypes import UsageParser, folder, positive_float, positive_int
 from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
@@ -109,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--pid", type=int, required=True, help="the job's main process (or any process of it)")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    dump = sub.add_parser(
+        "dump",
+        help="the stacks of a job's main process and every DataLoader worker now (py-spy): dlwatch dump --pid PID",
+        description="Dump, with py-spy, the Python stacks of the job's main process and each of its DataLoader "
+        "workers (and a forkserver) in parallel, with each process's role, state and kernel wait; what a hang report "
+        "holds, on demand. Exit code 2 when the pid cannot be watched or py-spy is missing.",
+    )
+    dump.add_argument("--pid", type=int, required=True, help="the job's main process (or any process of it)")
+    dump.add_argument("--native", action="store_true", help="native frames too (py-spy --native; slower)")
+    dump.add_argument("--locals", action="store_true", help="each frame's local variables (redacted; py-spy --locals)")
+    dump.add_argument("--timeout", type=positive_float, default=10.0, metavar="S", help="seconds for all dumps (10)")
+    dump.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub.add_parser(
         "hook-env",
         help="print the environment that gives `dlwatch attach` the inside view: env $(dlwatch hook-env) python "
@@ -402,26 +414,62 @@ def _remove(folder: Optional[inside.HookFolder]) -> None:
         inside.remove_folder(folder)
 
 
+def _job_of(pid: int):
+    """The job's main process for ``--pid`` (a worker's parent when ``pid`` is a DataLoader
+    worker, said on stderr) and its process tree.
+
+    Raises:
+        TargetError: see :func:`~watchdog.collect.discovery.check_target`.
+    """
+    import psutil
+
+    from . import frames
+
+    proc = discovery.check_target(pid)
+    try:
+        parent = proc.parent()
+        if proc.name() in frames.WORKER_COMMS and parent is not None:
+            log(f"pid {proc.pid} is a DataLoader worker of pid {parent.pid}: showing that process")
+            proc = parent
+        return proc, [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return proc, [proc]
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    """``dlwatch dump --pid N``: the stacks of the job's main process and every worker, now."""
+    import json
+
+    from .collect import pyspy
+    from .collect.sampler import Sampler
+
+    proc, _tree = _job_of(args.pid)
+    path = pyspy.find_pyspy()
+    if path is None:
+        log("error: py-spy not found (beside this Python or on $PATH): pip install py-spy")
+        return Exit.USAGE
+    sample = Sampler(proc.pid, 1.0).sample()
+    pids = [p.pid for p in sample.processes if p.role in report.DUMPED_ROLES]
+    d_state = [p.pid for p in sample.processes if p.state == "D"]
+    stacks = pyspy.dump_all(pids, path, args.native, args.timeout, args.locals, d_state)
+    doc = report.dump_document(sample, stacks)
+    _print(json.dumps(doc, indent=1) if args.json else "\n".join(report.dump_lines(doc)))
+    failed = [pid for pid, st in stacks.items() if not st.ok]
+    if failed and len(failed) == len(stacks):
+        log(f"error: no stack could be read ({stacks[failed[0]].error}); see README: Permissions")
+        return Exit.USAGE
+    return Exit.OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``dlwatch status --pid N``: the job's inside view and pinned memory, now."""
     import dataclasses
     import json
     import time
 
-    import psutil
-
-    from . import frames, report
     from .collect import procfs
 
-    proc = discovery.check_target(args.pid)
-    try:
-        parent = proc.parent()
-        if proc.name() in frames.WORKER_COMMS and parent is not None:
-            log(f"pid {proc.pid} is a DataLoader worker of pid {parent.pid}: showing that process")
-            proc = parent
-        tree = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        tree = [proc]
+    proc, tree = _job_of(args.pid)
     folder = inside.folder_of(proc.pid)
     reader = inside.InsideReader(
         folder.path if folder else None,
@@ -569,9 +617,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":
         return cmd_hook_env()
-    if args.command in ("status", "reports", "show"):
+    if args.command in ("status", "reports", "show", "dump"):
         try:
-            return {"status": cmd_status, "reports": cmd_reports, "show": cmd_show}[args.command](args)
+            return {"status": cmd_status, "reports": cmd_reports, "show": cmd_show, "dump": cmd_dump}[args.command](
+                args
+            )
         except WatchdogError as e:
             log(f"error: {e}")
             return Exit.USAGE

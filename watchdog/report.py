@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from . import frames, redact
 from .types import (
+    ROLE_FORKSERVER,
     ROLE_MAIN,
     ROLE_WORKER,
     Diagnosis,
@@ -431,6 +432,43 @@ def status_lines(doc: dict) -> List[str]:
     if not doc["pinned_bytes"]:
         lines.append("  no process of the job uses CUDA (no /dev/nvidiactl mapping): nothing is pinned")
     return lines
+
+
+# The roles ``dlwatch dump`` dumps: what a hang report dumps in full.
+DUMPED_ROLES = (ROLE_MAIN, ROLE_WORKER, ROLE_FORKSERVER)
+
+
+def dump_document(sample: Sample, stacks: Dict[int, ProcessStack]) -> dict:
+    """What ``dlwatch dump`` shows: each process of ``sample`` that was dumped (main, the
+    workers, a forkserver: ``DUMPED_ROLES``), with its ``/proc`` figures and threads' kernel
+    waits, and its py-spy stack under py-spy's key names (``stack``: ``None`` when not
+    dumped). Redacted like a report: locals by name, every string by shape."""
+    entries = [
+        _process_entry(p, stacks.get(p.pid), str(p.role), "sampler", p.threads)
+        for p in sample.processes
+        if p.pid in stacks
+    ]
+    return redact.document({"processes": entries})
+
+
+def dump_lines(doc: dict) -> List[str]:
+    """The text of :func:`dump_document`: per process a header (pid, role, state, wchan), then
+    each thread's frames, innermost first."""
+    lines: List[str] = []
+    for p in doc["processes"]:
+        lines.append(f"pid {p['pid']} ({p['role']}, {p['name']}): state {p['state']}, wchan {p['wchan'] or '-'}")
+        kernel = {t["tid"]: t for t in p["threads_proc"]}
+        for line in _stack_lines(p, limit=60):
+            lines.append(line)
+            head = line.split()
+            t = kernel.get(int(head[1])) if len(head) > 1 and head[0] == "thread" and head[1].isdigit() else None
+            if t is not None:
+                wait = (t.get("wait") or {}).get("detail") or ""
+                lines.append(
+                    f"        [kernel: state {t['state']}, wchan {t['wchan'] or '-'}{', ' + wait if wait else ''}]"
+                )
+        lines.append("")
+    return [printable(line) for line in lines]
 
 
 # Width of the summary printed to stderr (``short_summary``).
