@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from . import frames
 from .errors import ReportNotFound
+from .writer import OUTCOME_FILE
 
 # The files of a report folder a user may name instead of the folder itself.
 _REPORT_FILES = ("report.txt", "report.json", "report.html")
@@ -81,8 +82,25 @@ def folders(report_dir: str) -> List[str]:
     return sorted(found, key=os.path.basename, reverse=True)
 
 
+def outcome(folder: str) -> Optional[dict]:
+    """What became of a hang report (``outcome.json``, written by the watcher when the hang
+    resolved, the job was ended, or the job ended): ``outcome``, ``summary``, ``at``; ``None``
+    when none was written (not a hang, or watching stopped first) or it cannot be read."""
+    try:
+        with open(os.path.join(folder, OUTCOME_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("summary"), str) else None
+
+
+# What the OUTCOME column says of each outcome kind.
+_OUTCOME_SHORT = {"resolved": "resolved", "terminated": "terminated", "job_ended": "job ended"}
+
+
 def row(folder: str, doc: dict) -> List[str]:
-    """One line of ``dlwatch reports``: time, job pid, rank, mode, first kind, where, action."""
+    """One line of ``dlwatch reports``: time, job pid, rank, mode, first kind, where, action,
+    and the hang's outcome (``resolved after 41 s``, ``terminated``, ``job ended (exit 1)``)."""
     first = (doc.get("diagnoses") or [{}])[0]
     job = doc.get("job") or {}
     rank = (job.get("rank") or {}).get("RANK", "")
@@ -93,6 +111,16 @@ def row(folder: str, doc: dict) -> List[str]:
     mode = doc.get("mode", "")
     if mode == "hang":
         mode += f" ({(doc.get('stall') or {}).get('certainty') or 'suspected'})"
+    became = outcome(folder)
+    result = ""
+    if became is not None:
+        result = _OUTCOME_SHORT.get(str(became.get("outcome")), str(became.get("outcome")))
+        if became.get("resolved_after_s") is not None:
+            result += f" after {float(became['resolved_after_s']):.0f} s"
+        elif became.get("exit_code") is not None:
+            result += f" (exit {became['exit_code']})"
+    elif doc.get("mode") == "hang":
+        result = "-"
     return [
         str(doc.get("detected_at") or "")[:19].replace("T", " "),
         str(job.get("pid", "")),
@@ -101,6 +129,7 @@ def row(folder: str, doc: dict) -> List[str]:
         first.get("kind", ""),
         where,
         doc.get("action", ""),
+        result,
         folder,
     ]
 
@@ -117,10 +146,10 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
         try:
             rows.append(row(folder, load(folder)))
         except ReportNotFound as e:
-            rows.append(["", "", "", "", "", str(e), "", folder])
+            rows.append(["", "", "", "", "", str(e), "", "", folder])
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # a hand-edited report.json
-            rows.append(["", "", "", "", "", f"report.json cannot be read: {type(e).__name__}", "", folder])
-    headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "FOLDER"]
+            rows.append(["", "", "", "", "", f"report.json cannot be read: {type(e).__name__}", "", "", folder])
+    headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "OUTCOME", "FOLDER"]
     return tabulate(rows, headers=headers, tablefmt="simple"), len(rows)
 
 
@@ -138,7 +167,12 @@ def text(folder: str, full: bool = False) -> str:
             body = f.read()
     except OSError as e:
         raise ReportNotFound(folder, f"cannot read report.txt: {e.strerror}") from None
-    return body if full else summary_text(body)
+    body = body if full else summary_text(body)
+    became = outcome(folder)
+    if became is not None:  # after the headline: what became of it
+        head, _, rest = body.partition("\n")
+        body = f"{head}\n  outcome: {became['summary']} ({became.get('at', '?')})\n{rest}"
+    return body
 
 
 def write_html(folder: str, out: Optional[str] = None) -> str:

@@ -40,13 +40,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import act, detect
+from . import act, detect, report, writer
 from .alert import Alerts
 from .collect import discovery, examine, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .config import Config
 from .diagnose import diagnose
+from .errors import ReportWriteError
 from .exit_look import JobTraces, exit_facts, survivors
 from .hang_look import closer_look, hang_facts
 from .publish import Publisher
@@ -253,6 +254,7 @@ class Watcher:
         self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
         self._recording = False  # main's recorder wrote its record (the inside view runs in main)
         self._resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
+        self._open_hangs: List[str] = []  # folders of hang reports whose outcome is not written yet
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
@@ -353,6 +355,11 @@ class Watcher:
             log(
                 f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
                 f"{at - over.since:.0f} s: the loader moved again (slow, not hung)"
+            )
+            self._write_outcome(
+                "resolved",
+                f"resolved after {at - over.since:.0f} s: the loader moved again",
+                resolved_after_s=round(at - over.since, 1),
             )
         ended = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
         if ended is not None:  # a batch moved since a suspected report: said at the next tick
@@ -465,17 +472,41 @@ class Watcher:
                     self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
             self.internal_error("diagnosing the job's exit")
+        if self._open_hangs:
+            how = (
+                f"after the {signal.Signals(signalled).name} dlwatch forwarded to it"
+                if signalled is not None
+                else f"with exit code {exit_code}"
+                if exit_code is not None
+                else "(its exit code unknown: attached)"
+            )
+            self._write_outcome("job_ended", f"the job ended {how} while the hang was open", exit_code=exit_code)
         line = survivors(self.timeline[-1].processes if self.timeline else ())
         if line is not None:
             log(line)
 
     def _publish(
         self, facts: Facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = ""
-    ) -> None:
-        """Publish one report (:meth:`Publisher.publish`) and count it in the outcome."""
+    ) -> Optional[str]:
+        """Publish one report (:meth:`Publisher.publish`) and count it in the outcome; returns
+        its folder, or ``None`` when it could not be written."""
         path = self.publisher.publish(facts, diagnoses, action, suffix, summary_only, note)
         if path is not None:
             self.outcome.reports.append(path)
+        return path
+
+    def _write_outcome(self, kind: str, summary: str, **extra) -> None:
+        """Write what became of the hang reports whose outcome is open (``outcome.json`` in
+        each folder, :func:`writer.write_outcome`): ``kind`` (``resolved``, ``terminated``,
+        ``job_ended``), a one-line ``summary``, when (UTC), and ``extra`` fields. A folder that
+        cannot be written is said once; nothing else changes."""
+        doc = {"outcome": kind, "summary": summary, "at": report.utc_iso(time.time()), **extra}
+        for folder in self._open_hangs:
+            try:
+                writer.write_outcome(folder, doc)
+            except ReportWriteError as e:
+                self._say_once("outcome:" + folder, f"{e}: the report's outcome was not recorded")
+        self._open_hangs = []
 
     def _examine(self, sample: Sample, stall: Stall) -> None:
         """Decide whether a due stall is a hang (:meth:`detect.Episode.conclude` on the
@@ -575,9 +606,13 @@ class Watcher:
         self._status = dataclasses.replace(
             self._status, last_hang_kind=diagnoses[0].kind, hang_in_loader=verdict.in_loader
         )
-        self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
+        path = self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
+        if path is not None:
+            self._open_hangs.append(path)
         if terminate:
             log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
             members = self.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
-            log(act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended))
+            ended = act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended)
+            log(ended)
             self.outcome.terminated = True
+            self._write_outcome("terminated", f"dlwatch ended the job: {ended}")

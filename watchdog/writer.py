@@ -55,6 +55,31 @@ def write(report: Report, report_dir: str) -> str:
     return final
 
 
+OUTCOME_FILE = "outcome.json"
+
+
+def write_outcome(folder: str, outcome: dict) -> None:
+    """Write ``outcome`` (what became of a reported hang: resolved, terminated, the job's end)
+    as ``<folder>/outcome.json``, atomically (a temporary file renamed over it), ``0600``;
+    ``folder`` is a report folder :func:`write` made. A later outcome replaces an earlier one.
+
+    Raises:
+        ReportWriteError: the file cannot be written (full disk, the folder gone).
+    """
+    tmp = os.path.join(folder, f".{OUTCOME_FILE}.{os.getpid()}.tmp")
+    try:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        _write_file(tmp, json.dumps(outcome, indent=1, default=str) + "\n")
+        os.rename(tmp, os.path.join(folder, OUTCOME_FILE))
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ReportWriteError(folder, e.strerror or str(e)) from None
+
+
 # The fallback folder's name in the temporary directory (``$TMPDIR``).
 FALLBACK_NAME = "dlwatch-reports"
 

@@ -5,6 +5,9 @@ is killed (``run_bounded``)."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from tests.real.helpers import DLWATCH, PY, load_report, reports, run_bounded
 
 SLOW_SAMPLES = """
@@ -34,3 +37,13 @@ def test_a_job_slower_than_the_stall_timeout_is_reported_once_and_its_stall_said
     assert len(hangs) == 1, [d["diagnoses"][0]["summary"] for d in hangs]
     assert hangs[0]["stall"]["certainty"] == "suspected" and hangs[0]["stall"]["measure"] == "batches"
     assert "resolved after" in err and "came back after it resolved by itself" in err, err
+    # The report's folder says what became of it, and the listing shows it.
+    (folder,) = [f for f in reports(str(tmp_path)) if load_report(f)["mode"] == "hang"]
+    with open(os.path.join(folder, "outcome.json"), encoding="utf-8") as f:
+        became = json.load(f)
+    assert became["outcome"] == "resolved" and became["resolved_after_s"] > 0, became
+    assert oct(os.stat(os.path.join(folder, "outcome.json")).st_mode & 0o777) == "0o600"
+    code, listing, err = run_bounded(DLWATCH + ["reports", str(tmp_path)], 60)
+    assert code == 0 and "resolved after" in listing and "OUTCOME" in listing, listing + err
+    code, shown, err = run_bounded(DLWATCH + ["show", folder], 60)
+    assert code == 0 and shown.splitlines()[1].startswith("  outcome: resolved after"), shown

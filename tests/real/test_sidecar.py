@@ -7,6 +7,7 @@ and kills every process group it started in ``finally``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import stat
@@ -104,6 +105,9 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(os.path.join(folder, "report.json")).st_mode) == 0o600
     assert "fork_inherited_lock" in err
+    with open(os.path.join(folder, "outcome.json"), encoding="utf-8") as f:  # what became of it
+        became = json.load(f)
+    assert became["outcome"] == "terminated" and "dlwatch ended the job" in became["summary"], became
     # The inside view: the loader's settings, and the thread that held the lock at the fork.
     (loader,) = doc["inside_view"]["loaders"]
     assert loader["settings"]["num_workers"] == 2 and loader["pid"] == doc["job"]["pid"]

@@ -110,3 +110,17 @@ def test_show_takes_the_report_txt_path_dlwatch_prints(tmp_path, capsys):
     assert browse.report_folder(folder) == folder
     assert cli.main(["show", os.path.join(folder, "report.txt")]) == 0
     assert capsys.readouterr().out.startswith("dlwatch: job hung")
+
+
+def test_a_hang_s_outcome_is_listed_and_shown_after_its_headline(tmp_path):
+    folder = _written(tmp_path)
+    table, _ = browse.listing(str(tmp_path))
+    assert "OUTCOME" in table.splitlines()[0] and " - " in table.splitlines()[2]  # a hang, no outcome yet
+    writer.write_outcome(folder, {"outcome": "resolved", "summary": "resolved after 41 s", "resolved_after_s": 41.2})
+    writer.write_outcome(folder, {"outcome": "job_ended", "summary": "the job ended with exit code 1", "exit_code": 1})
+    table, _ = browse.listing(str(tmp_path))
+    assert "job ended (exit 1)" in table  # the later outcome replaced the earlier one
+    assert oct(os.stat(os.path.join(folder, writer.OUTCOME_FILE)).st_mode & 0o777) == "0o600"
+    assert [n for n in os.listdir(folder) if n.startswith(".")] == []  # no temporary file left
+    lines = browse.text(folder).splitlines()
+    assert lines[0].startswith("dlwatch: job hung") and lines[1].startswith("  outcome: the job ended with exit code 1")
