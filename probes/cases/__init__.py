@@ -266,6 +266,12 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_compute_slow_batches", None),
     Case("healthy_many_open_files", None),
     Case(
+        "healthy_bounded_worker_cache",
+        None,
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        timeout_s=180.0,
+    ),
+    Case(
         "healthy_mmap_reads",
         None,
         settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),

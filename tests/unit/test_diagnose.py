@@ -536,6 +536,8 @@ def test_copy_on_read_is_judged_by_level_not_only_by_slope():
     first = found[0]
     assert first.kind == "worker_memory_growth" and "one more worker costs" in first.summary
     assert diagnose(live_facts(_uss_timeline("fork", 16, main_mib=72, workers=1))) == ()
+    # Far more than main holds, flat: the worker allocated it (a bounded cache), it copied little.
+    assert diagnose(live_facts(_uss_timeline("fork", 115, main_mib=11))) == ()
 
 
 def test_oversubscription_remedy_follows_the_measured_thread_counts():

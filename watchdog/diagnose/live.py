@@ -35,6 +35,9 @@ GROWTH_MIN_POINTS = 4
 # (measured here: a healthy worker holds about 20% of main's, a copy-on-read one 70%).
 COPIED_MIN_BYTES = 96 * 2**20
 COPIED_MIN_SHARE = 0.5
+# A worker's copies of main's pages are bounded by what main holds itself: a worker that holds
+# more than this many times main's USS allocated it (a cache, decoded samples), copied little.
+COPIED_MAX_SHARE = 2.0
 # Oversubscription: runnable threads above this multiple of usable CPUs, in this share of samples.
 OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
@@ -56,7 +59,10 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged on
     the memory a worker wrote (:func:`written`: Private_Dirty, not clean file pages read
     through a memmap), by slope and by level: each worker's against main's USS, the total the
-    workers hold, and what one more worker would cost."""
+    workers hold, and what one more worker would cost. By level only while a worker holds no
+    more than ``COPIED_MAX_SHARE`` times main's USS: copies of main's objects cannot outgrow
+    main, so a worker far above it holds what it allocated (a bounded cache is no leak; an
+    unbounded one is caught by its slope)."""
     main = facts.sample.main
     if main is None or not facts.sample.workers:  # not _live(facts)
         return None
@@ -75,7 +81,13 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             "fork",
         )  # spawn/forkserver workers share nothing with main: their USS is their own
         uss = written(w)
-        if forked and uss and main_uss and uss >= COPIED_MIN_BYTES and uss >= COPIED_MIN_SHARE * main_uss:
+        if (
+            forked
+            and uss
+            and main_uss
+            and uss >= COPIED_MIN_BYTES
+            and COPIED_MIN_SHARE * main_uss <= uss <= COPIED_MAX_SHARE * main_uss
+        ):
             copied.append((w, uss))
     if not growing and len(copied) < len(facts.sample.workers):
         return None
