@@ -20,8 +20,9 @@ The pipeline runs in one direction (``tests/unit/test_layout.py`` holds it)::
                     html, metrics, alert; act (SIGTERM/SIGKILL, identity-checked)
 
 Stages exchange the frozen records of :mod:`watchdog.types`; only :mod:`watchdog.daemon` (with
-its helpers hang_look, exit_look, publish) and :mod:`watchdog.cli` wire them together. No stage reads back another's sentences: a finding's
-words come from diagnose, the report's layout from report.
+its helpers hang_look, exit_look, publish) and :mod:`watchdog.cli` wire them together. No
+stage reads back another's sentences: a finding's words come from diagnose, the report's
+layout from report.
 
 Note: ``watchdog`` is also the import name of an unrelated file-system-events package on PyPI.
 Install this sidecar in its own virtual environment when the job's environment has that one.

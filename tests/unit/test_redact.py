@@ -36,6 +36,20 @@ WEBHOOK = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/Xq8sV3kLm2Np7Rt4
         ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
         ("ValueError: invalid api key 9e1f0c2b7a3d4e5f6a7b8c9d", "9e1f0c2b7a3d4e5f6a7b8c9d"),
         ("connect(DefaultEndpointsProtocol=https;AccountKey=ZmFrZWtleQ==;EndpointSuffix=x)", "ZmFrZWtleQ=="),
+        ("connect(host='db', password='hunter2')", "hunter2"),
+        ('login(user="ml", passphrase="correct horse")', "correct horse"),
+        ("password: hunter2", "hunter2"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+        ("WANDB_API_KEY is 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
+        ("slack: xapp-1-A0123BCDE-4567890123-abcdef0123456789", "xapp-1-A0123"),
+        ("slack: xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAxMi00NTY3", "Mi0yLTEy"),
+        ("slack: xoxd-AbCdEf0123456789ghIJ", "xoxd-AbCdEf"),
+        ("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGx\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBGx"),
+        ("request headers: Cookie: session=f00dcafe; theme=dark", "f00dcafe"),
+        ("Authorization: ApiKey c2VjcmV0LWtleQ", "c2VjcmV0LWtleQ"),
+        ("redis://:r3dispass@cache.internal:6379/0", "r3dispass"),
+        ("postgres://trainer:p@ssw0rd@db.internal:5432/runs", "ssw0rd"),
+        ("pw=hunter2 user=ml", "hunter2"),
     ],
 )
 def test_a_secret_is_found_by_its_shape_wherever_it_appears(text, secret):
@@ -96,30 +110,6 @@ def test_a_document_is_redacted_string_by_string_and_its_keys_kept():
     out = redact.document(doc)
     assert set(out) == set(doc) and out["n"] == 3 and out["items"][1] == "ok"
     assert "Xq8sV3kLm2Np7Rt4Wy9Zb1Cd" not in json.dumps(out) and JWT not in json.dumps(out)
-
-
-@pytest.mark.parametrize(
-    "text, secret",
-    [
-        ("connect(host='db', password='hunter2')", "hunter2"),
-        ('login(user="ml", passphrase="correct horse")', "correct horse"),
-        ("password: hunter2", "hunter2"),
-        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
-        ("WANDB_API_KEY is 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
-        ("slack: xapp-1-A0123BCDE-4567890123-abcdef0123456789", "xapp-1-A0123"),
-        ("slack: xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAxMi00NTY3", "Mi0yLTEy"),
-        ("slack: xoxd-AbCdEf0123456789ghIJ", "xoxd-AbCdEf"),
-        ("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGx\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBGx"),
-        ("request headers: Cookie: session=f00dcafe; theme=dark", "f00dcafe"),
-        ("Authorization: ApiKey c2VjcmV0LWtleQ", "c2VjcmV0LWtleQ"),
-        ("redis://:r3dispass@cache.internal:6379/0", "r3dispass"),
-        ("postgres://trainer:p@ssw0rd@db.internal:5432/runs", "ssw0rd"),
-        ("pw=hunter2 user=ml", "hunter2"),
-    ],
-)
-def test_secrets_in_the_shapes_a_first_pass_missed_are_found(text, secret):
-    out = redact.value(text)
-    assert secret not in out and REDACTED in out, out
 
 
 @pytest.mark.parametrize(
