@@ -23,7 +23,7 @@ from .argtypes import UsageParser, folder, positive_float, positive_int
 from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
-from .errors import ConfigError, WatchdogError
+from .errors import ConfigError, TargetError, WatchdogError
 from .exits import Exit, of_signal
 from .ranks import JobWatcher
 from .terminal import JobControl, wait_job
@@ -431,6 +431,12 @@ def _job_of(pid: int):
         if proc.name() in frames.WORKER_COMMS and parent is not None:
             log(f"pid {proc.pid} is a DataLoader worker of pid {parent.pid}: showing that process")
             proc = parent
+        elif discovery.is_dlwatch(proc.cmdline()):  # another dlwatch (`dlwatch run`): its job is its child
+            job = next((c for c in proc.children() if not discovery.is_dlwatch(c.cmdline())), None)
+            if job is None:
+                raise TargetError(pid, "a dlwatch process with no job of its own")
+            log(f"pid {proc.pid} is `dlwatch run`; showing its job, pid {job.pid}")
+            proc = job
         return proc, [proc] + proc.children(recursive=True)
     except psutil.Error:
         return proc, [proc]
@@ -442,6 +448,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     from .collect import pyspy
     from .collect.sampler import Sampler
+    from .types import StackFailureKind
 
     proc, _tree = _job_of(args.pid)
     path = pyspy.find_pyspy()
@@ -454,9 +461,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
     stacks = pyspy.dump_all(pids, path, args.native, args.timeout, args.locals, d_state)
     doc = report.dump_document(sample, stacks)
     _print(json.dumps(doc, indent=1) if args.json else "\n".join(report.dump_lines(doc)))
-    failed = [pid for pid, st in stacks.items() if not st.ok]
+    failed = [st.error for st in stacks.values() if st.error is not None]
     if failed and len(failed) == len(stacks):
-        log(f"error: no stack could be read ({stacks[failed[0]].error}); see README: Permissions")
+        refused = any(e.kind is StackFailureKind.PTRACE_REFUSED for e in failed)
+        first = next((e for e in failed if e.kind is not StackFailureKind.NOT_RUN), failed[0])
+        log(f"error: no stack could be read ({first.detail}){'; see README: Permissions' if refused else ''}")
         return Exit.USAGE
     return Exit.OK
 
@@ -503,7 +512,10 @@ def cmd_reports(args: argparse.Namespace) -> int:
 
     report_dir = args.dir or config_mod.load(args.config, {}).report_dir
     table, n = browse.listing(report_dir, args.n)
-    _print(table if n else f"no reports in {report_dir}")
+    if not n and os.path.isfile(os.path.join(report_dir, "report.json")):
+        _print(f"{report_dir} is one report's folder, not a folder of reports: dlwatch show {report_dir}")
+    else:
+        _print(table if n else f"no reports in {report_dir}")
     return Exit.OK
 
 

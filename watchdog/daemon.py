@@ -472,6 +472,15 @@ class Watcher:
                     self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
         except Exception:
             self.internal_error("diagnosing the job's exit")
+        if self._open_hangs and self._resolved is not None:  # the loader moved again, then the job ended
+            over, at = self._resolved
+            self._write_outcome(
+                "resolved",
+                f"resolved after {at - over.since:.0f} s: the loader moved again, then the job ended"
+                + (f" with exit code {exit_code}" if exit_code is not None else ""),
+                resolved_after_s=round(at - over.since, 1),
+                exit_code=exit_code,
+            )
         if self._open_hangs:
             how = (
                 f"after the {signal.Signals(signalled).name} dlwatch forwarded to it"

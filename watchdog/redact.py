@@ -29,7 +29,8 @@ REDACTED = "<redacted>"
 
 # Names of variables, flags and keys whose values are secrets.
 SECRET_NAME = re.compile(
-    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS|_PWD$|(?:^|_)PW(?:$|_)|CREDENTIAL|CREDS|PRIVATE|AUTH|COOKIE|SESSION"
+    r"SECRET|TOKEN|PASSW|PASSWD|PASS$|^PASS(?:_|$|PHRASE|CODE)|_PWD$|(?:^|_)PW(?:$|_)|CREDENTIAL|CREDS|PRIVATE|AUTH"
+    r"|COOKIE|SESSION"
     r"|API_?KEY|ACCESS_?KEY|_KEY$|^KEY$|_PAT$|JWT|SALT|WEBHOOK|DSN$|CONNECTION_?STRING|SIGNATURE",
     re.I,
 )
@@ -47,6 +48,9 @@ _ALWAYS_SECRET = re.compile(r"PASS|SECRET|(?:^|_)PW(?:$|_)|PIN$", re.I)
 
 # scheme://user:PASSWORD@host: the password may hold "@"; the host part after the last "@" may not.
 _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^/\s:@]*:)[^\s/]+?(?=@[^@\s/]*(?:[/?#\s\"'<>]|$))")
+# user:password after curl's, wget's and others' user flags (-u, --user, --proxy-user,
+# --http-password): the user stays; a numeric group (docker's -u 1000:1000) is no password.
+_USER_FLAG = re.compile(r"(?P<head>(?<![\w-])(?:-u|--user|--proxy-user|-U)[ =]+['\"]?[^\s:'\"]+:)(?P<pw>[^\s'\"]+)")
 _AUTH_HEADER = re.compile(r"\b(Bearer|Basic|Token|Digest)\s+([^\s\"',;]+)", re.I)
 # HTTP headers whose whole value is a credential: Cookie, Set-Cookie, (Proxy-)Authorization.
 _COOKIE_HEADER = re.compile(r"(?P<head>\b(?:Set-)?Cookie:[ \t]*)[^\r\n]+", re.I)
@@ -178,6 +182,7 @@ def _value(text: str) -> str:
     text = _URL_SECRET_SEGMENT.sub(
         lambda m: m.group("head") + (REDACTED if _secret_segment(m.group("seg")) else m.group("seg")), text
     )
+    text = _USER_FLAG.sub(lambda m: m.group(0) if m.group("pw").isdigit() else m.group("head") + REDACTED, text)
     text = _COOKIE_HEADER.sub(lambda m: m.group("head") + REDACTED, text)
     text = _AUTHORIZATION.sub(lambda m: m.group("head") + REDACTED, text)
     text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}" if _credential_like(m.group(2)) else m.group(0), text)
@@ -204,6 +209,10 @@ def local(name: str, text: str) -> str:
     return REDACTED if is_secret_name(name) else value(text)
 
 
+# Flags whose next argument is user:password (curl, wget, httpie: -u, --user, --proxy-user).
+_USER_FLAGS = ("-u", "--user", "--proxy-user", "-U")
+
+
 def _hidden_flag_value(name: str, value: str) -> bool:
     """Whether the value after a secret-looking flag ``name`` is hidden: not a number after a
     flag that is not a password's (``--token-budget 512``, ``-p 8080``)."""
@@ -226,6 +235,11 @@ def cmdline(args: Iterable[str]) -> List[str]:
         name, eq, rest = arg.partition("=")
         if arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2 and not eq and not arg[2:].isdigit():
             out.append("-p" + REDACTED)  # -pSECRET
+            continue
+        if arg in _USER_FLAGS and i < len(args) and ":" in args[i]:  # curl -u user:password
+            user, _, pw = args[i].partition(":")
+            out += [arg, args[i] if pw.isdigit() else f"{user}:{REDACTED}"]
+            i += 1
             continue
         secret = arg == "-p" or (is_secret_name(name) and (bool(eq) or name.startswith("-")))
         if secret and eq:

@@ -515,6 +515,10 @@ def _mib(n: Optional[int]) -> str:
     return "-" if n is None else f"{n / 2**20:.1f}"
 
 
+# Locals shown per frame in a text stack, and characters of each value.
+LOCALS_SHOWN, LOCAL_CHARS = 8, 120
+
+
 def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
     stack = entry["stack"]
     if stack is None:
@@ -532,6 +536,12 @@ def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
                 yield f"        {f['name']} ({frames.short_path(f['filename'])})"
             else:
                 yield f"        {f['name']} ({frames.short_path(f['filename'])}:{f['line']})"
+            shown = list((f.get("locals") or {}).items())  # py_spy.locals / dump --locals: redacted
+            for name, value in shown[:LOCALS_SHOWN]:
+                text = str(value)
+                yield f"            {name} = {text[:LOCAL_CHARS] + ('…' if len(text) > LOCAL_CHARS else '')}"
+            if len(shown) > LOCALS_SHOWN:
+                yield f"            … {len(shown) - LOCALS_SHOWN} more locals (report.json has them)"
         if len(t["frames"]) > limit:
             yield f"        … {len(t['frames']) - limit} more frames"
 

@@ -656,7 +656,7 @@ def test_the_fork_record_decides_whether_a_waiting_event_was_inherited():
     # a threading.Event never crosses processes: spawn would hang the same way; the fix is a multiprocessing one
     assert "multiprocessing.Event" in with_other.remedy and "hangs the same way" in with_other.remedy
     alone = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID), inside=_fork_view(forking)))[0]
-    assert alone.kind == "worker_deadlock" and "only thread waits" in alone.summary and "setter" in alone.remedy
+    assert alone.kind == "worker_deadlock" and "only thread of its own" in alone.summary and "setter" in alone.remedy
     # Without a record (no inside view) nothing rules inheritance out: the verdict stays as it was.
     assert diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0].kind == "fork_inherited_lock"
 

@@ -50,6 +50,8 @@ WEBHOOK = "https://hooks.slack.com/services/T0ABCDEF1/B0ABCDEF2/Xq8sV3kLm2Np7Rt4
         ("redis://:r3dispass@cache.internal:6379/0", "r3dispass"),
         ("postgres://trainer:p@ssw0rd@db.internal:5432/runs", "ssw0rd"),
         ("pw=hunter2 user=ml", "hunter2"),
+        ("CalledProcessError: curl -u dave:CurlUserPw99 https://h failed", "CurlUserPw99"),
+        ("wget --user=ml --proxy-user ml:Pr0xyPass https://h", "Pr0xyPass"),
     ],
 )
 def test_a_secret_is_found_by_its_shape_wherever_it_appears(text, secret):
@@ -122,6 +124,7 @@ def test_a_document_is_redacted_string_by_string_and_its_keys_kept():
         "https://huggingface.co/bert-base-uncased/resolve/0a6aa9128b6194f4f3c4db429b6cb4891cdb421b/config.json",
         "postgres://db.internal:5432/runs",
         "the password prompt timed out",
+        "docker run -u 1000:1000 image python -u train.py",
     ],
 )
 def test_words_and_names_that_only_look_like_secrets_stay(text):
@@ -158,6 +161,8 @@ def test_flags_named_like_secrets_keep_their_numbers_paths_and_the_next_flag():
         "--private",
         "--lr",
         "0.1",
+        "--passes",
+        "3",
         "--pw",
         "hunter2",
         "--api-token",
@@ -168,8 +173,13 @@ def test_flags_named_like_secrets_keep_their_numbers_paths_and_the_next_flag():
         "s3cret",
         "-p",
         "8080",
+        "-u",
+        "dave:CurlUserPw99",
+        "-u",
+        "1000:1000",
     ]
     out = redact.cmdline(args)
-    assert out[:11] == args[:11], out
-    assert out[11:16] == ["--pw", REDACTED, "--api-token", REDACTED, f"--password={REDACTED}"], out
-    assert out[16:] == ["--private", "--pw", REDACTED, "-p", "8080"], out
+    assert out[:13] == args[:13], out
+    assert out[13:18] == ["--pw", REDACTED, "--api-token", REDACTED, f"--password={REDACTED}"], out
+    assert out[18:23] == ["--private", "--pw", REDACTED, "-p", "8080"], out
+    assert out[23:] == ["-u", f"dave:{REDACTED}", "-u", "1000:1000"], out

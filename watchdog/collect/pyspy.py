@@ -284,8 +284,8 @@ def dump(
         note = "" if was_stopped else _continue_if_left_stopped(pid)
         timed_out = StackFailure(
             Kind.TIMED_OUT,
-            f"py-spy{flags} timed out on pid {pid} after {elapsed:.1f} s (the dump deadline; its process group was "
-            f"killed{note})",
+            f"py-spy{flags} timed out on pid {pid} after {elapsed:.1f} s (the dump deadline; py-spy was killed with "
+            f"its process group, the target left running{note})",
         )
         return ProcessStack(pid, (), native, timed_out, "", time.monotonic() - started)
     code, out, err = done

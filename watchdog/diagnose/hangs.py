@@ -555,7 +555,8 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
         lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
     if len(threads) < 2:
         lines.append(
-            f"worker pid {v.pid}: its only thread waits; the job's record at the fork shows no other Python thread in "
+            f"worker pid {v.pid}: its only thread of its own waits (multiprocessing's queue-feeder and resource-sharer "
+            "threads hold none of the user's locks); the job's record at the fork shows no other Python thread in "
             "the parent, so nothing was inherited locked: no thread exists that could ever signal it"
         )
     lines += _proof_line(facts, v.pid)
@@ -574,7 +575,8 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
         if not any(len(_own_threads(views[pid])) < 2 for pid in pids if pid in views):
             return None
         return (
-            "deadlocked{where}: the worker's only thread waits for an event, condition or lock that no thread of it "
+            "deadlocked{where}: the worker's only thread of its own (besides multiprocessing's helper threads) "
+            "waits for an event, condition or lock that no thread of it "
             "can ever signal or release.",
             "Find what should have signalled it: an Event, Condition or Queue waited on in __getitem__ whose setter "
             "is another process or a thread the worker never started (create the object where its setter lives, e.g. "
