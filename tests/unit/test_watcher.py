@@ -44,3 +44,19 @@ def test_a_watchers_own_loop_ends_when_stopped_from_another_thread():
     w.wake.set()
     t.join(10.0)
     assert not t.is_alive()
+
+
+def test_a_hang_that_resolved_just_before_the_job_ended_is_recorded_resolved(tmp_path):
+    import json
+
+    from watchdog import detect
+
+    w = _watcher()
+    folder = tmp_path / "report"
+    folder.mkdir()
+    w._open_hangs = [str(folder)]  # a suspected hang reported; then a batch came, said at the next tick
+    w._resolved = (detect.Reported(1.0, False, False, ("worker_stuck", "data.py:9"), 100.0), 112.0)
+    w.after_exit(0)
+    became = json.loads((folder / "outcome.json").read_text())
+    assert became["outcome"] == "resolved" and became["resolved_after_s"] == 12.0 and became["exit_code"] == 0
+    assert "then the job ended with exit code 0" in became["summary"]
