@@ -915,6 +915,7 @@ def assess(
     woke: Set[Tuple[int, int]],
     stall_timeout_s: float,
     locks: Sequence[FileLock] = (),
+    latest: Optional[Mapping[int, Sequence[ThreadSample]]] = None,
 ) -> Assessment:
     """Decide whether an examined stall is a hang (NOTE [ Hang criterion ]).
 
@@ -930,6 +931,10 @@ def assess(
         locks: the locks other processes hold on files main or a worker has open
             (``procfs.file_locks``): a wait for a lock whose holder moves is slow, not stuck
             (:func:`lock_holder_moving`).
+        latest: the second of the two reads of every thread (``Evidence.details``): a thread
+            whose wait changed between them (``UNKNOWN`` in ``details``) and waits with a
+            timeout in the job's code at the second is a timed waiter that just woke, which
+            is what a slow sample looks like from outside (:func:`_slow_waker`).
     """
     if proof is not None and (proof.kind is not ProofKind.KERNEL or stall.main_pid in proof.pids):
         return Assessment(True, verdict, f"proven: {proof.conclusion}", proof)
@@ -937,11 +942,14 @@ def assess(
     for p in sample.processes:
         if p.role not in (ROLE_MAIN, ROLE_WORKER):
             continue
+        now = {x.tid: x for x in (latest or {}).get(p.pid, ())}
         for d in details.get(p.pid, ()):
             if p.role == ROLE_MAIN and d.tid != p.pid:
                 continue
             t = _thread_of(stacks.get(p.pid), d.tid)
             wait = d.wait
+            if (wait is None or wait.kind is WaitKind.UNKNOWN) and d.tid in now:
+                wait = now[d.tid].wait  # it changed between the reads: it woke, and waits again
             if wait is None or wait.kind is not WaitKind.TIMED or t is None or states.is_loader_idle(t):
                 continue
             user = frames.waits_in_user_code(t)
@@ -1407,6 +1415,7 @@ class Episode:
             woke,
             self.stall_timeout_s,
             evidence.file_locks,
+            evidence.details,
         )
         if loader_members(evidence.after) != loader_members(sample):
             assessment = Assessment(False, verdict, "the job's workers changed during the examination: it moved")

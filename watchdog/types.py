@@ -229,7 +229,9 @@ class ProcessSample:
     the data files it maps, ``(path, bytes mapped up to, inode)``, read with USS
     (``procfs.mapped_data_files``). ``dirty_bytes`` is its private dirty memory (``smaps_rollup``
     Private_Dirty, read with USS): what it wrote that only it holds; clean file pages it read
-    (a memmap) are in USS and not in it. ``cpu_affinity`` is the number of CPUs the
+    (a memmap) are in USS and not in it; ``anon_bytes`` its anonymous memory (``smaps_rollup``
+    Anonymous, read with USS: heap and objects, shared with its forked children or not).
+    ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
     for main and workers only. ``create_time`` is when it started (seconds since the epoch, as
@@ -264,6 +266,7 @@ class ProcessSample:
     mapped_files: Tuple[Tuple[str, int, int], ...] = ()
     dirty_bytes: Optional[int] = None
     start_ticks: int = 0
+    anon_bytes: Optional[int] = None
 
     @property
     def ident(self) -> ProcId:

@@ -516,14 +516,15 @@ def test_cuda_in_forked_worker_fixture():
 # --- warnings -------------------------------------------------------------------------------------
 
 
-def _uss_timeline(method, worker_mib, main_mib=200, workers=2):
+def _uss_timeline(method, worker_mib, main_mib=200, workers=2, main_anon_mib=None):
     """20 samples, 1 s apart, of main and ``workers`` workers started by ``method``, their USS flat."""
+    anon = {} if main_anon_mib is None else {"anon_bytes": main_anon_mib << 20}
 
     def s(t):
         return sample(
             t,
             [
-                proc(MAIN_PID, ROLE_MAIN, [], uss=main_mib << 20),
+                proc(MAIN_PID, ROLE_MAIN, [], uss=main_mib << 20, **anon),
                 *(proc(WORKER_PID + k, ROLE_WORKER, [], method, uss=worker_mib << 20) for k in range(workers)),
             ],
         )
@@ -538,6 +539,24 @@ def test_copy_on_read_is_judged_by_level_not_only_by_slope():
     assert diagnose(live_facts(_uss_timeline("fork", 16, main_mib=72, workers=1))) == ()
     # Far more than main holds, flat: the worker allocated it (a bounded cache), it copied little.
     assert diagnose(live_facts(_uss_timeline("fork", 115, main_mib=11))) == ()
+
+    # With smaps_rollup's figures (as measured on the two cases): what a worker copied of main is
+    # main's anonymous memory it no longer shares.
+    def measured(main_anon, main_uss, worker_anon, worker_dirty):
+        def s(t):
+            main = proc(MAIN_PID, ROLE_MAIN, [], uss=main_uss << 20, anon_bytes=main_anon << 20)
+            workers = [
+                proc(WORKER_PID + k, ROLE_WORKER, [], "fork", uss=worker_dirty << 20, anon_bytes=worker_anon << 20)
+                for k in range(2)
+            ]
+            workers = [dataclasses.replace(w, dirty_bytes=worker_dirty << 20) for w in workers]
+            return sample(float(t), [main, *workers])
+
+        return live_facts(tuple(s(t) for t in range(20)))
+
+    assert diagnose(measured(143, 66, 248, 115)) == ()  # a bounded cache: 10 MiB copied of 115 private
+    (found,) = diagnose(measured(581, 137, 582, 137))  # copy_on_read_index: its private memory is copies
+    assert found.kind == "worker_memory_growth"
 
 
 def test_oversubscription_remedy_follows_the_measured_thread_counts():

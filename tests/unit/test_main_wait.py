@@ -24,7 +24,7 @@ from tests.unit.builders import (
 )
 from watchdog import detect
 from watchdog.collect import pyspy
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, Measure, ProcId
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, KernelWait, Measure, ProcId, WaitKind
 
 # A busy main: between two samples it ran (its thread is running at the read).
 RUNNING = "running"
@@ -174,6 +174,16 @@ def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_
     woke = {(WORKER_PID, WORKER_PID)}
     a = detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert not a.hang and "woke 3 time(s) in the last 10 s" in a.reason and "/job/data.py:20" in a.reason
+    # It woke between the examination's two reads (its stable wait unknown) and sleeps again:
+    # still a timed waiter, from the second read (a sample boundary fell in the 0.25 s gap).
+    unknown = dataclasses.replace(detail(WORKER_PID, SLEEP), wait=KernelWait(WaitKind.UNKNOWN, detail="changed"))
+    changed = {WORKER_PID: (unknown,), MAIN_PID: details[MAIN_PID]}
+    _, st = track(slow)
+    a = detect.assess(
+        "stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), changed, None, woke, 5.0, latest=details
+    )
+    assert not a.hang and "woke 3 time(s)" in a.reason
+    assert detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), changed, None, woke, 5.0).hang
     # 50 wakes a second at the same line: a poller, reported
     _, st = track(_job)
     a = detect.assess("stall_timeout", _job(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)

@@ -173,6 +173,7 @@ class _Full:
     interval: float
     files: Tuple[Tuple[str, int, int], ...] = ()
     dirty: Optional[int] = None
+    anon: Optional[int] = None
 
 
 def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
@@ -475,6 +476,7 @@ class Sampler:
             "pinned_bytes": full.pinned if watched and full else None,
             "mapped_files": full.files if watched and full else (),
             "dirty_bytes": full.dirty if watched and full else None,
+            "anon_bytes": full.anon if watched and full else None,
         }
 
     def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
@@ -528,6 +530,7 @@ class Sampler:
             uss = rollup.uss if rollup else None
             pss = rollup.pss if rollup else None
             dirty = rollup.private_dirty if rollup else None
+            anon = rollup.anonymous if rollup else None
             maps, nvidia, files = procfs.maps_summary(e["pid"])
             pinned = procfs.pinned_bytes(e["pid"]) if nvidia else None
             last = self._full.get(key)
@@ -537,9 +540,15 @@ class Sampler:
                     max(2 * last.interval, self.full_info_interval_s * _FULL_INFO_STILL_FACTOR),
                     self.full_info_interval_s * _FULL_INFO_MAX_FACTOR,
                 )
-            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files, dirty)
+            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files, dirty, anon)
             e.update(
-                uss_bytes=uss, pss_bytes=pss, map_count=maps, pinned_bytes=pinned, mapped_files=files, dirty_bytes=dirty
+                uss_bytes=uss,
+                pss_bytes=pss,
+                map_count=maps,
+                pinned_bytes=pinned,
+                mapped_files=files,
+                dirty_bytes=dirty,
+                anon_bytes=anon,
             )
 
     def _quota(self, pid: int, role: str) -> Optional[float]:

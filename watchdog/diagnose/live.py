@@ -35,9 +35,24 @@ GROWTH_MIN_POINTS = 4
 # (measured here: a healthy worker holds about 20% of main's, a copy-on-read one 70%).
 COPIED_MIN_BYTES = 96 * 2**20
 COPIED_MIN_SHARE = 0.5
-# A worker's copies of main's pages are bounded by what main holds itself: a worker that holds
-# more than this many times main's USS allocated it (a cache, decoded samples), copied little.
+# Copy-on-read is judged by level only when at least this share of a worker's private memory is
+# main's anonymous memory it no longer shares (:func:`copied_from_main`); without those figures,
+# only while it holds at most COPIED_MAX_SHARE times main's USS. A worker that holds more than
+# it copied allocated it (a cache, decoded samples).
+COPIED_OF_PRIVATE = 0.5
 COPIED_MAX_SHARE = 2.0
+
+
+def copied_from_main(main: ProcessSample, worker: ProcessSample) -> Optional[int]:
+    """Bytes of main's anonymous memory a forked worker no longer shares, i.e. has copied:
+    main's Anonymous minus what the worker still shares of it (its Anonymous minus its
+    Private_Dirty, ``smaps_rollup``, Documentation/filesystems/proc.rst); ``None`` when a
+    figure is missing. An estimate: main's own growth since the fork counts as copied too."""
+    if main.anon_bytes is None or worker.anon_bytes is None or worker.dirty_bytes is None:
+        return None
+    return max(0, main.anon_bytes - max(0, worker.anon_bytes - worker.dirty_bytes))
+
+
 # Oversubscription: runnable threads above this multiple of usable CPUs, in this share of samples.
 OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
@@ -52,6 +67,13 @@ def _live(facts: Facts) -> bool:
     return facts.sample.main is not None
 
 
+def _mostly_copies(main: ProcessSample, w: ProcessSample, private: int, main_uss: int) -> bool:
+    copied = copied_from_main(main, w)
+    if copied is None:
+        return private <= COPIED_MAX_SHARE * main_uss
+    return copied >= COPIED_OF_PRIVATE * private
+
+
 @rule("worker_memory_growth", SEVERITY_WARNING, 50, LIVE)
 def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     """Workers' private memory grows steadily, or is already large next to main's own: the
@@ -59,10 +81,10 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged on
     the memory a worker wrote (:func:`written`: Private_Dirty, not clean file pages read
     through a memmap), by slope and by level: each worker's against main's USS, the total the
-    workers hold, and what one more worker would cost. By level only while a worker holds no
-    more than ``COPIED_MAX_SHARE`` times main's USS: copies of main's objects cannot outgrow
-    main, so a worker far above it holds what it allocated (a bounded cache is no leak; an
-    unbounded one is caught by its slope)."""
+    workers hold, and what one more worker would cost. By level only while most of a worker's
+    private memory is copies of main's (:func:`copied_from_main`; without its figures, while it
+    holds at most ``COPIED_MAX_SHARE`` times main's USS): a worker that allocated what it holds
+    (a bounded cache) is no copy-on-read, and an unbounded one is caught by its slope."""
     main = facts.sample.main
     if main is None or not facts.sample.workers:  # not _live(facts)
         return None
@@ -86,7 +108,8 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             and uss
             and main_uss
             and uss >= COPIED_MIN_BYTES
-            and COPIED_MIN_SHARE * main_uss <= uss <= COPIED_MAX_SHARE * main_uss
+            and uss >= COPIED_MIN_SHARE * main_uss
+            and _mostly_copies(main, w, uss, main_uss)
         ):
             copied.append((w, uss))
     if not growing and len(copied) < len(facts.sample.workers):
