@@ -91,7 +91,7 @@ CASES: Tuple[Case, ...] = (
         "hang",
         "suspected",
         "self.jobs.get()",
-        remedy=("Nothing puts to the multiprocessing queue", "(main)", "queue.get(timeout="),
+        remedy=("Nothing puts to the multiprocessing queue", "queue.get(timeout="),
     ),
     Case(
         "mp_event_never_set",
