@@ -358,6 +358,19 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     assert len(s._due_full_info([_entry(7, 100 * 2**20)], 61.0)) == 1
 
 
+def test_a_young_process_is_read_again_a_second_after_each_read_while_its_mappings_form():
+    from watchdog.collect import sampler as sampler_mod
+
+    s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0)
+    young, old = _entry(8, 100 * 2**20, create_time=997.0), _entry(9, 100 * 2**20, create_time=900.0)
+    s._full = {
+        ProcId(8, 997): sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
+        ProcId(9, 900): sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
+    }
+    s._last_t = 50.0
+    assert s._due_full_info([young, old], 51.5) == [young]  # 3 s old: its files are being mapped now
+
+
 def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_floor():
     import psutil
 

@@ -86,6 +86,9 @@ _FULL_INFO_MAX_FACTOR = 24
 # last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
 _RSS_MOVE_BYTES = 16 * 2**20
 _RSS_MOVE_SHARE = 0.1
+# A process younger than this (seconds) is read again one second after each read: a worker maps
+# its data files and fills its first caches in its first seconds (a crash then must find them).
+_YOUNG_S = 6.0
 
 
 # A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
@@ -489,7 +492,8 @@ class Sampler:
         memory moved by at most ``_STABLE_BYTES_PER_S`` a second or ``_STABLE_BYTES``, the map
         count by at most ``_STABLE_MAPS_PER_S`` a second or ``_STABLE_MAPS``, since the read
         before); due at once, whatever its cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or
-        ``_RSS_MOVE_SHARE`` of it) since its last read. The rules that read these
+        ``_RSS_MOVE_SHARE`` of it) since its last read, and a second after its last read while
+        it is younger than ``_YOUNG_S`` (its mappings form then). The rules that read these
         values (``worker_memory_growth``, ``map_count_pressure``, ``pinned_memory_growth``) warn
         about growth of 1 MiB/s or more, so a still process is read less, and a growth is seen
         within ``_FULL_INFO_MAX_FACTOR x full_info_interval_s`` at worst (RSS-less growth:
@@ -512,7 +516,8 @@ class Sampler:
                 due.append((float("-inf"), e["create_time"], e))
                 continue
             moved = abs(e["rss_bytes"] - full.rss) >= min(_RSS_MOVE_BYTES, max(_RSS_MOVE_SHARE * full.rss, 2**20))
-            at = full.at + (base if moved else full.interval)
+            young = self.clock() - e["create_time"] < _YOUNG_S
+            at = full.at + (min(base, 1.0) if young else base if moved else full.interval)
             if at <= now:
                 due.append((at, e["create_time"], e))
         due.sort(key=lambda x: (x[0], x[1]))
