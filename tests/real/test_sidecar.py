@@ -620,7 +620,11 @@ def test_a_signal_while_alert_commands_run_after_the_job_ended_cuts_the_wait_sho
 
 def test_ctrl_c_during_dlwatchs_own_start_up_is_one_line_and_130():
     for delay in (0.15, 0.3, 0.45, 0.6):
-        proc = start(DLWATCH + ["run", "--", "sleep", "30"])  # a job that prints nothing when interrupted
+        # a job that prints nothing when interrupted; SIGINT as a terminal delivers it, even when
+        # the test runner was started from a shell's background (which ignores SIGINT)
+        proc = start(
+            DLWATCH + ["run", "--", "sleep", "30"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
         try:
             time.sleep(delay)  # inside dlwatch's imports, before or after its handlers exist
             proc.send_signal(signal.SIGINT)
