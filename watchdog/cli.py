@@ -14,19 +14,24 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, redact, report
+import psutil
+
+from . import __version__, redact, report, writer
 from . import config as config_mod
+from . import verify as verify_mod
 from .argtypes import UsageParser, folder, positive_float, positive_int
 from .collect import discovery, inside, procfs
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
-from .errors import ConfigError, TargetError, WatchdogError
+from .errors import ConfigError, ReportWriteError, TargetError, WatchdogError
 from .exits import Exit, of_signal
 from .ranks import JobWatcher
 from .terminal import JobControl, wait_job
+from .types import Launch
 from .wake import Waker
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
@@ -85,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     run = sub.add_parser("run", help="start a job and watch it: dlwatch run [options] -- CMD ARGS…")
     _add_common(run)
+    run.add_argument(
+        "--stop-after-batches",
+        type=positive_int,
+        metavar="K",
+        help="end the job (SIGTERM, then SIGKILL after terminate_grace_s) once main's DataLoaders delivered K "
+        "batches, or once a hang is reported; exit code 0 (124 for a hang): a bounded run, as `dlwatch verify` starts",
+    )
+    run.add_argument(
+        "--stop-after-s", type=positive_float, metavar="S", help="the same, after S seconds (and on a hang report)"
+    )
+    run.add_argument(
+        "--summary-json",
+        metavar="PATH",
+        help="at the end, write the run's figures (exit code, why it was ended, batches, samples/s, first batch "
+        "latency, the loader settings seen, reports) to PATH as JSON",
+    )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the job's command, after --")
     attach = sub.add_parser("attach", help="watch a running job: dlwatch attach --pid PID [options]")
     attach.add_argument("--pid", type=int, required=True, help="the job's main process")
@@ -128,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print PYTHONPATH=… DLWATCH_HOOK_DIR=… (a new private folder) for a job started by hand; "
         "`dlwatch attach --pid PID` then finds the folder in the job's environment.",
     )
+    verify_mod.add_parser(sub)
     probes_cli: Optional[ModuleType]
     try:  # the command table (standard library only: no torch while parsing)
         from probes import cli as probes_cli
@@ -264,6 +286,8 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     threading.Thread(target=waiter, name="job-waiter", daemon=True).start()
     threading.Thread(target=forwarder, name="signal-forwarder", daemon=True).start()
     outcome, watcher = Outcome(), None
+    bounded = args.stop_after_batches or args.stop_after_s or args.summary_json
+    bound = verify_mod.RunBound(args.stop_after_batches, args.stop_after_s, time.monotonic()) if bounded else None
     try:
         watcher = JobWatcher(
             cfg,
@@ -274,9 +298,13 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             stderr_tail=tail.text if tail else str,
             job_cmdline=cmd,
             inside=reader,
+            launch=Launch(tuple(cmd), os.getcwd(), os.getuid(), "run"),
         )
         _attach_metrics(collector, watcher)
-        outcome = watcher.run()
+        outcome = watcher.run(_bounded(watcher, bound) if bound else lambda: None)
+        if outcome.stopped:
+            log(f"the run reached its bound ({outcome.stopped}): ending the job")
+            log(watcher.job.end_job())
     except Exception as e:  # the job must outlive the watchdog's own failure
         log(f"internal error, no longer watching: {e!r}")
     ended.wait()
@@ -293,7 +321,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         before = len(received)  # a signal from now on cuts the wait for alert commands short
         watcher.after_exit(
             code,
-            terminated=outcome.terminated,
+            terminated=outcome.terminated or bool(outcome.stopped),  # its end is dlwatch's doing, no crash
             signalled=received[0] if received else None,
             interrupted=lambda: len(received) > before,
         )
@@ -303,15 +331,64 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if server is not None:
         server.shutdown()
     written = watcher.outcome.reports if watcher is not None else []
-    if written or outcome.terminated:
+    if written or outcome.terminated or outcome.stopped:
         # The last word, after whatever the job printed while it went down.
-        what = "ended the hung job (exit 124)" if outcome.terminated else f"the job exited with code {code}"
+        what = (
+            "ended the hung job (exit 124)"
+            if outcome.terminated
+            else f"ended the job at its bound ({outcome.stopped}; its exit code {code})"
+            if outcome.stopped
+            else f"the job exited with code {code}"
+        )
         log(
             f"{what}; {len(written)} report(s), the last: {os.path.join(written[-1], 'report.txt')}"
             if written
             else what
         )
+    if bound is not None and args.summary_json:
+        try:
+            writer.write_json(args.summary_json, bound.summary(code, outcome.stopped, written, time.monotonic()))
+        except ReportWriteError as e:
+            log(f"--summary-json: {e}")
+    if outcome.stopped:
+        return Exit.TERMINATED if outcome.stopped == "hung" else Exit.OK
     return Exit.TERMINATED if outcome.terminated else code
+
+
+def _bounded(watcher: JobWatcher, bound: "verify_mod.RunBound"):
+    """The ``until`` of a bounded run (:meth:`JobWatcher.run`): counts the batches of the
+    job watcher's latest sample and hears of hang reports (chained to ``on_report``)."""
+    previous = watcher.on_report
+
+    def on_report(mode: str, kind: str, rank: str) -> None:
+        previous(mode, kind, rank)
+        bound.reported(mode, kind, rank)
+
+    watcher.on_report = on_report
+
+    def until() -> Optional[str]:
+        bound.note(watcher.job.status().sample)
+        return bound.reached(time.monotonic())
+
+    return until
+
+
+def _attached_launch(proc) -> Launch:
+    """How the process ``proc`` (a ``psutil.Process`` given to ``attach``) was started: its
+    command line, working directory and real user id, each ``None``/empty when unreadable."""
+    try:
+        command: Tuple[str, ...] = tuple(proc.cmdline())
+    except psutil.Error:
+        command = ()
+    try:
+        cwd: Optional[str] = proc.cwd()
+    except psutil.Error:
+        cwd = None
+    try:
+        uid: Optional[int] = proc.uids().real
+    except psutil.Error:
+        uid = None
+    return Launch(command, cwd, uid, "attach")
 
 
 def _shown(text: str) -> str:
@@ -579,7 +656,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         retire=True,
     )
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
-    watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader)
+    launch = _attached_launch(proc)
+    watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader, launch=launch)
     _attach_metrics(collector, watcher)
     shown = report.one_line(" ".join(" ".join(redact.cmdline(proc.cmdline())).split()))  # one line, even for `-c`
     log(f"watching pid {proc.pid} ({shown[:120]})")
@@ -629,6 +707,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":
         return cmd_hook_env()
+    if args.command == "verify":
+        try:
+            return verify_mod.cmd_verify(args, _print)
+        except WatchdogError as e:
+            log(f"error: {e}")
+            return Exit.USAGE
     if args.command in ("status", "reports", "show", "dump"):
         try:
             return {"status": cmd_status, "reports": cmd_reports, "show": cmd_show, "dump": cmd_dump}[args.command](

@@ -40,29 +40,25 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import act, detect, report, writer
+from . import act, detect
 from .alert import Alerts
-from .collect import discovery, examine, procfs, pyspy
+from .collect import discovery, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
 from .config import Config
 from .diagnose import diagnose
-from .errors import ReportWriteError
-from .exit_look import JobTraces, exit_facts, survivors
-from .hang_look import closer_look, hang_facts
+from .exit_look import JobTraces, exit_facts, exit_findings, survivors
+from .hang_episodes import HangEpisodes, JobHandles
 from .publish import Publisher
 from .types import (
-    MODE_EXIT,
     MODE_LIVE,
-    SEVERITY_CRASH,
     SEVERITY_WARNING,
-    Evidence,
     Facts,
     InsideView,
+    Launch,
     Measure,
     ProcessRole,
     Sample,
-    Stall,
 )
 from .wake import Waker
 
@@ -169,14 +165,18 @@ class WatcherStatus:
 
 @dataclass
 class Outcome:
-    """What watching a job produced: report folders written and whether the job was ended."""
+    """What watching a job produced: report folders written, whether the job was ended for a
+    hang (``terminated``), and why watching stopped before the job ended (``stopped``: the
+    reason a run's bound gave, :class:`~watchdog.verify.RunBound`; ``None``: it did not)."""
 
     reports: List[str] = field(default_factory=list)
     terminated: bool = False
+    stopped: Optional[str] = None
 
 
 class Watcher:
-    """Watches one job until it ends (or ``stop`` is set).
+    """Watches one job until it ends (or ``stop`` is set): the loop and its wiring; a due stall
+    goes to :class:`~watchdog.hang_episodes.HangEpisodes`, the job's end to :meth:`after_exit`.
 
     Args:
         config: validated settings.
@@ -199,6 +199,7 @@ class Watcher:
         peers: the other ranks whose DataLoader is stalled now, one line each
             (:meth:`~watchdog.ranks.JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
             loader is stuck is waiting for that rank, and says so instead of reporting a hang.
+        launch: how the job was started, written into each report for ``dlwatch verify``.
     """
 
     def __init__(
@@ -216,19 +217,16 @@ class Watcher:
         peers: Callable[[], List[str]] = list,
         peer_loaders: Callable[[], tuple] = tuple,
         alerts: Optional[Alerts] = None,
+        launch: Optional[Launch] = None,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
-        self.own_group = own_group
         self.job_ended = job_ended
         self.wake = wake
         self.stderr_tail = stderr_tail
-        self.job_cmdline = list(job_cmdline or [])
         self.inside = inside or InsideReader(None, "no inside view (not enabled for this job)")
         self.rank = dict(rank) if rank else None
         self.examine = examine
-        self.peers = peers
-        self.peer_loaders = peer_loaders
         self.alerts = alerts or Alerts(
             {k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")},
             config.exec_timeout_s,
@@ -242,27 +240,50 @@ class Watcher:
         self.tracker = detect.ProgressTracker(config.cpu_progress_s)
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
-        self.pyspy = pyspy.find_pyspy(config.py_spy.path)
-        self.episode = detect.Episode(
-            config.stall_timeout_s,
-            config.busy_stall_timeout_s,
-            config.on_hang == "terminate",
-            config.terminate_outside_loader,
+        self.traces = JobTraces(root_pid)
+        self.host_cpus = os.cpu_count() or 1
+        self.pyspy = pyspy.find_pyspy(config.py_spy.path)  # its path; None: not found
+        self.publisher = Publisher(
+            config,
+            root_pid,
+            list(job_cmdline or []),
+            self.rank,
+            self.alerts,
+            self.pyspy,
+            say,
+            log,
+            self._reported,
+            launch,
+        )
+        self.hangs = HangEpisodes(
+            config,
+            JobHandles(
+                sampler=self.sampler,
+                tracker=self.tracker,
+                births=self.births,
+                traces=self.traces,
+                timeline=lambda: tuple(self.timeline),
+                pyspy=self.pyspy,
+                own_group=own_group,
+                job_ended=job_ended,
+                stderr_tail=stderr_tail,
+                rank=self.rank,
+                peers=peers,
+                peer_loaders=peer_loaders,
+                inside_view=self._inside_view,
+                publish=self._publish,
+                say_once=self._say_once,
+                log=log,
+                host_cpus=self.host_cpus,
+            ),
         )
         self._said: Dict[str, float] = {}
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self._saw_loader = False  # a DataLoader iterator (inside view) or worker was ever seen
         self._recording = False  # main's recorder wrote its record (the inside view runs in main)
-        self._resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
-        self._open_hangs: List[str] = []  # folders of hang reports whose outcome is not written yet
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
-        self.traces = JobTraces(root_pid)
-        self.publisher = Publisher(
-            config, root_pid, self.job_cmdline, self.rank, self.alerts, self.pyspy, say, log, self._reported
-        )
-        self.host_cpus = os.cpu_count() or 1
 
     def _reported(self, mode: str, kind: str, rank: str) -> None:
         self.on_report(mode, kind, rank)
@@ -277,6 +298,20 @@ class Watcher:
         only sample (``examine``)."""
         self.sampler.role_overrides = dict(roles)
         self.examine = examine
+
+    def end_job(self) -> str:
+        """End the job's processes now (SIGTERM, SIGKILL after ``terminate_grace_s``; the tree
+        of the latest sample and the own process group, :func:`act.terminate_tree`): the end of
+        a bounded run (``dlwatch run --stop-after-batches``). Returns what was done, one line."""
+        latest = self.timeline[-1].processes if self.timeline else ()
+        members = self.sampler.root_identity() + [p.ident for p in latest]
+        return act.terminate_tree(members, self.config.terminate_grace_s, self.hangs.job.own_group, self.job_ended)
+
+    def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
+        """Say that this rank stalled ``stall_s`` seconds waiting for another rank, ``peer``
+        (:meth:`HangEpisodes.waits_for_peer`): the job's watcher calls it when that rank's
+        hang was reported first."""
+        self.hangs.waits_for_peer(peer, stall_s, where)
 
     def internal_error(self, where: str) -> None:
         """Log the exception being handled, once per ``where``, as dlwatch's own failure
@@ -308,9 +343,13 @@ class Watcher:
             self._tick()
         except Exception:  # never let the watchdog's failure reach the job
             self.internal_error("sampling")
+        self.outcome.terminated = self.hangs.terminated
         latest = self.timeline[-1] if self.timeline else None
-        if latest is not self._status.sample or self._stall_s != self._status.stall_s:
-            self._status = dataclasses.replace(self._status, sample=latest, stall_s=self._stall_s)
+        st, hangs = self._status, self.hangs
+        if (latest, self._stall_s, hangs.last_kind) != (st.sample, st.stall_s, st.last_hang_kind):
+            self._status = dataclasses.replace(
+                st, sample=latest, stall_s=self._stall_s, last_hang_kind=hangs.last_kind, hang_in_loader=hangs.in_loader
+            )
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
             _log_tick(
@@ -348,25 +387,10 @@ class Watcher:
         self._stall_s = None if stall is None else stall.stall_s
         if stall is None:
             return
-        if self._resolved is not None:  # said one tick late: a job that is ending moves too, and is no news
-            over, at = self._resolved
-            self._resolved = None
-            kind, where = over.key
-            log(
-                f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
-                f"{at - over.since:.0f} s: the loader moved again (slow, not hung)"
-            )
-            self._write_outcome(
-                "resolved",
-                f"resolved after {at - over.since:.0f} s: the loader moved again",
-                resolved_after_s=round(at - over.since, 1),
-            )
-        ended = self.episode.delivered(self.tracker.last_delivery_mono, sample.t_mono)
-        if ended is not None:  # a batch moved since a suspected report: said at the next tick
-            self._resolved = (ended, sample.t_mono)
+        self.hangs.moved(sample)
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
-        trigger = self.episode.due(stall, sample.t_mono, rule)
+        trigger = self.hangs.due(stall, sample.t_mono, rule)
         if (
             trigger is not None
             and self.inside.folder is not None
@@ -375,7 +399,7 @@ class Watcher:
         ):
             # The inside view would have seen a DataLoader iterator: there is none yet, and no
             # worker. dlwatch judges DataLoader loops; an idle script is no hung loader.
-            self.episode.dismissed(sample.t_mono)
+            self.hangs.not_judged(sample.t_mono)
             self._say_once(
                 "no-loader",
                 f"pid {stall.main_pid} has not moved for {stall.stall_s:.0f} s and has created no DataLoader "
@@ -385,7 +409,7 @@ class Watcher:
         elif trigger is not None and not self.job_ended():
             why = criterion(trigger, rule, self.tracker.measure, cfg, bool(sample.loaders))
             try:
-                self._examine(sample, dataclasses.replace(stall, trigger=trigger, criterion=why))
+                self.hangs.examine(sample, dataclasses.replace(stall, trigger=trigger, criterion=why))
             except Exception:
                 self.internal_error("examining a stall")
         elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
@@ -442,8 +466,9 @@ class Watcher:
         its data (``iterable_replicated``, ``rng_duplicated``). Nothing is written when nothing
         is found. No crash is diagnosed when the watchdog ended the job (``terminated``) or
         forwarded it the signal ``signalled`` (SIGINT, SIGTERM, SIGHUP sent to ``dlwatch run``):
-        its workers dying then is what the signal did, not a fault to explain. Then says which
-        of its processes outlived it (:func:`exit_look.survivors`)."""
+        its workers dying then is what the signal did, not a fault to explain. Then records the
+        open hang reports' outcome and says which of its processes outlived it
+        (:func:`exit_look.survivors`)."""
         try:
             leftovers = self.traces.shm_leftovers(log)
             crashed = bool(exit_code) and not terminated and signalled is None
@@ -453,43 +478,17 @@ class Watcher:
                     "dlwatch forwarded to it: not diagnosed as a crash"
                 )
             if not terminated or leftovers:
+                timeline, view = tuple(self.timeline), self._inside_view()
                 facts = exit_facts(
-                    self.traces,
-                    tuple(self.timeline),
-                    crashed,
-                    exit_code,
-                    leftovers,
-                    self.stderr_tail,
-                    self._inside_view(),
-                    self.host_cpus,
+                    self.traces, timeline, crashed, exit_code, leftovers, self.stderr_tail, view, self.host_cpus
                 )
-                # A warning already written while the job ran is not written again.
-                found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in self._warned)]
-                if found:
-                    crash = any(d.severity == SEVERITY_CRASH for d in found)
-                    if not crash:
-                        facts = dataclasses.replace(facts, mode=MODE_EXIT)  # killed or ended, not a crash we can name
-                    self._publish(facts, found, "none (the job had already exited)", "crash" if crash else "exit")
+                found = exit_findings(facts, self._warned)
+                if found is not None:
+                    facts, diagnoses, kind = found
+                    self._publish(facts, diagnoses, "none (the job had already exited)", kind)
         except Exception:
             self.internal_error("diagnosing the job's exit")
-        if self._open_hangs and self._resolved is not None:  # the loader moved again, then the job ended
-            over, at = self._resolved
-            self._write_outcome(
-                "resolved",
-                f"resolved after {at - over.since:.0f} s: the loader moved again, then the job ended"
-                + (f" with exit code {exit_code}" if exit_code is not None else ""),
-                resolved_after_s=round(at - over.since, 1),
-                exit_code=exit_code,
-            )
-        if self._open_hangs:
-            how = (
-                f"after the {signal.Signals(signalled).name} dlwatch forwarded to it"
-                if signalled is not None
-                else f"with exit code {exit_code}"
-                if exit_code is not None
-                else "(its exit code unknown: attached)"
-            )
-            self._write_outcome("job_ended", f"the job ended {how} while the hang was open", exit_code=exit_code)
+        self.hangs.job_ended(exit_code, signalled)
         line = survivors(self.timeline[-1].processes if self.timeline else ())
         if line is not None:
             log(line)
@@ -503,125 +502,3 @@ class Watcher:
         if path is not None:
             self.outcome.reports.append(path)
         return path
-
-    def _write_outcome(self, kind: str, summary: str, **extra) -> None:
-        """Write what became of the hang reports whose outcome is open (``outcome.json`` in
-        each folder, :func:`writer.write_outcome`): ``kind`` (``resolved``, ``terminated``,
-        ``job_ended``), a one-line ``summary``, when (UTC), and ``extra`` fields. A folder that
-        cannot be written is said once; nothing else changes."""
-        doc = {"outcome": kind, "summary": summary, "at": report.utc_iso(time.time()), **extra}
-        for folder in self._open_hangs:
-            try:
-                writer.write_outcome(folder, doc)
-            except ReportWriteError as e:
-                self._say_once("outcome:" + folder, f"{e}: the report's outcome was not recorded")
-        self._open_hangs = []
-
-    def _examine(self, sample: Sample, stall: Stall) -> None:
-        """Decide whether a due stall is a hang (:meth:`detect.Episode.conclude` on the
-        evidence of :func:`examine.look`); report it if so (:meth:`_report_hang`).
-
-        Every py-spy run for it is over ``py_spy.timeout_s`` seconds after this call began
-        (one deadline; the Python-only look gets at most half of it), or, when the batch
-        measure's polling look ran, half of it after that look."""
-        cfg = self.config
-        deadline = time.monotonic() + cfg.py_spy.timeout_s
-        woke = self.tracker.woke_during_stall(sample)  # before py-spy attaches
-        evidence = examine.look(sample, self.pyspy, cfg.py_spy.timeout_s, self.sampler.sample)
-        peers = self.peers() if self.rank else []
-        decision = self.episode.conclude(evidence, sample, stall, woke, time.monotonic(), peers)
-        self.tracker.trust_timed_waits(decision.assessment.timed_waits)
-        if decision.conclusion is detect.Conclusion.REPORT:
-            self._report_hang(sample, stall, evidence, decision, deadline)
-            return
-        self.tracker.rebaseline(evidence.after)  # py-spy's stops are not the job's progress
-        reason = decision.assessment.reason
-        if decision.conclusion is detect.Conclusion.LOOK_AGAIN:
-            self._say_once(
-                "rhythm",
-                f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: "
-                "looking again, reported at stall_timeout_s if it lasts",
-            )
-        elif decision.conclusion is detect.Conclusion.DISMISS:
-            self._say_once(
-                "dismissed:" + reason.split(":")[0][:40],
-                f"stall of {stall.stall_s:.0f} s examined, not a hang: {reason}",
-            )
-        elif decision.conclusion is detect.Conclusion.PEER:
-            self.waits_for_peer(decision.peer, stall.stall_s, "outside its DataLoader")
-
-    def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
-        """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
-        because it waits for another rank, ``peer`` (one line of
-        :meth:`~watchdog.ranks.JobWatcher.loader_stalls`): from its own examination, or from
-        the job's watcher when that rank's hang was reported first."""
-        self._say_once(
-            "waits-for-peer",
-            f"rank {(self.rank or {}).get('RANK')} (pid {self.root_pid}) stalled {stall_s:.0f} s"
-            + (f" {where}" if where else "")
-            + f", waiting for another rank: {peer}; that rank's report has the cause",
-            every_s=self.config.stall_timeout_s * 10,
-        )
-
-    def _report_hang(
-        self, sample: Sample, stall: Stall, evidence: Evidence, decision: detect.Decision, deadline: float
-    ) -> None:
-        """Take the closer look (:func:`examine.look_closer`), diagnose, report, and end the
-        job when ``decision`` says so."""
-        cfg = self.config
-        assessment = decision.assessment
-        verdict, proof = assessment.verdict, assessment.proof
-        view = self._inside_view([p.pid for p in sample.processes])
-        closer = closer_look(sample, stall, evidence, proof, view, self.pyspy, cfg.py_spy, deadline)
-        facts = hang_facts(
-            sample,
-            stall,
-            evidence,
-            assessment,
-            closer,
-            view,
-            timeline=tuple(self.timeline),
-            main_threads_at_fork=self.births.as_tuple(),
-            stderr_tail=self.stderr_tail(),
-            oom_kills=self.traces.oom_kills(),
-            host_cpus=self.host_cpus,
-            rank=(self.rank or {}).get("RANK"),
-            peer_loaders=self.peer_loaders(),
-            pyspy_timeout_s=cfg.py_spy.timeout_s,
-        )
-        after = self.sampler.sample()
-        self.tracker.rebaseline(after)  # py-spy's stops are not the job's progress
-        terminate, terminable = decision.terminate, decision.terminable
-        ending_note = decision.termination.note if decision.termination else ""
-        diagnoses = diagnose(facts)
-        if terminate:
-            note = ending_note
-        elif cfg.on_hang == "terminate":
-            note = f"not terminated: {ending_note}"
-        else:
-            note = ""
-        key = (diagnoses[0].kind, diagnoses[0].location or "")
-        reported = detect.Reported(
-            self.tracker.last_delivery_mono, terminable, proof is not None, key, stall.quiet_since_mono
-        )
-        if not self.episode.report(reported, stall, time.monotonic()):
-            self._say_once(
-                "recurs:" + key[0] + key[1],
-                f"the suspected hang at {key[1] or key[0]} came back after it resolved by itself (its longest stall "
-                f"{self.episode.resolved[key]:.0f} s): not reported again unless a stall there lasts "
-                f"{detect.RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
-            )
-            return
-        self._status = dataclasses.replace(
-            self._status, last_hang_kind=diagnoses[0].kind, hang_in_loader=verdict.in_loader
-        )
-        path = self._publish(facts, diagnoses, "terminate" if terminate else "report", "", note=note)
-        if path is not None:
-            self._open_hangs.append(path)
-        if terminate:
-            log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
-            members = self.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
-            ended = act.terminate_tree(members, cfg.terminate_grace_s, self.own_group, self.job_ended)
-            log(ended)
-            self.outcome.terminated = True
-            self._write_outcome("terminated", f"dlwatch ended the job: {ended}")

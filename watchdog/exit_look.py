@@ -7,13 +7,26 @@ Reads ``/proc``, ``/dev/shm`` and the cgroup's files; writes nothing and signals
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Callable, Iterable, Optional, Sequence, Set, Tuple
+from typing import Callable, Container, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import act
 from .collect import cgroup, procfs
 from .collect.sampler import host_sample
-from .types import MODE_CRASH, MODE_EXIT, ROLE_OTHER, Facts, InsideView, ProcId, Sample
+from .diagnose import diagnose
+from .types import (
+    MODE_CRASH,
+    MODE_EXIT,
+    ROLE_OTHER,
+    SEVERITY_CRASH,
+    SEVERITY_WARNING,
+    Diagnosis,
+    Facts,
+    InsideView,
+    ProcId,
+    Sample,
+)
 
 # Seconds to wait, after the job ends, for its torch_shm_manager daemons to remove its files.
 SHM_MANAGER_WAIT_S = 10.0
@@ -119,6 +132,19 @@ def exit_facts(
         if crashed
         else (),
     )
+
+
+def exit_findings(facts: Facts, warned: Container[str]) -> Optional[Tuple[Facts, List[Diagnosis], str]]:
+    """What to report of a job that ended, from its ``facts`` (:func:`exit_facts`): the facts
+    (an exit, not a crash, when no crash rule fired), the diagnoses (a warning of a kind in
+    ``warned``, already written while the job ran, is left out) and the report's kind,
+    ``crash`` or ``exit``; ``None`` when nothing was found."""
+    found = [d for d in diagnose(facts) if not (d.severity == SEVERITY_WARNING and d.kind in warned)]
+    if not found:
+        return None
+    if any(d.severity == SEVERITY_CRASH for d in found):
+        return facts, found, "crash"
+    return dataclasses.replace(facts, mode=MODE_EXIT), found, "exit"  # killed or ended, not a crash we can name
 
 
 def survivors(last: Iterable) -> Optional[str]:

@@ -14,7 +14,7 @@ from .alert import Alerts
 from .collect import procfs
 from .config import Config
 from .errors import ReportWriteError
-from .types import MODE_CRASH, Diagnosis, Facts
+from .types import MODE_CRASH, Diagnosis, Facts, Launch
 
 # Settings whose values are shell commands, which may carry a token: never written as they are.
 _COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")
@@ -32,6 +32,8 @@ class Publisher:
         pyspy_path: the py-spy binary found (``None``: none), named in the report.
         say: writes the short summary (stderr); ``log``: one ``dlwatch:`` line.
         on_report: called as ``on_report(mode, first_kind, rank)`` after each report written.
+        launch: how the job was started (``job.launch`` in ``report.json``, its command
+            redacted), for ``dlwatch verify``; ``None``: not known.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class Publisher:
         say: Callable[[str], None],
         log: Callable[[str], None],
         on_report: Callable[[str, str, str], None],
+        launch: Optional[Launch] = None,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
@@ -55,6 +58,7 @@ class Publisher:
         self.say = say
         self.log = log
         self.on_report = on_report
+        self.launch = launch
 
     def _job(self, facts: Facts) -> dict:
         main = facts.sample.main
@@ -65,6 +69,8 @@ class Publisher:
         job["root_pid"] = self.root_pid
         if self.rank:
             job["rank"] = dict(self.rank)
+        if self.launch is not None:
+            job["launch"] = self.launch.as_dict(tuple(redact.cmdline(self.launch.command)))
         return job
 
     def publish(

@@ -16,7 +16,7 @@ from .collect import discovery, examine, procfs
 from .collect.inside import InsideReader
 from .config import Config
 from .daemon import Outcome, Watcher, log
-from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, ProcessRole, ProcId, Sample
+from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcId, Sample
 from .wake import Waker
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went or was
@@ -65,14 +65,18 @@ class JobWatcher:
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
         inside: Optional[InsideReader] = None,
+        launch: Optional[Launch] = None,
     ) -> None:
         self.config = config
+        self._launch = launch
         self.root_pid = root_pid
         self.job_ended = job_ended
         self.wake = wake
         self._stderr_tail = stderr_tail
         self._inside = inside
-        self.job = Watcher(config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside)
+        self.job = Watcher(
+            config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside, launch=launch
+        )
         self.alerts = self.job.alerts
         self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
         self.job.on_report = lambda *a: self.on_report(*a)
@@ -85,8 +89,13 @@ class JobWatcher:
 
     @property
     def outcome(self) -> Outcome:
-        """Reports of every watcher so far, and whether any of them ended the job or a rank."""
-        return Outcome([r for w in self._all for r in w.outcome.reports], any(w.outcome.terminated for w in self._all))
+        """Reports of every watcher so far, whether any of them ended the job or a rank, and why
+        watching stopped before the job ended (the job watcher's ``stopped``)."""
+        return Outcome(
+            [r for w in self._all for r in w.outcome.reports],
+            any(w.outcome.terminated for w in self._all),
+            self.job.outcome.stopped,
+        )
 
     def _tree_now(self) -> Optional[tuple]:
         """What the ranks found depend on, from the job-level watcher's latest sample: each
@@ -132,6 +141,7 @@ class JobWatcher:
                 peers=functools.partial(self.loader_stalls, except_key=key),
                 peer_loaders=functools.partial(self.loaders_of_ranks, except_key=key),
                 alerts=self.alerts,
+                launch=self._launch,
             )
             w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
@@ -235,10 +245,12 @@ class JobWatcher:
             out.append((status.rank, tuple(v for v in status.sample.loaders if v.pid == status.root_pid)))
         return tuple(out)
 
-    def run(self) -> Outcome:
-        """Watch until the job ends; a single-process job also stops once it is terminated.
-        The ranks' loops are stopped and waited for (each at most one examination and its
-        termination grace) before this returns."""
+    def run(self, until: Callable[[], Optional[str]] = lambda: None) -> Outcome:
+        """Watch until the job ends; a single-process job also stops once it is terminated,
+        and any job once ``until()`` gives a reason (``outcome.stopped``; checked after each
+        tick: a bounded run, :class:`~watchdog.verify.RunBound`). The ranks' loops are stopped
+        and waited for (each at most one examination and its termination grace) before this
+        returns."""
         if self.job.pyspy is None:
             log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
         try:
@@ -251,6 +263,10 @@ class JobWatcher:
                     self.job.step()
                 self._ticks += 1
                 if self.job.outcome.terminated:
+                    break
+                stopped = until()
+                if stopped:
+                    self.job.outcome.stopped = stopped
                     break
                 self.wake.wait(self.config.interval_s)
                 self.wake.clear()

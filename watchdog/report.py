@@ -5,6 +5,7 @@ summary (short at the top, complete below). Pure: reads records, writes nothing.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import shlex
 from dataclasses import asdict
@@ -285,6 +286,7 @@ def _diag_dict(d: Diagnosis) -> dict:
         "summary": d.summary,
         "evidence": list(d.evidence),
         "remedy": d.remedy,
+        "remedy_apply": d.fix.as_dict() if d.fix is not None else None,
         "docs": list(d.docs),
         "location": d.location,
         "pids": list(d.pids),
@@ -381,7 +383,8 @@ def build(
     # collectors redacted by name what they read (environment, locals, command lines); an
     # exception message, the stderr tail or a raw py-spy dump may still hold a token.
     document = redact.document(document)
-    text = redact.value("\n".join(printable(line) for line in text_lines(document)) + "\n")
+    folder = os.path.join(str((watchdog_info.get("settings") or {}).get("report_dir") or "."), name)
+    text = redact.value("\n".join(printable(line) for line in text_lines(document, folder)) + "\n")
     raw = tuple((n, redact.pyspy_json(t) if n.endswith(".json") else redact.value(t)) for n, t in raw_files)
     return Report(folder_name=name, document=document, text=text, raw_files=raw)
 
@@ -484,19 +487,20 @@ def one_line(text: str) -> str:
     return printable(_BREAKS.sub(lambda m: repr(m.group())[1:-1], text))
 
 
-_SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:")
+_SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:", "prove:")
 
 
 def short_summary(text: str, warning: bool = False) -> str:
     """What goes to stderr when a report is written: its first line and the ``cause``,
-    ``where``, ``fix``, ``action`` (and ``stacks``, when py-spy could not read them) lines, each
+    ``where``, ``fix``, ``action`` (and ``stacks``, when py-spy could not read them, and
+    ``prove``, when the fix can be applied by ``dlwatch verify``) lines, each
     wrapped to ``SHORT_WIDTH`` characters; a warning gets its first line and cause only. The
     report file holds the rest."""
     import textwrap
 
     lines = text.splitlines()
     keep = [lines[0]] + [
-        line for line in lines[1:8] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)
+        line for line in lines[1:10] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)
     ]
     out = []
     for line in keep:
@@ -677,8 +681,11 @@ def _process_table(processes: Sequence[dict]) -> Iterable[str]:
         yield f"  {line}"
 
 
-def text_lines(doc: dict) -> Iterable[str]:
-    """The human summary of a report document: headline, cause, fix, then everything else."""
+def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
+    """The human summary of a report document: headline, cause, fix, then everything else.
+    ``folder`` is where the report is written: named in the ``prove`` line (``dlwatch verify
+    FOLDER``) when its first diagnosis has a fix that can be applied to a job dlwatch knows how
+    to start again."""
     job = doc["job"]
     first = doc["diagnoses"][0]
     cmd = one_line(shlex.join(job.get("cmdline") or [])) or "?"
@@ -712,6 +719,13 @@ def text_lines(doc: dict) -> Iterable[str]:
     yield f"  action: {doc['action']}" + (f" ({doc['action_note']})" if doc.get("action_note") else "")
     if doc.get("pyspy_problem"):
         yield f"  stacks: {doc['pyspy_problem']}"
+    if (
+        folder
+        and first.get("remedy_apply")
+        and doc["mode"] in ("hang", "crash")
+        and (job.get("launch") or {}).get("command")
+    ):
+        yield f"  prove:  dlwatch verify {folder}"
     if doc["mode"] == "hang" and stall:
         yield f"  why:    {stall.get('assessment') or ''} (trigger: {stall.get('trigger')})"
         if stall.get("rule"):

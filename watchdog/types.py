@@ -832,13 +832,128 @@ class HangVerdict:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How the watched job was started, so that ``dlwatch verify`` can start it again.
+
+    ``command`` is the argv dlwatch started (``dlwatch run``) or the root process's command
+    line (``attach``); ``cwd`` its working directory; ``uid`` the real user id it ran as;
+    ``watched_by`` is ``"run"`` or ``"attach"``."""
+
+    command: Tuple[str, ...]
+    cwd: Optional[str]
+    uid: Optional[int]
+    watched_by: str
+
+    def as_dict(self, command: Tuple[str, ...]) -> Dict[str, object]:
+        """The record as ``report.json`` carries it (``job.launch``), with ``command`` (the
+        redacted one) in place of the command itself."""
+        return {"command": list(command), "cwd": self.cwd, "uid": self.uid, "watched_by": self.watched_by}
+
+
+# The DataLoader settings a Fix may change (torch.utils.data.DataLoader's own names).
+FIX_LOADER_SETTINGS = (
+    "multiprocessing_context",
+    "num_workers",
+    "timeout",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix that ``dlwatch verify`` can apply to the user's job with no edit to its code
+    (``watchdog.verify``; the job's recorder applies the loader part, ``_dlwatch_inside.apply``).
+
+    ``loader`` holds ``(setting, value)`` pairs of :data:`FIX_LOADER_SETTINGS` for the
+    ``DataLoader`` at the report's site (``multiprocessing_context`` as a start method name:
+    ``"forkserver"``, ``"spawn"``); ``sharing_strategy`` is given to
+    ``torch.multiprocessing.set_sharing_strategy`` (``"file_system"``); ``env`` holds
+    environment variables to set (``("OMP_NUM_THREADS", "1")``); ``nofile`` is a soft
+    RLIMIT_NOFILE to set, or ``None``.
+
+    Raises:
+        ValueError: a loader setting outside :data:`FIX_LOADER_SETTINGS`.
+    """
+
+    loader: Tuple[Tuple[str, object], ...] = ()
+    sharing_strategy: Optional[str] = None
+    env: Tuple[Tuple[str, str], ...] = ()
+    nofile: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        wrong = [k for k, _ in self.loader if k not in FIX_LOADER_SETTINGS]
+        if wrong:
+            raise ValueError(f"not a DataLoader setting a fix may change: {', '.join(wrong)}")
+
+    def as_dict(self) -> Dict[str, object]:
+        """The fix as ``report.json`` carries it (``remedy_apply``): only the parts it sets."""
+        out: Dict[str, object] = {}
+        if self.loader:
+            out["loader"] = dict(self.loader)
+        if self.sharing_strategy is not None:
+            out["sharing_strategy"] = self.sharing_strategy
+        if self.env:
+            out["env"] = dict(self.env)
+        if self.nofile is not None:
+            out["rlimit_nofile"] = self.nofile
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, object]) -> "Fix":
+        """The inverse of :meth:`as_dict`.
+
+        Raises:
+            ValueError: an unknown part or setting, or a value of the wrong type.
+        """
+        unknown = set(doc) - {"loader", "sharing_strategy", "env", "rlimit_nofile"}
+        if unknown:
+            raise ValueError(f"unknown part of a fix: {', '.join(sorted(unknown))}")
+        loader, env = doc.get("loader") or {}, doc.get("env") or {}
+        nofile, strategy = doc.get("rlimit_nofile"), doc.get("sharing_strategy")
+        if not isinstance(loader, Mapping) or not isinstance(env, Mapping):
+            raise ValueError("a fix's loader and env parts are mappings")
+        if nofile is not None and (not isinstance(nofile, int) or isinstance(nofile, bool) or nofile < 1):
+            raise ValueError(f"rlimit_nofile must be a positive integer, not {nofile!r}")
+        if strategy is not None and not isinstance(strategy, str):
+            raise ValueError(f"sharing_strategy must be a string, not {strategy!r}")
+        return cls(
+            loader=tuple((str(k), v) for k, v in loader.items()),
+            sharing_strategy=strategy,
+            env=tuple((str(k), str(v)) for k, v in env.items()),
+            nofile=nofile,
+        )
+
+    def merged(self, other: "Fix") -> "Fix":
+        """This fix with ``other``'s parts added, ``other`` winning where both set one."""
+        return Fix(
+            loader=tuple({**dict(self.loader), **dict(other.loader)}.items()),
+            sharing_strategy=other.sharing_strategy if other.sharing_strategy is not None else self.sharing_strategy,
+            env=tuple({**dict(self.env), **dict(other.env)}.items()),
+            nofile=other.nofile if other.nofile is not None else self.nofile,
+        )
+
+    def describe(self) -> str:
+        """One phrase: ``multiprocessing_context='forkserver', sharing strategy file_system``."""
+        parts = [f"{k}={v!r}" for k, v in self.loader]
+        if self.sharing_strategy is not None:
+            parts.append(f"sharing strategy {self.sharing_strategy}")
+        parts += [f"{k}={v}" for k, v in self.env]
+        if self.nofile is not None:
+            parts.append(f"RLIMIT_NOFILE {self.nofile}")
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """One finding: what happened, the evidence, and what to change.
 
     ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or metric;
     ``location`` is the ``file:line`` in the user's code where it applies, when known.
     ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock proof ] in
-    detect.py), empty for crashes and warnings.
+    detect.py), empty for crashes and warnings. ``fix`` is the remedy as ``dlwatch verify``
+    can apply it (:class:`Fix`), ``None`` when it needs a change to the code.
     """
 
     kind: str
@@ -851,6 +966,7 @@ class Diagnosis:
     location: Optional[str] = None
     docs: Tuple[str, ...] = ()
     certainty: str = ""
+    fix: Optional[Fix] = None
 
 
 @dataclass(frozen=True)

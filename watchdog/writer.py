@@ -60,24 +60,36 @@ OUTCOME_FILE = "outcome.json"
 
 def write_outcome(folder: str, outcome: dict) -> None:
     """Write ``outcome`` (what became of a reported hang: resolved, terminated, the job's end)
-    as ``<folder>/outcome.json``, atomically (a temporary file renamed over it), ``0600``;
-    ``folder`` is a report folder :func:`write` made. A later outcome replaces an earlier one.
+    as ``<folder>/outcome.json`` (:func:`write_json`); ``folder`` is a report folder
+    :func:`write` made. A later outcome replaces an earlier one.
 
     Raises:
         ReportWriteError: the file cannot be written (full disk, the folder gone).
     """
-    tmp = os.path.join(folder, f".{OUTCOME_FILE}.{os.getpid()}.tmp")
+    write_json(os.path.join(folder, OUTCOME_FILE), outcome)
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Write ``doc`` as JSON to ``path``, atomically (a temporary file beside it, ``0600``,
+    created exclusively and renamed over ``path``): a reader sees the old file or the new one.
+
+    Raises:
+        ReportWriteError: the file cannot be written (full disk, the folder gone); names
+            ``path``'s folder.
+    """
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
         if os.path.lexists(tmp):
             os.unlink(tmp)
-        _write_file(tmp, json.dumps(outcome, indent=1, default=str) + "\n")
-        os.rename(tmp, os.path.join(folder, OUTCOME_FILE))
+        _write_file(tmp, json.dumps(doc, indent=1, default=str) + "\n")
+        os.rename(tmp, path)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise ReportWriteError(folder, e.strerror or str(e)) from None
+        raise ReportWriteError(folder or ".", e.strerror or str(e)) from None
 
 
 # The fallback folder's name in the temporary directory (``$TMPDIR``).

@@ -54,9 +54,23 @@ def test_a_hang_that_resolved_just_before_the_job_ended_is_recorded_resolved(tmp
     w = _watcher()
     folder = tmp_path / "report"
     folder.mkdir()
-    w._open_hangs = [str(folder)]  # a suspected hang reported; then a batch came, said at the next tick
-    w._resolved = (detect.Reported(1.0, False, False, ("worker_stuck", "data.py:9"), 100.0), 112.0)
+    w.hangs.open = [str(folder)]  # a suspected hang reported; then a batch came, said at the next tick
+    w.hangs.resolved = (detect.Reported(1.0, False, False, ("worker_stuck", "data.py:9"), 100.0), 112.0)
     w.after_exit(0)
     became = json.loads((folder / "outcome.json").read_text())
     assert became["outcome"] == "resolved" and became["resolved_after_s"] == 12.0 and became["exit_code"] == 0
     assert "then the job ended with exit code 0" in became["summary"]
+
+
+def test_a_hang_still_open_when_the_job_ended_says_how_it_ended_once(tmp_path):
+    import json
+    import signal
+
+    w = _watcher()
+    folder = tmp_path / "report"
+    folder.mkdir()
+    w.hangs.open = [str(folder)]
+    w.after_exit(None, signalled=signal.SIGTERM)
+    became = json.loads((folder / "outcome.json").read_text())
+    assert became["outcome"] == "job_ended" and "after the SIGTERM dlwatch forwarded to it" in became["summary"]
+    assert w.hangs.open == [] and w.hangs.resolved is None  # written once: nothing left open

@@ -11,6 +11,7 @@ from .. import frames, states
 from ..types import (
     MODE_HANG,
     Facts,
+    Fix,
     Frame,
     HangVerdict,
     LinkKind,
@@ -25,6 +26,10 @@ from ..types import (
     WaitLink,
 )
 from .engine import Finding
+
+# The fixes that start workers without fork, as ``dlwatch verify`` applies them at the loader.
+FORKSERVER = Fix(loader=(("multiprocessing_context", "forkserver"),))
+SPAWN = Fix(loader=(("multiprocessing_context", "spawn"),))
 
 DOC_MULTIPROCESSING = "https://pytorch.org/docs/stable/notes/multiprocessing.html"
 DOC_MULTI_PROCESS_LOADING = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"

@@ -42,6 +42,7 @@ from ..types import (
     Facts,
     FdCensus,
     FdKind,
+    Fix,
     ProcId,
 )
 from .common import (
@@ -51,6 +52,7 @@ from .common import (
     DOC_MULTIPROCESSING,
     DOC_SHARING_STRATEGIES,
     DOC_START_METHODS,
+    SPAWN,
     STAGE_COLLATE,
     STAGE_DATASET,
     STAGE_WORKER_INIT,
@@ -414,7 +416,9 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
         "larger tensors per sample, and do not keep many batches alive in main."
     )
     summary += "."
+    fix: Optional[Fix] = Fix(sharing_strategy="file_system")
     if files:
+        fix = None  # the Dataset's own files: only closing them helps
         pid, census = files[0]
         where = census.files[0][0] if census.files else "the job's files"
         summary = (
@@ -434,6 +438,7 @@ def fd_exhausted(facts: Facts) -> Optional[Finding]:
         pids=pids,
         location=traceback_location(facts.stderr_tail),
         docs=(DOC_DATALOADER,) if files else (DOC_SHARING_STRATEGIES,),
+        fix=fix,
     )
 
 
@@ -690,6 +695,7 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
         pids=tuple(w.pid for w in facts.sample.workers),
         location=traceback_location(facts.stderr_tail),
         docs=(DOC_CUDA_FORK, DOC_START_METHODS),
+        fix=SPAWN,
     )
 
 
@@ -716,6 +722,11 @@ def _workers_cpu_s(facts: Facts, window_s: float) -> Tuple[Optional[float], int]
     return total, len(pids)
 
 
+# The timeout ``dlwatch verify`` tries for a loader_timeout of busy workers: this many times the
+# one that fired, and at least TIMEOUT_FIX_MIN_S seconds.
+TIMEOUT_FIX_FACTOR, TIMEOUT_FIX_MIN_S = 4.0, 60.0
+
+
 @rule("loader_timeout", SEVERITY_CRASH, 6, CRASH)
 def loader_timeout(facts: Facts) -> Optional[Finding]:
     """``DataLoader(timeout=N)`` expired: main raised "DataLoader timed out after N seconds"
@@ -728,6 +739,7 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     cpu, workers = _workers_cpu_s(facts, timeout_s)
     evidence = [f"stderr: {m.group(0)}"]
     busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
+    fix = Fix(loader=(("timeout", max(TIMEOUT_FIX_MIN_S, TIMEOUT_FIX_FACTOR * timeout_s)),)) if busy else None
     if cpu is not None:
         evidence.append(
             f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the "
@@ -761,6 +773,7 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
         pids=tuple(w.pid for w in facts.sample.workers),
         location=traceback_location(facts.stderr_tail),
         docs=(DOC_DATALOADER,),
+        fix=fix,
     )
 
 

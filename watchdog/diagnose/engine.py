@@ -56,6 +56,7 @@ from ..types import (
     SEVERITY_WARNING,
     Diagnosis,
     Facts,
+    Fix,
     Mode,
     ProofKind,
     Severity,
@@ -75,7 +76,9 @@ class Finding:
     ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or figure;
     ``location`` is the ``file:line`` in the user's code, when known; ``contradiction`` names a
     measured figure that disagrees with this finding (it then ranks last, with its confidence
-    cut to ``CONTRADICTED_CONFIDENCE`` of its own, and says so).
+    cut to ``CONTRADICTED_CONFIDENCE`` of its own, and says so); ``fix`` is the remedy as
+    ``dlwatch verify`` can apply it, declared by the rule beside its remedy text (``None``: the
+    remedy is a change to the code).
     """
 
     confidence: float
@@ -86,6 +89,7 @@ class Finding:
     location: Optional[str] = None
     docs: Tuple[str, ...] = ()
     contradiction: Optional[str] = None
+    fix: Optional[Fix] = None
 
 
 RuleFn = Callable[[Facts], Optional[Finding]]
@@ -140,6 +144,7 @@ def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
         location=f.location,
         docs=f.docs,
         certainty=certainty(facts, r.severity, f.pids),
+        fix=f.fix,
     )
 
 

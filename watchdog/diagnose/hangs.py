@@ -8,6 +8,7 @@ another rule's evidence text. A worker idle in ``index_queue.get`` is healthy, a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
 
@@ -35,6 +36,8 @@ from .common import (
     DOC_MULTI_PROCESS_LOADING,
     DOC_MULTIPROCESSING,
     DOC_START_METHODS,
+    FORKSERVER,
+    SPAWN,
     WorkerView,
     brief,
     chain_of,
@@ -514,7 +517,7 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
             return state(HOLDER_TEXT[holder]), _FORK_REMEDY[holder]
         return state(inherited("main process")), _FORK_REMEDY_DEFAULT
 
-    return worker_finding(
+    found = worker_finding(
         facts,
         _fork_lock_hit,
         state(inherited("main process")),
@@ -522,6 +525,11 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
         (DOC_MULTIPROCESSING, DOC_START_METHODS),
         adapt,
     )
+    if found is None:
+        return None
+    # Workers started without fork get fresh locks; from a forkserver that holds one, only spawn.
+    through_forkserver = any(forkserver_of(facts, pid) is not None for pid in found.pids)
+    return dataclasses.replace(found, fix=SPAWN if through_forkserver else FORKSERVER)
 
 
 def _own_threads(v: WorkerView) -> List[ThreadStack]:

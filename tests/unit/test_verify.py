@@ -1,0 +1,204 @@
+"""``dlwatch verify``'s judgement on hand-built runs: the fix as data (Fix, --fix), the runs'
+bound, the count of batches over iterators, the Fisher p-value and the verdict's words."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from tests.unit.builders import proc, sample
+from watchdog import verify
+from watchdog.types import ROLE_MAIN, Fix, LoaderView
+from watchdog.verify import CONTROL, FIXED, Origin, RunResult, VerifyError
+
+
+def _origin(**kw) -> Origin:
+    base = dict(
+        folder="/r/20261202T000000Z-1",
+        mode="hang",
+        kind="fork_inherited_lock",
+        fix=Fix(loader=(("multiprocessing_context", "forkserver"),)),
+        location="data.py:9",
+        command=("python", "train.py"),
+        cwd="/",
+        uid=0,
+        watched_by="run",
+        sites=("/w/train.py:57",),
+        failed_at_batch=37,
+        batch_size=4,
+        ran_s=30.0,
+        settings={"stall_timeout_s": 6.0, "report_dir": "x", "on_hang_exec": "page me", "on_hang": "terminate"},
+    )
+    base.update(kw)
+    return Origin(**base)
+
+
+def loader_view(pid: int, iterator: int, batches: int) -> LoaderView:
+    return LoaderView(
+        pid=pid,
+        iterator=iterator,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=(("num_workers", 2), ("batch_size", 4)),
+        dataset_type="DS",
+        iterable=False,
+        workers=(),
+        worker_exitcodes=(),
+        created=0.0,
+        batches=batches,
+        wait_s=0.0,
+        epoch=0,
+        first_batch_s=0.5,
+        waiting_since=None,
+        waiting_idx=0,
+        waiting_worker=-1,
+        last_batch=None,
+        intervals=0,
+        interval_p50_s=None,
+        interval_p99_s=None,
+    )
+
+
+def _with(s, loaders):
+    return dataclasses.replace(s, loaders=tuple(loaders))
+
+
+def _run(variant: str, outcome: str, batches: int = 74, kind: str = "", applied=True, index: int = 1) -> RunResult:
+    return RunResult(
+        variant, index, outcome, kind, 0, batches, 100.0, 0.5, 10.0, applied if variant == FIXED else None, ()
+    )
+
+
+def test_a_fix_goes_into_the_report_and_back_unchanged_and_refuses_settings_it_cannot_apply():
+    fix = Fix(loader=(("timeout", 60.0),), sharing_strategy="file_system", env=(("OMP_NUM_THREADS", "1"),), nofile=4096)
+    doc = fix.as_dict()
+    assert doc == {
+        "loader": {"timeout": 60.0},
+        "sharing_strategy": "file_system",
+        "env": {"OMP_NUM_THREADS": "1"},
+        "rlimit_nofile": 4096,
+    }
+    assert Fix.from_dict(doc) == fix
+    with pytest.raises(ValueError, match="batch_size"):
+        Fix(loader=(("batch_size", 8),))
+    with pytest.raises(ValueError, match="rlimit_nofile"):
+        Fix.from_dict({"rlimit_nofile": "many"})
+    assert "multiprocessing_context='spawn'" in Fix(loader=(("multiprocessing_context", "spawn"),)).describe()
+
+
+def test_fix_flags_are_read_as_json_where_they_parse_and_an_unknown_key_names_the_flag():
+    fix = verify.parse_fix(
+        ["num_workers=0", "pin_memory=false", "multiprocessing_context=spawn", "env.OMP_NUM_THREADS=1"]
+    )
+    assert dict(fix.loader) == {"num_workers": 0, "pin_memory": False, "multiprocessing_context": "spawn"}
+    assert fix.env == (("OMP_NUM_THREADS", "1"),)
+    with pytest.raises(VerifyError, match=r"--fix batch_size=8: unknown key 'batch_size'"):
+        verify.parse_fix(["batch_size=8"])
+    with pytest.raises(VerifyError, match="KEY=VALUE"):
+        verify.parse_fix(["forkserver"])
+    merged = Fix(loader=(("multiprocessing_context", "forkserver"),)).merged(verify.parse_fix(["timeout=30"]))
+    assert dict(merged.loader) == {"multiprocessing_context": "forkserver", "timeout": 30}
+
+
+def test_runs_go_twice_as_far_as_the_original_at_least_fifty_batches_or_by_time_without_an_inside_view():
+    assert verify.bound_of(_origin(failed_at_batch=37), None, None) == (74, None)
+    assert verify.bound_of(_origin(failed_at_batch=3), None, None) == (verify.MIN_BATCHES, None)
+    assert verify.bound_of(_origin(failed_at_batch=None, ran_s=100.0), None, None) == (None, 200.0)
+    assert verify.bound_of(_origin(), 10, None) == (10, None)
+
+
+def test_the_runs_alternate_and_only_the_fixed_ones_get_the_fix_and_no_alert_fires():
+    runs = verify.plan(_origin(), Fix(loader=(("multiprocessing_context", "spawn"),)), 2, (74, None), False)
+    assert [(v, i) for v, i, _, _ in runs] == [(CONTROL, 1), (FIXED, 1), (CONTROL, 2), (FIXED, 2)]
+    assert all("DLWATCH_APPLY" not in env for v, _, _, env in runs if v == CONTROL)
+    assert '"spawn"' in runs[1][3]["DLWATCH_APPLY"] and "/w/train.py:57" in runs[1][3]["DLWATCH_APPLY"]
+    assert runs[0][2] == ["--stop-after-batches", "74"]
+    settings = verify._settings_for_runs(_origin())
+    assert settings["on_hang_exec"] is None and "report_dir" not in settings and settings["on_hang"] == "report"
+
+
+def test_batches_are_counted_over_every_iterator_of_main_and_a_hang_report_ends_the_run():
+    bound = verify.RunBound(10, None, started=0.0)
+    base = sample(1.0, [proc(1, ROLE_MAIN, [])])
+    for batches in (3, 6):  # epoch 1's iterator, sampled twice
+        bound.note(_with(base, [loader_view(1, iterator=1, batches=batches)]))
+    assert bound.delivered == 6 and bound.reached(1.0) is None and bound.batch_size == 4
+    bound.note(_with(base, [loader_view(1, iterator=2, batches=4), loader_view(2, iterator=1, batches=50)]))
+    assert bound.delivered == 10 and bound.reached(1.0) == "batches"  # another process's loader does not count
+    timed = verify.RunBound(None, 5.0, started=0.0)
+    assert timed.reached(4.0) is None and timed.reached(5.0) == "seconds"
+    timed.reported("warning", "cpu_oversubscribed", "")
+    assert timed.reached(1.0) is None
+    timed.reported("hang", "worker_stuck", "")
+    assert timed.reached(1.0) == "hung"
+
+
+def test_fishers_one_sided_p_value_matches_the_hypergeometric_tail():
+    assert verify.fisher_one_sided(5, 5, 0, 5) == pytest.approx(1 / math.comb(10, 5))
+    assert verify.fisher_one_sided(3, 10, 0, 10) == pytest.approx(math.comb(17, 10) / math.comb(20, 10))
+    assert verify.fisher_one_sided(2, 4, 2, 4) > 0.5
+
+
+def test_the_fix_holds_when_every_control_hung_and_every_fixed_run_passed_the_hang_point():
+    results = [_run(CONTROL, "hung", 37, "fork_inherited_lock"), _run(FIXED, "passed", 74)]
+    v = verify.verdict(_origin(), _origin().fix, results)
+    assert v.holds
+    assert v.line.startswith("the fix holds: with multiprocessing_context='forkserver' 1/1 run(s) passed batch 74")
+    assert "(the original hung at batch 37)" in v.line and "unchanged 1/1 hung (fork_inherited_lock)" in v.line
+    assert v.change == 'DataLoader(..., multiprocessing_context="forkserver") at /w/train.py:57'
+
+
+def test_a_control_that_did_not_fail_proves_nothing_and_says_to_run_more():
+    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")])
+    assert not v.holds and v.line.startswith("not proven: the control did not hang in 1 run(s)")
+    assert "--runs 10" in v.line and v.change is None
+
+
+def test_a_fixed_run_that_still_hangs_means_the_fix_does_not_hold():
+    results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "hung", 36, "worker_stuck")]
+    v = verify.verdict(_origin(), _origin().fix, results)
+    assert not v.holds and v.line.startswith("the fix does not hold") and "1 failed (worker_stuck)" in v.line
+
+
+def test_a_fix_the_recorder_did_not_see_applied_proves_nothing():
+    results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "passed", applied=False)]
+    v = verify.verdict(_origin(), _origin().fix, results)
+    assert not v.holds and "was not seen applied" in v.line and "--all-loaders" in v.line
+
+
+def test_a_flaky_control_gets_the_counts_and_a_p_value():
+    control = [_run(CONTROL, "hung" if i < 3 else "passed", index=i) for i in range(10)]
+    fixed = [_run(FIXED, "passed", index=i) for i in range(10)]
+    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    assert not v.holds and "p=0.105" in v.line and "unchanged 3/10 hung" in v.line
+    control = [_run(CONTROL, "hung" if i < 8 else "passed", index=i) for i in range(10)]
+    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    assert v.holds and "one-sided Fisher p=0.000" in v.line
+
+
+def test_a_run_is_judged_from_its_summary_and_reports():
+    hang = {"mode": "hang", "diagnoses": [{"kind": "worker_stuck"}]}
+    crash = {"mode": "crash", "diagnoses": [{"kind": "dataset_error"}]}
+    assert verify._outcome({"stopped": "hung", "hung": "worker_stuck"}, [hang]) == ("hung", "worker_stuck")
+    assert verify._outcome({"stopped": "batches", "exit_code": 143}, []) == ("passed", "")
+    assert verify._outcome({"stopped": None, "exit_code": 0}, []) == ("ended", "")
+    assert verify._outcome({"stopped": None, "exit_code": 1}, [crash]) == ("crashed", "dataset_error")
+    assert verify._outcome(None, []) == ("failed", "")
+    seen = {"loader_settings": {"multiprocessing_context": "forkserver"}}
+    assert verify._applied(_origin().fix, FIXED, seen) is True
+    assert verify._applied(_origin().fix, FIXED, {"loader_settings": {"multiprocessing_context": "fork"}}) is False
+    assert verify._applied(Fix(sharing_strategy="file_system"), FIXED, seen) is None
+
+
+def test_a_job_that_cannot_be_rerun_as_it_ran_is_refused_with_the_reason(tmp_path):
+    with pytest.raises(VerifyError, match="redacted"):
+        verify._check_rerunnable(_origin(cwd=str(tmp_path)), ["python", "train.py", "--token=<redacted>"], False)
+    with pytest.raises(VerifyError, match="uid 12345"):
+        verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=12345), ["python"], False)
+    with pytest.raises(VerifyError, match="--yes"):
+        verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], False)
+    verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], True)
+    with pytest.raises(VerifyError, match="pass it after --"):
+        verify._check_rerunnable(_origin(cwd=str(tmp_path)), [], False)

@@ -1,0 +1,254 @@
+"""The hang episodes of one watched main, from a due stall to what became of its report: the
+examination (:func:`watchdog.collect.examine.look`), the decision (:class:`watchdog.detect.Episode`,
+pure), the closer look and report (:mod:`watchdog.hang_look`, :class:`watchdog.publish.Publisher`),
+ending the job when configured and proven (:func:`watchdog.act.terminate_tree`), and the
+``outcome.json`` of each hang report (resolved, terminated, or open when the job ended).
+
+NOTE [ Escalation ladder ] in daemon.py says when each step runs. The watch loop
+(:class:`watchdog.daemon.Watcher`) calls :meth:`HangEpisodes.moved` at each stalled tick,
+:meth:`HangEpisodes.due` to know whether to look, :meth:`HangEpisodes.examine` when it is,
+and :meth:`HangEpisodes.job_ended` once the job is gone."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from . import act, detect, report, writer
+from .collect import examine
+from .collect.sampler import Sampler
+from .config import Config
+from .diagnose import diagnose
+from .errors import ReportWriteError
+from .exit_look import JobTraces
+from .hang_look import closer_look, hang_facts
+from .types import Evidence, InsideView, Sample, Stall
+
+
+@dataclass(frozen=True)
+class JobHandles:
+    """What the hang episodes read of the job and act on, handed over by the watch loop.
+
+    ``sampler`` re-samples the job (after py-spy's stops, and for the pids to end);
+    ``tracker`` is the loop's progress tracker, re-baselined after each look; ``births`` the
+    main threads seen at each worker's fork; ``traces`` what is kept for the job's end (its OOM
+    kills); ``timeline()`` the
+    loop's recent samples, oldest first; ``pyspy`` the py-spy binary's path (``None``: none).
+    ``own_group`` the process group to signal on terminate (``dlwatch run`` only);
+    ``job_ended()`` true once the job is gone; ``stderr_tail()`` its last stderr bytes.
+    ``rank`` the rank variables under a multi-rank launcher (``None``: none), ``peers()`` the
+    other ranks' loader stalls, one line each, ``peer_loaders()`` their main iterators.
+    ``inside_view(pids)`` reads the job's own records; ``publish(facts, diagnoses, action,
+    suffix, note=…)`` writes one report and returns its folder or ``None``;
+    ``say_once(key, text, every_s=…)`` logs a line at most once per ``every_s`` seconds."""
+
+    sampler: Sampler
+    tracker: detect.ProgressTracker
+    births: detect.WorkerBirths
+    traces: JobTraces
+    timeline: Callable[[], tuple]
+    pyspy: Optional[str]
+    own_group: Optional[int]
+    job_ended: Callable[[], bool]
+    stderr_tail: Callable[[], str]
+    rank: Optional[Dict[str, str]]
+    peers: Callable[[], List[str]]
+    peer_loaders: Callable[[], tuple]
+    inside_view: Callable[..., InsideView]
+    publish: Callable[..., Optional[str]]
+    say_once: Callable[..., None]
+    log: Callable[[str], None]
+    host_cpus: int
+
+
+class HangEpisodes:
+    """One episode, one report: examine a due stall, report it when it is a hang, end the job
+    when ``on_hang: terminate`` and the hang is proven, and record each report's outcome.
+
+    ``config`` is the validated settings; ``job`` the :class:`JobHandles` of the watched main.
+    After :meth:`examine`, ``terminated`` says whether dlwatch ended the job, and
+    ``last_kind``/``in_loader`` describe the last hang reported (its first diagnosis, and
+    whether main waited in its DataLoader)."""
+
+    def __init__(self, config: Config, job: JobHandles) -> None:
+        self.config = config
+        self.job = job
+        self.episode = detect.Episode(
+            config.stall_timeout_s,
+            config.busy_stall_timeout_s,
+            config.on_hang == "terminate",
+            config.terminate_outside_loader,
+        )
+        self.terminated = False
+        self.last_kind = ""
+        self.in_loader = False
+        self.open: List[str] = []  # folders of hang reports whose outcome is not written yet
+        self.resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
+
+    def moved(self, sample: Sample) -> None:
+        """At a stalled tick: say a suspected hang that resolved at an earlier tick (one tick
+        late: a job that is ending moves too, and is no news), then fold in the tracker's
+        delivery mark (:meth:`detect.Episode.delivered`)."""
+        if self.resolved is not None:
+            over, at = self.resolved
+            self.resolved = None
+            kind, where = over.key
+            self.job.log(
+                f"the suspected hang reported earlier ({kind}{' at ' + where if where else ''}) resolved after "
+                f"{at - over.since:.0f} s: the loader moved again (slow, not hung)"
+            )
+            self._write_outcome(
+                "resolved",
+                f"resolved after {at - over.since:.0f} s: the loader moved again",
+                resolved_after_s=round(at - over.since, 1),
+            )
+        ended = self.episode.delivered(self.job.tracker.last_delivery_mono, sample.t_mono)
+        if ended is not None:  # a batch moved since a suspected report: said at the next tick
+            self.resolved = (ended, sample.t_mono)
+
+    def due(self, stall: Stall, now: float, rule: Optional[detect.Rhythm]) -> Optional[detect.Trigger]:
+        """The trigger of an examination due now (:meth:`detect.Episode.due`), or ``None``."""
+        return self.episode.due(stall, now, rule)
+
+    def not_judged(self, now: float) -> None:
+        """A due stall that is not examined (no DataLoader yet): the stall clock restarts."""
+        self.episode.dismissed(now)
+
+    def examine(self, sample: Sample, stall: Stall) -> None:
+        """Decide whether a due stall is a hang (:meth:`detect.Episode.conclude` on the
+        evidence of :func:`examine.look`); report it if so (:meth:`_report`).
+
+        Every py-spy run for it is over ``py_spy.timeout_s`` seconds after this call began
+        (one deadline; the Python-only look gets at most half of it), or, when the batch
+        measure's polling look ran, half of it after that look."""
+        cfg, job = self.config, self.job
+        deadline = time.monotonic() + cfg.py_spy.timeout_s
+        woke = job.tracker.woke_during_stall(sample)  # before py-spy attaches
+        evidence = examine.look(sample, job.pyspy, cfg.py_spy.timeout_s, job.sampler.sample)
+        peers = job.peers() if job.rank else []
+        decision = self.episode.conclude(evidence, sample, stall, woke, time.monotonic(), peers)
+        job.tracker.trust_timed_waits(decision.assessment.timed_waits)
+        if decision.conclusion is detect.Conclusion.REPORT:
+            self._report(sample, stall, evidence, decision, deadline)
+            return
+        job.tracker.rebaseline(evidence.after)  # py-spy's stops are not the job's progress
+        reason = decision.assessment.reason
+        if decision.conclusion is detect.Conclusion.LOOK_AGAIN:
+            job.say_once(
+                "rhythm",
+                f"no batch for {stall.stall_s:.0f} s, far past the loader's rhythm; not proven stuck: "
+                "looking again, reported at stall_timeout_s if it lasts",
+            )
+        elif decision.conclusion is detect.Conclusion.DISMISS:
+            job.say_once(
+                "dismissed:" + reason.split(":")[0][:40],
+                f"stall of {stall.stall_s:.0f} s examined, not a hang: {reason}",
+            )
+        elif decision.conclusion is detect.Conclusion.PEER:
+            self.waits_for_peer(decision.peer, stall.stall_s, "outside its DataLoader")
+
+    def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
+        """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
+        because it waits for another rank, ``peer`` (one line of
+        :meth:`~watchdog.ranks.JobWatcher.loader_stalls`)."""
+        root = self.job.sampler.root_pid
+        self.job.say_once(
+            "waits-for-peer",
+            f"rank {(self.job.rank or {}).get('RANK')} (pid {root}) stalled {stall_s:.0f} s"
+            + (f" {where}" if where else "")
+            + f", waiting for another rank: {peer}; that rank's report has the cause",
+            every_s=self.config.stall_timeout_s * 10,
+        )
+
+    def job_ended(self, exit_code: Optional[int], signalled: Optional[int]) -> None:
+        """Record what became of the hang reports still open when the job ended: resolved
+        when the loader had moved again since, else ``job_ended`` with how it ended."""
+        if self.open and self.resolved is not None:  # the loader moved again, then the job ended
+            over, at = self.resolved
+            self._write_outcome(
+                "resolved",
+                f"resolved after {at - over.since:.0f} s: the loader moved again, then the job ended"
+                + (f" with exit code {exit_code}" if exit_code is not None else ""),
+                resolved_after_s=round(at - over.since, 1),
+                exit_code=exit_code,
+            )
+        if self.open:
+            how = (
+                f"after the {signal.Signals(signalled).name} dlwatch forwarded to it"
+                if signalled is not None
+                else f"with exit code {exit_code}"
+                if exit_code is not None
+                else "(its exit code unknown: attached)"
+            )
+            self._write_outcome("job_ended", f"the job ended {how} while the hang was open", exit_code=exit_code)
+
+    def _write_outcome(self, kind: str, summary: str, **extra) -> None:
+        """Write what became of the open hang reports (``outcome.json`` in each folder,
+        :func:`writer.write_outcome`): ``kind`` (``resolved``, ``terminated``, ``job_ended``),
+        a one-line ``summary``, when (UTC), and ``extra`` fields. A folder that cannot be
+        written is said once; nothing else changes."""
+        doc = {"outcome": kind, "summary": summary, "at": report.utc_iso(time.time()), **extra}
+        for folder in self.open:
+            try:
+                writer.write_outcome(folder, doc)
+            except ReportWriteError as e:
+                self.job.say_once("outcome:" + folder, f"{e}: the report's outcome was not recorded")
+        self.open = []
+
+    def _report(self, sample: Sample, stall: Stall, evidence: Evidence, decision: detect.Decision, deadline: float):
+        """Take the closer look, diagnose, report (unless it recurs, :meth:`detect.Episode.report`),
+        and end the job when ``decision`` says so."""
+        cfg, job = self.config, self.job
+        assessment = decision.assessment
+        view = job.inside_view([p.pid for p in sample.processes])
+        closer = closer_look(sample, stall, evidence, assessment.proof, view, job.pyspy, cfg.py_spy, deadline)
+        facts = hang_facts(
+            sample,
+            stall,
+            evidence,
+            assessment,
+            closer,
+            view,
+            timeline=job.timeline(),
+            main_threads_at_fork=job.births.as_tuple(),
+            stderr_tail=job.stderr_tail(),
+            oom_kills=job.traces.oom_kills(),
+            host_cpus=job.host_cpus,
+            rank=(job.rank or {}).get("RANK"),
+            peer_loaders=job.peer_loaders(),
+            pyspy_timeout_s=cfg.py_spy.timeout_s,
+        )
+        after = job.sampler.sample()
+        job.tracker.rebaseline(after)  # py-spy's stops are not the job's progress
+        ending_note = decision.termination.note if decision.termination else ""
+        note = ending_note if decision.terminate else f"not terminated: {ending_note}" if self.episode.terminate else ""
+        diagnoses = diagnose(facts)
+        key = (diagnoses[0].kind, diagnoses[0].location or "")
+        reported = detect.Reported(
+            job.tracker.last_delivery_mono,
+            decision.terminable,
+            assessment.proof is not None,
+            key,
+            stall.quiet_since_mono,
+        )
+        if not self.episode.report(reported, stall, time.monotonic()):
+            job.say_once(
+                "recurs:" + key[0] + key[1],
+                f"the suspected hang at {key[1] or key[0]} came back after it resolved by itself (its longest stall "
+                f"{self.episode.resolved[key]:.0f} s): not reported again unless a stall there lasts "
+                f"{detect.RECUR_FACTOR:g} times as long; set stall_timeout_s above it if batches are this slow",
+            )
+            return
+        self.last_kind, self.in_loader = diagnoses[0].kind, assessment.verdict.in_loader
+        path = job.publish(facts, diagnoses, "terminate" if decision.terminate else "report", "", note=note)
+        if path is not None:
+            self.open.append(path)
+        if decision.terminate:
+            job.log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
+            members = job.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
+            ended = act.terminate_tree(members, cfg.terminate_grace_s, job.own_group, job.job_ended)
+            job.log(ended)
+            self.terminated = True
+            self._write_outcome("terminated", f"dlwatch ended the job: {ended}")

@@ -1,0 +1,809 @@
+"""``dlwatch verify REPORT``: prove a report's fix on the user's own job.
+
+The job of the report is started again, under ``dlwatch run`` with the report's settings,
+unchanged (the control) and with the fix applied (:class:`~watchdog.types.Fix`, declared by
+the rule beside its remedy; the job's recorder applies its loader part, ``_dlwatch_fix``),
+alternating, ``--runs`` times each. Each run is bounded (:class:`RunBound`): it ends once it
+has delivered ``--batches`` batches (past the point where the original hung), after
+``--seconds``, when a hang is reported, or when it ends by itself. The verdict says whether
+the fix holds, with the counts and, when the control did not always fail, a one-sided
+Fisher exact p-value (:func:`fisher_one_sided`).
+
+The re-run executes the user's program again, with its side effects: the output says so
+first. It runs as the invoking user, in the report's working directory, with the current
+environment (never the report's redacted copy), and refuses a report whose command is not
+known, whose command was redacted, whose user is another, or (without ``--yes``) that came
+from ``attach``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tabulate import tabulate
+
+from . import browse, redact, report, writer
+from .errors import ReportWriteError, WatchdogError
+from .exits import Exit
+from .types import FIX_LOADER_SETTINGS, Fix, Sample
+
+CONTROL, FIXED = "unchanged", "fixed"
+# The default bound: twice the batches the original's iterator delivered before it failed,
+# and at least this many.
+MIN_BATCHES = 50
+# A run with no batch count to reach (no inside view in the report) runs this many times as
+# long as the original did before it failed, and at least MIN_SECONDS.
+SECONDS_FACTOR, MIN_SECONDS = 2.0, 60.0
+# Any run is ended after this long, whatever its bound (a job slower than its original).
+DEFAULT_MAX_RUN_S = 900.0
+# The one-sided p-value below which a flaky hang's fix counts as holding.
+ALPHA = 0.05
+# What each run's ``dlwatch run`` writes at its end (``--summary-json``).
+SUMMARY_FILE = "run-summary.json"
+# Where each run's own output (the job's stdout and stderr, and dlwatch run's lines) goes.
+OUTPUT_FILE = "output.log"
+SAFETY = (
+    "dlwatch verify starts your program again, {n} time(s), as you ({user}) in {cwd}: whatever it does besides "
+    "training (writing checkpoints, logging to a service, changing data) happens again. Each run is ended once it "
+    "passes the point where the original failed."
+)
+
+
+class VerifyError(WatchdogError):
+    """``dlwatch verify`` cannot prove this report's fix: ``what`` names the input (the report
+    folder, a ``--fix``); exit code 2."""
+
+    def __init__(self, what: str, message: str) -> None:
+        self.what = what
+        super().__init__(f"{what}: {message}")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What ``verify`` reads of the original report (``report.json``).
+
+    ``kind``, ``mode`` and ``fix`` are its first diagnosis's; ``command``, ``cwd``, ``uid``
+    and ``watched_by`` are how the job was started (``job.launch``); ``sites`` the
+    ``file:line`` where main iterated its DataLoaders (the inside view); ``failed_at_batch``
+    the batches that main's iterator had delivered when it failed (``None``: no inside view),
+    ``batch_size`` that loader's; ``ran_s`` seconds from main's start to the report;
+    ``settings`` the watchdog settings the original ran with."""
+
+    folder: str
+    mode: str
+    kind: str
+    fix: Optional[Fix]
+    location: Optional[str]
+    command: Tuple[str, ...]
+    cwd: Optional[str]
+    uid: Optional[int]
+    watched_by: str
+    sites: Tuple[str, ...]
+    failed_at_batch: Optional[int]
+    batch_size: Optional[int]
+    ran_s: Optional[float]
+    settings: Dict[str, object]
+
+
+def _iso_seconds(text: Optional[str]) -> Optional[float]:
+    import datetime as dt
+
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def origin_of(folder: str) -> Origin:
+    """The :class:`Origin` of the report in ``folder``.
+
+    Raises:
+        ReportNotFound: no readable ``report.json`` there.
+        VerifyError: the report is not of a hang or a crash.
+    """
+    doc = browse.load(folder)
+    first = doc["diagnoses"][0]
+    if doc.get("mode") not in ("hang", "crash"):
+        raise VerifyError(folder, f"a {doc.get('mode')} report: verify proves the fix of a hang or a crash")
+    job = doc.get("job") or {}
+    launch = job.get("launch") or {}
+    try:
+        fix = Fix.from_dict(first["remedy_apply"]) if first.get("remedy_apply") else None
+    except ValueError as e:
+        raise VerifyError(folder, f"report.json: remedy_apply: {e}") from None
+    main_pid = job.get("pid")
+    loaders = [v for v in (doc.get("inside_view") or {}).get("loaders") or [] if v.get("pid") == main_pid]
+    sites = tuple(dict.fromkeys(f"{v['site']['file']}:{v['site']['line']}" for v in loaders if v.get("site")))
+    current = next((v for v in loaders if v.get("in_next_for_s") is not None), loaders[-1] if loaders else None)
+    settings = (doc.get("watchdog") or {}).get("settings") or {}
+    detected, started = _iso_seconds(doc.get("detected_at")), _iso_seconds(job.get("start_time"))
+    return Origin(
+        folder=folder,
+        mode=doc["mode"],
+        kind=first["kind"],
+        fix=fix,
+        location=first.get("location"),
+        command=tuple(launch.get("command") or ()),
+        cwd=launch.get("cwd"),
+        uid=launch.get("uid"),
+        watched_by=launch.get("watched_by") or "",
+        sites=sites,
+        failed_at_batch=current.get("batches") if current else None,
+        batch_size=(current.get("settings") or {}).get("batch_size") if current else None,
+        ran_s=detected - started if detected is not None and started is not None else None,
+        settings=dict(settings),
+    )
+
+
+def parse_fix(items: Sequence[str]) -> Fix:
+    """The ``--fix KEY=VALUE`` items as a :class:`Fix`: a DataLoader setting
+    (``multiprocessing_context=spawn``, ``num_workers=0``, ``timeout=120``, ``pin_memory=false``),
+    ``sharing_strategy=file_system``, ``rlimit_nofile=65536``, or ``env.NAME=VALUE``. Values
+    are read as JSON when they parse (numbers, ``true``, ``null``), else as strings.
+
+    Raises:
+        VerifyError: an item without ``=``, or an unknown key, naming the item.
+    """
+    loader: Dict[str, object] = {}
+    env: Dict[str, str] = {}
+    strategy: Optional[str] = None
+    nofile: Optional[int] = None
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise VerifyError(f"--fix {item}", "expected KEY=VALUE")
+        try:
+            value: object = json.loads(text)
+        except ValueError:
+            value = text
+        if key in FIX_LOADER_SETTINGS:
+            loader[key] = value
+        elif key == "sharing_strategy":
+            strategy = str(value)
+        elif key == "rlimit_nofile":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise VerifyError(f"--fix {item}", "rlimit_nofile takes a positive integer")
+            nofile = value
+        elif key.startswith("env.") and len(key) > 4:
+            env[key[4:]] = text
+        else:
+            known = ", ".join(FIX_LOADER_SETTINGS + ("sharing_strategy", "rlimit_nofile", "env.NAME"))
+            raise VerifyError(f"--fix {item}", f"unknown key {key!r} (one of: {known})")
+    return Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+
+
+class RunBound:
+    """When a verify run has gone far enough: ``batches`` delivered by main's DataLoader
+    iterators (counted over every iterator, each epoch's included: the inside view counts
+    per iterator), ``seconds`` since it started, or a hang report written. Used by
+    ``dlwatch run --stop-after-batches/--stop-after-s`` (the runs ``verify`` starts).
+
+    ``started`` is a ``time.monotonic()`` reading."""
+
+    def __init__(self, batches: Optional[int], seconds: Optional[float], started: float) -> None:
+        self.batches, self.seconds, self.started = batches, seconds, started
+        self._per_iterator: Dict[Tuple[int, int], int] = {}
+        self.first_batch_s: Optional[float] = None
+        self.batch_size: Optional[int] = None
+        self.settings: Dict[str, object] = {}
+        self.hung = ""
+
+    @property
+    def delivered(self) -> int:
+        """Batches delivered by main's iterators so far (as last sampled)."""
+        return sum(self._per_iterator.values())
+
+    def note(self, sample: Optional[Sample]) -> None:
+        """Count the batches in ``sample`` (the job watcher's latest)."""
+        main = sample.main if sample is not None else None
+        if sample is None or main is None:
+            return
+        for v in sample.loaders:
+            if v.pid != main.pid:
+                continue
+            key = (v.pid, v.iterator)
+            self._per_iterator[key] = max(self._per_iterator.get(key, 0), v.batches)
+            if self.first_batch_s is None and v.first_batch_s is not None:
+                self.first_batch_s = v.first_batch_s
+            settings = dict(v.settings)
+            if not self.settings:
+                self.settings = settings
+                size = settings.get("batch_size")
+                self.batch_size = size if isinstance(size, int) else None
+
+    def reported(self, mode: str, kind: str, rank: str) -> None:
+        """A report was written (``JobWatcher.on_report``): a hang ends the run."""
+        if mode == "hang" and not self.hung:
+            self.hung = kind
+
+    def reached(self, now: float) -> Optional[str]:
+        """Why the run should end now (``hung``, ``batches``, ``seconds``), or ``None``."""
+        if self.hung:
+            return "hung"
+        if self.batches is not None and self.delivered >= self.batches:
+            return "batches"
+        if self.seconds is not None and now - self.started >= self.seconds:
+            return "seconds"
+        return None
+
+    def summary(self, exit_code: int, stopped: Optional[str], reports: Sequence[str], now: float) -> dict:
+        """What ``--summary-json`` holds: the job's ``exit_code``, why dlwatch ended it
+        (``stopped``; ``None``: it ended by itself or was ended for a proven hang), the
+        batches delivered, samples per second after the first batch, the first batch's
+        latency and the run's length (seconds), the loader's settings as the job's recorder
+        saw them, and the report folders written."""
+        elapsed = now - self.started
+        rate = None
+        if self.batch_size and self.delivered > 1 and self.first_batch_s is not None and elapsed > self.first_batch_s:
+            rate = round((self.delivered - 1) * self.batch_size / (elapsed - self.first_batch_s), 1)
+        return {
+            "exit_code": exit_code,
+            "stopped": stopped,
+            "hung": self.hung or None,
+            "batches": self.delivered,
+            "samples_per_s": rate,
+            "first_batch_s": None if self.first_batch_s is None else round(self.first_batch_s, 3),
+            "elapsed_s": round(elapsed, 1),
+            "loader_settings": self.settings,
+            "reports": list(reports),
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One verify run: ``variant`` (``unchanged``/``fixed``), its ``index`` (from 1), how it
+    went (``outcome``: ``hung``, ``crashed``, ``passed`` — reached its bound —, ``ended`` —
+    ended by itself with exit code 0 —, or ``failed`` — no summary came back), the first
+    report's ``kind``, the job's ``exit_code``, the figures of its summary, whether the fix
+    was seen applied (``applied``: the recorder saw the loader settings changed; ``None``
+    when there is nothing to see), and its report folders."""
+
+    variant: str
+    index: int
+    outcome: str
+    kind: str
+    exit_code: Optional[int]
+    batches: Optional[int]
+    samples_per_s: Optional[float]
+    first_batch_s: Optional[float]
+    elapsed_s: Optional[float]
+    applied: Optional[bool]
+    reports: Tuple[str, ...]
+
+    @property
+    def failed(self) -> bool:
+        """The run hung or crashed (or gave no summary)."""
+        return self.outcome in ("hung", "crashed", "failed")
+
+
+def fisher_one_sided(control_failed: int, control_runs: int, fixed_failed: int, fixed_runs: int) -> float:
+    """The one-sided Fisher exact p-value that the fixed runs fail less often than the
+    control: the hypergeometric probability of ``fixed_failed`` or fewer failures among
+    ``fixed_runs`` when the runs' failures (``control_failed + fixed_failed``) fall at random
+    (R. A. Fisher, *Statistical Methods for Research Workers*, 1925, §21.02; scipy's
+    ``fisher_exact(..., alternative="less")`` computes the same)."""
+    total, failures = control_runs + fixed_runs, control_failed + fixed_failed
+    denominator = math.comb(total, fixed_runs)
+    return sum(
+        math.comb(failures, k) * math.comb(total - failures, fixed_runs - k) for k in range(0, fixed_failed + 1)
+    ) / float(denominator)
+
+
+def bound_of(origin: Origin, batches: Optional[int], seconds: Optional[float]) -> Tuple[Optional[int], Optional[float]]:
+    """The runs' bound: ``--batches``/``--seconds`` when given; else twice the batches the
+    original's iterator had delivered (at least ``MIN_BATCHES``) when the report has an inside
+    view, or ``SECONDS_FACTOR`` times the original's running time (at least ``MIN_SECONDS``)."""
+    if batches is not None or seconds is not None:
+        return batches, seconds
+    if origin.failed_at_batch is not None:
+        return max(MIN_BATCHES, 2 * origin.failed_at_batch), None
+    return None, max(MIN_SECONDS, SECONDS_FACTOR * (origin.ran_s or 0.0))
+
+
+def _settings_for_runs(origin: Origin) -> Dict[str, object]:
+    """The original's watchdog settings for a verify run: alert commands and the metrics
+    endpoint off (a verify run is no production incident), the report folder set per run."""
+    out = {k: v for k, v in origin.settings.items() if k != "report_dir"}
+    for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec", "metrics_port"):
+        if key in out:
+            out[key] = None
+    out["on_hang"] = "report"  # the run's bound ends a hung run
+    return out
+
+
+def plan(
+    origin: Origin, fix: Fix, runs: int, bound: Tuple[Optional[int], Optional[float]], all_loaders: bool
+) -> List[Tuple[str, int, List[str], Dict[str, str]]]:
+    """The runs, alternating control and fixed: ``(variant, index, dlwatch run arguments after
+    ``run``, environment changes)``. The fixed runs' changes are ``DLWATCH_APPLY`` (the loader
+    part and sharing strategy, with the sites to apply them at) and the fix's variables."""
+    batches, seconds = bound
+    apply_doc = {
+        "loader": dict(fix.loader),
+        "sharing_strategy": fix.sharing_strategy,
+        "sites": list(origin.sites),
+        "all_loaders": all_loaders,
+    }
+    out = []
+    for i in range(1, runs + 1):
+        for variant in (CONTROL, FIXED):
+            args = []
+            if batches is not None:
+                args += ["--stop-after-batches", str(batches)]
+            if seconds is not None:
+                args += ["--stop-after-s", f"{seconds:g}"]
+            env = {}
+            if variant == FIXED:
+                if fix.loader or fix.sharing_strategy:
+                    env["DLWATCH_APPLY"] = json.dumps(apply_doc, separators=(",", ":"))
+                env.update(dict(fix.env))
+            out.append((variant, i, args, env))
+    return out
+
+
+def _outcome(summary: Optional[dict], docs: List[dict]) -> Tuple[str, str]:
+    """``(outcome, first report's kind)`` of a run from its summary and report documents."""
+    kinds = [(d.get("mode"), d["diagnoses"][0]["kind"]) for d in docs if d.get("diagnoses")]
+    hang = next((k for m, k in kinds if m == "hang"), "")
+    crash = next((k for m, k in kinds if m == "crash"), "")
+    if summary is None:
+        return "failed", hang or crash
+    if hang or summary.get("hung"):
+        return "hung", hang or str(summary.get("hung"))
+    if summary.get("stopped") in ("batches", "seconds"):
+        return "passed", ""
+    if summary.get("exit_code") == 0:
+        return "ended", ""
+    return "crashed", crash or f"exit code {summary.get('exit_code')}"
+
+
+def _applied(fix: Fix, variant: str, summary: Optional[dict]) -> Optional[bool]:
+    """Whether the recorder saw the fix's loader settings (``None``: nothing to check)."""
+    if variant != FIXED or not fix.loader or summary is None:
+        return None
+    seen = summary.get("loader_settings") or {}
+    if not seen:
+        return False
+    return all(seen.get(k) == v or str(seen.get(k)) == str(v) for k, v in fix.loader)
+
+
+def run_one(
+    origin: Origin,
+    variant: str,
+    index: int,
+    args: List[str],
+    env_changes: Dict[str, str],
+    fix: Fix,
+    folder: str,
+    settings_path: str,
+    command: Sequence[str],
+    max_run_s: float,
+) -> RunResult:
+    """Start one run (``dlwatch run`` with ``args``, in its own folder under ``folder``) and
+    wait for it, ending its process group after ``max_run_s`` seconds whatever happens. Its
+    output (the job's stdout and stderr, and dlwatch's lines) goes to ``OUTPUT_FILE`` there."""
+    run_dir = os.path.join(folder, f"{variant}-{index}")
+    os.makedirs(run_dir, mode=0o700, exist_ok=False)
+    summary_path = os.path.join(run_dir, SUMMARY_FILE)
+    argv = [sys.executable, "-m", "watchdog", "run", "--config", settings_path, "--report-dir", run_dir]
+    argv += args + ["--summary-json", summary_path, "--", *command]
+    env = dict(os.environ)
+    env.update(env_changes)
+    nofile = fix.nofile if variant == FIXED else None
+
+    def limits() -> None:
+        if nofile is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            soft = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    fd = os.open(os.path.join(run_dir, OUTPUT_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=origin.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            preexec_fn=limits,
+        )
+    finally:
+        os.close(fd)
+    try:
+        proc.wait(max_run_s)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+    except BaseException:
+        _end_group(proc)
+        raise
+    summary = _read_json(summary_path)
+    docs = [d for d in (_read_report(f) for f in browse.folders(run_dir)) if d is not None]
+    outcome, kind = _outcome(summary, docs)
+    s = summary or {}
+    return RunResult(
+        variant=variant,
+        index=index,
+        outcome=outcome,
+        kind=kind,
+        exit_code=s.get("exit_code"),
+        batches=s.get("batches"),
+        samples_per_s=s.get("samples_per_s"),
+        first_batch_s=s.get("first_batch_s"),
+        elapsed_s=s.get("elapsed_s"),
+        applied=_applied(fix, variant, summary),
+        reports=tuple(browse.folders(run_dir)),
+    )
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the run's session (dlwatch and the job it started), SIGKILL 10 s later."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _read_report(folder: str) -> Optional[dict]:
+    try:
+        return browse.load(folder)
+    except WatchdogError:
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict: ``holds`` (``True``: the fix holds; ``False``: it does not, or it could
+    not be proven), its one ``line``, the ``p_value`` for a flaky control (``None``: not
+    computed), and the ``change`` to make in the code (``None`` when it does not hold)."""
+
+    holds: bool
+    line: str
+    p_value: Optional[float]
+    change: Optional[str]
+
+
+def _batches_range(results: Sequence[RunResult]) -> str:
+    values = sorted(r.batches for r in results if r.batches is not None)
+    if not values:
+        return "?"
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+
+
+def change_of(fix: Fix, origin: Origin) -> str:
+    """The code change that makes the fix permanent, where to make it."""
+    parts = []
+    if fix.loader:
+        args = ", ".join(f"{k}={v!r}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in fix.loader)
+        where = f" at {origin.sites[0]}" if origin.sites else ""
+        parts.append(f"DataLoader(..., {args}){where}")
+    if fix.sharing_strategy:
+        parts.append(
+            f'torch.multiprocessing.set_sharing_strategy("{fix.sharing_strategy}") at the start of the program'
+        )
+    for k, v in fix.env:
+        parts.append(f"{k}={shlex.quote(v)} in the job's environment")
+    if fix.nofile is not None:
+        parts.append(f"ulimit -n {fix.nofile} (Docker --ulimit nofile={fix.nofile}:{fix.nofile})")
+    return "; ".join(parts)
+
+
+def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult]) -> Verdict:
+    """Judge the runs: the fix holds when every fixed run passed and the control failed in
+    every run, or, for a flaky control, when the one-sided Fisher p-value is below ``ALPHA``.
+    A fixed run in which the fix was not seen applied proves nothing."""
+    control = [r for r in results if r.variant == CONTROL]
+    fixed = [r for r in results if r.variant == FIXED]
+    c_fail, f_fail = sum(r.failed for r in control), sum(r.failed for r in fixed)
+    point = f"batch {origin.failed_at_batch}" if origin.failed_at_batch is not None else "its failure"
+    what = fix.describe()
+    c_kinds = sorted({r.kind for r in control if r.failed and r.kind})
+    outcomes = {r.outcome for r in control if r.failed}
+    verb = "hung" if outcomes == {"hung"} else "crashed" if outcomes == {"crashed"} else "failed"
+    control_text = f"unchanged {c_fail}/{len(control)} " + (
+        f"{verb} ({', '.join(c_kinds)}) at batches {_batches_range([r for r in control if r.failed])}"
+        if c_fail
+        else "passed"
+    )
+    if c_fail == 0:
+        return Verdict(
+            False,
+            f"not proven: the control did not {'hang' if origin.mode == 'hang' else 'crash'} in {len(control)} run(s) "
+            "(flaky: try --runs 10); "
+            f"with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
+            None,
+            None,
+        )
+    unapplied = [r for r in fixed if r.applied is False]
+    if unapplied:
+        return Verdict(
+            False,
+            f"not proven: the fix ({what}) was not seen applied in {len(unapplied)} of {len(fixed)} fixed run(s) "
+            "(the recorder saw the loader's own settings: its site differs from the report's, or the hook did not "
+            "load; try --all-loaders)",
+            None,
+            None,
+        )
+    passed = [r for r in fixed if not r.failed]
+    original = f"the original {'hung' if origin.mode == 'hang' else 'crashed'} at {point}"
+    if passed and all(r.outcome == "ended" for r in passed):
+        head, detail = "ran to their end", f"{_batches_range(passed)} batches; {original}"
+    elif passed:
+        head, detail = f"passed batch {_batches_range(passed)}", original
+    else:
+        head, detail = "passed", original
+    fixed_text = f"with {what} {len(passed)}/{len(fixed)} run(s) {head} ({detail})"
+    if f_fail:
+        f_kinds = sorted({r.kind for r in fixed if r.failed and r.kind})
+        return Verdict(
+            False,
+            f"the fix does not hold: {fixed_text}; {f_fail} failed ({', '.join(f_kinds) or '?'}); {control_text}",
+            None,
+            None,
+        )
+    if c_fail == len(control):
+        return Verdict(True, f"the fix holds: {fixed_text}; {control_text}", None, change_of(fix, origin))
+    p = fisher_one_sided(c_fail, len(control), f_fail, len(fixed))
+    if p < ALPHA:
+        return Verdict(
+            True, f"the fix holds (one-sided Fisher p={p:.3f}): {fixed_text}; {control_text}", p, change_of(fix, origin)
+        )
+    return Verdict(
+        False,
+        f"not proven (one-sided Fisher p={p:.3f}, flaky control): {fixed_text}; {control_text}; try --runs 10",
+        p,
+        None,
+    )
+
+
+def _cost(results: Sequence[RunResult]) -> Optional[str]:
+    """The fix's cost: median samples/s and first-batch latency, with and without it."""
+
+    def median(values):
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    figures = {}
+    for variant in (CONTROL, FIXED):
+        runs = [r for r in results if r.variant == variant]
+        figures[variant] = (median(r.samples_per_s for r in runs), median(r.first_batch_s for r in runs))
+    (c_rate, c_first), (f_rate, f_first) = figures[CONTROL], figures[FIXED]
+    parts = []
+    if c_rate and f_rate:
+        parts.append(f"samples/s {c_rate:g} unchanged, {f_rate:g} with the fix ({f_rate / c_rate:.2f}x)")
+    if c_first is not None and f_first is not None:
+        parts.append(f"first batch after {c_first:.2f} s unchanged, {f_first:.2f} s with the fix")
+    return "cost: " + "; ".join(parts) + " (medians)" if parts else None
+
+
+def table(results: Sequence[RunResult]) -> str:
+    """One row per run (tabulate)."""
+    rows = [
+        [
+            r.variant,
+            r.index,
+            r.outcome + (f" ({r.kind})" if r.kind else ""),
+            "-" if r.batches is None else r.batches,
+            "-" if r.samples_per_s is None else f"{r.samples_per_s:g}",
+            "-" if r.first_batch_s is None else f"{r.first_batch_s:.2f}",
+            "-" if r.elapsed_s is None else f"{r.elapsed_s:.0f}",
+        ]
+        for r in results
+    ]
+    return tabulate(rows, headers=["variant", "run", "result", "batches", "samples/s", "first batch s", "run s"])
+
+
+def add_parser(sub) -> None:
+    """The ``verify`` subcommand's parser, under ``sub`` (argparse subparsers)."""
+    p = sub.add_parser(
+        "verify",
+        help="prove a report's fix: re-run the job unchanged and with the fix, side by side: dlwatch verify REPORT",
+        description="Start the job of a hang or crash report again, under `dlwatch run` with the report's settings: "
+        "unchanged, and with the report's fix applied by dlwatch (no edit to your code), alternating, --runs times "
+        "each; each run ends once it passes the point where the original failed. Then say whether the fix holds. "
+        "THIS RUNS YOUR PROGRAM AGAIN: its side effects (checkpoints, logging services, data it writes) happen again. "
+        "Exit codes: 0 the fix holds; 1 it does not, or the control did not fail; 2 bad input (no such report, no "
+        "mechanical fix, a job that cannot be re-run).",
+    )
+    p.add_argument("report", nargs="?", help="a report folder (or a file in it)")
+    p.add_argument("--last", action="store_true", help="the newest report under --report-dir")
+    p.add_argument("--report-dir", metavar="DIR", default="dlwatch-reports", help="for --last (dlwatch-reports)")
+    p.add_argument("--runs", type=_positive_int, default=1, metavar="N", help="runs of each variant (1)")
+    p.add_argument("--batches", type=_positive_int, metavar="K", help="end each run after K batches")
+    p.add_argument("--seconds", type=_positive_float, metavar="S", help="end each run after S seconds")
+    p.add_argument(
+        "--max-run-s",
+        type=_positive_float,
+        default=DEFAULT_MAX_RUN_S,
+        metavar="S",
+        help=f"end any run after S seconds, whatever its bound ({DEFAULT_MAX_RUN_S:g})",
+    )
+    p.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="apply this instead of, or besides, the report's fix: a DataLoader setting "
+        "(multiprocessing_context=spawn, num_workers=0, timeout=120), sharing_strategy=file_system, "
+        "rlimit_nofile=65536, env.NAME=VALUE; repeatable",
+    )
+    p.add_argument("--all-loaders", action="store_true", help="apply the loader part to every DataLoader")
+    p.add_argument("--dry-run", action="store_true", help="print each run's command and changes; start nothing")
+    p.add_argument("--json", metavar="PATH", help="write the runs and the verdict as JSON")
+    p.add_argument("--yes", action="store_true", help="re-run a job whose report came from `dlwatch attach`")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="after --: the command to run instead of the report's")
+
+
+def _positive_int(text: str) -> int:
+    from .argtypes import positive_int
+
+    return positive_int(text)
+
+
+def _positive_float(text: str) -> float:
+    from .argtypes import positive_float
+
+    return positive_float(text)
+
+
+def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> None:
+    """Refuse what must not be re-run (see the module docstring).
+
+    Raises:
+        VerifyError: naming the report and why.
+    """
+    if not command:
+        raise VerifyError(origin.folder, "the report does not say how the job was started: pass it after --")
+    if any(redact.REDACTED in a for a in command):
+        raise VerifyError(
+            origin.folder,
+            "the job's command held a secret, redacted in the report: pass the command after -- (dlwatch verify "
+            "REPORT -- CMD ARGS…)",
+        )
+    if origin.uid is not None and origin.uid != os.getuid():
+        raise VerifyError(
+            origin.folder, f"the job ran as uid {origin.uid}, not as you ({os.getuid()}): run verify as it"
+        )
+    if origin.cwd is None or not os.path.isdir(origin.cwd):
+        raise VerifyError(origin.folder, f"the job's working directory {origin.cwd!r} is not there")
+    if origin.watched_by == "attach" and not yes:
+        raise VerifyError(
+            origin.folder,
+            "this report came from `dlwatch attach`: its command line may not start the job as it was started "
+            "(a launcher, a container entry point); check it, then add --yes",
+        )
+
+
+def cmd_verify(args: argparse.Namespace, say=print) -> int:
+    """``dlwatch verify``: see the module docstring; returns the exit code.
+
+    Raises:
+        VerifyError, ReportNotFound: bad input (exit code 2, said by the caller).
+    """
+    if args.last == bool(args.report):
+        raise VerifyError("REPORT", "give a report folder or --last (one of them)")
+    folder = browse.folders(args.report_dir)[0] if args.last and browse.folders(args.report_dir) else None
+    if args.last and folder is None:
+        raise VerifyError(args.report_dir, "no report there")
+    folder = os.path.abspath(browse.report_folder(folder or args.report))
+    origin = origin_of(folder)
+    own = parse_fix(args.fix)
+    fix = origin.fix.merged(own) if origin.fix is not None else own
+    if fix == Fix():
+        raise VerifyError(
+            folder,
+            f"{origin.kind} has no mechanical fix: its remedy is a change to the code (read the report's fix); "
+            "try your own idea with --fix KEY=VALUE",
+        )
+    if fix.loader and not origin.sites and not args.all_loaders:
+        raise VerifyError(folder, "the report names no DataLoader site (no inside view): add --all-loaders")
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    command = list(command) or list(origin.command)
+    _check_rerunnable(origin, command, args.yes)
+    bound = bound_of(origin, args.batches, args.seconds)
+    runs = plan(origin, fix, args.runs, bound, args.all_loaders)
+    uid_name = _user_name()
+    say(SAFETY.format(n=len(runs), user=uid_name, cwd=origin.cwd))
+    say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {fix.describe()}")
+    if args.dry_run:
+        for variant, i, run_args, env in runs:
+            changes = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            limit = f" (RLIMIT_NOFILE {fix.nofile})" if variant == FIXED and fix.nofile is not None else ""
+            say(
+                f"{variant} {i}: {changes + ' ' if changes else ''}dlwatch run {shlex.join(run_args)} -- "
+                f"{shlex.join(command)}{limit}"
+            )
+        return Exit.OK
+    out = os.path.join(os.path.dirname(folder), f"verify-{report.folder_name(time.time(), os.getpid())}")
+    os.makedirs(out, mode=0o700)
+    settings_path = os.path.join(out, "settings.yaml")
+    _write_settings(settings_path, _settings_for_runs(origin))
+    results: List[RunResult] = []
+    for variant, i, run_args, env in runs:
+        say(f"run {len(results) + 1}/{len(runs)}: {variant} {i} …")
+        result = run_one(origin, variant, i, run_args, env, fix, out, settings_path, command, args.max_run_s)
+        results.append(result)
+        say(
+            f"  {result.outcome}"
+            + (f" ({result.kind})" if result.kind else "")
+            + f", {result.batches} batches; its output: {os.path.join(out, f'{variant}-{i}', OUTPUT_FILE)}"
+        )
+    judged = verdict(origin, fix, results)
+    say("")
+    say(table(results))
+    say("")
+    say(judged.line)
+    cost = _cost(results)
+    if cost:
+        say(cost)
+    if judged.change:
+        say(f"make it permanent: {judged.change}")
+    say(f"runs and their reports: {out}")
+    doc = {
+        "report": folder,
+        "kind": origin.kind,
+        "fix": fix.as_dict(),
+        "bound": {"batches": bound[0], "seconds": bound[1]},
+        "runs": [dataclasses.asdict(r) for r in results],
+        "holds": judged.holds,
+        "verdict": judged.line,
+        "p_value": judged.p_value,
+        "change": judged.change,
+        "cost": cost,
+        "folder": out,
+    }
+    try:
+        writer.write_json(os.path.join(out, "verify.json"), redact.document(doc))
+        if args.json:
+            writer.write_json(os.path.abspath(args.json), redact.document(doc))
+    except ReportWriteError as e:
+        say(f"dlwatch: {e}")
+    return Exit.OK if judged.holds else Exit.FAILED
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
+def _write_settings(path: str, settings: Dict[str, object]) -> None:
+    """The runs' settings file (YAML, ``0600``)."""
+    import yaml
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        yaml.safe_dump(settings, f, sort_keys=True)
