@@ -16,12 +16,17 @@ non-editable install work alike. A scenario the reports settle while the job sti
 ended as a user would end it: SIGTERM to ``dlwatch``, which forwards it to the job and removes
 its own temporary folders; whatever is left after ``STOP_GRACE_S`` is killed.
 
-Exit codes (:class:`watchdog.exits.Exit`): 0 every scenario diagnosed as expected (or skipped);
-1 one or more misdiagnosed; 2 an unknown scenario name or bad flag (one line).
+With ``--verify``, each report whose first diagnosis declares a mechanical fix is then given
+to ``dlwatch verify`` (:func:`verify_report`), and the table says whether the fix held.
+
+Exit codes (:class:`watchdog.exits.Exit`): 0 every scenario diagnosed as expected (or skipped),
+and with ``--verify`` every declared fix held; 1 one or more misdiagnosed (or a fix that did
+not hold); 2 an unknown scenario name or bad flag (one line).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -339,6 +344,42 @@ class Outcome:
     report: Optional[str] = None
     exit_code: Optional[int] = None
     note: str = ""
+    fix: str = ""  # with --verify: holds, does not hold, no fix (the kind declares none), or why not run
+
+
+# Seconds a `dlwatch verify` of one scenario's report may take (two bounded runs and their reports).
+VERIFY_TIMEOUT_S = 900.0
+
+
+def verify_report(report: str, workdir: str, timeout_s: float = VERIFY_TIMEOUT_S) -> Tuple[str, str]:
+    """Run ``dlwatch verify`` on a scenario's ``report`` folder (its JSON into ``workdir``):
+    ``(result, verdict line)``, the result ``holds``, ``does not hold``, ``no fix`` (the
+    report declares no mechanical fix: nothing is run) or ``failed`` (verify gave no verdict).
+    Every process it starts is killed at the end, whatever happens."""
+    with open(os.path.join(report, "report.json"), encoding="utf-8") as f:
+        if not json.load(f)["diagnoses"][0].get("remedy_apply"):
+            return "no fix", ""
+    out = os.path.join(workdir, "verify.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "verify", report, "--json", out],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return "failed", f"no verdict within {timeout_s:g} s"
+    finally:
+        kill_session(proc)
+    try:
+        with open(out, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return "failed", (err.strip().splitlines() or ["no verdict"])[-1]
+    return ("holds" if doc.get("holds") else "does not hold"), str(doc.get("verdict", ""))
 
 
 def cuda_available() -> bool:
@@ -726,8 +767,8 @@ def _remove_leftovers(report_dir: str) -> None:
                 pass
 
 
-def table(outcomes: List[Outcome]) -> str:
-    """The results as a terminal table."""
+def table(outcomes: List[Outcome], verified: bool = False) -> str:
+    """The results as a terminal table; ``verified`` adds whether each report's fix held."""
     rows = [
         [
             o.scenario.name,
@@ -735,11 +776,13 @@ def table(outcomes: List[Outcome]) -> str:
             o.first or "-",
             o.status.upper() if o.status == "misdiagnosed" else o.status,
             "-" if o.latency_s is None else f"{o.latency_s:.1f}",
-            o.report or o.note,
         ]
+        + ([o.fix.upper() if o.fix in ("does not hold", "failed") else o.fix or "-"] if verified else [])
+        + [o.report or o.note]
         for o in outcomes
     ]
-    return tabulate(rows, headers=["scenario", "expected", "first diagnosis", "result", "latency s", "report / note"])
+    headers = ["scenario", "expected", "first diagnosis", "result", "latency s"]
+    return tabulate(rows, headers=headers + (["fix (verify)"] if verified else []) + ["report / note"])
 
 
 def listing() -> str:
@@ -777,6 +820,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="print every scenario and case name with the diagnosis it must get, and run nothing",
     )
     p.add_argument(
+        "--verify",
+        action="store_true",
+        help="then run `dlwatch verify` on each report whose kind declares a mechanical fix, and say whether it "
+        "holds (re-runs each such job twice more)",
+    )
+    p.add_argument(
         "--report-dir",
         type=folder,
         metavar="DIR",
@@ -808,9 +857,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     outcomes = []
     for i, s in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {s.name} …", file=sys.stderr, flush=True)
-        outcomes.append(run_scenario(s, os.path.join(base, s.name)))
-    print(table(outcomes))
-    return Exit.FAILED if any(o.status == "misdiagnosed" for o in outcomes) else Exit.OK
+        outcome = run_scenario(s, os.path.join(base, s.name))
+        if args.verify and outcome.status == "ok" and outcome.report:
+            result, line = verify_report(outcome.report, os.path.join(base, s.name))
+            print(f"  verify: {result}{': ' + line if line else ''}", file=sys.stderr, flush=True)
+            outcome = dataclasses.replace(outcome, fix=result)
+        outcomes.append(outcome)
+    print(table(outcomes, verified=args.verify))
+    failed = any(o.status == "misdiagnosed" or o.fix in ("does not hold", "failed") for o in outcomes)
+    return Exit.FAILED if failed else Exit.OK
 
 
 if __name__ == "__main__":

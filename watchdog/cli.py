@@ -702,7 +702,13 @@ def cmd_probe(probe_args: List[str]) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``dlwatch`` and ``python -m watchdog``; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    instead: List[str] = []
+    if argv[:1] == ["verify"] and "--" in argv:  # verify's own options may follow REPORT; its command follows --
+        argv, instead = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        args.cmd = instead
     if args.command == "probe":
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":

@@ -16,9 +16,11 @@ class Exit(enum.IntEnum):
     """Every fixed exit code. An ``IntEnum``, so ``sys.exit(Exit.USAGE)`` exits with 2."""
 
     OK = 0
-    """``attach``: the job ended and no hang was reported; the other commands: done."""
+    """``attach``: the job ended and no hang was reported; ``run`` with a bound: reached and
+    ended; ``verify``: the fix holds; the other commands: done."""
     FAILED = 1
-    """An internal error of ``dlwatch``; ``probe``: a run failed or a scenario was misdiagnosed."""
+    """An internal error of ``dlwatch``; ``probe``: a run failed or a scenario was misdiagnosed;
+    ``verify``: the fix does not hold, or could not be proven."""
     USAGE = 2
     """A usage or configuration error, or a PID that cannot be watched; nothing was started."""
     HANG_REPORTED = 3

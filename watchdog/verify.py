@@ -627,6 +627,7 @@ def add_parser(sub) -> None:
     """The ``verify`` subcommand's parser, under ``sub`` (argparse subparsers)."""
     p = sub.add_parser(
         "verify",
+        usage="dlwatch verify [options] (REPORT | --last) [-- CMD ARGS…]",
         help="prove a report's fix: re-run the job unchanged and with the fix, side by side: dlwatch verify REPORT",
         description="Start the job of a hang or crash report again, under `dlwatch run` with the report's settings: "
         "unchanged, and with the report's fix applied by dlwatch (no edit to your code), alternating, --runs times "
@@ -661,7 +662,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print each run's command and changes; start nothing")
     p.add_argument("--json", metavar="PATH", help="write the runs and the verdict as JSON")
     p.add_argument("--yes", action="store_true", help="re-run a job whose report came from `dlwatch attach`")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="after --: the command to run instead of the report's")
+    p.set_defaults(cmd=[])  # what follows `--`: the command to run instead of the report's (split off by the CLI)
 
 
 def _positive_int(text: str) -> int:
@@ -727,8 +728,7 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         )
     if fix.loader and not origin.sites and not args.all_loaders:
         raise VerifyError(folder, "the report names no DataLoader site (no inside view): add --all-loaders")
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    command = list(command) or list(origin.command)
+    command = list(args.cmd) or list(origin.command)
     _check_rerunnable(origin, command, args.yes)
     bound = bound_of(origin, args.batches, args.seconds)
     runs = plan(origin, fix, args.runs, bound, args.all_loaders)

@@ -8,7 +8,7 @@ modelled on and says what the watchdog must conclude. ``CASES`` is the index the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -296,3 +296,14 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_signal_wakes_main", None, "unharmed", stall_timeout_s=2.0),
 )
 BY_NAME = {c.name: c for c in CASES}
+
+
+# For each kind whose rule declares a mechanical fix (``remedy_apply`` in the report), the
+# scenarios (cases, or catalogue scenarios of ``probes.repro``) on which ``dlwatch verify`` must
+# find that the fix holds: tests/real/test_verify.py runs each one.
+FIX_PROOFS: Dict[str, Tuple[str, ...]] = {
+    "fork_inherited_lock": ("thread_pool_before_fork", "openmp_pool_after_fork"),
+    "fd_exhausted": ("fd_exhausted_in_workers",),
+    "loader_timeout": ("loader_timeout_slow_batch",),
+    "cuda_in_forked_worker": ("cuda_in_forked_worker",),  # a catalogue scenario: needs CUDA
+}

@@ -202,3 +202,40 @@ def test_a_job_that_cannot_be_rerun_as_it_ran_is_refused_with_the_reason(tmp_pat
     verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], True)
     with pytest.raises(VerifyError, match="pass it after --"):
         verify._check_rerunnable(_origin(cwd=str(tmp_path)), [], False)
+
+
+def _kinds_declaring_a_fix():
+    import ast
+    import glob
+    import os
+
+    from tests.unit.builders import ROOT
+
+    kinds = set()
+    for path in glob.glob(os.path.join(ROOT, "watchdog", "diagnose", "*.py")):
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            kind = next(
+                (
+                    d.args[0].value
+                    for d in node.decorator_list
+                    if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "rule" and d.args
+                ),
+                None,
+            )
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            keywords = {k.arg for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords}
+            if kind and ("fix" in keywords or names & {"Fix", "FORKSERVER", "SPAWN"}):
+                kinds.add(kind)
+    return kinds
+
+
+def test_every_kind_that_declares_a_fix_has_a_scenario_that_proves_it():
+    from probes import cases, repro
+
+    assert _kinds_declaring_a_fix() == set(cases.FIX_PROOFS)
+    for kind, names in cases.FIX_PROOFS.items():
+        for name in names:
+            scenario = repro.CASE_SCENARIOS.get(name) or repro.BY_NAME[name]
+            assert scenario.expected == kind, (name, scenario.expected)

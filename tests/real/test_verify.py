@@ -1,0 +1,138 @@
+"""``dlwatch verify`` on real jobs: a case from ``probes/cases`` runs under ``dlwatch run`` and
+gets its report; ``verify`` then re-runs it unchanged and with the report's fix, applied by
+the job's recorder (``watchdog/bootstrap/_dlwatch_fix.py``) with no edit to the case, and must
+say whether the fix holds. Every run is bounded and every process group is killed
+(``helpers.run_bounded``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from probes import cases, repro
+from tests.real.helpers import DLWATCH, PY, ROOT, load_report, reports, run_bounded
+from watchdog.collect import inside
+from watchdog.types import Fix
+
+
+def _report_of(case: str, tmp_path, *flags: str) -> str:
+    """Run ``probes.cases.<case>`` under ``dlwatch run`` (5 s stall timeout) and return its
+    first hang or crash report folder."""
+    out = tmp_path / "reports"
+    code, _, err = run_bounded(
+        DLWATCH
+        + ["run", "--report-dir", str(out), "--stall-timeout", "5", *flags, "--", PY, "-m", f"probes.cases.{case}"],
+        timeout_s=180,
+    )
+    found = [f for f in reports(str(out)) if load_report(f)["mode"] in ("hang", "crash")]
+    assert found, (code, err[-3000:])
+    return found[0]
+
+
+def _verify(folder: str, *args: str, timeout_s: float = 400):
+    return run_bounded(DLWATCH + ["verify", folder, *args], timeout_s=timeout_s)
+
+
+_PROOFS = [(kind, name) for kind, names in cases.FIX_PROOFS.items() for name in names]
+
+
+@pytest.mark.parametrize("kind, name", _PROOFS, ids=[n for _, n in _PROOFS])
+def test_each_declared_fix_is_proven_on_the_job_itself(kind, name, tmp_path):
+    scenario = repro.CASE_SCENARIOS.get(name) or repro.BY_NAME[name]
+    outcome = repro.run_scenario(scenario, str(tmp_path / "run"))
+    if outcome.status == "skipped":
+        pytest.skip(outcome.note)
+    assert outcome.status == "ok" and outcome.first == kind and outcome.report, outcome
+    folder = outcome.report
+    doc = load_report(folder)
+    assert doc["diagnoses"][0]["remedy_apply"], doc["diagnoses"][0]
+    assert f"prove:  dlwatch verify {folder}" in open(os.path.join(folder, "report.txt")).read()
+    result, line = repro.verify_report(folder, str(tmp_path))  # what `dlwatch probe repro --verify` runs
+    assert result == "holds", line
+    described = Fix.from_dict(doc["diagnoses"][0]["remedy_apply"]).describe()
+    assert line.startswith(f"the fix holds: with {described} 1/1 run(s)"), line
+    verdict = json.load(open(tmp_path / "verify.json"))
+    control, fixed = verdict["runs"]
+    assert control["variant"] == "unchanged" and control["outcome"] in ("hung", "crashed")
+    assert fixed["variant"] == "fixed" and fixed["outcome"] in ("passed", "ended")
+    assert verdict["change"] and os.path.dirname(verdict["folder"]) == os.path.dirname(folder)  # beside the report
+
+
+def test_verify_says_it_reruns_the_program_first_and_how_to_make_the_fix_permanent(tmp_path):
+    folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
+    code, out, err = _verify(folder)
+    assert code == 0, (out, err[-3000:])
+    assert "starts your program again" in out.splitlines()[0]
+    assert 'make it permanent: DataLoader(..., multiprocessing_context="forkserver") at ' in out
+    assert "thread_pool_before_fork.py:" in out
+
+
+def test_a_kind_with_no_mechanical_fix_is_refused_with_the_reason(tmp_path):
+    folder = _report_of("dataset_exception_len_lies", tmp_path)
+    assert load_report(folder)["diagnoses"][0]["remedy_apply"] is None
+    assert "prove:" not in open(os.path.join(folder, "report.txt")).read()
+    code, out, err = _verify(folder, timeout_s=60)
+    assert code == 2, (out, err)
+    assert "dataset_error has no mechanical fix" in err and "--fix KEY=VALUE" in err
+    assert not any(n.startswith("verify-") for n in os.listdir(os.path.dirname(folder)))  # nothing was run
+
+
+def test_a_healthy_job_does_not_prove_a_fix(tmp_path):
+    folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
+    code, out, err = _verify(folder, "--", PY, "-m", "probes.cases.healthy_slow_samples", timeout_s=400)
+    assert code == 1, (out, err[-2000:])
+    assert "not proven: the control did not hang in 1 run(s)" in out, out
+
+
+def test_dry_run_prints_each_runs_command_and_changes_and_starts_nothing(tmp_path):
+    folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
+    code, out, err = _verify(folder, "--dry-run", "--runs", "2", "--fix", "env.OMP_NUM_THREADS=1", timeout_s=60)
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.startswith(("unchanged", "fixed"))]
+    assert [x.split(":")[0] for x in lines] == ["unchanged 1", "fixed 1", "unchanged 2", "fixed 2"]
+    assert "DLWATCH_APPLY=" in lines[1] and "OMP_NUM_THREADS=1" in lines[1] and "DLWATCH_APPLY" not in lines[0]
+    assert "probes.cases.thread_pool_before_fork" in lines[0]
+    assert not any(n.startswith("verify-") for n in os.listdir(os.path.dirname(folder)))
+
+
+def test_the_fix_changes_only_the_loader_at_the_reports_site(tmp_path):
+    script = tmp_path / "two_loaders.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch.multiprocessing as mp
+            from torch.utils.data import DataLoader
+
+            def main():
+                a = DataLoader(list(range(8)), batch_size=2, num_workers=1)
+                b = DataLoader(list(range(8)), batch_size=2, num_workers=1, timeout=0)
+                for _ in a:
+                    pass
+                for _ in b:
+                    pass
+                print(a.multiprocessing_context.get_start_method(), a.timeout, b.multiprocessing_context, b.timeout)
+                print(mp.get_sharing_strategy())
+
+            if __name__ == "__main__":
+                main()
+            """
+        )
+    )
+    hook = inside.make_folder()
+    try:
+        env = inside.hook_env(os.environ, hook.path, None)
+        env["DLWATCH_APPLY"] = json.dumps(
+            {
+                "loader": {"multiprocessing_context": "spawn", "timeout": 30},
+                "sharing_strategy": "file_system",
+                "sites": [f"{script}:7"],
+            }
+        )
+        code, out, err = run_bounded([PY, str(script)], timeout_s=120, env=env, cwd=ROOT)
+    finally:
+        inside.remove_folder(hook)
+    assert code == 0, err
+    assert out.splitlines() == ["spawn 30 None 0", "file_system"]
