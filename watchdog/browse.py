@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from . import frames
 from .errors import ReportNotFound
-from .writer import OUTCOME_FILE
+from .writer import OUTCOME_FILE, VERIFY_FILE
 
 # The files of a report folder a user may name instead of the folder itself.
 _REPORT_FILES = ("report.txt", "report.json", "report.html")
@@ -94,13 +94,32 @@ def outcome(folder: str) -> Optional[dict]:
     return doc if isinstance(doc, dict) and isinstance(doc.get("summary"), str) else None
 
 
+def verified(folder: str) -> Optional[dict]:
+    """What the last ``dlwatch verify`` of this report concluded (``verify.json``, written into
+    the report's folder): ``holds``, ``verdict``, ``folder`` (its runs); ``None`` when it was
+    never verified or the file cannot be read."""
+    try:
+        with open(os.path.join(folder, VERIFY_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("verdict"), str) else None
+
+
+def _verified_short(doc: dict) -> str:
+    if doc.get("holds") is True:
+        return "fix holds"
+    return "fix not proven" if str(doc.get("verdict")).startswith("not proven") else "fix does not hold"
+
+
 # What the OUTCOME column says of each outcome kind.
 _OUTCOME_SHORT = {"resolved": "resolved", "terminated": "terminated", "job_ended": "job ended"}
 
 
 def row(folder: str, doc: dict) -> List[str]:
     """One line of ``dlwatch reports``: time, job pid, rank, mode, first kind, where, action,
-    and the hang's outcome (``resolved after 41 s``, ``terminated``, ``job ended (exit 1)``)."""
+    and the hang's outcome (``resolved after 41 s``, ``terminated``, ``job ended (exit 1)``)
+    with what ``dlwatch verify`` concluded of its fix (``fix holds``, ``fix not proven``)."""
     first = (doc.get("diagnoses") or [{}])[0]
     job = doc.get("job") or {}
     rank = (job.get("rank") or {}).get("RANK", "")
@@ -121,6 +140,9 @@ def row(folder: str, doc: dict) -> List[str]:
             result += f" (exit {became['exit_code']})"
     elif doc.get("mode") == "hang":
         result = "-"
+    proof = verified(folder)
+    if proof is not None:
+        result = "; ".join(x for x in (result if result != "-" else "", _verified_short(proof)) if x)
     return [
         str(doc.get("detected_at") or "")[:19].replace("T", " "),
         str(job.get("pid", "")),
@@ -168,10 +190,15 @@ def text(folder: str, full: bool = False) -> str:
     except OSError as e:
         raise ReportNotFound(folder, f"cannot read report.txt: {e.strerror}") from None
     body = body if full else summary_text(body)
-    became = outcome(folder)
-    if became is not None:  # after the headline: what became of it
+    became, proof = outcome(folder), verified(folder)
+    extra = ""
+    if became is not None:  # after the headline: what became of it, and whether its fix was proven
+        extra += f"  outcome: {became['summary']} ({became.get('at', '?')})\n"
+    if proof is not None:
+        extra += f"  verify: {proof['verdict']} (runs: {proof.get('folder', '?')})\n"
+    if extra:
         head, _, rest = body.partition("\n")
-        body = f"{head}\n  outcome: {became['summary']} ({became.get('at', '?')})\n{rest}"
+        body = f"{head}\n{extra}{rest}"
     return body
 
 

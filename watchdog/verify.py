@@ -783,7 +783,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         "folder": out,
     }
     try:
-        writer.write_json(os.path.join(out, "verify.json"), redact.document(doc))
+        writer.write_json(os.path.join(out, writer.VERIFY_FILE), redact.document(doc))
+        writer.write_verify(folder, redact.document(doc))  # `dlwatch reports` and `show` say it
         if args.json:
             writer.write_json(os.path.abspath(args.json), redact.document(doc))
     except ReportWriteError as e:

@@ -56,6 +56,18 @@ def write(report: Report, report_dir: str) -> str:
 
 
 OUTCOME_FILE = "outcome.json"
+# What the last `dlwatch verify` of a report concluded, in the report's folder (watchdog.verify).
+VERIFY_FILE = "verify.json"
+
+
+def write_verify(folder: str, verdict: dict) -> None:
+    """Write what ``dlwatch verify`` concluded of a report's fix as ``<folder>/verify.json``
+    (:func:`write_json`); a later verify replaces it.
+
+    Raises:
+        ReportWriteError: the file cannot be written.
+    """
+    write_json(os.path.join(folder, VERIFY_FILE), verdict)
 
 
 def write_outcome(folder: str, outcome: dict) -> None:

@@ -124,3 +124,18 @@ def test_a_hang_s_outcome_is_listed_and_shown_after_its_headline(tmp_path):
     assert [n for n in os.listdir(folder) if n.startswith(".")] == []  # no temporary file left
     lines = browse.text(folder).splitlines()
     assert lines[0].startswith("dlwatch: job hung") and lines[1].startswith("  outcome: the job ended with exit code 1")
+
+
+def test_a_verified_fix_is_listed_with_the_outcome_and_shown_with_its_runs(tmp_path):
+    folder = _written(tmp_path)
+    writer.write_outcome(folder, {"outcome": "terminated", "summary": "dlwatch ended the job"})
+    verdict = "the fix holds: with multiprocessing_context='forkserver' 3/3 run(s) passed batch 74"
+    writer.write_verify(folder, {"holds": True, "verdict": verdict, "folder": "/r/verify-1"})
+    table, _ = browse.listing(str(tmp_path))
+    assert "terminated; fix holds" in table
+    lines = browse.text(folder).splitlines()
+    assert lines[1].startswith("  outcome: dlwatch ended the job")
+    assert lines[2] == f"  verify: {verdict} (runs: /r/verify-1)"
+    assert oct(os.stat(os.path.join(folder, writer.VERIFY_FILE)).st_mode & 0o777) == "0o600"
+    writer.write_verify(folder, {"holds": False, "verdict": "not proven: the control did not hang in 1 run(s)"})
+    assert "terminated; fix not proven" in browse.listing(str(tmp_path))[0]
