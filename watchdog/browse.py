@@ -216,7 +216,10 @@ def write_html(folder: str, out: Optional[str] = None) -> str:
 
     doc = load(folder)
     try:
-        page = html_mod.render(doc, text(folder, full=True))
+        proof = verified(folder)
+        runs = proof.get("folder") if proof is not None else None
+        href = os.path.relpath(str(runs), folder) + "/" if isinstance(runs, str) and runs else None
+        page = html_mod.render(doc, text(folder, full=True), proof, href)
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited report.json
         raise ReportNotFound(folder, f"report.json cannot be rendered: {e!r}") from None
     out = os.path.join(folder, "report.html") if out is None else out

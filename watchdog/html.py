@@ -177,8 +177,10 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
     return out
 
 
-def render(doc: dict, text: str) -> str:
-    """The HTML page of a report: ``doc`` is its ``report.json``, ``text`` its ``report.txt``."""
+def render(doc: dict, text: str, verified: Optional[dict] = None, runs_href: Optional[str] = None) -> str:
+    """The HTML page of a report: ``doc`` is its ``report.json``, ``text`` its ``report.txt``;
+    ``verified`` what ``dlwatch verify`` concluded of its fix (``verify.json``), linked to its
+    runs at ``runs_href`` (a path relative to the page) when given."""
     summary, _, stacks = text.partition("\n" + STACKS_HEADING)
     first = (doc.get("diagnoses") or [{}])[0]
     title = f"dlwatch: {doc.get('mode', '')}: {first.get('kind', '')} — job pid {(doc.get('job') or {}).get('pid', '')}"
@@ -193,6 +195,9 @@ def render(doc: dict, text: str) -> str:
     if first.get("location"):
         parts.append(f"<p><b>Where:</b> <code>{_esc(first['location'])}</code></p>")
     parts.append(f"<p><b>Fix:</b> {_esc(first.get('remedy', ''))}</p>")
+    if verified is not None:
+        link = f' <a id="verify-runs" href="{_esc(runs_href)}">the runs</a>' if runs_href else ""
+        parts.append(f'<p id="verify"><b>Verify:</b> {_esc(str(verified.get("verdict", "")))}.{link}</p>')
     note = f" ({doc['action_note']})" if doc.get("action_note") else ""
     parts.append(f"<p><b>Action:</b> {_esc(str(doc.get('action', '')) + note)}</p>")
     parts.append('<h2>Evidence</h2><ul id="evidence">')

@@ -139,3 +139,13 @@ def test_a_verified_fix_is_listed_with_the_outcome_and_shown_with_its_runs(tmp_p
     assert oct(os.stat(os.path.join(folder, writer.VERIFY_FILE)).st_mode & 0o777) == "0o600"
     writer.write_verify(folder, {"holds": False, "verdict": "not proven: the control did not hang in 1 run(s)"})
     assert "terminated; fix not proven" in browse.listing(str(tmp_path))[0]
+
+
+def test_the_html_page_of_a_verified_report_links_to_its_runs(tmp_path):
+    pytest.importorskip("matplotlib")
+    folder = _written(tmp_path)
+    runs = os.path.join(str(tmp_path), "verify-20261202T000000Z-1")
+    writer.write_verify(folder, {"holds": True, "verdict": "the fix holds: <3/3>", "folder": runs})
+    page = open(browse.write_html(folder), encoding="utf-8").read()
+    assert '<p id="verify"><b>Verify:</b> the fix holds: &lt;3/3&gt;.' in page
+    assert 'href="../verify-20261202T000000Z-1/"' in page
