@@ -230,7 +230,9 @@ class ProcessSample:
     (``procfs.mapped_data_files``). ``dirty_bytes`` is its private dirty memory (``smaps_rollup``
     Private_Dirty, read with USS): what it wrote that only it holds; clean file pages it read
     (a memmap) are in USS and not in it; ``anon_bytes`` its anonymous memory (``smaps_rollup``
-    Anonymous, read with USS: heap and objects, shared with its forked children or not).
+    Anonymous, read with USS: heap and objects, shared with its forked children or not);
+    ``memory_read_mono`` when those slow-cadence values were read (``time.monotonic()``
+    seconds; ``None``: never), so that a figure quoted at a crash can say how old it is.
     ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
@@ -267,6 +269,7 @@ class ProcessSample:
     dirty_bytes: Optional[int] = None
     start_ticks: int = 0
     anon_bytes: Optional[int] = None
+    memory_read_mono: Optional[float] = None
 
     @property
     def ident(self) -> ProcId:

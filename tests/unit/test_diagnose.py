@@ -1040,3 +1040,19 @@ def test_a_worker_that_became_another_program_is_worker_exec_not_a_lost_batch():
     assert "sleep" in first.summary and "subprocess.run" in first.remedy and "picklable" not in first.remedy
     unchanged = dc.replace(base, sample=before, timeline=(before, before))
     assert all(d.kind != "worker_exec" for d in diagnose(unchanged))
+
+
+def test_a_killed_processes_memory_says_how_old_its_slow_reading_was():
+    import dataclasses
+
+    from watchdog.diagnose.crashes import memory_age
+
+    base = hang_facts([])
+    s = base.sample
+    pid = s.main.pid
+    stale = dataclasses.replace(s.main, memory_read_mono=s.t_mono - 18.0)
+    facts = dataclasses.replace(base, timeline=(dataclasses.replace(s, processes=(stale,) + s.processes[1:]),))
+    assert memory_age(facts, pid) == " (USS and private dirty read 18 s before; RSS at that sample)"
+    fresh = dataclasses.replace(s.main, memory_read_mono=s.t_mono)
+    facts = dataclasses.replace(base, timeline=(dataclasses.replace(s, processes=(fresh,) + s.processes[1:]),))
+    assert memory_age(facts, pid) == ""

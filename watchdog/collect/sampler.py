@@ -480,6 +480,7 @@ class Sampler:
             "mapped_files": full.files if watched and full else (),
             "dirty_bytes": full.dirty if watched and full else None,
             "anon_bytes": full.anon if watched and full else None,
+            "memory_read_mono": full.at if watched and full else None,
         }
 
     def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
@@ -510,13 +511,14 @@ class Sampler:
         dt = min(base, now - self._last_t) if self._last_t is not None else min(base, 1.0)
         budget = max(1, math.ceil(len(watched) * max(dt, 0.0) / base))
         due = []
+        wall = self.clock()
         for e in watched:
             full = self._full.get(ProcId(e["pid"], e["start_ticks"]))
             if full is None:
                 due.append((float("-inf"), e["create_time"], e))
                 continue
             moved = abs(e["rss_bytes"] - full.rss) >= min(_RSS_MOVE_BYTES, max(_RSS_MOVE_SHARE * full.rss, 2**20))
-            young = self.clock() - e["create_time"] < _YOUNG_S
+            young = wall - e["create_time"] < _YOUNG_S
             at = full.at + (min(base, 1.0) if young else base if moved else full.interval)
             if at <= now:
                 due.append((at, e["create_time"], e))
@@ -554,6 +556,7 @@ class Sampler:
                 mapped_files=files,
                 dirty_bytes=dirty,
                 anon_bytes=anon,
+                memory_read_mono=now,
             )
 
     def _quota(self, pid: int, role: str) -> Optional[float]:

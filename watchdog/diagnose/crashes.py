@@ -246,6 +246,21 @@ def _memory_remedy(facts: Facts, pids: Sequence[int], limit: Optional[float]) ->
     )
 
 
+def memory_age(facts: Facts, pid: int) -> str:
+    """How old the slow-cadence memory figures (USS, private dirty) of ``pid``'s last sample
+    were when it was last seen: ``" (USS and private dirty read 18 s before)"``, or ``""`` when
+    they were read at that sample or never. They are read every ``full_info_interval_s``, and
+    less often while a process's memory stays still (watchdog.collect.sampler), so a figure
+    quoted at a kill may predate the growth that caused it."""
+    for s in reversed(facts.timeline):
+        p = s.process(pid)
+        if p is not None and p.rss_bytes > 0:
+            if p.memory_read_mono is None or s.t_mono - p.memory_read_mono < 1.0:
+                return ""
+            return f" (USS and private dirty read {s.t_mono - p.memory_read_mono:.0f} s before; RSS at that sample)"
+    return ""
+
+
 def written_last(facts: Facts, pid: int) -> Optional[int]:
     """The private dirty memory (else USS) ``pid`` had at its last sample with one, bytes."""
     found = None
@@ -519,6 +534,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         if last is not None:
             evidence.append(
                 f"worker pid {pid}: last seen state {last.state}, RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}"
+                + memory_age(facts, pid)
             )
     oom = bool(facts.oom_kills)
     limit = max_over_timeline(facts, lambda s: s.host.mem_limit_bytes)
@@ -923,7 +939,7 @@ def main_killed(facts: Facts) -> Optional[Finding]:
     if last is not None:
         evidence.append(
             f"main pid {pid}: last seen RSS {mib(last.rss_bytes)}, USS {mib(last.uss_bytes)}, private dirty "
-            f"{mib(last.dirty_bytes)}"
+            f"{mib(last.dirty_bytes)}" + memory_age(facts, last.pid)
         )
     points = since_last_drop(memory_points(facts, main)) if main is not None else []
     grew = None
