@@ -1,7 +1,11 @@
 #!/bin/sh
 # Docker: enough /dev/shm for the DataLoader (the default is 64 MB), SYS_PTRACE for py-spy, and
 # the metrics port. dlwatch runs inside the training container, in front of the job.
-exec docker run --rm \
+# --init: a real init as PID 1 (docker's tini) reaps the processes orphaned when a worker or the
+# job is killed; dlwatch is not an init. --user: the container runs as you, so the reports it
+# writes into the bind mount (0700 folders, 0600 files) are yours, not root's.
+exec docker run --rm --init \
+  --user "$(id -u):$(id -g)" \
   --shm-size=8g \
   --cap-add SYS_PTRACE \
   -p 9400:9400 \

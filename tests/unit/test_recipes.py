@@ -24,7 +24,9 @@ def _dlwatch_args(text):
     """The arguments of each ``dlwatch …`` command in a recipe (up to ``--`` or a shell operator)."""
     out = []
     for m in re.finditer(r"\bexec dlwatch ([^\n\\]+)|\bdlwatch (run [^\n]+)", text):
-        text_ = (m.group(1) or m.group(2)).replace("\\", " ").replace('"$pid"', "4242")  # the shell fills it in
+        text_ = (
+            (m.group(1) or m.group(2)).replace("\\", " ").replace('"$pid"', "4242").replace('"$DLWATCH_PORT"', "9400")
+        )  # the shell fills them in
         words = shlex.split(text_)
         out.append(words[: words.index("--")] if "--" in words else words)
     return out
@@ -43,7 +45,10 @@ def test_the_kubernetes_pod_shares_processes_allows_ptrace_and_sizes_dev_shm():
     assert {"name": "dshm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
     (args,) = _dlwatch_args(sidecar["command"][-1])
     parsed = build_parser().parse_args(args)
-    assert parsed.command == "attach" and parsed.metrics_port == 9400
+    assert parsed.command == "attach" and parsed.metrics_port == 9400 and parsed.on_hang == "terminate"
+    reports = next(v for v in spec["volumes"] if v["name"] == "reports")
+    assert "persistentVolumeClaim" in reports  # reports outlive the pod
+    assert "pip install dataloader-watchdog" not in _read("kubernetes.yaml")  # not on PyPI
 
 
 def test_the_slurm_and_docker_scripts_are_valid_shell_with_valid_dlwatch_flags():
@@ -56,3 +61,5 @@ def test_the_slurm_and_docker_scripts_are_valid_shell_with_valid_dlwatch_flags()
             parsed = build_parser().parse_args(args)
             assert parsed.command == "run" and parsed.metrics_port == 9400
     assert "--shm-size" in _read("docker.sh") and "SYS_PTRACE" in _read("docker.sh")
+    assert "--init" in _read("docker.sh") and '--user "$(id -u):$(id -g)"' in _read("docker.sh")
+    assert "DLWATCH_PORT=$((9400 + SLURM_JOB_ID % 500))" in _read("slurm.sbatch")
