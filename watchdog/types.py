@@ -864,6 +864,40 @@ FIX_LOADER_SETTINGS = (
 )
 
 
+def _whole(minimum: int):
+    def check(value: object) -> str:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        return "" if ok else f"an integer >= {minimum}"
+
+    return check
+
+
+def _flag(value: object) -> str:
+    return "" if isinstance(value, bool) else "true or false"
+
+
+def _seconds(value: object) -> str:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value == value
+    return "" if ok else "seconds >= 0 (0: no timeout)"
+
+
+def _start_method(value: object) -> str:
+    return "" if value in START_METHODS else f"one of {', '.join(START_METHODS)}"
+
+
+# What each loader setting of a Fix accepts (torch/utils/data/dataloader.py, DataLoader.__init__).
+START_METHODS = ("fork", "spawn", "forkserver")
+SHARING_STRATEGIES = ("file_descriptor", "file_system")  # torch.multiprocessing.get_all_sharing_strategies() on Linux
+_FIX_VALUES = {
+    "multiprocessing_context": _start_method,
+    "num_workers": _whole(0),
+    "timeout": _seconds,
+    "pin_memory": _flag,
+    "prefetch_factor": _whole(1),
+    "persistent_workers": _flag,
+}
+
+
 @dataclass(frozen=True)
 class Fix:
     """A fix that ``dlwatch verify`` can apply to the user's job with no edit to its code
@@ -877,7 +911,9 @@ class Fix:
     RLIMIT_NOFILE to set, or ``None``.
 
     Raises:
-        ValueError: a loader setting outside :data:`FIX_LOADER_SETTINGS`.
+        ValueError: a loader setting outside :data:`FIX_LOADER_SETTINGS`, or a value that
+            setting does not take (a start method that is not one, ``num_workers=-1``), a
+            sharing strategy Linux's torch lacks, a bad ``nofile`` or variable.
     """
 
     loader: Tuple[Tuple[str, object], ...] = ()
@@ -889,6 +925,18 @@ class Fix:
         wrong = [k for k, _ in self.loader if k not in FIX_LOADER_SETTINGS]
         if wrong:
             raise ValueError(f"not a DataLoader setting a fix may change: {', '.join(wrong)}")
+        for key, value in self.loader:
+            why = _FIX_VALUES[key](value)
+            if why:
+                raise ValueError(f"{key}={value!r}: {why}")
+        if self.sharing_strategy is not None and self.sharing_strategy not in SHARING_STRATEGIES:
+            raise ValueError(f"sharing_strategy={self.sharing_strategy!r}: one of {', '.join(SHARING_STRATEGIES)}")
+        nofile = self.nofile
+        if nofile is not None and (isinstance(nofile, bool) or not isinstance(nofile, int) or not 1 <= nofile <= 2**31):
+            raise ValueError(f"rlimit_nofile={nofile!r}: an integer from 1 to 2**31")
+        for name, value in self.env:
+            if not name or "=" in name or "\0" in name or "\0" in value:
+                raise ValueError(f"env.{name}: a variable name without '=' or NUL, and a value without NUL")
 
     def as_dict(self) -> Dict[str, object]:
         """The fix as ``report.json`` carries it (``remedy_apply``): only the parts it sets."""

@@ -26,6 +26,7 @@ import os
 import resource
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ from tabulate import tabulate
 
 from . import browse, redact, report, writer
 from .errors import ReportWriteError, WatchdogError
-from .exits import Exit
+from .exits import Exit, of_signal
 from .types import FIX_LOADER_SETTINGS, Fix, Sample
 
 CONTROL, FIXED = "unchanged", "fixed"
@@ -108,42 +109,156 @@ def _iso_seconds(text: Optional[str]) -> Optional[float]:
         return None
 
 
-def origin_of(folder: str) -> Origin:
-    """The :class:`Origin` of the report in ``folder``.
+# A report.json larger than this is not one dlwatch wrote (its timeline is bounded).
+MAX_REPORT_BYTES = 64 * 2**20
+# The watchdog settings a verify run takes from the report: the timings and what to read. Never
+# its commands (on_*_exec), its py-spy binary, its report folder or its metrics endpoint: a
+# report is a file, and what it says must not choose what dlwatch runs.
+RUN_SETTINGS = (
+    "interval_s",
+    "stall_timeout_s",
+    "busy_stall_timeout_s",
+    "stall_min_s",
+    "stall_p99_factor",
+    "cpu_progress_s",
+    "full_info_interval_s",
+    "timeline_samples",
+    "warning_interval_s",
+    "stderr_tail_bytes",
+    "data_checks",
+    "terminate_grace_s",
+    "terminate_outside_loader",
+)
+RUN_PYSPY_SETTINGS = ("native", "timeout_s")
+
+
+def _owned(path: str, what: str) -> os.stat_result:
+    """``lstat`` of ``path``, which must be this user's and writable by no one else.
 
     Raises:
-        ReportNotFound: no readable ``report.json`` there.
-        VerifyError: the report is not of a hang or a crash.
+        VerifyError: a link, another user's, or writable by group or others.
     """
-    doc = browse.load(folder)
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise VerifyError(path, f"cannot read {what}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise VerifyError(path, f"{what} is a symbolic link: name the report folder itself")
+    if st.st_uid != os.geteuid():
+        raise VerifyError(
+            path, f"{what} belongs to uid {st.st_uid}, not to you ({os.geteuid()}): verify runs only your own reports"
+        )
+    if st.st_mode & 0o022:
+        raise VerifyError(path, f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): not trusted")
+    return st
+
+
+def read_report(folder: str) -> dict:
+    """``report.json`` of ``folder``, read only when it can be trusted to say what to run: the
+    folder and the file are this user's, writable by no one else, the file a regular one (no
+    link, FIFO or device) of at most ``MAX_REPORT_BYTES``.
+
+    Raises:
+        VerifyError: naming the folder or file and why.
+    """
+    _owned(folder, "the report folder")
+    path = os.path.join(folder, "report.json")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise VerifyError(path, f"cannot open: {e.strerror or e} (a link is refused)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPORT_BYTES:
+            raise VerifyError(path, f"not a regular file of at most {MAX_REPORT_BYTES >> 20} MiB")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise VerifyError(path, "not yours, or writable by others: not trusted")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(MAX_REPORT_BYTES + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except ValueError as e:
+        raise VerifyError(path, f"not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise VerifyError(path, "not a dlwatch report (not a JSON object)")
+    return doc
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or "\0" in value:
+        raise ValueError(f"{what} is not a string without NUL")
+    return value
+
+
+def origin_of(folder: str) -> Origin:
+    """The :class:`Origin` of the report in ``folder`` (:func:`read_report`).
+
+    Raises:
+        VerifyError: the report cannot be trusted or read, is malformed (naming the field), or
+            is not of a hang or a crash.
+    """
+    doc = read_report(folder)
+    try:
+        return _origin(folder, doc)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        raise VerifyError(os.path.join(folder, "report.json"), f"malformed: {e}") from None
+
+
+def _origin(folder: str, doc: dict) -> Origin:
+    mode = doc.get("mode")
+    if mode not in ("hang", "crash"):
+        raise VerifyError(folder, f"a {mode!s} report: verify proves the fix of a hang or a crash")
     first = doc["diagnoses"][0]
-    if doc.get("mode") not in ("hang", "crash"):
-        raise VerifyError(folder, f"a {doc.get('mode')} report: verify proves the fix of a hang or a crash")
+    kind = _text(first["kind"], "diagnoses[0].kind")
     job = doc.get("job") or {}
     launch = job.get("launch") or {}
+    apply = first.get("remedy_apply")
+    if apply is not None and not isinstance(apply, dict):
+        raise ValueError("remedy_apply is not an object")
     try:
-        fix = Fix.from_dict(first["remedy_apply"]) if first.get("remedy_apply") else None
+        fix = Fix.from_dict(apply) if apply else None
     except ValueError as e:
-        raise VerifyError(folder, f"report.json: remedy_apply: {e}") from None
+        raise ValueError(f"remedy_apply: {e}") from None
+    command = launch.get("command") or []
+    if not isinstance(command, list):
+        raise ValueError("job.launch.command is not a list")
+    command = [_text(a, "job.launch.command[]") for a in command]
+    cwd = launch.get("cwd")
+    uid = launch.get("uid")
+    if cwd is not None:
+        _text(cwd, "job.launch.cwd")
+    if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int)):
+        raise ValueError("job.launch.uid is not an integer")
     main_pid = job.get("pid")
     loaders = [v for v in (doc.get("inside_view") or {}).get("loaders") or [] if v.get("pid") == main_pid]
-    sites = tuple(dict.fromkeys(f"{v['site']['file']}:{v['site']['line']}" for v in loaders if v.get("site")))
+    sites = tuple(dict.fromkeys(f"{v['site']['file']}:{int(v['site']['line'])}" for v in loaders if v.get("site")))
     current = next((v for v in loaders if v.get("in_next_for_s") is not None), loaders[-1] if loaders else None)
+    batches = current.get("batches") if current else None
+    if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
+        raise ValueError("inside_view.loaders[].batches is not a count")
+    size = (current.get("settings") or {}).get("batch_size") if current else None
     settings = (doc.get("watchdog") or {}).get("settings") or {}
-    detected, started = _iso_seconds(doc.get("detected_at")), _iso_seconds(job.get("start_time"))
+    if not isinstance(settings, dict):
+        raise ValueError("watchdog.settings is not an object")
+    detected = _iso_seconds(doc.get("detected_at") if isinstance(doc.get("detected_at"), str) else None)
+    started = _iso_seconds(job.get("start_time") if isinstance(job.get("start_time"), str) else None)
     return Origin(
         folder=folder,
-        mode=doc["mode"],
-        kind=first["kind"],
+        mode=mode,
+        kind=kind,
         fix=fix,
-        location=first.get("location"),
-        command=tuple(launch.get("command") or ()),
-        cwd=launch.get("cwd"),
-        uid=launch.get("uid"),
-        watched_by=launch.get("watched_by") or "",
+        location=first.get("location") if isinstance(first.get("location"), str) else None,
+        command=tuple(command),
+        cwd=cwd,
+        uid=uid,
+        watched_by=str(launch.get("watched_by") or ""),
         sites=sites,
-        failed_at_batch=current.get("batches") if current else None,
-        batch_size=(current.get("settings") or {}).get("batch_size") if current else None,
+        failed_at_batch=batches,
+        batch_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
         ran_s=detected - started if detected is not None and started is not None else None,
         settings=dict(settings),
     )
@@ -183,7 +298,10 @@ def parse_fix(items: Sequence[str]) -> Fix:
         else:
             known = ", ".join(FIX_LOADER_SETTINGS + ("sharing_strategy", "rlimit_nofile", "env.NAME"))
             raise VerifyError(f"--fix {item}", f"unknown key {key!r} (one of: {known})")
-    return Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+    try:
+        return Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+    except ValueError as e:
+        raise VerifyError("--fix", str(e)) from None
 
 
 class RunBound:
@@ -267,7 +385,8 @@ class RunBound:
 class RunResult:
     """One verify run: ``variant`` (``unchanged``/``fixed``), its ``index`` (from 1), how it
     went (``outcome``: ``hung``, ``crashed``, ``passed`` — reached its bound —, ``ended`` —
-    ended by itself with exit code 0 —, or ``failed`` — no summary came back), the first
+    ended by itself with exit code 0 —, ``timed out`` — ended at ``--max-run-s`` before its
+    bound —, or ``failed`` — no summary came back), the first
     report's ``kind``, the job's ``exit_code``, the figures of its summary, whether the fix
     was seen applied (``applied``: the recorder saw the loader settings changed; ``None``
     when there is nothing to see), and its report folders."""
@@ -286,7 +405,8 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        """The run hung or crashed (or gave no summary)."""
+        """The run hung or crashed (or gave no summary). A run ended at ``--max-run-s``
+        (``timed out``) neither failed nor passed."""
         return self.outcome in ("hung", "crashed", "failed")
 
 
@@ -315,12 +435,15 @@ def bound_of(origin: Origin, batches: Optional[int], seconds: Optional[float]) -
 
 
 def _settings_for_runs(origin: Origin) -> Dict[str, object]:
-    """The original's watchdog settings for a verify run: alert commands and the metrics
-    endpoint off (a verify run is no production incident), the report folder set per run."""
-    out = {k: v for k, v in origin.settings.items() if k != "report_dir"}
-    for key in ("on_hang_exec", "on_crash_exec", "on_warning_exec", "metrics_port"):
-        if key in out:
-            out[key] = None
+    """The original's watchdog settings for a verify run: its timings only (``RUN_SETTINGS``);
+    alert commands, the metrics endpoint and py-spy's path are the defaults (off, found
+    beside dlwatch), the hook on, the report folder set per run. ``dlwatch run`` validates
+    them (a bad value: the run fails and says so)."""
+    out: Dict[str, object] = {k: origin.settings[k] for k in RUN_SETTINGS if k in origin.settings}
+    pyspy = origin.settings.get("py_spy")
+    if isinstance(pyspy, dict):
+        out["py_spy"] = {k: pyspy[k] for k in RUN_PYSPY_SETTINGS if k in pyspy}
+    out["hook"] = True
     out["on_hang"] = "report"  # the run's bound ends a hung run
     return out
 
@@ -378,7 +501,9 @@ def _applied(fix: Fix, variant: str, summary: Optional[dict]) -> Optional[bool]:
     seen = summary.get("loader_settings") or {}
     if not seen:
         return False
-    return all(seen.get(k) == v or str(seen.get(k)) == str(v) for k, v in fix.loader)
+    # Without workers the recorder notes no start method, and prefetching does not apply.
+    moot = ("multiprocessing_context", "prefetch_factor", "persistent_workers") if seen.get("num_workers") == 0 else ()
+    return all(seen.get(k) == v or str(seen.get(k)) == str(v) for k, v in fix.loader if k not in moot)
 
 
 def run_one(
@@ -425,16 +550,20 @@ def run_one(
         )
     finally:
         os.close(fd)
+    configured = origin.settings.get("terminate_grace_s")
+    grace = float(configured) if isinstance(configured, (int, float)) and not isinstance(configured, bool) else 10.0
+    timed_out = False
     try:
         proc.wait(max_run_s)
     except subprocess.TimeoutExpired:
-        _end_group(proc)
+        timed_out = True
+        _end_group(proc, min(grace, 600.0))
     except BaseException:
-        _end_group(proc)
+        _end_group(proc, min(grace, 600.0))
         raise
     summary = _read_json(summary_path)
     docs = [d for d in (_read_report(f) for f in browse.folders(run_dir)) if d is not None]
-    outcome, kind = _outcome(summary, docs)
+    outcome, kind = ("timed out", "") if timed_out and summary is None else _outcome(summary, docs)
     s = summary or {}
     return RunResult(
         variant=variant,
@@ -451,18 +580,43 @@ def run_one(
     )
 
 
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the run's session (dlwatch and the job it started), SIGKILL 10 s later."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End a run: SIGTERM to ``dlwatch run`` (which forwards it to the job's own process
+    group and waits for it), then, ``grace_s`` + 5 seconds later, SIGKILL to every process
+    that descended from it (found before the SIGTERM, and each checked to be that process
+    still: psutil compares its start time) and to their process groups."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s + 5.0)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    groups = set()
+    for p in tree:
         try:
-            os.killpg(proc.pid, sig)
+            if p.is_running():
+                groups.add(os.getpgid(p.pid))
+                p.kill()
+        except (psutil.Error, OSError):
+            pass
+    for group in groups - {os.getpgrp()}:
+        try:
+            os.killpg(group, signal.SIGKILL)
         except OSError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(5.0)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -497,7 +651,7 @@ def _batches_range(results: Sequence[RunResult]) -> str:
     values = sorted(r.batches for r in results if r.batches is not None)
     if not values:
         return "?"
-    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+    return f"batch {values[0]}" if values[0] == values[-1] else f"batches {values[0]}–{values[-1]}"
 
 
 def change_of(fix: Fix, origin: Origin) -> str:
@@ -505,7 +659,7 @@ def change_of(fix: Fix, origin: Origin) -> str:
     parts = []
     if fix.loader:
         args = ", ".join(f"{k}={v!r}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in fix.loader)
-        where = f" at {origin.sites[0]}" if origin.sites else ""
+        where = f" for the loader iterated at {origin.sites[0]}" if origin.sites else ""
         parts.append(f"DataLoader(..., {args}){where}")
     if fix.sharing_strategy:
         parts.append(
@@ -518,10 +672,11 @@ def change_of(fix: Fix, origin: Origin) -> str:
     return "; ".join(parts)
 
 
-def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult]) -> Verdict:
+def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command: bool = False) -> Verdict:
     """Judge the runs: the fix holds when every fixed run passed and the control failed in
     every run, or, for a flaky control, when the one-sided Fisher p-value is below ``ALPHA``.
-    A fixed run in which the fix was not seen applied proves nothing."""
+    A fixed run in which the fix was not seen applied proves nothing. ``own_command``: the
+    runs ran the command given after ``--``, not the report's."""
     control = [r for r in results if r.variant == CONTROL]
     fixed = [r for r in results if r.variant == FIXED]
     c_fail, f_fail = sum(r.failed for r in control), sum(r.failed for r in fixed)
@@ -531,16 +686,27 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult]) -> Verdict:
     outcomes = {r.outcome for r in control if r.failed}
     verb = "hung" if outcomes == {"hung"} else "crashed" if outcomes == {"crashed"} else "failed"
     control_text = f"unchanged {c_fail}/{len(control)} " + (
-        f"{verb} ({', '.join(c_kinds)}) at batches {_batches_range([r for r in control if r.failed])}"
-        if c_fail
-        else "passed"
+        f"{verb} ({', '.join(c_kinds)}) at {_batches_range([r for r in control if r.failed])}" if c_fail else "passed"
     )
+    slow = [r for r in results if r.outcome == "timed out"]
+    if slow:
+        return Verdict(
+            False,
+            f"not proven: {len(slow)} run(s) reached --max-run-s before their bound (neither hung nor passed): "
+            "give a larger --max-run-s, or a smaller --batches or --seconds",
+            None,
+            None,
+        )
     if c_fail == 0:
+        advice = (
+            "the command given after -- is not the report's: does it reach the same failure?"
+            if own_command
+            else "flaky: try --runs 10"
+        )
         return Verdict(
             False,
             f"not proven: the control did not {'hang' if origin.mode == 'hang' else 'crash'} in {len(control)} run(s) "
-            "(flaky: try --runs 10); "
-            f"with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
+            f"({advice}); with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
             None,
             None,
         )
@@ -557,17 +723,25 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult]) -> Verdict:
     passed = [r for r in fixed if not r.failed]
     original = f"the original {'hung' if origin.mode == 'hang' else 'crashed'} at {point}"
     if passed and all(r.outcome == "ended" for r in passed):
-        head, detail = "ran to their end", f"{_batches_range(passed)} batches; {original}"
+        head, detail = "ran to their end", f"up to {_batches_range(passed)}; {original}"
     elif passed:
-        head, detail = f"passed batch {_batches_range(passed)}", original
+        head, detail = f"passed {_batches_range(passed)}", original
     else:
         head, detail = "passed", original
     fixed_text = f"with {what} {len(passed)}/{len(fixed)} run(s) {head} ({detail})"
     if f_fail:
         f_kinds = sorted({r.kind for r in fixed if r.failed and r.kind})
+        first = next(r for r in fixed if r.failed)
+        other = [k for k in f_kinds if k not in c_kinds]
+        why = (
+            f"; the fix itself fails otherwise ({', '.join(other)}): read that run's report"
+            + (f" ({first.reports[0]})" if first.reports else "")
+            if other
+            else ""
+        )
         return Verdict(
             False,
-            f"the fix does not hold: {fixed_text}; {f_fail} failed ({', '.join(f_kinds) or '?'}); {control_text}",
+            f"the fix does not hold: {fixed_text}; {f_fail} failed ({', '.join(f_kinds) or '?'}); {control_text}{why}",
             None,
             None,
         )
@@ -659,6 +833,7 @@ def add_parser(sub) -> None:
         "rlimit_nofile=65536, env.NAME=VALUE; repeatable",
     )
     p.add_argument("--all-loaders", action="store_true", help="apply the loader part to every DataLoader")
+    p.add_argument("--only", action="store_true", help="apply only the --fix items, not the report's fix")
     p.add_argument("--dry-run", action="store_true", help="print each run's command and changes; start nothing")
     p.add_argument("--json", metavar="PATH", help="write the runs and the verdict as JSON")
     p.add_argument("--yes", action="store_true", help="re-run a job whose report came from `dlwatch attach`")
@@ -713,13 +888,17 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     """
     if args.last == bool(args.report):
         raise VerifyError("REPORT", "give a report folder or --last (one of them)")
-    folder = browse.folders(args.report_dir)[0] if args.last and browse.folders(args.report_dir) else None
+    try:
+        found = browse.folders(args.report_dir) if args.last else []
+    except WatchdogError as e:
+        raise VerifyError("--last", f"{e} (--report-dir DIR names where the reports are)") from None
+    folder = found[0] if found else None
     if args.last and folder is None:
-        raise VerifyError(args.report_dir, "no report there")
+        raise VerifyError(args.report_dir, "no report there (--report-dir DIR names where the reports are)")
     folder = os.path.abspath(browse.report_folder(folder or args.report))
     origin = origin_of(folder)
     own = parse_fix(args.fix)
-    fix = origin.fix.merged(own) if origin.fix is not None else own
+    fix = origin.fix.merged(own) if origin.fix is not None and not args.only else own
     if fix == Fix():
         raise VerifyError(
             folder,
@@ -729,50 +908,75 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     if fix.loader and not origin.sites and not args.all_loaders:
         raise VerifyError(folder, "the report names no DataLoader site (no inside view): add --all-loaders")
     command = list(args.cmd) or list(origin.command)
+    own_command = bool(args.cmd) and tuple(args.cmd) != origin.command
     _check_rerunnable(origin, command, args.yes)
+    if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
+        raise VerifyError(f"--json {args.json}", "must name a file in a folder that exists")
+    shown = _shown(fix)  # what is printed and written: secret-named variables redacted
+    shown_command = shlex.join(redact.cmdline(command))
     bound = bound_of(origin, args.batches, args.seconds)
     runs = plan(origin, fix, args.runs, bound, args.all_loaders)
     uid_name = _user_name()
-    say(SAFETY.format(n=len(runs), user=uid_name, cwd=origin.cwd))
-    say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {fix.describe()}")
     if args.dry_run:
+        say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {origin.cwd}:")
+    else:
+        say(SAFETY.format(n=len(runs), user=uid_name, cwd=origin.cwd))
+    say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {shown.describe()}")
+    if own_command:
+        say(
+            f"the command: {shlex.join(command)} (given after --; the report's was {shlex.join(origin.command) or '?'})"
+        )
+    if args.dry_run:
+        base = "dlwatch run --config VERIFY/settings.yaml --report-dir VERIFY/{variant}-{i}"
         for variant, i, run_args, env in runs:
-            changes = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            changes = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact.env(env).items())
             limit = f" (RLIMIT_NOFILE {fix.nofile})" if variant == FIXED and fix.nofile is not None else ""
             say(
-                f"{variant} {i}: {changes + ' ' if changes else ''}dlwatch run {shlex.join(run_args)} -- "
-                f"{shlex.join(command)}{limit}"
+                f"{variant} {i}: {changes + ' ' if changes else ''}{base.format(variant=variant, i=i)} "
+                f"{shlex.join(run_args)} --summary-json VERIFY/{variant}-{i}/{SUMMARY_FILE} -- "
+                f"{shown_command}{limit}"
             )
+        say(f"(VERIFY: a new verify-<UTC time>-<pid>/ folder beside the report, 0700; cwd {origin.cwd})")
         return Exit.OK
-    out = os.path.join(os.path.dirname(folder), f"verify-{report.folder_name(time.time(), os.getpid())}")
-    os.makedirs(out, mode=0o700)
+    out = _verify_folder(folder)
     settings_path = os.path.join(out, "settings.yaml")
     _write_settings(settings_path, _settings_for_runs(origin))
     results: List[RunResult] = []
-    for variant, i, run_args, env in runs:
-        say(f"run {len(results) + 1}/{len(runs)}: {variant} {i} …")
-        result = run_one(origin, variant, i, run_args, env, fix, out, settings_path, command, args.max_run_s)
-        results.append(result)
-        say(
-            f"  {result.outcome}"
-            + (f" ({result.kind})" if result.kind else "")
-            + f", {result.batches} batches; its output: {os.path.join(out, f'{variant}-{i}', OUTPUT_FILE)}"
-        )
-    judged = verdict(origin, fix, results)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for variant, i, run_args, env in runs:
+            say(f"run {len(results) + 1}/{len(runs)}: {variant} {i} …")
+            result = run_one(origin, variant, i, run_args, env, fix, out, settings_path, command, args.max_run_s)
+            results.append(result)
+            say(
+                f"  {result.outcome}"
+                + (f" ({result.kind})" if result.kind else "")
+                + f", {result.batches} batches; its output: {os.path.join(out, f'{variant}-{i}', OUTPUT_FILE)}"
+            )
+    except _Stopped as e:
+        say(f"dlwatch: verify stopped by {signal.Signals(e.signum).name}; the run in progress was ended ({out})")
+        return of_signal(e.signum)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    judged = verdict(origin, shown, results, own_command)
     say("")
     say(table(results))
     say("")
     say(judged.line)
-    cost = _cost(results)
+    cost = _cost(results) if judged.holds else None
     if cost:
         say(cost)
+    left = _shm_left(results)
+    if left:
+        say(left)
     if judged.change:
         say(f"make it permanent: {judged.change}")
     say(f"runs and their reports: {out}")
     doc = {
         "report": folder,
         "kind": origin.kind,
-        "fix": fix.as_dict(),
+        "fix": shown.as_dict(),
         "bound": {"batches": bound[0], "seconds": bound[1]},
         "runs": [dataclasses.asdict(r) for r in results],
         "holds": judged.holds,
@@ -790,6 +994,73 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     except ReportWriteError as e:
         say(f"dlwatch: {e}")
     return Exit.OK if judged.holds else Exit.FAILED
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP reached ``verify`` while a run was in progress: the run is ended
+    (:func:`_end_group`) and verify exits 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, _frame) -> None:
+    raise _Stopped(signum)
+
+
+def _shown(fix: Fix) -> Fix:
+    """``fix`` as it is printed and written: variables with secret-looking names (or values)
+    redacted (:func:`watchdog.redact.env`)."""
+    return dataclasses.replace(fix, env=tuple(redact.env(dict(fix.env)).items()))
+
+
+def _verify_folder(folder: str) -> str:
+    """A new folder ``verify-<UTC time>-<pid>-<random>`` (0700) beside the report ``folder``,
+    where nobody else can move or replace it: its parent must be this user's (or root's) and
+    writable by no one else, or carry the sticky bit (``/tmp``'s: others cannot rename what is
+    ours).
+
+    Raises:
+        VerifyError: the parent is not such a folder, or the new folder cannot be made.
+    """
+    import tempfile
+
+    parent = os.path.dirname(folder)
+    try:
+        st = os.stat(parent)
+    except OSError as e:
+        raise VerifyError(parent, f"cannot read it: {e.strerror or e}") from None
+    others_write = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+    if st.st_uid not in (os.geteuid(), 0) or others_write:
+        raise VerifyError(
+            parent,
+            "another user could move or replace what verify writes here (not yours, or writable by others without "
+            "the sticky bit): move the report into a folder of your own",
+        )
+    try:
+        return tempfile.mkdtemp(prefix=f"verify-{report.folder_name(time.time(), os.getpid())}-", dir=parent)
+    except OSError as e:
+        raise VerifyError(parent, f"cannot create the verify folder: {e.strerror or e}") from None
+
+
+def _shm_left(results: Sequence[RunResult]) -> Optional[str]:
+    """What the runs left in ``/dev/shm`` (their ``shm_leaked`` reports), one line, or
+    ``None``: dlwatch ends each run's processes, and a killed job's shared memory files may
+    stay; each report names its files and the command that removes them."""
+    found = []
+    for r in results:
+        for folder in r.reports:
+            doc = _read_report(folder)
+            if doc is not None and any(d.get("kind") == "shm_leaked" for d in doc.get("diagnoses", [])):
+                found.append((r, folder))
+    if not found:
+        return None
+    runs = ", ".join(f"{r.variant} {r.index}" for r, _ in found)
+    return (
+        f"left in /dev/shm by the ended runs ({runs}): their shm_leaked reports name the files and how to remove "
+        f"them ({found[0][1]})"
+    )
 
 
 def _user_name() -> str:

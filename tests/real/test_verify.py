@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from probes import cases, repro
-from tests.real.helpers import DLWATCH, PY, ROOT, load_report, reports, run_bounded
+from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, load_report, reports, run_bounded
 from watchdog.collect import inside
 from watchdog.types import Fix
 
@@ -136,3 +136,39 @@ def test_the_fix_changes_only_the_loader_at_the_reports_site(tmp_path):
         inside.remove_folder(hook)
     assert code == 0, err
     assert out.splitlines() == ["spawn 30 None 0", "file_system"]
+
+
+def test_sigterm_to_verify_ends_the_run_in_progress_and_every_process_of_it(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    from tests.real.helpers import start, wait_for
+
+    folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
+    job = tmp_path / "slow_job_for_sigterm.py"
+    job.write_text(
+        "import time, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "if __name__ == '__main__':\n"
+        "    for _ in DataLoader(list(range(10**6)), batch_size=1, num_workers=2):\n"
+        "        time.sleep(0.2)\n"
+    )
+
+    def ours():
+        return [p for p in psutil.process_iter(["cmdline"]) if str(job) in " ".join(p.info["cmdline"] or [])]
+
+    proc = start(DLWATCH + ["verify", folder, "--seconds", "300", "--", PY, str(job)])
+    try:
+        wait_for(lambda: len(ours()) >= 3, 60, "the run's job and its workers")  # dlwatch run, main, workers
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, (out, err)
+        assert "verify stopped by SIGTERM; the run in progress was ended" in out
+        wait_for(lambda: not ours(), 30, "every process of the run to be gone")
+    finally:
+        kill_tree(proc)
+        for p in ours():
+            p.kill()

@@ -4,7 +4,9 @@ bound, the count of batches over iterators, the Fisher p-value and the verdict's
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 
 import pytest
 
@@ -98,6 +100,11 @@ def test_fix_flags_are_read_as_json_where_they_parse_and_an_unknown_key_names_th
         verify.parse_fix(["batch_size=8"])
     with pytest.raises(VerifyError, match="KEY=VALUE"):
         verify.parse_fix(["forkserver"])
+    for bad in ("num_workers=abc", "num_workers=-1", "pin_memory=yes", "timeout=-5", "multiprocessing_context=bogus"):
+        with pytest.raises(VerifyError, match=r"--fix: " + bad.split("=")[0]):
+            verify.parse_fix([bad])
+    with pytest.raises(VerifyError, match="sharing_strategy='nope'"):
+        verify.parse_fix(["sharing_strategy=nope"])
     merged = Fix(loader=(("multiprocessing_context", "forkserver"),)).merged(verify.parse_fix(["timeout=30"]))
     assert dict(merged.loader) == {"multiprocessing_context": "forkserver", "timeout": 30}
 
@@ -115,8 +122,10 @@ def test_the_runs_alternate_and_only_the_fixed_ones_get_the_fix_and_no_alert_fir
     assert all("DLWATCH_APPLY" not in env for v, _, _, env in runs if v == CONTROL)
     assert '"spawn"' in runs[1][3]["DLWATCH_APPLY"] and "/w/train.py:57" in runs[1][3]["DLWATCH_APPLY"]
     assert runs[0][2] == ["--stop-after-batches", "74"]
-    settings = verify._settings_for_runs(_origin())
-    assert settings["on_hang_exec"] is None and "report_dir" not in settings and settings["on_hang"] == "report"
+    origin = _origin(settings={**_origin().settings, "py_spy": {"path": "/tmp/evil", "timeout_s": 5.0}})
+    settings = verify._settings_for_runs(origin)
+    assert "on_hang_exec" not in settings and "report_dir" not in settings and settings["on_hang"] == "report"
+    assert settings["py_spy"] == {"timeout_s": 5.0} and settings["stall_timeout_s"] == 6.0  # never the report's binary
 
 
 def test_batches_are_counted_over_every_iterator_of_main_and_a_hang_report_ends_the_run():
@@ -147,7 +156,7 @@ def test_the_fix_holds_when_every_control_hung_and_every_fixed_run_passed_the_ha
     assert v.holds
     assert v.line.startswith("the fix holds: with multiprocessing_context='forkserver' 1/1 run(s) passed batch 74")
     assert "(the original hung at batch 37)" in v.line and "unchanged 1/1 hung (fork_inherited_lock)" in v.line
-    assert v.change == 'DataLoader(..., multiprocessing_context="forkserver") at /w/train.py:57'
+    assert v.change == 'DataLoader(..., multiprocessing_context="forkserver") for the loader iterated at /w/train.py:57'
 
 
 def test_a_control_that_did_not_fail_proves_nothing_and_says_to_run_more():
@@ -160,6 +169,23 @@ def test_a_fixed_run_that_still_hangs_means_the_fix_does_not_hold():
     results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "hung", 36, "worker_stuck")]
     v = verify.verdict(_origin(), _origin().fix, results)
     assert not v.holds and v.line.startswith("the fix does not hold") and "1 failed (worker_stuck)" in v.line
+    assert "fails otherwise" not in v.line
+    crashed = dataclasses.replace(_run(FIXED, "crashed", 0, "worker_start_failed"), reports=("/r/v/fixed-1/x-crash",))
+    v = verify.verdict(_origin(), _origin().fix, [results[0], crashed])
+    assert (
+        "the fix itself fails otherwise (worker_start_failed): read that run's report (/r/v/fixed-1/x-crash)" in v.line
+    )
+
+
+def test_a_fix_of_no_workers_is_seen_applied_without_a_start_method():
+    fix = Fix(loader=(("multiprocessing_context", "forkserver"), ("num_workers", 0)))
+    seen = {"loader_settings": {"num_workers": 0, "multiprocessing_context": None, "prefetch_factor": None}}
+    assert verify._applied(fix, FIXED, seen) is True
+
+
+def test_a_healthy_command_given_instead_is_not_called_flaky():
+    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")], own_command=True)
+    assert "flaky" not in v.line and "not the report's" in v.line
 
 
 def test_a_fix_the_recorder_did_not_see_applied_proves_nothing():
@@ -239,3 +265,65 @@ def test_every_kind_that_declares_a_fix_has_a_scenario_that_proves_it():
         for name in names:
             scenario = repro.CASE_SCENARIOS.get(name) or repro.BY_NAME[name]
             assert scenario.expected == kind, (name, scenario.expected)
+
+
+def _report_folder(tmp_path, doc=None, name="20261202T000000Z-1"):
+    folder = tmp_path / name
+    folder.mkdir(mode=0o700)
+    (folder / "report.json").write_text(json.dumps(doc if doc is not None else {"mode": "hang"}))
+    os.chmod(folder / "report.json", 0o600)
+    return str(folder)
+
+
+def test_a_report_that_is_a_link_a_fifo_or_writable_by_others_is_not_trusted_to_say_what_to_run(tmp_path):
+    folder = _report_folder(tmp_path)
+    os.chmod(folder, 0o777)
+    with pytest.raises(VerifyError, match="writable by others"):
+        verify.read_report(folder)
+    os.chmod(folder, 0o700)
+    os.rename(os.path.join(folder, "report.json"), os.path.join(folder, "real.json"))
+    os.symlink(os.path.join(folder, "real.json"), os.path.join(folder, "report.json"))
+    with pytest.raises(VerifyError, match="a link is refused"):
+        verify.read_report(folder)
+    os.unlink(os.path.join(folder, "report.json"))
+    os.mkfifo(os.path.join(folder, "report.json"), 0o600)
+    with pytest.raises(VerifyError, match="not a regular file"):
+        verify.read_report(folder)  # and it did not block on the FIFO
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    with pytest.raises(VerifyError, match="symbolic link"):
+        verify.read_report(str(link))
+
+
+def test_a_malformed_report_is_one_line_naming_the_field(tmp_path):
+    doc = {"mode": "hang", "diagnoses": [{"kind": "worker_stuck"}], "job": {"launch": {"command": "python x.py"}}}
+    with pytest.raises(VerifyError, match="malformed: job.launch.command is not a list"):
+        verify.origin_of(_report_folder(tmp_path, doc))
+    doc["job"]["launch"]["command"] = ["py\0thon"]
+    with pytest.raises(VerifyError, match="NUL"):
+        verify.origin_of(_report_folder(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path, doc))
+    with pytest.raises(VerifyError, match="remedy_apply"):
+        bad = {"mode": "hang", "diagnoses": [{"kind": "k", "remedy_apply": 5}]}
+        verify.origin_of(_report_folder(tmp_path / "c" if (tmp_path / "c").mkdir() is None else tmp_path, bad))
+
+
+def test_the_verify_folder_is_never_made_where_another_user_could_move_it(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    folder = shared / "20261202T000000Z-1"
+    folder.mkdir()
+    with pytest.raises(VerifyError, match="another user could move or replace"):
+        verify._verify_folder(str(folder))
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: others cannot rename what is ours
+    made = verify._verify_folder(str(folder))
+    assert os.path.basename(made).startswith("verify-") and oct(os.stat(made).st_mode & 0o777) == "0o700"
+    assert verify._verify_folder(str(folder)) != made  # a folder made first by anyone is never reused
+
+
+def test_secret_named_variables_of_a_fix_are_redacted_where_they_are_shown():
+    shown = verify._shown(
+        verify.parse_fix(["env.AWS_SECRET_ACCESS_KEY=abcd1234abcd1234abcd1234", "env.OMP_NUM_THREADS=1"])
+    )
+    assert dict(shown.env) == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "OMP_NUM_THREADS": "1"}
+    assert "abcd1234" not in shown.describe()
