@@ -82,28 +82,29 @@ def folders(report_dir: str) -> List[str]:
     return sorted(found, key=os.path.basename, reverse=True)
 
 
+def _side_file(folder: str, name: str, text_key: str) -> Optional[dict]:
+    """A JSON object written beside a report (``name`` in ``folder``) whose ``text_key`` is a
+    string, or ``None`` when there is none or it cannot be read."""
+    try:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get(text_key), str) else None
+
+
 def outcome(folder: str) -> Optional[dict]:
     """What became of a hang report (``outcome.json``, written by the watcher when the hang
     resolved, the job was ended, or the job ended): ``outcome``, ``summary``, ``at``; ``None``
     when none was written (not a hang, or watching stopped first) or it cannot be read."""
-    try:
-        with open(os.path.join(folder, OUTCOME_FILE), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("summary"), str) else None
+    return _side_file(folder, OUTCOME_FILE, "summary")
 
 
 def verified(folder: str) -> Optional[dict]:
     """What the last ``dlwatch verify`` of this report concluded (``verify.json``, written into
     the report's folder): ``holds``, ``verdict``, ``folder`` (its runs); ``None`` when it was
     never verified or the file cannot be read."""
-    try:
-        with open(os.path.join(folder, VERIFY_FILE), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("verdict"), str) else None
+    return _side_file(folder, VERIFY_FILE, "verdict")
 
 
 def _verified_short(doc: dict) -> str:

@@ -66,7 +66,7 @@ def test_verify_says_it_reruns_the_program_first_and_how_to_make_the_fix_permane
     code, out, err = _verify(folder)
     assert code == 0, (out, err[-3000:])
     assert "starts your program again" in out.splitlines()[0]
-    assert 'make it permanent: DataLoader(..., multiprocessing_context="forkserver") at ' in out
+    assert 'make it permanent: DataLoader(..., multiprocessing_context="forkserver") for the loader iterated at ' in out
     assert "thread_pool_before_fork.py:" in out
 
 
