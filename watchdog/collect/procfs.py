@@ -11,14 +11,13 @@ they raise (:class:`~watchdog.errors.ProcessGone`, :class:`~watchdog.errors.Proc
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
 import resource
 import stat
 import threading
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Literal, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .. import redact
 from ..errors import ProcAccessDenied, ProcError, ProcessGone
@@ -29,23 +28,32 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-@contextlib.contextmanager
-def proc_errors(pid: int, path: str) -> Iterator[None]:
-    """Translate an ``OSError`` raised inside into the typed errors of :mod:`watchdog.errors`
-    (psutil's ``_pslinux.wrap_exceptions``): ``ENOENT``/``ESRCH`` into
-    :class:`~watchdog.errors.ProcessGone`, ``EACCES``/``EPERM`` into
+class proc_errors:
+    """Translate an ``OSError`` raised inside (``with proc_errors(pid, path):``) into the typed
+    errors of :mod:`watchdog.errors` (psutil's ``_pslinux.wrap_exceptions``): ``ENOENT``/``ESRCH``
+    into :class:`~watchdog.errors.ProcessGone`, ``EACCES``/``EPERM`` into
     :class:`~watchdog.errors.ProcAccessDenied`, anything else (dlwatch out of descriptors:
     ``EMFILE``) into :class:`~watchdog.errors.ProcError`. ``path`` names the file under
-    ``/proc/PID`` for the message."""
-    try:
-        yield
-    except OSError as e:
+    ``/proc/PID`` for the message. A class, not a ``contextlib.contextmanager``: it runs
+    several times a process a tick, and a generator's set-up costs more than the read."""
+
+    __slots__ = ("pid", "path")
+
+    def __init__(self, pid: int, path: str) -> None:
+        self.pid, self.path = pid, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, e, tb) -> Literal[False]:
+        if kind is None or not issubclass(kind, OSError):
+            return False
         code = e.errno or 0
         if code in (errno.ENOENT, errno.ESRCH):
-            raise ProcessGone(pid, path, code, "the process is gone") from e
+            raise ProcessGone(self.pid, self.path, code, "the process is gone") from e
         if code in (errno.EACCES, errno.EPERM):
-            raise ProcAccessDenied(pid, path, code, "permission denied") from e
-        raise ProcError(pid, path, code, e.strerror or str(e)) from e
+            raise ProcAccessDenied(self.pid, self.path, code, "permission denied") from e
+        raise ProcError(self.pid, self.path, code, e.strerror or str(e)) from e
 
 
 def read_checked(pid: int, name: str) -> bytes:

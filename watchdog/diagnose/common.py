@@ -554,7 +554,7 @@ def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
     last = None
     for s in facts.timeline:
         p = s.process(w.pid)
-        value = written(p) if p is not None and p.ident == w.ident else None
+        value = written(p) if p is not None and p.start_ticks == w.start_ticks else None  # that process, not its pid
         if value is not None and value != last:
             points.append((s.t_mono, float(value)))
             last = value
