@@ -219,6 +219,14 @@ CASES: Tuple[Case, ...] = (
         evidence=("never fell back",),
     ),
     Case(
+        "shm_full_labels_lost",
+        "shm_exhausted",
+        "hang",
+        shm_size="16m",
+        remedy=("--shm-size",),
+        also=("batch_lost",),
+    ),
+    Case(
         "main_keeps_graphs_oom",
         "main_killed",
         "crash",

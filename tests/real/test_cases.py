@@ -15,7 +15,7 @@ map_count_exhausted.py, copy_on_read_index.py, live_display_lock_at_fork.py, tas
 iterable_not_sharded.py, rng_copied_into_workers.py, uneven_shards_mp_spawn.py,
 sqlite_busy_retry.py, node_barrier_stale_world.py, pipe_command_store_silent.py,
 child_waits_on_stdin.py, fuse_daemon_silent.py, forkserver_preload_lock.py
-fd_exhausted_by_open_files.py, main_keeps_batches_shm.py, main_keeps_graphs_oom.py, and the
+fd_exhausted_by_open_files.py, main_keeps_batches_shm.py, shm_full_labels_lost.py, main_keeps_graphs_oom.py, and the
 healthy_*.py controls
 (healthy_terminal_prompt.py is also
 driven through a terminal in test_terminal.py). The ``*_attach`` entries run a target with

@@ -229,6 +229,23 @@ def test_a_loader_idle_proof_is_a_lost_batch():
     assert first.kind == "batch_lost" and first.certainty == "proven"
 
 
+def test_a_batch_lost_because_dev_shm_was_full_is_shm_exhausted_first():
+    # Captured: the stacked samples fit in /dev/shm, the labels' tensor (default_collate's
+    # torch.tensor of ints, not yet shared) did not when the feeder thread pickled it; the batch
+    # was dropped and main waits for it forever: a hang, and the cause is the full /dev/shm.
+    facts = _idle_worker_hang(
+        stderr_tail=fixture("stderr_shm_exhausted_in_feeder.txt"),
+        proof=Proof(
+            ProofKind.LOADER_IDLE, (WORKER_PID,), (ProofLink(MAIN_PID, None, "main", "waits"),), "none can come"
+        ),
+    )
+    found = diagnose(facts)
+    kinds = [d.kind for d in found]
+    assert kinds[0] == "shm_exhausted" and "batch_lost" in kinds, kinds
+    assert "--shm-size" in found[0].remedy
+    assert any("No space left on device" in e for e in found[kinds.index("batch_lost")].evidence)
+
+
 def test_without_stacks_proc_facts_still_diagnose_with_lower_confidence():
     first = diagnose(hang_facts([], stacks_ok=False))[0]
     assert first.kind == "fork_inherited_lock" and first.confidence <= 0.6

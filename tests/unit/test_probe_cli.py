@@ -423,3 +423,24 @@ def test_a_probes_private_tmpdir_goes_with_what_its_jobs_left_and_tmpdir_is_rest
     with private_tmpdir() as folder:
         assert folder is None and os.environ["TMPDIR"] == str(deep)
     assert os.listdir(deep) == []
+
+
+# --- judging a reproduction's reports ---------------------------------------------------------------
+
+
+def _doc(mode, kind):
+    return {"mode": mode, "diagnoses": [{"kind": kind, "remedy": "", "evidence": []}]}
+
+
+def test_a_crash_scenario_that_may_hang_counts_its_hang_report_and_a_strict_one_says_what_it_got():
+    from probes import repro
+
+    racy = repro.BY_NAME["shm_exhausted"]
+    assert racy.or_hang
+    ok, chosen, kinds, why = repro._judge(racy, [("r1", _doc("hang", "shm_exhausted"))], 124)
+    assert ok and chosen[0] == "r1" and kinds[0] == "shm_exhausted", why
+    ok, _, _, why = repro._judge(racy, [("r1", _doc("hang", "batch_lost"))], 124)
+    assert not ok and "first diagnosis batch_lost" in why
+    strict = repro.BY_NAME["worker_killed"]
+    ok, chosen, _, why = repro._judge(strict, [("r1", _doc("hang", "worker_killed"))], 124)
+    assert not ok and chosen is None and why == "no crash report (only: hang worker_killed)"
