@@ -434,13 +434,31 @@ class WorkerExec:
 
 
 @dataclass(frozen=True)
+class WorkerFailure:
+    """A batch whose fetch raised in a DataLoader worker, as the worker recorded it when it
+    wrapped the exception for main (``ExceptionWrapper`` in torch/_utils.py): its ``worker`` id,
+    the ``batch`` index (main's ``_rcvd_idx`` numbering), its sample ``indices`` (the first 64;
+    ``None`` when they are not ints), the ``sample`` index being read when it raised (``None``:
+    not known, e.g. the Dataset's ``__getitems__`` or collate raised) and the ``exception``'s
+    class name; ``at_mono`` when (``time.monotonic()`` seconds)."""
+
+    pid: int
+    worker: Optional[int]
+    batch: int
+    indices: Optional[Tuple[int, ...]]
+    sample: Optional[int]
+    exception: Optional[str]
+    at_mono: float = 0.0
+
+
+@dataclass(frozen=True)
 class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
     per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
     recorded its random generators, ``fetches`` per process that fetched samples, ``execs`` per
-    worker that exec'd another program, ``recording`` the pids whose recorder runs (it wrote its
-    record when installed, and has not stopped), and ``note`` saying why the view is empty or
-    partial (``None`` when it is fine)."""
+    worker that exec'd another program, ``failures`` per batch a worker failed to fetch,
+    ``recording`` the pids whose recorder runs (it wrote its record when installed, and has not
+    stopped), and ``note`` saying why the view is empty or partial (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
@@ -449,6 +467,7 @@ class InsideView:
     fetches: Tuple[WorkerFetch, ...] = ()
     execs: Tuple[WorkerExec, ...] = ()
     recording: Tuple[int, ...] = ()
+    failures: Tuple[WorkerFailure, ...] = ()
 
 
 @dataclass(frozen=True, **_SLOTS)

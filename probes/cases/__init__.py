@@ -185,7 +185,14 @@ CASES: Tuple[Case, ...] = (
         evidence=("the forkserver (pid", "metrics-flusher (tid"),
     ),
     Case("loader_timeout_slow_batch", "loader_timeout", "crash"),
-    Case("dataset_exception_len_lies", "dataset_error", "crash", location="name = self.frames[i]"),
+    Case(
+        "dataset_exception_len_lies",
+        "dataset_error",
+        "crash",
+        location="name = self.frames[i]",
+        remedy=("dataset[784] (the sample that raised)",),
+        evidence=("the sample that raised: index 784",),
+    ),
     Case(
         "collate_object_field",
         "collate_error",

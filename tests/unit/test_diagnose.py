@@ -442,6 +442,26 @@ def test_an_exception_in_the_dataset_names_it_and_the_users_line():
     assert user.function == "__getitem__" and source.startswith("name = self.frames[i]") and tb.stage() == "Dataset"
 
 
+def test_the_sample_that_raised_is_the_one_the_named_worker_recorded_for_the_batch_main_re_raised():
+    from watchdog.types import InsideView, WorkerFailure
+
+    def failed(pid, worker, batch, sample, at):
+        return WorkerFailure(pid, worker, batch, tuple(range(batch * 8, batch * 8 + 8)), sample, "IndexError", at)
+
+    view = InsideView(
+        failures=(
+            failed(301, 0, 96, 771, 1.0),  # an earlier epoch's iterator, caught by the job
+            failed(311, 1, 97, 779, 2.0),  # worker 1: not the one main names
+            failed(310, 0, 98, 784, 3.0),  # worker 0's first failure of this iterator: re-raised
+            failed(310, 0, 100, 800, 4.0),  # fetched after it, never reached
+        )
+    )
+    first = diagnose(_crash(fixture("stderr_dataset_exception.txt"), inside=view))[0]
+    assert first.kind == "dataset_error" and "(sample index 784)" in first.summary
+    assert "dataset[784] (the sample that raised)" in first.remedy
+    assert any("batch 98, samples [784, 785" in e and "pid 310" in e for e in first.evidence), first.evidence
+
+
 def test_a_pool_in_a_worker_is_a_start_failure_first():
     kinds = [d.kind for d in diagnose(_crash(fixture("stderr_nested_pool.txt")))]
     assert kinds[0] == "worker_start_failed" and "dataset_error" in kinds

@@ -351,3 +351,25 @@ def test_records_of_ended_workers_are_kept_in_memory_their_files_removed_and_the
     (untouched / f"{dead}.json").write_text("{}")
     inside.InsideReader(str(untouched)).read()  # a one-off look (dlwatch status) removes nothing
     assert os.listdir(untouched) == [f"{dead}.json"]
+
+
+def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_after_it_ended(tmp_path):
+    import json
+
+    doc = {
+        "pid": 4242,
+        "failed": [
+            {"worker": 1, "batch": 3, "indices": [5, 9], "sample": 9, "exception": "KeyError", "ns": 2 * 10**9},
+            {"worker": 1, "batch": "3"},  # malformed: skipped
+            {"worker": 1, "batch": 4, "indices": ["a"], "sample": True, "exception": None},
+        ],
+    }
+    (tmp_path / "4242.json").write_text(json.dumps(doc))
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    want = (
+        inside.WorkerFailure(4242, 1, 3, (5, 9), 9, "KeyError", 2.0),
+        inside.WorkerFailure(4242, 1, 4, None, None, None, 0.0),
+    )
+    assert reader.read().failures == want
+    # pid 4242 does not exist: its file is retired and removed, its failures kept
+    assert reader.read(pids=[]).failures == want and not (tmp_path / "4242.json").exists()

@@ -19,7 +19,9 @@ How it stays out of the job's way:
   ``DLWATCH_DATA_CHECKS=0``) do the same with ``_BaseDatasetFetcher.drop_last`` (set last
   when a worker creates its fetcher, after seeding and ``worker_init_fn``) and
   ``_BaseDatasetFetcher.dataset`` (read once a sample; counted for the first
-  ``RNG_RECHECK_AFTER`` samples only), in torch/utils/data/_utils/fetch.py.
+  ``RNG_RECHECK_AFTER`` samples only), in torch/utils/data/_utils/fetch.py. A worker whose
+  fetch raises is seen through ``ExceptionWrapper.where`` (set last in its ``__init__``,
+  torch/_utils.py): it records the failed batch and sample index (``failed`` in its JSON).
   Their getters and setters return normally, so no traceback ever holds one of our frames.
   The fork-time record is an ``os.register_at_fork(before=…)`` handler.
 * Hot path (two calls per batch): ``struct.pack_into`` on a shared ``mmap`` of a small file;
@@ -77,6 +79,8 @@ MAX_FRAMES = 40  # frames per thread recorded at fork
 CUDA_EVERY_NS = 5 * 10**9  # how often, while batches flow, the CUDA host allocator's stats are read
 RNG_RECHECK_AFTER = 32  # samples a worker fetches before its RNG states are read again
 MAX_RNG_ATTRIBUTES = 64  # Dataset attributes looked at for random generators
+MAX_FAILED = 8  # failed batches a worker records
+MAX_FAILED_INDICES = 64  # sample indices recorded of a failed batch
 
 # samples reached for (reads of the fetcher's dataset or iterator), when last (ns)
 FETCH = struct.Struct("<QQ")
@@ -262,6 +266,7 @@ class _Process(object):
         self.exec_ = None  # what this worker exec'd and from where, just before it did
         self.fetch = None  # the mmap of <pid>.fetch, once this process fetches samples
         self.fetched = 0
+        self.failed = []  # in a worker: the batches whose fetch raised (_on_exception_wrapped)
 
     def fetched_one(self):
         """The fetcher reached for a sample: count it in ``<pid>.fetch`` (two stores, no system
@@ -316,6 +321,7 @@ class _Process(object):
             "iterators": self.iterators,
             "worker": self.worker,
             "exec": self.exec_,
+            "failed": self.failed,
         }
         for record in self.iterators:
             workers = self.workers.get(record["id"])
@@ -507,8 +513,8 @@ def _cuda_refresh(it, record):
 
 
 class _Attribute(object):
-    """A data descriptor standing in for one instance attribute (of ``_BaseDataLoaderIter`` or
-    ``_BaseDatasetFetcher``); it keeps the value where Python would, in the instance's
+    """A data descriptor standing in for one instance attribute (of ``_BaseDataLoaderIter``,
+    ``_BaseDatasetFetcher`` or ``ExceptionWrapper``); it keeps the value where Python would, in the instance's
     ``__dict__`` under the attribute's own name (so ``vars()`` and code that fills ``__dict__``
     directly see no difference), and tells the recorder when it is read or written. PyTorch sets
     these attributes in ``__init__`` before any read, so the AttributeError branch is there
@@ -744,6 +750,69 @@ def _on_sample(fetcher):
         st.write_json()
 
 
+def _indices(value):
+    """The sample indices of a batch as a list of ints (``None`` when they are not ints: an
+    iterable Dataset's, or a sampler of keys)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return list(value[:MAX_FAILED_INDICES])
+    return None
+
+
+def _on_exception_wrapped(_wrapper, _where):
+    """A DataLoader worker caught an exception from ``fetcher.fetch(index)`` and wraps it for
+    main (``ExceptionWrapper.__init__`` sets ``where`` last, in ``_worker_loop``'s ``except``,
+    torch/utils/data/_utils/worker.py): record which batch failed, its sample indices, and the
+    index the map-style fetcher was reading when it raised (``idx`` of the comprehension in
+    ``_MapDatasetFetcher.fetch``, torch/utils/data/_utils/fetch.py, or else the index argument
+    of the ``__getitem__`` it called), read from the exception's traceback. Only ints are taken
+    from those frames, nothing else of their locals."""
+    st = _state()
+    if st.worker is None and _worker_info() is None:
+        return  # main's pin-memory thread, or a worker_init_fn failure before any fetch
+    if len(st.failed) >= MAX_FAILED:
+        return
+    worker_module = sys.modules.get("torch.utils.data._utils.worker")
+    fetch_module = sys.modules.get("torch.utils.data._utils.fetch")
+    loop_code = getattr(getattr(worker_module, "_worker_loop", None), "__code__", None)
+    fetch_file = getattr(fetch_module, "__file__", None)
+    exc_type, _, tb = sys.exc_info()
+    batch = indices = sample = None
+    called_by_fetch = False
+    while tb is not None:
+        frame = tb.tb_frame
+        code = frame.f_code
+        if code is loop_code:
+            got = frame.f_locals.get("idx")
+            batch = got if isinstance(got, int) else None
+            indices = _indices(frame.f_locals.get("index"))
+        elif fetch_file and code.co_filename == fetch_file:
+            sample = sample or _indices(frame.f_locals.get("idx"))  # CPython 3.11's comprehension frame
+            called_by_fetch = True
+            tb = tb.tb_next
+            continue
+        elif called_by_fetch and code.co_name == "__getitem__" and code.co_argcount >= 2:
+            sample = sample or _indices(frame.f_locals.get(code.co_varnames[1]))  # its index argument
+        called_by_fetch = False
+        tb = tb.tb_next
+    del tb
+    if batch is None:
+        return  # not a fetch (worker_init_fn raised before the loop)
+    info = _worker_info()
+    st.failed.append(
+        {
+            "worker": getattr(info, "id", None),
+            "batch": batch,
+            "indices": indices,
+            "sample": sample[0] if sample and len(sample) == 1 else None,
+            "exception": getattr(exc_type, "__name__", None),
+            "ns": time.monotonic_ns(),
+        }
+    )
+    st.write_json()
+
+
 def _threads_now(skip_frame):
     """Every thread of this process: name, ids, daemon flag and Python stack (innermost last)."""
     by_ident = {t.ident: t for t in threading.enumerate()}
@@ -855,6 +924,9 @@ def install(module):
     fetch._IterableDatasetFetcher.dataset_iter = _Attribute("dataset_iter", on_get=_on_sample)
     if _CHECKS:
         fetch._BaseDatasetFetcher.drop_last = _Attribute("drop_last", on_set=_on_fetcher_ready)
+    wrapper = getattr(sys.modules.get("torch._utils"), "ExceptionWrapper", None)
+    if wrapper is not None:
+        wrapper.where = _Attribute("where", on_set=_on_exception_wrapped)
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
     atexit.register(_at_exit)
     _apply_fix(module)

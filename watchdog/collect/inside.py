@@ -28,7 +28,17 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
-from ..types import ForkRecord, Frame, InsideView, LoaderView, RngCheck, ThreadAtFork, WorkerExec, WorkerFetch
+from ..types import (
+    ForkRecord,
+    Frame,
+    InsideView,
+    LoaderView,
+    RngCheck,
+    ThreadAtFork,
+    WorkerExec,
+    WorkerFailure,
+    WorkerFetch,
+)
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
 
@@ -366,6 +376,35 @@ def exec_record(pid: int, doc: Optional[dict]) -> Optional[WorkerExec]:
     return WorkerExec(pid, str(e["path"]), frames)
 
 
+def _int(value) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
+    """A worker's records of the batches it failed to fetch (``failed`` in its JSON; malformed
+    entries skipped)."""
+    out = []
+    for d in ((doc or {}).get("failed") or [])[:8]:
+        if not isinstance(d, dict) or _int(d.get("batch")) is None:
+            continue
+        raw = d.get("indices")
+        indices = tuple(raw[:64]) if isinstance(raw, list) and all(_int(i) is not None for i in raw) else None
+        exc = d.get("exception")
+        ns = _int(d.get("ns")) or 0
+        out.append(
+            WorkerFailure(
+                pid,
+                _int(d.get("worker")),
+                d["batch"],
+                indices,
+                _int(d.get("sample")),
+                str(exc)[:80] if exc else None,
+                ns / 1e9,
+            )
+        )
+    return tuple(out)
+
+
 # Records of ended processes kept after their files are removed (:meth:`InsideReader._retire`).
 RETIRED_KEPT = 256
 
@@ -375,6 +414,7 @@ class _Retired(NamedTuple):
     rng: Tuple[RngCheck, ...]
     execs: Tuple[WorkerExec, ...]
     problem: Optional[str] = None
+    failures: Tuple[WorkerFailure, ...] = ()
 
 
 def _alive(pid: str) -> bool:
@@ -438,6 +478,7 @@ class InsideReader:
         rng: List[RngCheck] = []
         fetches: List[WorkerFetch] = []
         execs: List[WorkerExec] = []
+        failures: List[WorkerFailure] = []
         recording: List[int] = []
         try:
             names = sorted(e.name for e in os.scandir(self.folder))
@@ -450,6 +491,7 @@ class InsideReader:
                 fork_list.extend(retired.forks)
             rng.extend(retired.rng)
             execs.extend(retired.execs)
+            failures.extend(retired.failures)
         for name in names:
             stem, _, ext = name.partition(".")
             if not stem.isdigit() or ext not in ("bin", "json", "fetch"):
@@ -474,6 +516,7 @@ class InsideReader:
                 became = exec_record(pid, doc)
                 if became is not None:
                     execs.append(became)
+                failures.extend(failure_records(pid, doc))
                 continue
             if wanted is not None and pid not in wanted:
                 continue
@@ -497,6 +540,7 @@ class InsideReader:
             fetches=tuple(fetches),
             execs=tuple(execs),
             recording=tuple(recording),
+            failures=tuple(failures),
         )
 
     def _retire(self, names: List[str], live: Set[int]) -> List[str]:
@@ -523,7 +567,7 @@ class InsideReader:
             doc = self._doc(pid, os.path.join(self.folder or "", f"{pid}.json")) if f"{pid}.json" in files else None
             check, became = rng_check(pid, doc), exec_record(pid, doc)
             kept = _Retired(fork_records(pid, doc), (check,) if check else (), (became,) if became else ())
-            self._retired[pid] = kept._replace(problem=self._problems.get(pid))
+            self._retired[pid] = kept._replace(problem=self._problems.get(pid), failures=failure_records(pid, doc))
             self._retired.move_to_end(pid)
             while len(self._retired) > RETIRED_KEPT:
                 self._retired.popitem(last=False)

@@ -44,6 +44,7 @@ from ..types import (
     FdKind,
     Fix,
     ProcId,
+    WorkerFailure,
 )
 from .common import (
     DOC_CUDA_FORK,
@@ -818,10 +819,46 @@ def _collate_remedy(samples: str) -> str:
     )
 
 
-def _failing_batch(facts: Facts) -> Optional[Tuple[str, Optional[str]]]:
-    """Which batch failed, from the inside view: ``(words, indices as a Python range or None)``
-    for the batch index main waited for, with a ``SequentialSampler`` (no shuffling) the samples
-    it holds; ``None`` without an inside view."""
+def _raised_failure(facts: Facts, worker_id: Optional[int]) -> Optional[WorkerFailure]:
+    """The batch whose exception main re-raised, as the worker with ``worker_id`` recorded it
+    (:class:`~watchdog.types.WorkerFailure`): main re-raises in batch order, and a worker fetches
+    its batches in order, so the first of that worker's latest run of failures (another worker
+    process, or a lower batch index than the one before, starts a new iterator's run)."""
+    mine = sorted(
+        (f for f in (facts.inside.failures if facts.inside else ()) if worker_id is None or f.worker == worker_id),
+        key=lambda f: f.at_mono,
+    )
+    first = None
+    for i, f in enumerate(mine):
+        if i == 0 or f.pid != mine[i - 1].pid or f.batch < mine[i - 1].batch:
+            first = f
+    return first
+
+
+def _as_python(indices: Optional[Tuple[int, ...]]) -> Optional[str]:
+    """Sample indices as a Python expression: ``range(a, b)`` when they run consecutively."""
+    if not indices:
+        return None
+    if list(indices) == list(range(indices[0], indices[0] + len(indices))):
+        return f"range({indices[0]}, {indices[0] + len(indices)})"
+    return repr(list(indices))
+
+
+def _failing_batch(facts: Facts, worker_id: Optional[int]) -> Optional[Tuple[str, Optional[str], Optional[int]]]:
+    """Which batch failed: ``(words, its indices as a Python expression or None, the sample
+    index that raised or None)``: from the worker's own record when there is one
+    (:func:`_raised_failure`), else from the batch index main waited for, whose samples a
+    ``SequentialSampler`` (no shuffling) gives; ``None`` without an inside view."""
+    failed = _raised_failure(facts, worker_id)
+    if failed is not None:
+        shown = list(failed.indices[:16]) if failed.indices else None
+        words = f"batch {failed.batch}" + (
+            f", samples {shown}{' …' if failed.indices and len(failed.indices) > 16 else ''}" if shown else ""
+        )
+        if failed.sample is not None:
+            words += f"; the sample that raised: index {failed.sample}"
+        words += f" (recorded by worker pid {failed.pid})"
+        return words, _as_python(failed.indices), failed.sample
     main = facts.sample.main
     views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
     if not views:
@@ -831,8 +868,12 @@ def _failing_batch(facts: Facts) -> Optional[Tuple[str, Optional[str]]]:
     size = settings.get("batch_size")
     if settings.get("sampler") == "SequentialSampler" and isinstance(size, int) and size > 0:
         first = v.waiting_idx * size
-        return f"batch {v.waiting_idx}, samples {first}–{first + size - 1}", f"range({first}, {first + size})"
-    return f"batch {v.waiting_idx} (the sampler shuffles: log the indices in collate_fn to find its samples)", None
+        return f"batch {v.waiting_idx}, samples {first}–{first + size - 1}", f"range({first}, {first + size})", None
+    return (
+        f"batch {v.waiting_idx} (the sampler shuffles: log the indices in collate_fn to find its samples)",
+        None,
+        None,
+    )
 
 
 def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
@@ -861,7 +902,9 @@ def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
         evidence.append(f"raised at {where}" + (f": `{source}`" if source else ""))
     if stage != STAGE_DATASET:
         evidence.append(f"the worker's traceback runs through PyTorch's call of {stage}, not the Dataset's methods")
-    batch = _failing_batch(facts) if stage != STAGE_WORKER_INIT else None
+    worker_id = int(m.group(2))
+    batch = _failing_batch(facts, worker_id) if stage != STAGE_WORKER_INIT else None
+    sample = batch[2] if batch else None
     if batch:
         evidence.append(f"the failing batch (the inside view): {batch[0]}")
     evidence.append(f"worker id {m.group(2)} raised it; main re-raised it and stopped{_exit(facts)}")
@@ -870,13 +913,18 @@ def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
         hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
     if stage == STAGE_COLLATE:
         remedy = _collate_remedy(batch[1] if batch and batch[1] else "range(batch_size)")
+    elif stage == STAGE_DATASET and sample is not None:
+        remedy = (
+            f"Fix the Dataset code at the location above; the loader itself is fine. Reproduce in one process: "
+            f"dataset[{sample}] (the sample that raised), or num_workers=0 to debug it in place."
+        )
     else:
         remedy = _STAGE_REMEDY[stage]
     who = "The Dataset" if stage == STAGE_DATASET else stage
     return Finding(
         confidence=0.9 if exc else 0.75,
         summary=f"{who} raised {exc or m.group(1)}{' at ' + where if where else ''} in DataLoader worker "
-        f"{m.group(2)}; the main process re-raised it.",
+        f"{m.group(2)}{f' (sample index {sample})' if sample is not None else ''}; the main process re-raised it.",
         evidence=tuple(evidence),
         remedy=remedy + hint,
         pids=(facts.sample.main.pid,) if facts.sample.main else (),
