@@ -44,7 +44,10 @@ def _series(
     Dict[str, List[Tuple[float, float, float]]],
 ]:
     """From the timeline: times, per-process series (cpu %, rss, uss, fds, fd limit) keyed by
-    ``role pid``, /dev/shm use, and per-iterator ``(t, batches, wait_s)``."""
+    ``role pid``, /dev/shm use, and per-iterator ``(t, batches, wait_s)``: ``wait_s`` is the
+    time main spent in ``__next__`` so far, the wait in progress included (a stall shows as a
+    rising line, not a flat one: the recorder adds a wait to its total only when the batch
+    comes)."""
     timeline = doc.get("timeline") or []
     if not timeline:
         return [], {}, [], {}
@@ -73,7 +76,8 @@ def _series(
                 series["limit"].append((t, p["rlimit_nofile_soft"]))
         for entry in s.get("loaders", []):
             pid, iterator, _epoch, batches, wait_s = entry[:5]
-            loaders.setdefault(f"pid {pid} iterator {iterator}", []).append((t, batches, wait_s))
+            waiting_s = entry[5] if len(entry) > 5 and entry[5] is not None else 0.0
+            loaders.setdefault(f"pid {pid} iterator {iterator}", []).append((t, batches, wait_s + waiting_s))
     return times, procs, shm, loaders
 
 
@@ -92,6 +96,20 @@ def _stall_window(doc: dict, times: List[float]) -> Optional[Tuple[float, float]
         return None
     end = times[-1]
     return max(0.0, end - stall["stall_s"]), end
+
+
+# Where each figure's axes sit, in figure fractions (left, bottom, width, height): the same in
+# every figure, so that the panels' x axes line up on the page; the legend goes to their right.
+AXES = (0.07, 0.17, 0.72, 0.72)
+FIGSIZE = (12, 3.2)  # inches, at 90 dpi
+
+
+def y_range(lines) -> Tuple[float, float]:
+    """The y range of a figure of ``lines`` (``(label, [(t, value)], style)``, values >= 0):
+    from 0 to a tenth above the highest value, ``(0, 1)`` when there is none or all are 0
+    (matplotlib's own choice for a flat line is ±0.04 around it)."""
+    top = max((v for _, points, _ in lines for _, v in points), default=0.0)
+    return 0.0, (top * 1.1 if top > 0 else 1.0)
 
 
 def plots(doc: dict) -> List[Tuple[str, bytes]]:
@@ -114,8 +132,13 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])
     }  # one colour per process, in every plot
 
+    x_end = max(times[-1], 1.0)
+
     def figure(title: str, ylabel: str, lines):
-        fig, ax = plt.subplots(figsize=(12, 3.2), dpi=90)
+        # Every figure has the same size, margins and x range, so that one instant is at the same
+        # place in each (the legend goes in the right margin, never over the lines).
+        fig = plt.figure(figsize=FIGSIZE, dpi=90)
+        ax = fig.add_axes(AXES)
         for label, points, style in lines:
             if points:
                 key = label.rsplit(" ", 1)[0] if label.endswith((" RSS", " USS", " limit")) else label
@@ -129,14 +152,17 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
                 )
         if window is not None:
             ax.axvspan(window[0], window[1], color="#d62728", alpha=0.12, label="stall")
+        if not any(points for _, points, _ in lines):
+            ax.text(0.5, 0.5, "no readings", transform=ax.transAxes, ha="center", va="center", color="#777")
+        ax.set_xlim(0.0, x_end)
+        ax.set_ylim(*y_range(lines))
         ax.set_title(title)
         ax.set_xlabel("seconds since the first sample")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
-        if handles:  # beside the plot, never over the lines
+        if handles:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         plt.close(fig)
@@ -171,7 +197,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         )
         figure(
             "Data wait (inside view)",
-            "seconds main waited in __next__",
+            "s main waited in __next__",
             [(k, [(t, w) for t, _, w in v], "-") for k, v in loaders.items()],
         )
     return out

@@ -149,3 +149,45 @@ def test_the_html_page_of_a_verified_report_links_to_its_runs(tmp_path):
     page = open(browse.write_html(folder), encoding="utf-8").read()
     assert '<p id="verify"><b>Verify:</b> the fix holds: &lt;3/3&gt;.' in page
     assert 'href="../verify-20261202T000000Z-1/"' in page
+
+
+def _stalled_doc():
+    """A report document whose timeline has main waiting 6 s for a batch after two came."""
+    loaders = [[100, 1, 0, 2, 0.5, None]] * 3 + [[100, 1, 0, 2, 0.5, w] for w in (1.0, 3.0, 6.0)]
+    timeline = [
+        {
+            "t_mono": 10.0 + i,
+            "shm_used_bytes": 0,
+            "loaders": [loaders[i]],
+            "processes": [{"role": "main", "pid": 100, "cpu_s": 0.1 * i, "rss_bytes": 2**20, "uss_bytes": None}],
+        }
+        for i in range(6)
+    ]
+    return {"timeline": timeline, "stall": {"stall_s": 3.0}}
+
+
+def test_the_data_wait_plot_rises_through_a_stall():
+    _, _, _, loaders = html._series(_stalled_doc())
+    waits = [w for _, _, w in loaders["pid 100 iterator 1"]]
+    assert waits == [0.5, 0.5, 0.5, 1.5, 3.5, 6.5]  # the wait in progress counts: not flat at 0.5
+
+
+def test_an_empty_or_flat_plot_has_a_zero_based_axis_not_a_tiny_one():
+    assert html.y_range([]) == (0.0, 1.0)
+    assert html.y_range([("shm", [(0.0, 0.0), (1.0, 0.0)], "-")]) == (0.0, 1.0)
+    assert html.y_range([("a", [(0.0, 2.0)], "-"), ("b", [(0.0, 10.0)], "-")]) == (0.0, 11.0)
+
+
+def test_every_plot_puts_its_x_axis_at_the_same_place(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    spines = set()
+    for title, png in html.plots(_stalled_doc()):
+        path = tmp_path / "p.png"
+        path.write_bytes(png)
+        dark = matplotlib.image.imread(str(path))[:, :, :3].sum(axis=2) < 0.6
+        columns = tuple(x for x in range(dark.shape[1]) if dark[:, x].mean() > 0.5 * html.AXES[3])
+        assert columns, title  # the axes' left and right spines: dark most of the axes' height
+        spines.add(columns)
+    assert len(spines) == 1, spines
