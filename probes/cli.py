@@ -29,6 +29,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from watchdog.argtypes import UsageParser, folder, output_file, positive_int, shown
 from watchdog.exits import Exit
 
+from . import module_name
 from .env import private_tmpdir
 
 __all__ = [
@@ -56,31 +57,31 @@ __all__ = [
 # takes the command's arguments (a list of str) and returns the exit code. One line per command.
 COMMANDS: Dict[str, Tuple[str, str]] = {
     "repro": (
-        "probes.repro",
+        module_name("repro"),
         "run known DataLoader failures under the watchdog and check each diagnosis: repro NAME…|--all|--cases|--list",
     ),
     "bench": (
-        "probes.bench.commands:bench_main",
+        module_name("bench.commands:bench_main"),
         "DataLoader throughput over a grid of configurations, each in a fresh subprocess",
     ),
     "autotune": (
-        "probes.bench.commands:autotune_main",
+        module_name("bench.commands:autotune_main"),
         "the best num_workers (and whether pin_memory helps) without running the full grid",
     ),
     "seed-check": (
-        "probes.bench.commands:seed_check_main",
+        module_name("bench.commands:seed_check_main"),
         "three folk claims about num_workers and pin_memory, checked with measured ratios",
     ),
     "rhythm": (
-        "probes.rhythm",
+        module_name("rhythm"),
         "healthy loaders' intervals between batches (p50, p99, longest): the stall rule's defaults",
     ),
     "hook-cost": (
-        "probes.hook_cost",
+        module_name("hook_cost"),
         "what the inside view's recorder costs a job, in paired runs with and without it",
     ),
     "overhead": (
-        "probes.overhead",
+        module_name("overhead"),
         "the sidecar's own cost: CPU, tick time, RSS, the job's throughput watched vs unwatched",
     ),
 }
@@ -317,8 +318,8 @@ def _entry(name: str):
         AttributeError: the module has no such function.
     """
     target = COMMANDS[name][0]
-    module_name, _, function = target.partition(":")
-    module = importlib.import_module(module_name)
+    name, _, function = target.partition(":")
+    module = importlib.import_module(name)
     return getattr(module, function or "main")
 
 

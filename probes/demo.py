@@ -23,6 +23,7 @@ import time
 
 from watchdog.exits import Exit
 
+from . import module_name
 from .cli import Parser
 from .cli import folder as folder_type
 from .env import child_env
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
         "--",
         sys.executable,
         "-m",
-        "probes.train",
+        module_name("train"),
         "--fault",
         "fork-lock",
         "--busy-thread",

@@ -1,9 +1,10 @@
 """Where the probes' child processes find their modules, whatever their working directory.
 
 The probes start Python children by module name (``python -m watchdog``, ``python -m
-probes.train``, ``python -m probes.bench.child``). Those names resolve from the child's
-``sys.path``: from the folder that holds this package when it runs from a source tree (with or
-without an editable install), from site-packages after ``pip install .``. :func:`child_env`
+probes.train``, ``python -m probes.bench.child``; ``watchdog.probes.…`` once installed, see
+:func:`probes.module_name`). Those names resolve from the child's ``sys.path``: from the folder
+that holds this package when it runs from a source tree (with or without an editable install),
+from site-packages after ``pip install .``. :func:`child_env`
 makes that hold in a child started in any folder.
 """
 
@@ -17,9 +18,11 @@ import sysconfig
 import tempfile
 from typing import Iterable, Iterator, Mapping, Optional
 
-# The folder that holds the ``probes`` package (and ``watchdog`` beside it): the repository
-# root in a source tree, site-packages after a non-editable install.
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder from which this package's name resolves (``probes`` and ``watchdog`` beside it in a
+# source tree: the repository root; ``watchdog.probes`` once installed: site-packages).
+PACKAGE_ROOT = os.path.abspath(__file__)
+for _ in range(__name__.count(".") + 1):  # "probes.env": two folders up; "watchdog.probes.env": three
+    PACKAGE_ROOT = os.path.dirname(PACKAGE_ROOT)
 
 
 def _site_dirs() -> set:

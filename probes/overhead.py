@@ -55,6 +55,7 @@ from tabulate import tabulate
 
 from watchdog.exits import Exit
 
+from . import module_name
 from .cli import MAX_SECONDS, MAX_WORKERS, Parser, float_range, int_list, int_range, output_file, positive_seconds
 from .env import child_env
 from .repro import kill_session
@@ -386,7 +387,17 @@ def run_hang(workers: int, interval_s: float, stall_timeout_s: float, folder: st
     """
     deadline = time.monotonic() + stall_timeout_s + _RUN_SLACK_S + 2 * workers
     job = _start(
-        [sys.executable, "-m", "probes.train", "--fault", "fork-lock", "--num-workers", str(workers), "--epochs", "1"],
+        [
+            sys.executable,
+            "-m",
+            module_name("train"),
+            "--fault",
+            "fork-lock",
+            "--num-workers",
+            str(workers),
+            "--epochs",
+            "1",
+        ],
         folder,
         f"hang-{workers}",
         stdout=subprocess.DEVNULL,

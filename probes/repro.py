@@ -43,7 +43,7 @@ from tabulate import tabulate
 
 from watchdog.exits import Exit
 
-from . import cases
+from . import cases, module_name
 from .cli import Parser, folder
 from .env import child_env
 
@@ -87,7 +87,7 @@ class Scenario:
     memory_limit: Optional[int] = None
     skip: Optional[str] = None
     timeout_s: float = 120.0
-    module: str = "probes.train"
+    module: str = module_name("train")
     certainty: Optional[str] = None
     location: Optional[str] = None
     needs_cuda: bool = False
@@ -153,7 +153,9 @@ SCENARIOS: Tuple[Scenario, ...] = (
         (("terminate_outside_loader", True),),
     ),
     Scenario("shutdown_hang", "shutdown_hang", "hang", skip="no known CPU reproduction; fixture test"),
-    Scenario("pin_memory_stall", "pin_memory_stall", "hang", module="probes.gpu.pin_memory_stall", needs_cuda=True),
+    Scenario(
+        "pin_memory_stall", "pin_memory_stall", "hang", module=module_name("gpu.pin_memory_stall"), needs_cuda=True
+    ),
     Scenario("worker_killed", "worker_killed", "crash", ("--fault", "worker-killed")),
     Scenario(
         "shm_exhausted",
@@ -184,7 +186,7 @@ SCENARIOS: Tuple[Scenario, ...] = (
         "cuda_in_forked_worker",
         "cuda_in_forked_worker",
         "crash",
-        module="probes.gpu.cuda_in_forked_worker",
+        module=module_name("gpu.cuda_in_forked_worker"),
         needs_cuda=True,
     ),
     Scenario(
@@ -323,7 +325,7 @@ SCENARIOS = (
             "main_memory_growth",
             "warning",
             settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
-            module="probes.cases.main_keeps_graphs_oom",
+            module=module_name("cases.main_keeps_graphs_oom"),
             memory_limit=1 << 30,
             timeout_s=120.0,
         ),
@@ -332,7 +334,7 @@ SCENARIOS = (
             "map_count_pressure",
             "warning",
             settings=(("full_info_interval_s", 2.0), ("warning_interval_s", 2.0)),
-            module="probes.cases.map_count_exhausted",
+            module=module_name("cases.map_count_exhausted"),
             timeout_s=170.0,
         ),
     )

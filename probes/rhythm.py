@@ -26,6 +26,7 @@ from tabulate import tabulate
 from watchdog.collect import inside
 from watchdog.exits import Exit
 
+from . import module_name
 from .cli import Parser, output_file, positive_seconds
 from .env import child_env
 
@@ -78,7 +79,11 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     try:
         env = inside.hook_env(child_env(), folder.path, os.getpid())  # probes.train found from any working directory
         done = subprocess.run(
-            [sys.executable, "-m", "probes.train", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+            [sys.executable, "-m", module_name("train"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
         if done.returncode != 0:
             raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")

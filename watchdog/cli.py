@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_mod.add_parser(sub)
     probes_cli: Optional[ModuleType]
     try:  # the command table (standard library only: no torch while parsing)
-        from probes import cli as probes_cli
+        probes_cli = probes_module("cli")
     except ImportError:
         probes_cli = None
     probe = sub.add_parser(
@@ -684,12 +684,34 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return Exit.HANG_REPORTED if outcome.reports else Exit.OK
 
 
+def probes_module(name: str) -> ModuleType:
+    """The probes' module ``name``: in a source tree, of the ``probes`` folder beside this
+    ``watchdog`` (never a top-level ``probes`` from elsewhere, which is not imported at all);
+    installed, of ``watchdog.probes`` (setup.cfg's ``package_dir``).
+
+    Raises:
+        ImportError: neither is there, or the module cannot be imported.
+    """
+    import importlib
+    import importlib.util
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        spec = importlib.util.find_spec("probes")
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if origin and os.path.dirname(os.path.dirname(os.path.abspath(origin))) == tree:
+        return importlib.import_module(f"probes.{name}")
+    return importlib.import_module(f"watchdog.probes.{name}")
+
+
 def cmd_probe(probe_args: List[str]) -> int:
     """``dlwatch probe COMMAND ARGS…`` (``probe_args``): the probes are a client of the watchdog
     and need torch (the [probes] extra); :func:`probes.cli.run` runs the command and says, in one
     line with exit code 2, when it or what it needs is not installed."""
     try:
-        from probes import cli as probes_cli
+        probes_cli = probes_module("cli")
     except ImportError as e:
         print(f"dlwatch: error: the probes are not installed: {e}", file=sys.stderr)
         return Exit.USAGE

@@ -19,6 +19,7 @@ from typing import List, Optional
 from watchdog.collect import procfs
 from watchdog.collect.sampler import Sampler
 
+from .. import module_name
 from ..env import child_env
 from .grid import LoaderConfig
 
@@ -148,7 +149,7 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
     # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "probes.bench.child", json.dumps(spec)],
+            [sys.executable, "-m", module_name("bench.child"), json.dumps(spec)],
             stdout=out_f,
             stderr=err_f,
             text=True,
@@ -159,7 +160,7 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
             peaks = _sample_until_exit(proc)
         finally:
             if proc.poll() is None:  # timed out, interrupted or failed here: leave nothing behind
-                from probes.repro import kill_session
+                from ..repro import kill_session
 
                 kill_session(proc)
         if peaks is None:

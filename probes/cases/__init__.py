@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from .. import module_name
+
 
 @dataclass(frozen=True)
 class Case:
@@ -54,7 +56,7 @@ class Case:
     @property
     def module(self) -> str:
         """The target's module (``python -m`` name): ``probes.cases.<target or name>``."""
-        return f"probes.cases.{self.target or self.name}"
+        return module_name(f"cases.{self.target or self.name}")
 
 
 CASES: Tuple[Case, ...] = (

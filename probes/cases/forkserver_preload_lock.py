@@ -43,7 +43,7 @@ class CountedDataset(Dataset):
 
 
 def main():
-    from probes.cases import forkserver_preload_lock as module  # the class by its importable name
+    from . import forkserver_preload_lock as module  # the class by its importable name
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([module.__name__])

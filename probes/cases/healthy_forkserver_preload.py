@@ -21,7 +21,7 @@ class SquaresDataset(Dataset):
 
 
 def main():
-    from probes.cases import healthy_forkserver_preload as module  # the class by its importable name
+    from . import healthy_forkserver_preload as module  # the class by its importable name
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", module.__name__])

@@ -505,6 +505,7 @@ def test_a_dlwatch_inside_the_job_is_a_wrapper_never_the_main():
     assert is_dlwatch(["/usr/bin/python3", "-I", "-m", "watchdog.collect.stderr_tail", "/tmp/x/tail", "65536", "1"])
     assert not is_dlwatch(["python", "train.py", "--log-dir", "dlwatch"])
     assert not is_dlwatch(["python", "-m", "watchdogs.observer"])
+    assert not is_dlwatch(["python", "-m", "watchdog.probes.train", "--fault", "fork-lock"])  # installed probes
 
 
 def test_the_path_a_thread_is_opening_is_read_from_its_system_call_argument():

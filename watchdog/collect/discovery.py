@@ -161,11 +161,15 @@ def _child_comms(proc: psutil.Process) -> Dict[int, str]:
 
 def is_dlwatch(cmdline: Sequence[str]) -> bool:
     """Whether a command line is dlwatch's own (``dlwatch …``, ``python -m watchdog …``, its
-    stderr pump ``python -I -m watchdog.collect.stderr_tail``): a wrapper, never the job."""
+    stderr pump ``python -I -m watchdog.collect.stderr_tail``): a wrapper, never the job. The
+    probes' jobs (``python -m watchdog.probes.train`` once installed) are jobs."""
     args = list(cmdline[:4])
     if any(os.path.basename(a) == "dlwatch" for a in args[:2]):
         return True
-    return any(a == "-m" and b.split(".")[0] == "watchdog" for a, b in zip(args, args[1:]))
+    return any(
+        a == "-m" and b.split(".")[0] == "watchdog" and b.split(".")[:2] != ["watchdog", "probes"]
+        for a, b in zip(args, args[1:])
+    )
 
 
 def find_main(root: psutil.Process) -> Optional[psutil.Process]:
