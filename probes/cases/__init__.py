@@ -210,7 +210,13 @@ CASES: Tuple[Case, ...] = (
         location='os.environ["SHARD_ID"]',
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),
     ),
-    Case("worker_segfault_mid_epoch", "worker_killed", "crash"),
+    Case(
+        "worker_segfault_mid_epoch",
+        "worker_killed",
+        "crash",
+        location="ctypes.string_at(0)",
+        evidence=("the segmentation fault hit in __getitem__",),
+    ),
     Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
         "worker_cache_oom_in_cgroup",

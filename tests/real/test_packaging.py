@@ -6,6 +6,7 @@ folder outside the tree, is watched and diagnosed like one from the source tree.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,8 +21,12 @@ def site(tmp_path_factory):
     """A folder laid out as site-packages by this tree's wheel (its dependencies are the test
     environment's own)."""
     out = tmp_path_factory.mktemp("wheel")
+    tree = out / "tree"  # a copy: building in the clone would leave build/ behind in it
+    shutil.copytree(
+        ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__")
+    )
     built = subprocess.run(
-        [PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), ROOT],
+        [PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(tree)],
         capture_output=True,
         text=True,
         timeout=300,

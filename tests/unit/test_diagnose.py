@@ -32,7 +32,7 @@ from tests.unit.builders import (
 from watchdog import frames
 from watchdog.collect import pyspy
 from watchdog.diagnose import RULES, diagnose, engine
-from watchdog.diagnose.common import original_traceback
+from watchdog.diagnose.common import fatal_error_dump, original_traceback
 from watchdog.diagnose.crashes import errno_of
 from watchdog.diagnose.hangs import feeder_failures
 from watchdog.types import (
@@ -460,6 +460,20 @@ def test_the_sample_that_raised_is_the_one_the_named_worker_recorded_for_the_bat
     assert first.kind == "dataset_error" and "(sample index 784)" in first.summary
     assert "dataset[784] (the sample that raised)" in first.remedy
     assert any("batch 98, samples [784, 785" in e and "pid 310" in e for e in first.evidence), first.evidence
+
+
+def test_a_worker_segfault_is_located_at_the_line_faulthandler_dumped():
+    # Captured: the inside view turns faulthandler on in workers; the worker's dump (the
+    # crashing thread, innermost first) precedes PyTorch's own "Unexpected segmentation fault".
+    stderr = fixture("stderr_worker_segfault_faulthandler.txt")
+    dump = fatal_error_dump(stderr)
+    assert dump.what == "Segmentation fault" and dump.frames[0].function == "string_at"
+    assert dump.user().file == "/home/user/train/worker_segfault_mid_epoch.py" and dump.user().line == 23
+    first = diagnose(_crash(stderr))[0]
+    assert first.kind == "worker_killed"
+    assert first.location == "/home/user/train/worker_segfault_mid_epoch.py:23", first.location
+    assert "(in __getitem__ at " in first.summary and "native library" in first.remedy
+    assert fatal_error_dump("Traceback (most recent call last):\nValueError: x\n") is None
 
 
 def test_a_pool_in_a_worker_is_a_start_failure_first():

@@ -30,6 +30,9 @@ How it stays out of the job's way:
 * Rare events (an iterator created, its workers started, the process exiting) rewrite a small
   JSON file atomically (temp file + rename).
 * Any error disables the recorder in that process and writes the reason for the sidecar.
+* One thing it adds to the job: in each worker, ``faulthandler`` for fatal signals (off with
+  ``DLWATCH_FAULTHANDLER=0``), so that a worker killed by SIGSEGV, SIGBUS or SIGABRT leaves
+  the Python line it died in on stderr.
 
 Files, in the private 0700 folder ``$DLWATCH_HOOK_DIR``: ``<pid>.bin`` (``FILE_SIZE`` bytes:
 ``HEADER`` then ``SLOTS`` slots of ``SLOT_SIZE`` bytes: ``SLOT`` fields then ``BUCKETS``
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 ENV_DIR = "DLWATCH_HOOK_DIR"
 ENV_ANCESTOR = "DLWATCH_HOOK_ANCESTOR"
 ENV_CHECKS = "DLWATCH_DATA_CHECKS"  # "0": no data-correctness checks
+ENV_FAULTHANDLER = "DLWATCH_FAULTHANDLER"  # "0": leave faulthandler off in workers
 TARGET = "torch.utils.data.dataloader"
 
 MAGIC = b"DLWH"
@@ -723,13 +727,33 @@ def _watch_exec():
     os.execve = wrap(os.execve)
 
 
+def _enable_faulthandler():
+    """In a DataLoader worker, turn on ``faulthandler`` for the crashing thread (unless the job
+    did, or ``DLWATCH_FAULTHANDLER=0``): a worker that dies of SIGSEGV, SIGBUS, SIGFPE or
+    SIGABRT then writes its Python stack to stderr before PyTorch's own handler runs. Called at
+    the worker's first sample, after ``_worker_loop`` installed PyTorch's handlers
+    (``_set_worker_signal_handlers``, torch/utils/data/_utils/signal_handling.py): faulthandler
+    dumps, restores the handler it found, and raises the signal again, so PyTorch's still runs
+    (CPython's Modules/faulthandler.c)."""
+    if os.environ.get(ENV_FAULTHANDLER, "1") == "0" or _worker_info() is None:
+        return
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable(all_threads=False)
+        except (ValueError, OSError, AttributeError, RuntimeError):
+            pass  # no usable stderr in this worker
+
+
 def _on_sample(fetcher):
     """Each read of the fetcher's ``dataset`` or ``dataset_iter`` (once a sample): counted in
     ``<pid>.fetch``; with the data checks, after ``RNG_RECHECK_AFTER`` reads, the generators'
     states again, to tell which ones the worker drew from. The first read in a worker arms
-    :func:`_watch_exec`."""
+    :func:`_watch_exec` and :func:`_enable_faulthandler`."""
     if not _EXEC_WATCHED:
         _watch_exec()
+        _enable_faulthandler()
     _state().fetched_one()
     if not _CHECKS:
         return

@@ -483,6 +483,55 @@ def original_traceback(stderr: str) -> Optional[OriginalTraceback]:
     return OriginalTraceback(tuple(found), exception)
 
 
+_FATAL = re.compile(r"^Fatal Python error: (?P<what>[^\n]+)$", re.M)
+_DUMP_HEAD = re.compile(
+    r"^(?:Current thread 0x[0-9a-f]+ \(most recent call first\)|Stack \(most recent call first\)):$"
+)
+_DUMP_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
+
+
+@dataclass(frozen=True)
+class FatalErrorDump:
+    """The last stack ``faulthandler`` wrote for a fatal signal (CPython's faulthandler
+    module: "Fatal Python error: Segmentation fault", then the crashing thread's frames):
+    ``what`` it says hit, and ``frames`` of the thread that crashed, innermost first."""
+
+    what: str
+    frames: Tuple[Frame, ...]
+
+    def user(self) -> Optional[Frame]:
+        """The innermost frame of the job's own files (else of an installed package), or ``None``."""
+        library = None
+        for f in self.frames:
+            if frames.is_user(f):
+                if not frames.is_third_party(f):
+                    return f
+                library = library or f
+        return library
+
+
+def fatal_error_dump(stderr: str) -> Optional[FatalErrorDump]:
+    """The last faulthandler dump in ``stderr`` (:class:`FatalErrorDump`), or ``None``."""
+    found = list(_FATAL.finditer(stderr or ""))
+    if not found:
+        return None
+    m = found[-1]
+    stack: List[Frame] = []
+    in_stack = False
+    for line in stderr[m.end() :].splitlines()[1:200]:
+        line = line.rstrip()
+        if _DUMP_HEAD.match(line):
+            in_stack, stack = True, []
+            continue
+        if not in_stack:
+            continue
+        f = _DUMP_FRAME.match(line)
+        if f is None:
+            break  # the crashing thread's stack ended
+        stack.append(Frame(f.group("func"), f.group("file"), int(f.group("line")), False))
+    return FatalErrorDump(m.group("what").strip(), tuple(stack))
+
+
 # The lines that chain one traceback to the next within one exception's report (CPython's
 # traceback module): the block goes on after them.
 _CHAIN_HEADS = (

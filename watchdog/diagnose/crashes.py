@@ -57,6 +57,7 @@ from .common import (
     STAGE_COLLATE,
     STAGE_DATASET,
     STAGE_WORKER_INIT,
+    fatal_error_dump,
     fit_line,
     max_over_timeline,
     memory_points,
@@ -626,13 +627,24 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         )
     who = f"DataLoader worker(s) {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
     loop = _loader_site(facts)
+    dump = fatal_error_dump(facts.stderr_tail)
+    hit = dump.user() if dump is not None else None
+    if dump is not None and hit is not None:
+        inner = " ← ".join(f"{f.function} ({frames.short_path(f.file)}:{f.line})" for f in dump.frames[:3])
+        evidence.append(
+            f"stderr (faulthandler, which dlwatch's inside view turns on in workers): the {dump.what.lower()} hit "
+            f"in {hit.function} at {hit.file}:{hit.line}; innermost frames: {inner}"
+        )
+        how += f" (in {hit.function} at {frames.short_path(hit.file)}:{hit.line})"
     return Finding(
         confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen or not pids else 0.15),
         summary=f"{who} {how}; the main process stopped with an error.",
         evidence=tuple(evidence),
         remedy=remedy,
         pids=pids,
-        location=loop or traceback_location(facts.stderr_tail),
+        location=(f"{hit.file}:{hit.line}" if hit is not None else None)
+        or loop
+        or traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
     )
 
