@@ -31,7 +31,7 @@ from .errors import ConfigError, ReportWriteError, TargetError, WatchdogError
 from .exits import Exit, of_signal
 from .ranks import JobWatcher
 from .terminal import JobControl, wait_job
-from .types import Launch
+from .types import Launch, ReportWritten
 from .wake import Waker
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
@@ -360,9 +360,9 @@ def _bounded(watcher: JobWatcher, bound: "verify_mod.RunBound"):
     job watcher's latest sample and hears of hang reports (chained to ``on_report``)."""
     previous = watcher.on_report
 
-    def on_report(mode: str, kind: str, rank: str) -> None:
-        previous(mode, kind, rank)
-        bound.reported(mode, kind, rank)
+    def on_report(written: ReportWritten) -> None:
+        previous(written)
+        bound.reported(written)
 
     watcher.on_report = on_report
 
@@ -449,7 +449,7 @@ def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", sourc
 
     from . import metrics
 
-    collector = metrics.JobMetrics(list)
+    collector = metrics.JobMetrics(list, cfg.node or "")
     try:
         return metrics.serve(cfg.metrics_port, collector, cfg.metrics_addr), collector
     except socket.gaierror as e:  # the address does not resolve

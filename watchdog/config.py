@@ -231,6 +231,13 @@ class Config(_Settings, frozen=True):
             "addresses) when a Prometheus elsewhere scrapes it through a port you publish on purpose"
         ),
     ] = "127.0.0.1"
+    node: Annotated[
+        Optional[_Text],
+        Meta(
+            description="the node label of every metrics series; null: this host's name (in a pod, set it to the "
+            "node's name from the downward API, spec.nodeName)"
+        ),
+    ] = None
     py_spy: Annotated[PySpyConfig, Meta(description="how stacks are taken (py-spy dump)")] = PySpyConfig()
 
 

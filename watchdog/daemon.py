@@ -58,6 +58,7 @@ from .types import (
     Launch,
     Measure,
     ProcessRole,
+    ReportWritten,
     Sample,
 )
 from .wake import Waker
@@ -157,6 +158,7 @@ class WatcherStatus:
 
     rank: str = ""
     root_pid: int = 0
+    rank_vars: Tuple[Tuple[str, str], ...] = ()  # the rank's torchrun variables (RANK_VARS)
     sample: Optional[Sample] = None
     stall_s: Optional[float] = None
     last_hang_kind: str = ""
@@ -232,8 +234,12 @@ class Watcher:
             config.exec_timeout_s,
             log,
         )
-        self._status = WatcherStatus(rank=str((self.rank or {}).get("RANK", "")), root_pid=root_pid)
-        self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
+        self._status = WatcherStatus(
+            rank=str((self.rank or {}).get("RANK", "")),
+            root_pid=root_pid,
+            rank_vars=tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items())),
+        )
+        self.on_report: Callable[[ReportWritten], None] = lambda written: None
         self.stop = threading.Event()
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
@@ -285,8 +291,8 @@ class Watcher:
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
 
-    def _reported(self, mode: str, kind: str, rank: str) -> None:
-        self.on_report(mode, kind, rank)
+    def _reported(self, written: ReportWritten) -> None:
+        self.on_report(written)
 
     def status(self) -> WatcherStatus:
         """What this watcher last saw (:class:`WatcherStatus`); safe to call from any thread."""

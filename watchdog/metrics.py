@@ -1,10 +1,13 @@
 """Prometheus metrics (``--metrics-port``): what the watchdog sees, served by ``prometheus_client``.
 
 Values are read at scrape time from what the watch loop last recorded (each watcher's latest
-sample and stall), never by touching the job's processes. Labels are ``rank``, ``role`` and
-``worker_id``, never a pid: workers get new pids every epoch, and pid labels would grow the
-series count without bound. Names follow the Prometheus conventions (base units, ``_bytes``,
-``_seconds``, ``_total``; https://prometheus.io/docs/practices/naming/).
+sample and stall), never by touching the job's processes. Every series carries ``node`` (the
+``node`` setting: the host name by default), and those of a rank its torchrun identity:
+``run_id`` (``TORCHELASTIC_RUN_ID``), ``rank``, ``local_rank``, ``group_rank`` ("" where not
+set); processes add ``role`` and ``worker_id``. Never a pid: workers get new pids every epoch,
+and pid labels would grow the series count without bound. Names follow the Prometheus
+conventions (base units, ``_bytes``, ``_seconds``, ``_total``;
+https://prometheus.io/docs/practices/naming/).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import socket
 import socketserver
 import threading
 from collections import Counter
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
@@ -21,28 +24,52 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import redact
-from .types import ROLE_MAIN, ROLE_WORKER, LoaderView, Sample
+from .types import ROLE_MAIN, ROLE_WORKER, LoaderView, ReportWritten, Sample
+
+if TYPE_CHECKING:
+    from .daemon import WatcherStatus
 
 PREFIX = "dlwatch"
+MAX_REPORT_INFO = 256  # reports kept for dlwatch_report_info (the latest)
+
+
+# The labels of a rank's series, after ``node``: (label, the rank variable it comes from).
+RANK_LABELS = (
+    ("run_id", "TORCHELASTIC_RUN_ID"),
+    ("rank", "RANK"),
+    ("local_rank", "LOCAL_RANK"),
+    ("group_rank", "GROUP_RANK"),
+)
 
 
 class JobMetrics(Collector):
     """A collector over the job's watchers.
 
     Args:
-        watchers: returns ``[(rank label, latest sample or None, seconds since progress or None)]``
-            at scrape time; the rank label is empty for a single-process job.
+        watchers: returns, at scrape time, what each rank's watcher last saw
+            (:class:`~watchdog.daemon.WatcherStatus`: its rank variables, latest sample and
+            seconds since progress); one entry, with no rank, for a single-process job.
+        node: the ``node`` label of every series (the ``node`` setting, else the host name).
     """
 
-    def __init__(self, watchers: Callable[[], List[Tuple[str, Optional[Sample], Optional[float]]]]) -> None:
+    def __init__(self, watchers: Callable[[], List["WatcherStatus"]], node: str = "") -> None:
         self.watchers = watchers
+        self.node = redact.value(node or socket.gethostname())
         self._reports: Counter = Counter()
+        self._written: List[Tuple[Tuple[str, ...], ReportWritten]] = []
         self._lock = threading.Lock()
 
-    def note_report(self, mode: str, kind: str, rank: str = "") -> None:
-        """Count one report (``mode``: hang, crash, live, exit) of ``kind``."""
+    def note_report(self, written: ReportWritten) -> None:
+        """Count one report (``written.mode``: hang, crash, live, exit) of ``written.kind``, and
+        keep it for ``dlwatch_report_info`` (its folder redacted, as every byte dlwatch serves)."""
         with self._lock:
-            self._reports[(mode, kind, rank)] += 1
+            self._reports[(written.mode, written.kind, written.rank)] += 1
+            self._written.append((self._rank_labels(dict(written.rank_vars) or {"RANK": written.rank}), written))
+            del self._written[:-MAX_REPORT_INFO]
+
+    def _rank_labels(self, rank_vars: Dict[str, str]) -> Tuple[str, ...]:
+        """``node`` then the :data:`RANK_LABELS` values of a rank ("" for those not set)."""
+        return (self.node,) + tuple(str(rank_vars.get(var, "")) for _, var in RANK_LABELS)
 
     @staticmethod
     def _worker_ids(sample: Sample) -> Dict[int, str]:
@@ -58,7 +85,8 @@ class JobMetrics(Collector):
         return ids
 
     def collect(self) -> Iterable:
-        labels = ["rank", "role", "worker_id"]
+        rank_labels = ["node"] + [label for label, _ in RANK_LABELS]
+        labels = rank_labels + ["role", "worker_id"]
         cpu = CounterMetricFamily(
             f"{PREFIX}_process_cpu_seconds", "CPU time of a process of the job (user + system)", labels=labels
         )
@@ -83,31 +111,42 @@ class JobMetrics(Collector):
         since = GaugeMetricFamily(
             f"{PREFIX}_seconds_since_progress",
             "seconds since the DataLoader path of a rank last moved",
-            labels=["rank"],
+            labels=rank_labels,
         )
-        shm_used = GaugeMetricFamily(f"{PREFIX}_shm_used_bytes", "bytes used in /dev/shm as the job sees it")
-        shm_size = GaugeMetricFamily(f"{PREFIX}_shm_size_bytes", "size of /dev/shm as the job sees it")
+        progress_at = GaugeMetricFamily(
+            f"{PREFIX}_last_progress_timestamp_seconds",
+            "wall-clock time (Unix seconds) the DataLoader path of a rank last moved, as its node's clock read it: "
+            "comparable across nodes, unlike the age at scrape time",
+            labels=rank_labels,
+        )
+        shm_used = GaugeMetricFamily(
+            f"{PREFIX}_shm_used_bytes", "bytes used in /dev/shm as the job sees it", labels=["node"]
+        )
+        shm_size = GaugeMetricFamily(f"{PREFIX}_shm_size_bytes", "size of /dev/shm as the job sees it", labels=["node"])
         batches = GaugeMetricFamily(
             f"{PREFIX}_loader_batches",
             "batches the latest iterator of a DataLoader has delivered (inside view)",
-            labels=["rank", "loader"],
+            labels=rank_labels + ["loader"],
         )
         wait = GaugeMetricFamily(
             f"{PREFIX}_loader_data_wait_seconds",
             "time main waited in __next__ of the latest iterator (inside view)",
-            labels=["rank", "loader"],
+            labels=rank_labels + ["loader"],
         )
         host_done = False
-        for rank, sample, stall_s in self.watchers():
+        for status in self.watchers():
+            sample, stall_s = status.sample, status.stall_s
             if sample is None:
                 continue
+            base = list(self._rank_labels(dict(status.rank_vars)))
             if stall_s is not None:
-                since.add_metric([rank], stall_s)
+                since.add_metric(base, stall_s)
+                progress_at.add_metric(base, sample.wall - stall_s)
             ids = self._worker_ids(sample)
             for p in sample.processes:
                 if p.role not in (ROLE_MAIN, ROLE_WORKER):
                     continue
-                values = [rank, p.role, ids.get(p.pid, "")]
+                values = base + [str(p.role), ids.get(p.pid, "")]
                 cpu.add_metric(values, p.cpu_s)
                 rss.add_metric(values, p.rss_bytes)
                 threads.add_metric(values, p.num_threads)
@@ -126,23 +165,49 @@ class JobMetrics(Collector):
                 if where not in latest or v.iterator > latest[where].iterator:
                     latest[where] = v
             for where, v in latest.items():
-                batches.add_metric([rank, where], v.batches)
-                wait.add_metric([rank, where], v.wait_s)
+                batches.add_metric(base + [where], v.batches)
+                wait.add_metric(base + [where], v.wait_s)
             if not host_done:
                 host_done = True
                 if sample.host.shm_used_bytes is not None:
-                    shm_used.add_metric([], sample.host.shm_used_bytes)
+                    shm_used.add_metric([self.node], sample.host.shm_used_bytes)
                 if sample.host.shm_total_bytes is not None:
-                    shm_size.add_metric([], sample.host.shm_total_bytes)
+                    shm_size.add_metric([self.node], sample.host.shm_total_bytes)
         reports = CounterMetricFamily(
             f"{PREFIX}_reports",
             "reports written, by mode (hang, crash, live, exit) and kind",
-            labels=["rank", "mode", "kind"],
+            labels=["node", "rank", "mode", "kind"],
+        )
+        info = GaugeMetricFamily(
+            f"{PREFIX}_report_info",
+            "1 for each report written (the latest 256): its first diagnosis, mode, severity and folder on this node",
+            labels=rank_labels + ["mode", "kind", "severity", "folder"],
         )
         with self._lock:
             for (mode, kind, rank), n in sorted(self._reports.items()):
-                reports.add_metric([rank, mode, kind], n)
-        yield from (cpu, rss, uss, fds, max_fds, threads, pinned, since, shm_used, shm_size, batches, wait, reports)
+                reports.add_metric([self.node, rank, mode, kind], n)
+            for written_labels, w in self._written:
+                info.add_metric(
+                    list(written_labels) + [w.mode, w.kind, w.severity, redact.value(w.folder)],
+                    1,
+                )
+        yield from (
+            cpu,
+            rss,
+            uss,
+            fds,
+            max_fds,
+            threads,
+            pinned,
+            since,
+            progress_at,
+            shm_used,
+            shm_size,
+            batches,
+            wait,
+            reports,
+            info,
+        )
 
 
 # Connections served at once; one more is closed at once (a scraper retries at its next

@@ -14,7 +14,7 @@ from .alert import Alerts
 from .collect import procfs
 from .config import Config
 from .errors import ReportWriteError
-from .types import MODE_CRASH, Diagnosis, Facts, Launch
+from .types import MODE_CRASH, Diagnosis, Facts, Launch, ReportWritten
 
 # Settings whose values are shell commands, which may carry a token: never written as they are.
 _COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")
@@ -31,7 +31,7 @@ class Publisher:
         alerts: runs ``on_*_exec`` after each report.
         pyspy_path: the py-spy binary found (``None``: none), named in the report.
         say: writes the short summary (stderr); ``log``: one ``dlwatch:`` line.
-        on_report: called as ``on_report(mode, first_kind, rank)`` after each report written.
+        on_report: called with a :class:`~watchdog.types.ReportWritten` after each report written.
         launch: how the job was started (``job.launch`` in ``report.json``, its command
             redacted), for ``dlwatch verify``; ``None``: not known.
     """
@@ -46,7 +46,7 @@ class Publisher:
         pyspy_path: Optional[str],
         say: Callable[[str], None],
         log: Callable[[str], None],
-        on_report: Callable[[str, str, str], None],
+        on_report: Callable[[ReportWritten], None],
         launch: Optional[Launch] = None,
     ) -> None:
         self.config = config
@@ -108,7 +108,8 @@ class Publisher:
             return None
         self.log(f"full report: {os.path.join(path, 'report.txt')}")
         first = diagnoses[0]
-        self.on_report(facts.mode, first.kind, rank)
+        rank_vars = tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items()))
+        self.on_report(ReportWritten(str(facts.mode), first.kind, rank, str(first.severity), path, rank_vars))
         hook_env = {
             "DLWATCH_REPORT": path,
             "DLWATCH_KIND": first.kind,

@@ -15,8 +15,8 @@ import psutil
 from .collect import discovery, examine, procfs
 from .collect.inside import InsideReader
 from .config import Config
-from .daemon import Outcome, Watcher, log
-from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcId, Sample
+from .daemon import Outcome, Watcher, WatcherStatus, log
+from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcId, ReportWritten
 from .wake import Waker
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went or was
@@ -78,7 +78,7 @@ class JobWatcher:
             config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside, launch=launch
         )
         self.alerts = self.job.alerts
-        self.on_report: Callable[[str, str, str], None] = lambda mode, kind, rank: None
+        self.on_report: Callable[[ReportWritten], None] = lambda written: None
         self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[ProcId, Watcher] = {}
         self._all: List[Watcher] = [self.job]
@@ -155,13 +155,13 @@ class JobWatcher:
             del self.ranks[key]  # its reports stay in the outcome
         self.job.set_roles(self._roles(found), examine=not self.ranks)
 
-    def _rank_reported(self, key: ProcId, mode: str, kind: str, rank: str) -> None:
+    def _rank_reported(self, key: ProcId, written: ReportWritten) -> None:
         """A rank's report was written (called from that rank's thread): count it, and when it
         was a hang in its DataLoader, each other rank stalled for half of ``stall_timeout_s``
         or more says now that it waits for that one (ending the stuck rank may end the job
         before their own examinations come due)."""
-        self.on_report(mode, kind, rank)
-        if mode != MODE_HANG:
+        self.on_report(written)
+        if written.mode != MODE_HANG:
             return
         stuck = self.ranks.get(key)
         if stuck is None or not stuck.status().hang_in_loader:
@@ -227,12 +227,12 @@ class JobWatcher:
                     out.append(f"{name}: uneven batches across ranks were reported")
         return out
 
-    def metrics_view(self) -> List[Tuple[str, Optional[Sample], Optional[float]]]:
-        """``[(rank, latest sample, seconds since progress)]`` for :class:`~watchdog.metrics.JobMetrics`:
-        each rank's, or the job's when it has no ranks. Read from another thread: only the
-        last values each watcher stored."""
+    def metrics_view(self) -> List[WatcherStatus]:
+        """What each rank's watcher last saw (the job's, when it has no ranks), for
+        :class:`~watchdog.metrics.JobMetrics`. Read from another thread: only the last values
+        each watcher stored."""
         watchers = list(self.ranks.values()) or [self.job]
-        return [(s.rank, s.sample, s.stall_s) for s in (w.status() for w in watchers)]
+        return [w.status() for w in watchers]
 
     def loaders_of_ranks(self, except_key: Optional[ProcId] = None) -> tuple:
         """``((rank, loaders of its main), …)`` for every rank but ``except_key``, from its

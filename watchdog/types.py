@@ -854,6 +854,21 @@ class HangVerdict:
 
 
 @dataclass(frozen=True)
+class ReportWritten:
+    """One report just written, as the publisher tells the watchers and the metrics endpoint:
+    its ``mode`` (hang, crash, live, exit), the first diagnosis's ``kind`` and ``severity``, the
+    ``rank`` ("" outside a multi-rank job) with its torchrun variables (``rank_vars``: ``RANK``,
+    ``LOCAL_RANK``, …) and the report's ``folder``."""
+
+    mode: str
+    kind: str
+    rank: str = ""
+    severity: str = ""
+    folder: str = ""
+    rank_vars: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Launch:
     """How the watched job was started, so that ``dlwatch verify`` can start it again.
 

@@ -38,7 +38,7 @@ from tabulate import tabulate
 from . import browse, redact, report, writer
 from .errors import ReportWriteError, WatchdogError
 from .exits import Exit, of_signal
-from .types import FIX_LOADER_SETTINGS, Fix, Sample
+from .types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
 
 CONTROL, FIXED = "unchanged", "fixed"
 # The default bound: twice the batches the original's iterator delivered before it failed,
@@ -343,10 +343,10 @@ class RunBound:
                 size = settings.get("batch_size")
                 self.batch_size = size if isinstance(size, int) else None
 
-    def reported(self, mode: str, kind: str, rank: str) -> None:
+    def reported(self, written: ReportWritten) -> None:
         """A report was written (``JobWatcher.on_report``): a hang ends the run."""
-        if mode == "hang" and not self.hung:
-            self.hung = kind
+        if written.mode == "hang" and not self.hung:
+            self.hung = written.kind
 
     def reached(self, now: float) -> Optional[str]:
         """Why the run should end now (``hung``, ``batches``, ``seconds``), or ``None``."""

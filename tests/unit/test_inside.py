@@ -297,6 +297,7 @@ def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_
 ):
     import subprocess
     import sys
+    import time
 
     private = tmp_path / "secret"  # as /root/.ssh: this user's, closed to others, but no hook folder
     private.mkdir(mode=0o700)
@@ -312,9 +313,11 @@ def test_only_a_folder_named_as_hook_env_names_them_and_private_to_this_user_is_
         env = {**os.environ, FMT.ENV_DIR: str(named), inside.TOKEN_ENV: token}
         job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env=env)
         try:
-            for _ in range(100):
+            deadline = time.monotonic() + 10  # until the child has exec'd with its environment (slow under load)
+            while time.monotonic() < deadline:
                 if inside.FORMAT.ENV_DIR.encode() in open(f"/proc/{job.pid}/environ", "rb").read():
                     break
+                time.sleep(0.01)
             found[str(folder)] = inside.folder_of(job.pid)
         finally:
             job.kill()

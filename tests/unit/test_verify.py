@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.builders import proc, sample
 from watchdog import verify
-from watchdog.types import ROLE_MAIN, Fix, LoaderView
+from watchdog.types import ROLE_MAIN, Fix, LoaderView, ReportWritten
 from watchdog.verify import CONTROL, FIXED, Origin, RunResult, VerifyError
 
 
@@ -138,9 +138,9 @@ def test_batches_are_counted_over_every_iterator_of_main_and_a_hang_report_ends_
     assert bound.delivered == 10 and bound.reached(1.0) == "batches"  # another process's loader does not count
     timed = verify.RunBound(None, 5.0, started=0.0)
     assert timed.reached(4.0) is None and timed.reached(5.0) == "seconds"
-    timed.reported("warning", "cpu_oversubscribed", "")
+    timed.reported(ReportWritten("warning", "cpu_oversubscribed"))
     assert timed.reached(1.0) is None
-    timed.reported("hang", "worker_stuck", "")
+    timed.reported(ReportWritten("hang", "worker_stuck"))
     assert timed.reached(1.0) == "hung"
 
 

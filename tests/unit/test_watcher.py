@@ -20,7 +20,8 @@ def _watcher(**kw) -> Watcher:
 def test_the_status_is_a_frozen_snapshot_replaced_at_each_tick():
     w = _watcher(rank={"RANK": "3", "WORLD_SIZE": "4"})
     before = w.status()
-    assert before == WatcherStatus(rank="3", root_pid=os.getpid()) and before.sample is None
+    vars_ = (("RANK", "3"), ("WORLD_SIZE", "4"))
+    assert before == WatcherStatus(rank="3", root_pid=os.getpid(), rank_vars=vars_) and before.sample is None
     w.step()
     after = w.status()
     assert after is not before and after.sample is not None and after.sample.main is not None

@@ -1,0 +1,101 @@
+"""The metrics endpoint's series, built from hand-made watcher statuses (no server, no job):
+labels for a job across nodes, the wall-clock time of the last progress, one info series per
+report."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tests.unit.builders import MAIN_PID, WORKER_PID, proc, sample
+from watchdog import metrics
+from watchdog.daemon import WatcherStatus
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, ReportWritten
+
+RANK_VARS = (("GROUP_RANK", "1"), ("LOCAL_RANK", "0"), ("RANK", "2"), ("TORCHELASTIC_RUN_ID", "job42"))
+
+
+def _scrape(collector) -> dict:
+    """``{(series name, {label: value} as sorted tuples): value}`` of one scrape, parsed back by
+    prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    registry.register(collector)
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _labels(**kw):
+    return tuple(sorted(kw.items()))
+
+
+RANK = dict(node="node-b", run_id="job42", rank="2", local_rank="0", group_rank="1")
+
+
+def test_every_series_names_its_node_and_a_ranks_torchrun_identity_never_a_pid():
+    smp = sample(
+        30.0, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])], shm_total=1 << 26, shm_used=0
+    )
+    status = WatcherStatus(rank="2", root_pid=MAIN_PID, rank_vars=RANK_VARS, sample=smp, stall_s=12.5)
+    collector = metrics.JobMetrics(lambda: [status], node="node-b")
+    folder = "/reports/20261202T040000Z-9-rank2"
+    collector.note_report(ReportWritten("hang", "worker_stuck", "2", "hang", folder, RANK_VARS))
+    got = _scrape(collector)
+    assert got[("dlwatch_seconds_since_progress", _labels(**RANK))] == 12.5
+    # the wall clock of the last progress: the sample's wall time less the stall, comparable across nodes
+    assert got[("dlwatch_last_progress_timestamp_seconds", _labels(**RANK))] == smp.wall - 12.5
+    assert ("dlwatch_process_resident_memory_bytes", _labels(**RANK, role="main", worker_id="")) in got
+    assert ("dlwatch_shm_size_bytes", _labels(node="node-b")) in got
+    info = _labels(**RANK, mode="hang", kind="worker_stuck", severity="hang", folder=folder)
+    assert got[("dlwatch_report_info", info)] == 1
+    assert got[("dlwatch_reports_total", _labels(node="node-b", rank="2", mode="hang", kind="worker_stuck"))] == 1
+    labels = {k for _, ls in got for k, _ in ls}
+    assert "pid" not in labels and str(MAIN_PID) not in {v for _, ls in got for _, v in ls if v != folder}
+
+
+def test_a_single_process_job_has_empty_rank_labels_and_the_host_name_by_default():
+    import socket
+
+    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [])])
+    got = _scrape(metrics.JobMetrics(lambda: [WatcherStatus(root_pid=MAIN_PID, sample=smp, stall_s=1.0)]))
+    empty = dict(node=socket.gethostname(), run_id="", rank="", local_rank="", group_rank="")
+    assert got[("dlwatch_seconds_since_progress", _labels(**empty))] == 1.0
+
+
+def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `(dlwatch_\w+)` \| (\w+) \| ([^|]+) \|", readme, re.M)
+    table = {}
+    for name, _kind, labels in rows:
+        words = labels.replace("rank labels", "node, run_id, rank, local_rank, group_rank")
+        table[name] = set(re.findall(r"[a-z_]+", re.sub(r"\([^)]*\)", "", words)))
+    from dataclasses import replace
+
+    from tests.unit.test_verify import loader_view
+    from watchdog.types import Frame
+
+    smp = sample(
+        30.0, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])], shm_total=1 << 26, shm_used=0
+    )
+    loader = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))
+    status = WatcherStatus(
+        rank="2", root_pid=MAIN_PID, rank_vars=RANK_VARS, sample=replace(smp, loaders=(loader,)), stall_s=3.0
+    )
+    collector = metrics.JobMetrics(lambda: [status], node="n")
+    collector.note_report(ReportWritten("hang", "worker_stuck", "2", "hang", "/r", RANK_VARS))
+    served = {}
+    for name, labels in _scrape(collector):
+        base = re.sub(r"_(total|created)$", "", name)
+        key = base + "_total" if base + "_total" in table else base
+        served.setdefault(key, set()).update(k for k, _ in labels)
+    assert set(served) - set(table) == set(), "served but not in the README's table"
+    missing = set(table) - set(served) - {"dlwatch_process_unique_memory_bytes", "dlwatch_process_pinned_memory_bytes"}
+    assert missing == set(), "in the README's table but not served"
+    for name, labels in served.items():
+        assert labels == table[name], (name, labels, table[name])
