@@ -118,7 +118,7 @@ _OUTCOME_SHORT = {"resolved": "resolved", "terminated": "terminated", "job_ended
 
 
 def row(folder: str, doc: dict) -> List[str]:
-    """One line of ``dlwatch reports``: time, job pid, rank, mode, first kind, where, action,
+    """One line of ``dlwatch reports``: time, node, job pid, rank, mode, first kind, where, action,
     and the hang's outcome (``resolved after 41 s``, ``terminated``, ``job ended (exit 1)``)
     with what ``dlwatch verify`` concluded of its fix (``fix holds``, ``fix not proven``)."""
     first = (doc.get("diagnoses") or [{}])[0]
@@ -146,6 +146,7 @@ def row(folder: str, doc: dict) -> List[str]:
         result = "; ".join(x for x in (result if result != "-" else "", _verified_short(proof)) if x)
     return [
         str(doc.get("detected_at") or "")[:19].replace("T", " "),
+        str(job.get("node", "")),
         str(job.get("pid", "")),
         str(rank),
         mode,
@@ -169,10 +170,10 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
         try:
             rows.append(row(folder, load(folder)))
         except ReportNotFound as e:
-            rows.append(["", "", "", "", "", str(e), "", "", folder])
+            rows.append(["", "", "", "", "", "", str(e), "", "", folder])
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # a hand-edited report.json
-            rows.append(["", "", "", "", "", f"report.json cannot be read: {type(e).__name__}", "", "", folder])
-    headers = ["TIME (UTC)", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "OUTCOME", "FOLDER"]
+            rows.append(["", "", "", "", "", "", f"report.json cannot be read: {type(e).__name__}", "", "", folder])
+    headers = ["TIME (UTC)", "NODE", "JOB", "RANK", "MODE", "KIND", "WHERE", "ACTION", "OUTCOME", "FOLDER"]
     return tabulate(rows, headers=headers, tablefmt="simple"), len(rows)
 
 

@@ -141,8 +141,8 @@ class Config(_Settings, frozen=True):
     report_dir: Annotated[
         _Text,
         Meta(
-            description="folder for report folders <UTC timestamp>-<pid>/ (created 0700; relative to the working "
-            "directory)",
+            description="folder for report folders <UTC timestamp>-<node>-<pid>/ (created 0700; relative to the "
+            "working directory)",
         ),
     ] = "dlwatch-reports"
     full_info_interval_s: Annotated[

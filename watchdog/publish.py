@@ -6,6 +6,7 @@ it (:func:`watchdog.writer.write_with_fallback`: atomic, owner-only) and run the
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Callable, Dict, Optional, Sequence
 
@@ -67,6 +68,7 @@ class Publisher:
         else:
             job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time)}
         job["root_pid"] = self.root_pid
+        job["node"] = self.config.node or socket.gethostname()
         if self.rank:
             job["rank"] = dict(self.rank)
         if self.launch is not None:

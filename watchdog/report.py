@@ -43,9 +43,13 @@ def utc_iso(wall: float) -> str:
     return _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def folder_name(wall: float, pid: int) -> str:
-    """``<UTC timestamp>-<pid>``, e.g. ``20261129T140512Z-2084``; sortable by time."""
-    return _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + f"Z-{pid}"
+def folder_name(wall: float, pid: int, node: str = "") -> str:
+    """``<UTC timestamp>-[<node>-]<pid>``, e.g. ``20261129T140512Z-node-b-2084``: sortable by
+    time, and never the same on two nodes writing to one shared ``report_dir`` (NFS, Lustre).
+    ``node`` is cut to 63 characters of ``[A-Za-z0-9.-]`` (a host name's), others as ``_``."""
+    stamp = _dt.datetime.fromtimestamp(wall, _dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "Z"
+    node = re.sub(r"[^A-Za-z0-9.-]", "_", node)[:63].lstrip(".")
+    return f"{stamp}-{node}-{pid}" if node else f"{stamp}-{pid}"
 
 
 def _metrics(p: ProcessSample) -> dict:
@@ -378,7 +382,7 @@ def build(
     }
     # The suffix may carry a job's value (its rank): one path component of plain characters.
     suffix = re.sub(r"[^A-Za-z0-9_.-]", "_", suffix).lstrip(".")
-    name = folder_name(detected_wall, job["pid"]) + (f"-{suffix}" if suffix else "")
+    name = folder_name(detected_wall, job["pid"], str(job.get("node") or "")) + (f"-{suffix}" if suffix else "")
     # Every byte that leaves goes through redaction once more, by shape (watchdog.redact): the
     # collectors redacted by name what they read (environment, locals, command lines); an
     # exception message, the stderr tail or a raw py-spy dump may still hold a token.

@@ -18,7 +18,13 @@ def _written(tmp_path):
     rep = report.build(
         facts,
         diagnose(facts),
-        {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None, "rank": {"RANK": "1"}},
+        {
+            "pid": MAIN_PID,
+            "cmdline": ["python", "train.py"],
+            "start_time": None,
+            "rank": {"RANK": "1"},
+            "node": "node-a",
+        },
         1.8e9,
         "report",
         None,
@@ -191,3 +197,22 @@ def test_every_plot_puts_its_x_axis_at_the_same_place(tmp_path):
         assert columns, title  # the axes' left and right spines: dark most of the axes' height
         spines.add(columns)
     assert len(spines) == 1, spines
+
+
+def test_report_folders_name_their_node_so_nodes_sharing_a_report_dir_never_collide():
+    from watchdog import report as report_mod
+
+    wall = 1796180000.0  # 2026-12-02 02:53:20 UTC
+    assert report_mod.folder_name(wall, 42, "node-b") == "20261202T025320Z-node-b-42"
+    assert report_mod.folder_name(wall, 42, "node-a") != report_mod.folder_name(wall, 42, "node-b")
+    assert report_mod.folder_name(wall, 42, "../x/y") == "20261202T025320Z-_x_y-42"  # one plain path component
+    assert report_mod.folder_name(wall, 42) == "20261202T025320Z-42"
+
+
+def test_the_reports_table_has_a_node_column(tmp_path):
+    folder = _written(tmp_path)
+    table, n = browse.listing(str(tmp_path))
+    header = table.splitlines()[0].split()
+    assert n == 1 and header[:4] == ["TIME", "(UTC)", "NODE", "JOB"]
+    assert browse.load(folder)["job"]["node"] == "node-a"
+    assert "node-a" in table.splitlines()[2] and "-node-a-" in os.path.basename(folder)
