@@ -657,6 +657,7 @@ def _free_port() -> int:
 
 
 def test_prometheus_metrics_are_served_while_a_real_job_runs(tmp_path):
+    import socket
     import urllib.request
 
     port = _free_port()
@@ -665,18 +666,30 @@ def test_prometheus_metrics_are_served_while_a_real_job_runs(tmp_path):
     try:
 
         def scrape():
+            from prometheus_client.parser import text_string_to_metric_families
+
             try:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             except OSError:
                 return None
-            return (
-                text if "dlwatch_loader_batches{" in text and 'role="dataloader_worker",worker_id="1"' in text else None
-            )
+            series = {
+                (s.name, tuple(sorted(s.labels.items())))
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+            names = {name for name, _ in series}
+            worker = {"role": "dataloader_worker", "worker_id": "1"}
+            workers = [dict(ls) for name, ls in series if name == "dlwatch_process_resident_memory_bytes"]
+            ok = "dlwatch_loader_batches" in names and any(worker.items() <= w.items() for w in workers)
+            return (text, series) if ok else None
 
-        text = wait_for(scrape, 60, "metrics with the loader's batches and the workers")
-        assert 'dlwatch_process_cpu_seconds_total{rank="",role="main",worker_id=""}' in text
-        assert 'dlwatch_process_resident_memory_bytes{rank="",role="dataloader_worker",worker_id="1"}' in text
+        text, series = wait_for(scrape, 60, "metrics with the loader's batches and the workers")
+        node = socket.gethostname()
+        empty_rank = {"node": node, "run_id": "", "rank": "", "local_rank": "", "group_rank": ""}
+        main = tuple(sorted({**empty_rank, "role": "main", "worker_id": ""}.items()))
+        assert ("dlwatch_process_cpu_seconds_total", main) in series
         assert "dlwatch_seconds_since_progress" in text and "dlwatch_shm_size_bytes" in text
+        assert "dlwatch_last_progress_timestamp_seconds" in text
         assert "pid=" not in text  # workers get new pids every epoch: never a label
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
