@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from . import __version__, redact, report, writer
+from . import cluster as cluster_mod
 from . import config as config_mod
 from . import verify as verify_mod
 from .argtypes import UsageParser, folder, positive_float, positive_int
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`dlwatch attach --pid PID` then finds the folder in the job's environment.",
     )
     verify_mod.add_parser(sub)
+    cluster_mod.add_parser(sub)
     probes_cli: Optional[ModuleType]
     try:  # the command table (standard library only: no torch while parsing)
         probes_cli = probes_module("cli")
@@ -735,6 +737,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_probe(args.probe_args)
     if args.command == "hook-env":
         return cmd_hook_env()
+    if args.command == "cluster":
+        return cluster_mod.cmd_cluster(args)
     if args.command == "verify":
         try:
             return verify_mod.cmd_verify(args, _print)

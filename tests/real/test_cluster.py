@@ -1,0 +1,113 @@
+"""``dlwatch cluster`` against a real Prometheus server: two "nodes" on this machine, each a
+``dlwatch run --metrics-port`` with its own ``node`` setting, scraped every second by a
+Prometheus the test starts (loopback port, its own storage folder). Node a's DataLoader
+deadlocks (an inherited lock, reported, not ended); node b's job keeps delivering batches.
+``cluster`` must name node a's job as the first to stall, with its report's folder, and show
+node b as moving. Every process and the server are ended whatever happens. Skipped where
+Debian's ``prometheus`` is not installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from tests.real.helpers import DLWATCH, TRAIN, kill_tree, start, wait_for
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node(tmp_path, name: str, port: int, job):
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(f"node: {name}\nstall_timeout_s: 4\n")
+    cmd = DLWATCH + ["run", "--config", str(cfg), "--metrics-port", str(port), "--report-dir", str(tmp_path / name)]
+    return start(cmd + ["--"] + job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_cluster_names_the_node_whose_loader_stalled_first(tmp_path):
+    ports = {"node-a": _free_port(), "node-b": _free_port()}
+    prom_port = _free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: dlwatch\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{ports['node-a']}', '127.0.0.1:{ports['node-b']}']}}]\n"
+    )
+    procs = []
+    try:
+        procs.append(_node(tmp_path, "node-a", ports["node-a"], TRAIN + ["--fault", "fork-lock", "--num-workers", "2"]))
+        healthy = TRAIN + ["--num-workers", "2", "--epochs", "100", "--samples", "400", "--sample-delay-s", "0.02"]
+        procs.append(_node(tmp_path, "node-b", ports["node-b"], healthy))
+        procs.append(
+            start(
+                [
+                    "prometheus",
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        url = f"http://127.0.0.1:{prom_port}"
+
+        def stalled_in_prometheus():
+            q = urllib.request.quote('dlwatch_seconds_since_progress{node="node-a"} > 10')
+            try:
+                doc = json.loads(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=5).read())
+            except OSError:
+                return None
+            return doc["data"]["result"] or None
+
+        wait_for(stalled_in_prometheus, 120, "node-a's stall in Prometheus", interval_s=1.0)
+        time.sleep(2)  # a scrape of node b after it too
+        done = subprocess.run(
+            DLWATCH + ["cluster", "--prometheus", url, "--stalled-after", "8", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stderr
+        doc = json.loads(done.stdout)
+        by_node = {r["node"]: r for r in doc["ranks"]}
+        assert set(by_node) == {"node-a", "node-b"}, doc
+        assert [r["node"] for r in doc["stalled"]] == ["node-a"], doc["stalled"]
+        assert doc["verdict"].startswith("the job on node-a stalled first"), doc["verdict"]
+        assert by_node["node-a"]["report_mode"] == "hang" and "-node-a-" in by_node["node-a"]["report_folder"]
+        assert "its report: node-a:" in doc["verdict"]
+        assert by_node["node-b"]["since_progress_s"] < 8 and by_node["node-b"]["batches"] > 0
+        table = subprocess.run(
+            DLWATCH + ["cluster", "--prometheus", url, "--stalled-after", "8"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert table.returncode == 1 and "stalled" in table.stdout and "moving" in table.stdout, table.stdout
+    finally:
+        for p in procs:
+            kill_tree(p)
+
+
+def test_cluster_without_prometheus_is_a_one_line_error():
+    done = subprocess.run(
+        DLWATCH + ["cluster", "--prometheus", f"http://127.0.0.1:{_free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "cannot be reached" in done.stderr, done.stderr
