@@ -45,6 +45,7 @@ _OVERRIDES = {
     "--pyspy-timeout": ("py_spy.timeout_s", float),
     "--metrics-port": ("metrics_port", int),
     "--metrics-addr": ("metrics_addr", str),
+    "--node": ("node", str),
 }
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Seconds to wait for the job's stderr to close after it exits (orphans may hold it open).
@@ -80,6 +81,7 @@ def _add_common(p: argparse.ArgumentParser, attach: bool = False) -> None:
     p.add_argument("--no-native", action="store_true", help=h("py_spy.native", negated=True))
     p.add_argument("--metrics-port", type=int, metavar="PORT", help=h("metrics_port"))
     p.add_argument("--metrics-addr", metavar="ADDR", help=h("metrics_addr"))
+    p.add_argument("--node", metavar="NAME", help=h("node"))
 
 
 def build_parser() -> argparse.ArgumentParser:
