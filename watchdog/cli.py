@@ -453,7 +453,7 @@ def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", sourc
 
     from . import metrics
 
-    collector = metrics.JobMetrics(list, cfg.node or "")
+    collector = metrics.JobMetrics(list, cfg.node or "", cfg.stall_timeout_s)
     try:
         return metrics.serve(cfg.metrics_port, collector, cfg.metrics_addr), collector
     except socket.gaierror as e:  # the address does not resolve

@@ -58,6 +58,7 @@ class RankRow:
     since_progress_s: Optional[float]
     batches: Optional[float]
     data_wait_s: Optional[float]
+    stall_timeout_s: Optional[float] = None
     report_kind: str = ""
     report_mode: str = ""
     report_folder: str = ""
@@ -119,6 +120,8 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
         base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_data_wait_seconds{sel}[{LOOKBACK}]))"
     )
     reports = query(base_url, f"last_over_time(dlwatch_report_info{sel}[{LOOKBACK}])")
+    timeouts = query(base_url, f"last_over_time(dlwatch_stall_timeout_seconds{sel}[{LOOKBACK}])")
+    starts = query(base_url, f"last_over_time(dlwatch_job_start_timestamp_seconds{sel}[{LOOKBACK}])")
     up = {str(r["metric"].get("instance", "")): _value(r) for r in query(base_url, "up")}
     now = time.time() if now is None else now
     rows: Dict[Tuple[str, str, str], dict] = {}
@@ -129,32 +132,60 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
         rows[_key(result["metric"])]["last"] = _value(result)
     for result in since:
         rows[_key(result["metric"])]["since"] = _value(result)
-    by = {name: {_key(r["metric"]): _value(r) for r in results} for name, results in (("b", batches), ("w", wait))}
+    by = {
+        name: {_key(r["metric"]): _value(r) for r in results}
+        for name, results in (("b", batches), ("w", wait), ("t", timeouts), ("s", starts))
+    }
     firsts: Dict[Tuple[str, str, str], Tuple[str, str, str]] = {}
     for r in sorted(reports, key=lambda r: str(r["metric"].get("folder", ""))):
         m = r["metric"]
-        firsts.setdefault(_key(m), (str(m.get("kind", "")), str(m.get("mode", "")), str(m.get("folder", ""))))
+        key, folder = _key(m), str(m.get("folder", ""))
+        if not _of_this_run(folder, by["s"].get(key)):
+            continue  # an earlier run's report on this node: the series' labels are the same
+        firsts.setdefault(key, (str(m.get("kind", "")), str(m.get("mode", "")), folder))
     out = []
     for key, row in rows.items():
         node, run, rank = key
         alive = up.get(row["instance"]) == 1.0
         last_at = row.get("last")
-        since_s = (now - last_at) if last_at is not None else row.get("since")  # by the node's clock: skew counts
+        if alive and last_at is not None:
+            since_s: Optional[float] = now - last_at  # by the node's clock: a skew counts
+        else:
+            # A sidecar that no longer answers (its job ended, or its node is gone): its age as
+            # last scraped, never one that grows after it: a job that finished is not stalled.
+            since_s = row.get("since")
         kind, mode, folder = firsts.get(key, ("", "", ""))
         out.append(
             RankRow(
                 node, rank, row["local_rank"], run, row["instance"], alive, last_at, since_s,
-                by["b"].get(key), by["w"].get(key), kind, mode, folder,
+                by["b"].get(key), by["w"].get(key), by["t"].get(key), kind, mode, folder,
             )
         )  # fmt: skip
     return sorted(out, key=lambda r: (r.node, int(r.rank) if r.rank.isdigit() else -1, r.rank))
 
 
-def first_stalled(rows: List[RankRow], stalled_after_s: float) -> Tuple[List[RankRow], Optional[str]]:
-    """The ranks stalled ``stalled_after_s`` or more (by their last progress), and the line that
+def _of_this_run(folder: str, started: Optional[float]) -> bool:
+    """Whether a report folder (``<UTC time>-…``) was written after the run that ``started``
+    (Unix seconds; ``None``: not known, kept)."""
+    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    try:
+        written = dt.datetime.strptime(name[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return True
+    return started is None or written >= started - 1.0
+
+
+def stalled_after(row: RankRow, override_s: Optional[float]) -> float:
+    """The age at which ``row`` counts as stalled: ``override_s`` when given, else its sidecar's
+    own ``stall_timeout_s``, else 60 s."""
+    return override_s if override_s is not None else row.stall_timeout_s or 60.0
+
+
+def first_stalled(rows: List[RankRow], override_s: Optional[float] = None) -> Tuple[List[RankRow], Optional[str]]:
+    """The ranks stalled (:func:`stalled_after`, by their last progress), and the line that
     names the first of them: the one whose progress stopped earliest, how long before any
-    other rank's, and its report (``None`` when nothing stalled)."""
-    stalled = [r for r in rows if r.since_progress_s is not None and r.since_progress_s >= stalled_after_s]
+    other stalled rank's, and its report (``None`` when nothing stalled)."""
+    stalled = [r for r in rows if r.since_progress_s is not None and r.since_progress_s >= stalled_after(r, override_s)]
     if not stalled:
         return [], None
     dated = sorted((r for r in stalled if r.last_progress is not None), key=lambda r: r.last_progress or 0.0)
@@ -216,9 +247,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--stalled-after",
         type=positive_float,
-        default=60.0,
+        default=None,
         metavar="S",
-        help="a rank counts as stalled once it has not moved for this long (default 60)",
+        help="a rank counts as stalled once it has not moved for this long (default: its sidecar's stall_timeout_s)",
     )
     p.add_argument("--json", action="store_true", help="print the ranks and the verdict as JSON")
 

@@ -50,11 +50,16 @@ class JobMetrics(Collector):
             (:class:`~watchdog.daemon.WatcherStatus`: its rank variables, latest sample and
             seconds since progress); one entry, with no rank, for a single-process job.
         node: the ``node`` label of every series (the ``node`` setting, else the host name).
+        stall_timeout_s: the sidecar's ``stall_timeout_s``, served so that ``dlwatch cluster``
+            judges a rank stalled as its own sidecar does (0: not served).
     """
 
-    def __init__(self, watchers: Callable[[], List["WatcherStatus"]], node: str = "") -> None:
+    def __init__(
+        self, watchers: Callable[[], List["WatcherStatus"]], node: str = "", stall_timeout_s: float = 0.0
+    ) -> None:
         self.watchers = watchers
         self.node = redact.value(node or socket.gethostname())
+        self.stall_timeout_s = stall_timeout_s
         self._reports: Counter = Counter()
         self._written: List[Tuple[Tuple[str, ...], ReportWritten]] = []
         self._lock = threading.Lock()
@@ -119,6 +124,16 @@ class JobMetrics(Collector):
             "comparable across nodes, unlike the age at scrape time",
             labels=rank_labels,
         )
+        stall_timeout = GaugeMetricFamily(
+            f"{PREFIX}_stall_timeout_seconds",
+            "the sidecar's stall_timeout_s: how long a rank's loader may stand still before it is examined",
+            labels=rank_labels,
+        )
+        started = GaugeMetricFamily(
+            f"{PREFIX}_job_start_timestamp_seconds",
+            "when the rank's main process started (Unix seconds): tells one run on a node from the next",
+            labels=rank_labels,
+        )
         shm_used = GaugeMetricFamily(
             f"{PREFIX}_shm_used_bytes", "bytes used in /dev/shm as the job sees it", labels=["node"]
         )
@@ -142,6 +157,10 @@ class JobMetrics(Collector):
             if stall_s is not None:
                 since.add_metric(base, stall_s)
                 progress_at.add_metric(base, sample.wall - stall_s)
+            if self.stall_timeout_s:
+                stall_timeout.add_metric(base, self.stall_timeout_s)
+            if sample.main is not None:
+                started.add_metric(base, sample.main.create_time)
             ids = self._worker_ids(sample)
             for p in sample.processes:
                 if p.role not in (ROLE_MAIN, ROLE_WORKER):
@@ -201,6 +220,8 @@ class JobMetrics(Collector):
             pinned,
             since,
             progress_at,
+            stall_timeout,
+            started,
             shm_used,
             shm_size,
             batches,

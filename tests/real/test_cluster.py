@@ -97,6 +97,28 @@ def test_cluster_names_the_node_whose_loader_stalled_first(tmp_path):
             timeout=60,
         )
         assert table.returncode == 1 and "stalled" in table.stdout and "moving" in table.stdout, table.stdout
+        # node b's job ends (its sidecar with it): a sidecar down, judged by its last age, not stalled
+        kill_tree(procs[1])
+        q = urllib.request.quote('up{job="dlwatch"} == 0')
+        wait_for(
+            lambda: json.loads(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=5).read())["data"][
+                "result"
+            ],
+            30,
+            "node b's sidecar seen down",
+            interval_s=1.0,
+        )
+        time.sleep(10)  # longer than --stalled-after: its age must not keep growing
+        done = subprocess.run(
+            DLWATCH + ["cluster", "--prometheus", url, "--stalled-after", "8", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        doc = json.loads(done.stdout)
+        by_node = {r["node"]: r for r in doc["ranks"]}
+        assert by_node["node-b"]["up"] is False and by_node["node-b"]["since_progress_s"] < 8, by_node["node-b"]
+        assert [r["node"] for r in doc["stalled"]] == ["node-a"], doc["stalled"]
     finally:
         for p in procs:
             kill_tree(p)

@@ -3,11 +3,11 @@ progress stopped first by its node's clock, the lead over the next, a sidecar th
 
 from __future__ import annotations
 
-from watchdog.cluster import RankRow, first_stalled, render
+from watchdog.cluster import RankRow, _of_this_run, first_stalled, render
 
 
-def _row(node, rank, last, since, up=True, folder=""):
-    return RankRow(node, rank, rank, "job42", f"{node}:9400", up, last, since, 10.0, 1.0, "", "", folder)
+def _row(node, rank, last, since, up=True, folder="", timeout=None):
+    return RankRow(node, rank, rank, "job42", f"{node}:9400", up, last, since, 10.0, 1.0, timeout, report_folder=folder)
 
 
 def test_the_first_to_stall_is_the_earliest_last_progress_not_the_largest_age():
@@ -33,3 +33,16 @@ def test_nothing_stalled_says_so_and_a_down_sidecar_is_listed_not_dropped():
     assert "sidecar down" in text and text.endswith("nothing stalled (2 rank(s))")
     late = [_row("node-b", "1", 990.0, 300.0, up=False)]
     assert first_stalled(late, 60.0)[1].endswith("its sidecar no longer answers")
+
+
+def test_a_rank_is_stalled_by_its_own_sidecars_stall_timeout_unless_told_otherwise():
+    rows = [_row("node-a", "0", 1000.0, 22.0, timeout=5.0), _row("node-b", "1", 1010.0, 22.0)]
+    assert [r.rank for r in first_stalled(rows)[0]] == ["0"]  # node-b's sidecar served none: 60 s
+    assert [r.rank for r in first_stalled(rows, 10.0)[0]] == ["0", "1"]
+
+
+def test_a_report_of_an_earlier_run_on_the_same_node_is_not_this_runs():
+    started = 1796187600.0  # 2026-12-02 05:00:00 UTC
+    assert _of_this_run("/r/20261202T050003Z-vm-9-rank1", started)
+    assert not _of_this_run("/r/20261202T045925Z-vm-14233", started)
+    assert _of_this_run("/r/20261202T045925Z-vm-14233", None) and _of_this_run("/r/odd-name", started)

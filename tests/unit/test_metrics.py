@@ -87,7 +87,7 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     status = WatcherStatus(
         rank="2", root_pid=MAIN_PID, rank_vars=RANK_VARS, sample=replace(smp, loaders=(loader,)), stall_s=3.0
     )
-    collector = metrics.JobMetrics(lambda: [status], node="n")
+    collector = metrics.JobMetrics(lambda: [status], node="n", stall_timeout_s=5.0)
     collector.note_report(ReportWritten("hang", "worker_stuck", "2", "hang", "/r", RANK_VARS))
     served = {}
     for name, labels in _scrape(collector):

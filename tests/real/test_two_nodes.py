@@ -1,0 +1,164 @@
+"""A job across two "nodes" on this machine: two ``dlwatch run --metrics-port … --node …``,
+each starting ``torchrun --nnodes 2 --node-rank K --nproc-per-node 2`` (c10d rendezvous on
+loopback, gloo, CPU), scraped every second by a real Prometheus the test starts. Rank 3 (local
+rank 1 of whichever node joined the rendezvous second) has DataLoader workers that block at
+sample 64; the other ranks run on until the all-reduce every 16 steps, then wait for it.
+``dlwatch cluster`` must name rank 3 and its node as the first to stall (by the last-progress
+timestamps), list all four ranks with their nodes, and give rank 3's report. A healthy twin:
+nothing stalls, ``cluster`` exits 0. Every process and the server are ended whatever
+happens; skipped without Debian's ``prometheus``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.real.helpers import DLWATCH, PY, kill_tree, start, wait_for
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
+)
+
+JOB = textwrap.dedent(
+    """
+    import os, threading, time, torch, torch.distributed as dist
+    from torch.utils.data import DataLoader, Dataset
+
+    STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
+
+    class Frames(Dataset):
+        def __len__(self):
+            return 100000
+        def __getitem__(self, i):
+            if int(os.environ["RANK"]) == STUCK_RANK and i >= 64:
+                threading.Event().wait()   # this rank's workers block forever
+            return torch.ones(4)
+
+    def main():
+        dist.init_process_group("gloo")
+        total = torch.zeros(1)
+        for step, x in enumerate(DataLoader(Frames(), batch_size=8, num_workers=2)):
+            total += x.sum()
+            time.sleep(0.25)
+            if step % 16 == 15:
+                dist.all_reduce(total)   # every rank waits here for the others
+            if step == int(os.environ.get("STEPS", "100000")):
+                break
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(url: str, expr: str):
+    q = urllib.parse.urlencode({"query": expr})
+    try:
+        return json.loads(urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5).read())["data"]["result"]
+    except OSError:
+        return []
+
+
+def _two_nodes(tmp_path, stuck_rank: int, steps: int):
+    script = tmp_path / "train_two_nodes.py"
+    script.write_text(JOB)
+    rdzv = _free_port()
+    ports = [_free_port(), _free_port()]
+    prom = _free_port()
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: dlwatch\n    static_configs: [{{targets: [{targets}]}}]\n"
+    )
+    env = {**os.environ, "STUCK_RANK": str(stuck_rank), "STEPS": str(steps)}
+    procs = []
+    for k, name in enumerate(("node-a", "node-b")):
+        torchrun = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k)]
+        torchrun += ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}"]
+        torchrun += ["--rdzv-id", "job42", str(script)]
+        cmd = DLWATCH + ["run", "--node", name, "--metrics-port", str(ports[k]), "--stall-timeout", "5"]
+        cmd += ["--report-dir", str(tmp_path / "reports"), "--"] + torchrun  # one shared report_dir
+        procs.append(start(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs.append(
+        start(
+            [
+                "prometheus",
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )
+    return procs, f"http://127.0.0.1:{prom}"
+
+
+def _cluster(url: str):
+    done = subprocess.run(
+        DLWATCH + ["cluster", "--prometheus", url, "--run-id", "job42", "--json"],  # stalled: by each stall_timeout_s
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+
+
+def test_cluster_names_the_rank_and_node_that_stalled_first_across_two_nodes(tmp_path):
+    procs, url = _two_nodes(tmp_path, stuck_rank=3, steps=100000)
+    try:
+        wait_for(
+            lambda: len(_query(url, 'dlwatch_seconds_since_progress{run_id="job42"} > 12')) == 4,
+            180,
+            "all four ranks stalled in Prometheus",
+            interval_s=1.0,
+        )
+        wait_for(lambda: _query(url, 'dlwatch_report_info{rank="3"}'), 60, "rank 3's report in Prometheus", 1.0)
+        code, doc, err = _cluster(url)
+        assert code == 1, err
+        ranks = {r["rank"]: r for r in doc["ranks"]}
+        # c10d numbers the nodes' ranks in the order the nodes joined: rank 3 is on either
+        node = ranks["3"]["node"]
+        assert sorted(ranks) == ["0", "1", "2", "3"] and ranks["2"]["node"] == node
+        assert {ranks["0"]["node"], node} == {"node-a", "node-b"} and ranks["1"]["node"] == ranks["0"]["node"]
+        assert ranks["3"]["local_rank"] == "1" and ranks["3"]["run_id"] == "job42"
+        assert doc["verdict"].startswith(f"rank 3 on {node} stalled first"), doc["verdict"]
+        assert "s before any other rank" in doc["verdict"] and f"its report: {node}:" in doc["verdict"]
+        assert f"-{node}-" in ranks["3"]["report_folder"] and ranks["3"]["report_folder"].endswith("rank3")
+    finally:
+        for p in procs:
+            kill_tree(p)
+
+
+def test_a_healthy_two_node_job_has_nothing_stalled(tmp_path):
+    procs, url = _two_nodes(tmp_path, stuck_rank=-1, steps=100000)
+    try:
+        wait_for(
+            lambda: len(_query(url, 'dlwatch_loader_batches{run_id="job42"} > 20')) == 4,
+            180,
+            "all four ranks' batches in Prometheus",
+            interval_s=1.0,
+        )
+        time.sleep(3)
+        code, doc, err = _cluster(url)
+        assert code == 0, (err, doc)
+        assert len(doc["ranks"]) == 4 and doc["stalled"] == [] and doc["verdict"] is None
+    finally:
+        for p in procs:
+            kill_tree(p)
