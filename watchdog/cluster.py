@@ -17,6 +17,7 @@ Exit codes: 0 nothing stalled, 1 a rank stalled, 2 Prometheus cannot be reached 
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import json
 import re
@@ -64,29 +65,54 @@ class RankRow:
     report_folder: str = ""
 
 
+def _shown(url: str) -> str:
+    """``url`` as it may be printed: without a password (``user:…@host``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:…@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def query(base_url: str, expr: str, timeout_s: float = QUERY_TIMEOUT_S) -> List[dict]:
     """The result of instant query ``expr`` (a vector: ``[{"metric": {...}, "value": [t, "v"]}]``).
+    ``base_url`` is http(s), optionally with ``user:password@`` (sent as basic auth, never shown).
 
     Raises:
-        ClusterError: Prometheus cannot be reached, refused the query, or answered something
-            that is not an instant vector.
+        ClusterError: not an http(s) URL, Prometheus cannot be reached, refused the query, or
+            answered something that is not its API's instant vector.
     """
-    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    shown = _shown(base_url)
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClusterError(f"--prometheus {shown}: not an http:// or https:// URL (e.g. http://prometheus:9090)")
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    url = urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/") + "/api/v1/query?"
+    request = urllib.request.Request(url + urllib.parse.urlencode({"query": expr}))
+    if parts.username is not None:
+        token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            doc = json.loads(response.read(16 << 20))
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read(16 << 20)
     except urllib.error.HTTPError as e:
         try:
             why = json.loads(e.read(1 << 16)).get("error") or e.reason
         except (ValueError, OSError, AttributeError):
-            why = e.reason
-        raise ClusterError(f"--prometheus {base_url}: the query {expr!r} was refused: {why}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
+            why = f"HTTP {e.code} {e.reason} (is this Prometheus?)"
+        raise ClusterError(f"--prometheus {shown}: the query {expr!r} was refused: {why}") from None
+    except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e
-        raise ClusterError(f"--prometheus {base_url}: cannot be reached: {reason}") from None
+        raise ClusterError(f"--prometheus {shown}: cannot be reached: {reason}") from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
     data = doc.get("data") if isinstance(doc, dict) else None
-    if doc.get("status") != "success" or not isinstance(data, dict) or data.get("resultType") != "vector":
-        raise ClusterError(f"--prometheus {base_url}: {expr!r} gave no instant vector")
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(data, dict):
+        raise ClusterError(f"--prometheus {shown}: answered, but not as Prometheus's HTTP API (/api/v1/query)")
+    if data.get("resultType") != "vector":
+        raise ClusterError(f"--prometheus {shown}: {expr!r} gave no instant vector")
     return [r for r in data.get("result") or [] if isinstance(r, dict)]
 
 
@@ -114,7 +140,9 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
     last = query(base_url, f"last_over_time(dlwatch_last_progress_timestamp_seconds{sel}[{LOOKBACK}])")
     since = query(base_url, f"last_over_time(dlwatch_seconds_since_progress{sel}[{LOOKBACK}])")
     if not last and not since:
-        raise ClusterError(f"--prometheus {base_url}: no dlwatch_ series" + (f" of run {run_id}" if run_id else ""))
+        raise ClusterError(
+            f"--prometheus {_shown(base_url)}: no dlwatch_ series" + (f" of run {run_id}" if run_id else "")
+        )
     batches = query(base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_batches{sel}[{LOOKBACK}]))")
     wait = query(
         base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_data_wait_seconds{sel}[{LOOKBACK}]))"

@@ -46,3 +46,17 @@ def test_a_report_of_an_earlier_run_on_the_same_node_is_not_this_runs():
     assert _of_this_run("/r/20261202T050003Z-vm-9-rank1", started)
     assert not _of_this_run("/r/20261202T045925Z-vm-14233", started)
     assert _of_this_run("/r/20261202T045925Z-vm-14233", None) and _of_this_run("/r/odd-name", started)
+
+
+def test_a_bad_prometheus_url_is_one_line_naming_it_without_its_password():
+    import pytest
+
+    from watchdog.cluster import ClusterError, _shown, query
+
+    assert _shown("http://alice:s3cret@prom:9090/") == "http://alice:…@prom:9090/"
+    for url in ("ftp://prom", "prom:9090", "http://"):
+        with pytest.raises(ClusterError, match="not an http:// or https:// URL"):
+            query(url, "up")
+    with pytest.raises(ClusterError) as e:
+        query("http://alice:s3cret@127.0.0.1:1", "up", timeout_s=2)
+    assert "s3cret" not in str(e.value) and "cannot be reached" in str(e.value)
