@@ -440,7 +440,9 @@ class WorkerFailure:
     the ``batch`` index (main's ``_rcvd_idx`` numbering), its sample ``indices`` (the first 64;
     ``None`` when they are not ints), the ``sample`` index being read when it raised (``None``:
     not known, e.g. the Dataset's ``__getitems__`` or collate raised) and the ``exception``'s
-    class name; ``at_mono`` when (``time.monotonic()`` seconds)."""
+    class name; ``at_mono`` when (``time.monotonic()`` seconds); ``through`` the method the
+    fetcher called when the ``__getitem__`` that raised was reached through it
+    (``Subset.__getitems__``: ``sample`` is then an index of the dataset inside), else ``None``."""
 
     pid: int
     worker: Optional[int]
@@ -449,6 +451,7 @@ class WorkerFailure:
     sample: Optional[int]
     exception: Optional[str]
     at_mono: float = 0.0
+    through: Optional[str] = None
 
 
 @dataclass(frozen=True)

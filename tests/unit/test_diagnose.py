@@ -462,6 +462,15 @@ def test_the_sample_that_raised_is_the_one_the_named_worker_recorded_for_the_bat
     assert any("batch 98, samples [784, 785" in e and "pid 310" in e for e in first.evidence), first.evidence
 
 
+def test_a_sample_reached_through_subset_getitems_is_named_as_the_inner_datasets_index():
+    from watchdog.types import InsideView, WorkerFailure
+
+    failed = WorkerFailure(310, 0, 21, (52, 3, 62, 31), 37, "IndexError", 1.0, "Subset.__getitems__")
+    first = diagnose(_crash(fixture("stderr_dataset_exception.txt"), inside=InsideView(failures=(failed,))))[0]
+    assert any("index 37 of the dataset that Subset.__getitems__ reads" in e for e in first.evidence)
+    assert "dataset[37]" not in first.remedy and "(sample index" not in first.summary  # 37 is not the Subset's
+
+
 def test_a_worker_segfault_is_located_at_the_line_faulthandler_dumped():
     # Captured: the inside view turns faulthandler on in workers; the worker's dump (the
     # crashing thread, innermost first) precedes PyTorch's own "Unexpected segmentation fault".

@@ -364,14 +364,21 @@ def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_af
         "failed": [
             {"worker": 1, "batch": 3, "indices": [5, 9], "sample": 9, "exception": "KeyError", "ns": 2 * 10**9},
             {"worker": 1, "batch": "3"},  # malformed: skipped
-            {"worker": 1, "batch": 4, "indices": ["a"], "sample": True, "exception": None},
+            {
+                "worker": 1,
+                "batch": 4,
+                "indices": ["a"],
+                "sample": True,
+                "exception": None,
+                "through": "Subset.__getitems__",
+            },
         ],
     }
     (tmp_path / "4242.json").write_text(json.dumps(doc))
     reader = inside.InsideReader(str(tmp_path), retire=True)
     want = (
         inside.WorkerFailure(4242, 1, 3, (5, 9), 9, "KeyError", 2.0),
-        inside.WorkerFailure(4242, 1, 4, None, None, None, 0.0),
+        inside.WorkerFailure(4242, 1, 4, None, None, None, 0.0, "Subset.__getitems__"),
     )
     assert reader.read().failures == want
     # pid 4242 does not exist: its file is retired and removed, its failures kept

@@ -790,8 +790,10 @@ def _on_exception_wrapped(_wrapper, _where):
     torch/utils/data/_utils/worker.py): record which batch failed, its sample indices, and the
     index the map-style fetcher was reading when it raised (``idx`` of the comprehension in
     ``_MapDatasetFetcher.fetch``, torch/utils/data/_utils/fetch.py, or else the index argument
-    of the ``__getitem__`` it called), read from the exception's traceback. Only ints are taken
-    from those frames, nothing else of their locals."""
+    of the first ``__getitem__`` below the fetcher), read from the exception's traceback, and
+    ``through``: the method the fetcher called when that ``__getitem__`` was reached through it
+    (``Subset.__getitems__``: the index is then of the dataset inside). Only ints and code names
+    are taken from those frames, nothing else of their locals."""
     st = _state()
     if st.worker is None and _worker_info() is None:
         return  # main's pin-memory thread, or a worker_init_fn failure before any fetch
@@ -803,7 +805,8 @@ def _on_exception_wrapped(_wrapper, _where):
     fetch_file = getattr(fetch_module, "__file__", None)
     exc_type, _, tb = sys.exc_info()
     batch = indices = sample = None
-    called_by_fetch = False
+    through = None  # the method the fetcher called, when a __getitem__ deeper down raised
+    after_fetch = called_by_fetch = False
     while tb is not None:
         frame = tb.tb_frame
         code = frame.f_code
@@ -813,11 +816,14 @@ def _on_exception_wrapped(_wrapper, _where):
             indices = _indices(frame.f_locals.get("index"))
         elif fetch_file and code.co_filename == fetch_file:
             sample = sample or _indices(frame.f_locals.get("idx"))  # CPython 3.11's comprehension frame
-            called_by_fetch = True
+            after_fetch = called_by_fetch = True
             tb = tb.tb_next
             continue
-        elif called_by_fetch and code.co_name == "__getitem__" and code.co_argcount >= 2:
+        elif after_fetch and code.co_name == "__getitem__" and code.co_argcount >= 2:
             sample = sample or _indices(frame.f_locals.get(code.co_varnames[1]))  # its index argument
+            after_fetch = False
+        elif called_by_fetch and through is None and code.co_name != "<listcomp>":
+            through = _function(code)  # e.g. Subset.__getitems__: the index is of the dataset inside
         called_by_fetch = False
         tb = tb.tb_next
     del tb
@@ -830,6 +836,7 @@ def _on_exception_wrapped(_wrapper, _where):
             "batch": batch,
             "indices": indices,
             "sample": sample[0] if sample and len(sample) == 1 else None,
+            "through": through,
             "exception": getattr(exc_type, "__name__", None),
             "ns": time.monotonic_ns(),
         }

@@ -400,6 +400,7 @@ def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
                 _int(d.get("sample")),
                 str(exc)[:80] if exc else None,
                 ns / 1e9,
+                str(d["through"])[:120] if isinstance(d.get("through"), str) else None,
             )
         )
     return tuple(out)

@@ -867,10 +867,15 @@ def _failing_batch(facts: Facts, worker_id: Optional[int]) -> Optional[Tuple[str
         words = f"batch {failed.batch}" + (
             f", samples {shown}{' …' if failed.indices and len(failed.indices) > 16 else ''}" if shown else ""
         )
-        if failed.sample is not None:
+        if failed.sample is not None and failed.through:
+            words += (
+                f"; the sample that raised: index {failed.sample} of the dataset that {failed.through} reads "
+                "(not of the Dataset the DataLoader was given)"
+            )
+        elif failed.sample is not None:
             words += f"; the sample that raised: index {failed.sample}"
         words += f" (recorded by worker pid {failed.pid})"
-        return words, _as_python(failed.indices), failed.sample
+        return words, _as_python(failed.indices), (failed.sample if not failed.through else None)
     main = facts.sample.main
     views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
     if not views:
