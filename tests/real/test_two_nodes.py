@@ -110,6 +110,11 @@ def _two_nodes(tmp_path, stuck_rank: int, steps: int):
     return procs, f"http://127.0.0.1:{prom}"
 
 
+def _all_four(url: str, expr: str, what: str) -> None:
+    """Wait until ``expr`` holds for the job's four ranks in Prometheus."""
+    wait_for(lambda: len(_query(url, expr)) == 4, 180, f"{what} in Prometheus", interval_s=1.0)
+
+
 def _cluster(url: str):
     done = subprocess.run(
         DLWATCH + ["cluster", "--prometheus", url, "--run-id", "job42", "--json"],  # stalled: by each stall_timeout_s
@@ -123,12 +128,7 @@ def _cluster(url: str):
 def test_cluster_names_the_rank_and_node_that_stalled_first_across_two_nodes(tmp_path):
     procs, url = _two_nodes(tmp_path, stuck_rank=3, steps=100000)
     try:
-        wait_for(
-            lambda: len(_query(url, 'dlwatch_seconds_since_progress{run_id="job42"} > 12')) == 4,
-            180,
-            "all four ranks stalled in Prometheus",
-            interval_s=1.0,
-        )
+        _all_four(url, 'dlwatch_seconds_since_progress{run_id="job42"} > 12', "all four ranks stalled")
         wait_for(lambda: _query(url, 'dlwatch_report_info{rank="3"}'), 60, "rank 3's report in Prometheus", 1.0)
         code, doc, err = _cluster(url)
         assert code == 1, err
@@ -149,12 +149,7 @@ def test_cluster_names_the_rank_and_node_that_stalled_first_across_two_nodes(tmp
 def test_a_healthy_two_node_job_has_nothing_stalled(tmp_path):
     procs, url = _two_nodes(tmp_path, stuck_rank=-1, steps=100000)
     try:
-        wait_for(
-            lambda: len(_query(url, 'dlwatch_loader_batches{run_id="job42"} > 20')) == 4,
-            180,
-            "all four ranks' batches in Prometheus",
-            interval_s=1.0,
-        )
+        _all_four(url, 'dlwatch_loader_batches{run_id="job42"} > 20', "all four ranks' batches")
         time.sleep(3)
         code, doc, err = _cluster(url)
         assert code == 0, (err, doc)
