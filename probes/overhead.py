@@ -497,6 +497,7 @@ def run_churn(workers: int, seconds: float, interval_s: float, folder: str) -> d
         return {
             "workers": workers,
             "seconds": seconds,
+            "interval_s": interval_s,
             "epochs": epochs,
             "ticks": len(cpu),
             "tick_cpu_ms_first": _percentile(cpu[:fifth], 0.5),
