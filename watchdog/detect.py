@@ -238,6 +238,7 @@ class ProgressTracker:
         self._trusted: Dict[Tuple[ProcId, int], tuple] = {}
         self._last_progress: Optional[float] = None
         self._last_delivery: Optional[float] = None
+        self._last_batch = float("-inf")  # when a batch count or a worker's sample count last rose
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
@@ -359,6 +360,8 @@ class ProgressTracker:
         self.stopped = tuple(pid for pid, p in loader.items() if p.state in ("T", "t"))
         members = loader_members(sample)
         rose = self._count_batches(sample)
+        if rose:
+            self._last_batch = now
         batches = batch_measure(sample)
         waited = None if batches or sample.loaders else self._main_waits(main, now)
         measure = Measure.BATCHES if batches else Measure.ACTIVITY if waited is None else Measure.MAIN_WAIT
@@ -527,6 +530,17 @@ class ProgressTracker:
     def last_delivery_mono(self) -> Optional[float]:
         """When main's iterating thread last worked or a worker last did I/O (``time.monotonic()``)."""
         return self._last_delivery
+
+    @property
+    def last_batch_mono(self) -> float:
+        """When the inside view's counts last rose: a batch main received or a sample a worker
+        reached for (``time.monotonic()``; ``-inf`` before any)."""
+        return self._last_batch
+
+    @property
+    def members(self) -> frozenset:
+        """The loader's members as of the last sample (:func:`loader_members`)."""
+        return self._members
 
 
 @dataclass(frozen=True)
@@ -1273,6 +1287,8 @@ class Reported:
     """The last hang report of an :class:`Episode`, kept while its hang lasts (no batch since).
 
     ``delivery`` is the tracker's delivery mark then (``ProgressTracker.last_delivery_mono``),
+    ``batch`` its batch mark (``ProgressTracker.last_batch_mono``) when the stall was measured
+    in batches, else ``None``, ``members`` the loader's members then (:func:`loader_members`),
     ``terminable`` whether the hang could be ended then (:func:`termination`), ``proven``
     whether the report held a proof, ``key`` the first diagnosis's ``(kind, location)``,
     ``since`` when its stall began and ``published`` False for a recurring suspected stall that
@@ -1284,6 +1300,8 @@ class Reported:
     key: Tuple[str, str] = ("", "")
     since: float = 0.0
     published: bool = True
+    batch: Optional[float] = None
+    members: frozenset = frozenset()
 
 
 class Conclusion(TextEnum):
@@ -1357,12 +1375,27 @@ class Episode:
         escalates = not last.terminable if self.terminate else not last.proven
         return trigger if escalates else None
 
-    def delivered(self, delivery: Optional[float], now: float) -> Optional[Reported]:
-        """Fold in the tracker's delivery mark: when it moved since the last report, that
-        report's hang is over. Returns the report when it was a suspected one that had been
-        published (the caller says ``resolved after N s``), else ``None``."""
+    def delivered(
+        self, delivery: Optional[float], now: float, batch: Optional[float] = None, members: frozenset = frozenset()
+    ) -> Optional[Reported]:
+        """Fold in the tracker's marks (``delivery``: ``ProgressTracker.last_delivery_mono``,
+        ``batch``: ``last_batch_mono``, ``members``: the loader's members now): when the job
+        moved since the last report, that report's hang is over. Returns the report when it
+        was a suspected one that had been published (the caller says ``resolved after N s``),
+        else ``None``.
+
+        A hang reported under the batch measure is over only when a batch or a sample moved
+        (``batch`` rose): workers that went away, or main's work once it left ``__next__`` by
+        an exception, are no delivery. Otherwise the delivery mark must move while the loader
+        did not merely lose workers (the members now a strict subset of those reported: a
+        killed worker, or a job that is ending, never delivers a batch)."""
         last = self.reported
-        if last is None or delivery == last.delivery:
+        if last is None:
+            return None
+        if last.batch is not None:
+            if batch is None or batch <= last.batch:
+                return None
+        elif delivery == last.delivery or (last.members and members < last.members):
             return None
         self.reported = None
         if last.proven:

@@ -104,7 +104,10 @@ class HangEpisodes:
                 f"resolved after {at - over.since:.0f} s: the loader moved again",
                 resolved_after_s=round(at - over.since, 1),
             )
-        ended = self.episode.delivered(self.job.tracker.last_delivery_mono, sample.t_mono)
+        tracker = self.job.tracker
+        ended = self.episode.delivered(
+            tracker.last_delivery_mono, sample.t_mono, tracker.last_batch_mono, tracker.members
+        )
         if ended is not None:  # a batch moved since a suspected report: said at the next tick
             self.resolved = (ended, sample.t_mono)
 
@@ -232,6 +235,8 @@ class HangEpisodes:
             assessment.proof is not None,
             key,
             stall.quiet_since_mono,
+            batch=job.tracker.last_batch_mono if stall.measure is detect.Measure.BATCHES else None,
+            members=job.tracker.members,
         )
         if not self.episode.report(reported, stall, time.monotonic()):
             job.say_once(

@@ -1,6 +1,7 @@
 """One episode, one report: a real job whose samples are slower than the stall timeout (each
 sleeps 8 s, the stall timeout is 5 s) is reported once as suspected, told when that stall
-resolves, and not reported again at every sample. Bounded, and every process group it starts
+resolves, and not reported again at every sample; a hang whose workers die while main lingers
+is not said to resolve. Bounded, and every process group it starts
 is killed (``run_bounded``)."""
 
 from __future__ import annotations
@@ -47,3 +48,37 @@ def test_a_job_slower_than_the_stall_timeout_is_reported_once_and_its_stall_said
     assert code == 0 and "resolved after" in listing and "OUTCOME" in listing, listing + err
     code, shown, err = run_bounded(DLWATCH + ["show", folder], 60)
     assert code == 0 and shown.splitlines()[1].startswith("  outcome: resolved after"), shown
+
+
+WORKER_KILLED_WHILE_MAIN_LINGERS = """
+import os, signal, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Stuck(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        time.sleep(12)  # past the stall timeout: reported as a suspected hang
+        os.kill(os.getpid(), signal.SIGKILL)  # then the worker dies instead of delivering
+
+try:
+    for batch in DataLoader(Stuck(), batch_size=1, num_workers=2):
+        print("batch", flush=True)
+except RuntimeError:
+    time.sleep(4)  # main works and lingers after its loader failed
+    raise
+"""
+
+
+def test_a_hang_whose_workers_die_while_main_lingers_is_not_said_to_resolve(tmp_path):
+    cmd = DLWATCH + ["run", "--stall-timeout", "5", "--report-dir", str(tmp_path), "--", PY, "-c"]
+    code, out, err = run_bounded(cmd + [WORKER_KILLED_WHILE_MAIN_LINGERS], timeout_s=150)
+    assert code == 1, err
+    assert "resolved after" not in err, err
+    (folder,) = [f for f in reports(str(tmp_path)) if load_report(f)["mode"] == "hang"]
+    with open(os.path.join(folder, "outcome.json"), encoding="utf-8") as f:
+        became = json.load(f)
+    assert became["outcome"] == "job_ended" and became["exit_code"] == 1, became
+    assert "exit code 1" in became["summary"], became

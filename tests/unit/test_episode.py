@@ -65,6 +65,31 @@ def test_a_delivered_batch_ends_the_episode_and_says_how_long_a_suspected_stall_
     assert proven.delivered(2.0, 112.0) is None and not proven.resolved  # a proven hang never "resolves"
 
 
+def test_a_hang_measured_in_batches_resolves_only_on_a_batch_or_a_sample_not_on_workers_going():
+    # Workers killed while main lingers: the tracker's delivery mark restarts (the members
+    # changed) and main works in its except clause, but no batch and no sample moved.
+    ep = _episode()
+    workers = frozenset({("w", 1), ("w", 2)})
+    reported = detect.Reported(1.0, False, False, ("worker_stuck", "a.py:3"), 100.0, batch=90.0, members=workers)
+    ep.report(reported, _stall(5.0), 105.0)
+    assert ep.delivered(2.0, 110.0, batch=90.0, members=frozenset()) is None and ep.reported is not None
+    assert ep.delivered(3.0, 111.0, batch=float("-inf"), members=frozenset()) is None
+    over = ep.delivered(3.0, 112.0, batch=111.5, members=workers)  # a sample moved: it was slow
+    assert over is not None and ep.resolved[("worker_stuck", "a.py:3")] == 12.0
+
+
+def test_without_the_batch_measure_workers_that_only_went_are_no_delivery():
+    ep = _episode()
+    workers = frozenset({("w", 1), ("w", 2)})
+    ep.report(
+        detect.Reported(1.0, False, False, ("worker_stuck", "a.py:3"), 100.0, members=workers), _stall(5.0), 105.0
+    )
+    assert ep.delivered(2.0, 110.0, members=frozenset({("w", 1)})) is None  # one killed, main works on
+    assert ep.delivered(1.0, 111.0, members=workers) is None  # no delivery mark moved
+    fresh = frozenset({("w", 3), ("w", 4)})  # the next epoch's workers: the loader moved
+    assert ep.delivered(3.0, 112.0, members=fresh) is not None
+
+
 def test_one_episode_one_report_until_a_stall_at_that_place_lasts_twice_the_longest_that_resolved():
     ep = _episode()
     key = ("worker_stuck", "a.py:3")
