@@ -105,7 +105,8 @@ def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
 
 def measure(loader: str, rounds: int, timeout_s: float) -> dict:
     """Paired runs of ``loader``: ``rounds`` with and ``rounds`` without the recorder, in
-    alternating order. Returns rates (batches/s), the median ratio hooked/plain, the added time
+    alternating order. Returns rates (batches/s), the median ratio hooked/plain and its spread
+    over the rounds (``ratio_min``, ``ratio_max``), the added time
     per batch (µs, from the medians) and the recorder's footprint (bytes).
 
     Raises:
@@ -133,6 +134,8 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
         "plain_batches_per_s": plain_rate,
         "hooked_batches_per_s": hooked_rate,
         "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
         "added_us_per_batch": (1 / hooked_rate - 1 / plain_rate) * 1e6,
         "record_bytes": record,
         "file_bytes": files,
@@ -165,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             r["rounds"],
             f"{r['plain_batches_per_s']:.0f}",
             f"{r['hooked_batches_per_s']:.0f}",
-            f"{r['ratio']:.3f}",
+            f"{r['ratio']:.3f} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})",
             f"{r['added_us_per_batch']:.1f}",
             f"{r['file_bytes'] / 1024:.1f}",
             f"{r['record_bytes'] / 1024:.1f}",
@@ -180,7 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "rounds",
                 "batches/s plain",
                 "batches/s hooked",
-                "ratio (median)",
+                "ratio (median, min–max)",
                 "µs added/batch",
                 "files KiB",
                 "record KiB",

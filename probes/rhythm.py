@@ -1,12 +1,14 @@
 """``dlwatch probe rhythm``: how irregular is a healthy loader's rhythm? The measurement behind
 the batch-rhythm stall rule's defaults (``stall_min_s``, ``stall_p99_factor`` in config.yaml).
 
-Runs healthy ``probes.train`` variants one after another with the inside view's recorder on
+Runs healthy ``probes.train`` variants one after another (``--rounds`` times, each round running
+every variant once, so that the machine's drift falls on all alike) with the inside view's recorder on
 (``watchdog/bootstrap``), and reads each iterator's histogram of intervals between batches:
 p50, p99 and the longest interval (each as its bucket's upper bound, so within a quarter
 octave). The rule declares a stall after ``max(stall_min_s, k × p99)`` with no batch; a healthy
 run whose longest interval exceeds ``k × p99`` would have been examined. The table shows
-``longest / p99`` per run and the largest over all runs: ``k`` must sit well above it.
+``longest / p99`` per run and the largest over all runs, with the spread of each round's
+largest: ``k`` must sit well above it.
 
 Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag or variant
 (one line).
@@ -27,8 +29,10 @@ from watchdog.collect import inside
 from watchdog.exits import Exit
 
 from . import module_name
-from .cli import Parser, output_file, positive_seconds
+from .cli import Parser, int_range, output_file, positive_seconds
 from .env import child_env
+
+MAX_ROUNDS = 20
 
 # Healthy variants: name -> probes.train arguments. Each must end with exit code 0.
 VARIANTS: Dict[str, Sequence[str]] = {
@@ -117,25 +121,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("variants", nargs="*", help=f"variants to run (default: all): {'; '.join(VARIANTS)}")
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run (above 0, up to a day)")
+    p.add_argument(
+        "--rounds", type=int_range(1, MAX_ROUNDS), default=1, help=f"rounds over the variants, from 1 to {MAX_ROUNDS}"
+    )
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant {unknown[0]!r}")
     rows, failed = [], 0
-    for name in args.variants or list(VARIANTS):
-        try:
-            found = measure_variant(VARIANTS[name], args.timeout)
-        except RuntimeError as e:
-            print(f"dlwatch: {name}: {e}", file=sys.stderr)
-            failed += 1
-            continue
-        for r in found:
-            if r["intervals"] < 20 or not r["p99_s"]:
-                continue  # too few for a p99 (the rule waits for 20 intervals too)
-            rows.append({"variant": name, **r, "longest_over_p99": r["longest_s"] / r["p99_s"]})
+    for round_ in range(1, args.rounds + 1):
+        for name in args.variants or list(VARIANTS):
+            try:
+                found = measure_variant(VARIANTS[name], args.timeout)
+            except RuntimeError as e:
+                print(f"dlwatch: {name}: {e}", file=sys.stderr)
+                failed += 1
+                continue
+            for r in found:
+                if r["intervals"] < 20 or not r["p99_s"]:
+                    continue  # too few for a p99 (the rule waits for 20 intervals too)
+                rows.append({"variant": name, "round": round_, **r, "longest_over_p99": r["longest_s"] / r["p99_s"]})
     table = [
         [
             r["variant"],
+            r["round"],
             r["batches"],
             f"{r['p50_s'] * 1e3:.1f}",
             f"{r['p99_s'] * 1e3:.1f}",
@@ -144,9 +153,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         ]
         for r in rows
     ]
-    print(tabulate(table, headers=["variant", "batches", "p50 ms", "p99 ms", "longest ms", "longest / p99"]))
+    print(tabulate(table, headers=["variant", "round", "batches", "p50 ms", "p99 ms", "longest ms", "longest / p99"]))
     if rows:
-        print(f"\nlargest longest/p99 over {len(rows)} iterator(s): {max(r['longest_over_p99'] for r in rows):.2f}")
+        largest = max(r["longest_over_p99"] for r in rows)
+        per_round = [max(r["longest_over_p99"] for r in rows if r["round"] == k) for k in {r["round"] for r in rows}]
+        spread = f" (each round's largest: {min(per_round):.2f}–{max(per_round):.2f})" if len(per_round) > 1 else ""
+        print(f"\nlargest longest/p99 over {len(rows)} iterator(s): {largest:.2f}{spread}")
     if args.json:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.json)) or ".")
         with os.fdopen(fd, "w") as f:

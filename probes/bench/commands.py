@@ -249,22 +249,38 @@ def _dataset(args, configs: Sequence[LoaderConfig], randn: bool = False) -> tupl
 
 
 def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -> List[Result]:
+    """Measure ``configs`` side by side (:func:`~.measure.measure_side_by_side`), with a
+    progress bar on a terminal, else one line per run on stderr (a log file is not left silent)."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .measure import measure
+    from .measure import Result, measure_side_by_side
 
-    results = []
+    results = [Result(c) for c in configs]
+    total = len(configs) * args.repeats
+    console = Console(stderr=True)
+    done = [0]
+
+    def line(r: Result) -> None:
+        done[0] += 1
+        print(
+            f"{title}: run {done[0]}/{total}: {r.config.label()}: {r.runs[-1].throughput:.0f} samples/s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if not console.is_terminal:
+        return measure_side_by_side(results, dataset, args.repeats, args.warmup_batches, on_run=line)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} runs"),
         TimeElapsedColumn(),
+        console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(title, total=len(configs) * args.repeats)
-        for c in configs:
-            bar.update(task, description=f"{title}: {c.label()}")
-            results.append(measure(c, dataset, args.repeats, args.warmup_batches, on_run=lambda: bar.advance(task)))
+        task = bar.add_task(f"{title} (each round runs every configuration once)", total=total)
+        measure_side_by_side(results, dataset, args.repeats, args.warmup_batches, on_run=lambda r: bar.advance(task))
     return results
 
 
@@ -362,11 +378,14 @@ def cmd_bench(args) -> int:
 def cmd_autotune(args) -> int:
     """Hill-climb over the candidate num_workers (doubling from the smallest while throughput
     improves by 5%, then the neighbours of the best), then pin_memory at the best only when
-    CUDA is there; the other axes take their first value."""
+    CUDA is there; the other axes take their first value. A configuration is measured side by
+    side with the one it is compared to (:func:`~.measure.measure_side_by_side`: their runs
+    alternate, and the other's new runs join its own), so a drift of the machine is not taken
+    for a difference."""
     import torch
 
     from . import output
-    from .measure import measure
+    from .measure import Result, measure_side_by_side
 
     started = time.monotonic()
     grid = _grid(args)
@@ -375,14 +394,17 @@ def cmd_autotune(args) -> int:
     dataset, nbytes, cpu_bound, text = _dataset(args, grid)
     measured = {}
 
-    def at(w: int, pin: bool) -> Result:
+    def at(w: int, pin: bool, against: Optional[Result] = None) -> Result:
         key = (w, pin)
         if key not in measured:
             c = LoaderConfig(
                 w, pin, base.batch_size, base.prefetch_factor, base.persistent_workers, base.multiprocessing_context
             )
-            print(f"autotune: measuring {c.label()}", file=sys.stderr, flush=True)
-            measured[key] = measure(c, dataset, args.repeats, args.warmup_batches)
+            side = f", side by side with {against.config.label()}" if against is not None else ""
+            print(f"autotune: measuring {c.label()}{side}", file=sys.stderr, flush=True)
+            measured[key] = Result(c)
+            both = [measured[key]] + ([against] if against is not None else [])
+            measure_side_by_side(both, dataset, args.repeats, args.warmup_batches)
         return measured[key]
 
     pin0 = False if False in {c.pin_memory for c in grid} else True
@@ -393,22 +415,24 @@ def cmd_autotune(args) -> int:
         j = next((k for k in range(i + 1, len(candidates)) if candidates[k] >= target), None)
         if j is None:
             break
-        if at(candidates[j], pin0).throughput <= IMPROVEMENT * at(candidates[best_i], pin0).throughput:
+        best = at(candidates[best_i], pin0)
+        if at(candidates[j], pin0, best).throughput <= IMPROVEMENT * best.throughput:
             break
         best_i = i = j
     for j in (best_i - 1, best_i + 1):  # refine: the best's neighbours among the candidates
-        if 0 <= j < len(candidates) and at(candidates[j], pin0).throughput > at(candidates[best_i], pin0).throughput:
+        best = at(candidates[best_i], pin0)
+        if 0 <= j < len(candidates) and at(candidates[j], pin0, best).throughput > best.throughput:
             best_i = j
     pins = {c.pin_memory for c in grid}
     if len(pins) > 1 and torch.cuda.is_available():
-        at(candidates[best_i], not pin0)
+        at(candidates[best_i], not pin0, at(candidates[best_i], pin0))
     for _ in range(EXTRA_ROUNDS):  # more repeats until the best separates from the rest
         choice = output.choose(list(measured.values()), torch.cuda.is_available())
         if len(choice.tied) < 2:
             break
-        for r in choice.tied:
-            print(f"autotune: measuring {r.config.label()} again (its range overlaps the best's)", file=sys.stderr)
-            r.runs.extend(measure(r.config, dataset, args.repeats, args.warmup_batches).runs)
+        labels = ", ".join(r.config.label() for r in choice.tied)
+        print(f"autotune: measuring {labels} again, side by side (their ranges overlap)", file=sys.stderr)
+        measure_side_by_side(choice.tied, dataset, args.repeats, args.warmup_batches)
     results = list(measured.values())
     elapsed = time.monotonic() - started
     full = len(grid)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from watchdog.collect import procfs
 from watchdog.collect.sampler import Sampler
@@ -36,7 +36,8 @@ class RunError(Exception):
 class Run:
     """One repeat of one configuration (seconds, samples/s, bytes; CPU seconds of main and its
     workers: ``cpu_s`` over the whole loop, ``steady_cpu_s`` over the ``steady_samples`` of the
-    steady window, ``None`` when there was none)."""
+    steady window, ``None`` when there was none); ``started_at`` is when its process was started
+    (UNIX seconds), which shows the order of the runs."""
 
     first_batch_s: float
     steady_samples_per_s: Optional[float]
@@ -51,6 +52,7 @@ class Run:
     pin_memory_warning: bool
     steady_samples: Optional[int] = None
     steady_cpu_s: Optional[float] = None
+    started_at: Optional[float] = None
 
     @property
     def throughput(self) -> float:
@@ -146,6 +148,7 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
     """
     spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
     env = child_env(extra=[os.getcwd()])  # the working directory: where --dataset's module is
+    started_at = time.time()
     # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         proc = subprocess.Popen(
@@ -188,24 +191,47 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         pin_memory_warning=data["pin_memory_warning"],
         steady_samples=data.get("steady_samples"),
         steady_cpu_s=data.get("steady_cpu_s"),
+        started_at=started_at,
     )
 
 
-def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: int, on_run=None) -> Result:
-    """``repeats`` fresh runs of ``config``; ``on_run()`` is called after each (progress)."""
-    result = Result(config)
-    for _ in range(repeats):
-        result.runs.append(run_once(config, dataset, warmup_batches))
-        if on_run is not None:
-            on_run()
+def annotate(result: Result) -> Result:
+    """Set ``result.notes`` from its runs (spread, short runs, pin_memory without CUDA); returns it."""
+    notes = []
     if result.cv > WIDE_SPREAD_CV:
-        result.notes.append(
-            f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {repeats} repeats"
+        notes.append(
+            f"wide spread: throughput varies {result.cv:.0%} (coefficient of variation) over {len(result.runs)} repeats"
         )
     if any(r.steady_samples_per_s is None for r in result.runs):
-        result.notes.append(
-            "some runs were too short for a steady state: their overall rate (samples / total time) was used"
-        )
-    if config.pin_memory and not any(r.cuda for r in result.runs):
-        result.notes.append("pin_memory: no effect without CUDA (torch starts no pin-memory thread)")
+        notes.append("some runs were too short for a steady state: their overall rate (samples / total time) was used")
+    if result.config.pin_memory and not any(r.cuda for r in result.runs):
+        notes.append("pin_memory: no effect without CUDA (torch starts no pin-memory thread)")
+    result.notes = notes
     return result
+
+
+def measure_side_by_side(
+    results: Sequence[Result], dataset: dict, repeats: int, warmup_batches: int, on_run=None
+) -> List[Result]:
+    """``repeats`` more fresh runs of each result's configuration, added to its runs, side by
+    side: each round runs every configuration once, in an order rotated by one each round, so
+    that a drift of the machine (another job, thermal throttling, the page cache) falls on every
+    configuration alike instead of on whichever ran last. ``on_run(result)`` is called after
+    each run with the result it was added to (progress). Returns ``results``, annotated (:func:`annotate`).
+
+    Raises:
+        RunError: a run failed (the runs so far stay in their results).
+    """
+    n = len(results)
+    for round_ in range(repeats):
+        for k in range(n):
+            r = results[(k + round_) % n]
+            r.runs.append(run_once(r.config, dataset, warmup_batches))
+            if on_run is not None:
+                on_run(r)
+    return [annotate(r) for r in results]
+
+
+def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: int, on_run=None) -> Result:
+    """``repeats`` fresh runs of ``config`` (:func:`measure_side_by_side` of one)."""
+    return measure_side_by_side([Result(config)], dataset, repeats, warmup_batches, on_run)[0]

@@ -37,9 +37,16 @@ def probe_json(tmp_path, *args, timeout_s=300):
 
 def test_bench_writes_every_measurement(tmp_path):
     c, png = tmp_path / "b.csv", tmp_path / "b.png"
-    doc, out = probe_json(
-        tmp_path, "bench", "--num-workers", "0,2", "--pin-memory", "false", *TINY, "--csv", str(c), "--plot", str(png)
-    )
+    grid = ["--num-workers", "0,2", "--pin-memory", "false", *TINY, "--repeats", "2"]
+    path = tmp_path / "bench.json"
+    code, out, err = probe("bench", *grid, "--csv", str(c), "--plot", str(png), "--json", str(path))
+    assert code == 0, err
+    doc = json.loads(path.read_text())
+    # The configurations' runs alternate (a round runs each once), and a log is told each run.
+    runs = sorted((run["started_at"], r["config"]["num_workers"]) for r in doc["results"] for run in r["runs"])
+    order = [w for _, w in runs]
+    assert order[0] != order[1] and order[2] != order[3], order
+    assert re.search(r"^bench: run 4/4: W=\S+.* samples/s$", err, re.M), err
     assert {"machine", "settings", "best", "knee", "warnings", "results"} <= set(doc)
     assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(
         doc["machine"]
@@ -58,7 +65,7 @@ def test_bench_writes_every_measurement(tmp_path):
             assert r[key] is not None and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
         assert r["peak_shm_bytes_median"] is not None and r["peak_shm_bytes_median"] >= 0
     rows = list(csv.DictReader(c.open()))
-    assert len(rows) == 2 and {"num_workers", "throughput", "machine_usable_cpus", "peak_uss_bytes"} <= set(rows[0])
+    assert len(rows) == 4 and {"num_workers", "throughput", "machine_usable_cpus", "peak_uss_bytes"} <= set(rows[0])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"^best: ", out, re.M) and re.search(r"^knee: ", out, re.M)
 
@@ -148,16 +155,17 @@ def test_bad_bench_input_is_refused_before_measuring(args, needle):
 
 
 def test_rhythm_measures_a_healthy_loaders_intervals(tmp_path):
-    rows, out = probe_json(tmp_path, "rhythm", "fast, 2 workers")
+    rows, out = probe_json(tmp_path, "rhythm", "fast, 2 workers", "--rounds", "2")
     assert rows and all(r["intervals"] >= 20 and 0 < r["p50_s"] <= r["p99_s"] <= r["longest_s"] for r in rows)
-    assert "longest / p99" in out
+    assert {r["round"] for r in rows} == {1, 2} and "each round's largest: " in out, out
 
 
 def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
-    (r,), _ = probe_json(tmp_path, "hook-cost", "--rounds", "1", "--loaders", "in-process")
+    (r,), out = probe_json(tmp_path, "hook-cost", "--rounds", "2", "--loaders", "in-process")
     assert (
         r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5
     )  # generous: speed is the benchmark's
+    assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"] and "ratio (median, min–max)" in out, out
     assert r["file_bytes"] > 5000 and r["record_bytes"] > 0  # the recorder ran and wrote
 
 
