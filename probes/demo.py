@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
         "--num-workers",
         "2",
     ]
-    print("demo: running", " ".join(cmd[1:]), flush=True)
+    print("demo: running", shlex.join(cmd), flush=True)  # as it runs, interpreter and all
     print("demo: the job's DataLoader workers will deadlock; the watchdog should say why within ~10 s", flush=True)
     before = set(os.listdir(args.report_dir)) if os.path.isdir(args.report_dir) else set()
     started = time.monotonic()

@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     reports_p.add_argument(
         "dir", nargs="?", default=None, help="the report folder (default: report_dir, dlwatch-reports)"
     )
+    reports_p.add_argument(
+        "--report-dir", dest="report_dir", metavar="DIR", default=None, help="the report folder, as DIR"
+    )
     reports_p.add_argument("--config", metavar="PATH", help="YAML settings file, for report_dir")
     reports_p.add_argument("-n", type=positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
@@ -591,7 +594,9 @@ def cmd_reports(args: argparse.Namespace) -> int:
     """``dlwatch reports [DIR]``: report folders, newest first."""
     from . import browse
 
-    report_dir = args.dir or config_mod.load(args.config, {}).report_dir
+    if args.dir and args.report_dir and os.path.abspath(args.dir) != os.path.abspath(args.report_dir):
+        raise WatchdogError(f"reports: DIR {args.dir!r} and --report-dir {args.report_dir!r} differ: give one")
+    report_dir = args.dir or args.report_dir or config_mod.load(args.config, {}).report_dir
     table, n = browse.listing(report_dir, args.n)
     if not n and os.path.isfile(os.path.join(report_dir, "report.json")):
         _print(f"{report_dir} is one report's folder, not a folder of reports: dlwatch show {report_dir}")

@@ -20,7 +20,6 @@ import argparse
 import base64
 import datetime as dt
 import json
-import re
 import sys
 import time
 import urllib.error
@@ -32,13 +31,12 @@ from typing import Dict, List, Optional, Tuple
 from tabulate import tabulate
 
 from .argtypes import positive_float
+from .collect.discovery import RUN_ID_VALUE
 from .exits import Exit
 
 # How far back a rank whose sidecar went down is still shown with its last values.
 LOOKBACK = "1h"
 QUERY_TIMEOUT_S = 10.0
-# A label value taken into a query: a run id is a plain name (discovery._RUN_ID_VALUE's shape).
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class ClusterError(Exception):
@@ -134,8 +132,8 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
     Raises:
         ClusterError: as :func:`query`; also when no ``dlwatch_`` series is found.
     """
-    if run_id is not None and not _RUN_ID.match(run_id):
-        raise ClusterError(f"--run-id {run_id!r}: not a run id (letters, digits, _ . : -)")
+    if run_id is not None and not RUN_ID_VALUE.match(run_id):  # taken into a query: no quote, no backslash
+        raise ClusterError(f"--run-id {run_id!r}: not a run id (letters, digits, _ . : @ / + = -)")
     sel = f'{{run_id="{run_id}"}}' if run_id else ""
     last = query(base_url, f"last_over_time(dlwatch_last_progress_timestamp_seconds{sel}[{LOOKBACK}])")
     since = query(base_url, f"last_over_time(dlwatch_seconds_since_progress{sel}[{LOOKBACK}])")

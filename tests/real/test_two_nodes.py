@@ -4,9 +4,10 @@ loopback, gloo, CPU), scraped every second by a real Prometheus the test starts.
 rank 1 of whichever node joined the rendezvous second) has DataLoader workers that block at
 sample 64; the other ranks run on until the all-reduce every 16 steps, then wait for it.
 ``dlwatch cluster`` must name rank 3 and its node as the first to stall (by the last-progress
-timestamps), list all four ranks with their nodes, and give rank 3's report. A healthy twin:
-nothing stalls, ``cluster`` exits 0. Every process and the server are ended whatever
-happens; skipped without Debian's ``prometheus``."""
+timestamps), list all four ranks with their nodes, and give rank 3's report, and the shipped
+alert rules (docs/prometheus/alerts.yaml, loaded by the server) must raise the hang report's
+alert for that rank and node. A healthy twin: nothing stalls, ``cluster`` exits 0, no alert
+fires. Every process and the server are ended whatever happens; skipped without Debian's ``prometheus``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, kill_tree, start, wait_for
+from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, start, wait_for
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
@@ -61,6 +62,18 @@ JOB = textwrap.dedent(
 )
 
 
+ALERTS = os.path.join(ROOT, "docs", "prometheus", "alerts.yaml")
+
+
+def _firing(url: str) -> list:
+    """The alerts Prometheus has firing (``/api/v1/alerts``), as their label dicts."""
+    try:
+        alerts = json.loads(urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=5).read())["data"]["alerts"]
+    except OSError:
+        return []
+    return [a["labels"] for a in alerts if a["state"] == "firing"]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,6 +97,7 @@ def _two_nodes(tmp_path, stuck_rank: int, steps: int):
     targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: [{ALERTS}]\n"  # the shipped alert rules
         f"scrape_configs:\n  - job_name: dlwatch\n    static_configs: [{{targets: [{targets}]}}]\n"
     )
     env = {**os.environ, "STUCK_RANK": str(stuck_rank), "STEPS": str(steps)}
@@ -141,6 +155,9 @@ def test_cluster_names_the_rank_and_node_that_stalled_first_across_two_nodes(tmp
         assert doc["verdict"].startswith(f"rank 3 on {node} stalled first"), doc["verdict"]
         assert "s before any other rank" in doc["verdict"] and f"its report: {node}:" in doc["verdict"]
         assert f"-{node}-" in ranks["3"]["report_folder"] and ranks["3"]["report_folder"].endswith("rank3")
+        # The shipped rules raise the hang report's alert, for rank 3 on its node.
+        hang = {"alertname": "DataLoaderHangReported", "rank": "3", "node": node, "mode": "hang"}
+        wait_for(lambda: any(hang.items() <= a.items() for a in _firing(url)), 30, "the alert", interval_s=1.0)
     finally:
         for p in procs:
             kill_tree(p)
@@ -154,6 +171,7 @@ def test_a_healthy_two_node_job_has_nothing_stalled(tmp_path):
         code, doc, err = _cluster(url)
         assert code == 0, (err, doc)
         assert len(doc["ranks"]) == 4 and doc["stalled"] == [] and doc["verdict"] is None
+        assert _firing(url) == []  # the shipped rules raise nothing on a healthy job
     finally:
         for p in procs:
             kill_tree(p)

@@ -216,3 +216,13 @@ def test_the_reports_table_has_a_node_column(tmp_path):
     assert n == 1 and header[:4] == ["TIME", "(UTC)", "NODE", "JOB"]
     assert browse.load(folder)["job"]["node"] == "node-a"
     assert "node-a" in table.splitlines()[2] and "-node-a-" in os.path.basename(folder)
+
+
+def test_reports_takes_the_folder_as_run_does_with_report_dir(tmp_path, capsys):
+    from watchdog import cli
+
+    _written(tmp_path)
+    assert cli.main(["reports", "--report-dir", str(tmp_path)]) == 0
+    assert "node-a" in capsys.readouterr().out
+    assert cli.main(["reports", str(tmp_path), "--report-dir", str(tmp_path / "other")]) == 2
+    assert "differ: give one" in capsys.readouterr().err

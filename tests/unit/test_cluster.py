@@ -60,3 +60,18 @@ def test_a_bad_prometheus_url_is_one_line_naming_it_without_its_password():
     with pytest.raises(ClusterError) as e:
         query("http://alice:s3cret@127.0.0.1:1", "up", timeout_s=2)
     assert "s3cret" not in str(e.value) and "cannot be reached" in str(e.value)
+
+
+def test_a_run_id_may_hold_what_torchrun_rdzv_ids_hold_but_nothing_that_breaks_the_query():
+    import pytest
+
+    from watchdog.cluster import ClusterError, collect
+    from watchdog.collect.discovery import RUN_ID_VALUE
+
+    for run_id in ("job42", "slurm-1234.0", "alice@node-a", "team/exp-7", "a+b=c"):
+        assert RUN_ID_VALUE.match(run_id), run_id
+        with pytest.raises(ClusterError, match="cannot be reached"):  # accepted: the query was tried
+            collect("http://127.0.0.1:1", run_id)
+    for run_id in ('a"}or{x="', "a\\b", "two words", "", "x" * 129):
+        with pytest.raises(ClusterError, match="not a run id"):
+            collect("http://127.0.0.1:1", run_id)

@@ -65,7 +65,8 @@ def test_a_single_process_job_has_empty_rank_labels_and_the_host_name_by_default
     assert got[("dlwatch_seconds_since_progress", _labels(**empty))] == 1.0
 
 
-def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
+def readme_series() -> dict:
+    """The README's table of series: ``{name: {label, …}}``."""
     import os
     import re
 
@@ -75,11 +76,17 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     for name, _kind, labels in rows:
         words = labels.replace("rank labels", "node, run_id, rank, local_rank, group_rank")
         table[name] = set(re.findall(r"[a-z_]+", re.sub(r"\([^)]*\)", "", words)))
+    return table
+
+
+def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
+    import re
     from dataclasses import replace
 
     from tests.unit.test_verify import loader_view
     from watchdog.types import Frame
 
+    table = readme_series()
     smp = sample(
         30.0, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])], shm_total=1 << 26, shm_used=0
     )

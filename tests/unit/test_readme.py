@@ -46,7 +46,7 @@ tests:
       - series: 'dlwatch_seconds_since_progress{instance="node8:9400", rank="3"}'
         values: '200+15x40'
       - series: 'dlwatch_reports_total{instance="node7:9400", rank="", mode="hang", kind="worker_stuck"}'
-        values: '0 0 0 1 1 1 1 1 1 1'
+        values: '_ _ _ 1 1 1 1 1 1 1'  # the series appears with the first report, at 1
     alert_rule_test:
       - eval_time: 10m
         alertname: DataLoaderStalled

@@ -196,9 +196,11 @@ RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE
 
 # What a rank variable may hold: a decimal integer (torch.distributed's env:// rendezvous reads
 # them with int(); torch/distributed/rendezvous.py, _env_rendezvous_handler), or for
-# TORCHELASTIC_RUN_ID a plain name. They name report folders: nothing else is let through.
+# TORCHELASTIC_RUN_ID a name (torchrun's --rdzv-id: a Slurm job id, a Kubernetes job name, a
+# user@host, a path-like name). RANK names report folders; the run id only labels metrics and
+# is queried by `dlwatch cluster`: no space, quote or backslash, nothing else is let through.
 _RANK_VALUE = re.compile(r"[0-9]{1,9}\Z")
-_RUN_ID_VALUE = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+RUN_ID_VALUE = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}\Z")
 
 
 def rank_env(pid: int) -> Optional[Dict[str, str]]:
@@ -217,7 +219,7 @@ def rank_env(pid: int) -> Optional[Dict[str, str]]:
         name = key.decode("ascii", "replace")
         if sep and name in RANK_VARS:
             text = value.decode("utf-8", "replace")
-            if (_RUN_ID_VALUE if name == "TORCHELASTIC_RUN_ID" else _RANK_VALUE).match(text):
+            if (RUN_ID_VALUE if name == "TORCHELASTIC_RUN_ID" else _RANK_VALUE).match(text):
                 env[name] = text
     return env if "RANK" in env else None
 

@@ -1,0 +1,18 @@
+"""The README's first command: the demo deadlocks a real job, dlwatch proves and names it, ends
+the job, and the demo says so. Bounded, and every process group it starts is killed
+(``run_bounded``)."""
+
+from __future__ import annotations
+
+import shlex
+
+from tests.real.helpers import PY, reports, run_bounded
+
+
+def test_the_demo_is_diagnosed_and_prints_what_it_runs_as_it_runs_it(tmp_path):
+    code, out, err = run_bounded([PY, "-m", "probes.demo", "--report-dir", str(tmp_path)], timeout_s=300)
+    assert code == 0, out + err
+    running = next(line for line in out.splitlines() if line.startswith("demo: running "))
+    argv = shlex.split(running[len("demo: running ") :])
+    assert argv[:4] == [PY, "-m", "watchdog", "run"] and "--" in argv, running  # copy-pastable as printed
+    assert "demo: first diagnosis: fork_inherited_lock" in out and len(reports(str(tmp_path))) == 1, out

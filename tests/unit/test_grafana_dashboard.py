@@ -1,0 +1,71 @@
+"""The Grafana dashboard shipped in docs/grafana/: valid JSON that Grafana's dashboard model
+reads (panels with unique ids, one row per rank in its table), every series it queries is one
+the endpoint serves (the README's table, which test_metrics keeps equal to the endpoint), every
+label it groups or selects by is one of that series' labels, and every query parses in
+``promtool`` (as a recording rule, the dashboard's variables filled in) where it is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.unit.builders import ROOT
+from tests.unit.test_metrics import readme_series
+
+PATH = os.path.join(ROOT, "docs", "grafana", "dlwatch-dashboard.json")
+
+
+def _exprs(dashboard: dict):
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            yield panel["title"], target["expr"]
+
+
+def _filled(expr: str) -> str:
+    """The query as Prometheus receives it from Grafana: variables replaced (All is ``.*``)."""
+    return expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$run_id", ".*")
+
+
+def test_the_dashboard_is_a_grafana_model_with_a_row_per_rank():
+    with open(PATH, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and dashboard["uid"] and dashboard["title"]
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "node", "run_id"}
+    (table,) = [p for p in dashboard["panels"] if p["type"] == "table"]
+    columns = set(table["transformations"][1]["options"]["renameByName"].values())
+    assert {"s since progress", "batches/s", "data wait (share of time)", "RSS, main + workers"} <= columns
+    for _, expr in _exprs(dashboard):
+        grouped = re.findall(r"by \(([^)]*)\)", expr)
+        assert grouped and all({"node", "rank"} <= {x.strip() for x in g.split(",")} or g == "node" for g in grouped)
+
+
+def test_every_series_and_label_the_dashboard_uses_is_served():
+    with open(PATH, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    served = readme_series()
+    for title, expr in _exprs(dashboard):
+        names = re.findall(r"\b(dlwatch_\w+)", expr)
+        assert names, title
+        for name in names:
+            assert name in served, (title, name)
+            used = set(re.findall(r"(\w+)=~?\"", expr)) | {
+                x.strip() for g in re.findall(r"by \(([^)]*)\)", expr) for x in g.split(",")
+            }
+            assert used <= served[name], (title, name, used - served[name])
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+def test_every_dashboard_query_parses_in_promtool(tmp_path):
+    with open(PATH, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    rules = [{"record": f"dashboard:query_{i}", "expr": _filled(e)} for i, (_, e) in enumerate(_exprs(dashboard))]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    check = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
