@@ -230,8 +230,3 @@ def measure_side_by_side(
             if on_run is not None:
                 on_run(r)
     return [annotate(r) for r in results]
-
-
-def measure(config: LoaderConfig, dataset: dict, repeats: int, warmup_batches: int, on_run=None) -> Result:
-    """``repeats`` fresh runs of ``config`` (:func:`measure_side_by_side` of one)."""
-    return measure_side_by_side([Result(config)], dataset, repeats, warmup_batches, on_run)[0]
