@@ -74,6 +74,13 @@ class PySpyConfig(_Settings, frozen=True):
             "all processes)",
         ),
     ] = 5.0
+    at_warning: Annotated[
+        bool,
+        Meta(
+            description="take a --nonblocking dump (the process is not paused) of the processes a warning names, so "
+            "that a later death with no traceback (an OOM kill) can say which line they were in"
+        ),
+    ] = True
 
 
 class Config(_Settings, frozen=True):
@@ -116,7 +123,7 @@ class Config(_Settings, frozen=True):
         Meta(
             ge=1,
             description="k of the stall_min_s rule; `dlwatch probe rhythm` measured healthy loaders' longest interval "
-            "at <= 3 x their p99",
+            "at <= 4.8 x their p99",
         ),
     ] = 10.0
     on_hang: Annotated[

@@ -45,6 +45,7 @@ from .alert import Alerts
 from .collect import discovery, procfs, pyspy
 from .collect.inside import InsideReader
 from .collect.sampler import Sampler
+from .collect.warning_stacks import WarningStacks
 from .config import Config
 from .diagnose import diagnose
 from .exit_look import JobTraces, exit_facts, exit_findings, survivors
@@ -65,6 +66,8 @@ from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
+# Seconds a crash report waits for a warning's stacks still being taken (WarningStacks).
+WARNING_STACKS_WAIT_S = 3.0
 
 
 # A file to which every tick appends its timing (``dlwatch probe overhead`` sets it); unset: none.
@@ -249,6 +252,7 @@ class Watcher:
         self.traces = JobTraces(root_pid)
         self.host_cpus = os.cpu_count() or 1
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)  # its path; None: not found
+        self.warning_stacks = WarningStacks(self.pyspy if config.py_spy.at_warning else None)
         self.publisher = Publisher(
             config,
             root_pid,
@@ -463,6 +467,7 @@ class Watcher:
             if last is not None and (last[1] == pids or sample.t_mono - last[0] < _WARNING_COOLDOWN_S):
                 continue  # at most once per kind and process set, and not more often than the cooldown
             self._warned[d.kind] = (sample.t_mono, pids)
+            self.warning_stacks.take(d.pids, d.kind)
             self._publish(facts, (d,), "report", f"warning-{d.kind}", summary_only=True)
 
     def after_exit(self, exit_code: Optional[int], terminated: bool = False, signalled: Optional[int] = None) -> None:
@@ -485,9 +490,11 @@ class Watcher:
                 )
             if not terminated or leftovers:
                 timeline, view = tuple(self.timeline), self._inside_view()
+                self.warning_stacks.wait(WARNING_STACKS_WAIT_S)
                 facts = exit_facts(
                     self.traces, timeline, crashed, exit_code, leftovers, self.stderr_tail, view, self.host_cpus
                 )
+                facts = dataclasses.replace(facts, earlier_stacks=self.warning_stacks.taken())
                 found = exit_findings(facts, self._warned)
                 if found is not None:
                     facts, diagnoses, kind = found

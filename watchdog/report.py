@@ -153,6 +153,7 @@ def loader_dict(v: LoaderView, now: float) -> dict:
         "host_memory_stats": dict(v.host_memory) or None,
         "pin_thread_alive": v.pin_thread_alive,
         "dataset_type": v.dataset_type,
+        "dataset_code": _frame_dict(v.dataset_code),
         "iterable": v.iterable,
         "workers": list(v.workers),
         "worker_exitcodes": list(v.worker_exitcodes),

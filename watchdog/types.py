@@ -322,6 +322,8 @@ class LoaderView:
     flow; ``pin_thread_alive`` whether the pin-memory thread ran at that refresh.
     ``first_batches`` holds ``(worker id, digest)`` of each worker's first batch, for an
     ``IterableDataset`` with several workers (equal digests: every worker replays the stream).
+    ``dataset_code`` is where the Dataset's ``__getitem__`` (``__iter__`` for an iterable one)
+    is defined, when it is a Python function (its first line: the ``def``, or its decorator).
     """
 
     pid: int
@@ -349,6 +351,7 @@ class LoaderView:
     host_memory: Tuple[Tuple[str, float], ...] = ()
     pin_thread_alive: Optional[bool] = None
     first_batches: Tuple[Tuple[int, str], ...] = ()
+    dataset_code: Optional["Frame"] = None
 
     def setting(self, name: str, default: object = None) -> object:
         """One DataLoader argument as recorded, or ``default``."""
@@ -589,6 +592,20 @@ class ProcessStack:
     def ok(self) -> bool:
         """True when py-spy returned stacks."""
         return self.error is None
+
+
+@dataclass(frozen=True)
+class EarlierStack:
+    """A stack taken while the job still ran, before the moment a report explains: py-spy's
+    ``--nonblocking`` dump of a process a warning named (``py_spy.at_warning``). ``why`` is
+    the warning's kind, ``wall`` when it was taken (``time.time()`` seconds). A death with no
+    traceback of its own (SIGKILL from the OOM killer) says from it which line the process was
+    in then, as of then."""
+
+    pid: int
+    wall: float
+    why: str
+    stack: ProcessStack
 
 
 class LoaderWork(NamedTuple):
@@ -1091,7 +1108,8 @@ class Facts:
     (:class:`FileLock`, read at report time); ``chains`` one wait chain per blocked loop thread
     of a worker (:class:`WaitLink`, first link the worker's own wait, last what it ends at);
     ``opening`` ``(pid, tid, path)`` for each worker thread blocked opening a file (a FIFO with
-    no writer), the path read from its system call's argument.
+    no writer), the path read from its system call's argument. ``earlier_stacks`` are the
+    stacks taken at warnings while the job ran (:class:`EarlierStack`, oldest first).
     """
 
     mode: Mode
@@ -1124,6 +1142,7 @@ class Facts:
     chains: Tuple[Tuple[WaitLink, ...], ...] = ()
     mapped_file_sizes: Tuple[Tuple[str, Optional[int], Optional[int]], ...] = ()
     opening: Tuple[Tuple[int, int, str], ...] = ()
+    earlier_stacks: Tuple[EarlierStack, ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

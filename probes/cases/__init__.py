@@ -222,8 +222,11 @@ CASES: Tuple[Case, ...] = (
         "worker_cache_oom_in_cgroup",
         "worker_killed",
         "crash",
+        location="self.cache[i] = decode(i)",
         memory_limit=640 << 20,
-        evidence=("OOM kill(s) while it was watched", "limit of 640.0 MiB"),
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        warnings=("worker_memory_growth",),
+        evidence=("OOM kill(s) while it was watched", "limit of 640.0 MiB", "at the worker_memory_growth warning"),
     ),
     Case(
         "main_keeps_batches_shm",

@@ -36,7 +36,7 @@ def main():
         losses.append(loss)  # kept with its graph: should be loss.item()
         if step % 20 == 0:
             print("step", step, float(loss), flush=True)
-        time.sleep(0.2)
+        time.sleep(0.4)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ memory than the limit: the limit in force is the cgroup's.
 
 Run: ``python -m probes.cases.worker_cache_oom_in_cgroup`` under a memory limit (``dlwatch
 probe repro worker_cache_oom_in_cgroup`` makes the cgroup). The watchdog must conclude
-``worker_killed`` by the OOM killer, naming the cgroup's limit and its OOM count.
+``worker_killed`` by the OOM killer, naming the cgroup's limit and its OOM count, and, from the
+stack taken at the memory warning, the Dataset's line the worker was in (``self.cache[i] =
+decode(i)``).
 """
 
 import time
@@ -14,6 +16,11 @@ import time
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+
+def decode(i):
+    time.sleep(0.1)  # the "decoder"
+    return np.full((1024, 1024), i, dtype=np.float32)  # 4 MiB "decoded image"
 
 
 class CachedImages(Dataset):
@@ -25,8 +32,7 @@ class CachedImages(Dataset):
 
     def __getitem__(self, i):
         if i not in self.cache:
-            self.cache[i] = np.full((1024, 1024), i, dtype=np.float32)  # 4 MiB "decoded image", kept forever
-        time.sleep(0.05)
+            self.cache[i] = decode(i)  # kept forever
         return torch.from_numpy(self.cache[i][:4, :4].copy())
 
 

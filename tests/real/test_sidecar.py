@@ -112,6 +112,8 @@ def test_fork_lock_is_found_reported_and_terminated(tmp_path, busy_thread):
     (loader,) = doc["inside_view"]["loaders"]
     assert loader["settings"]["num_workers"] == 2 and loader["pid"] == doc["job"]["pid"]
     assert set(loader["workers"]) == {w["pid"] for w in workers}
+    code = loader["dataset_code"]  # where its fetches run, for a death that leaves no stack
+    assert code["function"] == "FileDataset.__getitem__" and code["file"].endswith("probes/train.py"), code
     held = [e for e in first["evidence"] if "at the fork, thread lock-holder" in e]
     assert held and "held a lock named _SAMPLE_LOCK" in held[0] and "inside `with _SAMPLE_LOCK:`" in held[0], first[
         "evidence"

@@ -1116,3 +1116,96 @@ def test_a_killed_processes_memory_says_how_old_its_slow_reading_was():
     fresh = dataclasses.replace(s.main, memory_read_mono=s.t_mono)
     facts = dataclasses.replace(base, timeline=(dataclasses.replace(s, processes=(fresh,) + s.processes[1:]),))
     assert memory_age(facts, pid) == ""
+
+
+def _warning_stack(pid, thread_frames, wall, why="worker_memory_growth"):
+    from watchdog.types import EarlierStack
+
+    threads = (ThreadStack(pid, "MainThread", True, False, thread_frames),)
+    return EarlierStack(pid, wall, why, ProcessStack(pid, threads, False, None, "", 0.1))
+
+
+_OOM_KILLED = "RuntimeError: DataLoader worker (pid 2847) is killed by signal: Killed.\n"
+
+
+def test_a_worker_oom_killed_without_a_traceback_is_located_at_the_dataset_line_of_its_last_stack():
+    # py-spy's --nonblocking dump at the memory warning: the worker was in a helper that
+    # __getitem__ calls; the Dataset's line is __getitem__'s, the one torch's fetcher called.
+    in_fetch = _frames(
+        ("decode", USER, 22, False),
+        ("CachedImages.__getitem__", USER, 35, False),
+        ("_MapDatasetFetcher.fetch.<locals>.<listcomp>", f"{TORCH}/_utils/fetch.py", 54, False),
+        ("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54, False),
+        ("_worker_loop", f"{TORCH}/_utils/worker.py", 349, False),
+        ("run", f"{STDLIB}/multiprocessing/process.py", 108, False),
+    )
+    crash = _crash(_OOM_KILLED, oom_kills=1)
+    facts = dataclasses.replace(crash, earlier_stacks=(_warning_stack(WORKER_PID, in_fetch, crash.sample.wall - 5),))
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_killed" and first.location == f"{USER}:35", first.location
+    assert "(at its last stack, 5 s before: in CachedImages.__getitem__ at " in first.summary, first.summary
+    (line,) = [e for e in first.evidence if "at the worker_memory_growth warning" in e]
+    assert "5 s before its last sample" in line and "the line it was in then" in line and "decode (" in line
+    # another process's stack says nothing about this worker
+    other = dataclasses.replace(facts, earlier_stacks=(_warning_stack(WORKER_PID + 1, in_fetch, crash.sample.wall),))
+    assert diagnose(other)[0].location != f"{USER}:35"
+
+
+def test_without_a_stack_a_killed_worker_is_located_at_its_datasets_getitem_from_the_inside_view():
+    from watchdog.types import InsideView, LoaderView
+
+    def view(code):
+        return LoaderView(
+            pid=MAIN_PID,
+            iterator=1,
+            kind="_MultiProcessingDataLoaderIter",
+            site=Frame("main", "/home/user/train/train.py", 40, False),
+            settings=(("num_workers", 2),),
+            dataset_type="CachedImages",
+            iterable=False,
+            workers=(WORKER_PID, WORKER_PID + 1),
+            worker_exitcodes=(),
+            created=0.0,
+            batches=28,
+            wait_s=1.0,
+            epoch=0,
+            first_batch_s=0.5,
+            waiting_since=None,
+            waiting_idx=0,
+            waiting_worker=-1,
+            last_batch=None,
+            intervals=0,
+            interval_p50_s=None,
+            interval_p99_s=None,
+            dataset_code=code,
+        )
+
+    own = Frame("CachedImages.__getitem__", USER, 31, False)
+    first = diagnose(_crash(_OOM_KILLED, oom_kills=1, inside=InsideView(loaders=(view(own),))))[0]
+    assert first.location == f"{USER}:31", first.location
+    assert any(
+        "no stack of the worker exists" in e and "CachedImages.__getitem__, defined at" in e for e in first.evidence
+    )
+    # torch's own Dataset (TensorDataset) is no line of the job's: the loop's site instead
+    torch_ds = Frame("TensorDataset.__getitem__", f"{TORCH}/dataset.py", 210, False)
+    first = diagnose(_crash(_OOM_KILLED, oom_kills=1, inside=InsideView(loaders=(view(torch_ds),))))[0]
+    assert first.location == "/home/user/train/train.py:40", first.location
+
+
+def test_main_oom_killed_is_located_at_the_line_of_its_stack_at_the_memory_warning():
+    timeline = _main_growth_timeline(30)
+    in_loop = _frames(
+        ("main", "/home/user/train/train.py", 39, False), ("<module>", "/home/user/train/train.py", 43, False)
+    )
+    facts = Facts(
+        mode=MODE_CRASH,
+        sample=timeline[-1],
+        timeline=timeline,
+        stderr_tail="",
+        exit_code=137,
+        oom_kills=1,
+        earlier_stacks=(_warning_stack(MAIN_PID, in_loop, wall=timeline[-1].wall - 2, why="main_memory_growth"),),
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "main_killed" and first.location == "/home/user/train/train.py:39", first.location
+    assert any("main pid 2842 at the main_memory_growth warning, 2 s before" in e for e in first.evidence)

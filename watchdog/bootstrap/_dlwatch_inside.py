@@ -392,6 +392,15 @@ def _outside_torch(frame):
     return None
 
 
+def _code_site(cls, name):
+    """Where ``cls.name`` (the Dataset's ``__getitem__`` or ``__iter__``) is defined, when it
+    is a Python function: the line a worker's fetch runs in, for a death that leaves no stack."""
+    code = getattr(getattr(cls, name, None), "__code__", None)
+    if code is None:
+        return None
+    return {"file": code.co_filename, "line": code.co_firstlineno, "function": _function(code)}
+
+
 def _qualname(obj):
     if obj is None:
         return None
@@ -454,7 +463,11 @@ def _created(it):
         "site": _outside_torch(frame),
         "settings": settings,
         "pin_memory_effective": it.__dict__.get("_pin_memory"),
-        "dataset": {"type": _qualname(type(dataset)), "module": type(dataset).__module__},
+        "dataset": {
+            "type": _qualname(type(dataset)),
+            "module": type(dataset).__module__,
+            "code": _code_site(type(dataset), "__iter__" if it.__dict__.get("_dataset_kind") == 1 else "__getitem__"),
+        },
         "iterable": it.__dict__.get("_dataset_kind") == 1,
         "workers": None,
         "threads_at_fork": None,

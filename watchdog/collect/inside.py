@@ -285,6 +285,7 @@ def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[
                 dataset_type=(r.get("dataset") or {}).get("type"),
                 iterable=bool(r.get("iterable")),
                 workers=tuple(int(p) for p in (r.get("workers") or []) if p),
+                dataset_code=_frame((r.get("dataset") or {}).get("code")),
                 worker_exitcodes=tuple(r.get("worker_exitcodes") or ()),
                 created=(r.get("created_ns") or 0) / 1e9,
                 batches=int(s["batches"]),

@@ -10,6 +10,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .. import frames, states
 from ..types import (
     MODE_HANG,
+    EarlierStack,
     Facts,
     Fix,
     Frame,
@@ -508,6 +509,59 @@ class FatalErrorDump:
                     return f
                 library = library or f
         return library
+
+
+@dataclass(frozen=True)
+class LastSeenAt:
+    """Where a process was at the last stack taken of it while it ran (an
+    :class:`~watchdog.types.EarlierStack`): ``frame``, the line of the job's own code it was
+    in, ``inner`` its thread's innermost Python frames, and ``before_s`` how many seconds
+    before the last sample that was."""
+
+    earlier: EarlierStack
+    frame: Frame
+    inner: Tuple[Frame, ...]
+    before_s: float
+
+    def evidence(self, role: str) -> str:
+        """One evidence line that says what this is and what it is not."""
+        inner = " ← ".join(f"{f.function} ({frames.short_path(f.file)}:{f.line})" for f in self.inner[:3])
+        return (
+            f"{role} pid {self.earlier.pid} at the {self.earlier.why} warning, {self.before_s:.0f} s before its last "
+            f"sample (py-spy --nonblocking): in {self.frame.function} at {self.frame.file}:{self.frame.line}; "
+            f"innermost frames: {inner}. It died with no traceback: this is the line it was in then, the last one "
+            "known"
+        )
+
+
+def last_seen_at(facts: Facts, pid: int) -> Optional[LastSeenAt]:
+    """Where ``pid`` was at its latest stack in ``facts.earlier_stacks``, or ``None``. In a
+    DataLoader worker (a thread in ``_worker_loop``), the line is the Dataset's: the outermost
+    frame of the job's own files that torch's fetcher called (``MyDataset.__getitem__``'s
+    line, even while it is in a helper it calls); elsewhere the thread's innermost frame of the
+    job's own files (:func:`watchdog.frames.innermost_user`)."""
+    earlier = next((e for e in reversed(facts.earlier_stacks) if e.pid == pid), None)
+    if earlier is None or not earlier.stack.threads:
+        return None
+    thread = frames.worker_loop_thread(earlier.stack.threads) or earlier.stack.threads[0]
+    python = frames.python_frames(thread)
+    frame = _dataset_frame(python) if frames.worker_loop_thread(earlier.stack.threads) else None
+    frame = frame or frames.innermost_user(thread)
+    if frame is None:
+        return None
+    return LastSeenAt(earlier, frame, python, max(0.0, facts.sample.wall - earlier.wall))
+
+
+def _dataset_frame(python: Sequence[Frame]) -> Optional[Frame]:
+    """The outermost frame of the job's own files in the innermost run of them that a torch
+    frame called (``python`` innermost first), or ``None``."""
+    own: Optional[Frame] = None
+    for f in python:
+        if frames.is_user(f) and not frames.is_third_party(f):
+            own = f
+        elif own is not None and frames.is_torch(f):
+            return own
+    return own
 
 
 def fatal_error_dump(stderr: str) -> Optional[FatalErrorDump]:

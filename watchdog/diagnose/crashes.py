@@ -43,6 +43,7 @@ from ..types import (
     FdCensus,
     FdKind,
     Fix,
+    Frame,
     ProcId,
     WorkerFailure,
 )
@@ -59,6 +60,7 @@ from .common import (
     STAGE_WORKER_INIT,
     fatal_error_dump,
     fit_line,
+    last_seen_at,
     max_over_timeline,
     memory_points,
     mib,
@@ -636,6 +638,19 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             f"in {hit.function} at {hit.file}:{hit.line}; innermost frames: {inner}"
         )
         how += f" (in {hit.function} at {frames.short_path(hit.file)}:{hit.line})"
+    seen_at = None if hit is not None else next((a for p in pids for a in [last_seen_at(facts, p)] if a), None)
+    if seen_at is not None:
+        evidence.append(seen_at.evidence("worker"))
+        how += (
+            f" (at its last stack, {seen_at.before_s:.0f} s before: in {seen_at.frame.function} at "
+            f"{frames.short_path(seen_at.frame.file)}:{seen_at.frame.line})"
+        )
+    fetch_code = _dataset_code(facts, pids) if hit is None and seen_at is None and signal_name else None
+    if fetch_code is not None:
+        evidence.append(
+            f"no stack of the worker exists (it died with no traceback, and none was taken while it ran): its fetches "
+            f"run {fetch_code.function}, defined at {fetch_code.file}:{fetch_code.line} (the inside view)"
+        )
     return Finding(
         confidence=(0.9 if oom or signal_name else 0.75) - (0 if seen or not pids else 0.15),
         summary=f"{who} {how}; the main process stopped with an error.",
@@ -643,10 +658,22 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         remedy=remedy,
         pids=pids,
         location=(f"{hit.file}:{hit.line}" if hit is not None else None)
+        or (f"{seen_at.frame.file}:{seen_at.frame.line}" if seen_at is not None else None)
+        or (f"{fetch_code.file}:{fetch_code.line}" if fetch_code is not None else None)
         or loop
         or traceback_location(facts.stderr_tail),
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
     )
+
+
+def _dataset_code(facts: Facts, pids: Tuple[int, ...]) -> Optional[Frame]:
+    """Where the Dataset's ``__getitem__`` (``__iter__``) of the loader whose worker ``pids``
+    were is defined, from the inside view, when it is the job's code (not torch's, not the
+    standard library's); else ``None``."""
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if v.dataset_code is not None]
+    view = next((v for v in reversed(views) if set(pids) & set(v.workers)), views[-1] if views else None)
+    code = view.dataset_code if view is not None else None
+    return code if code is not None and frames.is_user(code) else None
 
 
 def _loader_site(facts: Facts) -> Optional[str]:
@@ -1026,6 +1053,9 @@ def main_killed(facts: Facts) -> Optional[Finding]:
         )
     asserted = [line.strip() for line in (facts.stderr_tail or "").splitlines() if _ASSERTION.search(line)]
     evidence += [f"stderr: {line}" for line in asserted[-2:]]
+    seen_at = last_seen_at(facts, pid) if pid else None
+    if seen_at is not None:
+        evidence.append(seen_at.evidence("main"))
     if name == "SIGKILL" and (oom or grew):
         summary = f"The main process was killed by the OOM killer (SIGKILL){' as its memory grew' if grew else ''}."
         remedy = (
@@ -1068,7 +1098,9 @@ def main_killed(facts: Facts) -> Optional[Finding]:
         evidence=tuple(evidence),
         remedy=remedy,
         pids=(pid,) if pid else (),
-        location=traceback_location(facts.stderr_tail or ""),
+        location=traceback_location(facts.stderr_tail or "")
+        or (f"{seen_at.frame.file}:{seen_at.frame.line}" if seen_at is not None else None)
+        or _loader_site(facts),
         docs=(DOC_MULTIPROCESSING,),
     )
 
