@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import resource
@@ -356,6 +357,28 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     assert len(s._due_full_info([_entry(7, 140 * 2**20)], 30.0)) == 1  # RSS +40 MiB: due at 10 s
     s._last_t = 60.0
     assert len(s._due_full_info([_entry(7, 100 * 2**20)], 61.0)) == 1
+
+
+def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tick_beyond_the_budget():
+    from watchdog.collect import sampler as sampler_mod
+    from watchdog.types import HostSample
+
+    s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0)
+    read = sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)
+    s._full = {ProcId(p, 900): read for p in range(10, 20)}
+    growing = [_entry(p, 180 * 2**20, create_time=900.0) for p in range(10, 16)]
+    still = [_entry(p, 100 * 2**20, create_time=900.0) for p in range(16, 20)]
+    s._last_t = 50.0
+    assert s._due_full_info(growing + still, 51.0) == []  # read a second ago: due at 60 s
+    s._short = True
+    assert s._due_full_info(growing + still, 51.0) == growing  # all six, though the budget is one
+    # short: under a quarter of the cgroup's limit left; the host's total when there is no limit
+    limited = HostSample(None, None, 20 << 30, mem_total_bytes=24 << 30, mem_limit_bytes=640 << 20)
+    assert sampler_mod.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=600 << 20))
+    assert not sampler_mod.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=300 << 20))
+    assert not sampler_mod.memory_short(HostSample(None, None, 20 << 30, mem_total_bytes=24 << 30))
+    assert sampler_mod.memory_short(HostSample(None, None, 2 << 30, mem_total_bytes=24 << 30))
+    assert not sampler_mod.memory_short(HostSample(None, None, 2 << 30))  # nothing to compare with
 
 
 def test_a_young_process_is_read_again_a_second_after_each_read_while_its_mappings_form():

@@ -89,6 +89,10 @@ _RSS_MOVE_SHARE = 0.1
 # A process younger than this (seconds) is read again one second after each read: a worker maps
 # its data files and fills its first caches in its first seconds (a crash then must find them).
 _YOUNG_S = 6.0
+# Memory is short when what is left to the job (HostSample.mem_left_bytes) is below this share
+# of its limit (the cgroup's, else the host's total): an OOM kill may come within seconds, and
+# the memory a crash report quotes must be fresh, not a reading backed off while still.
+_SHORT_SHARE = 0.25
 
 
 # A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
@@ -189,6 +193,14 @@ def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
     return comm
 
 
+def memory_short(host: HostSample) -> bool:
+    """Whether the memory left to the job (:attr:`HostSample.mem_left_bytes`) is below
+    ``_SHORT_SHARE`` of its limit (the memory cgroup's, else the host's total; ``False`` when
+    neither is known)."""
+    limit = host.mem_limit_bytes or host.mem_total_bytes
+    return bool(limit) and host.mem_left_bytes < _SHORT_SHARE * limit
+
+
 class Sampler:
     """Samples the process tree under ``root_pid`` (see NOTE [ Tick cost ]).
 
@@ -215,6 +227,7 @@ class Sampler:
         self._facts: Dict[ProcId, _Known] = {}
         self._kids: Dict[ProcId, Tuple[int, ...]] = {}  # children at the last walk
         self._prev: Dict[ProcId, ProcessSample] = {}  # the last sample of each process
+        self._short = False  # memory_short() at the last sample
         self._last_pid: Optional[int] = None
         self._full: Dict[ProcId, _Full] = {}
         self._threads = procfs.ThreadReader()
@@ -280,6 +293,7 @@ class Sampler:
         self._last_t = t_mono
         self.memory_cgroup = cgroup.memory_cgroup(main.pid) if main is not None else None
         host = host_sample(main.pid if main else None, self.memory_cgroup)
+        self._short = memory_short(host)
         return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host)
 
     def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float) -> List[dict]:
@@ -492,9 +506,12 @@ class Sampler:
         after each further still read up to ``_FULL_INFO_MAX_FACTOR`` times (USS and pinned
         memory moved by at most ``_STABLE_BYTES_PER_S`` a second or ``_STABLE_BYTES``, the map
         count by at most ``_STABLE_MAPS_PER_S`` a second or ``_STABLE_MAPS``, since the read
-        before); due at once, whatever its cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or
-        ``_RSS_MOVE_SHARE`` of it) since its last read, and a second after its last read while
-        it is younger than ``_YOUNG_S`` (its mappings form then). The rules that read these
+        before); due ``full_info_interval_s`` after its last read, whatever its backed-off
+        cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or ``_RSS_MOVE_SHARE`` of it) since, and a second after its last read while
+        it is younger than ``_YOUNG_S`` (its mappings form then). While memory is short
+        (:func:`memory_short` at the last sample), a process whose RSS moved is read at every
+        call and outside the budget: the reading a crash report quotes is then at most one
+        interval old. The rules that read these
         values (``worker_memory_growth``, ``map_count_pressure``, ``pinned_memory_growth``) warn
         about growth of 1 MiB/s or more, so a still process is read less, and a growth is seen
         within ``_FULL_INFO_MAX_FACTOR x full_info_interval_s`` at worst (RSS-less growth:
@@ -511,6 +528,7 @@ class Sampler:
         dt = min(base, now - self._last_t) if self._last_t is not None else min(base, 1.0)
         budget = max(1, math.ceil(len(watched) * max(dt, 0.0) / base))
         due = []
+        urgent = []
         wall = self.clock()
         for e in watched:
             full = self._full.get(ProcId(e["pid"], e["start_ticks"]))
@@ -518,12 +536,15 @@ class Sampler:
                 due.append((float("-inf"), e["create_time"], e))
                 continue
             moved = abs(e["rss_bytes"] - full.rss) >= min(_RSS_MOVE_BYTES, max(_RSS_MOVE_SHARE * full.rss, 2**20))
+            if moved and self._short:
+                urgent.append(e)
+                continue
             young = wall - e["create_time"] < _YOUNG_S
             at = full.at + (min(base, 1.0) if young else base if moved else full.interval)
             if at <= now:
                 due.append((at, e["create_time"], e))
         due.sort(key=lambda x: (x[0], x[1]))
-        return [e for _at, _ct, e in due[:budget]]
+        return urgent + [e for _at, _ct, e in due[:budget]]
 
     def _read_full_info(self, entries: List[dict], now: float) -> None:
         """Read the due processes' USS, PSS, map count and pinned memory into their entries
