@@ -362,16 +362,41 @@ def _cuda(results: Sequence[Result]) -> bool:
     return any(run.cuda for r in results for run in r.runs)
 
 
-# autotune: rounds of more repeats for configurations that cannot be told apart from the best.
+# Rounds of more repeats for configurations that cannot be told apart from the best.
 EXTRA_ROUNDS = 2
+MAX_EXTRA_ROUNDS = 10
+
+
+def separate_ties(results: List[Result], dataset: dict, args, title: str, cuda: bool, measure=None) -> int:
+    """Measure again, side by side, the configurations of ``results`` that cannot be told apart
+    from the fastest (:func:`~.output.choose`), ``args.repeats`` runs each a round, until they
+    separate or ``args.extra_rounds`` rounds have run; their new runs join their results.
+    ``measure`` is :func:`~.measure.measure_side_by_side` unless given (same signature).
+    Returns the rounds run (0: the fastest stood apart, or no round was allowed)."""
+    from . import output
+    from .measure import measure_side_by_side
+
+    measure = measure or measure_side_by_side
+    rounds = 0
+    while rounds < args.extra_rounds:
+        tied = output.choose(results, cuda).tied
+        if len(tied) < 2:
+            break
+        labels = ", ".join(r.config.label() for r in tied)
+        print(f"{title}: measuring {labels} again, side by side (their ranges overlap)", file=sys.stderr, flush=True)
+        measure(list(tied), dataset, args.repeats, args.warmup_batches)
+        rounds += 1
+    return rounds
 
 
 def cmd_bench(args) -> int:
-    """Measure every configuration of the grid and report them."""
+    """Measure every configuration of the grid, then again those that cannot be told apart
+    from the fastest (:func:`separate_ties`), and report them."""
     configs = _grid(args)
     dataset, nbytes, cpu_bound, text = _dataset(args, configs)
     results = _run_all(configs, dataset, args, "bench")
-    _report(results, args, text, nbytes, cpu_bound)
+    rounds = separate_ties(results, dataset, args, "bench", _cuda(results))
+    _report(results, args, text, nbytes, cpu_bound, {"extra_rounds_run": rounds})
     return Exit.OK
 
 
@@ -426,13 +451,7 @@ def cmd_autotune(args) -> int:
     pins = {c.pin_memory for c in grid}
     if len(pins) > 1 and torch.cuda.is_available():
         at(candidates[best_i], not pin0, at(candidates[best_i], pin0))
-    for _ in range(EXTRA_ROUNDS):  # more repeats until the best separates from the rest
-        choice = output.choose(list(measured.values()), torch.cuda.is_available())
-        if len(choice.tied) < 2:
-            break
-        labels = ", ".join(r.config.label() for r in choice.tied)
-        print(f"autotune: measuring {labels} again, side by side (their ranges overlap)", file=sys.stderr)
-        measure_side_by_side(choice.tied, dataset, args.repeats, args.warmup_batches)
+    rounds = separate_ties(list(measured.values()), dataset, args, "autotune", torch.cuda.is_available())
     results = list(measured.values())
     elapsed = time.monotonic() - started
     full = len(grid)
@@ -447,7 +466,7 @@ def cmd_autotune(args) -> int:
         print("autotune: pin_memory not measured: no effect without CUDA (torch starts no pin-memory thread)")
     if len(choice.tied) > 1:
         print(
-            f"autotune: {len(choice.tied)} configurations cannot be told apart after {EXTRA_ROUNDS} more rounds; "
+            f"autotune: {len(choice.tied)} configurations cannot be told apart after {rounds} more rounds; "
             f"the cheapest of them: use {top.config.label()}"
         )
     else:
@@ -464,7 +483,8 @@ def cmd_autotune(args) -> int:
                 "grid_size": full,
                 "seconds": elapsed,
                 "choice": top.config.as_dict(),
-            }
+            },
+            "extra_rounds_run": rounds,
         },
     )
     return Exit.OK
@@ -565,6 +585,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         _grid_flags(p, "0,1,2,4" if command == "bench" else "auto")
         _dataset_flags(p)
     _measure_flags(p)
+    if command != "seed-check":
+        p.add_argument(
+            "--extra-rounds",
+            type=int_range(0, MAX_EXTRA_ROUNDS),
+            default=EXTRA_ROUNDS,
+            help=f"while the fastest cannot be told apart from others, measure those again side by side, up to this "
+            f"many rounds of --repeats runs each (0 to {MAX_EXTRA_ROUNDS}; default {EXTRA_ROUNDS})",
+        )
     return p
 
 

@@ -26,10 +26,11 @@ SINGLE_RUN_MARGIN = 1.05
 
 def apart(a: Result, b: Result) -> bool:
     """Whether ``a``'s and ``b``'s throughputs can be told apart: with two runs or more each,
-    their ranges (slowest to fastest run) do not overlap; with one run, the faster is more than
-    5 % faster."""
+    the intervals of their medians (:attr:`~.measure.Result.median_interval`: the slowest to
+    the fastest run up to 5 runs, narrower with more, so that more rounds can separate them) do
+    not overlap; with one run, the faster is more than 5 % faster."""
     if len(a.runs) >= 2 and len(b.runs) >= 2:
-        (alo, ahi), (blo, bhi) = a.throughput_span, b.throughput_span
+        (alo, ahi), (blo, bhi) = a.median_interval, b.median_interval
         return ahi < blo or bhi < alo
     lo, hi = sorted((a.throughput, b.throughput))
     return hi > SINGLE_RUN_MARGIN * lo
@@ -57,14 +58,14 @@ class Choice:
         """One line for the terminal."""
 
         def runs(r: Result) -> str:
-            lo, hi = r.throughput_span
-            return f"{r.config.label()} ({r.throughput:.0f} samples/s, runs {lo:.0f}–{hi:.0f})"
+            lo, hi = r.median_interval
+            return f"{r.config.label()} ({r.throughput:.0f} samples/s, median within {lo:.0f}–{hi:.0f})"
 
         if len(self.tied) < 2:
             return f"best: {self.pick.config.label()} at {self.pick.throughput:.0f} samples/s"
         return (
-            f"best: cannot be told apart: {'; '.join(runs(r) for r in self.tied)}; their ranges overlap, so the "
-            f"cheapest is recommended: {self.pick.config.label()} (more --repeats may separate them)"
+            f"best: cannot be told apart: {'; '.join(runs(r) for r in self.tied)}; these overlap, so the "
+            f"cheapest is recommended: {self.pick.config.label()} (more --repeats or --extra-rounds may separate them)"
         )
 
 

@@ -37,7 +37,7 @@ def probe_json(tmp_path, *args, timeout_s=300):
 
 def test_bench_writes_every_measurement(tmp_path):
     c, png = tmp_path / "b.csv", tmp_path / "b.png"
-    grid = ["--num-workers", "0,2", "--pin-memory", "false", *TINY, "--repeats", "2"]
+    grid = ["--num-workers", "0,2", "--pin-memory", "false", *TINY, "--repeats", "2", "--extra-rounds", "0"]
     path = tmp_path / "bench.json"
     code, out, err = probe("bench", *grid, "--csv", str(c), "--plot", str(png), "--json", str(path))
     assert code == 0, err
@@ -48,6 +48,7 @@ def test_bench_writes_every_measurement(tmp_path):
     assert order[0] != order[1] and order[2] != order[3], order
     assert re.search(r"^bench: run 4/4: W=\S+.* samples/s$", err, re.M), err
     assert {"machine", "settings", "best", "knee", "warnings", "results"} <= set(doc)
+    assert doc["extra_rounds_run"] == 0  # --extra-rounds 0: ties or not, nothing more was measured
     assert {"host_cpus", "cpu_affinity", "usable_cpus", "mem_available_bytes", "torch", "cuda_device"} <= set(
         doc["machine"]
     )

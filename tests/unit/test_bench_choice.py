@@ -47,3 +47,54 @@ def test_the_json_document_says_what_was_recommended_and_what_was_tied():
     doc = output.document([w2, w4], {"usable_cpus": 2}, {}, {}, [])
     assert doc["best"]["num_workers"] == 2 and doc["fastest"]["num_workers"] == 4
     assert [c["num_workers"] for c in doc["tied"]] == [2, 4] and doc["unranked"] == []
+
+
+def test_ties_are_measured_again_until_they_separate_or_the_rounds_run_out():
+    import argparse
+
+    from probes.bench.commands import separate_ties
+
+    def args(rounds):
+        return argparse.Namespace(extra_rounds=rounds, repeats=3, warmup_batches=2)
+
+    def measuring(rates_by_workers):
+        calls = []
+
+        def measure(results, dataset, repeats, warmup):
+            calls.append(sorted(r.config.num_workers for r in results))
+            for r in results:  # the new runs join the result's own
+                r.runs.extend(_result(r.config.num_workers, *rates_by_workers[r.config.num_workers]).runs)
+            return results
+
+        return measure, calls
+
+    # overlapping at first; the next round separates them: one round, then the fastest is named
+    w1, w2, w4 = _result(1, 500, 520), _result(2, 900, 1300, 1100), _result(4, 1000, 1500, 1200)
+    measure, calls = measuring({2: (900, 950, 920) * 3, 4: (1450, 1500, 1480) * 3})
+    assert separate_ties([w1, w2, w4], {}, args(5), "bench", False, measure) == 1
+    assert calls == [[2, 4]]  # only the tied ones, never the one that stood apart
+    assert output.choose([w1, w2, w4], cuda=False).pick is w4
+    # still overlapping after every round: the rounds run out, and the cheapest stays recommended
+    w2, w4 = _result(2, 900, 1300, 1100), _result(4, 1000, 1500, 1200)
+    measure, calls = measuring({2: (900, 1300), 4: (1000, 1500)})
+    assert separate_ties([w2, w4], {}, args(2), "bench", False, measure) == 2 and len(calls) == 2
+    assert output.choose([w2, w4], cuda=False).pick is w2
+    # apart from the start, or no round allowed: nothing is measured
+    measure, calls = measuring({})
+    assert separate_ties([_result(2, 900, 950), _result(4, 1400, 1450)], {}, args(2), "bench", False, measure) == 0
+    assert separate_ties([_result(2, 900, 1300), _result(4, 1000, 1500)], {}, args(0), "bench", False, measure) == 0
+    assert calls == []
+
+
+def test_the_medians_interval_is_the_whole_range_for_few_runs_and_narrows_with_more():
+    from probes.bench.measure import median_interval
+
+    assert median_interval([]) == (0.0, 0.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert median_interval(range(1, 6)) == (1, 5)  # 5 runs: still the range (93.8 % coverage)
+    assert median_interval(range(1, 10)) == (2, 8)  # 9 runs: ranks 2..8
+    assert median_interval(range(1, 16)) == (4, 12)  # 15 runs: ranks 4..12
+    # one outlier run no longer keeps two configurations tied once each has enough runs
+    slow = [100.0] * 8 + [150.0]
+    fast = [140.0] * 9
+    assert median_interval(slow)[1] < median_interval(fast)[0]

@@ -198,7 +198,7 @@ def memory_short(host: HostSample) -> bool:
     ``_SHORT_SHARE`` of its limit (the memory cgroup's, else the host's total; ``False`` when
     neither is known)."""
     limit = host.mem_limit_bytes or host.mem_total_bytes
-    return bool(limit) and host.mem_left_bytes < _SHORT_SHARE * limit
+    return limit is not None and limit > 0 and host.mem_left_bytes < _SHORT_SHARE * limit
 
 
 class Sampler:
@@ -507,8 +507,9 @@ class Sampler:
         memory moved by at most ``_STABLE_BYTES_PER_S`` a second or ``_STABLE_BYTES``, the map
         count by at most ``_STABLE_MAPS_PER_S`` a second or ``_STABLE_MAPS``, since the read
         before); due ``full_info_interval_s`` after its last read, whatever its backed-off
-        cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or ``_RSS_MOVE_SHARE`` of it) since, and a second after its last read while
-        it is younger than ``_YOUNG_S`` (its mappings form then). While memory is short
+        cadence, when its RSS moved ``_RSS_MOVE_BYTES`` (or ``_RSS_MOVE_SHARE`` of it) since,
+        and a second after its last read while it is younger than ``_YOUNG_S`` (its mappings
+        form then). While memory is short
         (:func:`memory_short` at the last sample), a process whose RSS moved is read at every
         call and outside the budget: the reading a crash report quotes is then at most one
         interval old. The rules that read these
