@@ -49,7 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from tabulate import tabulate
 
@@ -72,9 +72,12 @@ JOB = textwrap.dedent(
             x = torch.full((256,), float(i % 7))
             for _ in range(8):  # about 0.2 ms of CPU per sample
                 x = torch.sin(x) * 0.5 + 0.25
+            if io_s:
+                time.sleep(io_s)  # a read from storage
             return x
 
     workers, warmup_s, seconds, limit_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    io_s = float(sys.argv[5]) / 1000 if len(sys.argv) > 5 else 0.0
     torch.set_num_threads(1)
     go = []
     signal.signal(signal.SIGUSR1, lambda *_: go.append(time.perf_counter()))
@@ -319,29 +322,82 @@ def _stop(watcher: Optional[subprocess.Popen]) -> None:
     kill_session(watcher)
 
 
-def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interval_s: float, folder: str) -> dict:
-    """One run of the job with ``workers`` workers, watched by ``dlwatch attach`` or not.
+class Shape(NamedTuple):
+    """How the measured job runs: ``ranks`` training ranks under ``torchrun`` (1: a plain
+    process), each with ``workers`` DataLoader workers; ``inside``: started with the inside
+    view's hook (``dlwatch hook-env``), as ``dlwatch run`` starts a job; ``io_ms``: each sample
+    also sleeps that long, a read from storage (milliseconds)."""
 
-    Returns batches per second and, watched, the sidecar's figures over the window: ``cpu_s``,
-    ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms`` (wall-clock per tick),
-    ``tick_cpu_ms``, ``ticks``, ``processes`` (in the last sample), ``peak_rss_bytes`` and
+    workers: int
+    ranks: int = 1
+    inside: bool = False
+    io_ms: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """``1 + 8`` or ``8 x (1 + 8)``."""
+        one = f"1 + {self.workers}"
+        return one if self.ranks == 1 else f"{self.ranks} x ({one})"
+
+
+def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> List[str]:
+    """The job's command line: ``JOB`` with its arguments, under ``torchrun --standalone`` for
+    several ranks (the script written to ``folder``)."""
+    args = [str(shape.workers), str(warmup_s), str(seconds), "600", f"{shape.io_ms:g}"]
+    if shape.ranks == 1:
+        return [sys.executable, "-c", JOB] + args
+    script = os.path.join(folder, "overhead_job.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(JOB)
+    return (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={shape.ranks}"]
+        + [script]
+        + args
+    )
+
+
+def _descendants(pid: int) -> int:
+    """How many processes run below ``pid`` now (0 when it is gone)."""
+    import psutil
+
+    try:
+        return len(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return 0
+
+
+def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interval_s: float, folder: str) -> dict:
+    """One run of the job of ``shape``, watched by ``dlwatch attach`` (to ``torchrun`` for
+    several ranks) or not.
+
+    Returns batches per second (every rank's together) and, watched, the sidecar's figures over
+    the window: ``cpu_s``, ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms``
+    (wall-clock per tick of one watcher: each rank has its own), ``tick_cpu_ms``, ``ticks``,
+    ``processes`` (watched: ranks and their workers), ``peak_rss_bytes`` and
     ``first_tick_cpu_s`` (the sidecar's CPU when its first tick was logged: its start-up) and
     ``startup_cpu_s`` (its CPU before the window: start-up and the warm-up's ticks).
 
     Raises:
         RunError: the job or ``dlwatch`` failed, or a deadline passed.
     """
-    deadline = time.monotonic() + warmup_s + seconds + _RUN_SLACK_S + workers
+    from watchdog.collect import inside
+
+    workers = shape.workers
+    deadline = time.monotonic() + warmup_s + seconds + _RUN_SLACK_S + workers * shape.ranks
+    hook = inside.make_folder() if shape.inside else None
+    env = inside.hook_env(child_env(), hook.path, None) if hook is not None else None
     job = _start(
-        [sys.executable, "-c", JOB, str(workers), str(warmup_s), str(seconds), "600"],
+        _job_command(shape, warmup_s, seconds, folder),
         folder,
-        f"job-{workers}-{int(watched)}",
+        f"job-{shape.ranks}x{workers}-{int(watched)}",
+        env,
     )
     watcher: Optional[subprocess.Popen] = None
     try:
-        pid = _read_json_line(job, deadline, "its first batch")["pid"]
+        pids = [_read_json_line(job, deadline, "its first batch")["pid"] for _ in range(shape.ranks)]
+        pid = pids[0] if shape.ranks == 1 else job.pid
         t_ready = time.monotonic()
-        out: dict = {"workers": workers, "watched": watched}
+        out: dict = {"workers": workers, "ranks": shape.ranks, "inside": shape.inside, "watched": watched}
         if watched:
             watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
             _wait_ticks(log, 1, watcher, job, deadline, poll_s=0.01)
@@ -352,9 +408,11 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
         r0 = _read_syscalls(watcher.pid) if watcher is not None else None
         w0 = time.time()
         out["startup_cpu_s"] = c0
-        os.kill(pid, signal.SIGUSR1)
-        result = _read_json_line(job, deadline, "its result")
-        out["batches_per_s"] = result["batches"] / result["seconds"]
+        processes = _descendants(job.pid) if shape.ranks > 1 else None
+        for rank in pids:
+            os.kill(rank, signal.SIGUSR1)
+        results = [_read_json_line(job, deadline, "its result") for _ in pids]
+        out["batches_per_s"] = sum(r["batches"] / r["seconds"] for r in results)
         if watcher is not None:
             c1, r1, w1 = _cpu_s(watcher.pid), _read_syscalls(watcher.pid), time.time()
             if c0 is None or c1 is None:
@@ -368,13 +426,15 @@ def run_job(workers: int, watched: bool, seconds: float, warmup_s: float, interv
                 reads_per_tick=(r1 - r0) / len(ticks) if r0 is not None and r1 is not None and ticks else None,
                 tick_ms=[t[1] for t in ticks],
                 tick_cpu_ms=[t[2] for t in ticks],
-                processes=ticks[-1][3] if ticks else None,
+                processes=processes or (ticks[-1][3] if ticks else None),
                 peak_rss_bytes=_status_bytes(watcher.pid, "VmHWM"),
             )
         return out
     finally:
         _stop(watcher)
         kill_session(job)
+        if hook is not None:
+            inside.remove_folder(hook)
 
 
 def run_hang(workers: int, interval_s: float, stall_timeout_s: float, folder: str) -> dict:
@@ -512,15 +572,20 @@ def run_churn(workers: int, seconds: float, interval_s: float, folder: str) -> d
         inside.remove_folder(hook)
 
 
-def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
-    """The figures for one ``workers`` value from its pairs (``(plain, watched)`` runs): medians
+def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
+    """The figures for one job ``shape`` from its pairs (``(plain, watched)`` runs): medians
     over pairs, the throughput ratio's spread, tick percentiles over every tick of every pair."""
+    workers = shape.workers
     watched = [w for _p, w in pairs]
     ratios = [w["batches_per_s"] / p["batches_per_s"] for p, w in pairs]
     ticks = [ms for w in watched for ms in w["tick_ms"]]
     cpu = statistics.median(w["cpu_fraction"] for w in watched)
-    procs = max((w["processes"] or 0) for w in watched) or workers + 1
+    procs = max((w["processes"] or 0) for w in watched) or shape.ranks * (workers + 1)
     return {
+        "shape": shape.label,
+        "ranks": shape.ranks,
+        "inside": shape.inside,
+        "io_ms": shape.io_ms,
         "workers": workers,
         "processes": procs,
         "pairs": len(pairs),
@@ -543,6 +608,7 @@ def summarize(workers: int, pairs: List[Tuple[dict, dict]]) -> dict:
 
 # Typo guards, in each flag's --help.
 MAX_PAIRS = 100
+MAX_RANKS = 64
 # dlwatch's own bounds (watchdog/config.py): interval_s 0.1..60, timeline_samples 10..100000.
 INTERVAL_S = (0.1, 60.0)
 TIMELINE_SAMPLES = (10, 100_000)
@@ -581,6 +647,27 @@ def build_parser() -> Parser:
         type=float_range(*INTERVAL_S),
         default=1.0,
         help="dlwatch's sampling period in seconds (interval_s), from %g to %g" % INTERVAL_S,
+    )
+    p.add_argument(
+        "--ranks",
+        type=int_range(1, MAX_RANKS),
+        default=1,
+        help=f"training ranks of the job, from 1 to {MAX_RANKS}: above 1 the job runs under torchrun --standalone "
+        "--nproc-per-node RANKS, each rank with N workers, and dlwatch attaches to torchrun (a node: 8 ranks x "
+        "(1 + 8) is --ranks 8 --workers 8)",
+    )
+    p.add_argument(
+        "--inside",
+        action="store_true",
+        help="start the job with the inside view's hook (dlwatch hook-env), as dlwatch run does: the sidecar then "
+        "counts batches and reads less while they flow",
+    )
+    p.add_argument(
+        "--io-ms",
+        type=float_range(0.0, 1000.0),
+        default=0.0,
+        help="each sample also sleeps this many milliseconds, a read from storage (0 to 1000; default 0: the "
+        "workers only compute)",
     )
     p.add_argument(
         "--stall-timeout",
@@ -662,19 +749,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             for n in counts:
                 pairs = []
+                shape = Shape(n, args.ranks, args.inside, args.io_ms)
                 for k in range(args.pairs):
                     order = (False, True) if k % 2 == 0 else (True, False)
-                    runs = {w: run_job(n, w, args.seconds, args.warmup, args.interval, folder) for w in order}
+                    runs = {w: run_job(shape, w, args.seconds, args.warmup, args.interval, folder) for w in order}
                     all_runs.extend(runs[w] for w in order)
                     pairs.append((runs[False], runs[True]))
-                summary = summarize(n, pairs)
-                if not args.no_hang:
+                summary = summarize(shape, pairs)
+                if not args.no_hang and args.ranks == 1:
                     hang = run_hang(n, args.interval, args.stall_timeout, folder)
                     hangs.append(hang)
                     summary["detect_to_report_s"] = hang["detect_to_report_s"]
                 results.append(summary)
                 rows.append(_row(summary))
-                print(f"dlwatch: measured 1 + {n} processes", file=sys.stderr, flush=True)
+                print(f"dlwatch: measured {shape.label} processes", file=sys.stderr, flush=True)
             if args.full_timeline:
                 doc["full_timeline"] = run_full_timeline(
                     max(counts), args.full_timeline_interval, args.timeline_samples, folder
@@ -758,7 +846,7 @@ def _row(s: dict) -> list:
         return "-" if x is None else f"{x:.2f}"
 
     return [
-        f"1 + {s['workers']}",
+        s.get("shape") or f"1 + {s['workers']}",
         f"{100 * s['cpu_fraction']:.2f}",
         f"{100 * s['cpu_fraction_per_process']:.3f}",
         ms(s["tick_p50_ms"]),

@@ -294,6 +294,13 @@ class Watcher:
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
+        # NOTE [ Lean ticks ]: while the inside view shows the loader delivering (a batch or a
+        # sample counted at this tick), the next tick reads main's stat alone and keeps the rest
+        # (Sampler.sample(lean=True)); a full sample comes at least every _full_every_s, and at
+        # the first tick after one that delivered nothing, so a stall is measured on full ones.
+        self._lean_next = False
+        self._full_at = float("-inf")
+        self._full_every_s = min(config.warning_interval_s, config.stall_timeout_s / 2)
 
     def _reported(self, written: ReportWritten) -> None:
         self.on_report(written)
@@ -366,19 +373,22 @@ class Watcher:
                 _TICK_LOG, wall, time.perf_counter() - t0, time.thread_time() - c0, n, len(self.outcome.reports) - n0
             )
 
-    def _inside_view(self, pids=None, forks: bool = True) -> InsideView:
+    def _inside_view(self, pids=None, forks: bool = True, counters: bool = False) -> InsideView:
         try:
-            return self.inside.read(pids, forks)
+            return self.inside.read(pids, forks, counters)
         except Exception:
             self.internal_error("reading the inside view")
             return InsideView(note="the inside view could not be read")
 
     def _tick(self) -> None:
-        sample = self.sampler.sample()
+        sample = self.sampler.sample(lean=self._lean_next)
+        self._lean_next = False
+        if not self.sampler.lean:
+            self._full_at = sample.t_mono
         main = sample.main
         if main is None:
             return
-        view = self._inside_view([p.pid for p in sample.processes], forks=False)
+        view = self._inside_view([p.pid for p in sample.processes], forks=False, counters=self.sampler.lean)
         if view.loaders or view.fetches:
             sample = dataclasses.replace(sample, loaders=view.loaders, fetches=view.fetches)
         self.timeline.append(sample)
@@ -389,6 +399,11 @@ class Watcher:
         if not self.examine:
             return
         self.tracker.update(sample)
+        self._lean_next = (
+            bool(sample.loaders)
+            and self.tracker.last_batch_mono == sample.t_mono
+            and sample.t_mono - self._full_at < self._full_every_s
+        )
         if self.tracker.stopped:
             self._say_once("stopped", _stopped_text(self.tracker.stopped))
             return
@@ -422,7 +437,7 @@ class Watcher:
                 self.hangs.examine(sample, dataclasses.replace(stall, trigger=trigger, criterion=why))
             except Exception:
                 self.internal_error("examining a stall")
-        elif sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
+        elif not self.sampler.lean and sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
             self._last_live_look = sample.t_mono
             try:
                 self._look_for_warnings(sample)

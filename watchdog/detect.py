@@ -242,6 +242,7 @@ class ProgressTracker:
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
+        self._last_processes: Tuple[ProcessSample, ...] = ()  # the last sample's, folded in whole
         # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
         self._recent: Dict[ProcId, Deque[Tuple[float, float, Optional[int], int]]] = {}
         self.measure = Measure.ACTIVITY
@@ -356,6 +357,9 @@ class ProgressTracker:
         main = sample.main
         if main is None:
             return
+        if self._update_lean(sample):
+            return
+        self._last_processes = sample.processes
         loader = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
         self.stopped = tuple(pid for pid, p in loader.items() if p.state in ("T", "t"))
         members = loader_members(sample)
@@ -430,6 +434,28 @@ class ProgressTracker:
             for pkey in list(table):
                 if pkey not in live:
                     del table[pkey]
+
+    def _update_lean(self, sample: Sample) -> bool:
+        """Fold in a lean sample (NOTE [ Lean ticks ] in watchdog/daemon.py: the same tuple of
+        process samples as the sample before, only the inside view's counts new) without the
+        per-process pass, whose marks cannot move on samples that did not change; ``False``
+        (nothing done) for any other sample, or when the measure would change or the job is
+        stopped: :meth:`update` then folds it in whole."""
+        if sample.processes is not self._last_processes or self.stopped or not sample.loaders:
+            return False
+        measure = Measure.BATCHES if batch_measure(sample) else Measure.ACTIVITY
+        if measure != self.measure:
+            return False
+        now = sample.t_mono
+        rose = self._count_batches(sample)
+        if rose:
+            self._last_batch = self._last_progress = self._last_delivery = self._last_restart = now
+            by_pid = {p.pid: p for p in sample.processes if p.role in LOADER_ROLES}
+            for pid in rose:
+                p = by_pid.get(pid)
+                if p is not None:
+                    self._pid_progress[p.ident] = now
+        return True
 
     def _track_stuck(self, pkey: ProcId, p: ProcessSample, now: float) -> None:
         """A main or worker whose every thread waits on a private futex with no timeout, with

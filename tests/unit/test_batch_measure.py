@@ -267,3 +267,57 @@ def test_the_work_window_is_never_shorter_than_one_sampling_interval():
     assert st.work_window_s >= 15.0
     (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
     assert work[1] == pytest.approx(0.9 * st.work_window_s)
+
+
+def test_a_lean_sample_folds_in_like_a_full_one_from_the_counts_alone():
+    # NOTE [ Lean ticks ]: a lean sample carries the last sample's process tuple itself and new
+    # inside-view counts; the tracker takes the counts without its per-process pass, and ends
+    # where a full pass over the same (unchanged) processes ends.
+    def feed(lean):
+        tracker = detect.ProgressTracker(0.5)
+        first = _poller(0.0, samples=1)
+        tracker.update(first)
+        for t in range(1, 8):
+            smp = _poller(float(t), samples=1 + min(t, 4), cpu=0.0)  # counts rise until t=4, then stop
+            procs = first.processes if lean else tuple(dataclasses.replace(p) for p in first.processes)
+            tracker.update(dataclasses.replace(smp, processes=procs))
+        return tracker, tracker.stall(dataclasses.replace(_poller(7.0, samples=5, cpu=0.0), processes=procs))
+
+    (lean, lean_stall), (full, full_stall) = feed(True), feed(False)
+    assert lean.last_batch_mono == full.last_batch_mono == 4.0
+    assert lean.measure == full.measure == Measure.BATCHES
+    assert lean_stall.stall_s == pytest.approx(full_stall.stall_s) == pytest.approx(3.0)
+    assert dict(lean_stall.progress_age_s)[WORKER_PID] == pytest.approx(3.0)
+    # a lean sample that would change the measure (main left __next__) is folded in whole
+    tracker = detect.ProgressTracker(0.5)
+    first = _poller(0.0)
+    tracker.update(first)
+    tracker.update(dataclasses.replace(_poller(1.0, view=_view(waiting_since=None)), processes=first.processes))
+    assert tracker.measure == Measure.ACTIVITY
+
+
+def test_a_counters_read_uses_the_held_file_and_a_full_read_sees_it_replaced(tmp_path):
+    fmt = inside.FORMAT
+    path = tmp_path / f"{WORKER_PID}.fetch"
+
+    def write(target, count):
+        target.write_bytes(bytes(fmt.FETCH.size))
+        with open(target, "r+b") as f:
+            buf = mmap.mmap(f.fileno(), fmt.FETCH.size)
+            fmt.FETCH.pack_into(buf, 0, count, 1_000_000_000)
+            buf.close()
+
+    write(path, 1)
+    reader = inside.InsideReader(str(tmp_path))
+    assert reader.read([WORKER_PID]).fetches[0].samples == 1
+    write(path, 2)  # the recorder writes in place (its mmap): the held descriptor sees it
+    assert reader.read([WORKER_PID], counters=True).fetches[0].samples == 2
+    fresh = tmp_path / "new"
+    write(fresh, 7)
+    os.replace(fresh, path)  # another file under the name
+    assert reader.read([WORKER_PID], counters=True).fetches[0].samples == 2  # a lean read keeps the held one
+    assert reader.read([WORKER_PID]).fetches[0].samples == 7  # a full read lists the folder again
+    os.unlink(path)
+    assert reader.read([WORKER_PID]).fetches == () and reader._held == {}  # gone: its descriptor closed
+    os.symlink("/dev/zero", path)  # a link the job put there is never followed
+    assert reader.read([WORKER_PID]).fetches == ()

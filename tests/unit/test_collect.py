@@ -544,3 +544,42 @@ def test_the_path_a_thread_is_opening_is_read_from_its_system_call_argument():
     assert procfs.opening_path(os.getpid(), opened).startswith("/data/shards/in.fifo")
     assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "read", fd=3, raw="0 0x3 0x0")) is None
     assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "openat", raw="257 0xffffff9c 0x0")) is None
+
+
+def test_a_lean_sample_is_the_last_one_again_until_main_forks_a_new_child(tmp_path):
+    # A real main that forks one child, then another on a signal: a lean sample reads main's
+    # children only, and a child it did not know makes it a full sample.
+    import signal
+    import subprocess
+    import sys
+
+    from watchdog.collect.sampler import Sampler
+
+    script = (
+        "import os, signal, sys, time\n"
+        "kids = [os.fork() or (time.sleep(60), os._exit(0))]\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: kids.append(os.fork() or (time.sleep(60), os._exit(0))))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        s = Sampler(proc.pid, full_info_interval_s=10.0)
+        first = s.sample(lean=True)  # no sample before: a full one
+        assert not s.lean and {p.pid for p in first.processes} >= {proc.pid}
+        deadline = time.monotonic() + 10
+        while len(first.processes) < 2 and time.monotonic() < deadline:
+            first = s.sample()
+        again = s.sample(lean=True)
+        assert s.lean and again.processes is first.processes and again.t_mono > first.t_mono
+        os.kill(proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while len(procfs.thread_children(proc.pid, proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = s.sample(lean=True)
+        assert not s.lean and len(after.processes) == 3, after.processes
+        assert s.sample(lean=True).processes is after.processes and s.lean
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

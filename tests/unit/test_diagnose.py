@@ -1209,3 +1209,25 @@ def test_main_oom_killed_is_located_at_the_line_of_its_stack_at_the_memory_warni
     first = diagnose(facts)[0]
     assert first.kind == "main_killed" and first.location == "/home/user/train/train.py:39", first.location
     assert any("main pid 2842 at the main_memory_growth warning, 2 s before" in e for e in first.evidence)
+
+
+def test_memory_series_has_one_point_per_change_per_process_and_tells_a_reused_pid_apart():
+    from watchdog.diagnose.common import memory_points, memory_series
+
+    kept = proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=100)  # one object, kept by the sampler
+    timeline = (
+        sample(0.0, [proc(MAIN_PID, ROLE_MAIN, [], uss=50), kept]),
+        sample(1.0, [proc(MAIN_PID, ROLE_MAIN, [], uss=50), kept]),
+        sample(2.0, [proc(MAIN_PID, ROLE_MAIN, [], uss=70), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=100)]),
+        sample(3.0, [proc(MAIN_PID, ROLE_MAIN, [], uss=90), proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=130)]),
+        # the worker's pid, reused by a process that started later
+        sample(4.0, [proc(WORKER_PID, ROLE_WORKER, [], "fork", uss=5, start_ticks=99)]),
+    )
+    series = memory_series(timeline)
+    assert series[(MAIN_PID, kept.start_ticks)] == [(0.0, 50.0), (2.0, 70.0), (3.0, 90.0)]
+    assert series[(WORKER_PID, kept.start_ticks)] == [(0.0, 100.0), (3.0, 130.0)]
+    assert series[(WORKER_PID, 99)] == [(4.0, 5.0)]
+    facts = live_facts(timeline)
+    assert memory_points(facts, kept) == [(0.0, 100.0), (3.0, 130.0)]
+    memory_points(facts, kept).clear()  # a caller's list is its own: the kept series stays
+    assert memory_points(facts, kept) == [(0.0, 100.0), (3.0, 130.0)]

@@ -446,6 +446,42 @@ class InsideReader:
         # What the files of processes that ended said, kept after the files are removed: the last
         # RETIRED_KEPT of them (a week with persistent_workers=False starts a worker a second).
         self._retired: "collections.OrderedDict[int, _Retired]" = collections.OrderedDict()
+        # The counters' files (.bin, .fetch) held open: name -> (descriptor, inode). A lean
+        # tick reads each with one pread() and no listing of the folder (the names of the last
+        # full read); a full read lists it again and closes what went or was replaced.
+        self._held: Dict[str, Tuple[int, int]] = {}
+        self._names: Optional[List[str]] = None
+
+    def _counter_bytes(self, name: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
+        open (opened as :func:`read_regular` opens: no link followed, never blocking, a
+        regular file only).
+
+        Raises:
+            OSError: it cannot be opened or read, or is not a regular file (``EINVAL``).
+        """
+        held = self._held.get(name)
+        if held is None:
+            fd = os.open(
+                os.path.join(self.folder or "", name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            )
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a regular file", name)
+            self._held[name] = held = (fd, st.st_ino)
+        return os.pread(held[0], limit, 0)
+
+    def _release(self, listed: Mapping[str, int]) -> None:
+        """Close the held descriptors whose file is no longer listed (``listed``: name ->
+        inode), or is another file now."""
+        for name, (fd, ino) in list(self._held.items()):
+            if listed.get(name) != ino:
+                del self._held[name]
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def _doc(self, pid: int, path: str) -> Optional[dict]:
         try:
@@ -465,13 +501,16 @@ class InsideReader:
             self._problems[pid] = f"the recorder in pid {pid} stopped: {doc['disabled']}"
         return doc
 
-    def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True) -> InsideView:
+    def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True, counters: bool = False) -> InsideView:
         """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
-        ``forks``, the fork records of every process that wrote. Safe from several threads."""
+        ``forks``, the fork records of every process that wrote. With ``counters``, only the
+        loaders and the workers' sample counts (a lean tick's needs): the processes' JSON
+        records are not looked at, except the ones the loaders' views are made from (so no
+        ``recording``, RNG checks, execs or failures). Safe from several threads."""
         with self._lock:
-            return self._read(pids, forks)
+            return self._read(pids, forks, counters)
 
-    def _read(self, pids: Optional[Iterable[int]], forks: bool) -> InsideView:
+    def _read(self, pids: Optional[Iterable[int]], forks: bool, counters: bool = False) -> InsideView:
         if self.folder is None:
             return InsideView(note=self.why_none)
         wanted = None if pids is None else set(pids)
@@ -482,12 +521,18 @@ class InsideReader:
         execs: List[WorkerExec] = []
         failures: List[WorkerFailure] = []
         recording: List[int] = []
-        try:
-            names = sorted(e.name for e in os.scandir(self.folder))
-        except OSError as e:
-            return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
-        if self.retire:
-            names = self._retire(names, wanted or set())
+        if counters and self._names is not None:
+            names = self._names
+        else:
+            try:
+                listed = {e.name: e.inode() for e in os.scandir(self.folder)}
+            except OSError as e:
+                return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
+            names = sorted(listed)
+            if self.retire:
+                names = self._retire(names, wanted or set())
+            self._release({n: listed[n] for n in names})
+            self._names = names
         for retired in self._retired.values():
             if forks:
                 fork_list.extend(retired.forks)
@@ -502,11 +547,13 @@ class InsideReader:
             path = os.path.join(self.folder, name)
             if ext == "fetch":
                 if wanted is None or pid in wanted:
-                    fetch = self._fetch(pid, path)
+                    fetch = self._fetch(pid, name)
                     if fetch is not None:
                         fetches.append(fetch)
                 continue
             if ext == "json":
+                if counters:
+                    continue
                 doc = self._doc(pid, path)
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
@@ -523,7 +570,7 @@ class InsideReader:
             if wanted is not None and pid not in wanted:
                 continue
             try:
-                buf = read_regular(path, FORMAT.FILE_SIZE)
+                buf = self._counter_bytes(name, FORMAT.FILE_SIZE)
                 _, slots = FORMAT.read_slots(buf)
             except (OSError, ValueError, Exception) as e:  # struct.error is an Exception
                 self._problems[pid] = f"{name}: {e}"
@@ -583,10 +630,10 @@ class InsideReader:
         removed = {n for files in gone.values() for n in files}
         return [n for n in names if n not in removed]
 
-    def _fetch(self, pid: int, path: str) -> Optional[WorkerFetch]:
+    def _fetch(self, pid: int, name: str) -> Optional[WorkerFetch]:
         try:
-            samples, last_ns = FORMAT.read_fetch(read_regular(path, FORMAT.FETCH.size))
+            samples, last_ns = FORMAT.read_fetch(self._counter_bytes(name, FORMAT.FETCH.size))
         except (OSError, ValueError) as e:
-            self._problems[pid] = f"{os.path.basename(path)}: {e}"
+            self._problems[pid] = f"{name}: {e}"
             return None
         return WorkerFetch(pid, int(samples), last_ns / 1e9 if last_ns else None)

@@ -27,6 +27,11 @@ Documentation/filesystems/proc.rst):
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
   kernel walks its page tables), the map count and the mapped data files: see
   :meth:`Sampler._due_full_info`.
+* Lean samples (NOTE [ Lean ticks ] in ``watchdog/daemon.py``): while the inside view shows the
+  loader delivering, the watcher asks for ``sample(lean=True)``: one read (main's main
+  thread's children) and the last sample's processes again, the same objects; a full sample
+  at least every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that
+  delivered nothing.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
@@ -228,6 +233,8 @@ class Sampler:
         self._kids: Dict[ProcId, Tuple[int, ...]] = {}  # children at the last walk
         self._prev: Dict[ProcId, ProcessSample] = {}  # the last sample of each process
         self._short = False  # memory_short() at the last sample
+        self._last_sample: Optional[Sample] = None
+        self.lean = False  # whether the last sample was a lean one (sample(lean=True))
         self._last_pid: Optional[int] = None
         self._full: Dict[ProcId, _Full] = {}
         self._threads = procfs.ThreadReader()
@@ -272,9 +279,43 @@ class Sampler:
         this sampler was made, or empty when it was gone already."""
         return [] if self._root_start is None else [ProcId(self.root_pid, self._root_start)]
 
-    def sample(self) -> Sample:
+    def sample(self, lean: bool = False) -> Sample:
         """One sample of the job now; processes that vanish meanwhile are left out, and so are
-        zombies (as psutil, whose command line read fails for them, left them out before)."""
+        zombies (as psutil, whose command line read fails for them, left them out before).
+
+        With ``lean`` (the watcher's call: the inside view saw the loader deliver at the last
+        sample), a lean sample (:meth:`_lean`) when nothing can have changed in the tree; else,
+        and always without ``lean``, a full one. :attr:`lean` says which this was."""
+        if lean:
+            quick = self._lean()
+            if quick is not None:
+                self.lean = True
+                self._last_sample = quick
+                return quick
+        self.lean = False
+        full = self._sample()
+        self._last_sample = full
+        return full
+
+    def _lean(self) -> Optional[Sample]:
+        """The last sample again, its process samples the same objects (the same tuple), with
+        one read: the children of main's main thread (``/proc/PID/task/PID/children``, where
+        PyTorch's workers are forked), to see that none is new. ``None`` when a full sample is
+        needed: a new child, a process of the tree that ended at the last walk, or memory short
+        (:func:`memory_short`: its readings must be fresh). A worker that dies or stops stops
+        the loader's deliveries, and the watcher asks for a full sample at the next tick; main's
+        end is the watcher's ``job_ended``."""
+        last = self._last_sample
+        main = last.main if last is not None else None
+        if last is None or main is None or self._lost or self._short:
+            return None
+        known = self._kids.get(main.ident)
+        kids = procfs.thread_children(main.pid, main.pid)
+        if known is None or not set(kids) <= set(known):
+            return None
+        return Sample(time.monotonic(), time.time(), last.processes, last.host)
+
+    def _sample(self) -> Sample:
         t_mono, wall = time.monotonic(), time.time()
         main, main_st = self._find_main()
         found: List[dict] = []

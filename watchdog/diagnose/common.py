@@ -652,16 +652,41 @@ def written(p: ProcessSample) -> Optional[int]:
 
 def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
     """``(t_mono, bytes written)`` of process ``w`` over the timeline (:func:`written`), one
-    point per change."""
-    points: List[Tuple[float, float]] = []
-    last = None
-    for s in facts.timeline:
-        p = s.process(w.pid)
-        value = written(p) if p is not None and p.start_ticks == w.start_ticks else None  # that process, not its pid
-        if value is not None and value != last:
-            points.append((s.t_mono, float(value)))
-            last = value
-    return points
+    point per change (:func:`memory_series`)."""
+    return list(memory_series(facts.timeline).get((w.pid, w.start_ticks), ()))
+
+
+# The last timeline memory_series() went through, and what it found: the rules of one look at
+# a timeline ask for one process after another. One tuple, replaced whole (rank watchers'
+# threads may look at once).
+_SERIES: Tuple[object, Dict[Tuple[int, int], List[Tuple[float, float]]]] = (None, {})
+
+
+def memory_series(timeline: Sequence) -> Dict[Tuple[int, int], List[Tuple[float, float]]]:
+    """``(t_mono, bytes written)`` points of every process of ``timeline`` (samples, oldest
+    first), keyed by ``(pid, start_ticks)`` (that process, not another under its pid), one
+    point per change of :func:`written`: one pass over the timeline, a sample object seen at
+    the sample before (the sampler keeps a process's unchanged sample) skipped. The result of
+    the last timeline is kept: do not change the lists."""
+    global _SERIES
+    cached = _SERIES
+    if cached[0] is timeline:
+        return cached[1]
+    series: Dict[Tuple[int, int], List[Tuple[float, float]]] = {}
+    last: Dict[Tuple[int, int], Optional[int]] = {}
+    seen: Dict[Tuple[int, int], ProcessSample] = {}
+    for s in timeline:
+        for p in s.processes:
+            key = (p.pid, p.start_ticks)
+            if seen.get(key) is p:
+                continue
+            seen[key] = p
+            value = written(p)
+            if value is not None and value != last.get(key):
+                series.setdefault(key, []).append((s.t_mono, float(value)))
+                last[key] = value
+    _SERIES = (timeline, series)
+    return series
 
 
 def since_last_drop(points: List[Tuple[float, float]], drop: float = 0.1) -> List[Tuple[float, float]]:
