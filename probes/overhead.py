@@ -91,7 +91,8 @@ JOB = textwrap.dedent(
         opt.step()
 
     step(next(it))
-    print(json.dumps({"pid": os.getpid()}), flush=True)
+    sys.stdout.write("\\n" + json.dumps({"pid": os.getpid()}) + "\\n")  # one write: ranks share the pipe
+    sys.stdout.flush()
     start = time.perf_counter()
     while not go or time.perf_counter() - start < warmup_s:  # warm; then wait for the window
         step(next(it))
@@ -101,7 +102,8 @@ JOB = textwrap.dedent(
     while time.perf_counter() - t0 < seconds:
         step(next(it))
         n += 1
-    print(json.dumps({"batches": n, "seconds": time.perf_counter() - t0}), flush=True)
+    sys.stdout.write("\\n" + json.dumps({"batches": n, "seconds": time.perf_counter() - t0}) + "\\n")
+    sys.stdout.flush()
     os._exit(0)  # the workers die with main (their parent-death check); no slow shutdown to time
     """
 )
@@ -227,13 +229,20 @@ def _read_json_line(proc: subprocess.Popen, deadline: float, what: str) -> dict:
     fd = proc.stdout.fileno()
     buf: bytearray = getattr(proc, "line_buffer", bytearray())
     proc.line_buffer = buf  # type: ignore[attr-defined]
+    pending: list = getattr(proc, "objects", [])
+    proc.objects = pending  # type: ignore[attr-defined]
+    decoder = json.JSONDecoder()
     while True:
-        while b"\n" in buf:
+        while b"\n" in buf and not pending:
             at = buf.index(b"\n")
             line = bytes(buf[:at]).decode("utf-8", "replace").strip()
             del buf[: at + 1]
-            if line.startswith("{"):
-                return json.loads(line)
+            while line.startswith("{"):  # ranks' lines may run together on one pipe
+                obj, end = decoder.raw_decode(line)
+                pending.append(obj)
+                line = line[end:].strip()
+        if pending:
+            return pending.pop(0)
         left = deadline - time.monotonic()
         if left <= 0:
             raise RunError(f"timed out waiting for {what}")
