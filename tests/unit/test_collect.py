@@ -565,7 +565,7 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_a_new_child(tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        s = Sampler(proc.pid, full_info_interval_s=10.0)
+        s = Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)  # roles settled
         first = s.sample(lean=True)  # no sample before: a full one
         assert not s.lean and {p.pid for p in first.processes} >= {proc.pid}
         deadline = time.monotonic() + 10

@@ -25,7 +25,6 @@ import shutil
 import stat
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
@@ -410,9 +409,6 @@ def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
 
 # Records of ended processes kept after their files are removed (:meth:`InsideReader._retire`).
 RETIRED_KEPT = 256
-# Seconds between two looks for ended processes' records to retire (each looks up, in /proc,
-# every recorded pid not just sampled: with ranks, every other rank's processes).
-RETIRE_EVERY_S = 5.0
 
 
 class _Retired(NamedTuple):
@@ -455,7 +451,6 @@ class InsideReader:
         # full read); a full read lists it again and closes what went or was replaced.
         self._held: Dict[str, Tuple[int, int]] = {}
         self._names: Optional[List[str]] = None
-        self._retired_at = float("-inf")
 
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
@@ -508,10 +503,8 @@ class InsideReader:
 
     def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True, counters: bool = False) -> InsideView:
         """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
-        ``forks``, the fork records of those processes (and of every retired one); the JSON
-        records (RNG checks, execs, failures) of ``pids`` only, and of every retired process.
-        Ended processes' records are retired at most every ``RETIRE_EVERY_S`` when ``pids`` is
-        given, at every read without. With ``counters``, only the
+        ``forks``, the fork records of every process that wrote (a worker that exec'd another
+        program may no longer be one of ``pids``). With ``counters``, only the
         loaders and the workers' sample counts (a lean tick's needs): the processes' JSON
         records are not looked at, except the ones the loaders' views are made from (so no
         ``recording``, RNG checks, execs or failures). Safe from several threads."""
@@ -537,8 +530,7 @@ class InsideReader:
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
             names = sorted(listed)
-            if self.retire and (pids is None or time.monotonic() - self._retired_at >= RETIRE_EVERY_S):
-                self._retired_at = time.monotonic()
+            if self.retire:
                 names = self._retire(names, wanted or set())
             self._release({n: listed[n] for n in names})
             self._names = names
@@ -561,8 +553,8 @@ class InsideReader:
                         fetches.append(fetch)
                 continue
             if ext == "json":
-                if counters or (wanted is not None and pid not in wanted):
-                    continue  # another rank's process, or a lean tick: its record is not needed now
+                if counters:
+                    continue  # a lean tick: the records are not needed now
                 doc = self._doc(pid, path)
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)

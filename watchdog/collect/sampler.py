@@ -42,6 +42,7 @@ a torch process. ``dlwatch probe overhead`` measures the whole.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import os
 import time
@@ -90,6 +91,8 @@ _FULL_INFO_MAX_FACTOR = 24
 # An RSS move of at least this many bytes (or this share of the RSS at the last read) since the
 # last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
 _RSS_MOVE_BYTES = 16 * 2**20
+# A lean sample is refused when a process's descriptor count moved this much (or a tenth of it).
+_FDS_MOVE = 8
 _RSS_MOVE_SHARE = 0.1
 # A process younger than this (seconds) is read again one second after each read: a worker maps
 # its data files and fills its first caches in its first seconds (a crash then must find them).
@@ -104,6 +107,18 @@ _SHORT_SHARE = 0.25
 # every FD_CENSUS_INTERVAL_S seconds.
 FD_CENSUS_SHARE = 0.5
 FD_CENSUS_INTERVAL_S = 2.0
+
+
+def _shm_now(main_pid: int) -> Optional[Tuple[int, int]]:
+    """``(size, used)`` of ``/dev/shm`` as the job sees it (:func:`host_sample`), in bytes, or
+    ``None`` when neither path can be read."""
+    for path in (f"/proc/{main_pid}/root/dev/shm", "/dev/shm"):
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
+    return None
 
 
 def host_sample(main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] = None) -> HostSample:
@@ -298,13 +313,16 @@ class Sampler:
         return full
 
     def _lean(self) -> Optional[Sample]:
-        """The last sample again, its process samples the same objects (the same tuple), with
-        one read: the children of main's main thread (``/proc/PID/task/PID/children``, where
-        PyTorch's workers are forked), to see that none is new. ``None`` when a full sample is
-        needed: a new child, a process of the tree that ended at the last walk, or memory short
-        (:func:`memory_short`: its readings must be fresh). A worker that dies or stops stops
-        the loader's deliveries, and the watcher asks for a full sample at the next tick; main's
-        end is the watcher's ``job_ended``."""
+        """The last sample again, its process samples the same objects (the same tuple), from
+        one read of the children of main's main thread (``/proc/PID/task/PID/children``, where
+        PyTorch's workers are forked), to see that none is new, and one ``stat`` of each
+        process. ``None`` when a full sample is needed: a new child, a process gone, replaced
+        (its pid reused), young (its role may still change), stopped, in disk sleep, running
+        another program (its name changed: an exec) or whose RSS moved ``_RSS_MOVE_BYTES``
+        since its last full sample or whose descriptor count moved (``_FDS_MOVE``); a process
+        of the tree that ended at the last walk, or memory short (:func:`memory_short`: its
+        readings must be fresh). ``/dev/shm`` and the host's available memory are read again
+        (two reads); the memory cgroup's figures are the last full sample's."""
         last = self._last_sample
         main = last.main if last is not None else None
         if last is None or main is None or self._lost or self._short:
@@ -313,7 +331,43 @@ class Sampler:
         kids = procfs.thread_children(main.pid, main.pid)
         if known is None or not set(kids) <= set(known):
             return None
-        return Sample(time.monotonic(), time.time(), last.processes, last.host)
+        for p in last.processes:
+            st = procfs.proc_stat(p.pid)
+            facts = self._facts.get(p.ident)
+            if (
+                st is None
+                or facts is None
+                or not facts.settled
+                or st.start_ticks != p.start_ticks
+                or st.state in ("Z", "X", "x", "D", "T", "t")
+                or st.comm != facts.comm
+                or abs(st.rss_pages * procfs.PAGE_SIZE - p.rss_bytes) >= _RSS_MOVE_BYTES
+                or self._fds_moved(p)
+            ):
+                return None  # gone, replaced, young, stopped, in disk sleep, another program, or it moved
+        shm = _shm_now(main.pid)
+        host = (
+            last.host
+            if shm is None
+            else dataclasses.replace(
+                last.host, shm_total_bytes=shm[0], shm_used_bytes=shm[1], mem_available_bytes=_meminfo()[1]
+            )
+        )
+        return Sample(time.monotonic(), time.time(), last.processes, host)
+
+    @staticmethod
+    def _fds_moved(p: ProcessSample) -> bool:
+        """Whether ``p``'s descriptor count moved by ``_FDS_MOVE`` (or a tenth of it) since its
+        last full sample, or cannot be read any more (gone)."""
+        if p.num_fds is None:
+            return False
+        try:
+            n = procfs.fd_count(p.pid)
+        except ProcessGone:
+            return True
+        except ProcError:
+            return False
+        return abs(n - p.num_fds) >= max(_FDS_MOVE, p.num_fds // 10)
 
     def _sample(self) -> Sample:
         t_mono, wall = time.monotonic(), time.time()
