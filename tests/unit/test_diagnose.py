@@ -1152,32 +1152,13 @@ def test_a_worker_oom_killed_without_a_traceback_is_located_at_the_dataset_line_
 
 
 def test_without_a_stack_a_killed_worker_is_located_at_its_datasets_getitem_from_the_inside_view():
-    from watchdog.types import InsideView, LoaderView
+    from watchdog.types import InsideView
 
     def view(code):
-        return LoaderView(
-            pid=MAIN_PID,
-            iterator=1,
-            kind="_MultiProcessingDataLoaderIter",
-            site=Frame("main", "/home/user/train/train.py", 40, False),
-            settings=(("num_workers", 2),),
-            dataset_type="CachedImages",
-            iterable=False,
-            workers=(WORKER_PID, WORKER_PID + 1),
-            worker_exitcodes=(),
-            created=0.0,
-            batches=28,
-            wait_s=1.0,
-            epoch=0,
-            first_batch_s=0.5,
-            waiting_since=None,
-            waiting_idx=0,
-            waiting_worker=-1,
-            last_batch=None,
-            intervals=0,
-            interval_p50_s=None,
-            interval_p99_s=None,
-            dataset_code=code,
+        from tests.unit.test_detect import _loader
+
+        return dataclasses.replace(
+            _loader(), site=Frame("main", "/home/user/train/train.py", 40, False), dataset_code=code
         )
 
     own = Frame("CachedImages.__getitem__", USER, 31, False)
