@@ -399,10 +399,12 @@ class Watcher:
         if not self.examine:
             return
         self.tracker.update(sample)
+        next_t = sample.t_mono + self.config.interval_s  # about when the next tick samples
         self._lean_next = (
             bool(sample.loaders)
             and self.tracker.last_batch_mono == sample.t_mono
-            and sample.t_mono - self._full_at < self._full_every_s
+            and next_t - self._full_at < self._full_every_s
+            and next_t - self._last_live_look < self.config.warning_interval_s  # a look is due on a full one
         )
         if self.tracker.stopped:
             self._say_once("stopped", _stopped_text(self.tracker.stopped))
