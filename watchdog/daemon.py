@@ -295,9 +295,11 @@ class Watcher:
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
         # NOTE [ Lean ticks ]: while the inside view shows the loader delivering (a batch or a
-        # sample counted at this tick), the next tick reads main's stat alone and keeps the rest
-        # (Sampler.sample(lean=True)); a full sample comes at least every _full_every_s, and at
-        # the first tick after one that delivered nothing, so a stall is measured on full ones.
+        # sample counted at this tick), the next tick is lean (Sampler.sample(lean=True): a stat
+        # and a descriptor count per process, the last sample's processes kept when nothing
+        # moved); a full sample comes at least every _full_every_s, when a look for warnings is
+        # due, and at the first tick after one that delivered nothing, so a stall is measured
+        # on full ones.
         self._lean_next = False
         self._full_at = float("-inf")
         self._full_every_s = min(config.warning_interval_s, config.stall_timeout_s / 2)
