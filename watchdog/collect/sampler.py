@@ -109,10 +109,10 @@ FD_CENSUS_SHARE = 0.5
 FD_CENSUS_INTERVAL_S = 2.0
 
 
-def _shm_now(main_pid: int) -> Optional[Tuple[int, int]]:
-    """``(size, used)`` of ``/dev/shm`` as the job sees it (:func:`host_sample`), in bytes, or
-    ``None`` when neither path can be read."""
-    for path in (f"/proc/{main_pid}/root/dev/shm", "/dev/shm"):
+def _shm_now(main_pid: Optional[int]) -> Optional[Tuple[int, int]]:
+    """``(size, used)`` of ``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, else
+    dlwatch's own), in bytes, or ``None`` when neither can be read."""
+    for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
         try:
             st = os.statvfs(path)
         except OSError:
@@ -126,15 +126,7 @@ def host_sample(main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] =
     mount is measured), available memory (``MemAvailable``) and the limit and usage of main's
     memory cgroup ``memory`` (:func:`cgroup.memory_cgroup`), in bytes; ``vm.max_map_count`` is
     read at most once a minute."""
-    shm_total = shm_used = None
-    for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            continue
-        shm_total = st.f_blocks * st.f_frsize
-        shm_used = (st.f_blocks - st.f_bfree) * st.f_frsize
-        break
+    shm_total, shm_used = _shm_now(main_pid) or (None, None)
     total, available = _meminfo()
     return HostSample(
         shm_total_bytes=shm_total,
