@@ -141,7 +141,12 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
         raise ClusterError(
             f"--prometheus {_shown(base_url)}: no dlwatch_ series" + (f" of run {run_id}" if run_id else "")
         )
-    batches = query(base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_batches{sel}[{LOOKBACK}]))")
+    # every epoch's batches: an iterator's own count (dlwatch_loader_batches) reads 0 at each
+    # epoch's start, and a rank that moves would show none
+    batches = query(
+        base_url,
+        f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_batches_delivered_total{sel}[{LOOKBACK}]))",
+    )
     wait = query(
         base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_data_wait_seconds{sel}[{LOOKBACK}]))"
     )

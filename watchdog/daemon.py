@@ -55,6 +55,7 @@ from .types import (
     MODE_LIVE,
     SEVERITY_WARNING,
     Facts,
+    Frame,
     InsideView,
     Launch,
     Measure,
@@ -157,7 +158,9 @@ class WatcherStatus:
     watches as main; ``sample`` its latest sample (``None`` before the first); ``stall_s`` the
     seconds since the loader path moved, at the last tick (``None``: no stall measured);
     ``last_hang_kind`` the first diagnosis of its last hang report ("" before any) and
-    ``hang_in_loader`` whether that hang was in its DataLoader (main waiting for a batch)."""
+    ``hang_in_loader`` whether that hang was in its DataLoader (main waiting for a batch);
+    ``delivered`` the batches main's iterators delivered while watched, by loader site
+    (:attr:`~watchdog.detect.ProgressTracker.delivered`)."""
 
     rank: str = ""
     root_pid: int = 0
@@ -166,6 +169,7 @@ class WatcherStatus:
     stall_s: Optional[float] = None
     last_hang_kind: str = ""
     hang_in_loader: bool = False
+    delivered: Tuple[Tuple[Optional[Frame], int], ...] = ()  # ProgressTracker.delivered
 
 
 @dataclass
@@ -367,7 +371,12 @@ class Watcher:
         st, hangs = self._status, self.hangs
         if (latest, self._stall_s, hangs.last_kind) != (st.sample, st.stall_s, st.last_hang_kind):
             self._status = dataclasses.replace(
-                st, sample=latest, stall_s=self._stall_s, last_hang_kind=hangs.last_kind, hang_in_loader=hangs.in_loader
+                st,
+                sample=latest,
+                stall_s=self._stall_s,
+                last_hang_kind=hangs.last_kind,
+                hang_in_loader=hangs.in_loader,
+                delivered=self.tracker.delivered,
             )
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0

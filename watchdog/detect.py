@@ -116,6 +116,7 @@ from .types import (
     Frame,
     HangVerdict,
     KernelWait,
+    LoaderView,
     LoaderWork,
     Measure,
     PipeEnds,
@@ -242,6 +243,9 @@ class ProgressTracker:
         self._last_tree_work: Optional[float] = None
         self._members: frozenset = frozenset()
         self._tokens: Dict[Tuple[int, int], int] = {}  # batch and sample counts (the batch measure)
+        # batches main received, by loader site, over every iterator seen: see delivered
+        self._delivered: Dict[Optional[Frame], int] = {}
+        self._counted: Dict[Tuple[int, int], int] = {}  # (pid, iterator): its batches counted
         self._last_processes: Tuple[ProcessSample, ...] = ()  # the last sample's, folded in whole
         # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
         self._recent: Dict[ProcId, Deque[Tuple[float, float, Optional[int], int]]] = {}
@@ -303,11 +307,34 @@ class ProgressTracker:
         for v in sample.loaders:
             if main is not None and v.pid == main.pid:
                 counts[(v.pid, v.iterator)] = v.batches
+                self._count_delivered(v)
+        if sample.loaders:
+            live = {k for k in counts if k[1] >= 0}
+            self._counted = {k: n for k, n in self._counted.items() if k in live}
         for f in sample.fetches:
             counts[(f.pid, -1)] = f.samples
         rose = {k[0] for k, n in counts.items() if self._tokens.get(k) not in (None, n)}
         self._tokens = counts
         return rose
+
+    def _count_delivered(self, v: LoaderView) -> None:
+        """Add the batches ``v`` (one of main's iterators) delivered since it was last counted
+        to its site's total; an iterator first seen counts whole."""
+        key = (v.pid, v.iterator)
+        before = self._counted.get(key, 0)
+        if v.batches > before:
+            self._delivered[v.site] = self._delivered.get(v.site, 0) + v.batches - before
+            self._counted[key] = v.batches
+
+    @property
+    def delivered(self) -> Tuple[Tuple[Optional[Frame], int], ...]:
+        """``((site, batches), ...)``: the batches main's iterators delivered while watched,
+        summed by the DataLoader's site (where its iterator was made; ``None``: not recorded),
+        over every iterator the inside view showed: unlike an iterator's own count, which starts
+        again at 0 each epoch, it only grows. Counted from the inside view's samples; an
+        iterator's slot outlives it by the recorder's ring of slots (``SLOTS`` in
+        watchdog/bootstrap/_dlwatch_inside.py), so its last batches are seen at the next sample."""
+        return tuple(self._delivered.items())
 
     # --- the main-wait measure ---------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import socket
 import socketserver
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import redact
-from .types import ROLE_MAIN, ROLE_WORKER, LoaderView, ReportWritten, Sample
+from .types import ROLE_MAIN, ROLE_WORKER, Frame, LoaderView, ReportWritten, Sample
 
 if TYPE_CHECKING:
     from .daemon import WatcherStatus
@@ -40,6 +40,12 @@ RANK_LABELS = (
     ("local_rank", "LOCAL_RANK"),
     ("group_rank", "GROUP_RANK"),
 )
+
+
+def _loader_label(site: Optional[Frame]) -> str:
+    """The ``loader`` label of a DataLoader made at ``site``: ``file:line`` (the file's base
+    name), redacted like every byte dlwatch serves (the job names its files); ``?`` unknown."""
+    return redact.value(f"{site.file.rsplit('/', 1)[-1]}:{site.line}") if site else "?"
 
 
 class JobMetrics(Collector):
@@ -143,6 +149,12 @@ class JobMetrics(Collector):
             "batches the latest iterator of a DataLoader has delivered (inside view)",
             labels=rank_labels + ["loader"],
         )
+        delivered = CounterMetricFamily(
+            f"{PREFIX}_loader_batches_delivered",
+            "batches main's iterators of a DataLoader delivered while watched, every epoch's (inside view): "
+            "unlike dlwatch_loader_batches it does not start again at 0 with each iterator",
+            labels=rank_labels + ["loader"],
+        )
         wait = GaugeMetricFamily(
             f"{PREFIX}_loader_data_wait_seconds",
             "time main waited in __next__ of the latest iterator (inside view)",
@@ -179,13 +191,17 @@ class JobMetrics(Collector):
                         family.add_metric(values, value)
             latest: Dict[str, LoaderView] = {}
             for v in sample.loaders:
-                # the job names its files: a label is redacted like every byte dlwatch writes
-                where = redact.value(f"{v.site.file.rsplit('/', 1)[-1]}:{v.site.line}") if v.site else "?"
+                where = _loader_label(v.site)
                 if where not in latest or v.iterator > latest[where].iterator:
                     latest[where] = v
             for where, v in latest.items():
                 batches.add_metric(base + [where], v.batches)
                 wait.add_metric(base + [where], v.wait_s)
+            totals: Counter = Counter()
+            for site, n in status.delivered:
+                totals[_loader_label(site)] += n
+            for where, n in sorted(totals.items()):
+                delivered.add_metric(base + [where], n)
             if not host_done:
                 host_done = True
                 if sample.host.shm_used_bytes is not None:
@@ -225,6 +241,7 @@ class JobMetrics(Collector):
             shm_used,
             shm_size,
             batches,
+            delivered,
             wait,
             reports,
             info,

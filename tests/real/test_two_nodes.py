@@ -166,7 +166,7 @@ def test_cluster_names_the_rank_and_node_that_stalled_first_across_two_nodes(tmp
 def test_a_healthy_two_node_job_has_nothing_stalled(tmp_path):
     procs, url = _two_nodes(tmp_path, stuck_rank=-1, steps=100000)
     try:
-        _all_four(url, 'dlwatch_loader_batches{run_id="job42"} > 20', "all four ranks' batches")
+        _all_four(url, 'dlwatch_loader_batches_delivered_total{run_id="job42"} > 20', "all four ranks' batches")
         time.sleep(3)
         code, doc, err = _cluster(url)
         assert code == 0, (err, doc)

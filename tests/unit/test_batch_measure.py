@@ -93,6 +93,26 @@ def test_a_sample_reached_for_or_a_batch_received_restarts_the_clock():
     assert st.stall_s == pytest.approx(8.0)
 
 
+def test_delivered_batches_add_up_every_epochs_iterator_and_never_count_one_twice():
+    site, val = Frame("<module>", "/job/train.py", 12, False), Frame("<module>", "/job/train.py", 30, False)
+
+    def it(iterator, batches, where=site):
+        return dataclasses.replace(_view(batches=batches), iterator=iterator, site=where)
+
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    views = [
+        (it(1, 5),),  # epoch 0, first seen: counted whole
+        (it(1, 25),),
+        (it(1, 25), it(2, 0)),  # epoch 1 begins: its own count is 0, the total is not
+        (),  # the inside view could not be read: nothing forgotten, nothing added
+        (it(1, 25), it(2, 10), it(3, 4, val)),
+        (it(2, 10), it(3, 4, val)),  # the first iterator's slot reused: its batches stay counted
+    ]
+    for t, loaders in enumerate(views):
+        tracker.update(dataclasses.replace(_poller(float(t)), loaders=loaders))
+    assert dict(tracker.delivered) == {site: 35, val: 4}
+
+
 def test_main_outside_next_or_at_an_epochs_end_is_not_under_the_batch_measure():
     assert detect.batch_measure(_poller(1.0))
     assert not detect.batch_measure(_poller(1.0, view=_view(waiting_since=None)))

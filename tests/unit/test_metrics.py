@@ -92,7 +92,12 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     )
     loader = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))
     status = WatcherStatus(
-        rank="2", root_pid=MAIN_PID, rank_vars=RANK_VARS, sample=replace(smp, loaders=(loader,)), stall_s=3.0
+        rank="2",
+        root_pid=MAIN_PID,
+        rank_vars=RANK_VARS,
+        sample=replace(smp, loaders=(loader,)),
+        stall_s=3.0,
+        delivered=((loader.site, 30),),
     )
     collector = metrics.JobMetrics(lambda: [status], node="n", stall_timeout_s=5.0)
     collector.note_report(ReportWritten("hang", "worker_stuck", "2", "hang", "/r", RANK_VARS))
@@ -106,3 +111,8 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     assert missing == set(), "in the README's table but not served"
     for name, labels in served.items():
         assert labels == table[name], (name, labels, table[name])
+    scraped = _scrape(collector)
+    delivered = [v for (name, ls), v in scraped.items() if name == "dlwatch_loader_batches_delivered_total"]
+    assert delivered == [30.0] and ("loader", "train.py:12") in next(
+        ls for (name, ls) in scraped if name == "dlwatch_loader_batches_delivered_total"
+    )
