@@ -17,6 +17,8 @@ Measured, over the window:
   watched process;
 * the tick's wall-clock time, p50 and p99, in ms (``DLWATCH_TICK_LOG``: ``dlwatch`` appends
   each tick's timing to that file, see ``watchdog/daemon.py``), and its CPU time;
+* the share of lean ticks (their sample a stat per process, while the inside view shows
+  batches delivered: NOTE [ Lean ticks ] in ``watchdog/daemon.py``);
 * the sidecar's read system calls per tick (``syscr`` in ``/proc/PID/io``): its ``/proc``
   reads, the part of its cost that a busy machine does not inflate;
 * the sidecar's peak RSS (``VmHWM`` in ``/proc/PID/status``), in bytes;
@@ -195,15 +197,24 @@ def _status_bytes(pid: int, key: str) -> Optional[int]:
     return None
 
 
-def _ticks(path: str) -> List[Tuple[float, float, float, int, int]]:
-    """The tick log's lines: ``(start wall s, elapsed ms, CPU ms, processes, reports)``."""
+def _ticks(path: str) -> List[Tuple[float, float, float, int, int, bool]]:
+    """The tick log's lines: ``(start wall s, elapsed ms, CPU ms, processes, reports, lean)``."""
     out = []
     try:
         with open(path, encoding="ascii") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) == 5:
-                    out.append((float(parts[0]), float(parts[1]), float(parts[2]), int(parts[3]), int(parts[4])))
+                if len(parts) == 6:
+                    out.append(
+                        (
+                            float(parts[0]),
+                            float(parts[1]),
+                            float(parts[2]),
+                            int(parts[3]),
+                            int(parts[4]),
+                            parts[5] == "lean",
+                        )
+                    )
     except (OSError, ValueError):
         pass
     return out
@@ -382,6 +393,7 @@ def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interv
     Returns batches per second (every rank's together) and, watched, the sidecar's figures over
     the window: ``cpu_s``, ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms``
     (wall-clock per tick of one watcher: each rank has its own), ``tick_cpu_ms``, ``ticks``,
+    ``lean_ticks`` (those whose sample was lean, NOTE [ Lean ticks ] in watchdog/daemon.py),
     ``processes`` (watched: ranks and their workers), ``peak_rss_bytes`` and
     ``first_tick_cpu_s`` (the sidecar's CPU when its first tick was logged: its start-up) and
     ``startup_cpu_s`` (its CPU before the window: start-up and the warm-up's ticks).
@@ -432,6 +444,7 @@ def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interv
                 window_s=w1 - w0,
                 cpu_fraction=(c1 - c0) / (w1 - w0),
                 ticks=len(ticks),
+                lean_ticks=sum(1 for t in ticks if t[5]),
                 reads_per_tick=(r1 - r0) / len(ticks) if r0 is not None and r1 is not None and ticks else None,
                 tick_ms=[t[1] for t in ticks],
                 tick_cpu_ms=[t[2] for t in ticks],
@@ -603,6 +616,7 @@ def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
         "tick_p50_ms": _percentile(ticks, 0.5),
         "tick_p99_ms": _percentile(ticks, 0.99),
         "tick_cpu_p50_ms": _percentile([ms for w in watched for ms in w["tick_cpu_ms"]], 0.5),
+        "lean_share": sum(w["lean_ticks"] for w in watched) / max(1, sum(w["ticks"] for w in watched)),
         "reads_per_tick": _median_or_none([w["reads_per_tick"] for w in watched]),
         "peak_rss_bytes": max((w["peak_rss_bytes"] or 0) for w in watched) or None,
         "startup_cpu_s": statistics.median(w["startup_cpu_s"] for w in watched),
@@ -794,6 +808,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "per process %",
         "tick p50 ms",
         "tick p99 ms",
+        "lean ticks %",
         "reads/tick",
         "peak RSS MiB",
         "start-up CPU s",
@@ -860,6 +875,7 @@ def _row(s: dict) -> list:
         f"{100 * s['cpu_fraction_per_process']:.3f}",
         ms(s["tick_p50_ms"]),
         ms(s["tick_p99_ms"]),
+        "-" if s.get("lean_share") is None else f"{100 * s['lean_share']:.0f}",
         "-" if s["reads_per_tick"] is None else f"{s['reads_per_tick']:.0f}",
         _mib(s["peak_rss_bytes"]),
         "-" if s.get("first_tick_cpu_s") is None else f"{s['first_tick_cpu_s']:.2f}",

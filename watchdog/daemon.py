@@ -75,15 +75,26 @@ WARNING_STACKS_WAIT_S = 3.0
 _TICK_LOG = os.environ.get("DLWATCH_TICK_LOG", "")
 
 
-def _log_tick(path: str, wall: float, elapsed_s: float, cpu_s: float, processes: int, reports: int) -> None:
-    """Append ``WALL ELAPSED_MS CPU_MS PROCESSES REPORTS`` to ``path``: when the tick began
+_TICK_FILE: list = []  # the tick log, opened once (line-buffered) and shared by the ranks' threads
+_TICK_LOCK = threading.Lock()
+
+
+def _log_tick(path: str, wall: float, elapsed_s: float, cpu_s: float, processes: int, reports: int, lean: bool) -> None:
+    """Append ``WALL ELAPSED_MS CPU_MS PROCESSES REPORTS KIND`` to ``path``: when the tick began
     (``time.time()``, seconds), its wall-clock and this thread's CPU time in milliseconds, the
-    processes in its sample and the reports it wrote. A file that cannot be written is ignored."""
-    try:
-        with open(path, "a", encoding="ascii") as f:
-            f.write(f"{wall:.3f} {elapsed_s * 1e3:.3f} {cpu_s * 1e3:.3f} {processes} {reports}\n")
-    except OSError:
-        pass
+    processes in its sample, the reports it wrote and its sample's kind (``lean`` or ``full``,
+    NOTE [ Lean ticks ]). The file is opened at the first line and kept open: the log measures
+    the ticks, and should cost them a write, not an open. A file that cannot be written is
+    ignored."""
+    kind = "lean" if lean else "full"
+    line = f"{wall:.3f} {elapsed_s * 1e3:.3f} {cpu_s * 1e3:.3f} {processes} {reports} {kind}\n"
+    with _TICK_LOCK:
+        try:
+            if not _TICK_FILE:
+                _TICK_FILE.append(open(path, "a", encoding="ascii", buffering=1))
+            _TICK_FILE[0].write(line)
+        except OSError:
+            pass
 
 
 def _stopped_text(pids: Tuple[int, ...]) -> str:
@@ -381,7 +392,13 @@ class Watcher:
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
             _log_tick(
-                _TICK_LOG, wall, time.perf_counter() - t0, time.thread_time() - c0, n, len(self.outcome.reports) - n0
+                _TICK_LOG,
+                wall,
+                time.perf_counter() - t0,
+                time.thread_time() - c0,
+                n,
+                len(self.outcome.reports) - n0,
+                self.sampler.lean,
             )
 
     def _inside_view(self, pids=None, forks: bool = True, counters: bool = False) -> InsideView:
@@ -410,6 +427,8 @@ class Watcher:
         if not self.examine:
             return
         self.tracker.update(sample)
+        self._judge(sample, view)
+        # after the judging: a look for warnings made at this tick is not due at the next
         next_t = sample.t_mono + self.config.interval_s  # about when the next tick samples
         self._lean_next = (
             bool(sample.loaders)
@@ -417,6 +436,11 @@ class Watcher:
             and next_t - self._full_at < self._full_every_s
             and next_t - self._last_live_look < self.config.warning_interval_s  # a look is due on a full one
         )
+
+    def _judge(self, sample: Sample, view: InsideView) -> None:
+        """Measure the stall at ``sample`` (the tracker has it) and examine it when due, or look
+        for warnings when one is due and ``sample`` is a full one (``view``: the inside view
+        read with it)."""
         if self.tracker.stopped:
             self._say_once("stopped", _stopped_text(self.tracker.stopped))
             return
@@ -453,7 +477,7 @@ class Watcher:
         elif not self.sampler.lean and sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
             self._last_live_look = sample.t_mono
             try:
-                self._look_for_warnings(sample)
+                self._look_for_warnings(sample, view)
             except Exception:
                 self.internal_error("looking for warnings")
 
@@ -479,13 +503,11 @@ class Watcher:
             self._said[key] = now
             log(message)
 
-    def _look_for_warnings(self, sample: Sample) -> None:
+    def _look_for_warnings(self, sample: Sample, view: InsideView) -> None:
+        """Diagnose the live job at ``sample`` (a full one) with ``view``, the inside view this
+        tick read (whole: not a lean tick's counters), and publish each new warning."""
         facts = Facts(
-            mode=MODE_LIVE,
-            sample=sample,
-            timeline=tuple(self.timeline),
-            host_cpus=self.host_cpus,
-            inside=self._inside_view([p.pid for p in sample.processes], forks=False),
+            mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=view
         )
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:

@@ -14,9 +14,10 @@ import psutil
 
 from .collect import discovery, examine, procfs
 from .collect.inside import InsideReader
+from .collect.sampler import MemoryReadBudget
 from .config import Config
 from .daemon import Outcome, Watcher, WatcherStatus, log
-from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcId, ReportWritten
+from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcessSample, ProcId, ReportWritten
 from .wake import Waker
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went or was
@@ -27,6 +28,9 @@ _RANK_DISCOVERY_S = 30.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
+# The job-level sample takes a rank's processes from the rank's own latest sample when that is at
+# most this many intervals old (JobWatcher._borrow).
+_BORROW_AGE_TICKS = 3
 
 
 def _ended(rank: ProcId) -> bool:
@@ -78,6 +82,8 @@ class JobWatcher:
             config, root_pid, own_group, job_ended, wake, stderr_tail, job_cmdline, inside, launch=launch
         )
         self.alerts = self.job.alerts
+        self.job.sampler.borrow = self._borrow
+        self._memory_budget = MemoryReadBudget()  # the ranks' samplers read memory within it together
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
         self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[ProcId, Watcher] = {}
@@ -96,6 +102,25 @@ class JobWatcher:
             any(w.outcome.terminated for w in self._all),
             self.job.outcome.stopped,
         )
+
+    def _borrow(self, key: ProcId) -> Optional[Tuple[ProcessSample, ...]]:
+        """The processes of the rank ``key`` (its main first, then its workers) from its own
+        watcher's latest sample when that is at most ``_BORROW_AGE_TICKS`` intervals old, for
+        the job-level sample (which then reads nothing of that rank again: every process
+        of the node read once a tick, not twice); ``None`` (the job-level sampler walks it):
+        not a rank, or its watcher has no recent sample of it."""
+        w = self.ranks.get(key)
+        if w is None:
+            return None
+        last = w.status().sample
+        if (
+            last is None
+            or last.main is None
+            or last.main.ident != key
+            or time.monotonic() - last.t_mono > _BORROW_AGE_TICKS * self.config.interval_s
+        ):
+            return None
+        return last.processes
 
     def _tree_now(self) -> Optional[tuple]:
         """What the ranks found depend on, from the job-level watcher's latest sample: each
@@ -143,6 +168,7 @@ class JobWatcher:
                 alerts=self.alerts,
                 launch=self._launch,
             )
+            w.sampler.memory_budget = self._memory_budget
             w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
             self._all.append(w)

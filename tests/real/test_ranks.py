@@ -94,4 +94,7 @@ def test_a_rank_that_crashes_gets_a_crash_report_with_the_launcher_and_ranks_nam
     assert doc["mode"] == "crash" and doc["diagnoses"][0]["kind"] == "dataset_error", doc["diagnoses"][0]
     roles = {p["role"] for s in doc["timeline"] for p in s["processes"]}
     assert "launcher" in roles and "rank" in roles, roles
+    # the launcher's timeline holds each rank as its own watcher read it (its threads included),
+    # not a second, thinner read of the same processes
+    assert any(p["role"] == "rank" and p["threads"] for s in doc["timeline"] for p in s["processes"])
     assert "sample 64 is corrupt" in doc["diagnoses"][0]["summary"]  # torchrun's [rank1]: prefixes are read through

@@ -359,6 +359,28 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     assert len(s._due_full_info([_entry(7, 100 * 2**20)], 61.0)) == 1
 
 
+def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_back_a_first_read():
+    from watchdog.collect import sampler as sampler_mod
+
+    budget = sampler_mod.MemoryReadBudget(rate_per_s=0.5, burst=2.0)
+    ranks = [sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0) for _ in range(2)]
+    read = sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 10.0)
+    for r, s in enumerate(ranks):
+        s.memory_budget = budget
+        s._full = {ProcId(100 * r + i, 900): read for i in range(10)}
+        s._last_t = 59.0
+    overdue = [[_entry(100 * r + i, 100 * 2**20, create_time=900.0) for i in range(10)] for r in range(2)]
+    # each rank alone would read 1 (ceil(10 x 1 s / 10 s)); together they get the burst of 2
+    # and then half a read a second, whichever rank asks
+    got = [len(s._due_full_info(e, 60.0)) for s, e in zip(ranks, overdue)]
+    assert got == [1, 1]
+    assert [len(s._due_full_info(e, 60.0)) for s, e in zip(ranks, overdue)] == [0, 0]
+    fresh = _entry(999, 100 * 2**20, create_time=999.0)  # never read: read at once, the budget spent
+    assert ranks[0]._due_full_info([fresh] + overdue[0], 60.0) == [fresh]
+    with pytest.raises(ValueError):
+        sampler_mod.MemoryReadBudget(rate_per_s=0.0)
+
+
 def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tick_beyond_the_budget():
     from watchdog.collect import sampler as sampler_mod
     from watchdog.types import HostSample

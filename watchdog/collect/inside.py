@@ -25,6 +25,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
@@ -409,6 +410,10 @@ def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
 
 # Records of ended processes kept after their files are removed (:meth:`InsideReader._retire`).
 RETIRED_KEPT = 256
+# Seconds between two looks for processes that ended (InsideReader._retire), for the reader
+# the ranks of a job share: each look checks every pid of the folder that its caller did not
+# sample (the other ranks' and their workers').
+RETIRE_EVERY_S = 5.0
 
 
 class _Retired(NamedTuple):
@@ -417,6 +422,18 @@ class _Retired(NamedTuple):
     execs: Tuple[WorkerExec, ...]
     problem: Optional[str] = None
     failures: Tuple[WorkerFailure, ...] = ()
+
+
+def _records(pid: int, doc: Optional[dict]) -> _Retired:
+    """What the view takes from the record ``doc`` of ``pid``: its fork records, RNG check,
+    exec and failures."""
+    check, became = rng_check(pid, doc), exec_record(pid, doc)
+    return _Retired(
+        fork_records(pid, doc),
+        (check,) if check else (),
+        (became,) if became else (),
+        failures=failure_records(pid, doc),
+    )
 
 
 def _alive(pid: str) -> bool:
@@ -451,6 +468,12 @@ class InsideReader:
         # full read); a full read lists it again and closes what went or was replaced.
         self._held: Dict[str, Tuple[int, int]] = {}
         self._names: Optional[List[str]] = None
+        self._by_pid: Dict[int, List[str]] = {}  # the names of _names by the pid that wrote them
+        self._retired_at = float("-inf")
+        self._unsampled: Set[str] = set()  # the pids (as named) not sampled at the last _retire
+        # pid -> (its parsed record, what _read takes from it): made again when the record is
+        # another object (the file changed), so a record read at every tick is interpreted once
+        self._derived: Dict[int, Tuple[Optional[dict], _Retired]] = {}
 
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
@@ -505,9 +528,11 @@ class InsideReader:
         """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
         ``forks``, the fork records of every process that wrote (a worker that exec'd another
         program may no longer be one of ``pids``). With ``counters``, only the
-        loaders and the workers' sample counts (a lean tick's needs): the processes' JSON
+        loaders and the workers' sample counts (a lean tick's needs), from the files of
+        ``pids`` the last full read listed: the processes' JSON
         records are not looked at, except the ones the loaders' views are made from (so no
-        ``recording``, RNG checks, execs or failures). Safe from several threads."""
+        ``recording``, RNG checks, execs or failures, of live processes or retired ones). Safe
+        from several threads."""
         with self._lock:
             return self._read(pids, forks, counters)
 
@@ -523,18 +548,25 @@ class InsideReader:
         failures: List[WorkerFailure] = []
         recording: List[int] = []
         if counters and self._names is not None:
-            names = self._names
+            # a lean tick: only the named pids' files of the last listing (the folder holds
+            # every rank's and worker's: a rank's tick must not cost what the node's would)
+            names = self._names if wanted is None else [n for pid in wanted for n in self._by_pid.get(pid, ())]
         else:
             try:
                 listed = {e.name: e.inode() for e in os.scandir(self.folder)}
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
             names = sorted(listed)
-            if self.retire:
+            if self.retire and self._retire_due(names, wanted):
                 names = self._retire(names, wanted or set())
             self._release({n: listed[n] for n in names})
             self._names = names
-        for retired in self._retired.values():
+            self._by_pid = collections.defaultdict(list)
+            for n in names:
+                stem = n.partition(".")[0]
+                if stem.isdigit():
+                    self._by_pid[int(stem)].append(n)
+        for retired in () if counters else self._retired.values():
             if forks:
                 fork_list.extend(retired.forks)
             rng.extend(retired.rng)
@@ -558,15 +590,15 @@ class InsideReader:
                 doc = self._doc(pid, path)
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
+                derived = self._derived.get(pid)
+                if derived is None or derived[0] is not doc:
+                    derived = (doc, _records(pid, doc))
+                    self._derived[pid] = derived
                 if forks:
-                    fork_list.extend(fork_records(pid, doc))
-                check = rng_check(pid, doc)
-                if check is not None:
-                    rng.append(check)
-                became = exec_record(pid, doc)
-                if became is not None:
-                    execs.append(became)
-                failures.extend(failure_records(pid, doc))
+                    fork_list.extend(derived[1].forks)
+                rng.extend(derived[1].rng)
+                execs.extend(derived[1].execs)
+                failures.extend(derived[1].failures)
                 continue
             if wanted is not None and pid not in wanted:
                 continue
@@ -593,6 +625,21 @@ class InsideReader:
             failures=tuple(failures),
         )
 
+    def _retire_due(self, names: List[str], wanted: Optional[Set[int]]) -> bool:
+        """Whether to look for processes that ended now: at every read of the whole folder, when
+        a pid the caller did not sample has files that were not there at the last look (a
+        worker of this rank that ended, or another rank's new one), else every
+        ``RETIRE_EVERY_S`` (the ranks of a job share this reader: each rank's files are the
+        others' unsampled ones)."""
+        now = time.monotonic()
+        if wanted is not None:
+            unsampled = {n.partition(".")[0] for n in names} - {str(p) for p in wanted}
+            if unsampled <= self._unsampled and now - self._retired_at < RETIRE_EVERY_S:
+                return False
+            self._unsampled = unsampled
+        self._retired_at = now
+        return True
+
     def _retire(self, names: List[str], live: Set[int]) -> List[str]:
         """Fold the records of processes that ended (no ``/proc/PID``) and wrote no loader file
         (``.bin``: the job's main, read again after it ends) into ``_retired`` and remove their
@@ -615,13 +662,12 @@ class InsideReader:
             return names
         for pid, files in gone.items():
             doc = self._doc(pid, os.path.join(self.folder or "", f"{pid}.json")) if f"{pid}.json" in files else None
-            check, became = rng_check(pid, doc), exec_record(pid, doc)
-            kept = _Retired(fork_records(pid, doc), (check,) if check else (), (became,) if became else ())
-            self._retired[pid] = kept._replace(problem=self._problems.get(pid), failures=failure_records(pid, doc))
+            self._retired[pid] = _records(pid, doc)._replace(problem=self._problems.get(pid))
             self._retired.move_to_end(pid)
             while len(self._retired) > RETIRED_KEPT:
                 self._retired.popitem(last=False)
             self._docs.pop(pid, None)
+            self._derived.pop(pid, None)
             self._problems.pop(pid, None)
             for name in files:
                 try:

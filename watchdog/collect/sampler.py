@@ -45,6 +45,7 @@ import collections
 import dataclasses
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
@@ -101,6 +102,42 @@ _YOUNG_S = 6.0
 # of its limit (the cgroup's, else the host's total): an OOM kill may come within seconds, and
 # the memory a crash report quotes must be fresh, not a reading backed off while still.
 _SHORT_SHARE = 0.25
+
+
+# The memory reads (smaps_rollup and maps: ~4 + ~2 ms a torch process) of every sampler that
+# shares one MemoryReadBudget (the ranks of a job: watchdog.ranks) come at most this many a
+# second together, beyond those memory_short() makes urgent: a node of 8 ranks x (1 + 8) reads
+# each of its 72 processes every ~2.4 min at worst instead of costing ~5 % of a core.
+NODE_MEMORY_READS_PER_S = 0.5
+
+
+class MemoryReadBudget:
+    """A token bucket shared by samplers (one per rank) that bounds their memory reads together
+    (:data:`NODE_MEMORY_READS_PER_S` by default): ``rate_per_s`` reads a second, at most
+    ``burst`` at once. Safe from several threads.
+
+    Raises:
+        ValueError: ``rate_per_s`` or ``burst`` not above 0.
+    """
+
+    def __init__(self, rate_per_s: float = NODE_MEMORY_READS_PER_S, burst: float = 2.0) -> None:
+        if not (rate_per_s > 0 and burst > 0):
+            raise ValueError(f"a memory read budget needs a rate and a burst above 0 (got {rate_per_s}, {burst})")
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._tokens = burst
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, wanted: int) -> int:
+        """How many of ``wanted`` reads may be made now (0 to ``wanted``); those are spent."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate_per_s)
+            self._at = now
+            granted = min(wanted, int(self._tokens))
+            self._tokens -= granted
+            return granted
 
 
 # A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
@@ -253,6 +290,14 @@ class Sampler:
         self._quota_value: Optional[float] = None
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
         self.role_overrides: Dict[int, ProcessRole] = {}
+        # Set from outside (watchdog.ranks): a process of the tree that another sampler watches
+        # as its main (a rank) -> that sampler's latest processes, main first, or None (walked).
+        self.borrow: Callable[[ProcId], Optional[Tuple[ProcessSample, ...]]] = lambda key: None
+        self._relabelled: Dict[ProcId, Tuple[ProcessSample, ProcessSample]] = {}
+        # Set from outside (watchdog.ranks): the budget of memory reads this sampler shares with
+        # the other ranks' (None: only its own per-call budget, _due_full_info).
+        self.memory_budget: Optional[MemoryReadBudget] = None
+        self._borrowed: Tuple[ProcessSample, ...] = ()  # the last walk's borrowed processes
         self._quota_read_at = float("-inf")
         self._census: Dict[ProcId, FdCensus] = {}  # the last fd census of a process near its limit
         # Main's memory cgroup at the last sample (read once a tick, for the sample and the watcher).
@@ -365,15 +410,19 @@ class Sampler:
         t_mono, wall = time.monotonic(), time.time()
         main, main_st = self._find_main()
         found: List[dict] = []
+        self._borrowed = ()
         if main is not None and main_st is not None:
             found = self._walk(main.pid, main_st, t_mono)
         self._read_full_info(found, t_mono)
         self._count_fds(found, t_mono)
         processes = tuple(self._kept(f) for f in found)
+        if self._borrowed and main is not None:
+            first = main.pid
+            processes = tuple(sorted(processes + self._borrowed, key=lambda p: (p.pid != first, p.create_time, p.pid)))
         live = {p.ident for p in processes}
         self._lost = bool(self._live - live)
         self._live = live
-        for table in (self._facts, self._full, self._kids, self._prev, self._census):
+        for table in (self._facts, self._full, self._kids, self._prev, self._census, self._relabelled):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
@@ -431,6 +480,10 @@ class Sampler:
                 continue
             create_time = self._create_time(st.start_ticks)
             key = ProcId(pid, st.start_ticks)
+            borrowed = self.borrow(key) if pid != main_pid else None
+            if borrowed:
+                self._borrowed += self._relabel(key, borrowed)
+                continue
             facts = self._facts_of(key, st)
             age = self.clock() - create_time
             if pid == main_pid:
@@ -466,6 +519,20 @@ class Sampler:
             queue.extend((c, None, pid) for c in dict.fromkeys(kids))
         out.sort(key=lambda e: (e["pid"] != main_pid, e["create_time"], e["pid"]))
         return out
+
+    def _relabel(self, key: ProcId, borrowed: Tuple[ProcessSample, ...]) -> Tuple[ProcessSample, ...]:
+        """A rank's processes as this sampler names them: its main (first) under its
+        ``role_overrides`` role (``rank``), the others as the rank's sampler named them. The
+        relabelled main is made once per sample object of it."""
+        head, rest = borrowed[0], borrowed[1:]
+        role = self.role_overrides.get(head.pid, head.role)
+        if role == head.role:
+            return borrowed
+        last = self._relabelled.get(key)
+        if last is None or last[0] is not head:
+            last = (head, dataclasses.replace(head, role=role))
+            self._relabelled[key] = last
+        return (last[1],) + rest
 
     def _count_fds(self, entries: List[dict], now: float) -> None:
         """Count the descriptors of each process above ``FD_CENSUS_SHARE`` of its
@@ -608,6 +675,8 @@ class Sampler:
         At most ``ceil(watched processes x seconds since the last call / full_info_interval_s)``
         processes are read per call (at least one), never-read ones first, then the most overdue:
         the reads spread over ticks instead of landing on one (64 workers started together).
+        With a :attr:`memory_budget` (the ranks of a node share one), the reads after a
+        process's first also wait for that budget.
         """
         watched = [e for e in entries if e["role"] in (ROLE_MAIN, ROLE_WORKER) and e["state"] != "Z"]
         if not watched:
@@ -632,7 +701,13 @@ class Sampler:
             if at <= now:
                 due.append((at, e["create_time"], e))
         due.sort(key=lambda x: (x[0], x[1]))
-        return urgent + [e for _at, _ct, e in due[:budget]]
+        due = due[:budget]
+        if self.memory_budget is not None:
+            # a first read is never held back (a crash soon after a worker starts needs its
+            # mappings); the others wait for the shared budget
+            first = [x for x in due if x[0] == float("-inf")]
+            due = first + due[len(first) : len(first) + self.memory_budget.take(len(due) - len(first))]
+        return urgent + [e for _at, _ct, e in due]
 
     def _read_full_info(self, entries: List[dict], now: float) -> None:
         """Read the due processes' USS, PSS, map count and pinned memory into their entries
