@@ -29,6 +29,7 @@ reads ``/proc/locks`` and follows each blocked worker's wait chain (``collect.ch
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import os
@@ -75,7 +76,8 @@ WARNING_STACKS_WAIT_S = 3.0
 _TICK_LOG = os.environ.get("DLWATCH_TICK_LOG", "")
 
 
-_TICK_FILE: list = []  # the tick log, opened once (line-buffered) and shared by the ranks' threads
+_TICK_FILE: list = []  # [the tick log, opened once and shared by the ranks' threads; when it was last flushed]
+_TICK_FLUSH_S = 1.0
 _TICK_LOCK = threading.Lock()
 
 
@@ -83,17 +85,31 @@ def _log_tick(path: str, wall: float, elapsed_s: float, cpu_s: float, processes:
     """Append ``WALL ELAPSED_MS CPU_MS PROCESSES REPORTS KIND`` to ``path``: when the tick began
     (``time.time()``, seconds), its wall-clock and this thread's CPU time in milliseconds, the
     processes in its sample, the reports it wrote and its sample's kind (``lean`` or ``full``,
-    NOTE [ Lean ticks ]). The file is opened at the first line and kept open: the log measures
-    the ticks, and should cost them a write, not an open. A file that cannot be written is
-    ignored."""
+    NOTE [ Lean ticks ]). The file is opened at the first line and kept open, and written at
+    most every ``_TICK_FLUSH_S`` (and at exit): the log measures the ticks, and should cost them
+    neither an open nor a write each. A file that cannot be written is ignored."""
     kind = "lean" if lean else "full"
     line = f"{wall:.3f} {elapsed_s * 1e3:.3f} {cpu_s * 1e3:.3f} {processes} {reports} {kind}\n"
     with _TICK_LOCK:
         try:
             if not _TICK_FILE:
-                _TICK_FILE.append(open(path, "a", encoding="ascii", buffering=1))
+                _TICK_FILE.append(open(path, "a", encoding="ascii"))
+                _TICK_FILE.append(float("-inf"))
+                atexit.register(_flush_ticks)
             _TICK_FILE[0].write(line)
+            if wall - _TICK_FILE[1] >= _TICK_FLUSH_S:
+                _TICK_FILE[0].flush()
+                _TICK_FILE[1] = wall
         except OSError:
+            pass
+
+
+def _flush_ticks() -> None:
+    """Write out the tick log's last lines (at exit)."""
+    with _TICK_LOCK:
+        try:
+            _TICK_FILE[0].flush()
+        except (OSError, IndexError, ValueError):
             pass
 
 
@@ -310,11 +326,13 @@ class Watcher:
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
         self._last_live_look = time.monotonic()
         # NOTE [ Lean ticks ]: while the inside view shows the loader delivering (a batch or a
-        # sample counted at this tick), the next tick is lean (Sampler.sample(lean=True): a stat
-        # and a descriptor count per process, the last sample's processes kept when nothing
-        # moved); a full sample comes at least every _full_every_s, when a look for warnings is
-        # due, and at the first tick after one that delivered nothing, so a stall is measured
-        # on full ones.
+        # sample counted at this tick), the next tick is lean (Sampler.sample(lean=True): main's
+        # children, /dev/shm and the available memory; the last sample's processes kept while
+        # main has the same children): a job that delivers is not hung, and what else may move
+        # (RSS, descriptors, a worker's state) waits for the next full sample. One comes at least
+        # every _full_every_s, when a look for warnings is due, when main gained or lost a child,
+        # and at the first tick after one that delivered nothing, so a stall is measured on
+        # full ones.
         self._lean_next = False
         self._full_at = float("-inf")
         self._full_every_s = min(config.warning_interval_s, config.stall_timeout_s / 2)

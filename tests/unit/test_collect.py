@@ -568,9 +568,10 @@ def test_the_path_a_thread_is_opening_is_read_from_its_system_call_argument():
     assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "openat", raw="257 0xffffff9c 0x0")) is None
 
 
-def test_a_lean_sample_is_the_last_one_again_until_main_forks_a_new_child(tmp_path):
-    # A real main that forks one child, then another on a signal: a lean sample reads main's
-    # children only, and a child it did not know makes it a full sample.
+def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(tmp_path):
+    # A real main that forks one child, then another on a signal, and reaps its first on a
+    # second signal: a lean sample reads main's children only, and a child it did not know, or
+    # one gone, makes it a full sample.
     import signal
     import subprocess
     import sys
@@ -581,6 +582,7 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_a_new_child(tmp_pa
         "import os, signal, sys, time\n"
         "kids = [os.fork() or (time.sleep(60), os._exit(0))]\n"
         "signal.signal(signal.SIGUSR1, lambda *_: kids.append(os.fork() or (time.sleep(60), os._exit(0))))\n"
+        "signal.signal(signal.SIGUSR2, lambda *_: (os.kill(kids[0], 9), os.waitpid(kids[0], 0)))\n"
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -602,6 +604,12 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_a_new_child(tmp_pa
         after = s.sample(lean=True)
         assert not s.lean and len(after.processes) == 3, after.processes
         assert s.sample(lean=True).processes is after.processes and s.lean
+        os.kill(proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while len(procfs.thread_children(proc.pid, proc.pid)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gone = s.sample(lean=True)
+        assert not s.lean and len(gone.processes) == 2, gone.processes
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

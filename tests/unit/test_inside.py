@@ -383,3 +383,19 @@ def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_af
     assert reader.read().failures == want
     # pid 4242 does not exist: its file is retired and removed, its failures kept
     assert reader.read(pids=[]).failures == want and not (tmp_path / "4242.json").exists()
+
+
+def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_unsampled_files_changed(tmp_path):
+    # Two ranks' watchers read one folder, each for its own pids: each one's files are the
+    # other's unsampled ones. A look for ended processes is due at a caller's first read, then
+    # only when a pid it did not sample has new files (or every RETIRE_EVERY_S).
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    names = ["10.json", "11.json", "20.json", "21.json"]
+    rank_a, rank_b = {10, 11}, {20, 21}
+    assert reader._retire_due(names, rank_a, 10) and reader._retire_due(names, rank_b, 20)
+    for _ in range(3):  # the ranks alternate: neither one's unsampled files changed
+        assert not reader._retire_due(names, rank_a, 10)
+        assert not reader._retire_due(names, rank_b, 20)
+    assert reader._retire_due([*names, "22.json"], rank_a, 10)  # rank b's new worker: rank a looks
+    assert not reader._retire_due([*names, "22.json"], rank_b | {22}, 20)  # its own: sampled
+    assert reader._retire_due(names, None, None)  # a read of the whole folder always looks

@@ -470,7 +470,8 @@ class InsideReader:
         self._names: Optional[List[str]] = None
         self._by_pid: Dict[int, List[str]] = {}  # the names of _names by the pid that wrote them
         self._retired_at = float("-inf")
-        self._unsampled: Set[str] = set()  # the pids (as named) not sampled at the last _retire
+        # caller (its first pid) -> the pids (as named) it did not sample at its last full read
+        self._unsampled: Dict[Optional[int], Set[str]] = {}
         # pid -> (its parsed record, what _read takes from it): made again when the record is
         # another object (the file changed), so a record read at every tick is interpreted once
         self._derived: Dict[int, Tuple[Optional[dict], _Retired]] = {}
@@ -526,8 +527,10 @@ class InsideReader:
 
     def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True, counters: bool = False) -> InsideView:
         """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
-        ``forks``, the fork records of every process that wrote (a worker that exec'd another
-        program may no longer be one of ``pids``). With ``counters``, only the
+        ``forks``, the records (forks, RNG checks, execs, failures) of every process that wrote
+        (a worker that exec'd another program may no longer be one of ``pids``); without,
+        those of ``pids`` only (a rank's tick: the folder holds every rank's processes) and
+        none of their forks. With ``counters``, only the
         loaders and the workers' sample counts (a lean tick's needs), from the files of
         ``pids`` the last full read listed: the processes' JSON
         records are not looked at, except the ones the loaders' views are made from (so no
@@ -539,6 +542,7 @@ class InsideReader:
     def _read(self, pids: Optional[Iterable[int]], forks: bool, counters: bool = False) -> InsideView:
         if self.folder is None:
             return InsideView(note=self.why_none)
+        pids = None if pids is None else list(pids)
         wanted = None if pids is None else set(pids)
         loaders: List[LoaderView] = []
         fork_list: List[ForkRecord] = []
@@ -557,7 +561,7 @@ class InsideReader:
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
             names = sorted(listed)
-            if self.retire and self._retire_due(names, wanted):
+            if self.retire and self._retire_due(names, wanted, pids[0] if pids else None):
                 names = self._retire(names, wanted or set())
             self._release({n: listed[n] for n in names})
             self._names = names
@@ -585,8 +589,8 @@ class InsideReader:
                         fetches.append(fetch)
                 continue
             if ext == "json":
-                if counters:
-                    continue  # a lean tick: the records are not needed now
+                if counters or (not forks and wanted is not None and pid not in wanted):
+                    continue  # a lean tick's, or another rank's: not needed now
                 doc = self._doc(pid, path)
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
@@ -625,18 +629,20 @@ class InsideReader:
             failures=tuple(failures),
         )
 
-    def _retire_due(self, names: List[str], wanted: Optional[Set[int]]) -> bool:
+    def _retire_due(self, names: List[str], wanted: Optional[Set[int]], caller: Optional[int]) -> bool:
         """Whether to look for processes that ended now: at every read of the whole folder, when
-        a pid the caller did not sample has files that were not there at the last look (a
-        worker of this rank that ended, or another rank's new one), else every
-        ``RETIRE_EVERY_S`` (the ranks of a job share this reader: each rank's files are the
-        others' unsampled ones)."""
+        a pid the caller (``caller``: the first of its pids, a rank's main) did not sample has
+        files that were not there at that caller's last look (a worker of this rank that ended,
+        or another rank's new one), else every ``RETIRE_EVERY_S``. The ranks of a job share
+        this reader: each rank's files are the others' unsampled ones, so each caller is
+        compared with its own last look."""
         now = time.monotonic()
         if wanted is not None:
             unsampled = {n.partition(".")[0] for n in names} - {str(p) for p in wanted}
-            if unsampled <= self._unsampled and now - self._retired_at < RETIRE_EVERY_S:
+            before = self._unsampled.get(caller)
+            self._unsampled[caller] = unsampled
+            if before is not None and unsampled <= before and now - self._retired_at < RETIRE_EVERY_S:
                 return False
-            self._unsampled = unsampled
         self._retired_at = now
         return True
 

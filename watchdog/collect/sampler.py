@@ -28,10 +28,11 @@ Documentation/filesystems/proc.rst):
   kernel walks its page tables), the map count and the mapped data files: see
   :meth:`Sampler._due_full_info`.
 * Lean samples (NOTE [ Lean ticks ] in ``watchdog/daemon.py``): while the inside view shows the
-  loader delivering, the watcher asks for ``sample(lean=True)``: one read (main's main
-  thread's children) and the last sample's processes again, the same objects; a full sample
-  at least every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that
-  delivered nothing.
+  loader delivering, the watcher asks for ``sample(lean=True)``: three reads (main's main
+  thread's children, ``/dev/shm``, the host's available memory) and the last sample's
+  processes again, the same objects; a full sample when main's children changed, at least
+  every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that delivered
+  nothing.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
@@ -92,8 +93,6 @@ _FULL_INFO_MAX_FACTOR = 24
 # An RSS move of at least this many bytes (or this share of the RSS at the last read) since the
 # last USS read makes the process due at full_info_interval_s whatever its backed-off cadence.
 _RSS_MOVE_BYTES = 16 * 2**20
-# A lean sample is refused when a process's descriptor count moved this much (or a tenth of it).
-_FDS_MOVE = 8
 _RSS_MOVE_SHARE = 0.1
 # A process younger than this (seconds) is read again one second after each read: a worker maps
 # its data files and fills its first caches in its first seconds (a crash then must find them).
@@ -277,6 +276,7 @@ class Sampler:
         self._kids: Dict[ProcId, Tuple[int, ...]] = {}  # children at the last walk
         self._prev: Dict[ProcId, ProcessSample] = {}  # the last sample of each process
         self._short = False  # memory_short() at the last sample
+        self._lean_kids: Optional[Set[int]] = None  # main's main thread's children at the first lean sample
         self._last_sample: Optional[Sample] = None
         self.lean = False  # whether the last sample was a lean one (sample(lean=True))
         self._last_pid: Optional[int] = None
@@ -345,6 +345,7 @@ class Sampler:
                 self._last_sample = quick
                 return quick
         self.lean = False
+        self._lean_kids = None
         full = self._sample()
         self._last_sample = full
         return full
@@ -352,36 +353,34 @@ class Sampler:
     def _lean(self) -> Optional[Sample]:
         """The last sample again, its process samples the same objects (the same tuple), from
         one read of the children of main's main thread (``/proc/PID/task/PID/children``, where
-        PyTorch's workers are forked), to see that none is new, and one ``stat`` of each
-        process. ``None`` when a full sample is needed: a new child, a process gone, replaced
-        (its pid reused), young (its role may still change), stopped, in disk sleep, running
-        another program (its name changed: an exec) or whose RSS moved ``_RSS_MOVE_BYTES``
-        since its last full sample or whose descriptor count moved (``_FDS_MOVE``); a process
-        of the tree that ended at the last walk, or memory short (:func:`memory_short`: its
-        readings must be fresh). ``/dev/shm`` and the host's available memory are read again
-        (two reads); the memory cgroup's figures are the last full sample's."""
+        PyTorch's workers are forked), to see that none is new or gone, and the host's
+        ``/dev/shm`` and available memory (two reads). No process's own files are read: while
+        main receives batches (the caller's condition, the inside view's counters) its workers
+        work; what else may move (RSS, descriptors, a worker's state) is read at the next full
+        sample, at most ``min(warning_interval_s, stall_timeout_s / 2)`` later (NOTE [ Lean
+        ticks ] in watchdog/daemon.py).
+
+        ``None`` when a full sample is needed: main's main thread has a child the last walk did
+        not see, or lost one since the first lean sample after that walk; a process is young
+        (its role may still change); a process of the tree ended at the last walk; memory is
+        short (:func:`memory_short`, at the last full sample or now: its readings must be
+        fresh). The memory cgroup's figures are the last full sample's."""
         last = self._last_sample
         main = last.main if last is not None else None
         if last is None or main is None or self._lost or self._short:
             return None
         known = self._kids.get(main.ident)
-        kids = procfs.thread_children(main.pid, main.pid)
-        if known is None or not set(kids) <= set(known):
-            return None
+        kids = set(procfs.thread_children(main.pid, main.pid))
+        if known is None or not kids <= set(known):
+            return None  # a child the last walk did not see
+        if self._lean_kids is None:
+            self._lean_kids = kids
+        elif kids != self._lean_kids:
+            return None  # a child went
         for p in last.processes:
-            st = procfs.proc_stat(p.pid)
             facts = self._facts.get(p.ident)
-            if (
-                st is None
-                or facts is None
-                or not facts.settled
-                or st.start_ticks != p.start_ticks
-                or st.state in ("Z", "X", "x", "D", "T", "t")
-                or st.comm != facts.comm
-                or abs(st.rss_pages * procfs.PAGE_SIZE - p.rss_bytes) >= _RSS_MOVE_BYTES
-                or self._fds_moved(p)
-            ):
-                return None  # gone, replaced, young, stopped, in disk sleep, another program, or it moved
+            if facts is None or not facts.settled:
+                return None  # young: its role may still change
         shm = _shm_now(main.pid)
         host = (
             last.host
@@ -390,21 +389,9 @@ class Sampler:
                 last.host, shm_total_bytes=shm[0], shm_used_bytes=shm[1], mem_available_bytes=_meminfo()[1]
             )
         )
+        if memory_short(host):
+            return None
         return Sample(time.monotonic(), time.time(), last.processes, host)
-
-    @staticmethod
-    def _fds_moved(p: ProcessSample) -> bool:
-        """Whether ``p``'s descriptor count moved by ``_FDS_MOVE`` (or a tenth of it) since its
-        last full sample, or cannot be read any more (gone)."""
-        if p.num_fds is None:
-            return False
-        try:
-            n = procfs.fd_count(p.pid)
-        except ProcessGone:
-            return True
-        except ProcError:
-            return False
-        return abs(n - p.num_fds) >= max(_FDS_MOVE, p.num_fds // 10)
 
     def _sample(self) -> Sample:
         t_mono, wall = time.monotonic(), time.time()
