@@ -645,8 +645,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     wake = Waker()
     stopped: List[int] = []
 
-    def job_ended() -> bool:
-        return not procfs.running(args.pid, start_ticks)
+    job_ended = procfs.ExitWatch(args.pid, start_ticks).ended  # asked at every tick
 
     def on_signal(signum, _frame) -> None:
         stopped.append(signum)

@@ -33,10 +33,10 @@ _JOB_SAMPLE_EVERY = 5
 _BORROW_AGE_TICKS = 3
 
 
-def _ended(rank: ProcId) -> bool:
-    """Whether ``rank`` has ended (a rank watcher's ``job_ended``): one ``/proc/PID/stat`` read
-    (:func:`procfs.running`)."""
-    return not procfs.running(rank.pid, rank.start_ticks)
+def _ended_check(rank: ProcId) -> Callable[[], bool]:
+    """A rank watcher's ``job_ended``: whether ``rank`` has ended, one ``poll`` of a pidfd per
+    call (:class:`procfs.ExitWatch`; asked at every tick of every rank)."""
+    return procfs.ExitWatch(rank.pid, rank.start_ticks).ended
 
 
 class JobWatcher:
@@ -157,7 +157,7 @@ class JobWatcher:
                 self.config,
                 proc.pid,
                 None,
-                functools.partial(_ended, key),
+                _ended_check(key),
                 Waker(),
                 self._stderr_tail,
                 None,

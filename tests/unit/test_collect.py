@@ -613,3 +613,26 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_an_exit_watch_says_ended_once_the_process_exits_even_unreaped_and_never_for_a_reused_pid():
+    # A real child: alive, then a zombie (exited, not reaped: ended), then reaped; a watch opened
+    # with another start time is ended from the start (its pid names another process).
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        start = procfs.start_ticks(child.pid)
+        watch = procfs.ExitWatch(child.pid, start)
+        assert not watch.ended() and not watch.ended()
+        assert procfs.ExitWatch(child.pid, (start or 0) + 1).ended()
+        child.stdin.close()
+        deadline = time.monotonic() + 10
+        while not watch.ended() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watch.ended() and procfs.proc_stat(child.pid).state == "Z"  # exited, not reaped yet
+    finally:
+        child.kill()
+        child.wait()
+    assert watch.ended()

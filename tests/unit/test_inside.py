@@ -399,3 +399,25 @@ def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_uns
     assert reader._retire_due([*names, "22.json"], rank_a, 10)  # rank b's new worker: rank a looks
     assert not reader._retire_due([*names, "22.json"], rank_b | {22}, 20)  # its own: sampled
     assert reader._retire_due(names, None, None)  # a read of the whole folder always looks
+
+
+def test_loader_views_made_through_the_cache_equal_fresh_ones_and_follow_a_new_record_or_histogram():
+    def slot(iterator, batches, hist):
+        keys = ("wait_ns", "since_ns", "last_ns", "waiting_idx", "waiting_worker", "epoch", "first_ns")
+        return {"iterator": iterator, "batches": batches, "hist": hist, **dict.fromkeys(keys, 0)}
+
+    hist = [0] * FMT.HIST.size
+    doc = {"iterators": [{"id": 7, "kind": "_MultiProcessingDataLoaderIter", "workers": [11, 12]}]}
+    cache: dict = {}
+    first = inside.loader_views(5, doc, [slot(7, 3, hist)], cache)
+    assert first == inside.loader_views(5, doc, [slot(7, 3, hist)]) and first[0].workers == (11, 12)
+    hist2 = list(hist)
+    hist2[3] = 4
+    moved = inside.loader_views(5, doc, [slot(7, 9, hist2)], cache)[0]
+    assert (
+        moved.batches == 9 and moved.intervals == 4 and moved.interval_p50_s == inside.percentile_s(tuple(hist2), 0.5)
+    )
+    doc2 = {"iterators": [{"id": 7, "kind": "_MultiProcessingDataLoaderIter", "workers": [11, 13]}]}
+    assert inside.loader_views(5, doc2, [slot(7, 9, hist2)], cache)[0].workers == (11, 13)  # the file changed
+    inside.loader_views(5, doc2, [], cache)
+    assert not cache  # the iterator ended: forgotten

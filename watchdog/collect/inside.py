@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
 from ..types import (
     ForkRecord,
@@ -258,7 +258,43 @@ def _settings(d: Mapping[str, object]) -> Tuple[Tuple[str, object], ...]:
     return tuple((str(k), v) for k, v in d.items() if isinstance(v, (bool, int, float, str)) or v is None)
 
 
-def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[LoaderView, ...]:
+# (pid, iterator) -> (its JSON record, LoaderView's fields taken from it; its last histogram,
+# that histogram's (p50, p99)): what loader_views makes again only when the record or the
+# histogram is another one
+LoaderCache = Dict[Tuple[int, int], Tuple[object, Dict[str, Any], Tuple[int, ...], Tuple[Optional[float], ...]]]
+
+
+def _static_fields(pid: int, r: Mapping[str, Any]) -> Dict[str, Any]:
+    """The fields of a :class:`LoaderView` that its JSON record ``r`` decides."""
+    dataset = r.get("dataset") or {}
+    cuda = r.get("cuda") or {}
+    return dict(
+        pid=pid,
+        kind=str(r.get("kind") or "?"),
+        site=_frame(r.get("site")),
+        settings=_settings(r.get("settings") or {}),
+        dataset_type=dataset.get("type"),
+        iterable=bool(r.get("iterable")),
+        workers=tuple(int(p) for p in (r.get("workers") or []) if p),
+        dataset_code=_frame(dataset.get("code")),
+        worker_exitcodes=tuple(r.get("worker_exitcodes") or ()),
+        created=(r.get("created_ns") or 0) / 1e9,
+        pin_memory_effective=r.get("pin_memory_effective"),
+        host_memory=tuple(
+            (str(k), float(v))
+            for k, v in sorted((cuda.get("host_memory_stats") or {}).items())
+            if isinstance(v, (int, float))
+        ),
+        pin_thread_alive=cuda.get("pin_thread_alive"),
+        first_batches=tuple(
+            sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if str(k).lstrip("-").isdigit())
+        ),
+    )
+
+
+def loader_views(
+    pid: int, doc: Optional[dict], slots: Iterable[dict], cache: Optional[LoaderCache] = None
+) -> Tuple[LoaderView, ...]:
     """Join a process's JSON record and its counters into one :class:`LoaderView` per live
     iterator (its slot's iterator id matches a record).
 
@@ -267,55 +303,45 @@ def loader_views(pid: int, doc: Optional[dict], slots: Iterable[dict]) -> Tuple[
         doc: the parsed ``<pid>.json`` (``None``: not written yet).
         slots: ``read_slots``'s dicts. The recorder's ``CLOCK_MONOTONIC`` nanoseconds become
             ``time.monotonic()`` seconds (the same clock on Linux).
+        cache: kept by the caller between calls (a reader reads every rank's loaders at every
+            tick): the fields taken from a record are made again only when it is another
+            object (the file changed), the percentiles only when the histogram changed.
     """
     records = {r.get("id"): r for r in (doc or {}).get("iterators", []) if isinstance(r, dict)}
+    cache = {} if cache is None else cache
     out = []
     for s in slots:
+        iterator = int(s["iterator"])
         r = records.get(s["iterator"], {})
-
-        def t(ns: int) -> Optional[float]:
-            return ns / 1e9 if ns else None
-
+        hist = tuple(s["hist"])
+        kept = cache.get((pid, iterator))
+        if kept is None or kept[0] is not r or kept[2] != hist:
+            static = kept[1] if kept is not None and kept[0] is r else _static_fields(pid, r)
+            quantiles = (
+                kept[3] if kept is not None and kept[2] == hist else (percentile_s(hist, 0.5), percentile_s(hist, 0.99))
+            )
+            kept = (r, static, hist, quantiles)
+            cache[(pid, iterator)] = kept
         out.append(
             LoaderView(
-                pid=pid,
-                iterator=int(s["iterator"]),
-                kind=str(r.get("kind") or "?"),
-                site=_frame(r.get("site")),
-                settings=_settings(r.get("settings") or {}),
-                dataset_type=(r.get("dataset") or {}).get("type"),
-                iterable=bool(r.get("iterable")),
-                workers=tuple(int(p) for p in (r.get("workers") or []) if p),
-                dataset_code=_frame((r.get("dataset") or {}).get("code")),
-                worker_exitcodes=tuple(r.get("worker_exitcodes") or ()),
-                created=(r.get("created_ns") or 0) / 1e9,
+                iterator=iterator,
                 batches=int(s["batches"]),
                 wait_s=s["wait_ns"] / 1e9,
                 epoch=int(s["epoch"]),
                 first_batch_s=s["first_ns"] / 1e9 if s["first_ns"] else None,
-                waiting_since=t(s["since_ns"]),
+                waiting_since=s["since_ns"] / 1e9 if s["since_ns"] else None,
                 waiting_idx=int(s["waiting_idx"]),
                 waiting_worker=int(s["waiting_worker"]),
-                last_batch=t(s["last_ns"]),
-                intervals=sum(s["hist"]),
-                interval_p50_s=percentile_s(s["hist"], 0.5),
-                interval_p99_s=percentile_s(s["hist"], 0.99),
-                pin_memory_effective=r.get("pin_memory_effective"),
-                host_memory=tuple(
-                    (str(k), float(v))
-                    for k, v in sorted(((r.get("cuda") or {}).get("host_memory_stats") or {}).items())
-                    if isinstance(v, (int, float))
-                ),
-                pin_thread_alive=(r.get("cuda") or {}).get("pin_thread_alive"),
-                first_batches=tuple(
-                    sorted(
-                        (int(k), str(v))
-                        for k, v in (r.get("first_batches") or {}).items()
-                        if str(k).lstrip("-").isdigit()
-                    )
-                ),
+                last_batch=s["last_ns"] / 1e9 if s["last_ns"] else None,
+                intervals=sum(hist),
+                interval_p50_s=kept[3][0],
+                interval_p99_s=kept[3][1],
+                **kept[1],
             )
         )
+    seen = {v.iterator for v in out}
+    for key in [k for k in cache if k[0] == pid and k[1] not in seen]:
+        del cache[key]  # an iterator that ended (each epoch's, without persistent_workers)
     return tuple(out)
 
 
@@ -475,6 +501,7 @@ class InsideReader:
         # pid -> (its parsed record, what _read takes from it): made again when the record is
         # another object (the file changed), so a record read at every tick is interpreted once
         self._derived: Dict[int, Tuple[Optional[dict], _Retired]] = {}
+        self._views: LoaderCache = {}  # loader_views' cache
 
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
@@ -613,7 +640,8 @@ class InsideReader:
                 self._problems[pid] = f"{name}: {e}"
                 continue
             self._saw_any = True
-            loaders.extend(loader_views(pid, self._doc(pid, os.path.join(self.folder, f"{pid}.json")), slots))
+            doc = self._doc(pid, os.path.join(self.folder, f"{pid}.json"))
+            loaders.extend(loader_views(pid, doc, slots, self._views))
         problems = set(self._problems.values()) | {r.problem for r in self._retired.values() if r.problem}
         note = "; ".join(sorted(problems)) or None
         if not loaders and not fork_list and note is None and not self._saw_any:
@@ -674,6 +702,8 @@ class InsideReader:
                 self._retired.popitem(last=False)
             self._docs.pop(pid, None)
             self._derived.pop(pid, None)
+            for key in [k for k in self._views if k[0] == pid]:
+                del self._views[key]
             self._problems.pop(pid, None)
             for name in files:
                 try:

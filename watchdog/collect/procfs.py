@@ -15,6 +15,7 @@ import errno
 import os
 import re
 import resource
+import select
 import stat
 import threading
 from typing import Dict, List, Literal, NamedTuple, Optional, Sequence, Set, Tuple
@@ -645,6 +646,70 @@ def running(pid: int, start: Optional[int]) -> bool:
     has not reaped yet), or another process under a reused pid."""
     st = proc_stat(pid)
     return st is not None and start is not None and st.start_ticks == start and st.state not in ("Z", "X", "x")
+
+
+class ExitWatch:
+    """Whether one process has ended, answered without reading ``/proc`` at each call: a
+    pidfd (``pidfd_open(2)``, Linux 5.3) refers to the process itself, not its pid, and becomes
+    readable when it exits (a zombie has exited), so :meth:`ended` is one ``poll(2)`` of it.
+    The process is checked once after the pidfd is opened (``start`` against ``stat`` field 22),
+    so a pid reused before the open is not mistaken for it. Without pidfds (an older kernel, a
+    seccomp filter that refuses the call), each :meth:`ended` is :func:`running`'s one ``stat``
+    read. Holds one descriptor until :meth:`close`, the process's end, or the object is
+    collected.
+
+    Args:
+        pid: the process.
+        start: when it started (clock ticks since boot, :func:`start_ticks`).
+    """
+
+    def __init__(self, pid: int, start: Optional[int]) -> None:
+        self.pid, self.start = pid, start
+        self._fd: Optional[int] = None
+        self._ended = False
+        try:
+            self._fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # ESRCH: gone already; ENOSYS, EPERM: no pidfds here
+            self._ended = not running(pid, start)
+            return
+        if not running(pid, start):  # another process under that pid, or it ended already
+            self._ended = True
+            self.close()
+
+    def ended(self) -> bool:
+        """True once the process has exited (or was never the one named)."""
+        if self._ended:
+            return True
+        if self._fd is None:
+            self._ended = not running(self.pid, self.start)
+            return self._ended
+        try:
+            readable = bool(_poll_one(self._fd))
+        except OSError:
+            readable = not running(self.pid, self.start)
+        if readable:
+            self._ended = True
+            self.close()
+        return self._ended
+
+    def close(self) -> None:
+        """Close the pidfd (:meth:`ended` then reads ``stat``, or stays True)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _poll_one(fd: int) -> list:
+    """``poll(2)`` of ``fd`` for input, not waiting: the ready events (empty: none)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return poller.poll(0)
 
 
 def fd_target(pid: int, fd: int) -> Optional[str]:
