@@ -463,6 +463,12 @@ class Watcher:
             self._say_once("stopped", _stopped_text(self.tracker.stopped))
             return
         self._said.pop("stopped", None)
+        if self.sampler.lean and self.tracker.last_batch_mono == sample.t_mono:
+            # NOTE [ Lean ticks ]: a batch or a sample counted at this tick; no stall to
+            # measure (a lean sample's processes are the last full one's: nothing else moved)
+            self._stall_s = 0.0
+            self.hangs.moved(sample)
+            return
         stall = self.tracker.stall(sample)
         self._stall_s = None if stall is None else stall.stall_s
         if stall is None:

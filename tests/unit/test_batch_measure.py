@@ -308,6 +308,13 @@ def test_a_lean_sample_folds_in_like_a_full_one_from_the_counts_alone():
     assert lean.measure == full.measure == Measure.BATCHES
     assert lean_stall.stall_s == pytest.approx(full_stall.stall_s) == pytest.approx(3.0)
     assert dict(lean_stall.progress_age_s)[WORKER_PID] == pytest.approx(3.0)
+    # a lean sample whose counts rose: no stall (the watcher then skips measuring it)
+    tracker = detect.ProgressTracker(0.5)
+    first = _poller(0.0, samples=1)
+    tracker.update(first)
+    rose = dataclasses.replace(_poller(1.0, samples=2, cpu=0.0), processes=first.processes)
+    tracker.update(rose)
+    assert tracker.last_batch_mono == rose.t_mono and tracker.stall(rose).stall_s == 0.0
     # a lean sample that would change the measure (main left __next__) is folded in whole
     tracker = detect.ProgressTracker(0.5)
     first = _poller(0.0)

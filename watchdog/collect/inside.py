@@ -597,6 +597,9 @@ class InsideReader:
                 stem = n.partition(".")[0]
                 if stem.isdigit():
                     self._by_pid[int(stem)].append(n)
+            if not forks and wanted is not None:
+                # a rank's tick: its own processes' files only (others' are skipped below)
+                names = sorted(n for pid in wanted for n in self._by_pid.get(pid, ()))
         for retired in () if counters else self._retired.values():
             if forks:
                 fork_list.extend(retired.forks)
@@ -608,7 +611,6 @@ class InsideReader:
             if not stem.isdigit() or ext not in ("bin", "json", "fetch"):
                 continue
             pid = int(stem)
-            path = os.path.join(self.folder, name)
             if ext == "fetch":
                 if wanted is None or pid in wanted:
                     fetch = self._fetch(pid, name)
@@ -618,7 +620,7 @@ class InsideReader:
             if ext == "json":
                 if counters or (not forks and wanted is not None and pid not in wanted):
                     continue  # a lean tick's, or another rank's: not needed now
-                doc = self._doc(pid, path)
+                doc = self._doc(pid, os.path.join(self.folder, name))
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
                 derived = self._derived.get(pid)
