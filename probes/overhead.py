@@ -143,32 +143,45 @@ class RunError(Exception):
     """A run failed; the message says which and why."""
 
 
+def _stat_ticks(path: str) -> Optional[int]:
+    """``utime + stime`` (clock ticks) of the ``stat`` file at ``path``, or ``None``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        rest = data[data.rindex(b")") + 2 :].split()
+        return int(rest[11]) + int(rest[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _cpu_s(pid: int) -> Optional[float]:
-    """CPU seconds ``pid`` has used: the sum of its live threads' run time in nanoseconds
-    (``/proc/PID/task/TID/schedstat``, first field; ``CONFIG_SCHED_INFO``), precise where
-    ``stat``'s ``utime + stime`` counts in clock ticks (10 ms); ``stat``'s when ``schedstat`` is
-    missing. ``None`` when the process is gone."""
+    """CPU seconds ``pid`` has used, its ended threads' included: its live threads' run time
+    in nanoseconds (``/proc/PID/task/TID/schedstat``, first field; ``CONFIG_SCHED_INFO``),
+    precise where ``stat``'s ``utime + stime`` counts in clock ticks (10 ms), plus what the
+    process's ``stat`` counts beyond its live threads' ``stat``: the threads that ended (a rank's
+    watcher thread ends with its rank, at the end of the window; proc(5)). ``stat``'s alone when
+    ``schedstat`` is missing. ``None`` when the process is gone."""
+    clk = os.sysconf("SC_CLK_TCK")
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    total = 0
-    try:
+    run_ns, live_ticks = 0, 0
+    if os.path.exists("/proc/self/schedstat"):
         for tid in tids:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, IndexError):
+            ticks = _stat_ticks(f"/proc/{pid}/task/{tid}/stat")
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    ns = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # it ended meanwhile: counted in the process's total
+            if ticks is not None:
+                run_ns += ns
+                live_ticks += ticks
+    whole = _stat_ticks(f"/proc/{pid}/stat")  # last: at least the live threads' ticks read
+    if whole is None:
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rindex(b")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    return run_ns / 1e9 + max(0, whole - live_ticks) / clk
 
 
 def _read_syscalls(pid: int) -> Optional[int]:

@@ -444,3 +444,26 @@ def test_a_crash_scenario_that_may_hang_counts_its_hang_report_and_a_strict_one_
     strict = repro.BY_NAME["worker_killed"]
     ok, chosen, _, why = repro._judge(strict, [("r1", _doc("hang", "worker_killed"))], 124)
     assert not ok and chosen is None and why == "no crash report (only: hang worker_killed)"
+
+
+def test_the_sidecars_cpu_counts_threads_that_ended():
+    # A rank's watcher thread ends with its rank, at the end of the window: its CPU must stay
+    # in the total (a sum over live threads only once made a node's cost negative).
+    import os
+    import threading
+    import time
+
+    from probes import overhead
+
+    before = overhead._cpu_s(os.getpid())
+
+    def burn():
+        t = time.thread_time()
+        while time.thread_time() - t < 0.3:
+            pass
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    after = overhead._cpu_s(os.getpid())
+    assert before is not None and after is not None and after - before >= 0.25, (before, after)
