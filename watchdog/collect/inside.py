@@ -618,8 +618,8 @@ class InsideReader:
                         fetches.append(fetch)
                 continue
             if ext == "json":
-                if counters or (not forks and wanted is not None and pid not in wanted):
-                    continue  # a lean tick's, or another rank's: not needed now
+                if counters:
+                    continue  # a lean tick: the records are not needed now
                 doc = self._doc(pid, os.path.join(self.folder, name))
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
