@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import time
+from typing import Optional
 
 import psutil
 import pytest
@@ -44,12 +45,23 @@ def run_dlwatch(args, job, timeout_s=120):
 
 
 def _child(parent_pid: int, needle: str, timeout_s: float, what: str) -> psutil.Process:
-    """The first child of ``parent_pid`` whose command line holds ``needle``, waited for."""
-    return wait_for(
-        lambda: next((c for c in psutil.Process(parent_pid).children() if needle in " ".join(c.cmdline())), None),
-        timeout_s,
-        what,
-    )
+    """The first child of ``parent_pid`` whose command line holds ``needle``, waited for. A
+    child that still has the parent's own command line is a fork that has not exec'd yet (dlwatch
+    starting py-spy, say: its command line holds the job's), not the job: skipped."""
+    parent = psutil.Process(parent_pid)
+    own = parent.cmdline()
+
+    def found() -> Optional[psutil.Process]:
+        for c in parent.children():
+            try:
+                cmd = c.cmdline()
+            except psutil.Error:
+                continue  # gone meanwhile
+            if needle in " ".join(cmd) and cmd != own:
+                return c
+        return None
+
+    return wait_for(found, timeout_s, what)
 
 
 def test_healthy_job_exits_0_without_report(tmp_path):
@@ -537,7 +549,16 @@ def test_a_job_paused_with_sigstop_longer_than_the_stall_timeout_is_never_report
     )
     try:
         job = _child(proc.pid, "probes.train", 30, "the job")
-        wait_for(lambda: len(job.children()) >= 2, 60, "the workers")
+
+        def workers() -> bool:
+            try:
+                return len(job.children()) >= 2
+            except psutil.NoSuchProcess:  # say why: the job ended before its workers were seen
+                out, err = proc.communicate(timeout=60)
+                why = f"the job ended early (dlwatch exit {proc.returncode}): {out[-1000:]}{err[-3000:]}"
+                raise AssertionError(why) from None
+
+        wait_for(workers, 60, "the workers", interval_s=0.02)
         os.killpg(job.pid, signal.SIGSTOP)  # as a debugger or an operator pausing the job
         time.sleep(12)
         os.killpg(job.pid, signal.SIGCONT)
