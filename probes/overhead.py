@@ -55,6 +55,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from tabulate import tabulate
 
+from watchdog.collect import procfs
 from watchdog.exits import Exit
 
 from . import module_name
@@ -143,15 +144,10 @@ class RunError(Exception):
     """A run failed; the message says which and why."""
 
 
-def _stat_ticks(path: str) -> Optional[int]:
-    """``utime + stime`` (clock ticks) of the ``stat`` file at ``path``, or ``None``."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        rest = data[data.rindex(b")") + 2 :].split()
-        return int(rest[11]) + int(rest[12])
-    except (OSError, ValueError, IndexError):
-        return None
+def _stat_ticks(pid: int, tid: Optional[int] = None) -> Optional[int]:
+    """``utime + stime`` (clock ticks) of ``pid`` (or its thread ``tid``), or ``None``."""
+    st = procfs.proc_stat(pid, tid)
+    return None if st is None else st.cpu_ticks
 
 
 def _cpu_s(pid: int) -> Optional[float]:
@@ -161,7 +157,7 @@ def _cpu_s(pid: int) -> Optional[float]:
     process's ``stat`` counts beyond its live threads' ``stat``: the threads that ended (a rank's
     watcher thread ends with its rank, at the end of the window; proc(5)). ``stat``'s alone when
     ``schedstat`` is missing. ``None`` when the process is gone."""
-    clk = os.sysconf("SC_CLK_TCK")
+    clk = procfs.CLK_TCK
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -169,7 +165,7 @@ def _cpu_s(pid: int) -> Optional[float]:
     run_ns, live_ticks = 0, 0
     if os.path.exists("/proc/self/schedstat"):
         for tid in tids:
-            ticks = _stat_ticks(f"/proc/{pid}/task/{tid}/stat")
+            ticks = _stat_ticks(pid, int(tid))
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
                     ns = int(f.read().split()[0])
@@ -178,7 +174,7 @@ def _cpu_s(pid: int) -> Optional[float]:
             if ticks is not None:
                 run_ns += ns
                 live_ticks += ticks
-    whole = _stat_ticks(f"/proc/{pid}/stat")  # last: at least the live threads' ticks read
+    whole = _stat_ticks(pid)  # last: at least the live threads' ticks read
     if whole is None:
         return None
     return run_ns / 1e9 + max(0, whole - live_ticks) / clk
