@@ -45,7 +45,7 @@ from . import act, detect
 from .alert import Alerts
 from .collect import discovery, procfs, pyspy
 from .collect.inside import InsideReader
-from .collect.sampler import Sampler
+from .collect.sampler import THREADS_CPU_SHARE, Sampler, cpu_share
 from .collect.warning_stacks import WarningStacks
 from .config import Config
 from .diagnose import diagnose
@@ -129,6 +129,11 @@ def _stopped_text(pids: Tuple[int, ...]) -> str:
     if paused:
         out.append(f"pid(s) {', '.join(map(str, paused))} stopped (state T: SIGSTOP or a debugger): paused")
     return "; ".join(out) + "; not hung, the stall clock waits"
+
+
+def _batch_counts(loaders) -> Tuple[Tuple[int, int], ...]:
+    """``((iterator, batches), ...)`` of ``loaders`` (:class:`LoaderView`)."""
+    return tuple((v.iterator, v.batches) for v in loaders)
 
 
 def criterion(
@@ -336,6 +341,12 @@ class Watcher:
         self._lean_next = False
         self._full_at = float("-inf")
         self._full_every_s = min(config.warning_interval_s, config.stall_timeout_s / 2)
+        # NOTE [ Thread reads ] in watchdog/collect/sampler.py: the next full sample reads no
+        # thread while main received a batch at this tick and the tree left its CPUs idle
+        # (below THREADS_CPU_SHARE of them used between the last two full samples).
+        self._threads_next = True
+        self._last_full: Optional[Sample] = None
+        self._cpu_busy = True
 
     def _reported(self, written: ReportWritten) -> None:
         self.on_report(written)
@@ -427,14 +438,20 @@ class Watcher:
             return InsideView(note="the inside view could not be read")
 
     def _tick(self) -> None:
-        sample = self.sampler.sample(lean=self._lean_next)
+        sample = self.sampler.sample(lean=self._lean_next, threads=self._threads_next)
         self._lean_next = False
+        self._threads_next = True
         if not self.sampler.lean:
             self._full_at = sample.t_mono
+            self._cpu_busy = self._cpu_busy_since(self._last_full, sample)
+            self._last_full = sample
         main = sample.main
         if main is None:
             return
-        view = self._inside_view([p.pid for p in sample.processes], forks=False, counters=self.sampler.lean)
+        if self.sampler.lean:
+            view = self._counters_view(sample, main.pid)
+        else:
+            view = self._inside_view([p.pid for p in sample.processes], forks=False)
         if view.loaders or view.fetches:
             sample = dataclasses.replace(sample, loaders=view.loaders, fetches=view.fetches)
         self.timeline.append(sample)
@@ -448,12 +465,37 @@ class Watcher:
         self._judge(sample, view)
         # after the judging: a look for warnings made at this tick is not due at the next
         next_t = sample.t_mono + self.config.interval_s  # about when the next tick samples
+        delivered = bool(sample.loaders) and self.tracker.last_batch_mono == sample.t_mono
         self._lean_next = (
-            bool(sample.loaders)
-            and self.tracker.last_batch_mono == sample.t_mono
+            delivered
             and next_t - self._full_at < self._full_every_s
             and next_t - self._last_live_look < self.config.warning_interval_s  # a look is due on a full one
         )
+        self._threads_next = not delivered or self._cpu_busy
+
+    def _counters_view(self, sample: Sample, main_pid: int) -> InsideView:
+        """The inside view's counters at a lean tick (NOTE [ Lean ticks ]): main's loaders
+        first; when their batch counts moved since the last sample (a batch reached main: no
+        stall to measure), the workers' sample counts are the last sample's, not read (a
+        worker's progress is then dated at the next tick that reads them, at most
+        ``_full_every_s`` later: later than it was, never earlier); else every process's."""
+        last = self.timeline[-1] if self.timeline else None
+        if last is not None and last.loaders and all(v.pid == main_pid for v in last.loaders):
+            own = self._inside_view([main_pid], forks=False, counters=True)
+            if own.loaders and _batch_counts(own.loaders) != _batch_counts(last.loaders):
+                return dataclasses.replace(own, fetches=last.fetches)
+        return self._inside_view([p.pid for p in sample.processes], forks=False, counters=True)
+
+    def _cpu_busy_since(self, before: Optional[Sample], after: Sample) -> bool:
+        """Whether the tree used ``THREADS_CPU_SHARE`` or more of its usable CPUs (main's
+        affinity and cgroup quota, else the host's) between the full samples ``before`` and
+        ``after``; ``True`` when that is not known (NOTE [ Thread reads ])."""
+        main = after.main
+        if before is None or main is None:
+            return True
+        usable = min([float(x) for x in (main.cpu_affinity, main.cpu_quota) if x] or [float(self.host_cpus)])
+        share = cpu_share(before, after, usable)
+        return share is None or share >= THREADS_CPU_SHARE
 
     def _judge(self, sample: Sample, view: InsideView) -> None:
         """Measure the stall at ``sample`` (the tracker has it) and examine it when due, or look

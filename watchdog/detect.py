@@ -423,9 +423,10 @@ class ProgressTracker:
             if proc_moved:
                 self._last_tree_work = now
             recent = self._recent.setdefault(pkey, collections.deque())
-            recent.append((now, p.cpu_s, _io_of(p), sum(t.voluntary_ctxt_switches for t in p.threads)))
-            while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
-                recent.popleft()
+            if sample.threads_read:  # the wake-ups are every thread's: none without threads
+                recent.append((now, p.cpu_s, _io_of(p), sum(t.voluntary_ctxt_switches for t in p.threads)))
+                while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
+                    recent.popleft()
             if p.role not in LOADER_ROLES:
                 continue
             if p.role == ROLE_WORKER_CHILD:
@@ -452,8 +453,11 @@ class ProgressTracker:
             if moved or self.stopped:
                 self._pid_progress[okey] = now
                 self._last_progress = now
-            self._track_stuck(pkey, p, now)
-        for key in list(self._marks):
+            if sample.threads_read:
+                self._track_stuck(pkey, p, now)
+            else:
+                self._stuck_since.pop(pkey, None)  # a proof starts again from threads read
+        for key in list(self._marks) if sample.threads_read else ():
             if key not in seen:
                 del self._marks[key]
                 self._trusted.pop(key, None)

@@ -487,6 +487,11 @@ class Sample:
     host: HostSample
     loaders: Tuple[LoaderView, ...] = ()
     fetches: Tuple[WorkerFetch, ...] = ()
+    # Whether the processes' threads were read for this sample: ``False`` while main's loader
+    # delivers batches and the tree leaves most of its CPUs idle, where each process's
+    # ``threads`` is empty (NOTE [ Thread reads ] in watchdog/collect/sampler.py); a lean
+    # sample has its full sample's.
+    threads_read: bool = True
     # {pid: process}, built at the first :meth:`process` call (rules that follow one process
     # through the whole timeline look up every sample).
     _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)

@@ -348,3 +348,24 @@ def test_a_counters_read_uses_the_held_file_and_a_full_read_sees_it_replaced(tmp
     assert reader.read([WORKER_PID]).fetches == () and reader._held == {}  # gone: its descriptor closed
     os.symlink("/dev/zero", path)  # a link the job put there is never followed
     assert reader.read([WORKER_PID]).fetches == ()
+
+
+def test_samples_without_threads_leave_the_wake_ups_of_a_stall_to_samples_with_them():
+    # NOTE [ Thread reads ]: while batches flow, a full sample may read no thread (its
+    # processes' threads empty, threads_read False). Those samples must not count as readings of
+    # the wake-ups (0 of them): the stall that follows would see every wake-up since the job
+    # started as happening within its first second.
+    tracker = detect.ProgressTracker(0.5)
+    for t in range(7):
+        smp = _poller(float(t), samples=1 + min(t, 5))  # counts rise until t=5, then stop
+        if 1 <= t <= 5:
+            smp = dataclasses.replace(
+                smp,
+                processes=tuple(dataclasses.replace(p, threads=()) for p in smp.processes),
+                threads_read=False,
+            )
+        tracker.update(smp)
+    st = tracker.stall(_poller(6.0, samples=6))
+    assert st.stall_s == pytest.approx(1.0)
+    (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
+    assert work[3] == pytest.approx(50 * st.work_window_s)  # the worker wakes 50 times a second

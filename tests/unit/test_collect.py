@@ -615,6 +615,41 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
         proc.wait()
 
 
+def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children():
+    # NOTE [ Thread reads ]: a real main with one forked child; a sample with threads=False has
+    # both processes, no thread of either, and says so; the next one with threads reads them.
+    import signal
+    import subprocess
+    import sys
+
+    from watchdog.collect.sampler import Sampler
+
+    script = (
+        "import os, time\n"
+        "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        s = Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)  # roles settled
+        deadline = time.monotonic() + 10
+        first = s.sample()
+        while len(first.processes) < 2 and time.monotonic() < deadline:
+            first = s.sample()
+        assert first.threads_read and first.main.threads  # main's (the child is no worker: not read)
+        bare = s.sample(threads=False)
+        assert not bare.threads_read and len(bare.processes) == 2 and all(p.threads == () for p in bare.processes)
+        assert [p.pid for p in bare.processes] == [p.pid for p in first.processes]
+        assert s.sample(lean=True).threads_read is False  # a lean sample has its full sample's
+        again = s.sample()
+        assert again.threads_read and again.main.threads
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_an_exit_watch_says_ended_once_the_process_exits_even_unreaped_and_never_for_a_reused_pid():
     # A real child: alive, then a zombie (exited, not reaped: ended), then reaped; a watch opened
     # with another start time is ended from the start (its pid names another process).

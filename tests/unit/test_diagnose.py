@@ -627,6 +627,20 @@ def test_oversubscription_remedy_follows_the_measured_thread_counts():
     assert "set_num_threads" not in remedy and "affinity" in remedy
 
 
+def test_oversubscription_is_judged_on_the_samples_that_read_threads():
+    # NOTE [ Thread reads ]: samples between those that read threads have none; they are not
+    # samples with no runnable thread (here half the timeline: the rule needs 60 % of it over).
+    def unread(s):
+        return dataclasses.replace(
+            s, processes=tuple(dataclasses.replace(p, threads=()) for p in s.processes), threads_read=False
+        )
+
+    fresh = oversubscribed_timeline()
+    mixed = tuple(x for s in fresh for x in (s, unread(dataclasses.replace(s, t_mono=s.t_mono + 0.5))))
+    assert "cpu_oversubscribed" in {d.kind for d in diagnose(live_facts(mixed, host_cpus=4))}
+    assert "cpu_oversubscribed" not in {d.kind for d in diagnose(live_facts(tuple(map(unread, fresh)), host_cpus=4))}
+
+
 def test_map_count_pressure_warns_before_the_crash():
     timeline = tuple(
         sample(float(t), [proc(MAIN_PID, ROLE_MAIN, [], map_count=40_000 + 1300 * t)], max_maps=65530)

@@ -75,3 +75,64 @@ def test_a_hang_still_open_when_the_job_ended_says_how_it_ended_once(tmp_path):
     became = json.loads((folder / "outcome.json").read_text())
     assert became["outcome"] == "job_ended" and "after the SIGTERM dlwatch forwarded to it" in became["summary"]
     assert w.hangs.open == [] and w.hangs.resolved is None  # written once: nothing left open
+
+
+def test_threads_are_asked_for_while_the_tree_keeps_half_its_usable_cpus_busy():
+    # NOTE [ Thread reads ]: between two full samples 10 s apart, a tree of main and two
+    # workers pinned to 2 CPUs used 6 s (0.3 of them: no thread reads while batches flow) or
+    # 12 s of CPU (0.6: threads read, cpu_oversubscribed may need them).
+    from tests.unit.builders import proc, sample, thread
+    from watchdog.collect.sampler import cpu_share
+    from watchdog.types import ROLE_MAIN, ROLE_WORKER
+
+    def at(t, cpu_each):
+        return sample(
+            t,
+            [proc(10, ROLE_MAIN, [thread(10)], cpu=cpu_each, cpu_affinity=2)]
+            + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each) for p in (11, 12)],
+        )
+
+    w = _watcher()
+    assert cpu_share(at(0.0, 0.0), at(10.0, 2.0), 2.0) == 0.3
+    assert not w._cpu_busy_since(at(0.0, 0.0), at(10.0, 2.0))
+    assert w._cpu_busy_since(at(0.0, 0.0), at(10.0, 4.0))
+    assert w._cpu_busy_since(None, at(10.0, 0.0))  # unknown: threads are read
+    assert cpu_share(at(0.0, 0.0), at(0.05, 1.0), 2.0) is None  # too close to measure
+
+
+def test_a_lean_tick_reads_the_workers_counts_only_when_no_batch_reached_main(tmp_path):
+    # NOTE [ Lean ticks ]: the recorder's own writer (in this process) keeps main's counters; a
+    # worker's sample count is a .fetch file. While main's batch count moves, the workers'
+    # counts are the last sample's (the same object); once it stands still, they are read.
+    import dataclasses
+    import mmap
+
+    from tests.unit.builders import proc, sample, thread
+    from watchdog.collect import inside
+    from watchdog.types import ROLE_MAIN, ROLE_WORKER
+
+    fmt, worker = inside.FORMAT, 999_999
+    recorder = fmt._Process(str(tmp_path))
+    slot = recorder.new_iterator({})
+    fetch = tmp_path / f"{worker}.fetch"
+    fetch.write_bytes(bytes(fmt.FETCH.size))
+
+    def fetched(count):
+        with open(fetch, "r+b") as f:
+            buf = mmap.mmap(f.fileno(), fmt.FETCH.size)
+            fmt.FETCH.pack_into(buf, 0, count, 1_000_000_000)
+            buf.close()
+
+    w = _watcher(inside=inside.InsideReader(str(tmp_path)))
+    now = sample(1.0, [proc(os.getpid(), ROLE_MAIN, [thread(os.getpid())]), proc(worker, ROLE_WORKER, [], "fork")])
+    fetched(1)
+    first = w._inside_view([os.getpid(), worker], forks=False)  # a full read lists the folder
+    assert first.loaders and first.fetches[0].samples == 1
+    w.timeline.append(dataclasses.replace(now, loaders=first.loaders, fetches=first.fetches))
+    slot.delivered()
+    fetched(2)
+    moved = w._counters_view(now, os.getpid())
+    assert moved.loaders[0].batches == 1 and moved.fetches is first.fetches  # not read
+    w.timeline.append(dataclasses.replace(now, loaders=moved.loaders, fetches=moved.fetches))
+    still = w._counters_view(now, os.getpid())
+    assert still.loaders[0].batches == 1 and still.fetches[0].samples == 2  # read

@@ -23,7 +23,7 @@ Documentation/filesystems/proc.rst):
 * Values that did not change since the last sample are the same objects
   (:meth:`Sampler._kept`), so the timeline holds one copy of them.
 * Threads: see :class:`procfs.ThreadReader` (a thread that did not run since the last tick
-  costs two reads and keeps its sample object).
+  costs two reads and keeps its sample object), and NOTE [ Thread reads ] for when none is read.
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
   kernel walks its page tables), the map count and the mapped data files: see
   :meth:`Sampler._due_full_info`.
@@ -33,6 +33,19 @@ Documentation/filesystems/proc.rst):
   processes again, the same objects; a full sample when main's children changed, at least
   every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that delivered
   nothing.
+
+NOTE [ Thread reads ]
+Per-thread counters and waits are what judges a stall: which thread waits where, whether it
+woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect.py``). While
+the inside view shows main receiving batches, there is no stall to judge: a full sample then
+reads no thread (``sample(threads=False)``, the watcher's choice: it asks for threads at the
+first tick that counted no batch, so a stall is judged from per-thread reads as before, and
+always without the inside view). The one rule that reads threads while batches flow,
+``cpu_oversubscribed`` (more runnable threads than usable CPUs), needs CPUs kept busy by the
+tree's threads: the watcher also asks for threads while the tree used at least
+``THREADS_CPU_SHARE`` of its usable CPUs between its last two full samples
+(:func:`cpu_share`). Each thread read costs two ``/proc`` reads; a rank of 1 + 8 processes
+runs 30 to 40 threads.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
@@ -137,6 +150,26 @@ class MemoryReadBudget:
             granted = min(wanted, int(self._tokens))
             self._tokens -= granted
             return granted
+
+
+# NOTE [ Thread reads ]: while batches flow, threads are read only while the tree used this
+# share of its usable CPUs or more. cpu_oversubscribed (watchdog/diagnose/live.py) needs more
+# runnable threads than 1.5 x the usable CPUs: they keep the CPUs busy, so the tree uses about
+# all of them (less only where other processes take CPUs from the same set).
+THREADS_CPU_SHARE = 0.5
+
+
+def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[float]:
+    """The share of ``usable_cpus`` (CPUs, > 0) the processes of ``after`` used since
+    ``before`` (two full samples, ``before`` older): the CPU seconds each process present in
+    both gained (``stat`` utime + stime, every thread's), over the seconds between them and
+    ``usable_cpus``; ``None`` when they are not at least 0.1 s apart."""
+    span = after.t_mono - before.t_mono
+    if span < 0.1 or usable_cpus <= 0:
+        return None
+    was = {p.ident: p.cpu_s for p in before.processes}
+    used = sum(max(0.0, p.cpu_s - was[p.ident]) for p in after.processes if p.ident in was)
+    return used / span / usable_cpus
 
 
 # A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
@@ -331,13 +364,15 @@ class Sampler:
         this sampler was made, or empty when it was gone already."""
         return [] if self._root_start is None else [ProcId(self.root_pid, self._root_start)]
 
-    def sample(self, lean: bool = False) -> Sample:
+    def sample(self, lean: bool = False, threads: bool = True) -> Sample:
         """One sample of the job now; processes that vanish meanwhile are left out, and so are
         zombies (as psutil, whose command line read fails for them, left them out before).
 
         With ``lean`` (the watcher's call: the inside view saw the loader deliver at the last
         sample), a lean sample (:meth:`_lean`) when nothing can have changed in the tree; else,
-        and always without ``lean``, a full one. :attr:`lean` says which this was."""
+        and always without ``lean``, a full one. :attr:`lean` says which this was. Without
+        ``threads``, a full sample reads no process's threads (NOTE [ Thread reads ]): each
+        process's ``threads`` is empty and the sample's ``threads_read`` is ``False``."""
         if lean:
             quick = self._lean()
             if quick is not None:
@@ -346,7 +381,7 @@ class Sampler:
                 return quick
         self.lean = False
         self._lean_kids = None
-        full = self._sample()
+        full = self._sample(threads)
         self._last_sample = full
         return full
 
@@ -391,15 +426,15 @@ class Sampler:
         )
         if memory_short(host):
             return None
-        return Sample(time.monotonic(), time.time(), last.processes, host)
+        return Sample(time.monotonic(), time.time(), last.processes, host, threads_read=last.threads_read)
 
-    def _sample(self) -> Sample:
+    def _sample(self, threads: bool = True) -> Sample:
         t_mono, wall = time.monotonic(), time.time()
         main, main_st = self._find_main()
         found: List[dict] = []
         self._borrowed = ()
         if main is not None and main_st is not None:
-            found = self._walk(main.pid, main_st, t_mono)
+            found = self._walk(main.pid, main_st, t_mono, threads)
         self._read_full_info(found, t_mono)
         self._count_fds(found, t_mono)
         processes = tuple(self._kept(f) for f in found)
@@ -417,12 +452,14 @@ class Sampler:
         self.memory_cgroup = cgroup.memory_cgroup(main.pid) if main is not None else None
         host = host_sample(main.pid if main else None, self.memory_cgroup)
         self._short = memory_short(host)
-        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host)
+        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads)
 
-    def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float) -> List[dict]:
+    def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float, threads_wanted: bool = True) -> List[dict]:
         """Main and every descendant (breadth first, each parent before its children), as the
         keyword arguments of their :class:`ProcessSample` (USS fields still to fill); main first,
-        then by create time."""
+        then by create time. Without ``threads_wanted``, no thread is read (the children of a
+        process come from its threads' ``children`` files, or the last walk's when no task was
+        created on the host since)."""
         ppids: Optional[Dict[int, List[int]]] = None
         newest = procfs.last_pid()
         if self._lost or t_mono - self._all_children_at >= _ALL_CHILDREN_EVERY_S:
@@ -486,7 +523,7 @@ class Sampler:
             watched = name in (ROLE_MAIN, ROLE_WORKER)
             threaded = watched or name == ROLE_STARTING
             kids: Optional[Tuple[int, ...]]
-            if threaded:
+            if threaded and threads_wanted:
                 threads, kids = self._threads.read(
                     pid, pid if name == ROLE_MAIN else None, children=mode, num_threads=st.num_threads
                 )

@@ -366,7 +366,7 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
         return None
     usable, how = usable_cpus(facts)
     usable = usable or float(facts.host_cpus)
-    recent = [s for s in facts.timeline[-30:] if s.workers]
+    recent = [s for s in facts.timeline[-30:] if s.workers and s.threads_read]
     if len(recent) < OVERSUBSCRIBED_MIN_SAMPLES:
         return None
     runnable = [_runnable(s) for s in recent]
