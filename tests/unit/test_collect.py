@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -568,15 +569,31 @@ def test_the_path_a_thread_is_opening_is_read_from_its_system_call_argument():
     assert procfs.opening_path(os.getpid(), KernelWait(WaitKind.FD, "openat", raw="257 0xffffff9c 0x0")) is None
 
 
-def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(tmp_path):
-    # A real main that forks one child, then another on a signal, and reaps its first on a
-    # second signal: a lean sample reads main's children only, and a child it did not know, or
-    # one gone, makes it a full sample.
+@contextlib.contextmanager
+def _sampled_job(script: str):
+    """A real Python job running ``script`` (which prints ``ready`` once set up) in a session of
+    its own, and a :class:`Sampler` of it whose roles are settled (its clock an hour ahead);
+    the session is killed whatever happens."""
     import signal
     import subprocess
     import sys
 
     from watchdog.collect.sampler import Sampler
+
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        yield proc, Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(tmp_path):
+    # A real main that forks one child, then another on a signal, and reaps its first on a
+    # second signal: a lean sample reads main's children only, and a child it did not know, or
+    # one gone, makes it a full sample.
+    import signal
 
     script = (
         "import os, signal, sys, time\n"
@@ -586,10 +603,7 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        s = Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)  # roles settled
+    with _sampled_job(script) as (proc, s):
         first = s.sample(lean=True)  # no sample before: a full one
         assert not s.lean and {p.pid for p in first.processes} >= {proc.pid}
         deadline = time.monotonic() + 10
@@ -610,30 +624,18 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
             time.sleep(0.01)
         gone = s.sample(lean=True)
         assert not s.lean and len(gone.processes) == 2, gone.processes
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children():
     # NOTE [ Thread reads ]: a real main with one forked child; a sample with threads=False has
     # both processes, no thread of either, and says so; the next one with threads reads them.
-    import signal
-    import subprocess
-    import sys
-
-    from watchdog.collect.sampler import Sampler
-
     script = (
         "import os, time\n"
         "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        s = Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)  # roles settled
+    with _sampled_job(script) as (_proc, s):
         deadline = time.monotonic() + 10
         first = s.sample()
         while len(first.processes) < 2 and time.monotonic() < deadline:
@@ -645,9 +647,6 @@ def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children()
         assert s.sample(lean=True).threads_read is False  # a lean sample has its full sample's
         again = s.sample()
         assert again.threads_read and again.main.threads
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_an_exit_watch_says_ended_once_the_process_exits_even_unreaped_and_never_for_a_reused_pid():
