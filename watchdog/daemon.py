@@ -347,6 +347,7 @@ class Watcher:
         self._threads_next = True
         self._last_full: Optional[Sample] = None
         self._cpu_busy = True
+        self._threads_at = float("-inf")  # when a full sample last read threads
 
     def _reported(self, written: ReportWritten) -> None:
         self.on_report(written)
@@ -445,6 +446,8 @@ class Watcher:
             self._full_at = sample.t_mono
             self._cpu_busy = self._cpu_busy_since(self._last_full, sample)
             self._last_full = sample
+            if sample.threads_read:
+                self._threads_at = sample.t_mono
         main = sample.main
         if main is None:
             return
@@ -471,7 +474,11 @@ class Watcher:
             and next_t - self._full_at < self._full_every_s
             and next_t - self._last_live_look < self.config.warning_interval_s  # a look is due on a full one
         )
-        self._threads_next = not delivered or self._cpu_busy
+        # threads at least every stall_timeout_s / 4 even so: a deadlock proof (NOTE [ Deadlock
+        # proof ]) of a worker whose batches main does not wait for yet needs its snapshots
+        self._threads_next = (
+            not delivered or self._cpu_busy or next_t - self._threads_at >= self.config.stall_timeout_s / 4
+        )
 
     def _counters_view(self, sample: Sample, main_pid: int) -> InsideView:
         """The inside view's counters at a lean tick (NOTE [ Lean ticks ]): main's loaders
@@ -518,7 +525,8 @@ class Watcher:
         self.hangs.moved(sample)
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
-        trigger = self.hangs.due(stall, sample.t_mono, rule)
+        # a stall is judged on threads read (the next tick reads them: NOTE [ Thread reads ])
+        trigger = self.hangs.due(stall, sample.t_mono, rule) if sample.threads_read else None
         if (
             trigger is not None
             and self.inside.folder is not None

@@ -453,10 +453,8 @@ class ProgressTracker:
             if moved or self.stopped:
                 self._pid_progress[okey] = now
                 self._last_progress = now
-            if sample.threads_read:
+            if sample.threads_read:  # else kept: the next read's snapshot says whether anything moved
                 self._track_stuck(pkey, p, now)
-            else:
-                self._stuck_since.pop(pkey, None)  # a proof starts again from threads read
         for key in list(self._marks) if sample.threads_read else ():
             if key not in seen:
                 del self._marks[key]

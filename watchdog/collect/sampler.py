@@ -383,6 +383,10 @@ class Sampler:
         self._lean_kids = None
         full = self._sample(threads)
         self._last_sample = full
+        if not threads:
+            # the thread reader's children are those of its last read: the next walk reads
+            # every thread's (a child forked meanwhile would be missing from a "cached" walk)
+            self._all_children_at = float("-inf")
         return full
 
     def _lean(self) -> Optional[Sample]:
