@@ -342,8 +342,9 @@ class Watcher:
         self._full_at = float("-inf")
         self._full_every_s = min(config.warning_interval_s, config.stall_timeout_s / 2)
         # NOTE [ Thread reads ] in watchdog/collect/sampler.py: the next full sample reads no
-        # thread while main received a batch at this tick and the tree left its CPUs idle
-        # (below THREADS_CPU_SHARE of them used between the last two full samples).
+        # thread while a batch was counted at this tick, the tree left its CPUs idle (below
+        # THREADS_CPU_SHARE of them used between the last two full samples) and threads were
+        # read less than stall_timeout_s / 4 ago.
         self._threads_next = True
         self._last_full: Optional[Sample] = None
         self._cpu_busy = True
