@@ -14,6 +14,7 @@ import psutil
 
 from .collect import discovery, examine, procfs
 from .collect.inside import InsideReader
+from .collect.node import NodeReads
 from .collect.sampler import MemoryReadBudget
 from .config import Config
 from .daemon import Outcome, Watcher, WatcherStatus, log
@@ -84,6 +85,9 @@ class JobWatcher:
         self.alerts = self.job.alerts
         self.job.sampler.borrow = self._borrow
         self._memory_budget = MemoryReadBudget()  # the ranks' samplers read memory within it together
+        # the node's readings, one for every rank's sampler and the job's (NOTE [ Node reads ])
+        self._node = NodeReads(max_age_s=config.interval_s / 2)
+        self.job.sampler.node = self._node
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
         self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[ProcId, Watcher] = {}
@@ -91,6 +95,7 @@ class JobWatcher:
         self._threads: List[Tuple[Watcher, threading.Thread]] = []  # one per rank ever watched
         self._next_discovery = float("-inf")
         self._tree: Optional[tuple] = None  # what the last look saw (:meth:`_tree_now`)
+        self._tree_sample: Optional[object] = None  # the job-level sample it was made from
         self._ticks = 0
 
     @property
@@ -136,6 +141,10 @@ class JobWatcher:
 
     def _discover(self) -> None:
         now = time.monotonic()
+        last = self.job.status().sample
+        if last is not None and last is self._tree_sample and now < self._next_discovery:
+            return  # the job-level watcher took no sample since the last look (it samples every few ticks)
+        self._tree_sample = last
         tree = self._tree_now()
         if tree is not None and tree == self._tree and now < self._next_discovery:
             return  # nothing the ranks depend on changed since the last look
@@ -169,6 +178,7 @@ class JobWatcher:
                 launch=self._launch,
             )
             w.sampler.memory_budget = self._memory_budget
+            w.sampler.node = self._node
             w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
             self._all.append(w)

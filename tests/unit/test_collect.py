@@ -670,3 +670,98 @@ def test_an_exit_watch_says_ended_once_the_process_exits_even_unreaped_and_never
         child.kill()
         child.wait()
     assert watch.ended()
+
+
+def test_a_walk_without_threads_finds_main_threads_new_children_and_keeps_another_threads_once_seen():
+    # NOTE [ Thread reads ]: a real main whose main thread forks a child on SIGUSR1 and whose
+    # other thread forks one when a line comes on stdin. Walks without threads read the main
+    # thread's children and keep those already found; the other thread's child is found by a
+    # walk with threads (the first tick without a batch) and then kept by walks without.
+    import signal
+    import subprocess
+    import sys
+
+    from watchdog.collect.sampler import Sampler
+
+    script = (
+        "import os, signal, sys, threading, time\n"
+        "def child():\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: os.fork() or child())\n"
+        "def other():\n"
+        "    sys.stdin.readline()\n"
+        "    os.fork() or child()\n"
+        "    time.sleep(60)\n"
+        "threading.Thread(target=other, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        s = Sampler(proc.pid, full_info_interval_s=10.0, clock=lambda: time.time() + 3600)
+        assert len(s.sample().processes) == 1 and len(s.sample(threads=False).processes) == 1
+
+        def wait_for(count, tid=None):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                tids = [tid] if tid else procfs.task_ids(proc.pid) or []
+                if sum(len(procfs.thread_children(proc.pid, t)) for t in tids) >= count:
+                    return
+                time.sleep(0.01)
+            raise AssertionError(f"no {count} children within 10 s")
+
+        os.kill(proc.pid, signal.SIGUSR1)
+        wait_for(1, proc.pid)
+        assert len(s.sample(threads=False).processes) == 2  # the main thread's new child
+        proc.stdin.write("fork\n")
+        proc.stdin.flush()
+        wait_for(2)
+        assert len(s.sample().processes) == 3  # with threads: the other thread's child too
+        for _ in range(3):
+            subprocess.run(["true"], check=True)  # a task made on the host: the walk reads children again
+            assert len(s.sample(threads=False).processes) == 3  # kept, not read again
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_node_reads_are_kept_for_their_max_age_and_shared_by_the_ranks_that_ask(tmp_path, monkeypatch):
+    # NOTE [ Node reads ]: a reading is given again while it is at most max_age_s old, to any
+    # caller; with max_age_s 0, every call reads. The memory cgroup's folder is looked up once
+    # per CGROUP_PATH_EVERY_S, its figures once per max_age_s for every pid in it.
+    from watchdog.collect import cgroup, node
+
+    now = [100.0]
+    reads = {"meminfo": 0, "folder": 0}
+
+    def fake_meminfo():
+        reads["meminfo"] += 1
+        return (1 << 30, reads["meminfo"] << 20)
+
+    def fake_folder(pid):
+        reads["folder"] += 1
+        return 2, str(tmp_path)
+
+    monkeypatch.setattr(node, "meminfo", fake_meminfo)
+    monkeypatch.setattr(cgroup, "memory_cgroup_folder", fake_folder)
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.current").write_text("123\n")
+    shared = node.NodeReads(max_age_s=0.5, clock=lambda: now[0])
+    assert shared.meminfo() == shared.meminfo() == (1 << 30, 1 << 20) and reads["meminfo"] == 1
+    now[0] += 0.6
+    assert shared.meminfo() == (1 << 30, 2 << 20)
+    assert shared.memory_cgroup(11).usage_bytes == 123
+    (tmp_path / "memory.current").write_text("456\n")
+    assert shared.memory_cgroup(12).usage_bytes == 123  # another rank, the same folder: one reading
+    now[0] += 0.6
+    assert shared.memory_cgroup(11).usage_bytes == 456 and reads["folder"] == 2  # pids 11 and 12, once each
+    now[0] += node.CGROUP_PATH_EVERY_S + 1
+    shared.memory_cgroup(11)
+    assert reads["folder"] == 3
+    alone = node.NodeReads()
+    assert alone.meminfo() != alone.meminfo()  # max_age_s 0: read at every call
+    with pytest.raises(ValueError):
+        node.NodeReads(max_age_s=-1)

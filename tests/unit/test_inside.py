@@ -359,8 +359,9 @@ def test_records_of_ended_workers_are_kept_in_memory_their_files_removed_and_the
 def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_after_it_ended(tmp_path):
     import json
 
+    dead = 4_000_001  # above any pid_max (4194304): a worker that ended, whatever runs beside the test
     doc = {
-        "pid": 4242,
+        "pid": dead,
         "failed": [
             {"worker": 1, "batch": 3, "indices": [5, 9], "sample": 9, "exception": "KeyError", "ns": 2 * 10**9},
             {"worker": 1, "batch": "3"},  # malformed: skipped
@@ -374,15 +375,15 @@ def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_af
             },
         ],
     }
-    (tmp_path / "4242.json").write_text(json.dumps(doc))
+    (tmp_path / f"{dead}.json").write_text(json.dumps(doc))
     reader = inside.InsideReader(str(tmp_path), retire=True)
     want = (
-        inside.WorkerFailure(4242, 1, 3, (5, 9), 9, "KeyError", 2.0),
-        inside.WorkerFailure(4242, 1, 4, None, None, None, 0.0, "Subset.__getitems__"),
+        inside.WorkerFailure(dead, 1, 3, (5, 9), 9, "KeyError", 2.0),
+        inside.WorkerFailure(dead, 1, 4, None, None, None, 0.0, "Subset.__getitems__"),
     )
     assert reader.read().failures == want
-    # pid 4242 does not exist: its file is retired and removed, its failures kept
-    assert reader.read(pids=[]).failures == want and not (tmp_path / "4242.json").exists()
+    # no process has that pid: its file is retired and removed, its failures kept
+    assert reader.read(pids=[]).failures == want and not (tmp_path / f"{dead}.json").exists()
 
 
 def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_unsampled_files_changed(tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -60,16 +60,23 @@ def _count(text: Optional[str], key: str) -> Optional[int]:
 def memory_cgroup(pid: int) -> Optional[MemoryCgroup]:
     """``pid``'s memory cgroup (:class:`MemoryCgroup`): the v1 memory controller's when one is
     mounted (a hybrid host counts memory there), else v2's; ``None`` when neither is readable."""
+    folder = memory_cgroup_folder(pid)
+    return read_memory(*folder) if folder is not None else None
+
+
+def memory_cgroup_folder(pid: int) -> Optional[Tuple[int, str]]:
+    """``(version, folder)`` of ``pid``'s memory cgroup (see :func:`memory_cgroup`), or
+    ``None`` when neither version's is readable."""
     for line in _lines(pid):
         parts = line.split(":", 2)
         if len(parts) == 3 and "memory" in parts[1].split(","):
             d = os.path.join(CGROUP_ROOT, "memory", parts[2].lstrip("/"))
             if os.path.isdir(d):
-                return read_memory(1, d)
+                return 1, d
     v2 = cgroup_dir(pid)
     if v2 is None or not os.path.exists(os.path.join(v2, "memory.current")):
         return None
-    return read_memory(2, v2)
+    return 2, v2
 
 
 def read_memory(version: int, path: str) -> Optional[MemoryCgroup]:

@@ -45,7 +45,11 @@ always without the inside view). The one rule that reads threads while batches f
 tree's threads: the watcher also asks for threads while the tree used at least
 ``THREADS_CPU_SHARE`` of its usable CPUs between its last two full samples
 (:func:`cpu_share`). Each thread read costs two ``/proc`` reads; a rank of 1 + 8 processes
-runs 30 to 40 threads.
+runs 30 to 40 threads. Without thread reads, which thread forked is not known either: a walk
+then reads each process's main thread's children (where PyTorch forks its workers) and keeps
+the children the last walk found; every thread's children are read at the walk of all of them
+(every ``_ALL_CHILDREN_EVERY_S``, and after a process of the tree ended), so a child forked by
+another thread while batches flow is seen within that time, and at once when they stop.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
@@ -79,6 +83,7 @@ from ..types import (
     Sample,
 )
 from . import cgroup, discovery, procfs
+from .node import NodeReads
 
 # State letters kept as they are (psutil's statuses, mapped back); any other letter is "?".
 _STATES = frozenset("RSDTtZXI")
@@ -178,25 +183,17 @@ FD_CENSUS_SHARE = 0.5
 FD_CENSUS_INTERVAL_S = 2.0
 
 
-def _shm_now(main_pid: Optional[int]) -> Optional[Tuple[int, int]]:
-    """``(size, used)`` of ``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, else
-    dlwatch's own), in bytes, or ``None`` when neither can be read."""
-    for path in ([f"/proc/{main_pid}/root/dev/shm"] if main_pid else []) + ["/dev/shm"]:
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            continue
-        return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
-    return None
-
-
-def host_sample(main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] = None) -> HostSample:
+def host_sample(
+    main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] = None, node: Optional[NodeReads] = None
+) -> HostSample:
     """``/dev/shm`` as the job sees it (``/proc/PID/root/dev/shm``, so a container's own shm
     mount is measured), available memory (``MemAvailable``) and the limit and usage of main's
     memory cgroup ``memory`` (:func:`cgroup.memory_cgroup`), in bytes; ``vm.max_map_count`` is
-    read at most once a minute."""
-    shm_total, shm_used = _shm_now(main_pid) or (None, None)
-    total, available = _meminfo()
+    read at most once a minute. ``node``: the readings shared by a job's ranks (NOTE [ Node
+    reads ]); ``None``: read now."""
+    node = node or NodeReads()
+    shm_total, shm_used = node.shm(main_pid) or (None, None)
+    total, available = node.meminfo()
     return HostSample(
         shm_total_bytes=shm_total,
         shm_used_bytes=shm_used,
@@ -206,23 +203,6 @@ def host_sample(main_pid: Optional[int], memory: Optional[cgroup.MemoryCgroup] =
         mem_limit_bytes=memory.limit_bytes if memory else None,
         mem_cgroup_usage_bytes=memory.usage_bytes if memory else None,
     )
-
-
-def _meminfo() -> Tuple[int, int]:
-    """``(MemTotal, MemAvailable)`` of ``/proc/meminfo`` in bytes (proc(5)), as psutil's
-    ``virtual_memory()`` gives them (``total``, ``available``); psutil's own estimate on a
-    kernel older than 3.14, which has no ``MemAvailable``."""
-    data = procfs.read_bytes("/proc/meminfo") or b""
-    fields = {}
-    for line in data.split(b"\n", 3)[:3]:  # MemTotal, MemFree, MemAvailable: the first lines
-        key, _, value = line.partition(b":")
-        parts = value.split()
-        if parts and parts[0].isdigit():
-            fields[key] = int(parts[0]) * 1024
-    if b"MemTotal" in fields and b"MemAvailable" in fields:
-        return fields[b"MemTotal"], fields[b"MemAvailable"]
-    vm = psutil.virtual_memory()
-    return vm.total, vm.available
 
 
 _MAX_MAP_COUNT: List[float] = []  # [read at (monotonic seconds), value or nan]
@@ -335,6 +315,9 @@ class Sampler:
         self._census: Dict[ProcId, FdCensus] = {}  # the last fd census of a process near its limit
         # Main's memory cgroup at the last sample (read once a tick, for the sample and the watcher).
         self.memory_cgroup: Optional[cgroup.MemoryCgroup] = None
+        # Set from outside (watchdog.ranks): the node's readings, shared with the other ranks'
+        # samplers (NOTE [ Node reads ]); its own, read at each call, by default.
+        self.node = NodeReads()
 
     def _create_time(self, start_ticks: int) -> float:
         return start_ticks / procfs.CLK_TCK + self._boot
@@ -420,12 +403,12 @@ class Sampler:
             facts = self._facts.get(p.ident)
             if facts is None or not facts.settled:
                 return None  # young: its role may still change
-        shm = _shm_now(main.pid)
+        shm = self.node.shm(main.pid)
         host = (
             last.host
             if shm is None
             else dataclasses.replace(
-                last.host, shm_total_bytes=shm[0], shm_used_bytes=shm[1], mem_available_bytes=_meminfo()[1]
+                last.host, shm_total_bytes=shm[0], shm_used_bytes=shm[1], mem_available_bytes=self.node.meminfo()[1]
             )
         )
         if memory_short(host):
@@ -453,8 +436,8 @@ class Sampler:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
         self._last_t = t_mono
-        self.memory_cgroup = cgroup.memory_cgroup(main.pid) if main is not None else None
-        host = host_sample(main.pid if main else None, self.memory_cgroup)
+        self.memory_cgroup = self.node.memory_cgroup(main.pid) if main is not None else None
+        host = host_sample(main.pid if main else None, self.memory_cgroup, self.node)
         self._short = memory_short(host)
         return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads)
 
@@ -465,7 +448,7 @@ class Sampler:
         process come from its threads' ``children`` files, or the last walk's when no task was
         created on the host since)."""
         ppids: Optional[Dict[int, List[int]]] = None
-        newest = procfs.last_pid()
+        newest = self.node.last_pid()
         if self._lost or t_mono - self._all_children_at >= _ALL_CHILDREN_EVERY_S:
             mode = "all"
             self._all_children_at = t_mono
@@ -534,6 +517,12 @@ class Sampler:
             else:
                 threads = ()
                 kids = self._kids.get(key) if mode == "cached" else None
+                if kids is None and mode == "changed" and key in self._kids and procfs.children_files_supported():
+                    # NOTE [ Thread reads ]: no thread read, so which thread forked is not known;
+                    # the main thread's children (where PyTorch forks its workers) and those of
+                    # the last walk (a pid that left is dropped below: its stat's parent is
+                    # another) stand for every thread's until the next walk of all of them
+                    kids = tuple(dict.fromkeys(procfs.thread_children(pid, pid) + self._kids[key]))
                 if kids is None:
                     kids = procfs.children_of(pid)
             entry = self._process_entry(pid, key, st, facts, name, role, watched)

@@ -1,0 +1,128 @@
+"""Readings of the node that the samplers of one job's ranks share: ``/dev/shm`` as the job
+sees it, the host's memory (``/proc/meminfo``), the job's memory cgroup and the host's last
+allocated pid.
+
+NOTE [ Node reads ]
+A node of 8 ranks has 8 samplers, each ticking once a second in a thread of its own
+(:class:`~watchdog.ranks.JobWatcher`). What they read of the node is the same for all of them:
+the ranks of one job see one ``/dev/shm`` (a launcher's children share its mount namespace) and
+sit in one memory cgroup (a container's, a Slurm step's, a user's slice). Each reading is kept
+for ``max_age_s`` (half an interval for the ranks: the threads tick at about the same times), so
+8 ranks read the node about twice a second instead of 8 times. A reading is at most ``max_age_s``
+older than its tick: what decides on it (memory short, the cgroup's usage) moves over seconds.
+A sampler alone (a job without ranks) has its own, with ``max_age_s`` 0: it reads at each call.
+Safe from several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Dict, Optional, Tuple
+
+import psutil
+
+from . import cgroup, procfs
+
+# Seconds a process's memory cgroup folder is kept before /proc/PID/cgroup is read again (a
+# wrapper may move the job into another cgroup after it started; rarely later).
+CGROUP_PATH_EVERY_S = 60.0
+
+
+def shm_usage(pid: Optional[int]) -> Optional[Tuple[int, int]]:
+    """``(size, used)`` of ``/dev/shm`` as ``pid`` sees it (``/proc/PID/root/dev/shm``, so a
+    container's own shm mount is measured), else dlwatch's own, in bytes (``statvfs``); ``None``
+    when neither can be read."""
+    for path in ([f"/proc/{pid}/root/dev/shm"] if pid else []) + ["/dev/shm"]:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
+    return None
+
+
+def meminfo() -> Tuple[int, int]:
+    """``(MemTotal, MemAvailable)`` of ``/proc/meminfo`` in bytes (proc(5)), as psutil's
+    ``virtual_memory()`` gives them (``total``, ``available``); psutil's own estimate on a
+    kernel older than 3.14, which has no ``MemAvailable``."""
+    data = procfs.read_bytes("/proc/meminfo") or b""
+    fields = {}
+    for line in data.split(b"\n", 3)[:3]:  # MemTotal, MemFree, MemAvailable: the first lines
+        key, _, value = line.partition(b":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            fields[key] = int(parts[0]) * 1024
+    if b"MemTotal" in fields and b"MemAvailable" in fields:
+        return fields[b"MemTotal"], fields[b"MemAvailable"]
+    vm = psutil.virtual_memory()
+    return vm.total, vm.available
+
+
+class NodeReads:
+    """The node's readings, each kept for ``max_age_s`` seconds (NOTE [ Node reads ]).
+
+    Args:
+        max_age_s: how old a reading may be when it is given again (0: read at every call).
+        clock: ``time.monotonic``, or a test's clock.
+
+    Raises:
+        ValueError: ``max_age_s`` below 0.
+    """
+
+    def __init__(self, max_age_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_age_s < 0:
+            raise ValueError(f"max_age_s must be 0 or more (got {max_age_s})")
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kept: Dict[object, Tuple[float, object]] = {}  # key -> (read at, value)
+        self._cgroup_of: Dict[int, Tuple[float, Optional[Tuple[int, str]]]] = {}  # pid -> (read at, folder)
+
+    def _get(self, key: object, read: Callable[[], object], max_age_s: Optional[float] = None) -> object:
+        """The value kept under ``key`` when it is at most ``max_age_s`` (default: this
+        reader's) old, else ``read()``'s, kept."""
+        age = self.max_age_s if max_age_s is None else max_age_s
+        now = self._clock()
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and now - kept[0] <= age:
+                return kept[1]
+        value = read()  # outside the lock: a slow read never holds up another rank's kept value
+        with self._lock:
+            self._kept[key] = (now, value)
+        return value
+
+    def shm(self, pid: Optional[int]) -> Optional[Tuple[int, int]]:
+        """:func:`shm_usage` of ``pid``'s ``/dev/shm``; one reading for every pid asking (the
+        job's ranks share their launcher's mount namespace)."""
+        return self._get("shm", lambda: shm_usage(pid))  # type: ignore[return-value]
+
+    def meminfo(self) -> Tuple[int, int]:
+        """:func:`meminfo`: ``(MemTotal, MemAvailable)`` in bytes."""
+        return self._get("meminfo", meminfo)  # type: ignore[return-value]
+
+    def last_pid(self) -> Optional[int]:
+        """:func:`procfs.last_pid`, read at most ``max_age_s`` ago. A caller that compares it
+        with the value it saw at its last walk still sees every fork since that walk: the value
+        it compares with was read before that walk began."""
+        return self._get("last_pid", procfs.last_pid)  # type: ignore[return-value]
+
+    def memory_cgroup(self, pid: int) -> Optional[cgroup.MemoryCgroup]:
+        """``pid``'s memory cgroup now (:func:`cgroup.memory_cgroup`): its folder is looked up
+        (``/proc/PID/cgroup``) at most every ``CGROUP_PATH_EVERY_S``, and its figures are one
+        reading for every pid in that folder."""
+        now = self._clock()
+        with self._lock:
+            known = self._cgroup_of.get(pid)
+        if known is None or now - known[0] > CGROUP_PATH_EVERY_S:
+            found = cgroup.memory_cgroup_folder(pid)
+            with self._lock:
+                if len(self._cgroup_of) > 4096:
+                    self._cgroup_of.clear()  # pids of processes long gone
+                self._cgroup_of[pid] = known = (now, found)
+        folder = known[1]
+        if folder is None:
+            return None
+        return self._get(("memcg",) + folder, lambda: cgroup.read_memory(*folder))  # type: ignore[return-value]
