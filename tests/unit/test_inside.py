@@ -4,8 +4,10 @@ running in main) and on counters written here by the recorder's own slot writer.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -422,3 +424,40 @@ def test_loader_views_made_through_the_cache_equal_fresh_ones_and_follow_a_new_r
     assert inside.loader_views(5, doc2, [slot(7, 9, hist2)], cache)[0].workers == (11, 13)  # the file changed
     inside.loader_views(5, doc2, [], cache)
     assert not cache  # the iterator ended: forgotten
+
+
+def test_an_unchanged_folder_is_not_listed_again_and_a_record_the_recorder_replaces_is_read_again(tmp_path):
+    # The recorder's own writer: records are renamed into place, which moves the folder's mtime.
+    # While it stays (and the listing came well after it), the listing and the records read
+    # before are used again: a record changed in place (which the recorder never does) is not
+    # seen; one the recorder replaces is. A listing close to the mtime is not trusted.
+    FMT._FOLDER = str(tmp_path)
+    try:
+        proc_state = FMT._Process(str(tmp_path))
+        slot = proc_state.new_iterator({"kind": "_MultiProcessingDataLoaderIter", "workers": [11, 12]})
+        proc_state.write_json()
+        slot.enter(0, 0)
+        slot.delivered()
+    finally:
+        FMT._FOLDER = None
+    pid = os.getpid()
+    json_path = tmp_path / f"{pid}.json"
+
+    old = time.time() - 60
+
+    def age_folder():
+        os.utime(tmp_path, (old, old))
+
+    reader = inside.InsideReader(str(tmp_path))
+    age_folder()
+    assert reader.read().loaders[0].workers == (11, 12)
+    in_place = json.loads(json_path.read_text())
+    in_place["iterators"][0]["workers"] = [11, 99]
+    json_path.write_text(json.dumps(in_place))  # in place: the folder's mtime stays
+    age_folder()
+    assert reader.read().loaders[0].workers == (11, 12)  # the trusted listing's record
+    assert reader.read(counters=True).loaders[0].workers == (11, 12)
+    FMT._write_atomic(str(json_path), dict(in_place, iterators=[dict(in_place["iterators"][0], workers=[11, 13])]))
+    assert reader.read().loaders[0].workers == (11, 13)  # replaced: the folder moved, listed and read again
+    json_path.write_text(json.dumps(in_place))  # in place, just after a listing close to the mtime
+    assert reader.read().loaders[0].workers == (11, 99)  # that listing was not trusted: every record's stat

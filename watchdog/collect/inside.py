@@ -442,6 +442,17 @@ RETIRED_KEPT = 256
 RETIRE_EVERY_S = 5.0
 
 
+# Nanoseconds by which a listing must follow the folder's mtime to be used again while the mtime
+# stays (InsideReader._list): well above a file system's clock tick (a jiffy, up to 10 ms).
+_RACY_NS = 100_000_000
+
+
+def _records_all(doc: dict, slots: Iterable[dict]) -> bool:
+    """Whether the record ``doc`` has an entry for the iterator of each of ``slots``."""
+    ids = {r.get("id") for r in doc.get("iterators", ()) if isinstance(r, dict)}
+    return all(s["iterator"] in ids for s in slots)
+
+
 class _Retired(NamedTuple):
     forks: Tuple[ForkRecord, ...]
     rng: Tuple[RngCheck, ...]
@@ -494,6 +505,7 @@ class InsideReader:
         # full read); a full read lists it again and closes what went or was replaced.
         self._held: Dict[str, Tuple[int, int]] = {}
         self._names: Optional[List[str]] = None
+        self._listed_mtime: Optional[int] = None  # the folder's mtime (ns) at that listing, when trusted
         self._by_pid: Dict[int, List[str]] = {}  # the names of _names by the pid that wrote them
         self._retired_at = float("-inf")
         # caller (its first pid) -> the pids (as named) it did not sample at its last full read
@@ -502,6 +514,7 @@ class InsideReader:
         # another object (the file changed), so a record read at every tick is interpreted once
         self._derived: Dict[int, Tuple[Optional[dict], _Retired]] = {}
         self._views: LoaderCache = {}  # loader_views' cache
+        self._retired_problems: Set[str] = set()  # the problems of _retired's records
 
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
@@ -534,7 +547,47 @@ class InsideReader:
                 except OSError:
                     pass
 
-    def _doc(self, pid: int, path: str) -> Optional[dict]:
+    def _list(self) -> Tuple[List[str], bool]:
+        """The folder's names (sorted) and whether none of its files was created, removed or
+        replaced since the last listing: the recorder writes each ``.json`` whole to a
+        temporary file and renames it over the old one (``_write_atomic`` in
+        watchdog/bootstrap/_dlwatch_inside.py), and every such change updates the folder's
+        mtime. While the mtime is the listing's, the last listing is used again, and no
+        record is read again or even looked at (no ``stat``). A listing taken within
+        ``_RACY_NS`` of the mtime it saw is not trusted next time: a file system's timestamps
+        come from a coarse clock, and a change made in the same clock tick would leave the
+        mtime as it was (git's "racy" index entries have the same cause). Listing also closes
+        the held descriptors of files gone or replaced.
+
+        Raises:
+            OSError: the folder cannot be read.
+        """
+        assert self.folder is not None
+        t_ns = time.time_ns()
+        mtime = os.stat(self.folder).st_mtime_ns
+        if self._names is not None and mtime == self._listed_mtime:
+            return self._names, True
+        listed = {e.name: e.inode() for e in os.scandir(self.folder)}
+        names = sorted(listed)
+        self._release(listed)
+        self._index(names)
+        self._listed_mtime = mtime if t_ns - mtime > _RACY_NS else None
+        return names, False
+
+    def _index(self, names: List[str]) -> None:
+        """Keep ``names`` as the last listing, and by the pid that wrote them."""
+        self._names = names
+        self._by_pid = collections.defaultdict(list)
+        for n in names:
+            stem = n.partition(".")[0]
+            if stem.isdigit():
+                self._by_pid[int(stem)].append(n)
+
+    def _doc(self, pid: int, path: str, same: bool = False) -> Optional[dict]:
+        """The parsed record of ``pid`` at ``path``: the one read before while its mtime is the
+        same, or when ``same`` (the folder's listing says no record changed, :meth:`_list`)."""
+        if same and pid in self._docs:
+            return self._docs[pid][1]
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
@@ -578,25 +631,22 @@ class InsideReader:
         execs: List[WorkerExec] = []
         failures: List[WorkerFailure] = []
         recording: List[int] = []
+        same = True  # the records (.json) cannot have changed since they were last read
         if counters and self._names is not None:
             # a lean tick: only the named pids' files of the last listing (the folder holds
             # every rank's and worker's: a rank's tick must not cost what the node's would)
             names = self._names if wanted is None else [n for pid in wanted for n in self._by_pid.get(pid, ())]
         else:
             try:
-                listed = {e.name: e.inode() for e in os.scandir(self.folder)}
+                names, same = self._list()
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
-            names = sorted(listed)
             if self.retire and self._retire_due(names, wanted, pids[0] if pids else None):
-                names = self._retire(names, wanted or set())
-            self._release({n: listed[n] for n in names})
-            self._names = names
-            self._by_pid = collections.defaultdict(list)
-            for n in names:
-                stem = n.partition(".")[0]
-                if stem.isdigit():
-                    self._by_pid[int(stem)].append(n)
+                kept = self._retire(names, wanted or set())
+                if len(kept) != len(names):
+                    self._index(kept)
+                    self._listed_mtime = None  # files were removed: list again at the next read
+                names = kept
             if not forks and wanted is not None:
                 # a rank's tick: its own processes' files only (others' are skipped below)
                 names = sorted(n for pid in wanted for n in self._by_pid.get(pid, ()))
@@ -620,7 +670,7 @@ class InsideReader:
             if ext == "json":
                 if counters:
                     continue  # a lean tick: the records are not needed now
-                doc = self._doc(pid, os.path.join(self.folder, name))
+                doc = self._doc(pid, os.path.join(self.folder, name), same)
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
                 derived = self._derived.get(pid)
@@ -642,9 +692,12 @@ class InsideReader:
                 self._problems[pid] = f"{name}: {e}"
                 continue
             self._saw_any = True
-            doc = self._doc(pid, os.path.join(self.folder, f"{pid}.json"))
+            doc = self._docs.get(pid, (0, None))[1]
+            if not (same and doc is not None and _records_all(doc, slots)):
+                # a record that may have changed, or no record yet of an iterator counted
+                doc = self._doc(pid, os.path.join(self.folder, f"{pid}.json"))
             loaders.extend(loader_views(pid, doc, slots, self._views))
-        problems = set(self._problems.values()) | {r.problem for r in self._retired.values() if r.problem}
+        problems = set(self._problems.values()) | self._retired_problems
         note = "; ".join(sorted(problems)) or None
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
@@ -712,6 +765,7 @@ class InsideReader:
                     os.unlink(os.path.join(self.folder or "", name))  # never follows a link: the name goes
                 except OSError:
                     pass
+        self._retired_problems = {r.problem for r in self._retired.values() if r.problem}
         removed = {n for files in gone.values() for n in files}
         return [n for n in names if n not in removed]
 
