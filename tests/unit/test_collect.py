@@ -187,7 +187,7 @@ def test_proc_stat_fields_and_a_comm_with_spaces_and_parentheses():
     st = procfs.parse_proc_stat(f"42 (a (b) c) R {fields}\n".encode())
     assert (st.comm, st.state, st.ppid, st.minflt, st.majflt) == ("a (b) c", "R", 4, 10, 12)
     assert (st.cpu_ticks, st.num_threads, st.start_ticks, st.rss_pages) == (14 + 15, 20, 22, 24)
-    assert (st.pgrp, st.tty_nr, st.tpgid) == (5, 7, 8)
+    assert (st.pgrp, st.tty_nr, st.tpgid, st.session, st.vsize_bytes) == (5, 7, 8, 6, 23)
     own = procfs.proc_stat(os.getpid())
     assert own is not None and own.ppid == os.getppid() and own.num_threads >= 1
     assert procfs.proc_stat(2**22 + 1) is None  # above any pid_max: no such process
@@ -450,6 +450,55 @@ def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_f
     assert s._full[key].interval == 10.0
 
 
+def test_a_process_is_not_read_again_while_its_rss_and_virtual_size_and_the_jobs_anonymous_memory_stand_still():
+    # NOTE [ Memory reads on a still job ]: overdue by its cadence, a process is held back while
+    # nothing cheap says its memory changed; any of the signs moving, CUDA pinned memory,
+    # memory short or the ceiling makes it due again.
+    from watchdog.collect import sampler as sampler_mod
+    from watchdog.collect.cgroup import MemoryCgroup
+
+    s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 10_000.0)
+    key, rss, vsize, anon = ProcId(7, 900), 100 * 2**20, 2 << 30, 500 << 20
+    read = sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, rss, 60.0, vsize=vsize, job_anon=anon)
+    s._full = {key: read}
+    s._last_t = 99.0
+    entry = _entry(7, rss, create_time=900.0)
+
+    def due(now=100.0, vsize_now=vsize, anon_now=anon + 2**20):
+        s._vsize[key] = vsize_now
+        return len(s._due_full_info([entry], now, anon_now))
+
+    assert due() == 0  # 100 s after its read, past its 60 s: nothing moved
+    assert due(vsize_now=vsize + 20 * 2**20) == 1  # new mappings
+    assert due(anon_now=anon + 8 * 2**20) == 1  # pages un-shared somewhere in the job
+    assert due(anon_now=None) == 1  # the job's anonymous memory unknown
+    assert len(s._due_full_info([_entry(7, rss + 40 * 2**20, create_time=900.0)], 100.0, anon)) == 1  # RSS
+    assert due(now=sampler_mod._GATED_MAX_FACTOR * 10.0 + 1) == 1  # the ceiling
+    s._full = {key: dataclasses.replace(read, pinned=1 << 20)}
+    assert due() == 1  # CUDA pinned memory grows in neither
+    s._full = {key: read}
+    s._short = True
+    assert due() == 1
+    # the job's anonymous memory is the least of the last readings: a batch allocated and freed
+    # between two samples is no move
+    s._short = False
+    for value in (500, 530, 505, 540, 520, 560, 545):
+        s.memory_cgroup = MemoryCgroup(2, "/x", None, None, None, value << 20)
+        floor = s._job_anon()
+    assert floor == 505 << 20
+    # dlwatch's own memory is left out of the cgroup it shares with the job (or of the host's)
+    s.node.own_anon = lambda: 400 << 20
+    s.node.memory_cgroup_folder = lambda pid: (2, "/x")
+    s._anon.clear()
+    assert s._job_anon() == 145 << 20
+    s.memory_cgroup = None
+    s.node.anon_pages = lambda: 1 << 30
+    s._anon.clear()
+    assert s._job_anon() == (1 << 30) - (400 << 20)
+    s.node.anon_pages = lambda: None  # neither known
+    assert s._job_anon() is None
+
+
 def test_still_memory_is_judged_against_the_slowest_growth_the_rules_warn_about():
     from watchdog.collect.sampler import _Full, _still
 
@@ -517,6 +566,8 @@ def test_memory_cgroups_v1_and_v2_are_read_by_folder(tmp_path):
     (v1 / "memory.usage_in_bytes").write_text("600000000\n")
     (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert cgroup.read_memory(1, str(v1)) == cgroup.MemoryCgroup(1, str(v1), 640 << 20, 600000000, 2)
+    (v1 / "memory.stat").write_text("rss 5\ntotal_inactive_file 1000\ntotal_rss 4096\n")
+    assert cgroup.read_memory(1, str(v1)) == cgroup.MemoryCgroup(1, str(v1), 640 << 20, 599999000, 2, 4096)
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
     assert cgroup.read_memory(1, str(v1)).limit_bytes is None
     v2 = tmp_path / "v2"
@@ -525,6 +576,8 @@ def test_memory_cgroups_v1_and_v2_are_read_by_folder(tmp_path):
     (v2 / "memory.current").write_text("123\n")
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n")
     assert cgroup.read_memory(2, str(v2)) == cgroup.MemoryCgroup(2, str(v2), None, 123, 1)
+    (v2 / "memory.stat").write_text("anon 8192\nfile 4096\ninactive_file 23\n")
+    assert cgroup.read_memory(2, str(v2)) == cgroup.MemoryCgroup(2, str(v2), None, 100, 1, 8192)
     assert cgroup.read_memory(2, str(tmp_path / "gone")) is None
 
 
@@ -739,18 +792,19 @@ def test_node_reads_are_kept_for_their_max_age_and_shared_by_the_ranks_that_ask(
 
     def fake_meminfo():
         reads["meminfo"] += 1
-        return (1 << 30, reads["meminfo"] << 20)
+        return {b"MemTotal": 1 << 30, b"MemAvailable": reads["meminfo"] << 20, b"AnonPages": 7 << 20}
 
     def fake_folder(pid):
         reads["folder"] += 1
         return 2, str(tmp_path)
 
-    monkeypatch.setattr(node, "meminfo", fake_meminfo)
+    monkeypatch.setattr(node, "meminfo_fields", fake_meminfo)
     monkeypatch.setattr(cgroup, "memory_cgroup_folder", fake_folder)
     (tmp_path / "memory.max").write_text("max\n")
     (tmp_path / "memory.current").write_text("123\n")
     shared = node.NodeReads(max_age_s=0.5, clock=lambda: now[0])
-    assert shared.meminfo() == shared.meminfo() == (1 << 30, 1 << 20) and reads["meminfo"] == 1
+    assert shared.meminfo() == shared.meminfo() == (1 << 30, 1 << 20) and shared.anon_pages() == 7 << 20
+    assert reads["meminfo"] == 1
     now[0] += 0.6
     assert shared.meminfo() == (1 << 30, 2 << 20)
     assert shared.memory_cgroup(11).usage_bytes == 123

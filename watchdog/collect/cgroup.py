@@ -26,14 +26,17 @@ _V1_UNLIMITED = 1 << 62
 class MemoryCgroup:
     """The job's memory cgroup now: ``version`` 1 or 2, its folder, ``limit_bytes`` (``None``:
     no limit), ``usage_bytes`` (the working set: usage less inactive file pages, which the
-    kernel reclaims before it kills) and ``oom_kills`` (the kernel's count since the cgroup was
-    made; ``None`` when not kept)."""
+    kernel reclaims before it kills), ``oom_kills`` (the kernel's count since the cgroup was
+    made; ``None`` when not kept) and ``anon_bytes``, its anonymous memory (``memory.stat``'s
+    ``anon`` in v2, ``total_rss`` in v1: anonymous and swap cache), where every page a forked
+    worker stops sharing with main lands."""
 
     version: int
     path: str
     limit_bytes: Optional[int]
     usage_bytes: Optional[int]
     oom_kills: Optional[int]
+    anon_bytes: Optional[int] = None
 
 
 def _lines(pid: int) -> List[str]:
@@ -84,27 +87,24 @@ def read_memory(version: int, path: str) -> Optional[MemoryCgroup]:
     gone: read by folder, so that the count of a job that ended can still be read."""
     if not os.path.isdir(path):
         return None
+    stat = _read(os.path.join(path, "memory.stat"))
     if version == 1:
         limit = _int(_read(os.path.join(path, "memory.limit_in_bytes")))
         return MemoryCgroup(
             1,
             path,
             None if limit is None or limit >= _V1_UNLIMITED else limit,
-            _working_set(
-                _int(_read(os.path.join(path, "memory.usage_in_bytes"))),
-                _read(os.path.join(path, "memory.stat")),
-                "total_inactive_file",
-            ),
+            _working_set(_int(_read(os.path.join(path, "memory.usage_in_bytes"))), stat, "total_inactive_file"),
             _count(_read(os.path.join(path, "memory.oom_control")), "oom_kill"),
+            _count(stat, "total_rss"),
         )
     return MemoryCgroup(
         2,
         path,
         _int(_read(os.path.join(path, "memory.max"))),  # "max": no limit
-        _working_set(
-            _int(_read(os.path.join(path, "memory.current"))), _read(os.path.join(path, "memory.stat")), "inactive_file"
-        ),
+        _working_set(_int(_read(os.path.join(path, "memory.current"))), stat, "inactive_file"),
         _count(_read(os.path.join(path, "memory.events")), "oom_kill"),
+        _count(stat, "anon"),
     )
 
 

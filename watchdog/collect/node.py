@@ -43,21 +43,35 @@ def shm_usage(pid: Optional[int]) -> Optional[Tuple[int, int]]:
     return None
 
 
-def meminfo() -> Tuple[int, int]:
-    """``(MemTotal, MemAvailable)`` of ``/proc/meminfo`` in bytes (proc(5)), as psutil's
-    ``virtual_memory()`` gives them (``total``, ``available``); psutil's own estimate on a
-    kernel older than 3.14, which has no ``MemAvailable``."""
-    data = procfs.read_bytes("/proc/meminfo") or b""
+def meminfo_fields() -> Dict[bytes, int]:
+    """Every field of ``/proc/meminfo`` given in kB, in bytes, by name (``b"MemAvailable"``;
+    proc(5)); empty when unreadable."""
     fields = {}
-    for line in data.split(b"\n", 3)[:3]:  # MemTotal, MemFree, MemAvailable: the first lines
+    for line in (procfs.read_bytes("/proc/meminfo") or b"").splitlines():
         key, _, value = line.partition(b":")
         parts = value.split()
         if parts and parts[0].isdigit():
             fields[key] = int(parts[0]) * 1024
+    return fields
+
+
+def meminfo(fields: Optional[Dict[bytes, int]] = None) -> Tuple[int, int]:
+    """``(MemTotal, MemAvailable)`` in bytes, of :func:`meminfo_fields` (or of ``fields``, read
+    before), as psutil's ``virtual_memory()`` gives them (``total``, ``available``); psutil's
+    own estimate on a kernel older than 3.14, which has no ``MemAvailable``."""
+    fields = meminfo_fields() if fields is None else fields
     if b"MemTotal" in fields and b"MemAvailable" in fields:
         return fields[b"MemTotal"], fields[b"MemAvailable"]
     vm = psutil.virtual_memory()
     return vm.total, vm.available
+
+
+def own_anon_bytes() -> int:
+    """This process's anonymous memory (``RssAnon`` of ``/proc/self/status``, proc(5)) in
+    bytes; 0 when unreadable."""
+    value = procfs.status_field(procfs.read_bytes("/proc/self/status") or b"", "RssAnon")
+    parts = value.split() if value else []
+    return int(parts[0]) * 1024 if parts and parts[0].isdigit() else 0
 
 
 class NodeReads:
@@ -101,7 +115,12 @@ class NodeReads:
 
     def meminfo(self) -> Tuple[int, int]:
         """:func:`meminfo`: ``(MemTotal, MemAvailable)`` in bytes."""
-        return self._get("meminfo", meminfo)  # type: ignore[return-value]
+        return meminfo(self._get("meminfo", meminfo_fields))  # type: ignore[arg-type]
+
+    def anon_pages(self) -> Optional[int]:
+        """The host's anonymous memory (``/proc/meminfo``'s ``AnonPages``) in bytes, or ``None``
+        when not given."""
+        return self._get("meminfo", meminfo_fields).get(b"AnonPages")  # type: ignore[attr-defined]
 
     def last_pid(self) -> Optional[int]:
         """:func:`procfs.last_pid`, read at most ``max_age_s`` ago. A caller that compares it
@@ -109,10 +128,9 @@ class NodeReads:
         it compares with was read before that walk began."""
         return self._get("last_pid", procfs.last_pid)  # type: ignore[return-value]
 
-    def memory_cgroup(self, pid: int) -> Optional[cgroup.MemoryCgroup]:
-        """``pid``'s memory cgroup now (:func:`cgroup.memory_cgroup`): its folder is looked up
-        (``/proc/PID/cgroup``) at most every ``CGROUP_PATH_EVERY_S``, and its figures are one
-        reading for every pid in that folder."""
+    def memory_cgroup_folder(self, pid: int) -> Optional[Tuple[int, str]]:
+        """:func:`cgroup.memory_cgroup_folder` of ``pid``, looked up (``/proc/PID/cgroup``) at
+        most every ``CGROUP_PATH_EVERY_S``."""
         now = self._clock()
         with self._lock:
             known = self._cgroup_of.get(pid)
@@ -122,7 +140,18 @@ class NodeReads:
                 if len(self._cgroup_of) > 4096:
                     self._cgroup_of.clear()  # pids of processes long gone
                 self._cgroup_of[pid] = known = (now, found)
-        folder = known[1]
+        return known[1]
+
+    def memory_cgroup(self, pid: int) -> Optional[cgroup.MemoryCgroup]:
+        """``pid``'s memory cgroup now (:func:`cgroup.memory_cgroup`): its folder is looked up
+        at most every ``CGROUP_PATH_EVERY_S`` (:meth:`memory_cgroup_folder`), and its figures
+        are one reading for every pid in that folder."""
+        folder = self.memory_cgroup_folder(pid)
         if folder is None:
             return None
         return self._get(("memcg",) + folder, lambda: cgroup.read_memory(*folder))  # type: ignore[return-value]
+
+    def own_anon(self) -> int:
+        """dlwatch's own anonymous memory (``RssAnon`` of ``/proc/self/status``) in bytes; 0
+        when unreadable."""
+        return self._get("own_anon", own_anon_bytes)  # type: ignore[return-value]

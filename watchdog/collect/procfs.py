@@ -156,8 +156,9 @@ class ProcStat(NamedTuple):
     second), ``num_threads`` (20), ``start_ticks`` (22: start time in clock ticks since boot),
     ``rss_pages`` (24: resident pages of ``PAGE_SIZE`` bytes, as ``statm``'s ``resident``),
     ``pgrp`` (5), ``tty_nr`` (7: the controlling terminal, 0 for none), ``tpgid`` (8: the
-    foreground process group of that terminal, -1 for none) and ``session`` (6). The only
-    parser of that file."""
+    foreground process group of that terminal, -1 for none), ``session`` (6) and ``vsize_bytes``
+    (23: the virtual memory size in bytes; every new mapping grows it). The only parser of that
+    file."""
 
     comm: str
     state: str
@@ -172,6 +173,7 @@ class ProcStat(NamedTuple):
     tty_nr: int
     tpgid: int
     session: int = 0
+    vsize_bytes: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -209,6 +211,7 @@ def parse_proc_stat(data: bytes) -> ProcStat:
         int(rest[4]),
         int(rest[5]),
         int(rest[3]),
+        int(rest[20]),
     )
 
 

@@ -115,6 +115,18 @@ _RSS_MOVE_SHARE = 0.1
 # A process younger than this (seconds) is read again one second after each read: a worker maps
 # its data files and fills its first caches in its first seconds (a crash then must find them).
 _YOUNG_S = 6.0
+# NOTE [ Memory reads on a still job ]: a process's USS, map count and mapped files are read
+# (smaps_rollup and maps) only when something cheap says they may have changed since its last
+# read: its RSS moved (_RSS_MOVE_BYTES), its virtual size moved (_VSIZE_MOVE_BYTES: every new
+# mapping grows it), or the job's anonymous memory moved (_STABLE_BYTES: every page a worker
+# stops sharing with main is a new anonymous page of the job's memory cgroup, else of the host).
+# The job's anonymous memory is taken as its least over the last _ANON_WINDOW full samples, so
+# that batches allocated and freed do not count as a move. A process read _GATED_MAX_FACTOR x
+# full_info_interval_s ago is read whatever the signs say; a young one, one mapping CUDA's
+# device (pinned memory), and all while memory is short keep their cadence.
+_VSIZE_MOVE_BYTES = 16 * 2**20
+_ANON_WINDOW = 6
+_GATED_MAX_FACTOR = 96
 # Memory is short when what is left to the job (HostSample.mem_left_bytes) is below this share
 # of its limit (the cgroup's, else the host's total): an OOM kill may come within seconds, and
 # the memory a crash report quotes must be fresh, not a reading backed off while still.
@@ -230,7 +242,8 @@ class _Known:
 @dataclass
 class _Full:
     """The last slow-cadence read of one process: when (monotonic seconds), its values, the RSS
-    then (bytes), and the seconds until the next read."""
+    then (bytes), the seconds until the next read, and the signs it is compared with (NOTE [
+    Memory reads on a still job ])."""
 
     at: float
     uss: Optional[int]
@@ -242,6 +255,8 @@ class _Full:
     files: Tuple[Tuple[str, int, int], ...] = ()
     dirty: Optional[int] = None
     anon: Optional[int] = None
+    vsize: Optional[int] = None  # the process's virtual size then (bytes)
+    job_anon: Optional[int] = None  # the job's anonymous memory then (bytes; NOTE [ Memory reads on a still job ])
 
 
 def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
@@ -294,6 +309,9 @@ class Sampler:
         self.lean = False  # whether the last sample was a lean one (sample(lean=True))
         self._last_pid: Optional[int] = None
         self._full: Dict[ProcId, _Full] = {}
+        self._vsize: Dict[ProcId, int] = {}  # each process's virtual size at the last walk (bytes)
+        # the job's anonymous memory at the last full samples (NOTE [ Memory reads on a still job ])
+        self._anon: Deque[int] = collections.deque(maxlen=_ANON_WINDOW)
         self._threads = procfs.ThreadReader()
         self._classifier = discovery.Classifier(clock)
         self._live: Set[ProcId] = set()
@@ -422,7 +440,8 @@ class Sampler:
         self._borrowed = ()
         if main is not None and main_st is not None:
             found = self._walk(main.pid, main_st, t_mono, threads)
-        self._read_full_info(found, t_mono)
+        self.memory_cgroup = self.node.memory_cgroup(main.pid) if main is not None else None
+        self._read_full_info(found, t_mono, self._job_anon())
         self._count_fds(found, t_mono)
         processes = tuple(self._kept(f) for f in found)
         if self._borrowed and main is not None:
@@ -431,15 +450,33 @@ class Sampler:
         live = {p.ident for p in processes}
         self._lost = bool(self._live - live)
         self._live = live
-        for table in (self._facts, self._full, self._kids, self._prev, self._census, self._relabelled):
+        for table in (self._facts, self._full, self._kids, self._prev, self._census, self._relabelled, self._vsize):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
         self._last_t = t_mono
-        self.memory_cgroup = self.node.memory_cgroup(main.pid) if main is not None else None
         host = host_sample(main.pid if main else None, self.memory_cgroup, self.node)
         self._short = memory_short(host)
         return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads)
+
+    def _job_anon(self) -> Optional[int]:
+        """The job's anonymous memory in bytes, the least of the last ``_ANON_WINDOW`` readings
+        taken at full samples (this one's included): its memory cgroup's (``anon_bytes``), else
+        the host's ``AnonPages``, less dlwatch's own where dlwatch is counted in it; ``None``
+        when neither is known (NOTE [ Memory reads on a still job ])."""
+        memcg = self.memory_cgroup
+        if memcg is not None and memcg.anon_bytes is not None:
+            now: Optional[int] = memcg.anon_bytes
+            ours = self.node.memory_cgroup_folder(os.getpid()) == (memcg.version, memcg.path)
+        else:
+            now, ours = self.node.anon_pages(), True
+        if now is None:
+            self._anon.clear()
+            return None
+        if ours:  # dlwatch's own memory (its timeline grows for minutes) is not the job's
+            now -= self.node.own_anon()
+        self._anon.append(now)
+        return min(self._anon)
 
     def _walk(self, main_pid: int, main_st: procfs.ProcStat, t_mono: float, threads_wanted: bool = True) -> List[dict]:
         """Main and every descendant (breadth first, each parent before its children), as the
@@ -528,6 +565,7 @@ class Sampler:
             entry = self._process_entry(pid, key, st, facts, name, role, watched)
             if entry is None:
                 continue
+            self._vsize[key] = st.vsize_bytes
             entry["threads"] = threads
             out.append(entry)
             if kids is None:
@@ -668,7 +706,7 @@ class Sampler:
             "memory_read_mono": full.at if watched and full else None,
         }
 
-    def _due_full_info(self, entries: List[dict], now: float) -> List[dict]:
+    def _due_full_info(self, entries: List[dict], now: float, job_anon: Optional[int] = None) -> List[dict]:
         """The watched processes (main, workers) whose USS, PSS, map count and pinned memory are
         read at this call.
 
@@ -694,6 +732,11 @@ class Sampler:
         the reads spread over ticks instead of landing on one (64 workers started together).
         With a :attr:`memory_budget` (the ranks of a node share one), the reads after a
         process's first also wait for that budget.
+
+        A process that would be due is not while nothing says its memory changed since its last
+        read (:meth:`_still_since_read`, NOTE [ Memory reads on a still job ]): ``job_anon`` is
+        the job's anonymous memory now (:meth:`_job_anon`; ``None``: unknown, no process is
+        held back).
         """
         watched = [e for e in entries if e["role"] in (ROLE_MAIN, ROLE_WORKER) and e["state"] != "Z"]
         if not watched:
@@ -715,7 +758,7 @@ class Sampler:
                 continue
             young = wall - e["create_time"] < _YOUNG_S
             at = full.at + (min(base, 1.0) if young else base if moved else full.interval)
-            if at <= now:
+            if at <= now and (moved or young or not self._still_since_read(e, full, now, job_anon)):
                 due.append((at, e["create_time"], e))
         due.sort(key=lambda x: (x[0], x[1]))
         due = due[:budget]
@@ -726,10 +769,29 @@ class Sampler:
             due = first + due[len(first) : len(first) + self.memory_budget.take(len(due) - len(first))]
         return urgent + [e for _at, _ct, e in due]
 
-    def _read_full_info(self, entries: List[dict], now: float) -> None:
+    def _still_since_read(self, e: dict, full: _Full, now: float, job_anon: Optional[int]) -> bool:
+        """Whether nothing says the memory of the process of ``e`` (an entry whose RSS did not
+        move) changed since its last read ``full`` (NOTE [ Memory reads on a still job ]): its
+        virtual size and the job's anonymous memory ``job_anon`` moved less than
+        ``_VSIZE_MOVE_BYTES`` and ``_STABLE_BYTES``, it maps no CUDA pinned memory, memory is not
+        short, and it was read less than ``_GATED_MAX_FACTOR x full_info_interval_s`` ago."""
+        vsize = self._vsize.get(ProcId(e["pid"], e["start_ticks"]))
+        return (
+            not self._short
+            and full.pinned is None
+            and now - full.at < _GATED_MAX_FACTOR * self.full_info_interval_s
+            and vsize is not None
+            and full.vsize is not None
+            and abs(vsize - full.vsize) < _VSIZE_MOVE_BYTES
+            and job_anon is not None
+            and full.job_anon is not None
+            and abs(job_anon - full.job_anon) < _STABLE_BYTES
+        )
+
+    def _read_full_info(self, entries: List[dict], now: float, job_anon: Optional[int] = None) -> None:
         """Read the due processes' USS, PSS, map count and pinned memory into their entries
-        (:meth:`_due_full_info`)."""
-        for e in self._due_full_info(entries, now):
+        (:meth:`_due_full_info`; ``job_anon``: the job's anonymous memory now, in bytes)."""
+        for e in self._due_full_info(entries, now, job_anon):
             key = ProcId(e["pid"], e["start_ticks"])
             rollup = procfs.smaps_rollup(e["pid"])
             st = procfs.proc_stat(e["pid"])
@@ -748,7 +810,20 @@ class Sampler:
                     max(2 * last.interval, self.full_info_interval_s * _FULL_INFO_STILL_FACTOR),
                     self.full_info_interval_s * _FULL_INFO_MAX_FACTOR,
                 )
-            self._full[key] = _Full(now, uss, pss, maps, pinned, e["rss_bytes"], interval, files, dirty, anon)
+            self._full[key] = _Full(
+                now,
+                uss,
+                pss,
+                maps,
+                pinned,
+                e["rss_bytes"],
+                interval,
+                files,
+                dirty,
+                anon,
+                st.vsize_bytes,
+                job_anon,
+            )
             e.update(
                 uss_bytes=uss,
                 pss_bytes=pss,
