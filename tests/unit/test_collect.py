@@ -790,9 +790,10 @@ def test_node_reads_are_kept_for_their_max_age_and_shared_by_the_ranks_that_ask(
     now = [100.0]
     reads = {"meminfo": 0, "folder": 0}
 
-    def fake_meminfo():
+    def fake_meminfo(wanted=(b"MemTotal", b"MemAvailable")):
         reads["meminfo"] += 1
-        return {b"MemTotal": 1 << 30, b"MemAvailable": reads["meminfo"] << 20, b"AnonPages": 7 << 20}
+        every = {b"MemTotal": 1 << 30, b"MemAvailable": reads["meminfo"] << 20, b"AnonPages": 7 << 20}
+        return {k: v for k, v in every.items() if k in wanted}
 
     def fake_folder(pid):
         reads["folder"] += 1
@@ -803,8 +804,9 @@ def test_node_reads_are_kept_for_their_max_age_and_shared_by_the_ranks_that_ask(
     (tmp_path / "memory.max").write_text("max\n")
     (tmp_path / "memory.current").write_text("123\n")
     shared = node.NodeReads(max_age_s=0.5, clock=lambda: now[0])
-    assert shared.meminfo() == shared.meminfo() == (1 << 30, 1 << 20) and shared.anon_pages() == 7 << 20
-    assert reads["meminfo"] == 1
+    assert shared.meminfo() == shared.meminfo() == (1 << 30, 1 << 20) and reads["meminfo"] == 1
+    assert shared.anon_pages() == 7 << 20 and shared.anon_pages() == 7 << 20 and reads["meminfo"] == 2
+    reads["meminfo"] = 1
     now[0] += 0.6
     assert shared.meminfo() == (1 << 30, 2 << 20)
     assert shared.memory_cgroup(11).usage_bytes == 123
@@ -819,3 +821,29 @@ def test_node_reads_are_kept_for_their_max_age_and_shared_by_the_ranks_that_ask(
     assert alone.meminfo() != alone.meminfo()  # max_age_s 0: read at every call
     with pytest.raises(ValueError):
         node.NodeReads(max_age_s=-1)
+
+
+def test_a_walk_with_threads_after_walks_without_reads_every_threads_children_even_when_nothing_forked_since():
+    # The thread reader keeps each thread's children from its own last read; walks without
+    # threads in between do not update it. A child main forked between a walk with threads and
+    # one without is found by the one without; the next walk with threads, with no task made on
+    # the host since (its "cached" case), must still have it.
+    import signal
+
+    script = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: os.fork() or (time.sleep(60), os._exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with _sampled_job(script) as (proc, s):
+        last_pids = iter([1, 1, 2, 2])  # no task made between the last two walks
+        s.node.last_pid = lambda: next(last_pids)
+        assert len(s.sample().processes) == 1
+        assert len(s.sample().processes) == 1
+        os.kill(proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not procfs.thread_children(proc.pid, proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(s.sample(threads=False).processes) == 2
+        assert len(s.sample().processes) == 2

@@ -43,15 +43,22 @@ def shm_usage(pid: Optional[int]) -> Optional[Tuple[int, int]]:
     return None
 
 
-def meminfo_fields() -> Dict[bytes, int]:
-    """Every field of ``/proc/meminfo`` given in kB, in bytes, by name (``b"MemAvailable"``;
-    proc(5)); empty when unreadable."""
-    fields = {}
-    for line in (procfs.read_bytes("/proc/meminfo") or b"").splitlines():
-        key, _, value = line.partition(b":")
-        parts = value.split()
-        if parts and parts[0].isdigit():
-            fields[key] = int(parts[0]) * 1024
+def meminfo_fields(wanted: Tuple[bytes, ...] = (b"MemTotal", b"MemAvailable")) -> Dict[bytes, int]:
+    """The fields ``wanted`` of ``/proc/meminfo`` (given in kB) in bytes, by name; the lines are
+    parsed until every one is found (``MemTotal`` and ``MemAvailable`` are the first and the
+    third, proc(5)). Those absent or unreadable are left out."""
+    fields: Dict[bytes, int] = {}
+    data = procfs.read_bytes("/proc/meminfo") or b""
+    start = 0
+    while len(fields) < len(wanted) and start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        key, _, value = data[start:end].partition(b":")
+        start = end + 1
+        if key in wanted:
+            parts = value.split()
+            if parts and parts[0].isdigit():
+                fields[key] = int(parts[0]) * 1024
     return fields
 
 
@@ -120,7 +127,7 @@ class NodeReads:
     def anon_pages(self) -> Optional[int]:
         """The host's anonymous memory (``/proc/meminfo``'s ``AnonPages``) in bytes, or ``None``
         when not given."""
-        return self._get("meminfo", meminfo_fields).get(b"AnonPages")  # type: ignore[attr-defined]
+        return self._get("anon", lambda: meminfo_fields((b"AnonPages",))).get(b"AnonPages")  # type: ignore[attr-defined]
 
     def last_pid(self) -> Optional[int]:
         """:func:`procfs.last_pid`, read at most ``max_age_s`` ago. A caller that compares it

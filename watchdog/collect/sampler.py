@@ -317,6 +317,7 @@ class Sampler:
         self._live: Set[ProcId] = set()
         self._lost = False  # a process of the tree ended since the previous walk
         self._all_children_at = float("-inf")
+        self._threads_stale = False  # a walk without threads came after the thread reader's last read
         self._last_t: Optional[float] = None
         self._quota_value: Optional[float] = None
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
@@ -385,9 +386,10 @@ class Sampler:
         full = self._sample(threads)
         self._last_sample = full
         if not threads:
-            # the thread reader's children are those of its last read: the next walk reads
-            # every thread's (a child forked meanwhile would be missing from a "cached" walk)
-            self._all_children_at = float("-inf")
+            # the thread reader's children are those of its last read: the next walk with
+            # threads reads every thread's (a child forked meanwhile would be missing from a
+            # "cached" walk)
+            self._threads_stale = True
         return full
 
     def _lean(self) -> Optional[Sample]:
@@ -486,7 +488,8 @@ class Sampler:
         created on the host since)."""
         ppids: Optional[Dict[int, List[int]]] = None
         newest = self.node.last_pid()
-        if self._lost or t_mono - self._all_children_at >= _ALL_CHILDREN_EVERY_S:
+        stale = threads_wanted and self._threads_stale  # the thread reader missed walks without threads
+        if self._lost or t_mono - self._all_children_at >= _ALL_CHILDREN_EVERY_S or stale:
             mode = "all"
             self._all_children_at = t_mono
         elif newest is None or newest != self._last_pid:
@@ -494,6 +497,7 @@ class Sampler:
         else:
             mode = "cached"  # no task was created on the host since the last walk: nothing forked
         self._last_pid = newest
+        self._threads_stale = self._threads_stale and not threads_wanted
         if not procfs.children_files_supported() and mode != "cached":
             ppids = collections.defaultdict(list)
             for pid, ppid in procfs.ppid_map().items():
