@@ -3,7 +3,8 @@
 The pipeline runs in one direction (``tests/unit/test_layout.py`` holds it)::
 
     cli ── config, terminal (the job's terminal under `run`), ranks (one Watcher per rank,
-     │     each in its own thread; they read each other through Watcher.status())
+     │     all stepped by one loop, each examination in a thread of its own; they read each
+     │     other through Watcher.status())
      └─ daemon.Watcher: the loop; every interval_s one tick; a due stall goes to
           hang_episodes (examine -> decide -> hang_look: closer look, Facts -> publish:
           write + hook -> act; outcome.json); exit_look: what is kept for the job's end

@@ -63,8 +63,8 @@ from .types import (
     ProcessRole,
     ReportWritten,
     Sample,
+    Stall,
 )
-from .wake import Waker
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
@@ -226,8 +226,6 @@ class Watcher:
             (``dlwatch run``), signalled on terminate besides the job's tree; ``None`` for
             ``attach``, whose job may share its group with the shell that started it.
         job_ended: returns True once the job is gone.
-        wake: interrupts the sleep between samples (job exit, signals); a :class:`~watchdog.wake.Waker`,
-            never a ``threading.Event``, whose ``set()`` a signal handler must not call.
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         job_cmdline: the command that started the job, for reports written before main was seen.
         inside: reader of the job's own DataLoader records (``None``: no inside view).
@@ -241,6 +239,10 @@ class Watcher:
             (:meth:`~watchdog.ranks.JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
             loader is stuck is waiting for that rank, and says so instead of reporting a hang.
         launch: how the job was started, written into each report for ``dlwatch verify``.
+        examine_apart: examine a due stall in a thread of its own, started at the end of the
+            tick that found it (:attr:`examining` while it runs), instead of within the tick: a
+            rank's watcher, stepped with the other ranks' by one loop
+            (:class:`~watchdog.ranks.JobWatcher`), which must not wait for its py-spy dumps.
     """
 
     def __init__(
@@ -249,7 +251,6 @@ class Watcher:
         root_pid: int,
         own_group: Optional[int],
         job_ended: Callable[[], bool],
-        wake: Waker,
         stderr_tail: Callable[[], str] = lambda: "",
         job_cmdline: Optional[List[str]] = None,
         inside: Optional[InsideReader] = None,
@@ -259,11 +260,11 @@ class Watcher:
         peer_loaders: Callable[[], tuple] = tuple,
         alerts: Optional[Alerts] = None,
         launch: Optional[Launch] = None,
+        examine_apart: bool = False,
     ) -> None:
         self.config = config
         self.root_pid = root_pid
         self.job_ended = job_ended
-        self.wake = wake
         self.stderr_tail = stderr_tail
         self.inside = inside or InsideReader(None, "no inside view (not enabled for this job)")
         self.rank = dict(rank) if rank else None
@@ -279,7 +280,9 @@ class Watcher:
             rank_vars=tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items())),
         )
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
-        self.stop = threading.Event()
+        self._examine_apart = examine_apart
+        self._due_examination: Optional[Tuple[Sample, Stall]] = None
+        self._examination: Optional[threading.Thread] = None
         self.outcome = Outcome()
         self.sampler = Sampler(root_pid, config.full_info_interval_s)
         self.tracker = detect.ProgressTracker(config.cpu_progress_s)
@@ -388,20 +391,24 @@ class Watcher:
                 f"{traceback.format_exc(limit=3).strip().splitlines()[-1]}"
             )
 
-    def run(self) -> Outcome:
-        """Watch until the job ends, it is terminated, or ``stop`` is set (then set ``wake``
-        too, to cut the sleep short): a rank's own loop (:class:`~watchdog.ranks.JobWatcher`)."""
-        while not self.stop.is_set() and not self.job_ended():
-            self.step()
-            if self.outcome.terminated:
-                break
-            self.wake.wait(self.config.interval_s)
-            self.wake.clear()
-        return self.outcome
+    @property
+    def examining(self) -> bool:
+        """Whether an examination started apart (``examine_apart``) still runs: the watcher
+        must not be stepped meanwhile."""
+        return self._examination is not None and self._examination.is_alive()
+
+    def join_examination(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for an examination started apart to end; returns
+        whether none runs now."""
+        if self._examination is not None:
+            self._examination.join(max(0.0, timeout_s))
+        return not self.examining
 
     def step(self) -> None:
         """One tick: sample, and examine, report or warn when due. Never raises. With
-        ``DLWATCH_TICK_LOG`` set, one line per tick goes to that file (:func:`_log_tick`)."""
+        ``DLWATCH_TICK_LOG`` set, one line per tick goes to that file (:func:`_log_tick`).
+        With ``examine_apart``, an examination found due starts in its thread once the tick is
+        over; do not step again while :attr:`examining`."""
         if _TICK_LOG:
             wall, t0, c0, n0 = time.time(), time.perf_counter(), time.thread_time(), len(self.outcome.reports)
         try:
@@ -431,6 +438,20 @@ class Watcher:
                 len(self.outcome.reports) - n0,
                 self.sampler.lean,
             )
+        if self._due_examination is not None:
+            sample, stall = self._due_examination
+            self._due_examination = None
+            name = f"examine-rank-{(self.rank or {}).get('RANK', '')}"
+            self._examination = threading.Thread(target=self._examine, args=(sample, stall), name=name, daemon=True)
+            self._examination.start()
+
+    def _examine(self, sample: Sample, stall: Stall) -> None:
+        """Examine the due ``stall`` at ``sample`` (:meth:`HangEpisodes.examine`); never raises."""
+        try:
+            self.hangs.examine(sample, stall)
+        except Exception:
+            self.internal_error("examining a stall")
+        self.outcome.terminated = self.hangs.terminated
 
     def _inside_view(self, pids=None, forks: bool = True, counters: bool = False) -> InsideView:
         try:
@@ -545,10 +566,11 @@ class Watcher:
             )
         elif trigger is not None and not self.job_ended():
             why = criterion(trigger, rule, self.tracker.measure, cfg, bool(sample.loaders))
-            try:
-                self.hangs.examine(sample, dataclasses.replace(stall, trigger=trigger, criterion=why))
-            except Exception:
-                self.internal_error("examining a stall")
+            due = dataclasses.replace(stall, trigger=trigger, criterion=why)
+            if self._examine_apart:
+                self._due_examination = (sample, due)  # started once this tick is over (step)
+            else:
+                self._examine(sample, due)
         elif not self.sampler.lean and sample.t_mono - self._last_live_look >= self.config.warning_interval_s:
             self._last_live_look = sample.t_mono
             try:

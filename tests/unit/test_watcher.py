@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from watchdog import config
 from watchdog.daemon import Watcher, WatcherStatus
@@ -14,7 +15,7 @@ from watchdog.wake import Waker
 
 
 def _watcher(**kw) -> Watcher:
-    return Watcher(config.Config(), os.getpid(), None, lambda: False, Waker(), **kw)
+    return Watcher(config.Config(), os.getpid(), None, lambda: False, **kw)
 
 
 def test_the_status_is_a_frozen_snapshot_replaced_at_each_tick():
@@ -37,14 +38,34 @@ def test_roles_set_from_outside_name_processes_in_the_next_sample_and_examinatio
     assert main is not None and main.role is ROLE_LAUNCHER and not w.examine
 
 
-def test_a_watchers_own_loop_ends_when_stopped_from_another_thread():
-    w = _watcher()
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    w.stop.set()
-    w.wake.set()
-    t.join(10.0)
-    assert not t.is_alive()
+def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node_loop_skips_that_rank_meanwhile():
+    # NOTE [ One loop for the node ]: a rank's due examination starts once its tick is over,
+    # in a thread of its own; the job's loop does not step that rank until it is over.
+    from watchdog.ranks import JobWatcher
+    from watchdog.types import ProcId
+
+    w = _watcher(examine_apart=True, rank={"RANK": "1"})
+    w.step()
+    sample = w.status().sample
+    release, began = threading.Event(), []
+    w.hangs.examine = lambda s, stall: (began.append((s, threading.current_thread().name)), release.wait(10))
+    w._due_examination = (sample, w.tracker.stall(sample))
+    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    job.ranks[ProcId(os.getpid(), 1)] = w
+    stepped = []
+    real_step = w.step
+    w.step = lambda: (stepped.append(1), real_step())
+    real_step()  # the tick at which it was found due: it starts after it
+    deadline = time.monotonic() + 10
+    while not began and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert began == [(sample, "examine-rank-1")] and w.examining  # not in the tick's thread
+    job._step_ranks()
+    assert stepped == []  # examining: not stepped
+    release.set()
+    assert w.join_examination(10.0) and not w.examining
+    job._step_ranks()
+    assert stepped == [1]
 
 
 def test_a_hang_that_resolved_just_before_the_job_ended_is_recorded_resolved(tmp_path):

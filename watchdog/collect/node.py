@@ -3,15 +3,15 @@ sees it, the host's memory (``/proc/meminfo``), the job's memory cgroup and the 
 allocated pid.
 
 NOTE [ Node reads ]
-A node of 8 ranks has 8 samplers, each ticking once a second in a thread of its own
-(:class:`~watchdog.ranks.JobWatcher`). What they read of the node is the same for all of them:
+A node of 8 ranks has 8 samplers, ticking one after the other once a second (NOTE [ One loop
+for the node ] in watchdog/ranks.py). What they read of the node is the same for all of them:
 the ranks of one job see one ``/dev/shm`` (a launcher's children share its mount namespace) and
 sit in one memory cgroup (a container's, a Slurm step's, a user's slice). Each reading is kept
-for ``max_age_s`` (half an interval for the ranks: the threads tick at about the same times), so
-8 ranks read the node about twice a second instead of 8 times. A reading is at most ``max_age_s``
-older than its tick: what decides on it (memory short, the cgroup's usage) moves over seconds.
-A sampler alone (a job without ranks) has its own, with ``max_age_s`` 0: it reads at each call.
-Safe from several threads.
+for ``max_age_s`` (half an interval for the ranks), so 8 ranks read the node once a tick
+instead of 8 times. A reading is at most ``max_age_s`` older than its tick: what decides on it
+(memory short, the cgroup's usage) moves over seconds. A sampler alone (a job without ranks)
+has its own, with ``max_age_s`` 0: it reads at each call. Safe from several threads (a rank's
+examination samples in a thread of its own).
 """
 
 from __future__ import annotations
