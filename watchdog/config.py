@@ -158,7 +158,8 @@ class Config(_Settings, frozen=True):
             gt=0,
             description=(
                 "seconds between USS/PSS reads of a process while its memory moves; a still one is read 6x, "
-                "then up to 24x, less often (smaps_rollup costs 2-8 ms on a torch process)"
+                "then up to 24x, less often, and not again (up to 96x) while its RSS, its virtual size and the "
+                "job's anonymous memory stand still (smaps_rollup costs 2-8 ms on a torch process)"
             ),
         ),
     ] = 10.0
