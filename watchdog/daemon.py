@@ -280,6 +280,9 @@ class Watcher:
             rank_vars=tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items())),
         )
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
+        # Set from outside (watchdog.ranks): the loaders and workers' sample counts of borrowed
+        # pids, from the samples of the watchers that read them (see _full_view).
+        self.borrowed_view: Callable[[Set[int]], Tuple[tuple, tuple]] = lambda pids: ((), ())
         self._examine_apart = examine_apart
         self._due_examination: Optional[Tuple[Sample, Stall]] = None
         self._examination: Optional[threading.Thread] = None
@@ -476,7 +479,7 @@ class Watcher:
         if self.sampler.lean:
             view = self._counters_view(sample, main.pid)
         else:
-            view = self._inside_view([p.pid for p in sample.processes], forks=False)
+            view = self._full_view(sample)
         if view.loaders or view.fetches:
             sample = dataclasses.replace(sample, loaders=view.loaders, fetches=view.fetches)
         self.timeline.append(sample)
@@ -501,6 +504,17 @@ class Watcher:
         self._threads_next = (
             not delivered or self._cpu_busy or next_t - self._threads_at >= self.config.stall_timeout_s / 4
         )
+
+    def _full_view(self, sample: Sample) -> InsideView:
+        """The inside view of a full sample's processes; those the sampler borrowed from the
+        ranks' samplers (:attr:`Sampler.borrowed_pids`) have their loaders and workers' counts
+        from the same ranks' latest samples (:attr:`borrowed_view`), not read again."""
+        borrowed = self.sampler.borrowed_pids
+        view = self._inside_view([p.pid for p in sample.processes if p.pid not in borrowed], forks=False)
+        if borrowed:
+            loaders, fetches = self.borrowed_view(borrowed)
+            view = dataclasses.replace(view, loaders=view.loaders + loaders, fetches=view.fetches + fetches)
+        return view
 
     def _counters_view(self, sample: Sample, main_pid: int) -> InsideView:
         """The inside view's counters at a lean tick (NOTE [ Lean ticks ]): main's loaders

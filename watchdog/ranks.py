@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
@@ -86,6 +86,7 @@ class JobWatcher:
         self.job = Watcher(config, root_pid, own_group, job_ended, stderr_tail, job_cmdline, inside, launch=launch)
         self.alerts = self.job.alerts
         self.job.sampler.borrow = self._borrow
+        self.job.borrowed_view = self._borrowed_view
         self._memory_budget = MemoryReadBudget()  # the ranks' samplers read memory within it together
         # the node's readings, one for every rank's sampler and the job's (NOTE [ Node reads ])
         self._node = NodeReads(max_age_s=config.interval_s / 2)
@@ -127,6 +128,20 @@ class JobWatcher:
         ):
             return None
         return last.processes
+
+    def _borrowed_view(self, pids: Set[int]) -> Tuple[tuple, tuple]:
+        """``(loaders, fetches)`` of the processes ``pids`` that the job-level sample borrowed
+        (:meth:`_borrow`), from their ranks' latest samples: the inside view the ranks read
+        already is not read again for the job."""
+        loaders: list = []
+        fetches: list = []
+        for w in list(self.ranks.values()):
+            last = w.status().sample
+            if last is None or last.main is None or last.main.pid not in pids:
+                continue
+            loaders.extend(v for v in last.loaders if v.pid in pids)
+            fetches.extend(f for f in last.fetches if f.pid in pids)
+        return tuple(loaders), tuple(fetches)
 
     def _tree_now(self) -> Optional[tuple]:
         """What the ranks found depend on, from the job-level watcher's latest sample: each

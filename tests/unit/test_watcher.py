@@ -4,6 +4,7 @@ switch a job-level watcher sets (:meth:`Watcher.set_roles`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -157,3 +158,38 @@ def test_a_lean_tick_reads_the_workers_counts_only_when_no_batch_reached_main(tm
     w.timeline.append(dataclasses.replace(now, loaders=moved.loaders, fetches=moved.fetches))
     still = w._counters_view(now, os.getpid())
     assert still.loaders[0].batches == 1 and still.fetches[0].samples == 2  # read
+
+
+def test_a_job_level_sample_reads_no_inside_view_of_the_ranks_it_borrowed_but_takes_their_watchers(tmp_path):
+    # The job-level sample of a multi-rank job borrows each rank's processes from the rank's
+    # watcher; the inside view of those pids is taken from the same watcher's latest sample,
+    # and the folder is read for the other processes only.
+    from watchdog.collect import inside
+    from watchdog.ranks import JobWatcher
+    from watchdog.types import InsideView, ProcId, WorkerFetch
+
+    asked = []
+
+    class Reader(inside.InsideReader):
+        def read(self, pids=None, forks=True, counters=False):
+            asked.append(sorted(pids))
+            return InsideView(fetches=(WorkerFetch(11, 3, None),))
+
+    keys = ("wait_ns", "since_ns", "last_ns", "waiting_idx", "waiting_worker", "epoch", "first_ns")
+    slot = {"iterator": 7, "batches": 5, "hist": [0] * inside.FORMAT.BUCKETS, **dict.fromkeys(keys, 0)}
+    (loader,) = inside.loader_views(os.getpid(), {"iterators": [{"id": 7}]}, [slot])
+    rank = _watcher(rank={"RANK": "0"})
+    rank.step()
+    rank._status = dataclasses.replace(
+        rank.status(), sample=dataclasses.replace(rank.status().sample, loaders=(loader,), fetches=())
+    )
+    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker(), inside=Reader(str(tmp_path)))
+    job.ranks[ProcId(os.getpid(), 1)] = rank
+    assert job._borrowed_view({os.getpid()}) == ((loader,), ())
+    assert job._borrowed_view({4_000_002}) == ((), ())
+    sample = rank.status().sample
+    launcher = dataclasses.replace(sample.main, pid=4_000_002)
+    job.job.sampler._borrowed = (sample.main,)
+    view = job.job._full_view(dataclasses.replace(sample, processes=(launcher, sample.main)))
+    assert asked == [[4_000_002]]  # the launcher's files only
+    assert view.loaders == (loader,) and view.fetches == (WorkerFetch(11, 3, None),)

@@ -118,13 +118,18 @@ _YOUNG_S = 6.0
 # NOTE [ Memory reads on a still job ]: a process's USS, map count and mapped files are read
 # (smaps_rollup and maps) only when something cheap says they may have changed since its last
 # read: its RSS moved (_RSS_MOVE_BYTES), its virtual size moved (_VSIZE_MOVE_BYTES: every new
-# mapping grows it), or the job's anonymous memory moved (_STABLE_BYTES: every page a worker
-# stops sharing with main is a new anonymous page of the job's memory cgroup, else of the host).
+# mapping grows it), or the job's anonymous memory moved by more than _ANON_MOVE_BYTES_PER_S a
+# second (half the slowest growth worker_memory_growth and main_memory_growth warn about,
+# GROWTH_MIN_BYTES_PER_S in watchdog/diagnose/live.py), or _STABLE_BYTES: every page a worker
+# stops sharing with main is a new anonymous page of the job's memory cgroup, else of the host,
+# so a process that grows as fast as a rule warns about moves it at least as fast. 72 processes
+# that each drift by a few KiB a second while their allocators warm up do not.
 # The job's anonymous memory is taken as its least over the last _ANON_WINDOW full samples, so
 # that batches allocated and freed do not count as a move. A process read _GATED_MAX_FACTOR x
 # full_info_interval_s ago is read whatever the signs say; a young one, one mapping CUDA's
 # device (pinned memory), and all while memory is short keep their cadence.
 _VSIZE_MOVE_BYTES = 16 * 2**20
+_ANON_MOVE_BYTES_PER_S = 0.5 * 2**20
 _ANON_WINDOW = 6
 _GATED_MAX_FACTOR = 96
 # Memory is short when what is left to the job (HostSample.mem_left_bytes) is below this share
@@ -337,6 +342,12 @@ class Sampler:
         # Set from outside (watchdog.ranks): the node's readings, shared with the other ranks'
         # samplers (NOTE [ Node reads ]); its own, read at each call, by default.
         self.node = NodeReads()
+
+    @property
+    def borrowed_pids(self) -> Set[int]:
+        """The pids of the processes the last full sample took from other samplers
+        (:attr:`borrow`) instead of reading them."""
+        return {p.pid for p in self._borrowed}
 
     def _create_time(self, start_ticks: int) -> float:
         return start_ticks / procfs.CLK_TCK + self._boot
@@ -776,9 +787,11 @@ class Sampler:
     def _still_since_read(self, e: dict, full: _Full, now: float, job_anon: Optional[int]) -> bool:
         """Whether nothing says the memory of the process of ``e`` (an entry whose RSS did not
         move) changed since its last read ``full`` (NOTE [ Memory reads on a still job ]): its
-        virtual size and the job's anonymous memory ``job_anon`` moved less than
-        ``_VSIZE_MOVE_BYTES`` and ``_STABLE_BYTES``, it maps no CUDA pinned memory, memory is not
-        short, and it was read less than ``_GATED_MAX_FACTOR x full_info_interval_s`` ago."""
+        virtual size moved less than ``_VSIZE_MOVE_BYTES``, the job's anonymous memory
+        ``job_anon`` by at most ``_ANON_MOVE_BYTES_PER_S`` a second (or ``_STABLE_BYTES``) since
+        (a process cannot have grown more than the whole job did, unless others shrank as
+        much meanwhile), it maps no CUDA pinned memory, memory is not short, and it was read
+        less than ``_GATED_MAX_FACTOR x full_info_interval_s`` ago."""
         vsize = self._vsize.get(ProcId(e["pid"], e["start_ticks"]))
         return (
             not self._short
@@ -789,7 +802,7 @@ class Sampler:
             and abs(vsize - full.vsize) < _VSIZE_MOVE_BYTES
             and job_anon is not None
             and full.job_anon is not None
-            and abs(job_anon - full.job_anon) < _STABLE_BYTES
+            and abs(job_anon - full.job_anon) <= max(_ANON_MOVE_BYTES_PER_S * (now - full.at), _STABLE_BYTES)
         )
 
     def _read_full_info(self, entries: List[dict], now: float, job_anon: Optional[int] = None) -> None:
