@@ -404,6 +404,23 @@ def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_uns
     assert reader._retire_due(names, None, None)  # a read of the whole folder always looks
 
 
+def test_a_look_for_ended_processes_looks_up_only_pids_no_rank_sampled_lately(tmp_path, monkeypatch):
+    # The ranks of a job share one reader; each samples its own processes. At a look for
+    # processes that ended, a pid another rank sampled within two RETIRE_EVERY_S is alive
+    # (no /proc lookup); only the others are looked up, and the ended one's files go.
+    for pid in (10, 20):
+        (tmp_path / f"{pid}.json").write_text("{}")
+    looked: list = []
+    monkeypatch.setattr(inside, "_alive", lambda stem: looked.append(stem) or stem != "30")
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    reader.read([20], forks=False)  # rank b samples pid 20; pid 10 is looked up
+    assert looked == ["10"]
+    looked.clear()
+    (tmp_path / "30.json").write_text("{}")  # a process that ended
+    reader.read([10], forks=False)  # rank a, for its own pid 10: pid 20 was sampled by rank b
+    assert looked == ["30"] and sorted(os.listdir(tmp_path)) == ["10.json", "20.json"]
+
+
 def test_loader_views_made_through_the_cache_equal_fresh_ones_and_follow_a_new_record_or_histogram():
     def slot(iterator, batches, hist):
         keys = ("wait_ns", "since_ns", "last_ns", "waiting_idx", "waiting_worker", "epoch", "first_ns")
