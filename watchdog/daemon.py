@@ -76,7 +76,8 @@ WARNING_STACKS_WAIT_S = 3.0
 _TICK_LOG = os.environ.get("DLWATCH_TICK_LOG", "")
 
 
-_TICK_FILE: list = []  # [the tick log, opened once and shared by the ranks' threads; when it was last flushed]
+# [the tick log, opened once and shared by the loop and the examinations' threads; when it was last flushed]
+_TICK_FILE: list = []
 _TICK_FLUSH_S = 1.0
 _TICK_LOCK = threading.Lock()
 
@@ -357,7 +358,24 @@ class Watcher:
         self._threads_at = float("-inf")  # when a full sample last read threads
 
     def _reported(self, written: ReportWritten) -> None:
+        self._refresh_status()  # what the report was (a hang in the loader) before anyone is told
         self.on_report(written)
+
+    def _refresh_status(self) -> None:
+        """Store what this watcher saw last (:meth:`status`): at the end of each tick, of each
+        examination and before a report is announced."""
+        latest = self.timeline[-1] if self.timeline else None
+        st, hangs = self._status, self.hangs
+        now = (latest, self._stall_s, hangs.last_kind, hangs.in_loader)
+        if now != (st.sample, st.stall_s, st.last_hang_kind, st.hang_in_loader):
+            self._status = dataclasses.replace(
+                st,
+                sample=latest,
+                stall_s=self._stall_s,
+                last_hang_kind=hangs.last_kind,
+                hang_in_loader=hangs.in_loader,
+                delivered=self.tracker.delivered,
+            )
 
     def status(self) -> WatcherStatus:
         """What this watcher last saw (:class:`WatcherStatus`); safe to call from any thread."""
@@ -419,17 +437,7 @@ class Watcher:
         except Exception:  # never let the watchdog's failure reach the job
             self.internal_error("sampling")
         self.outcome.terminated = self.hangs.terminated
-        latest = self.timeline[-1] if self.timeline else None
-        st, hangs = self._status, self.hangs
-        if (latest, self._stall_s, hangs.last_kind) != (st.sample, st.stall_s, st.last_hang_kind):
-            self._status = dataclasses.replace(
-                st,
-                sample=latest,
-                stall_s=self._stall_s,
-                last_hang_kind=hangs.last_kind,
-                hang_in_loader=hangs.in_loader,
-                delivered=self.tracker.delivered,
-            )
+        self._refresh_status()
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
             _log_tick(
@@ -445,8 +453,12 @@ class Watcher:
             sample, stall = self._due_examination
             self._due_examination = None
             name = f"examine-rank-{(self.rank or {}).get('RANK', '')}"
-            self._examination = threading.Thread(target=self._examine, args=(sample, stall), name=name, daemon=True)
-            self._examination.start()
+            thread = threading.Thread(target=self._examine, args=(sample, stall), name=name, daemon=True)
+            try:
+                thread.start()
+                self._examination = thread
+            except RuntimeError:  # no thread to be had (RLIMIT_NPROC): examined here, late rather than never
+                self._examine(sample, stall)
 
     def _examine(self, sample: Sample, stall: Stall) -> None:
         """Examine the due ``stall`` at ``sample`` (:meth:`HangEpisodes.examine`); never raises."""
@@ -455,6 +467,7 @@ class Watcher:
         except Exception:
             self.internal_error("examining a stall")
         self.outcome.terminated = self.hangs.terminated
+        self._refresh_status()
 
     def _inside_view(self, pids=None, forks: bool = True, counters: bool = False) -> InsideView:
         try:

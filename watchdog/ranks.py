@@ -205,10 +205,10 @@ class JobWatcher:
         self.job.set_roles(self._roles(found), examine=not self.ranks)
 
     def _rank_reported(self, key: ProcId, written: ReportWritten) -> None:
-        """A rank's report was written (called from that rank's thread): count it, and when it
-        was a hang in its DataLoader, each other rank stalled for half of ``stall_timeout_s``
-        or more says now that it waits for that one (ending the stuck rank may end the job
-        before their own examinations come due)."""
+        """A rank's report was written (called from its examination's thread, or the loop's for
+        a warning): count it, and when it was a hang in its DataLoader, each other rank stalled
+        for half of ``stall_timeout_s`` or more says now that it waits for that one (ending the
+        stuck rank may end the job before their own examinations come due)."""
         self.on_report(written)
         if written.mode != MODE_HANG:
             return

@@ -482,6 +482,12 @@ def test_a_process_is_not_read_again_while_its_rss_and_virtual_size_and_the_jobs
     assert due(now=sampler_mod._GATED_MAX_FACTOR * 10.0 + 1) == 1  # the ceiling
     s._full = {key: dataclasses.replace(read, pinned=1 << 20)}
     assert due() == 1  # CUDA pinned memory grows in neither
+    s._full = {key: dataclasses.replace(read, uss=None)}
+    assert due() == 1  # its last read failed
+    s._full = {key: read}
+    s._ended_at = 50.0
+    assert due() == 1  # a process of the tree ended since: what it shared is this one's now
+    s._ended_at = float("-inf")
     s._full = {key: read}
     s._short = True
     assert due() == 1

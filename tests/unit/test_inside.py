@@ -388,6 +388,27 @@ def test_a_workers_failed_batches_are_read_malformed_entries_skipped_and_kept_af
     assert reader.read(pids=[]).failures == want and not (tmp_path / f"{dead}.json").exists()
 
 
+def test_a_record_replaced_while_another_rank_listed_the_folder_is_read_again_by_its_own_rank(tmp_path):
+    # Two ranks share the reader, each reads its own records. Rank b's record is replaced; rank
+    # a is the first to list the folder again (it reads only its own records); rank b's next
+    # read, on that listing, still reads its new record.
+    def write(pid, workers):
+        FMT._write_atomic(str(tmp_path / f"{pid}.json"), {"iterators": [{"id": 7, "workers": workers}]})
+
+    write(10, [11])
+    write(20, [21])
+    old = time.time() - 60
+    os.utime(tmp_path, (old, old))
+    reader = inside.InsideReader(str(tmp_path))
+    reader.read([20], forks=False)
+    assert reader._docs[20][1]["iterators"][0]["workers"] == [21]
+    write(20, [22])
+    os.utime(tmp_path, (old + 1, old + 1))  # the folder moved (and its listing can be trusted)
+    reader.read([10], forks=False)  # rank a lists the folder again
+    reader.read([20], forks=False)
+    assert reader._docs[20][1]["iterators"][0]["workers"] == [22]
+
+
 def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_unsampled_files_changed(tmp_path):
     # Two ranks' watchers read one folder, each for its own pids: each one's files are the
     # other's unsampled ones. A look for ended processes is due at a caller's first read, then

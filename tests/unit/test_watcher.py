@@ -49,7 +49,13 @@ def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node
     w.step()
     sample = w.status().sample
     release, began = threading.Event(), []
-    w.hangs.examine = lambda s, stall: (began.append((s, threading.current_thread().name)), release.wait(10))
+
+    def examine(s, stall):
+        began.append((s, threading.current_thread().name))
+        release.wait(10)
+        w.hangs.last_kind, w.hangs.in_loader = "fork_inherited_lock", True  # as a report sets them
+
+    w.hangs.examine = examine
     w._due_examination = (sample, w.tracker.stall(sample))
     job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
     job.ranks[ProcId(os.getpid(), 1)] = w
@@ -65,6 +71,7 @@ def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node
     assert stepped == []  # examining: not stepped
     release.set()
     assert w.join_examination(10.0) and not w.examining
+    assert w.status().last_hang_kind == "fork_inherited_lock" and w.status().hang_in_loader  # told at once
     job._step_ranks()
     assert stepped == [1]
 

@@ -493,10 +493,12 @@ class InsideReader:
         self.folder = folder
         self.why_none = why_none
         self.retire = retire
-        self._docs: Dict[int, Tuple[int, Optional[dict]]] = {}  # pid -> (mtime_ns, parsed JSON)
+        # pid -> (mtime_ns, parsed JSON, the listing generation at which that mtime was checked)
+        self._docs: Dict[int, Tuple[int, Optional[dict], int]] = {}
+        self._generation = 0  # listings made so far (_list); a new one after every change of the folder
         self._problems: Dict[int, str] = {}
         self._saw_any = False
-        self._lock = threading.Lock()  # the watchers of a job's ranks read from their own threads
+        self._lock = threading.Lock()  # the loop and the ranks' examinations read from their threads
         # What the files of processes that ended said, kept after the files are removed: the last
         # RETIRED_KEPT of them (a week with persistent_workers=False starts a worker a second).
         self._retired: "collections.OrderedDict[int, _Retired]" = collections.OrderedDict()
@@ -548,17 +550,19 @@ class InsideReader:
                 except OSError:
                     pass
 
-    def _list(self) -> Tuple[List[str], bool]:
-        """The folder's names (sorted) and whether none of its files was created, removed or
-        replaced since the last listing: the recorder writes each ``.json`` whole to a
-        temporary file and renames it over the old one (``_write_atomic`` in
-        watchdog/bootstrap/_dlwatch_inside.py), and every such change updates the folder's
-        mtime. While the mtime is the listing's, the last listing is used again, and no
-        record is read again or even looked at (no ``stat``). A listing taken within
-        ``_RACY_NS`` of the mtime it saw is not trusted next time: a file system's timestamps
-        come from a coarse clock, and a change made in the same clock tick would leave the
-        mtime as it was (git's "racy" index entries have the same cause). Listing also closes
-        the held descriptors of files gone or replaced.
+    def _list(self) -> List[str]:
+        """The folder's names (sorted). The recorder writes each ``.json`` whole to a temporary
+        file and renames it over the old one (``_write_atomic`` in
+        watchdog/bootstrap/_dlwatch_inside.py), so every change of the folder's files (one
+        created, removed or replaced) updates the folder's mtime: while the mtime is the
+        listing's, the last listing is used again, and a record checked since it (its mtime,
+        :meth:`_doc`) is not looked at again. Every new listing is a new generation, after which
+        each record is checked once more, by whichever caller reads it first (the ranks of a
+        job share this reader). A listing taken within ``_RACY_NS`` of the mtime it saw (2 s
+        where the file system keeps whole seconds) is not trusted next time: a file system's
+        timestamps come from a coarse clock, and a change made in the same clock tick would
+        leave the mtime as it was (git's "racy" index entries have the same cause). Listing
+        also closes the held descriptors of files gone or replaced.
 
         Raises:
             OSError: the folder cannot be read.
@@ -567,13 +571,15 @@ class InsideReader:
         t_ns = time.time_ns()
         mtime = os.stat(self.folder).st_mtime_ns
         if self._names is not None and mtime == self._listed_mtime:
-            return self._names, True
+            return self._names
         listed = {e.name: e.inode() for e in os.scandir(self.folder)}
         names = sorted(listed)
         self._release(listed)
         self._index(names)
-        self._listed_mtime = mtime if t_ns - mtime > _RACY_NS else None
-        return names, False
+        self._generation += 1
+        racy = _RACY_NS if mtime % 10**9 else 2 * 10**9  # whole seconds: a coarser file system
+        self._listed_mtime = mtime if t_ns - mtime > racy else None
+        return names
 
     def _index(self, names: List[str]) -> None:
         """Keep ``names`` as the last listing, and by the pid that wrote them."""
@@ -584,24 +590,26 @@ class InsideReader:
             if stem.isdigit():
                 self._by_pid[int(stem)].append(n)
 
-    def _doc(self, pid: int, path: str, same: bool = False) -> Optional[dict]:
-        """The parsed record of ``pid`` at ``path``: the one read before while its mtime is the
-        same, or when ``same`` (the folder's listing says no record changed, :meth:`_list`)."""
-        if same and pid in self._docs:
-            return self._docs[pid][1]
+    def _doc(self, pid: int, path: str) -> Optional[dict]:
+        """The parsed record of ``pid`` at ``path``: the one read before when it was checked
+        since the last listing (:meth:`_list`), or while its mtime is the same; else read
+        again."""
+        cached = self._docs.get(pid)
+        if cached is not None and cached[2] == self._generation:
+            return cached[1]
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
-            return self._docs.get(pid, (0, None))[1]
-        cached = self._docs.get(pid)
+            return cached[1] if cached else None
         if cached is not None and cached[0] == mtime:
+            self._docs[pid] = (mtime, cached[1], self._generation)
             return cached[1]
         try:
             doc = json.loads(read_regular(path, 4 << 20))
         except (OSError, ValueError) as e:
             self._problems[pid] = f"{os.path.basename(path)}: {e}"
             return cached[1] if cached else None
-        self._docs[pid] = (mtime, doc)
+        self._docs[pid] = (mtime, doc, self._generation)
         if doc.get("disabled"):
             self._problems[pid] = f"the recorder in pid {pid} stopped: {doc['disabled']}"
         return doc
@@ -632,14 +640,13 @@ class InsideReader:
         execs: List[WorkerExec] = []
         failures: List[WorkerFailure] = []
         recording: List[int] = []
-        same = True  # the records (.json) cannot have changed since they were last read
         if counters and self._names is not None:
             # a lean tick: only the named pids' files of the last listing (the folder holds
             # every rank's and worker's: a rank's tick must not cost what the node's would)
             names = self._names if wanted is None else [n for pid in wanted for n in self._by_pid.get(pid, ())]
         else:
             try:
-                names, same = self._list()
+                names = self._list()
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
             now = time.monotonic()
@@ -677,7 +684,7 @@ class InsideReader:
             if ext == "json":
                 if counters:
                     continue  # a lean tick: the records are not needed now
-                doc = self._doc(pid, os.path.join(self.folder, name), same)
+                doc = self._doc(pid, os.path.join(self.folder, name))
                 if doc is not None and not doc.get("disabled") and (wanted is None or pid in wanted):
                     recording.append(pid)
                 derived = self._derived.get(pid)
@@ -699,9 +706,11 @@ class InsideReader:
                 self._problems[pid] = f"{name}: {e}"
                 continue
             self._saw_any = True
-            doc = self._docs.get(pid, (0, None))[1]
-            if not (same and doc is not None and _records_all(doc, slots)):
-                # a record that may have changed, or no record yet of an iterator counted
+            cached = self._docs.get(pid)
+            doc = cached[1] if cached is not None else None
+            if not (counters and doc is not None and _records_all(doc, slots)):
+                # a full read checks the record (:meth:`_doc`); a lean one takes the record it
+                # has unless an iterator it counts has none there yet
                 doc = self._doc(pid, os.path.join(self.folder, f"{pid}.json"))
             loaders.extend(loader_views(pid, doc, slots, self._views))
         problems = set(self._problems.values()) | self._retired_problems

@@ -34,13 +34,15 @@ def shm_usage(pid: Optional[int]) -> Optional[Tuple[int, int]]:
     """``(size, used)`` of ``/dev/shm`` as ``pid`` sees it (``/proc/PID/root/dev/shm``, so a
     container's own shm mount is measured), else dlwatch's own, in bytes (``statvfs``); ``None``
     when neither can be read."""
-    for path in ([f"/proc/{pid}/root/dev/shm"] if pid else []) + ["/dev/shm"]:
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            continue
-        return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
-    return None
+    return (_statvfs_used(f"/proc/{pid}/root/dev/shm") if pid else None) or _statvfs_used("/dev/shm")
+
+
+def _statvfs_used(path: str) -> Optional[Tuple[int, int]]:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def meminfo_fields(wanted: Tuple[bytes, ...] = (b"MemTotal", b"MemAvailable")) -> Dict[bytes, int]:
@@ -116,9 +118,12 @@ class NodeReads:
         return value
 
     def shm(self, pid: Optional[int]) -> Optional[Tuple[int, int]]:
-        """:func:`shm_usage` of ``pid``'s ``/dev/shm``; one reading for every pid asking (the
-        job's ranks share their launcher's mount namespace)."""
-        return self._get("shm", lambda: shm_usage(pid))  # type: ignore[return-value]
+        """:func:`shm_usage` of ``pid``'s ``/dev/shm``: one reading of the job's for every pid
+        asking (the ranks of a job share their launcher's mount namespace; a rank in one of its
+        own would be measured as the first rank asking); dlwatch's own, when the job's cannot
+        be read, is not kept."""
+        got = self._get("shm", lambda: _statvfs_used(f"/proc/{pid}/root/dev/shm")) if pid else None
+        return got or shm_usage(None)  # type: ignore[return-value]
 
     def meminfo(self) -> Tuple[int, int]:
         """:func:`meminfo`: ``(MemTotal, MemAvailable)`` in bytes."""
@@ -130,9 +135,9 @@ class NodeReads:
         return self._get("anon", lambda: meminfo_fields((b"AnonPages",))).get(b"AnonPages")  # type: ignore[attr-defined]
 
     def last_pid(self) -> Optional[int]:
-        """:func:`procfs.last_pid`, read at most ``max_age_s`` ago. A caller that compares it
-        with the value it saw at its last walk still sees every fork since that walk: the value
-        it compares with was read before that walk began."""
+        """:func:`procfs.last_pid`, read at most ``max_age_s`` ago: a walk that compares it
+        with the value of its last walk may see a fork made within ``max_age_s`` before it only
+        at its next walk (the first that reads a newer value); none is missed for longer."""
         return self._get("last_pid", procfs.last_pid)  # type: ignore[return-value]
 
     def memory_cgroup_folder(self, pid: int) -> Optional[Tuple[int, str]]:

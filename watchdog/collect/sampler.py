@@ -47,7 +47,8 @@ tree's threads: the watcher also asks for threads while the tree used at least
 (:func:`cpu_share`). Each thread read costs two ``/proc`` reads; a rank of 1 + 8 processes
 runs 30 to 40 threads. Without thread reads, which thread forked is not known either: a walk
 then reads each process's main thread's children (where PyTorch forks its workers) and keeps
-the children the last walk found; every thread's children are read at the walk of all of them
+the children the last walk found (so does every walk for a process whose threads are never
+read: the launcher, a process of another role); every thread's children are read at the walk of all of them
 (every ``_ALL_CHILDREN_EVERY_S``, and after a process of the tree ended), so a child forked by
 another thread while batches flow is seen within that time, and at once when they stop.
 
@@ -116,18 +117,23 @@ _RSS_MOVE_SHARE = 0.1
 # its data files and fills its first caches in its first seconds (a crash then must find them).
 _YOUNG_S = 6.0
 # NOTE [ Memory reads on a still job ]: a process's USS, map count and mapped files are read
-# (smaps_rollup and maps) only when something cheap says they may have changed since its last
-# read: its RSS moved (_RSS_MOVE_BYTES), its virtual size moved (_VSIZE_MOVE_BYTES: every new
-# mapping grows it), or the job's anonymous memory moved by more than _ANON_MOVE_BYTES_PER_S a
-# second (half the slowest growth worker_memory_growth and main_memory_growth warn about,
-# GROWTH_MIN_BYTES_PER_S in watchdog/diagnose/live.py), or _STABLE_BYTES: every page a worker
-# stops sharing with main is a new anonymous page of the job's memory cgroup, else of the host,
-# so a process that grows as fast as a rule warns about moves it at least as fast. 72 processes
-# that each drift by a few KiB a second while their allocators warm up do not.
-# The job's anonymous memory is taken as its least over the last _ANON_WINDOW full samples, so
-# that batches allocated and freed do not count as a move. A process read _GATED_MAX_FACTOR x
-# full_info_interval_s ago is read whatever the signs say; a young one, one mapping CUDA's
-# device (pinned memory), and all while memory is short keep their cadence.
+# (smaps_rollup and maps, 3-8 ms a torch process) only when something cheap says they may have
+# changed since its last read (Sampler._still_since_read):
+# * its RSS moved (_RSS_MOVE_BYTES): whatever it allocates or maps and touches;
+# * its virtual size moved (_VSIZE_MOVE_BYTES): every new mapping grows it, touched or not;
+# * the job's anonymous memory moved by more than _ANON_MOVE_BYTES_PER_S a second since (half
+#   the slowest growth worker_memory_growth warns about, GROWTH_MIN_BYTES_PER_S in
+#   watchdog/diagnose/live.py), or _STABLE_BYTES: a page a worker stops sharing with main
+#   (copy-on-write, the one growth RSS does not show) is a new anonymous page of the job's
+#   memory cgroup, else of the host, so a worker that grows as fast as the rule warns about
+#   moves it at least that fast, while 72 processes whose allocators drift by a few KiB a second
+#   do not. It is taken as its least over the last _ANON_WINDOW full samples, so that batches
+#   allocated and freed do not count as a move;
+# * a process of the tree ended (the pages it shared are the others' own now).
+# A process read _GATED_MAX_FACTOR x full_info_interval_s ago is read whatever the signs say; a
+# young one, one whose last read failed, one mapping CUDA's device (pinned memory) and all while
+# memory is short keep their cadence. Seen only at that ceiling: a worker's private memory grown
+# because main freed the copy it shared (main's RSS falls then, as it does with every batch).
 _VSIZE_MOVE_BYTES = 16 * 2**20
 _ANON_MOVE_BYTES_PER_S = 0.5 * 2**20
 _ANON_WINDOW = 6
@@ -315,6 +321,7 @@ class Sampler:
         self._last_pid: Optional[int] = None
         self._full: Dict[ProcId, _Full] = {}
         self._vsize: Dict[ProcId, int] = {}  # each process's virtual size at the last walk (bytes)
+        self._ended_at = float("-inf")  # when a process of the tree was last found ended
         # the job's anonymous memory at the last full samples (NOTE [ Memory reads on a still job ])
         self._anon: Deque[int] = collections.deque(maxlen=_ANON_WINDOW)
         self._threads = procfs.ThreadReader()
@@ -462,6 +469,8 @@ class Sampler:
             processes = tuple(sorted(processes + self._borrowed, key=lambda p: (p.pid != first, p.create_time, p.pid)))
         live = {p.ident for p in processes}
         self._lost = bool(self._live - live)
+        if self._lost:
+            self._ended_at = t_mono  # the pages it shared are the others' own now
         self._live = live
         for table in (self._facts, self._full, self._kids, self._prev, self._census, self._relabelled, self._vsize):
             for key in [k for k in table if k not in live]:
@@ -790,12 +799,16 @@ class Sampler:
         virtual size moved less than ``_VSIZE_MOVE_BYTES``, the job's anonymous memory
         ``job_anon`` by at most ``_ANON_MOVE_BYTES_PER_S`` a second (or ``_STABLE_BYTES``) since
         (a process cannot have grown more than the whole job did, unless others shrank as
-        much meanwhile), it maps no CUDA pinned memory, memory is not short, and it was read
-        less than ``_GATED_MAX_FACTOR x full_info_interval_s`` ago."""
+        much meanwhile), its last read did not fail, it maps no CUDA pinned memory, memory is
+        not short, no process of the tree ended since (what it shared with this one is this
+        one's own now), and it was read less than ``_GATED_MAX_FACTOR x full_info_interval_s``
+        ago."""
         vsize = self._vsize.get(ProcId(e["pid"], e["start_ticks"]))
         return (
             not self._short
+            and full.uss is not None
             and full.pinned is None
+            and full.at > self._ended_at
             and now - full.at < _GATED_MAX_FACTOR * self.full_info_interval_s
             and vsize is not None
             and full.vsize is not None
