@@ -6,6 +6,7 @@ written after the job ends. Wiring only, like :mod:`watchdog.daemon`; ranks are 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -31,6 +32,55 @@ _JOB_SAMPLE_EVERY = 5
 # The job-level sample takes a rank's processes from the rank's own latest sample when that is at
 # most this many intervals old (JobWatcher._borrow).
 _BORROW_AGE_TICKS = 3
+# Seconds the job's loop waits for the ranks' ticks of one round (_RankStepper) before it goes
+# on without the rank whose tick has not returned (a read of /proc blocked in the kernel).
+_STEP_WAIT_S = 10.0
+
+
+class _RankStepper:
+    """Steps a list of ranks' watchers back to back in a thread of its own, one round per
+    :meth:`round` (NOTE [ One loop for the node ]). The job's loop waits for each round at most
+    a while: a read of ``/proc`` that blocks in the kernel (``cmdline``, ``maps`` and
+    ``smaps_rollup`` take the process's mmap lock, which a task stuck in a page fault on a hung
+    file system can hold) stops this thread, never the loop. Once :attr:`abandoned`, the thread
+    ends after the tick it is in (:attr:`current`, ``None`` between ticks)."""
+
+    def __init__(self) -> None:
+        self._go = threading.Event()
+        self._done = threading.Event()
+        self._batch: List[Watcher] = []
+        self.current: Optional[Watcher] = None
+        self.abandoned = False
+        self._thread = threading.Thread(target=self._run, name="ranks", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether its thread still runs."""
+        return self._thread.is_alive()
+
+    def round(self, watchers: List[Watcher], timeout_s: float) -> bool:
+        """Step each of ``watchers`` once, in order; returns whether the round ended within
+        ``timeout_s`` seconds (``False``: :attr:`current` has not returned)."""
+        self._batch = watchers
+        self._done.clear()
+        self._go.set()
+        return self._done.wait(timeout_s)
+
+    def _run(self) -> None:
+        while not self.abandoned:
+            self._go.wait()
+            self._go.clear()
+            for w in self._batch:
+                if self.abandoned:
+                    break
+                self.current = w
+                try:
+                    w.step()
+                except Exception:  # step never raises; this thread must not end if it ever did
+                    w.internal_error("watching a rank")
+                self.current = None
+            self._done.set()
 
 
 def _ended_check(rank: ProcId) -> Callable[[], bool]:
@@ -52,14 +102,16 @@ class JobWatcher:
     (``torchrun --max-restarts``: restart the ranks, or stop them all and exit non-zero).
 
     NOTE [ One loop for the node ]: one loop (:meth:`run`, the caller's thread) steps the
-    job-level watcher and then every rank's watcher, one after the other, each tick. A rank's
-    examination (py-spy dumps, up to ``py_spy.timeout_s`` and more) runs in a thread of its own
-    (``examine_apart``), and that rank is not stepped until it is over, so that it never holds
-    up the other ranks' ticks. The ticks of 8 ranks back to back cost about two thirds of what
-    8 threads ticking each on its own did (measured side by side with ``dlwatch probe
-    overhead``'s node job: the same code runs while its data is still in the CPU's caches, and
-    the interpreter switches no thread between them). The watchers read each other only
-    through :meth:`Watcher.status`.
+    job-level watcher, then has every rank's watcher stepped, one after the other, in one
+    thread (:class:`_RankStepper`), each tick. A rank's examination (py-spy dumps, up to
+    ``py_spy.timeout_s`` and more) runs in a thread of its own (``examine_apart``), and that
+    rank is not stepped until it is over, so that it never holds up the other ranks' ticks; a
+    tick blocked in the kernel (a read of ``/proc`` of a process in D state) holds up only its
+    stepper, which the loop leaves to it after ``_STEP_WAIT_S``. The ticks of 8 ranks back to
+    back cost about two thirds of what 8 threads ticking each on its own did (measured side by
+    side on ``dlwatch probe overhead``'s node job: the same code runs while its data is still
+    in the CPU's caches, and the interpreter switches no thread between them). The watchers
+    read each other only through :meth:`Watcher.status`.
 
     Args: as :class:`Watcher`.
     """
@@ -95,6 +147,8 @@ class JobWatcher:
         self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[ProcId, Watcher] = {}
         self._all: List[Watcher] = [self.job]
+        self._stepper: Optional[_RankStepper] = None  # steps the ranks (NOTE [ One loop for the node ])
+        self._abandoned: List[_RankStepper] = []  # steppers left to a tick that did not return
         self._next_discovery = float("-inf")
         self._tree: Optional[tuple] = None  # what the last look saw (:meth:`_tree_now`)
         self._tree_sample: Optional[object] = None  # the job-level sample it was made from
@@ -223,15 +277,34 @@ class JobWatcher:
                 w.waits_for_peer(peer, stall_s)
 
     def _step_ranks(self) -> None:
-        """One tick of every rank's watcher, back to back (NOTE [ One loop for the node ]),
-        but for a rank whose examination still runs, that ended or that was ended."""
-        for w in list(self.ranks.values()):
-            if w.examining or w.outcome.terminated or w.job_ended():
-                continue
-            try:
-                w.step()
-            except Exception:  # step never raises; the loop must not end if it ever did
-                w.internal_error("watching a rank")
+        """One tick of every rank's watcher, back to back in the stepper's thread (NOTE [ One
+        loop for the node ]), but for a rank whose examination still runs, that ended, that was
+        ended, or whose last tick has not returned. A round that does not end within
+        ``_STEP_WAIT_S`` leaves its stepper to the tick it is blocked in: the next round has a
+        stepper of its own, and the blocked rank is stepped again once its tick returns."""
+        self._abandoned = [st for st in self._abandoned if st.alive]
+        blocked = {id(st.current) for st in self._abandoned if st.current is not None}
+        due = [
+            w
+            for w in self.ranks.values()
+            if id(w) not in blocked and not (w.examining or w.outcome.terminated or w.job_ended())
+        ]
+        if not due:
+            return
+        if self._stepper is None:
+            self._stepper = _RankStepper()
+        if not self._stepper.round(due, _STEP_WAIT_S):
+            stuck = self._stepper.current
+            self._stepper.abandoned = True
+            self._abandoned.append(self._stepper)
+            self._stepper = None
+            if stuck is not None:
+                status = stuck.status()
+                log(
+                    f"rank {status.rank} (pid {status.root_pid}): its tick has not returned for {_STEP_WAIT_S:g} s "
+                    "(a read of /proc blocked in the kernel: a process in D state?); the other ranks are watched "
+                    "meanwhile, and it is again once its tick returns"
+                )
 
     def _roles(self, found) -> Dict[int, ProcessRole]:
         """Roles for the launcher's own sample: ``launcher`` for the job's main when its ranks
@@ -330,6 +403,9 @@ class JobWatcher:
 
     def _stop_ranks(self) -> None:
         cfg = self.config
+        if self._stepper is not None:
+            self._stepper.abandoned = True  # it ends at its next round, or now if it waits for one
+            self._stepper.round([], 0.0)
         bound = time.monotonic() + 2 * cfg.py_spy.timeout_s + examine.OUTSIDE_DUMPS_S + cfg.terminate_grace_s
         for w in self._all:
             w.join_examination(bound - time.monotonic())

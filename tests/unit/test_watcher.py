@@ -200,3 +200,39 @@ def test_a_job_level_sample_reads_no_inside_view_of_the_ranks_it_borrowed_but_ta
     view = job.job._full_view(dataclasses.replace(sample, processes=(launcher, sample.main)))
     assert asked == [[4_000_002]]  # the launcher's files only
     assert view.loaders == (loader,) and view.fetches == (WorkerFetch(11, 3, None),)
+
+
+def test_a_rank_whose_tick_blocks_is_left_to_it_and_the_other_ranks_are_still_stepped(monkeypatch, capsys):
+    # NOTE [ One loop for the node ]: a tick blocked in the kernel (a /proc read of a process in
+    # D state) stops the stepper's thread, never the job's loop: the round is given up after
+    # _STEP_WAIT_S, the next rounds step the other ranks, and the blocked one is stepped again
+    # once its tick returns.
+    from watchdog import ranks
+    from watchdog.types import ProcId
+
+    monkeypatch.setattr(ranks, "_STEP_WAIT_S", 0.3)
+    job = ranks.JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    stuck, other = _watcher(rank={"RANK": "0"}), _watcher(rank={"RANK": "1"})
+    release, steps = threading.Event(), {"stuck": 0, "other": 0}
+
+    def blocked_step():
+        steps["stuck"] += 1
+        release.wait(10)
+
+    stuck.step = blocked_step
+    other.step = lambda: steps.__setitem__("other", steps["other"] + 1)
+    job.ranks[ProcId(1, 1)], job.ranks[ProcId(2, 2)] = stuck, other
+    t0 = time.monotonic()
+    job._step_ranks()
+    assert time.monotonic() - t0 < 5 and steps == {"stuck": 1, "other": 0}
+    assert "rank 0" in capsys.readouterr().err
+    for _ in range(3):
+        job._step_ranks()
+    assert steps == {"stuck": 1, "other": 3}  # the blocked rank is not stepped again meanwhile
+    release.set()
+    deadline = time.monotonic() + 10
+    while any(st.alive for st in job._abandoned) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job._step_ranks()
+    assert steps == {"stuck": 2, "other": 4}
+    job._stop_ranks()
