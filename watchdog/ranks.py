@@ -21,9 +21,10 @@ from .daemon import Outcome, Watcher, WatcherStatus, log
 from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcessSample, ProcId, ReportWritten
 from .wake import Waker
 
-# A job's ranks are looked for again when the job's tree changed (a process came, went or was
-# renamed, or another process opened a DataLoader iterator, in the job-level watcher's latest
-# sample), and at least every this many seconds (each look reads the environment of the
+# A job's ranks are looked for again when the job's tree changed (a process came, went, was
+# renamed or ran another program: a launcher's child forked before it exec'd the rank's program
+# has the launcher's name and no RANK yet; or another process opened a DataLoader iterator, in
+# the job-level watcher's latest sample), and at least every this many seconds (each look reads the environment of the
 # processes above the ranks and walks the tree with psutil).
 _RANK_DISCOVERY_S = 30.0
 # With ranks, the job-level watcher (the launcher, for the report after the job ends) samples
@@ -199,13 +200,13 @@ class JobWatcher:
 
     def _tree_now(self) -> Optional[tuple]:
         """What the ranks found depend on, from the job-level watcher's latest sample: each
-        process's ``(ProcId, name, ppid)`` and the pids that own a DataLoader iterator
-        (the inside view). ``None`` before the first sample."""
+        process's ``(ProcId, name, ppid, command line)`` and the pids that own a DataLoader
+        iterator (the inside view). ``None`` before the first sample."""
         last = self.job.status().sample
         if last is None:
             return None
         return (
-            tuple((p.ident, p.name, p.ppid) for p in last.processes),
+            tuple((p.ident, p.name, p.ppid, p.cmdline) for p in last.processes),
             tuple(sorted({v.pid for v in last.loaders})),
         )
 

@@ -440,6 +440,15 @@ def test_a_look_for_ended_processes_looks_up_only_pids_no_rank_sampled_lately(tm
     (tmp_path / "30.json").write_text("{}")  # a process that ended
     reader.read([10], forks=False)  # rank a, for its own pid 10: pid 20 was sampled by rank b
     assert looked == ["30"] and sorted(os.listdir(tmp_path)) == ["10.json", "20.json"]
+    # a caller's own pids are those of its latest read only: its worker that ended is looked up
+    # at once (workers recreated every epoch must not pile up)
+    (tmp_path / "11.json").write_text("{}")
+    reader.read([10, 11], forks=False)
+    looked.clear()
+    monkeypatch.setattr(inside, "_alive", lambda stem: looked.append(stem) or stem not in ("11", "30"))
+    reader._retired_at = float("-inf")
+    reader.read([10], forks=False)
+    assert looked == ["11"] and sorted(os.listdir(tmp_path)) == ["10.json", "20.json"]
 
 
 def test_loader_views_made_through_the_cache_equal_fresh_ones_and_follow_a_new_record_or_histogram():

@@ -236,3 +236,22 @@ def test_a_rank_whose_tick_blocks_is_left_to_it_and_the_other_ranks_are_still_st
     job._step_ranks()
     assert steps == {"stuck": 2, "other": 4}
     job._stop_ranks()
+
+
+def test_the_tree_ranks_are_looked_for_in_changes_when_a_launchers_child_runs_the_ranks_program():
+    # A launcher's child forked before it exec'd the rank's program has the launcher's name
+    # (both "python") and no RANK yet: its new command line alone must make the ranks be looked
+    # for again, or the rank goes unwatched until the next look (30 s: a short job's whole life).
+    from watchdog.ranks import JobWatcher
+
+    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    job.job.step()
+    before = job._tree_now()
+    sample = job.job.status().sample
+    forked = dataclasses.replace(sample.main, cmdline=("python", "-m", "torch.distributed.run", "train.py"))
+    execd = dataclasses.replace(forked, cmdline=("python", "train.py"))
+    job.job._status = dataclasses.replace(job.job.status(), sample=dataclasses.replace(sample, processes=(forked,)))
+    assert job._tree_now() != before
+    first = job._tree_now()
+    job.job._status = dataclasses.replace(job.job.status(), sample=dataclasses.replace(sample, processes=(execd,)))
+    assert job._tree_now() != first

@@ -517,7 +517,8 @@ class InsideReader:
         self._derived: Dict[int, Tuple[Optional[dict], _Retired]] = {}
         self._views: LoaderCache = {}  # loader_views' cache
         self._retired_problems: Set[str] = set()  # the problems of _retired's records
-        self._sampled_at: Dict[int, float] = {}  # pid -> when a caller last read it as one of its own
+        # caller (its first pid) -> (when, the pids it sampled for its latest full read: alive then)
+        self._sampled: Dict[Optional[int], Tuple[float, frozenset]] = {}
 
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
@@ -649,14 +650,13 @@ class InsideReader:
                 names = self._list()
             except OSError as e:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
-            now = time.monotonic()
-            for pid in wanted or ():
-                self._sampled_at[pid] = now
-            if self.retire and self._retire_due(names, wanted, pids[0] if pids else None):
-                # alive: the pids a caller sampled at its last full read, a rank's or another's
-                recent = {pid for pid, at in self._sampled_at.items() if now - at <= 2 * RETIRE_EVERY_S}
-                self._sampled_at = {pid: self._sampled_at[pid] for pid in recent}
-                kept = self._retire(names, recent)
+            caller, now = (pids[0] if pids else None), time.monotonic()
+            self._sampled[caller] = (now, frozenset(wanted or ()))
+            if self.retire and self._retire_due(names, wanted, caller):
+                # alive: the pids each caller sampled for its latest full read (this one's now;
+                # a caller that has not read for two RETIRE_EVERY_S, a rank that ended, no more)
+                self._sampled = {k: v for k, v in self._sampled.items() if now - v[0] <= 2 * RETIRE_EVERY_S}
+                kept = self._retire(names, set().union(*(v[1] for v in self._sampled.values())))
                 if len(kept) != len(names):
                     self._index(kept)
                     self._listed_mtime = None  # files were removed: list again at the next read
@@ -749,10 +749,10 @@ class InsideReader:
         """Fold the records of processes that ended (no ``/proc/PID``) and wrote no loader file
         (``.bin``: the job's main, read again after it ends) into ``_retired`` and remove their
         files, so that a job that starts workers all week long costs each tick what its live
-        processes cost. ``live`` are pids sampled alive by a caller within the last two
-        ``RETIRE_EVERY_S`` (the ranks of a job share this reader, each reads its own every few
-        seconds): not looked up again; a process that ended since is retired at a later look.
-        Returns the names still in the folder."""
+        processes cost. ``live`` are the pids each caller sampled alive for its latest full
+        read (the ranks of a job share this reader, each reads its own every few seconds): not
+        looked up again; one of another rank's that ended since is retired at a look after
+        that rank's next read. Returns the names still in the folder."""
         owners = {n.partition(".")[0] for n in names if n.endswith(".bin")}
         gone: Dict[int, List[str]] = {}
         for name in names:
