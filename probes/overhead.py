@@ -2,14 +2,15 @@
 DataLoader workers (1 + N processes), in paired runs with and without ``dlwatch attach``.
 
 Each pair runs the same healthy job twice, once watched and once not, in alternating order. The
-job (a built-in loop: 32 samples a batch, about 0.2 ms of torch work per sample in the workers, a
-small training step in main) warms up, then waits for SIGUSR1 and counts its batches for
-``--seconds``. In the watched run, ``dlwatch attach --pid JOB --interval I`` starts during the
-warm-up (``--warmup`` seconds, and at least three ticks), so its start-up is left out: its
-imports, and the first two USS reads of each process (``full_info_interval_s`` apart), after
-which a process whose memory holds still is read six times less often, then less and less.
-The start-up is measured apart: the sidecar's CPU when its first tick is logged (imports, the
-target's checks, the first sample).
+job (a built-in loop: 32 samples a batch, about 0.2 ms of torch work per sample in the workers,
+a small training step in main with one intra-op thread; with ``--matmul``, a 64 x 64 matmul per
+sample and main with torch's default intra-op threads, as users' jobs run) warms up, then waits
+for SIGUSR1 and counts its batches for ``--seconds``. In the watched run, ``dlwatch attach --pid
+JOB --interval I`` starts during the warm-up (``--warmup`` seconds, and at least three ticks),
+so its start-up is left out: its imports, and the first two USS reads of each process
+(``full_info_interval_s`` apart), after which a process whose memory holds still is read six
+times less often, then less and less. The start-up is measured apart: the sidecar's CPU when its
+first tick is logged (imports, the target's checks, the first sample).
 Measured, over the window:
 
 * the sidecar's CPU as a fraction of one core (the run time of the ``dlwatch`` process's
@@ -72,16 +73,22 @@ JOB = textwrap.dedent(
         def __len__(self):
             return 10**9
         def __getitem__(self, i):
-            x = torch.full((256,), float(i % 7))
-            for _ in range(8):  # about 0.2 ms of CPU per sample
-                x = torch.sin(x) * 0.5 + 0.25
+            if matmul:  # a 64 x 64 matmul per sample
+                a = torch.randn(64, 64)
+                x = (a @ a).flatten()[:256]
+            else:
+                x = torch.full((256,), float(i % 7))
+                for _ in range(8):  # about 0.2 ms of CPU per sample
+                    x = torch.sin(x) * 0.5 + 0.25
             if io_s:
                 time.sleep(io_s)  # a read from storage
             return x
 
     workers, warmup_s, seconds, limit_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     io_s = float(sys.argv[5]) / 1000 if len(sys.argv) > 5 else 0.0
-    torch.set_num_threads(1)
+    matmul = len(sys.argv) > 6 and sys.argv[6] == "matmul"
+    if not matmul:  # with --matmul, main keeps torch's intra-op threads, as users' jobs do
+        torch.set_num_threads(1)
     go = []
     signal.signal(signal.SIGUSR1, lambda *_: go.append(time.perf_counter()))
     model = torch.nn.Linear(256, 8)
@@ -355,24 +362,35 @@ class Shape(NamedTuple):
     """How the measured job runs: ``ranks`` training ranks under ``torchrun`` (1: a plain
     process), each with ``workers`` DataLoader workers; ``inside``: started with the inside
     view's hook (``dlwatch hook-env``), as ``dlwatch run`` starts a job; ``io_ms``: each sample
-    also sleeps that long, a read from storage (milliseconds)."""
+    also sleeps that long, a read from storage (milliseconds); ``matmul``: each sample is a
+    64 x 64 matmul and main keeps torch's default intra-op threads (a job like users run: more
+    threads, busier), instead of about 0.2 ms of elementwise work and one thread."""
 
     workers: int
     ranks: int = 1
     inside: bool = False
     io_ms: float = 0.0
+    matmul: bool = False
 
     @property
     def label(self) -> str:
-        """``1 + 8`` or ``8 x (1 + 8)``."""
+        """``1 + 8`` or ``8 x (1 + 8)``, with ``, matmul`` for that job."""
         one = f"1 + {self.workers}"
-        return one if self.ranks == 1 else f"{self.ranks} x ({one})"
+        shape = one if self.ranks == 1 else f"{self.ranks} x ({one})"
+        return shape + ", matmul" if self.matmul else shape
 
 
 def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> List[str]:
     """The job's command line: ``JOB`` with its arguments, under ``torchrun --standalone`` for
     several ranks (the script written to ``folder``)."""
-    args = [str(shape.workers), str(warmup_s), str(seconds), "600", f"{shape.io_ms:g}"]
+    args = [
+        str(shape.workers),
+        str(warmup_s),
+        str(seconds),
+        "600",
+        f"{shape.io_ms:g}",
+        "matmul" if shape.matmul else "-",
+    ]
     if shape.ranks == 1:
         return [sys.executable, "-c", JOB] + args
     script = os.path.join(folder, "overhead_job.py")
@@ -617,6 +635,7 @@ def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
         "ranks": shape.ranks,
         "inside": shape.inside,
         "io_ms": shape.io_ms,
+        "matmul": shape.matmul,
         "workers": workers,
         "processes": procs,
         "pairs": len(pairs),
@@ -702,6 +721,12 @@ def build_parser() -> Parser:
         "workers only compute)",
     )
     p.add_argument(
+        "--matmul",
+        action="store_true",
+        help="a job like users run: each sample is a 64 x 64 matmul, and main keeps torch's intra-op threads "
+        "(without it: about 0.2 ms of elementwise work per sample, main with one thread)",
+    )
+    p.add_argument(
         "--stall-timeout",
         type=positive_seconds,
         default=3.0,
@@ -781,7 +806,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             for n in counts:
                 pairs = []
-                shape = Shape(n, args.ranks, args.inside, args.io_ms)
+                shape = Shape(n, args.ranks, args.inside, args.io_ms, args.matmul)
                 for k in range(args.pairs):
                     order = (False, True) if k % 2 == 0 else (True, False)
                     runs = {w: run_job(shape, w, args.seconds, args.warmup, args.interval, folder) for w in order}

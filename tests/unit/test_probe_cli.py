@@ -467,3 +467,17 @@ def test_the_sidecars_cpu_counts_threads_that_ended():
     worker.join()
     after = overhead._cpu_s(os.getpid())
     assert before is not None and after is not None and after - before >= 0.25, (before, after)
+
+
+def test_the_matmul_job_keeps_mains_intra_op_threads(tmp_path):
+    # --matmul: the job users run (a 64 x 64 matmul per sample, main with torch's default
+    # intra-op threads); the default job sets one thread in main.
+    from probes import overhead
+
+    plain = overhead._job_command(overhead.Shape(8), 1.0, 2.0, str(tmp_path))
+    users = overhead._job_command(overhead.Shape(8, ranks=8, matmul=True), 1.0, 2.0, str(tmp_path))
+    assert plain[-1] == "-" and users[-1] == "matmul"
+    assert overhead.Shape(8, ranks=8, matmul=True).label == "8 x (1 + 8), matmul"
+    assert "if not matmul:" in overhead.JOB and "torch.set_num_threads(1)" in overhead.JOB
+    args = overhead.build_parser().parse_args(["--matmul"])
+    assert args.matmul
