@@ -6,17 +6,15 @@ the attacker chose, a signal to a process that reused a group's number)."""
 from __future__ import annotations
 
 import os
-import pwd
-import secrets
 import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 
 import pytest
 
+from tests.real.conftest import SYSTEM_PY, as_user
 from tests.real.helpers import DLWATCH, kill_tree, reports, run_bounded, start, wait_for
 from watchdog import act
 from watchdog.collect import procfs
@@ -26,43 +24,13 @@ pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="plays a second local user (needs root and useradd)"
 )
 
-SYSTEM_PY = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
-
-
-@pytest.fixture(scope="module")
-def attacker():
-    """An unprivileged local user, removed after the module."""
-    name = f"dlw-attacker-{secrets.token_hex(3)}"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, timeout=30
-    )
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], timeout=30)
-
-
-@pytest.fixture
-def shared_tmp():
-    """A /tmp-like folder (sticky, world-writable) that both users use as TMPDIR."""
-    path = tempfile.mkdtemp(prefix="dlwatch-hostile-", dir="/tmp")
-    os.chmod(path, 0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _as(user, cmd, **kw) -> subprocess.Popen:
-    return subprocess.Popen(cmd, user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd="/", **kw)
-
 
 def test_attach_never_deletes_a_root_folder_the_job_names_as_its_hook_folder(attacker, tmp_path):
     victim = tmp_path / "victim"  # root's own 0700 folder, as /root/.ssh is
     victim.mkdir(mode=0o700)
     (victim / "authorized_keys").write_text("ssh-ed25519 AAAA root\n")
     env = {"PATH": "/usr/bin:/bin", "DLWATCH_HOOK_DIR": str(victim)}
-    job = _as(attacker, [SYSTEM_PY, "-c", "import time; time.sleep(4)"], env=env)
+    job = as_user(attacker, [SYSTEM_PY, "-c", "import time; time.sleep(4)"], env=env)
     try:
         code, _out, err = run_bounded(
             DLWATCH + ["attach", "--pid", str(job.pid), "--interval", "0.5", "--report-dir", str(tmp_path / "r")], 60
@@ -80,7 +48,7 @@ def test_attach_never_takes_or_deletes_another_jobs_hook_folder_the_job_names(at
     other = next(item.split("=", 1)[1] for item in out.split() if item.startswith("DLWATCH_HOOK_DIR="))
     try:
         env = {"PATH": "/usr/bin:/bin", "DLWATCH_HOOK_DIR": other}  # its path is in /tmp for all to see
-        job = _as(attacker, [SYSTEM_PY, "-c", "import time; time.sleep(4)"], env=env)
+        job = as_user(attacker, [SYSTEM_PY, "-c", "import time; time.sleep(4)"], env=env)
         try:
             code, _out, err = run_bounded(
                 DLWATCH + ["attach", "--pid", str(job.pid), "--interval", "0.5", "--report-dir", str(tmp_path / "r")],
@@ -96,7 +64,7 @@ def test_attach_never_takes_or_deletes_another_jobs_hook_folder_the_job_names(at
 
 
 def test_a_fifo_another_user_plants_where_dlwatch_sweeps_never_blocks_a_run(attacker, shared_tmp):
-    planted = _as(
+    planted = as_user(
         attacker,
         [
             SYSTEM_PY,
@@ -120,7 +88,7 @@ def test_a_fifo_another_user_plants_where_dlwatch_sweeps_never_blocks_a_run(atta
 @pytest.mark.parametrize("squat", ["folder", "link"])
 def test_a_fallback_report_folder_another_user_made_first_is_never_written_to(attacker, shared_tmp, squat):
     theirs = os.path.join(shared_tmp, "attacker-own")
-    code = _as(
+    code = as_user(
         attacker,
         [
             SYSTEM_PY,
