@@ -14,6 +14,15 @@ first. It runs as the invoking user, in the report's working directory, with the
 environment (never the report's redacted copy), and refuses a report whose command is not
 known, whose command was redacted, whose user is another, or (without ``--yes``) that came
 from ``attach``.
+
+What verify runs is only what the caller already trusts (:func:`trusted_place`): its own
+interpreter started isolated (``python -I``: neither the working directory nor
+``PYTHONPATH`` nor the user's site directory on ``sys.path``, so a ``json.py`` planted in the
+job's folder is never imported by dlwatch; https://docs.python.org/3/using/cmdline.html#cmdoption-I),
+in a working directory, and with command files, that no other user can change (each belongs
+to the caller or root, writable by no one else, in folders no one else can rename entries
+of), never a job whose command changes user (``runuser``, ``sudo``, …), and never an
+environment variable from the report outside ``REPORT_ENV_NAMES``.
 """
 
 from __future__ import annotations
@@ -130,6 +139,47 @@ RUN_SETTINGS = (
     "terminate_outside_loader",
 )
 RUN_PYSPY_SETTINGS = ("native", "timeout_s")
+# The environment variables a report's fix (``remedy_apply.env``) may set in a verify run: knobs
+# of thread pools and of error reporting, none of which names code to load. Anything else
+# (``LD_PRELOAD``, ``PYTHONPATH``, ``BASH_ENV``, a plugin path, …) would let a file choose what
+# runs as the caller; the caller may still set any variable with ``--fix env.NAME=VALUE``.
+REPORT_ENV_NAMES = frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "CUDA_LAUNCH_BLOCKING",
+        "NCCL_DEBUG",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_SHOW_CPP_STACKTRACES",
+    }
+)
+# Programs that start what follows them as another user (or in another root): a job started
+# through one ran as that user, whatever uid ``dlwatch run`` had, and verify refuses to start it
+# again as the caller.
+USER_CHANGERS = frozenset(
+    {
+        "runuser",
+        "su",
+        "sudo",
+        "doas",
+        "setpriv",
+        "gosu",
+        "su-exec",
+        "setuidgid",
+        "s6-setuidgid",
+        "chpst",
+        "chroot",
+        "nsenter",
+        "capsh",
+        "machinectl",
+        "systemd-run",
+        "pkexec",
+    }
+)
 
 
 def _owned(path: str, what: str) -> os.stat_result:
@@ -506,8 +556,19 @@ def _applied(fix: Fix, variant: str, summary: Optional[dict]) -> Optional[bool]:
     return all(seen.get(k) == v or str(seen.get(k)) == str(v) for k, v in fix.loader if k not in moot)
 
 
+def run_argv(settings_path: str, run_dir: str, args: Sequence[str], command: Sequence[str]) -> List[str]:
+    """The argv of one run: dlwatch's own interpreter, isolated (``-I``: what it imports comes
+    from its installation, never from the job's working directory or ``PYTHONPATH``), running
+    ``dlwatch run`` with the runs' settings, ``args`` and ``--summary-json`` into ``run_dir``,
+    then ``command``."""
+    summary_path = os.path.join(run_dir, SUMMARY_FILE)
+    head = [sys.executable, "-I", "-m", "watchdog", "run", "--config", settings_path, "--report-dir", run_dir]
+    return head + list(args) + ["--summary-json", summary_path, "--", *command]
+
+
 def run_one(
     origin: Origin,
+    cwd: str,
     variant: str,
     index: int,
     args: List[str],
@@ -518,14 +579,14 @@ def run_one(
     command: Sequence[str],
     max_run_s: float,
 ) -> RunResult:
-    """Start one run (``dlwatch run`` with ``args``, in its own folder under ``folder``) and
-    wait for it, ending its process group after ``max_run_s`` seconds whatever happens. Its
-    output (the job's stdout and stderr, and dlwatch's lines) goes to ``OUTPUT_FILE`` there."""
+    """Start one run (:func:`run_argv`, in its own folder under ``folder``, in the working
+    directory ``cwd`` that :func:`trusted_place` checked) and wait for it, ending its process
+    group after ``max_run_s`` seconds whatever happens. Its output (the job's stdout and stderr,
+    and dlwatch's lines) goes to ``OUTPUT_FILE`` there."""
     run_dir = os.path.join(folder, f"{variant}-{index}")
     os.makedirs(run_dir, mode=0o700, exist_ok=False)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
-    argv = [sys.executable, "-m", "watchdog", "run", "--config", settings_path, "--report-dir", run_dir]
-    argv += args + ["--summary-json", summary_path, "--", *command]
+    argv = run_argv(settings_path, run_dir, args, command)
     env = dict(os.environ)
     env.update(env_changes)
     nofile = fix.nofile if variant == FIXED else None
@@ -540,7 +601,7 @@ def run_one(
     try:
         proc = subprocess.Popen(
             argv,
-            cwd=origin.cwd,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=fd,
@@ -852,11 +913,64 @@ def _positive_float(text: str) -> float:
     return positive_float(text)
 
 
-def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> None:
-    """Refuse what must not be re-run (see the module docstring).
+def trusted_place(path: str, what: str) -> str:
+    """The real path of ``path`` (the folder a run starts in, or a file its command names),
+    once it is clear that no other user can change what is found there: ``path`` and every
+    folder above it belong to the caller or to root; ``path`` is writable by no one else; each
+    folder above it is writable by no one else, or has the sticky bit (others cannot rename or
+    remove what is ours there: unlink(2), rename(2), EPERM). Group-writable counts as writable
+    by others. Links are resolved first, and the runs use the real path, so a link swapped
+    later changes nothing.
 
     Raises:
-        VerifyError: naming the report and why.
+        VerifyError: naming ``path``, the folder or file at fault, and why.
+    """
+    real = os.path.realpath(path)
+    me = os.geteuid()
+    chain = [real]
+    while chain[-1] != os.path.dirname(chain[-1]):
+        chain.append(os.path.dirname(chain[-1]))
+    for place in reversed(chain):
+        try:
+            st = os.lstat(place)
+        except OSError as e:
+            raise VerifyError(path, f"cannot read {what} ({place}): {e.strerror or e}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise VerifyError(path, f"{what}: {place} changed while it was checked (now a link)")
+        if st.st_uid not in (me, 0):
+            raise VerifyError(
+                path,
+                f"{what}: {place} belongs to uid {st.st_uid}, not to you ({me}) or root: what it holds runs as you",
+            )
+        shared = st.st_mode & 0o022
+        if shared and (place == real or not st.st_mode & stat.S_ISVTX):
+            raise VerifyError(
+                path,
+                f"{what}: {place} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): another user could "
+                "change what runs as you; move the job into a folder of your own",
+            )
+    return real
+
+
+def _command_files(command: Sequence[str], cwd: str) -> List[Tuple[str, str]]:
+    """``(argument, path)`` for each argument of ``command`` that names an existing file
+    (relative to ``cwd`` or absolute): the program, its script, its config files."""
+    out = []
+    for arg in command:
+        if not arg or arg.startswith("-"):
+            continue
+        path = arg if os.path.isabs(arg) else os.path.join(cwd, arg)
+        if os.path.isfile(path):
+            out.append((arg, path))
+    return out
+
+
+def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> str:
+    """Refuse what must not be re-run (see the module docstring); returns the real path of
+    the working directory the runs start in (:func:`trusted_place`).
+
+    Raises:
+        VerifyError: naming the report (or the folder or file at fault) and why.
     """
     if not command:
         raise VerifyError(origin.folder, "the report does not say how the job was started: pass it after --")
@@ -870,6 +984,13 @@ def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> None
         raise VerifyError(
             origin.folder, f"the job ran as uid {origin.uid}, not as you ({os.getuid()}): run verify as it"
         )
+    changer = os.path.basename(command[0])
+    if changer in USER_CHANGERS:
+        raise VerifyError(
+            origin.folder,
+            f"the job was started through {changer}, as another user: run verify as that user, with the command "
+            "after -- (dlwatch verify REPORT -- CMD ARGS…)",
+        )
     if origin.cwd is None or not os.path.isdir(origin.cwd):
         raise VerifyError(origin.folder, f"the job's working directory {origin.cwd!r} is not there")
     if origin.watched_by == "attach" and not yes:
@@ -878,6 +999,10 @@ def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> None
             "this report came from `dlwatch attach`: its command line may not start the job as it was started "
             "(a launcher, a container entry point); check it, then add --yes",
         )
+    cwd = trusted_place(origin.cwd, "the job's working directory")
+    for arg, path in _command_files(command, cwd):
+        trusted_place(path, f"the command's file {redact.value(arg)!r}")
+    return cwd
 
 
 def cmd_verify(args: argparse.Namespace, say=print) -> int:
@@ -907,9 +1032,18 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         )
     if fix.loader and not origin.sites and not args.all_loaders:
         raise VerifyError(folder, "the report names no DataLoader site (no inside view): add --all-loaders")
+    untrusted = sorted(
+        k for k, _ in (origin.fix.env if origin.fix and not args.only else ()) if k not in REPORT_ENV_NAMES
+    )
+    if untrusted:
+        raise VerifyError(
+            folder,
+            f"the report's fix sets {', '.join(untrusted)}, which verify never takes from a file (it could choose what "
+            "runs as you): set it yourself with --fix env.NAME=VALUE if you mean it",
+        )
     command = list(args.cmd) or list(origin.command)
     own_command = bool(args.cmd) and tuple(args.cmd) != origin.command
-    _check_rerunnable(origin, command, args.yes)
+    cwd = _check_rerunnable(origin, command, args.yes)
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise VerifyError(f"--json {args.json}", "must name a file in a folder that exists")
     shown = _shown(fix)  # what is printed and written: secret-named variables redacted
@@ -918,25 +1052,22 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     runs = plan(origin, fix, args.runs, bound, args.all_loaders)
     uid_name = _user_name()
     if args.dry_run:
-        say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {origin.cwd}:")
+        say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {cwd}:")
     else:
-        say(SAFETY.format(n=len(runs), user=uid_name, cwd=origin.cwd))
+        say(SAFETY.format(n=len(runs), user=uid_name, cwd=cwd))
     say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {shown.describe()}")
     if own_command:
-        say(
-            f"the command: {shlex.join(command)} (given after --; the report's was {shlex.join(origin.command) or '?'})"
-        )
+        given = shlex.join(redact.cmdline(origin.command)) or "?"
+        say(f"the command: {shown_command} (given after --; the report's was {given})")
     if args.dry_run:
-        base = "dlwatch run --config VERIFY/settings.yaml --report-dir VERIFY/{variant}-{i}"
+        verify_dir = os.path.join(os.path.dirname(folder), "VERIFY")
         for variant, i, run_args, env in runs:
             changes = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact.env(env).items())
             limit = f" (RLIMIT_NOFILE {fix.nofile})" if variant == FIXED and fix.nofile is not None else ""
-            say(
-                f"{variant} {i}: {changes + ' ' if changes else ''}{base.format(variant=variant, i=i)} "
-                f"{shlex.join(run_args)} --summary-json VERIFY/{variant}-{i}/{SUMMARY_FILE} -- "
-                f"{shown_command}{limit}"
-            )
-        say(f"(VERIFY: a new verify-<UTC time>-<pid>/ folder beside the report, 0700; cwd {origin.cwd})")
+            run_dir = os.path.join(verify_dir, f"{variant}-{i}")
+            argv = run_argv(os.path.join(verify_dir, "settings.yaml"), run_dir, run_args, redact.cmdline(command))
+            say(f"{variant} {i}: {changes + ' ' if changes else ''}{shlex.join(argv)}{limit}")
+        say(f"(VERIFY: a new verify-<UTC time>-<pid>-<random>/ folder beside the report, 0700; cwd {cwd})")
         return Exit.OK
     out = _verify_folder(folder)
     settings_path = os.path.join(out, "settings.yaml")
@@ -946,7 +1077,7 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     try:
         for variant, i, run_args, env in runs:
             say(f"run {len(results) + 1}/{len(runs)}: {variant} {i} …")
-            result = run_one(origin, variant, i, run_args, env, fix, out, settings_path, command, args.max_run_s)
+            result = run_one(origin, cwd, variant, i, run_args, env, fix, out, settings_path, command, args.max_run_s)
             results.append(result)
             say(
                 f"  {result.outcome}"

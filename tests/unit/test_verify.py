@@ -327,3 +327,86 @@ def test_secret_named_variables_of_a_fix_are_redacted_where_they_are_shown():
     )
     assert dict(shown.env) == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "OMP_NUM_THREADS": "1"}
     assert "abcd1234" not in shown.describe()
+
+
+def _job_folder(tmp_path, mode=0o755):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text("print('train')\n")
+    os.chmod(job / "train.py", 0o644)
+    os.chmod(job, mode)
+    return job
+
+
+def test_a_working_directory_or_command_file_another_user_can_change_is_refused(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    cwd = verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    assert cwd == os.path.realpath(job)
+    os.chmod(job, 0o1777)  # sticky and world-writable, as /tmp: anyone can drop a json.py there
+    with pytest.raises(VerifyError, match="writable by others"):
+        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    os.chmod(job, 0o775)  # group-writable counts too
+    with pytest.raises(VerifyError, match="writable by others"):
+        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    os.chmod(job, 0o755)
+    os.chmod(job / "train.py", 0o666)  # the script itself
+    with pytest.raises(VerifyError, match="the command's file 'train.py'"):
+        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    os.chmod(job / "train.py", 0o644)
+    os.chmod(tmp_path, 0o777)  # a folder above it where others can rename the job's folder
+    with pytest.raises(VerifyError, match="writable by others"):
+        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    os.chmod(tmp_path, 0o1777)  # ... unless it is sticky: then they cannot
+    assert verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a folder to another uid (needs root)")
+def test_a_working_directory_of_another_user_is_refused(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    os.chown(job, 65534, 65534)  # nobody's, as a folder re-made by another user
+    with pytest.raises(VerifyError, match="belongs to uid 65534"):
+        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+
+
+def test_a_job_started_as_another_user_is_refused(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    for changer in ("runuser", "/usr/sbin/runuser", "sudo", "setpriv"):
+        with pytest.raises(VerifyError, match="as another user"):
+            verify._check_rerunnable(_origin(cwd=str(job), uid=None), [changer, "-u", "bob", "python"], False)
+
+
+def test_each_run_starts_dlwatch_isolated_from_the_jobs_folder_and_pythonpath():
+    argv = verify.run_argv("/v/settings.yaml", "/v/fixed-1", ["--stop-after-batches", "50"], ["python", "train.py"])
+    assert argv[:5] == [__import__("sys").executable, "-I", "-m", "watchdog", "run"]
+    assert argv[-3:] == ["--", "python", "train.py"] and "/v/fixed-1/run-summary.json" in argv
+
+
+def test_a_reports_fix_may_set_only_variables_that_name_no_code(tmp_path):
+    import argparse
+
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    doc = {
+        "mode": "hang",
+        "diagnoses": [{"kind": "worker_stuck", "remedy_apply": {"env": {"LD_PRELOAD": "/tmp/evil.so"}}}],
+        "job": {
+            "launch": {"command": ["python", "train.py"], "cwd": str(job), "uid": os.getuid(), "watched_by": "run"}
+        },
+    }
+    reports = tmp_path / "reports"
+    reports.mkdir(mode=0o700)
+    folder = _report_folder(reports, doc)
+    args = argparse.Namespace(
+        report=folder, last=False, report_dir="", fix=[], only=False, all_loaders=True, cmd=[], yes=False,
+        batches=None, seconds=5.0, runs=1, dry_run=True, json=None, max_run_s=60.0,
+    )  # fmt: skip
+    with pytest.raises(VerifyError, match="sets LD_PRELOAD, which verify never takes from a file"):
+        verify.cmd_verify(args, say=lambda *_: None)
+    said = []  # the caller may set it on purpose; the dry run then shows the real argv
+    args.only, args.fix = True, ["env.LD_PRELOAD=/opt/mine.so"]
+    assert verify.cmd_verify(args, say=said.append) == 0
+    runs = [x for x in said if x.startswith("fixed 1")]
+    assert runs and "LD_PRELOAD=/opt/mine.so" in runs[0] and " -I -m watchdog run " in runs[0]
