@@ -986,14 +986,26 @@ def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
             )
         if kind in ("lock", "semaphore", "condition", "barrier"):
             return (
-                f"Another process holds the multiprocessing {kind} the workers wait on{at} and never releases it "
-                "(or died holding it): find that process, release it in a finally: block, and acquire with a "
-                "timeout (acquire(timeout=<seconds>) returns False). " + _BOUND_THE_WAIT
+                f"Another process holds the multiprocessing {kind} the workers wait on{at}, and has not released it "
+                f"{_for_so_far(facts)}(which process holds it cannot be read from outside): if it is still working "
+                "(a download, a preparation), this is slow, not stuck; if it is stuck or died holding it, find it, "
+                "release in a finally: block, and acquire with a timeout (acquire(timeout=<seconds>) returns False). "
+                + _BOUND_THE_WAIT
             )
     return (
-        "Another process was meant to set this event, release this lock or feed this queue and never did: check "
-        "it (or that it still exists), and wait with a timeout. " + _BOUND_THE_WAIT
+        (
+            "Another process is meant to set this event, release this lock or feed this queue and has not done so "
+            + _for_so_far(facts)
+        ).rstrip()
+        + ": check that it still runs and gets there, and wait with a timeout. "
+        + _BOUND_THE_WAIT
     )
+
+
+def _for_so_far(facts: Facts) -> str:
+    """``"in the N s of this stall so far "`` when the stall's length is known, else ``""``:
+    what is known of a wait on another process, never that it will not end."""
+    return f"in the {facts.stall.stall_s:.0f} s of this stall so far " if facts.stall is not None else ""
 
 
 @rule("worker_stuck", SEVERITY_HANG, 20, HANG)
