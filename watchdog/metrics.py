@@ -12,15 +12,19 @@ https://prometheus.io/docs/practices/naming/).
 
 from __future__ import annotations
 
+import gzip
+import http
+import selectors
 import socket
-import socketserver
 import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from urllib.parse import parse_qs
 
-from prometheus_client import make_wsgi_app
+import h11
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import redact
@@ -248,69 +252,298 @@ class JobMetrics(Collector):
         )
 
 
-# Connections served at once; one more is closed at once (a scraper retries at its next
-# interval). Each holds a thread and a descriptor of dlwatch's, which its own /proc reads need.
-MAX_CONNECTIONS = 8
-# Seconds a connection may stay idle (no request, or a request sent slowly) before it is closed.
-IDLE_TIMEOUT_S = 10.0
+# NOTE [ The metrics server ]
+# The endpoint is open to every local user (and to the network where metrics_addr says so), none
+# of them authenticated, so a client may only hold what a scrape needs, and only briefly:
+# * one thread runs a ``selectors`` loop; no socket is ever read or written blocking, so one slow
+#   client never holds up another;
+# * a request must be complete (headers, and a body of at most MAX_BODY_BYTES) within
+#   REQUEST_DEADLINE_S of its accept, in all, not per read: a client that drips its headers a
+#   byte at a time is closed at the deadline however often it sends;
+# * at most MAX_CONNECTIONS connections are held (each a descriptor of dlwatch's, which its own
+#   /proc reads need); one more evicts the oldest still sending its request (else the oldest),
+#   so the newest connection, a scrape's, always gets in;
+# * a request is read as soon as it is accepted (a scraper sends it with the connect), answered at
+#   once, and its response handed to the kernel without blocking: a client that does not read
+#   its response is closed RESPONSE_DEADLINE_S after the response was made;
+# * one request per connection (``Connection: close``), as prometheus_client's WSGI server did.
+# HTTP is parsed by h11 (https://h11.readthedocs.io), the body made by prometheus_client's own
+# ``choose_encoder`` (Prometheus text or OpenMetrics, by the Accept header) and gzipped where
+# Accept-Encoding allows, as ``prometheus_client.make_wsgi_app`` does.
+
+# Connections held at once (a new one evicts the oldest still sending its request).
+MAX_CONNECTIONS = 64
+# Seconds from accept in which a connection must have sent its whole request.
+REQUEST_DEADLINE_S = 5.0
+# Seconds from a request's answer being made in which the client must have taken all of it.
+RESPONSE_DEADLINE_S = 10.0
+# Largest request head (request line and headers), in bytes: more is answered 431.
+MAX_HEADER_BYTES = 16 * 1024
+# Largest request body, in bytes (a scrape has none): more is answered 413.
+MAX_BODY_BYTES = 64 * 1024
+# Connections waiting in the kernel to be accepted (socketserver's default was 5).
+BACKLOG = 128
+_RECV_BYTES = 64 * 1024
+_ALLOW = [("Allow", "OPTIONS,GET")]
 
 
-class _Handler(WSGIRequestHandler):
-    timeout = IDLE_TIMEOUT_S  # socketserver.StreamRequestHandler: a socket timeout per connection
+def _reason(status: int) -> str:
+    """The reason phrase of an HTTP status (``http.HTTPStatus``), "" for one it does not know."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        pass  # no line on stderr per scrape
+
+class _Conn:
+    """One client: its socket, its h11 state, its deadline (monotonic seconds) and its unsent
+    response (``None`` while its request is being read)."""
+
+    __slots__ = ("sock", "h11", "deadline", "body_bytes", "request", "out")
+
+    def __init__(self, sock: socket.socket, now: float) -> None:
+        self.sock = sock
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self.deadline = now + REQUEST_DEADLINE_S
+        self.body_bytes = 0
+        self.request: Optional[h11.Request] = None
+        self.out: Optional[bytearray] = None
 
 
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    """prometheus_client's WSGI app behind a threading server with at most ``MAX_CONNECTIONS``
-    connections, each closed after ``IDLE_TIMEOUT_S`` idle (``prometheus_client.start_http_server``
-    bounds neither: idle connections held a thread and a descriptor each, until dlwatch's own
-    ``/proc`` reads failed with EMFILE)."""
+class MetricsServer:
+    """Serves ``registry`` at ``http://ADDR:PORT/`` (any path, ``/metrics`` the documented one;
+    ``/favicon.ico`` an empty page) from one thread, as NOTE [ The metrics server ] says.
 
-    daemon_threads = True
-    allow_reuse_address = True
+    ``serve_forever()`` runs the loop until ``shutdown()``; ``server_close()`` closes every socket;
+    ``server_address`` is the bound address (``(host, port)``, or the IPv6 4-tuple).
+    """
 
-    def __init__(self, *args, **kwargs) -> None:
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(*args, **kwargs)
+    def __init__(self, sock: socket.socket, registry: CollectorRegistry) -> None:
+        self.socket = sock
+        self.registry = registry
+        self.server_address = sock.getsockname()
+        self._conns: Dict[socket.socket, _Conn] = {}  # in order of accept: the oldest first
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._closed = False
 
-    def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)  # full: this one is closed at once
+    def serve_forever(self) -> None:
+        """Accept, read, answer and close clients until :meth:`shutdown`. An error with one client
+        closes that client only."""
+        self._stopped.clear()
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                wait_s = min((c.deadline for c in self._conns.values()), default=now + 1.0) - now
+                for key, _mask in self._selector.select(min(max(wait_s, 0.0), 1.0)):
+                    if key.fileobj is self.socket:
+                        self._accept()
+                    elif key.fileobj is self._wake_r:
+                        self._drain_wake()
+                    else:
+                        conn = self._conns.get(key.fileobj)  # type: ignore[call-overload]
+                        if conn is not None:  # not closed earlier in this round
+                            self._step(conn)
+                now = time.monotonic()
+                for conn in [c for c in self._conns.values() if c.deadline <= now]:
+                    self._close(conn)
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait (at most 5 s) until it has returned."""
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # already woken (buffer full), or closed
+        self._stopped.wait(5.0)
+
+    def server_close(self) -> None:
+        """Close the listening socket and every client's (stopping the loop first)."""
+        if self._closed:
+            return
+        self.shutdown()
+        self._closed = True
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        self._selector.close()
+        for s in (self.socket, self._wake_r, self._wake_w):
+            s.close()
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        """Accept every waiting connection (at most a backlog's), evicting the oldest to stay
+        within MAX_CONNECTIONS, and read each one's request at once."""
+        for _ in range(BACKLOG):
+            try:
+                sock, _addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ECONNABORTED, EMFILE...: the next round tries again
+                return
+            if len(self._conns) >= MAX_CONNECTIONS:
+                reading = (c for c in self._conns.values() if c.out is None)
+                self._close(next(reading, None) or next(iter(self._conns.values())))
+            sock.setblocking(False)
+            conn = _Conn(sock, time.monotonic())
+            self._conns[sock] = conn
+            self._selector.register(sock, selectors.EVENT_READ)
+            self._step(conn)
+
+    def _step(self, conn: _Conn) -> None:
+        """Read what ``conn`` sent, or send it what it has not taken; close it on an error."""
+        try:
+            if conn.out is None:
+                self._read(conn)
+            else:
+                self._write(conn)
+        except Exception:  # a client's error is no news for dlwatch's stderr, nor may it stop the loop
+            self._close(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        conn.h11.receive_data(data)  # b"": the client closed its side
+        while True:
+            try:
+                event = conn.h11.next_event()
+            except h11.RemoteProtocolError as e:
+                status = e.error_status_hint  # 400, or 431 for a head over MAX_HEADER_BYTES
+                self._answer(conn, status, [], f"# HTTP {status} {_reason(status)}\n".encode())
+                return
+            if event is h11.NEED_DATA:
+                if not data:
+                    self._close(conn)
+                return
+            if isinstance(event, h11.Request):
+                conn.request = event
+            elif isinstance(event, h11.Data):
+                conn.body_bytes += len(event.data)
+                if conn.body_bytes > MAX_BODY_BYTES:
+                    self._answer(conn, 413, [], b"# HTTP 413: a scrape has no body\n")
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                self._answer(conn, *self._page(conn.request))
+                return
+            else:  # ConnectionClosed, PAUSED
+                self._close(conn)
+                return
+
+    def _page(self, request: Optional[h11.Request]) -> Tuple[int, List[Tuple[str, str]], bytes]:
+        """``(status, headers, body)`` for ``request``, as ``prometheus_client.make_wsgi_app``
+        answers it (OPTIONS, GET; any path the metrics but ``/favicon.ico``)."""
+        assert request is not None
+        method = request.method.decode("latin-1")
+        if method == "OPTIONS":
+            return 200, list(_ALLOW), b""
+        if method != "GET":
+            return 405, list(_ALLOW), f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode()
+        path, _, query = request.target.decode("latin-1").partition("?")
+        if path == "/favicon.ico":
+            return 200, [], b""
+        headers: Dict[str, str] = {}
+        for name, value in request.headers:  # h11 gives names lower-case
+            key = name.decode("latin-1")
+            headers[key] = f"{headers[key]},{value.decode('latin-1')}" if key in headers else value.decode("latin-1")
+        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        params = parse_qs(query)
+        registry: Collector = self.registry
+        if "name[]" in params:
+            registry = self.registry.restricted_registry(params["name[]"])
+        try:
+            body = encoder(registry)
+        except Exception as e:  # a collector's bug: the scraper sees it, the loop goes on
+            return 500, [], f"# HTTP 500: {type(e).__name__}\n".encode()
+        out = [("Content-Type", content_type)]
+        if gzip_accepted(headers.get("accept-encoding", "")):
+            body = gzip.compress(body)
+            out.append(("Content-Encoding", "gzip"))
+        return 200, out, body
+
+    def _answer(self, conn: _Conn, status: int, headers: List[Tuple[str, str]], body: bytes) -> None:
+        """Make ``conn``'s response, stop reading it, and send what the kernel takes now."""
+        if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            self._close(conn)
+            return
+        head = headers + [("Content-Length", str(len(body))), ("Connection", "close")]
+        out = bytearray(conn.h11.send(h11.Response(status_code=status, headers=head, reason=_reason(status))) or b"")
+        if body and (conn.request is None or conn.request.method != b"HEAD"):
+            out += conn.h11.send(h11.Data(data=body)) or b""
+        out += conn.h11.send(h11.EndOfMessage()) or b""
+        conn.out = out
+        conn.deadline = time.monotonic() + RESPONSE_DEADLINE_S
+        self._selector.modify(conn.sock, selectors.EVENT_WRITE)
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        assert conn.out is not None
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        del conn.out[:sent]
+        if not conn.out:
+            self._close(conn)  # all of it is the kernel's to deliver
+
+    def _close(self, conn: _Conn) -> None:
+        if self._conns.pop(conn.sock, None) is None:
             return
         try:
-            super().process_request(request, client_address)
-        except Exception:
-            self.slots.release()
-            raise
-
-    def handle_error(self, request, client_address):
-        pass  # a client that timed out or went away is no news for dlwatch's stderr
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+def serve(port: int, collector: JobMetrics, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``collector`` at ``http://ADDR:PORT/metrics`` from a daemon thread (IPv6 where
+    ``addr`` has a ``:``), as NOTE [ The metrics server ] says: at most ``MAX_CONNECTIONS``
+    connections held, each request complete within ``REQUEST_DEADLINE_S`` seconds of its accept
+    and its response taken within ``RESPONSE_DEADLINE_S`` seconds.
 
-
-def serve(port: int, collector: JobMetrics, addr: str = "127.0.0.1"):
-    """Serve ``collector`` at ``http://ADDR:PORT/metrics`` in a daemon thread, at most
-    ``MAX_CONNECTIONS`` connections at once, each closed after ``IDLE_TIMEOUT_S`` seconds idle.
-
-    Returns the server (``shutdown()`` stops it).
+    Returns the server (``shutdown()`` stops it, ``server_close()`` closes its sockets,
+    ``server_address`` is where it listens).
 
     Raises:
-        OSError: the port cannot be bound (in use, no permission, an address not of this host).
+        OSError: the port cannot be bound (in use, no permission, an address not of this host);
+            ``socket.gaierror`` where ``addr`` does not resolve.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server_class = _Server6 if ":" in addr else _Server
-    server = make_server(addr, port, make_wsgi_app(registry), server_class, handler_class=_Handler)
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as socketserver's allow_reuse_address
+        sock.bind((addr, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    server = MetricsServer(sock, registry)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
