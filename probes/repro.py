@@ -358,8 +358,9 @@ class Outcome:
     fix: str = ""  # with --verify: holds, does not hold, no fix (the kind declares none), or why not run
 
 
-# Seconds a `dlwatch verify` of one scenario's report may take (two bounded runs and their reports).
-VERIFY_TIMEOUT_S = 900.0
+# Seconds a `dlwatch verify` of one scenario's report may take (its default runs, three of each
+# variant, bounded, and their reports).
+VERIFY_TIMEOUT_S = 1500.0
 
 
 def verify_report(report: str, workdir: str, timeout_s: float = VERIFY_TIMEOUT_S) -> Tuple[str, str]:

@@ -6,8 +6,11 @@ the rule beside its remedy; the job's recorder applies its loader part, ``_dlwat
 alternating, ``--runs`` times each. Each run is bounded (:class:`RunBound`): it ends once it
 has delivered ``--batches`` batches (past the point where the original hung), after
 ``--seconds``, when a hang is reported, or when it ends by itself. The verdict says whether
-the fix holds, with the counts and, when the control did not always fail, a one-sided
-Fisher exact p-value (:func:`fisher_one_sided`).
+the fix holds only when the runs reach significance: Boschloo's exact test
+(:func:`boschloo_one_sided`) of "the fixed runs fail less often than the control" gives
+p < ``ALPHA``. A control run counts as failed only when it failed as the report did (its
+kind); one failed control and one passing fixed run prove nothing (p = 0.25), and the line
+says how many runs would.
 
 The re-run executes the user's program again, with its side effects: the output says so
 first. It runs as the invoking user, in the report's working directory, with the current
@@ -58,8 +61,14 @@ MIN_BATCHES = 50
 SECONDS_FACTOR, MIN_SECONDS = 2.0, 60.0
 # Any run is ended after this long, whatever its bound (a job slower than its original).
 DEFAULT_MAX_RUN_S = 900.0
-# The one-sided p-value below which a flaky hang's fix counts as holding.
+# The one-sided p-value below which a fix counts as holding.
 ALPHA = 0.05
+# The runs of each variant by default: the fewest with which a failure the control repeats
+# every time can prove its fix (Boschloo p = 1/64 for 3/3 against 0/3; 2/2 against 0/2 gives
+# 1/16).
+DEFAULT_RUNS = 3
+# The most runs of each variant that verify plans, and that it ever suggests.
+MAX_RUNS = 50
 # What each run's ``dlwatch run`` writes at its end (``--summary-json``).
 SUMMARY_FILE = "run-summary.json"
 # Where each run's own output (the job's stdout and stderr, and dlwatch run's lines) goes.
@@ -473,6 +482,58 @@ def fisher_one_sided(control_failed: int, control_runs: int, fixed_failed: int, 
     ) / float(denominator)
 
 
+def boschloo_one_sided(control_failed: int, control_runs: int, fixed_failed: int, fixed_runs: int) -> float:
+    """Boschloo's exact unconditional p-value that the fixed runs fail less often than the
+    control: the largest, over the common failure probability q in [0, 1], probability of a
+    table whose Fisher p-value (:func:`fisher_one_sided`, the statistic) is at most the one
+    observed (R. D. Boschloo, "Raised conditional level of significance for the 2 × 2-table
+    when testing the equality of two probabilities", Statistica Neerlandica 24, 1970; scipy's
+    ``boschloo_exact(..., alternative="greater")`` computes the same). It is never larger than
+    Fisher's, so three runs of each can prove a fix (1/64), where Fisher needs four.
+
+    The supremum is taken on a grid of 2,000 values of q, then refined around the best one.
+
+    Raises:
+        ValueError: a count outside ``0 … runs``.
+    """
+    if not (0 <= control_failed <= control_runs and 0 <= fixed_failed <= fixed_runs):
+        raise ValueError("failures must lie between 0 and the runs")
+    observed = fisher_one_sided(control_failed, control_runs, fixed_failed, fixed_runs) * (1 + 1e-9)
+    extreme = [
+        (a, b)
+        for a in range(control_runs + 1)
+        for b in range(fixed_runs + 1)
+        if fisher_one_sided(a, control_runs, b, fixed_runs) <= observed
+    ]
+    total = control_runs + fixed_runs
+    weights = [0] * (total + 1)  # by the failures in all: the tables' count of ways to fall so
+    for a, b in extreme:
+        weights[a + b] += math.comb(control_runs, a) * math.comb(fixed_runs, b)
+    terms = [(k, w) for k, w in enumerate(weights) if w]
+
+    def chance(q: float) -> float:
+        return sum(w * q**k * (1 - q) ** (total - k) for k, w in terms)
+
+    grid = 2000
+    best_i = max(range(grid + 1), key=lambda i: chance(i / grid))
+    finer = [best_i / grid + k / (grid * 50) for k in range(-50, 51)]
+    return min(1.0, max(chance(min(1.0, max(0.0, q))) for q in finer))
+
+
+def runs_needed(control_failed: int, control_runs: int) -> Optional[int]:
+    """The fewest runs of each variant (at most ``MAX_RUNS``) with which a control that fails
+    as often as this one did (at least once) and fixed runs that all pass reach p < ``ALPHA``
+    (:func:`boschloo_one_sided`); ``None`` when the control never failed or no count up to
+    ``MAX_RUNS`` would do."""
+    if control_failed <= 0 or control_runs <= 0:
+        return None
+    rate = control_failed / control_runs
+    for n in range(DEFAULT_RUNS if rate == 1 else 2, MAX_RUNS + 1):
+        if boschloo_one_sided(max(1, math.floor(rate * n)), n, 0, n) < ALPHA:
+            return n
+    return None
+
+
 def bound_of(origin: Origin, batches: Optional[int], seconds: Optional[float]) -> Tuple[Optional[int], Optional[float]]:
     """The runs' bound: ``--batches``/``--seconds`` when given; else twice the batches the
     original's iterator had delivered (at least ``MIN_BATCHES``) when the report has an inside
@@ -734,21 +795,27 @@ def change_of(fix: Fix, origin: Origin) -> str:
 
 
 def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command: bool = False) -> Verdict:
-    """Judge the runs: the fix holds when every fixed run passed and the control failed in
-    every run, or, for a flaky control, when the one-sided Fisher p-value is below ``ALPHA``.
-    A fixed run in which the fix was not seen applied proves nothing. ``own_command``: the
-    runs ran the command given after ``--``, not the report's."""
+    """Judge the runs: the fix holds when no fixed run failed and Boschloo's one-sided p-value
+    (:func:`boschloo_one_sided`) of the control's failures against the fixed runs' is below
+    ``ALPHA``, whatever the runs' count: one failed control and one passing fixed run prove
+    nothing. A control run counts as failed only when it failed as the report did (the
+    report's kind); a fixed run in which the fix was not seen applied proves nothing.
+    ``own_command``: the runs ran the command given after ``--``, not the report's."""
     control = [r for r in results if r.variant == CONTROL]
     fixed = [r for r in results if r.variant == FIXED]
-    c_fail, f_fail = sum(r.failed for r in control), sum(r.failed for r in fixed)
+    c_fail, f_fail = sum(r.failed and r.kind == origin.kind for r in control), sum(r.failed for r in fixed)
+    c_other = sorted({r.kind or r.outcome for r in control if r.failed and r.kind != origin.kind})
     point = f"batch {origin.failed_at_batch}" if origin.failed_at_batch is not None else "its failure"
     what = fix.describe()
-    c_kinds = sorted({r.kind for r in control if r.failed and r.kind})
-    outcomes = {r.outcome for r in control if r.failed}
+    c_kinds = sorted({r.kind for r in control if r.failed and r.kind == origin.kind})
+    outcomes = {r.outcome for r in control if r.failed and r.kind == origin.kind}
     verb = "hung" if outcomes == {"hung"} else "crashed" if outcomes == {"crashed"} else "failed"
+    as_reported = [r for r in control if r.failed and r.kind == origin.kind]
     control_text = f"unchanged {c_fail}/{len(control)} " + (
-        f"{verb} ({', '.join(c_kinds)}) at {_batches_range([r for r in control if r.failed])}" if c_fail else "passed"
+        f"{verb} ({', '.join(c_kinds)}) at {_batches_range(as_reported)}" if c_fail else "failed as the report did"
     )
+    if c_other:
+        control_text += f" ({len([r for r in control if r.failed]) - c_fail} failed otherwise: {', '.join(c_other)})"
     slow = [r for r in results if r.outcome == "timed out"]
     if slow:
         return Verdict(
@@ -764,10 +831,12 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
             if own_command
             else "flaky: try --runs 10"
         )
+        failed_as = "hang" if origin.mode == "hang" else "crash"
         return Verdict(
             False,
-            f"not proven: the control did not {'hang' if origin.mode == 'hang' else 'crash'} in {len(control)} run(s) "
-            f"({advice}); with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
+            f"not proven: the control did not {failed_as} as the report did ({origin.kind}) in {len(control)} run(s)"
+            + (f"; it failed otherwise ({', '.join(c_other)})" if c_other else "")
+            + f" ({advice}); with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
             None,
             None,
         )
@@ -806,39 +875,57 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
             None,
             None,
         )
-    if c_fail == len(control):
-        return Verdict(True, f"the fix holds: {fixed_text}; {control_text}", None, change_of(fix, origin))
-    p = fisher_one_sided(c_fail, len(control), f_fail, len(fixed))
+    p = boschloo_one_sided(c_fail, len(control), f_fail, len(fixed))
     if p < ALPHA:
         return Verdict(
-            True, f"the fix holds (one-sided Fisher p={p:.3f}): {fixed_text}; {control_text}", p, change_of(fix, origin)
+            True, f"the fix holds (one-sided p={_p(p)}): {fixed_text}; {control_text}", p, change_of(fix, origin)
         )
+    needed = runs_needed(c_fail, len(control))
+    more = (
+        f"--runs {needed} would prove it if the runs go the same way"
+        if needed is not None
+        else f"a control that fails this seldom cannot prove a fix in {MAX_RUNS} runs"
+    )
     return Verdict(
         False,
-        f"not proven (one-sided Fisher p={p:.3f}, flaky control): {fixed_text}; {control_text}; try --runs 10",
+        f"not proven (one-sided p={_p(p)}, needs p < {ALPHA:g}): {fixed_text}; {control_text}; too few runs: {more}",
         p,
         None,
     )
 
 
+def _p(p: float) -> str:
+    """A p-value for the verdict line: three decimals, or ``<0.001``."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _cost(results: Sequence[RunResult]) -> Optional[str]:
-    """The fix's cost: median samples/s and first-batch latency, with and without it."""
+    """The fix's cost, from the runs that did not fail (a hung run's rate measures the hang):
+    median samples/s and first-batch latency of each variant with their range (least–most),
+    given only with at least ``DEFAULT_RUNS`` such runs of each; the ratio of the medians only
+    where the two ranges do not overlap (else the spread, not the fix, may make it). ``None``:
+    too few runs to say anything."""
 
-    def median(values):
+    def spread(values) -> Optional[Tuple[float, float, float]]:
         values = sorted(v for v in values if v is not None)
-        return values[len(values) // 2] if values else None
+        return (values[len(values) // 2], values[0], values[-1]) if len(values) >= DEFAULT_RUNS else None
 
-    figures = {}
-    for variant in (CONTROL, FIXED):
-        runs = [r for r in results if r.variant == variant]
-        figures[variant] = (median(r.samples_per_s for r in runs), median(r.first_batch_s for r in runs))
-    (c_rate, c_first), (f_rate, f_first) = figures[CONTROL], figures[FIXED]
     parts = []
-    if c_rate and f_rate:
-        parts.append(f"samples/s {c_rate:g} unchanged, {f_rate:g} with the fix ({f_rate / c_rate:.2f}x)")
-    if c_first is not None and f_first is not None:
-        parts.append(f"first batch after {c_first:.2f} s unchanged, {f_first:.2f} s with the fix")
-    return "cost: " + "; ".join(parts) + " (medians)" if parts else None
+    for name, field, unit in (("samples/s", "samples_per_s", ""), ("first batch", "first_batch_s", " s")):
+        c, f = (spread(getattr(r, field) for r in results if r.variant == v and not r.failed) for v in (CONTROL, FIXED))
+        if c is None or f is None:
+            continue
+        text = (
+            f"{name} {c[0]:.3g}{unit} ({c[1]:.3g}–{c[2]:.3g}) unchanged, "
+            f"{f[0]:.3g}{unit} ({f[1]:.3g}–{f[2]:.3g}) with the fix"
+        )
+        apart = c[2] < f[1] or f[2] < c[1]
+        if apart and c[0]:
+            text += f" ({f[0] / c[0]:.2f}x)"
+        elif not apart:
+            text += " (ranges overlap: no difference shown)"
+        parts.append(text)
+    return "cost: " + "; ".join(parts) + " (medians, least–most)" if parts else None
 
 
 def table(results: Sequence[RunResult]) -> str:
@@ -874,7 +961,13 @@ def add_parser(sub) -> None:
     p.add_argument("report", nargs="?", help="a report folder (or a file in it)")
     p.add_argument("--last", action="store_true", help="the newest report under --report-dir")
     p.add_argument("--report-dir", metavar="DIR", default="dlwatch-reports", help="for --last (dlwatch-reports)")
-    p.add_argument("--runs", type=_positive_int, default=1, metavar="N", help="runs of each variant (1)")
+    p.add_argument(
+        "--runs",
+        type=_positive_int,
+        default=DEFAULT_RUNS,
+        metavar="N",
+        help=f"runs of each variant ({DEFAULT_RUNS}: the fewest that can prove a fix, p = 1/64 < {ALPHA:g})",
+    )
     p.add_argument("--batches", type=_positive_int, metavar="K", help="end each run after K batches")
     p.add_argument("--seconds", type=_positive_float, metavar="S", help="end each run after S seconds")
     p.add_argument(

@@ -39,6 +39,7 @@ def _verify(folder: str, *args: str, timeout_s: float = 400):
 _PROOFS = [(kind, name) for kind, names in cases.FIX_PROOFS.items() for name in names]
 
 
+@pytest.mark.timeout(1200)  # three runs of each variant (the fewest that can prove a fix), each bounded
 @pytest.mark.parametrize("kind, name", _PROOFS, ids=[n for _, n in _PROOFS])
 def test_each_declared_fix_is_proven_on_the_job_itself(kind, name, tmp_path):
     scenario = repro.CASE_SCENARIOS.get(name) or repro.BY_NAME[name]
@@ -53,17 +54,19 @@ def test_each_declared_fix_is_proven_on_the_job_itself(kind, name, tmp_path):
     result, line = repro.verify_report(folder, str(tmp_path))  # what `dlwatch probe repro --verify` runs
     assert result == "holds", line
     described = Fix.from_dict(doc["diagnoses"][0]["remedy_apply"]).describe()
-    assert line.startswith(f"the fix holds: with {described} 1/1 run(s)"), line
+    assert line.startswith(f"the fix holds (one-sided p=0.016): with {described} 3/3 run(s)"), line
     verdict = json.load(open(tmp_path / "verify.json"))
-    control, fixed = verdict["runs"]
-    assert control["variant"] == "unchanged" and control["outcome"] in ("hung", "crashed")
-    assert fixed["variant"] == "fixed" and fixed["outcome"] in ("passed", "ended")
+    runs = verdict["runs"]
+    assert [r["variant"] for r in runs] == ["unchanged", "fixed"] * 3
+    assert all(r["outcome"] in ("hung", "crashed") and r["kind"] == kind for r in runs[::2]), runs
+    assert all(r["outcome"] in ("passed", "ended") for r in runs[1::2]), runs
     assert verdict["change"] and os.path.dirname(verdict["folder"]) == os.path.dirname(folder)  # beside the report
 
 
+@pytest.mark.timeout(900)
 def test_verify_says_it_reruns_the_program_first_and_how_to_make_the_fix_permanent(tmp_path):
     folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
-    code, out, err = _verify(folder)
+    code, out, err = _verify(folder, timeout_s=800)
     assert code == 0, (out, err[-3000:])
     assert "starts your program again" in out.splitlines()[0]
     assert 'make it permanent: DataLoader(..., multiprocessing_context="forkserver") for the loader iterated at ' in out
@@ -82,9 +85,9 @@ def test_a_kind_with_no_mechanical_fix_is_refused_with_the_reason(tmp_path):
 
 def test_a_healthy_job_does_not_prove_a_fix(tmp_path):
     folder = _report_of("thread_pool_before_fork", tmp_path, "--on-hang", "terminate")
-    code, out, err = _verify(folder, "--", PY, "-m", "probes.cases.healthy_slow_samples", timeout_s=400)
+    code, out, err = _verify(folder, "--runs", "1", "--", PY, "-m", "probes.cases.healthy_slow_samples", timeout_s=400)
     assert code == 1, (out, err[-2000:])
-    assert "not proven: the control did not hang in 1 run(s)" in out, out
+    assert "not proven: the control did not hang as the report did (fork_inherited_lock) in 1 run(s)" in out, out
 
 
 def test_dry_run_prints_each_runs_command_and_changes_and_starts_nothing(tmp_path):

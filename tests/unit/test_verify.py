@@ -67,10 +67,19 @@ def _with(s, loaders):
     return dataclasses.replace(s, loaders=tuple(loaders))
 
 
-def _run(variant: str, outcome: str, batches: int = 74, kind: str = "", applied=True, index: int = 1) -> RunResult:
+def _run(variant: str, outcome: str, batches: int = 74, kind=None, applied=True, index: int = 1, rate=100.0):
+    """A run; a failed one failed as the report did (fork_inherited_lock) unless ``kind`` says."""
+    failed = outcome in ("hung", "crashed", "failed")
+    kind = kind if kind is not None else "fork_inherited_lock" if failed else ""
     return RunResult(
-        variant, index, outcome, kind, 0, batches, 100.0, 0.5, 10.0, applied if variant == FIXED else None, ()
+        variant, index, outcome, kind, 0, batches, rate, 0.5, 10.0, applied if variant == FIXED else None, ()
     )
+
+
+def _runs(n: int, control: str = "hung", fixed: str = "passed", **kw):
+    return [
+        r for i in range(1, n + 1) for r in (_run(CONTROL, control, 37, index=i, **kw), _run(FIXED, fixed, index=i))
+    ]
 
 
 def test_a_fix_goes_into_the_report_and_back_unchanged_and_refuses_settings_it_cannot_apply():
@@ -151,27 +160,80 @@ def test_fishers_one_sided_p_value_matches_the_hypergeometric_tail():
 
 
 def test_the_fix_holds_when_every_control_hung_and_every_fixed_run_passed_the_hang_point():
-    results = [_run(CONTROL, "hung", 37, "fork_inherited_lock"), _run(FIXED, "passed", 74)]
-    v = verify.verdict(_origin(), _origin().fix, results)
-    assert v.holds
-    assert v.line.startswith("the fix holds: with multiprocessing_context='forkserver' 1/1 run(s) passed batch 74")
-    assert "(the original hung at batch 37)" in v.line and "unchanged 1/1 hung (fork_inherited_lock)" in v.line
+    v = verify.verdict(_origin(), _origin().fix, _runs(3))
+    assert v.holds and v.p_value == pytest.approx(1 / 64)
+    assert v.line.startswith(
+        "the fix holds (one-sided p=0.016): with multiprocessing_context='forkserver' 3/3 run(s) passed batch 74"
+    )
+    assert "(the original hung at batch 37)" in v.line and "unchanged 3/3 hung (fork_inherited_lock)" in v.line
     assert v.change == 'DataLoader(..., multiprocessing_context="forkserver") for the loader iterated at /w/train.py:57'
 
 
 def test_a_control_that_did_not_fail_proves_nothing_and_says_to_run_more():
     v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")])
-    assert not v.holds and v.line.startswith("not proven: the control did not hang in 1 run(s)")
+    assert not v.holds and v.line.startswith(
+        "not proven: the control did not hang as the report did (fork_inherited_lock) in 1 run(s)"
+    )
     assert "--runs 10" in v.line and v.change is None
+
+
+def test_one_failed_control_and_one_passing_fixed_run_prove_nothing_and_say_the_runs_needed():
+    v = verify.verdict(_origin(), _origin().fix, _runs(1))  # the no-op fix "proven" by one lucky run
+    assert not v.holds and v.change is None and v.p_value == pytest.approx(0.25)
+    assert "not proven (one-sided p=0.250, needs p < 0.05)" in v.line and "--runs 3 would prove it" in v.line
+    v = verify.verdict(_origin(), _origin().fix, _runs(2))
+    assert not v.holds and v.p_value == pytest.approx(1 / 16)
+
+
+def test_a_control_that_failed_otherwise_is_not_the_reports_failure():
+    results = _runs(3, kind="worker_stuck")  # every control hung, but not as the report did
+    v = verify.verdict(_origin(), _origin().fix, results)
+    assert not v.holds and "did not hang as the report did (fork_inherited_lock)" in v.line
+    assert "it failed otherwise (worker_stuck)" in v.line
+
+
+def test_boschloos_p_value_matches_scipys_and_is_never_above_fishers():
+    # Reference values from scipy.stats.boschloo_exact([[cf, ff], [cn - cf, fn - ff]], alternative="greater").
+    for (cf, cn, ff, fn), expected in {
+        (3, 3, 0, 3): 0.015625,
+        (2, 2, 0, 2): 0.0625,
+        (1, 1, 0, 1): 0.25,
+        (2, 3, 0, 2): 0.12871,
+        (4, 5, 0, 4): 0.01203,
+        (2, 4, 0, 8): 0.0418,
+        (1, 1, 3, 4): 0.53499,
+        (5, 5, 1, 2): 0.14663,
+    }.items():
+        p = verify.boschloo_one_sided(cf, cn, ff, fn)
+        assert p == pytest.approx(expected, abs=2e-5), (cf, cn, ff, fn)
+        assert p <= verify.fisher_one_sided(cf, cn, ff, fn) + 1e-12
+    assert [verify.runs_needed(c, n) for c, n in [(1, 1), (1, 2), (3, 10), (0, 5)]] == [3, 6, 14, None]
+
+
+def test_a_no_op_fix_of_a_job_that_fails_half_the_time_never_holds():
+    import random
+
+    rng = random.Random(20261205)
+    held = 0
+    for _ in range(500):  # the fix changes nothing: every run fails with probability 1/2
+        n = rng.choice([1, 2, 3, 5, 10])
+        runs = [
+            _run(v, "hung" if rng.random() < 0.5 else "passed", 37, index=i)
+            for i in range(1, n + 1)
+            for v in (CONTROL, FIXED)
+        ]
+        held += verify.verdict(_origin(), _origin().fix, runs).holds
+    assert held <= 500 * verify.ALPHA  # the test's size is at most alpha (the code before held 35 of 500)
 
 
 def test_a_fixed_run_that_still_hangs_means_the_fix_does_not_hold():
     results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "hung", 36, "worker_stuck")]
-    v = verify.verdict(_origin(), _origin().fix, results)
+    results = [dataclasses.replace(r, kind="worker_stuck") for r in results]
+    v = verify.verdict(_origin(kind="worker_stuck"), _origin().fix, results)
     assert not v.holds and v.line.startswith("the fix does not hold") and "1 failed (worker_stuck)" in v.line
     assert "fails otherwise" not in v.line
     crashed = dataclasses.replace(_run(FIXED, "crashed", 0, "worker_start_failed"), reports=("/r/v/fixed-1/x-crash",))
-    v = verify.verdict(_origin(), _origin().fix, [results[0], crashed])
+    v = verify.verdict(_origin(kind="worker_stuck"), _origin().fix, [results[0], crashed])
     assert (
         "the fix itself fails otherwise (worker_start_failed): read that run's report (/r/v/fixed-1/x-crash)" in v.line
     )
@@ -189,7 +251,7 @@ def test_a_healthy_command_given_instead_is_not_called_flaky():
 
 
 def test_a_fix_the_recorder_did_not_see_applied_proves_nothing():
-    results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "passed", applied=False)]
+    results = [_run(CONTROL, "hung", 37), _run(FIXED, "passed", applied=False)]
     v = verify.verdict(_origin(), _origin().fix, results)
     assert not v.holds and "was not seen applied" in v.line and "--all-loaders" in v.line
 
@@ -198,10 +260,23 @@ def test_a_flaky_control_gets_the_counts_and_a_p_value():
     control = [_run(CONTROL, "hung" if i < 3 else "passed", index=i) for i in range(10)]
     fixed = [_run(FIXED, "passed", index=i) for i in range(10)]
     v = verify.verdict(_origin(), _origin().fix, control + fixed)
-    assert not v.holds and "p=0.105" in v.line and "unchanged 3/10 hung" in v.line
+    assert not v.holds and "p=0.058" in v.line and "unchanged 3/10 hung" in v.line and "--runs 14" in v.line
     control = [_run(CONTROL, "hung" if i < 8 else "passed", index=i) for i in range(10)]
     v = verify.verdict(_origin(), _origin().fix, control + fixed)
-    assert v.holds and "one-sided Fisher p=0.000" in v.line
+    assert v.holds and "one-sided p=<0.001" in v.line
+
+
+def test_the_cost_needs_three_runs_of_each_and_shows_the_spread():
+    assert verify._cost([_run(CONTROL, "passed", rate=42.0), _run(FIXED, "passed", rate=91.0)]) is None
+    hung = [_run(CONTROL, "hung", rate=5.3, index=i) for i in range(3)]  # a hung run's rate measures the hang
+    assert verify._cost(hung + [_run(FIXED, "passed", rate=88.5, index=i) for i in range(3)]) is None
+    noisy = [_run(CONTROL, "passed", rate=r, index=i) for i, r in enumerate((42.0, 95.0, 60.0))]
+    noisy += [_run(FIXED, "passed", rate=r, index=i) for i, r in enumerate((91.0, 50.0, 70.0))]
+    line = verify._cost(noisy)
+    assert "samples/s 60 (42–95) unchanged, 70 (50–91) with the fix (ranges overlap" in line and "x)" not in line
+    apart = [_run(CONTROL, "passed", rate=r, index=i) for i, r in enumerate((40.0, 42.0, 44.0))]
+    apart += [_run(FIXED, "passed", rate=r, index=i) for i, r in enumerate((80.0, 84.0, 88.0))]
+    assert "(2.00x)" in verify._cost(apart)
 
 
 def test_a_run_is_judged_from_its_summary_and_reports():
