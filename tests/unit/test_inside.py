@@ -508,3 +508,148 @@ def test_an_unchanged_folder_is_not_listed_again_and_a_record_the_recorder_repla
     assert reader.read().loaders[0].workers == (11, 13)  # replaced: the folder moved, listed and read again
     json_path.write_text(json.dumps(in_place))  # in place, just after a listing close to the mtime
     assert reader.read().loaders[0].workers == (11, 99)  # that listing was not trusted: every record's stat
+
+
+# The job writes the recorder's folder, and a root dlwatch does not trust it (NOTE [ What the job
+# writes ] in watchdog/collect/inside.py): each test below plays the job as an attacker would.
+
+
+def test_a_record_planted_for_a_process_outside_the_job_is_never_read(tmp_path):
+    # pid 1 runs on every host and is no process of this job: its planted record (a fork record
+    # and an exec) must not be parsed or kept, at a tick, at a hang's examination or at the end
+    planted = {
+        "pid": 1,
+        "exec": {"path": "/bin/planted", "stack": []},
+        "iterators": [{"id": 1, "workers": [2], "threads_at_fork": [{"name": "planted", "stack": []}]}],
+    }
+    (tmp_path / "1.json").write_text(json.dumps(planted))
+    me = os.getpid()
+    (tmp_path / f"{me}.json").write_text(json.dumps({"pid": me, "exec": {"path": "/bin/true", "stack": []}}))
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    for view in (reader.read([me]), reader.read([me], forks=False), reader.read()):  # examination, tick, end
+        assert [e.pid for e in view.execs] == [me] and not view.forks, view
+    assert 1 not in reader._docs and (tmp_path / "1.json").exists()
+
+
+def _frames_record(pid: int) -> bytes:
+    """A record as heavy as the recorder's bounds allow in 1.6 MB: 16 iterators that each forked
+    while 64 threads ran 40 frames deep (short names: many objects for few bytes)."""
+    frame = {"file": "a", "line": 1, "function": "f"}
+    thread = {"name": "t", "stack": [frame] * FMT.MAX_FRAMES}
+    iterators = [{"id": i, "threads_at_fork": [thread] * FMT.MAX_THREADS} for i in range(1, FMT.MAX_ITERATORS + 1)]
+    return json.dumps({"pid": pid, "iterators": iterators}).encode()
+
+
+def test_records_of_many_job_processes_keep_the_memory_bounded_and_the_ones_skipped_are_named(tmp_path):
+    import tracemalloc
+
+    pids = list(range(4_100_000, 4_100_024))  # the job's, as the sampler gives them (no real process needed)
+    data = _frames_record(0)
+    for pid in pids:
+        (tmp_path / f"{pid}.json").write_bytes(data)
+    reader = inside.InsideReader(str(tmp_path))
+    tracemalloc.start()
+    try:
+        view = reader.read(pids, forks=False)
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del view
+    assert kept < 160 << 20, f"{kept >> 20} MiB kept of 24 records of {len(data) >> 10} KiB"  # ~24 x 14 MiB before
+    assert "skipped: the records kept would weigh over" in (reader.read(pids, forks=False).note or "")
+
+
+def test_a_record_over_the_size_cap_is_skipped_and_named_and_the_others_kept(tmp_path):
+    for name in ("10114.json", "10114.bin"):
+        shutil.copy(os.path.join(FIXTURE, name), tmp_path / name)
+    (tmp_path / "10115.json").write_text(json.dumps({"pid": 10115, "python": "x" * (3 << 20)}))  # 3 MiB
+    view = inside.InsideReader(str(tmp_path)).read([10114, 10115])
+    assert [v.iterator for v in view.loaders] == [1, 2] and view.forks
+    assert "10115.json: a record of more than 2 MiB" in (view.note or "")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"[]",
+        b"null",
+        b'{"iterators": "x"}',
+        b'{"iterators": [{"id": 1, "workers": ["a"], "threads_at_fork": [{"stack": []}]}]}',
+        b'{"worker": {"id": "x", "rng_start": {"a": "b"}}}',
+        b'{"exec": {"path": "/x", "stack": [1]}}',
+        b"[" * 1_000_000 + b"]" * 1_000_000,
+        b'{"later": ' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}",  # under a key the reader does not use
+        b'{"pid": 1',
+    ],
+    ids=[
+        "list",
+        "null",
+        "str-iterators",
+        "str-worker-pid",
+        "str-id",
+        "int-frame",
+        "deep",
+        "deep-key",
+        "cut",
+    ],
+)
+def test_a_malformed_record_is_skipped_and_named_and_the_others_kept(tmp_path, bad):
+    for name in ("10114.json", "10114.bin"):
+        shutil.copy(os.path.join(FIXTURE, name), tmp_path / name)
+    (tmp_path / "10115.json").write_bytes(bad)
+    for pids in ([10114, 10115], None):  # a rank's examination; a one-off look at the folder
+        view = inside.InsideReader(str(tmp_path)).read(pids)
+        assert [v.iterator for v in view.loaders] == [1, 2] and len(view.forks) == 2
+        assert "10115.json: " in (view.note or ""), view.note
+
+
+def other_names(pid: int, n: int) -> list:
+    """``n`` other names than ``str(pid)`` that ``int()`` reads as ``pid``: leading zeros, and
+    digits of other scripts (Unicode decimal digits, which ``int`` accepts)."""
+    # zero in ASCII, Arabic-Indic, Devanagari, full-width and Bengali digits
+    zeros = [chr(c) for c in (0x30, 0x660, 0x966, 0xFF10, 0x9E6)]
+    out = []
+    for lead in range(0, 236):  # 255 bytes a name at most
+        for zero in zeros:
+            name = "0" * lead + "".join(chr(ord(zero) + int(d)) for d in str(pid))
+            if name != str(pid):
+                out.append(name)
+    assert len(out) >= n
+    return out[:n]
+
+
+def test_counter_files_held_open_stay_few_whatever_the_job_writes(tmp_path):
+    import resource
+
+    shutil.copy(os.path.join(FIXTURE, "10114.json"), tmp_path)
+    counters = open(os.path.join(FIXTURE, "10114.bin"), "rb").read()
+    (tmp_path / "10114.bin").write_bytes(counters)
+    for name in other_names(10114, 1100):  # 010114.bin, 0010114.bin, ..., in other scripts' digits
+        (tmp_path / f"{name}.bin").write_bytes(counters)
+    workers = list(range(4_100_000, 4_100_400))  # more job processes than descriptors are held
+    for pid in workers:
+        (tmp_path / f"{pid}.fetch").write_bytes(FMT.FETCH.pack(3, 0))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))  # a usual default
+    reader = inside.InsideReader(str(tmp_path))
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for counters_only in (False, True, True):  # a full tick, then lean ones (reopened on demand)
+            view = reader.read([10114, *workers], forks=False, counters=counters_only)
+            held = len(os.listdir("/proc/self/fd")) - before
+            assert held <= 256, f"{held} descriptors held"
+            assert [v.iterator for v in view.loaders] == [1, 2], view.note
+            assert len(view.fetches) == len(workers) and {f.samples for f in view.fetches} == {3}
+    finally:
+        for fd, _ino in reader._held.values():
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_worker_ids_int_refuses_are_left_out_of_the_first_batches(tmp_path):
+    doc = json.load(open(os.path.join(FIXTURE, "10114.json")))
+    doc["iterators"][0]["first_batches"] = {"\u00b2": "x", "--1": "y", "0": "aa"}  # a superscript two; two signs
+    (tmp_path / "10114.json").write_text(json.dumps(doc))
+    shutil.copy(os.path.join(FIXTURE, "10114.bin"), tmp_path)
+    view = inside.InsideReader(str(tmp_path)).read([10114])
+    assert view.loaders[0].first_batches == ((0, "aa"),) and view.note is None

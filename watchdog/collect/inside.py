@@ -17,7 +17,6 @@ import collections
 import errno
 import hmac
 import importlib.util
-import json
 import os
 import re
 import secrets
@@ -27,7 +26,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Annotated, Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, TypedDict, Union
+
+import msgspec
 
 from ..types import (
     ForkRecord,
@@ -75,6 +76,170 @@ def _load_format():
 
 
 FORMAT = _load_format()
+
+
+# NOTE [ What the job writes ]: the recorder's files are written by the job, which a root
+# dlwatch does not trust. A record (``<pid>.json``) is read only for the job's own processes
+# (the pids the sampler saw in the job's tree, :meth:`InsideReader.read`) and for processes
+# that ended (folded into a bounded memory, :meth:`InsideReader._retire`), at most
+# ``RECORD_MAX_BYTES`` of it, and it is decoded against ``_Record``: every field the view uses
+# has its type checked, each list the recorder bounds has that bound, and a value of another
+# shape (``[]``, a string for an int, arrays nested a million deep) makes msgspec stop at once
+# (its typed decoder never builds what it rejects). Such a record is skipped and named in the
+# view's note; the others are kept. The records kept weigh ``RECORDS_MAX_WEIGHT`` in all (an
+# estimate of their Python objects, :func:`_weight`): past it, a new one is skipped and named.
+# Counter files (``.bin``, ``.fetch``) are opened only for the job's pids, under their one
+# canonical name (``123.bin``, never ``0123.bin``), and at most ``HELD_MAX`` stay open.
+
+# Bytes of one record read at most: a record of a busy job (16 iterators that each forked
+# workers while 21 threads ran 40 frames deep, dlwatch run of 2026-12-05) weighed 0.8 MiB; the
+# recorder's own bounds (MAX_ITERATORS, MAX_THREADS, MAX_FRAMES) allow about 3 MiB, which no
+# job near them was seen to reach.
+RECORD_MAX_BYTES = 2 << 20
+# Estimated bytes of Python objects (:func:`_weight`) of the records of live processes kept in
+# all, and of those of processes that ended (``_retired``): that busy job's record took 4.5 MiB
+# once parsed (tracemalloc; 7.4 MiB estimated), a usual one (2 iterators, 2 threads) some 30 KiB.
+RECORDS_MAX_WEIGHT = 64 << 20
+RETIRED_MAX_WEIGHT = 16 << 20
+# Counter files held open at most (the least recently read is closed; it is opened again when
+# read): a node of 8 ranks of 16 workers holds 136.
+HELD_MAX = 256
+# Problems named in a view's note at most (then how many more).
+NOTE_PROBLEMS = 8
+
+_Scalar = Union[None, bool, int, float, str]
+_MAX_WORKERS = 4096  # workers listed of one iterator
+
+
+class _FrameDoc(TypedDict, total=False):
+    file: Optional[str]
+    line: Optional[int]
+    function: Optional[str]
+
+
+class _ThreadDoc(TypedDict, total=False):
+    name: Optional[str]
+    ident: Optional[int]
+    native_id: Optional[int]
+    daemon: Optional[bool]
+    forking: Optional[bool]
+    stack: Optional[Annotated[List[_FrameDoc], msgspec.Meta(max_length=FORMAT.MAX_FRAMES)]]
+
+
+class _DatasetDoc(TypedDict, total=False):
+    type: Optional[str]
+    module: Optional[str]
+    code: Optional[_FrameDoc]
+
+
+class _CudaDoc(TypedDict, total=False):
+    host_memory_stats: Optional[Annotated[Dict[str, Union[int, float]], msgspec.Meta(max_length=256)]]
+    pin_thread_alive: Optional[bool]
+
+
+class _IteratorDoc(TypedDict, total=False):
+    id: int
+    slot: Optional[int]
+    kind: Optional[str]
+    created_ns: Optional[int]
+    created_wall: Optional[float]
+    forked_ns: Optional[int]
+    site: Optional[_FrameDoc]
+    settings: Optional[Annotated[Dict[str, _Scalar], msgspec.Meta(max_length=64)]]
+    pin_memory_effective: Optional[bool]
+    dataset: Optional[_DatasetDoc]
+    iterable: Optional[bool]
+    workers: Optional[Annotated[List[Optional[int]], msgspec.Meta(max_length=_MAX_WORKERS)]]
+    worker_exitcodes: Optional[Annotated[List[Optional[int]], msgspec.Meta(max_length=_MAX_WORKERS)]]
+    threads_at_fork: Optional[Annotated[List[_ThreadDoc], msgspec.Meta(max_length=FORMAT.MAX_THREADS)]]
+    os_threads_at_fork: Optional[Annotated[List[Tuple[int, str]], msgspec.Meta(max_length=4 * FORMAT.MAX_THREADS)]]
+    check_first_batches: Optional[bool]
+    check_error: Optional[str]
+    first_batches: Optional[Annotated[Dict[str, str], msgspec.Meta(max_length=_MAX_WORKERS)]]
+    cuda: Optional[_CudaDoc]
+
+
+_Digests = Annotated[Dict[str, str], msgspec.Meta(max_length=FORMAT.MAX_RNG_ATTRIBUTES + 2)]
+
+
+class _WorkerDoc(TypedDict, total=False):
+    id: Optional[int]
+    num_workers: Optional[int]
+    seed: Optional[int]
+    rng_start: Optional[_Digests]
+    rng_later: Optional[_Digests]
+    check_error: Optional[str]
+
+
+class _ExecDoc(TypedDict, total=False):
+    path: Optional[str]
+    stack: Optional[Annotated[List[_FrameDoc], msgspec.Meta(max_length=FORMAT.MAX_FRAMES)]]
+    ns: Optional[int]
+
+
+class _RecordDoc(TypedDict, total=False):
+    """A ``<pid>.json`` as the recorder writes it (``_Process.write_json``); unknown keys are
+    skipped. ``failed`` entries are checked one by one (:func:`failure_records`)."""
+
+    pid: Optional[int]
+    ppid: Optional[int]
+    python: Optional[str]
+    torch: Optional[str]
+    disabled: Optional[str]
+    iterators: Optional[Annotated[List[_IteratorDoc], msgspec.Meta(max_length=FORMAT.MAX_ITERATORS)]]
+    worker: Optional[_WorkerDoc]
+    exec: Optional[_ExecDoc]
+    failed: Optional[
+        Annotated[
+            List[
+                Dict[str, Union[_Scalar, Annotated[List[_Scalar], msgspec.Meta(max_length=FORMAT.MAX_FAILED_INDICES)]]]
+            ],
+            msgspec.Meta(max_length=FORMAT.MAX_FAILED),
+        ]
+    ]
+
+
+_RECORD = msgspec.json.Decoder(_RecordDoc)
+
+
+def parse_record(data: bytes) -> Dict[str, Any]:
+    """A ``<pid>.json`` record (``data``, at most ``RECORD_MAX_BYTES``) as plain dicts and
+    lists, each field the view uses of the type the recorder writes (``_RecordDoc``;
+    NOTE [ What the job writes ]). msgspec's typed decoder
+    (https://jcristharif.com/msgspec/usage.html#typed-decoding) stops at the first value of
+    another type, and its depth guard raises ``RecursionError`` on nesting deeper than the
+    interpreter's recursion limit (an unknown key's value is still walked).
+
+    Raises:
+        ValueError: not JSON, or not of that shape (the message says where), or too deep.
+    """
+    if len(data) > RECORD_MAX_BYTES:
+        raise ValueError(f"a record of more than {RECORD_MAX_BYTES >> 20} MiB")
+    try:
+        return _RECORD.decode(data)  # type: ignore[return-value]  # a TypedDict is a dict
+    except msgspec.ValidationError as e:
+        raise ValueError(f"malformed record ({e})") from None
+    except msgspec.DecodeError as e:
+        raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("malformed record (nested too deep)") from None
+
+
+def _weight(data: bytes) -> int:
+    """An estimate (bytes) of the Python objects a parsed record ``data`` holds, from its
+    bytes and the counts of its strings, objects, arrays and items (CPython 3.11's sizes: a
+    string object 49 bytes and up, a small dict 184, a list 56 and 8 a slot): a record of short
+    strings weighs many times its size."""
+    return len(data) + 28 * data.count(b'"') + 184 * data.count(b"{") + 56 * data.count(b"[") + 8 * data.count(b",")
+
+
+def pid_of(stem: str) -> Optional[int]:
+    """The pid a recorder's file name stem (``123`` of ``123.bin``) names, or ``None`` unless it
+    is written as the recorder writes it (ASCII digits, no leading zero): every pid has one
+    name per kind of file."""
+    if stem.isdigit() and stem.isascii() and (stem[0] != "0" or stem == "0"):
+        return int(stem)
+    return None
 
 
 def hook_env(
@@ -264,6 +429,9 @@ def _settings(d: Mapping[str, object]) -> Tuple[Tuple[str, object], ...]:
 LoaderCache = Dict[Tuple[int, int], Tuple[object, Dict[str, Any], Tuple[int, ...], Tuple[Optional[float], ...]]]
 
 
+_INT = re.compile(r"-?[0-9]{1,19}")
+
+
 def _static_fields(pid: int, r: Mapping[str, Any]) -> Dict[str, Any]:
     """The fields of a :class:`LoaderView` that its JSON record ``r`` decides."""
     dataset = r.get("dataset") or {}
@@ -287,7 +455,7 @@ def _static_fields(pid: int, r: Mapping[str, Any]) -> Dict[str, Any]:
         ),
         pin_thread_alive=cuda.get("pin_thread_alive"),
         first_batches=tuple(
-            sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if str(k).lstrip("-").isdigit())
+            sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if _INT.fullmatch(str(k)))
         ),
     )
 
@@ -307,7 +475,7 @@ def loader_views(
             tick): the fields taken from a record are made again only when it is another
             object (the file changed), the percentiles only when the histogram changed.
     """
-    records = {r.get("id"): r for r in (doc or {}).get("iterators", []) if isinstance(r, dict)}
+    records = {r.get("id"): r for r in (doc or {}).get("iterators") or () if isinstance(r, dict)}
     cache = {} if cache is None else cache
     out = []
     for s in slots:
@@ -348,7 +516,7 @@ def loader_views(
 def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
     """The threads at fork of each iterator in a process's JSON record that forked workers."""
     out = []
-    for r in (doc or {}).get("iterators", []):
+    for r in (doc or {}).get("iterators") or ():
         threads = r.get("threads_at_fork") if isinstance(r, dict) else None
         if not threads:
             continue
@@ -373,7 +541,7 @@ def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
                 os_threads=tuple(
                     (int(x[0]), str(x[1]))
                     for x in (r.get("os_threads_at_fork") or [])
-                    if isinstance(x, list) and len(x) == 2 and str(x[0]).isdigit()
+                    if isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], int)
                 ),
             )
         )
@@ -385,10 +553,11 @@ def rng_check(pid: int, doc: Optional[dict]) -> Optional[RngCheck]:
     w = (doc or {}).get("worker")
     if doc is None or not isinstance(w, dict) or not w.get("rng_start"):
         return None
+    worker_id = _int(w.get("id"))
     return RngCheck(
         pid=pid,
         ppid=int(doc.get("ppid") or 0),
-        worker_id=int(w.get("id", -1)),
+        worker_id=-1 if worker_id is None else worker_id,
         num_workers=int(w.get("num_workers") or 0),
         start=tuple(sorted((str(k), str(v)) for k, v in w["rng_start"].items())),
         later=tuple(sorted((str(k), str(v)) for k, v in (w.get("rng_later") or {}).items())),
@@ -449,7 +618,7 @@ _RACY_NS = 100_000_000
 
 def _records_all(doc: dict, slots: Iterable[dict]) -> bool:
     """Whether the record ``doc`` has an entry for the iterator of each of ``slots``."""
-    ids = {r.get("id") for r in doc.get("iterators", ()) if isinstance(r, dict)}
+    ids = {r.get("id") for r in doc.get("iterators") or () if isinstance(r, dict)}
     return all(s["iterator"] in ids for s in slots)
 
 
@@ -459,6 +628,7 @@ class _Retired(NamedTuple):
     execs: Tuple[WorkerExec, ...]
     problem: Optional[str] = None
     failures: Tuple[WorkerFailure, ...] = ()
+    weight: int = 0  # its record's _weight
 
 
 def _records(pid: int, doc: Optional[dict]) -> _Retired:
@@ -471,6 +641,13 @@ def _records(pid: int, doc: Optional[dict]) -> _Retired:
         (became,) if became else (),
         failures=failure_records(pid, doc),
     )
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _alive(pid: str) -> bool:
@@ -496,16 +673,28 @@ class InsideReader:
         # pid -> (mtime_ns, parsed JSON, the listing generation at which that mtime was checked)
         self._docs: Dict[int, Tuple[int, Optional[dict], int]] = {}
         self._generation = 0  # listings made so far (_list); a new one after every change of the folder
-        self._problems: Dict[int, str] = {}
+        self._problems: Dict[str, str] = {}  # file name -> what is wrong with it
         self._saw_any = False
+        # pid -> the _weight of its record kept in _docs, and their sum (RECORDS_MAX_WEIGHT)
+        self._weights: Dict[int, int] = {}
+        self._weight = 0
+        self._retired_weight = 0  # the sum of _retired's weights (RETIRED_MAX_WEIGHT)
+        # The job's processes: every pid a caller gave (the sampler's, of the job's tree) and
+        # that still runs or has files; only their records are read (NOTE [ What the job
+        # writes ]). ``_given``: some were given (a reader never given any, a one-off look at a
+        # folder, reads every pid's).
+        self._job: Set[int] = set()
+        self._given = False
         self._lock = threading.Lock()  # the loop and the ranks' examinations read from their threads
         # What the files of processes that ended said, kept after the files are removed: the last
-        # RETIRED_KEPT of them (a week with persistent_workers=False starts a worker a second).
+        # RETIRED_KEPT of them, RETIRED_MAX_WEIGHT in all (a week with persistent_workers=False
+        # starts a worker a second).
         self._retired: "collections.OrderedDict[int, _Retired]" = collections.OrderedDict()
-        # The counters' files (.bin, .fetch) held open: name -> (descriptor, inode). A lean
-        # tick reads each with one pread() and no listing of the folder (the names of the last
-        # full read); a full read lists it again and closes what went or was replaced.
-        self._held: Dict[str, Tuple[int, int]] = {}
+        # The counters' files (.bin, .fetch) held open: name -> (descriptor, inode), the least
+        # recently read first, HELD_MAX at most. A lean tick reads each with one pread() and no
+        # listing of the folder (the names of the last full read); a full read lists it again
+        # and closes what went or was replaced.
+        self._held: "collections.OrderedDict[str, Tuple[int, int]]" = collections.OrderedDict()
         self._names: Optional[List[str]] = None
         self._listed_mtime: Optional[int] = None  # the folder's mtime (ns) at that listing, when trusted
         self._by_pid: Dict[int, List[str]] = {}  # the names of _names by the pid that wrote them
@@ -523,7 +712,8 @@ class InsideReader:
     def _counter_bytes(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the counters' file ``name``, through a descriptor held
         open (opened as :func:`read_regular` opens: no link followed, never blocking, a
-        regular file only).
+        regular file only). ``HELD_MAX`` descriptors are held at most: opening one more closes
+        the least recently read, whatever the job wrote into the folder.
 
         Raises:
             OSError: it cannot be opened or read, or is not a regular file (``EINVAL``).
@@ -533,11 +723,19 @@ class InsideReader:
             fd = os.open(
                 os.path.join(self.folder or "", name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             )
-            st = os.fstat(fd)
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                raise
             if not stat.S_ISREG(st.st_mode):
                 os.close(fd)
                 raise OSError(errno.EINVAL, "not a regular file", name)
+            while len(self._held) >= HELD_MAX:
+                _close(self._held.popitem(last=False)[1][0])
             self._held[name] = held = (fd, st.st_ino)
+        else:
+            self._held.move_to_end(name)
         return os.pread(held[0], limit, 0)
 
     def _release(self, listed: Mapping[str, int]) -> None:
@@ -546,10 +744,7 @@ class InsideReader:
         for name, (fd, ino) in list(self._held.items()):
             if listed.get(name) != ino:
                 del self._held[name]
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+                _close(fd)
 
     def _list(self) -> List[str]:
         """The folder's names (sorted). The recorder writes each ``.json`` whole to a temporary
@@ -587,40 +782,67 @@ class InsideReader:
         self._names = names
         self._by_pid = collections.defaultdict(list)
         for n in names:
-            stem = n.partition(".")[0]
-            if stem.isdigit():
-                self._by_pid[int(stem)].append(n)
+            pid = pid_of(n.partition(".")[0])
+            if pid is not None:
+                self._by_pid[pid].append(n)
 
     def _doc(self, pid: int, path: str) -> Optional[dict]:
         """The parsed record of ``pid`` at ``path``: the one read before when it was checked
         since the last listing (:meth:`_list`), or while its mtime is the same; else read
-        again."""
+        again (:func:`parse_record`). A record that cannot be parsed, or would take the records
+        kept past ``RECORDS_MAX_WEIGHT``, is named in :attr:`_problems` and not read again
+        while its mtime stays; the one read before (if any) is kept."""
         cached = self._docs.get(pid)
         if cached is not None and cached[2] == self._generation:
             return cached[1]
         try:
-            mtime = os.stat(path).st_mtime_ns
+            mtime = os.lstat(path).st_mtime_ns
         except OSError:
             return cached[1] if cached else None
         if cached is not None and cached[0] == mtime:
             self._docs[pid] = (mtime, cached[1], self._generation)
             return cached[1]
+        name = os.path.basename(path)
+        kept = cached[1] if cached else None
         try:
-            doc = json.loads(read_regular(path, 4 << 20))
-        except (OSError, ValueError) as e:
-            self._problems[pid] = f"{os.path.basename(path)}: {e}"
-            return cached[1] if cached else None
+            data = read_regular(path, RECORD_MAX_BYTES + 1)
+        except OSError as e:
+            self._problems[name] = f"{name}: {e}"
+            return kept
+        try:
+            weight = _weight(data)
+            if self._weight - self._weights.get(pid, 0) + weight > RECORDS_MAX_WEIGHT:
+                raise ValueError(f"skipped: the records kept would weigh over {RECORDS_MAX_WEIGHT >> 20} MiB")
+            doc = parse_record(data)
+        except ValueError as e:
+            self._problems[name] = f"{name}: {str(e)[:200]}"
+            self._docs[pid] = (mtime, kept, self._generation)  # not read again while it stays
+            return kept
+        self._weight += weight - self._weights.get(pid, 0)
+        self._weights[pid] = weight
         self._docs[pid] = (mtime, doc, self._generation)
+        self._problems.pop(name, None)
         if doc.get("disabled"):
-            self._problems[pid] = f"the recorder in pid {pid} stopped: {doc['disabled']}"
+            self._problems[name] = f"the recorder in pid {pid} stopped: {str(doc['disabled'])[:200]}"
         return doc
 
+    def _forget(self, pid: int) -> None:
+        """Drop what is kept of ``pid``'s record and counters."""
+        self._docs.pop(pid, None)
+        self._derived.pop(pid, None)
+        self._weight -= self._weights.pop(pid, 0)
+        for key in [k for k in self._views if k[0] == pid]:
+            del self._views[key]
+
     def read(self, pids: Optional[Iterable[int]] = None, forks: bool = True, counters: bool = False) -> InsideView:
-        """The view now: loaders of ``pids`` (every process that wrote, when ``None``) and, with
-        ``forks``, the records (forks, RNG checks, execs, failures) of every process that wrote
+        """The view now: loaders of ``pids`` (the job's processes, when ``None``) and, with
+        ``forks``, the records (forks, RNG checks, execs, failures) of every process of the job
         (a worker that exec'd another program may no longer be one of ``pids``); without,
         those of ``pids`` only (a rank's tick: the folder holds every rank's processes) and
-        none of their forks. With ``counters``, only the
+        none of their forks. The job's processes are every pid given so far (the sampler's, of
+        the job's tree) that still runs or has files, and those that ended (read once, at a
+        look for them); a reader never given ``pids`` reads every pid's files. A record or
+        file that cannot be read is skipped and named in the view's ``note``. With ``counters``, only the
         loaders and the workers' sample counts (a lean tick's needs), from the files of
         ``pids`` the last full read listed: the processes' JSON
         records are not looked at, except the ones the loaders' views are made from (so no
@@ -652,6 +874,9 @@ class InsideReader:
                 return InsideView(note=f"cannot read the inside view's folder {self.folder}: {e.strerror}")
             caller, now = (pids[0] if pids else None), time.monotonic()
             self._sampled[caller] = (now, frozenset(wanted or ()))
+            if wanted is not None:
+                self._job |= wanted
+                self._given = True
             if self.retire and self._retire_due(names, wanted, caller):
                 # alive: the pids each caller sampled for its latest full read (this one's now;
                 # a caller that has not read for two RETIRE_EVERY_S, a rank that ended, no more)
@@ -670,11 +895,13 @@ class InsideReader:
             rng.extend(retired.rng)
             execs.extend(retired.execs)
             failures.extend(retired.failures)
+        # whose files are read: the job's processes (NOTE [ What the job writes ])
+        job = self._job if self._given else None
         for name in names:
             stem, _, ext = name.partition(".")
-            if not stem.isdigit() or ext not in ("bin", "json", "fetch"):
+            pid = pid_of(stem)
+            if pid is None or ext not in ("bin", "json", "fetch") or (job is not None and pid not in job):
                 continue
-            pid = int(stem)
             if ext == "fetch":
                 if wanted is None or pid in wanted:
                     fetch = self._fetch(pid, name)
@@ -703,7 +930,7 @@ class InsideReader:
                 buf = self._counter_bytes(name, FORMAT.FILE_SIZE)
                 _, slots = FORMAT.read_slots(buf)
             except (OSError, ValueError, Exception) as e:  # struct.error is an Exception
-                self._problems[pid] = f"{name}: {e}"
+                self._problems[name] = f"{name}: {e}"
                 continue
             self._saw_any = True
             cached = self._docs.get(pid)
@@ -713,8 +940,9 @@ class InsideReader:
                 # has unless an iterator it counts has none there yet
                 doc = self._doc(pid, os.path.join(self.folder, f"{pid}.json"))
             loaders.extend(loader_views(pid, doc, slots, self._views))
-        problems = set(self._problems.values()) | self._retired_problems
-        note = "; ".join(sorted(problems)) or None
+        problems = sorted(set(self._problems.values()) | self._retired_problems)
+        more = len(problems) - NOTE_PROBLEMS
+        note = "; ".join(problems[:NOTE_PROBLEMS]) + (f"; and {more} more" if more > 0 else "") or None
         if not loaders and not fork_list and note is None and not self._saw_any:
             note = "no DataLoader iterator recorded yet"
         return InsideView(
@@ -752,32 +980,40 @@ class InsideReader:
         processes cost. ``live`` are the pids each caller sampled alive for its latest full
         read (the ranks of a job share this reader, each reads its own every few seconds): not
         looked up again; one of another rank's that ended since is retired at a look after
-        that rank's next read. Returns the names still in the folder."""
+        that rank's next read. Also forgets the job's pids (:attr:`_job`) that no caller
+        sampled lately and that have no files, and what is kept of pids without files. Returns
+        the names still in the folder."""
         owners = {n.partition(".")[0] for n in names if n.endswith(".bin")}
         gone: Dict[int, List[str]] = {}
         for name in names:
             stem, _, ext = name.partition(".")
+            pid = pid_of(stem)
             if (
-                stem.isdigit()
+                pid is not None
                 and stem not in owners
                 and ext in ("json", "fetch")
-                and int(stem) not in live
+                and pid not in live
                 and not _alive(stem)
             ):
-                gone.setdefault(int(stem), []).append(name)
+                gone.setdefault(pid, []).append(name)
+        listed = set(names)
+        self._problems = {n: why for n, why in self._problems.items() if n in listed}
+        have = {pid_of(n.partition(".")[0]) for n in names} - set(gone)
+        self._job = {p for p in self._job if p in live or p in have}
+        for pid in [p for p in self._docs if p not in have and p not in gone]:
+            self._forget(pid)
         if not gone:
             return names
         for pid, files in gone.items():
             doc = self._doc(pid, os.path.join(self.folder or "", f"{pid}.json")) if f"{pid}.json" in files else None
-            self._retired[pid] = _records(pid, doc)._replace(problem=self._problems.get(pid))
-            self._retired.move_to_end(pid)
-            while len(self._retired) > RETIRED_KEPT:
-                self._retired.popitem(last=False)
-            self._docs.pop(pid, None)
-            self._derived.pop(pid, None)
-            for key in [k for k in self._views if k[0] == pid]:
-                del self._views[key]
-            self._problems.pop(pid, None)
+            problem = "; ".join(self._problems.pop(n) for n in (f"{pid}.json", f"{pid}.fetch") if n in self._problems)
+            weight = self._weights.get(pid, 0)
+            old = self._retired.pop(pid, None)
+            self._retired_weight += weight - (old.weight if old is not None else 0)
+            self._retired[pid] = _records(pid, doc)._replace(problem=problem or None, weight=weight)
+            while len(self._retired) > RETIRED_KEPT or self._retired_weight > RETIRED_MAX_WEIGHT:
+                self._retired_weight -= self._retired.popitem(last=False)[1].weight
+            self._forget(pid)
             for name in files:
                 try:
                     os.unlink(os.path.join(self.folder or "", name))  # never follows a link: the name goes
@@ -791,6 +1027,6 @@ class InsideReader:
         try:
             samples, last_ns = FORMAT.read_fetch(self._counter_bytes(name, FORMAT.FETCH.size))
         except (OSError, ValueError) as e:
-            self._problems[pid] = f"{name}: {e}"
+            self._problems[name] = f"{name}: {e}"
             return None
         return WorkerFetch(pid, int(samples), last_ns / 1e9 if last_ns else None)
