@@ -448,7 +448,14 @@ class RunResult:
     bound —, or ``failed`` — no summary came back), the first
     report's ``kind``, the job's ``exit_code``, the figures of its summary, whether the fix
     was seen applied (``applied``: the recorder saw the loader settings changed; ``None``
-    when there is nothing to see), and its report folders."""
+    when there is nothing to see), its report folders, and, for a run that failed with no
+    report, the last line of its output (``error``)."""
+
+    @property
+    def before_first_batch(self) -> bool:
+        """The run failed before main's loaders delivered a batch, with no report of dlwatch's
+        (its kind is only an exit code): the job failed by itself, before the loader."""
+        return self.failed and not self.batches and (not self.kind or self.kind.startswith("exit code"))
 
     variant: str
     index: int
@@ -461,6 +468,7 @@ class RunResult:
     elapsed_s: Optional[float]
     applied: Optional[bool]
     reports: Tuple[str, ...]
+    error: str = ""  # a run that failed with no report: the last line of its output (redacted)
 
     @property
     def failed(self) -> bool:
@@ -650,6 +658,9 @@ def run_one(
     argv = run_argv(settings_path, run_dir, args, command)
     env = dict(os.environ)
     env.update(env_changes)
+    tmp = os.path.join(run_dir, "tmp")  # the run's own temp folder (pymp-*, caches), removed after it
+    os.mkdir(tmp, 0o700)
+    env["TMPDIR"] = tmp
     nofile = fix.nofile if variant == FIXED else None
 
     def limits() -> None:
@@ -683,10 +694,14 @@ def run_one(
     except BaseException:
         _end_group(proc, min(grace, 600.0))
         raise
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)  # never follows a link the job left (rmtree.avoids_symlink_attacks)
     summary = _read_json(summary_path)
     docs = [d for d in (_read_report(f) for f in browse.folders(run_dir)) if d is not None]
     outcome, kind = ("timed out", "") if timed_out and summary is None else _outcome(summary, docs)
     s = summary or {}
+    error = _last_line(os.path.join(run_dir, OUTPUT_FILE)) if outcome in ("crashed", "failed") and not docs else ""
     return RunResult(
         variant=variant,
         index=index,
@@ -699,7 +714,29 @@ def run_one(
         elapsed_s=s.get("elapsed_s"),
         applied=_applied(fix, variant, summary),
         reports=tuple(browse.folders(run_dir)),
+        error=error,
     )
+
+
+def _last_line(path: str, limit: int = 4096) -> str:
+    """The last non-empty line of the file at ``path`` (read from its last ``limit`` bytes,
+    without following a link), redacted and on one line; ``""`` when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - limit), os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = [x.strip() for x in data.decode("utf-8", "replace").splitlines() if x.strip()]
+    return report.one_line(redact.value(lines[-1]))[:300] if lines else ""
 
 
 def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -822,6 +859,17 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
             False,
             f"not proven: {len(slow)} run(s) reached --max-run-s before their bound (neither hung nor passed): "
             "give a larger --max-run-s, or a smaller --batches or --seconds",
+            None,
+            None,
+        )
+    early = next((r for r in results if r.before_first_batch), None)
+    if early is not None:
+        return Verdict(
+            False,
+            f"not proven: the {early.variant} run {early.index} failed by itself before its first batch, with no "
+            f"report (exit code {early.exit_code}): {early.error or 'no output'}; the runs do not reproduce what the "
+            "original had (an input file, a terminal on stdin, a mount, a cgroup): read its output "
+            f"({early.variant}-{early.index}/{OUTPUT_FILE} in the verify folder)",
             None,
             None,
         )

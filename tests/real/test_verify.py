@@ -175,3 +175,40 @@ def test_sigterm_to_verify_ends_the_run_in_progress_and_every_process_of_it(tmp_
         kill_tree(proc)
         for p in ours():
             p.kill()
+
+
+def test_a_run_that_fails_before_the_loader_is_said_and_leaves_nothing_in_the_temp_folder(tmp_path):
+    """The job fails by itself before any loader (an input file the original had is gone): verify
+    says so with the job's own error, and each run's private TMPDIR is removed after it."""
+    job = tmp_path / "job"
+    job.mkdir(mode=0o755)
+    os.chmod(tmp_path, 0o755)
+    code_text = (
+        "import os, sys, tempfile; open(os.path.join(tempfile.gettempdir(), 'pymp-left'), 'w').write('x'); "
+        "sys.exit('FileNotFoundError: data/train.bin')"
+    )
+    reports_dir = tmp_path / "reports"
+    reports_dir.mkdir(mode=0o700)
+    folder = reports_dir / "20261205T000000Z-1"
+    folder.mkdir(mode=0o700)
+    doc = {
+        "mode": "crash",
+        "diagnoses": [{"kind": "fd_exhausted", "remedy_apply": {"rlimit_nofile": 4096}}],
+        "job": {
+            "launch": {"command": [PY, "-I", "-c", code_text], "cwd": str(job), "uid": os.getuid(), "watched_by": "run"}
+        },
+    }
+    (folder / "report.json").write_text(json.dumps(doc))
+    os.chmod(folder / "report.json", 0o600)
+    user_tmp = tmp_path / "usertmp"
+    user_tmp.mkdir(mode=0o700)
+    code, out, err = run_bounded(
+        DLWATCH + ["verify", str(folder), "--runs", "1", "--seconds", "20"],
+        timeout_s=240,
+        env={**os.environ, "TMPDIR": str(user_tmp)},
+    )
+    assert code == 1, (code, out, err[-2000:])
+    assert "failed by itself before its first batch" in out and "FileNotFoundError: data/train.bin" in out, out
+    assert os.listdir(user_tmp) == []
+    verify_dir = next(p for p in reports_dir.iterdir() if p.name.startswith("verify-"))
+    assert not any((verify_dir / run / "tmp").exists() for run in ("unchanged-1", "fixed-1"))

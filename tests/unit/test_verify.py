@@ -485,3 +485,12 @@ def test_a_reports_fix_may_set_only_variables_that_name_no_code(tmp_path):
     assert verify.cmd_verify(args, say=said.append) == 0
     runs = [x for x in said if x.startswith("fixed 1")]
     assert runs and "LD_PRELOAD=/opt/mine.so" in runs[0] and " -I -m watchdog run " in runs[0]
+
+
+def test_a_run_that_failed_by_itself_before_its_first_batch_is_said_as_such_not_blamed_on_the_fix():
+    early = dataclasses.replace(
+        _run(FIXED, "crashed", 0, kind="exit code 1", applied=False), error="FileNotFoundError: data/train.bin"
+    )
+    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "hung", 37), early])
+    assert not v.holds and "fixed run 1 failed by itself before its first batch" in v.line
+    assert "FileNotFoundError: data/train.bin" in v.line and "--all-loaders" not in v.line
