@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from typing import Dict, List, Optional, Tuple
 
 from .report import STACKS_HEADING, printable
@@ -22,6 +23,16 @@ def _esc(text: str) -> str:
     """HTML-escaped, with control characters from the job written as ``\\xNN``
     (:func:`watchdog.report.printable`)."""
     return html.escape(printable(text))
+
+
+# The links the page may hold: http(s) URLs, and relative paths of plain and percent-encoded
+# characters (no ':' and so no scheme: never ``javascript:`` or ``data:`` from a report's data).
+_SAFE_HREF = re.compile(r"(?:https?://[^\x00-\x20\x7f-\x9f\"'<>\\]+|(?!//)[A-Za-z0-9._~/%+-]+)\Z")
+
+
+def safe_href(href: Optional[str]) -> Optional[str]:
+    """``href`` when a link may take it (:data:`_SAFE_HREF`), else ``None``."""
+    return href if isinstance(href, str) and _SAFE_HREF.match(href) else None
 
 
 _STYLE = """
@@ -206,7 +217,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
 def render(doc: dict, text: str, verified: Optional[dict] = None, runs_href: Optional[str] = None) -> str:
     """The HTML page of a report: ``doc`` is its ``report.json``, ``text`` its ``report.txt``;
     ``verified`` what ``dlwatch verify`` concluded of its fix (``verify.json``), linked to its
-    runs at ``runs_href`` (a path relative to the page) when given."""
+    runs at ``runs_href`` (a path relative to the page) when given and :func:`safe_href`."""
     summary, _, stacks = text.partition("\n" + STACKS_HEADING)
     first = (doc.get("diagnoses") or [{}])[0]
     title = f"dlwatch: {doc.get('mode', '')}: {first.get('kind', '')} — job pid {(doc.get('job') or {}).get('pid', '')}"
@@ -222,7 +233,8 @@ def render(doc: dict, text: str, verified: Optional[dict] = None, runs_href: Opt
         parts.append(f"<p><b>Where:</b> <code>{_esc(first['location'])}</code></p>")
     parts.append(f"<p><b>Fix:</b> {_esc(first.get('remedy', ''))}</p>")
     if verified is not None:
-        link = f' <a id="verify-runs" href="{_esc(runs_href)}">the runs</a>' if runs_href else ""
+        href = safe_href(runs_href)
+        link = f' <a id="verify-runs" href="{_esc(href)}">the runs</a>' if href else ""
         parts.append(f'<p id="verify"><b>Verify:</b> {_esc(str(verified.get("verdict", "")))}.{link}</p>')
     note = f" ({doc['action_note']})" if doc.get("action_note") else ""
     parts.append(f"<p><b>Action:</b> {_esc(str(doc.get('action', '')) + note)}</p>")

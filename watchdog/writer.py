@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
+import time
 from typing import Callable, Optional
 
 from .collect import inside
@@ -25,15 +28,126 @@ def _write_file(path: str, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def write(report: Report, report_dir: str) -> str:
-    """Write ``report`` to ``<report_dir>/<report.folder_name>/`` and return that path.
+# The default ``report_dir`` (config.py): relative, so in the working directory, which may be a
+# shared one (a sticky project folder, a group's NFS share) where another user made it first.
+DEFAULT_DIR = "dlwatch-reports"
+# A hidden temporary folder of a report being written (``.<folder name>.XXXXXXXX``, mkdtemp's
+# 8 characters), left behind when the writer was killed (SIGKILL, a power cut) ...
+_TEMP_NAME = re.compile(r"\.\d{8}T\d{6}Z-[A-Za-z0-9_.-]+\.[A-Za-z0-9_]{8}\Z")
+# ... is swept by the next write to that report_dir once it is this old (seconds): a report is
+# written within seconds, even on NFS.
+STALE_TEMP_S = 600.0
+
+
+def _default_dir_usable(report_dir: str) -> None:
+    """The default relative ``report_dir`` (:data:`DEFAULT_DIR` in the working directory) is
+    used only as :func:`fallback_dir` uses its folder: a directory (not a link) of this user
+    that neither group nor others can write, whose parent nobody else can rename entries of
+    (this user's own and not world-writable, or a sticky root folder:
+    :func:`watchdog.collect.inside.safe_parent`). It is made (0700) when missing.
 
     Raises:
-        ReportWriteError: the folder cannot be created or written (full disk, permission);
-            nothing partial is left behind.
+        ReportWriteError: it is a link, another user's, open to others, or in a folder another
+            user could swap it in (then :func:`write_with_fallback` writes to the fallback).
     """
     try:
+        os.mkdir(report_dir, 0o700)
+    except OSError:
+        pass  # there already (ours or another's), or the folder is not writable: checked next
+    try:
+        st = os.lstat(report_dir)
+    except OSError as e:
+        raise ReportWriteError(os.path.abspath(report_dir), e.strerror or str(e)) from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ReportWriteError(
+            os.path.abspath(report_dir), "not used: a link, another user's folder, or writable by others"
+        )
+    parent = os.path.dirname(os.path.abspath(report_dir))
+    try:
+        mode = os.lstat(parent).st_mode
+    except OSError:
+        mode = 0o002
+    # Anyone may rename entries of a world-writable folder unless it is sticky (safe_parent
+    # looks at its owner only); a group-writable one is its owner's choice of users (umask 002).
+    if (mode & 0o002 and not mode & stat.S_ISVTX) or not inside.safe_parent(os.path.abspath(report_dir)):
+        raise ReportWriteError(
+            os.path.abspath(report_dir),
+            "not used: another user can rename it (the working directory is not yours, or open to all and not sticky)",
+        )
+
+
+def sweep_stale(report_dir: str, older_than_s: float = STALE_TEMP_S) -> int:
+    """Remove the hidden temporary folders of reports whose writer was killed (named as
+    :func:`write` names them) from ``report_dir``: only real folders (``lstat``; never a link)
+    of this user, unchanged for ``older_than_s`` seconds (:func:`_remove_flat`). Returns how
+    many were removed; errors are ignored (a report still gets written).
+    """
+    try:
+        dir_fd = os.open(report_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        now = time.time()
+        for name in os.listdir(dir_fd):
+            if not _TEMP_NAME.match(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or now - st.st_mtime < older_than_s:
+                continue
+            if _remove_flat(dir_fd, name, st):
+                removed += 1
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return removed
+
+
+def _remove_flat(dir_fd: int, name: str, seen: os.stat_result) -> bool:
+    """Remove the folder ``name`` of ``dir_fd`` and the files in it (a temporary report folder
+    holds files only), through descriptors: the folder opened ``O_NOFOLLOW`` and checked to be
+    the one ``seen`` (same device and inode), its entries unlinked (unlink(2) never follows a
+    link), then the folder removed. Returns whether it is gone; a folder in it is left, and so
+    is the folder."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            return False
+        for entry in os.listdir(fd):
+            try:
+                os.unlink(entry, dir_fd=fd)
+            except OSError:
+                pass
+        os.rmdir(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def write(report: Report, report_dir: str) -> str:
+    """Write ``report`` to ``<report_dir>/<report.folder_name>/`` and return that path. The
+    temporary folders of earlier writes that were killed are swept first (:func:`sweep_stale`).
+
+    Raises:
+        ReportWriteError: the folder cannot be created or written (full disk, permission), or
+            it is the default relative one and not safe to use (:func:`_default_dir_usable`);
+            nothing partial is left behind.
+    """
+    if os.path.normpath(report_dir) == DEFAULT_DIR:
+        _default_dir_usable(report_dir)
+    try:
         os.makedirs(report_dir, mode=0o700, exist_ok=True)
+        sweep_stale(report_dir)
         tmp = tempfile.mkdtemp(prefix=f".{report.folder_name}.", dir=report_dir)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise ReportWriteError(report_dir, getattr(e, "strerror", None) or str(e)) from None
@@ -45,7 +159,7 @@ def write(report: Report, report_dir: str) -> str:
         for name, text in report.raw_files:
             _write_file(os.path.join(tmp, name), text)
         n = 1
-        while os.path.exists(final):
+        while os.path.lexists(final):
             n += 1
             final = os.path.join(report_dir, f"{report.folder_name}.{n}")
         os.rename(tmp, final)
@@ -105,7 +219,7 @@ def write_json(path: str, doc: dict) -> None:
 
 
 # The fallback folder's name in the temporary directory (``$TMPDIR``).
-FALLBACK_NAME = "dlwatch-reports"
+FALLBACK_NAME = DEFAULT_DIR
 
 
 def fallback_dir(base: Optional[str] = None) -> str:

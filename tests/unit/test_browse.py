@@ -226,3 +226,271 @@ def test_reports_takes_the_folder_as_run_does_with_report_dir(tmp_path, capsys):
     assert "node-a" in capsys.readouterr().out
     assert cli.main(["reports", str(tmp_path), "--report-dir", str(tmp_path / "other")]) == 2
     assert "differ: give one" in capsys.readouterr().err
+
+
+# Report folders another user planted (a shared report_dir): each file is read without following
+# a link, without blocking, capped, and parsed with a depth limit; one bad folder is one line.
+
+
+def _plant(report_dir, name, files):
+    """A report folder ``name`` in ``report_dir`` with ``files`` (name -> text, "FIFO", a
+    ``("link", target)`` pair, or "SPARSE" for a 1 GiB file of holes)."""
+    folder = report_dir / name
+    folder.mkdir()
+    for n, v in files.items():
+        path = folder / n
+        if v == "FIFO":
+            os.mkfifo(path)
+        elif isinstance(v, tuple):
+            os.symlink(v[1], path)
+        elif v == "SPARSE":
+            with open(path, "wb") as f:
+                f.truncate(2**30)
+        else:
+            path.write_text(v)
+    return str(folder)
+
+
+def _good_json(tmp_path):
+    folder = _written(tmp_path / "model")
+    with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
+        return f.read()
+
+
+def _dlwatch(*args, timeout=60):
+    """``dlwatch ARGS`` as a process of its own, killed after ``timeout`` seconds (a FIFO must
+    not make it wait)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+        proc.wait()
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("name", ["report.json", "outcome.json", "verify.json", "report.txt"])
+def test_a_fifo_in_a_report_folder_never_blocks_reports_or_show(tmp_path, name):
+    good = _good_json(tmp_path)
+    files = {"report.json": good, "report.txt": "dlwatch: job hung\n"}
+    files[name] = "FIFO"
+    (tmp_path / "r").mkdir()
+    folder = _plant(tmp_path / "r", "20300101T000000Z-evil-1", files)
+    _written(tmp_path / "r")  # a good report beside it stays listed
+    code, out, err = _dlwatch("reports", str(tmp_path / "r"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 4 and "20300101T000000Z-evil-1" in lines[2] and "node-a" in lines[3]
+    if name == "report.json":
+        assert "not a regular file" in lines[2]
+    code, out, err = _dlwatch("show", folder)
+    if name in ("report.json", "report.txt"):
+        assert code == 2 and err.count("\n") == 1 and "not a regular file" in err, err
+    else:
+        assert code == 0 and out.startswith("dlwatch: job hung"), err
+
+
+def test_a_report_txt_linked_to_a_secret_file_is_never_printed(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-hash:19000:0:99999:7:::\n")
+    (tmp_path / "r").mkdir()
+    folder = _plant(
+        tmp_path / "r",
+        "20300101T000000Z-evil-1",
+        {"report.json": _good_json(tmp_path), "report.txt": ("link", str(secret)), "outcome.json": ("link", "x")},
+    )
+    with pytest.raises(ReportNotFound, match="a link is refused"):
+        browse.text(folder, full=True)
+    with pytest.raises(ReportNotFound, match="a link is refused"):
+        browse.write_html(folder)
+    assert not os.path.exists(os.path.join(folder, "report.html"))
+
+
+def test_a_report_folder_that_is_a_link_is_not_listed_nor_shown(tmp_path):
+    elsewhere = _written(tmp_path / "private")
+    (tmp_path / "r").mkdir()
+    os.symlink(elsewhere, tmp_path / "r" / "20300101T000000Z-evil-1")
+    assert browse.folders(str(tmp_path / "r")) == []
+    with pytest.raises(ReportNotFound, match="symbolic link"):
+        browse.text(str(tmp_path / "r" / "20300101T000000Z-evil-1"))
+
+
+def test_a_1_gib_sparse_report_json_is_refused_unread(tmp_path):
+    (tmp_path / "r").mkdir()
+    folder = _plant(tmp_path / "r", "20300101T000000Z-big-1", {"report.json": "SPARSE", "report.txt": "x"})
+    code = (
+        "import resource, sys; from watchdog import browse; "
+        "table, n = browse.listing(sys.argv[1]); print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); "
+        "print(table)"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    head, _, table = done.stdout.partition("\n")
+    n, max_rss_kib = (int(x) for x in head.split())
+    assert n == 1 and "at most 64 MiB" in table
+    assert max_rss_kib < 300 * 1024, max_rss_kib  # the 1 GiB was never read (2.1 GB before the cap)
+    with pytest.raises(ReportNotFound, match="at most 64 MiB"):
+        browse.text(folder)
+
+
+@pytest.mark.parametrize("name", ["report.json", "outcome.json", "verify.json"])
+def test_a_deeply_nested_json_is_one_line_not_a_recursion_error(tmp_path, name):
+    good = _good_json(tmp_path)
+    files = {"report.json": good, "report.txt": "dlwatch: job hung\n"}
+    files[name] = "[" * 100000 + "]" * 100000
+    (tmp_path / "r").mkdir()
+    folder = _plant(tmp_path / "r", "20300101T000000Z-deep-1", files)
+    _written(tmp_path / "r")
+    table, n = browse.listing(str(tmp_path / "r"))
+    assert n == 2 and "node-a" in table
+    if name == "report.json":
+        assert "nested deeper than 64 levels" in table
+        with pytest.raises(ReportNotFound, match="nested deeper"):
+            browse.text(folder)
+    else:
+        assert browse.text(folder).startswith("dlwatch: job hung")  # the side file is left out
+    with pytest.raises(ValueError, match="nested deeper than 3"):  # under the interpreter's limit too
+        browse.parse_json(b'{"a": [[{"b": 1}]]}', max_depth=3)
+    assert browse.parse_json(b'{"a": [[1]]}', max_depth=3) == {"a": [[1]]}
+
+
+def test_terminal_escapes_in_a_planted_report_never_reach_the_terminal(tmp_path, capsys):
+    import json
+
+    from watchdog import cli
+
+    doc = json.loads(_good_json(tmp_path))
+    osc = "\x1b]52;c;ZXZpbA==\x07"  # an OSC 52 sequence: writes the terminal's clipboard
+    doc["action"] = f"report{osc}\nforged line"
+    doc["job"]["node"] = f"n{osc}"
+    doc["diagnoses"][0]["kind"] = f"k{osc}"
+    (tmp_path / "r").mkdir()
+    folder = _plant(
+        tmp_path / "r",
+        f"20300101T000000Z-{osc}-1",
+        {
+            "report.json": json.dumps(doc),
+            "report.txt": f"dlwatch: job hung {osc}\n\x1b[2Jbody\n",
+            "outcome.json": json.dumps({"outcome": f"o{osc}", "summary": f"s{osc}\nforged", "at": f"a{osc}"}),
+            "verify.json": json.dumps({"verdict": f"v{osc}", "folder": f"/f{osc}"}),
+        },
+    )
+    assert cli.main(["reports", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b]52" in out
+    assert len(out.splitlines()) == 3  # the header, its rule, one line: no forged line
+    assert cli.main(["show", folder]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[2J" in out
+    assert "  outcome: s\\x1b]52;c;ZXZpbA==\\x07\\x0aforged" in out
+
+
+@pytest.mark.parametrize("runs", ["javascript:alert(document.domain)", "data:text/html,<script>x</script>", 5])
+def test_the_html_page_links_no_scheme_a_report_names(tmp_path, monkeypatch, runs):
+    folder = _written(tmp_path)
+    writer.write_verify(folder, {"holds": True, "verdict": "the fix holds", "folder": runs})
+    monkeypatch.chdir(folder)  # where relpath would have turned "javascript:..." into itself
+    page = open(browse.write_html(folder), encoding="utf-8").read()
+    assert 'id="verify"' in page and 'id="verify-runs"' not in page and "href=" not in page
+    assert html.render({"diagnoses": [{}]}, "", {"verdict": "x"}, "javascript:alert(1)").count("href=") == 0
+    assert html.safe_href("https://grafana.example/d/x?a=1") and html.safe_href("../verify-1/")
+
+
+def test_the_html_page_goes_into_the_folder_read_even_if_it_is_swapped_for_a_link_meanwhile(tmp_path, monkeypatch):
+    """The race of a shared report_dir: the folder is renamed away and a link to a private
+    folder put in its place while the plots render (played here from inside the render)."""
+    folder = _written(tmp_path / "shared")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    real_render = html.render
+
+    def swapped_meanwhile(*args, **kwargs):
+        os.rename(folder, folder + ".moved")
+        os.symlink(private, folder)
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(html, "render", swapped_meanwhile)
+    assert browse.write_html(folder) == os.path.join(folder, "report.html")
+    assert os.listdir(private) == []  # nothing written through the link
+    assert os.path.isfile(folder + ".moved/report.html")  # the page is in the folder it was made of
+    assert [n for n in os.listdir(folder + ".moved") if n.startswith(".")] == []
+
+
+def test_show_html_out_never_writes_through_a_linked_folder(tmp_path):
+    folder = _written(tmp_path / "r")
+    private = tmp_path / "private"
+    private.mkdir()
+    os.symlink(private, tmp_path / "link")
+    with pytest.raises(ReportNotFound, match="symbolic link"):
+        browse.write_html(folder, str(tmp_path / "link" / "page.html"))
+    assert os.listdir(private) == []
+
+
+def test_a_temporary_folder_left_by_a_killed_write_is_swept_by_the_next_write(tmp_path):
+    import time
+
+    folder = _written(tmp_path)
+    name = os.path.basename(folder)
+    stale = tmp_path / f".{name}.ab_cd123"  # mkdtemp's name, its writer killed
+    stale.mkdir(mode=0o700)
+    (stale / "report.json").write_text("{")
+    fresh = tmp_path / f".{name}.zz_fresh"  # being written now, by another dlwatch
+    fresh.mkdir(mode=0o700)
+    linked = tmp_path / f".{name}.linkxxxx"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    linked.symlink_to(outside)
+    other = tmp_path / ".not-ours"  # not named as dlwatch names them
+    other.mkdir()
+    old = time.time() - writer.STALE_TEMP_S - 60
+    for path in (stale, other):
+        os.utime(path, (old, old))
+    os.utime(linked, (old, old), follow_symlinks=False)
+    _written(tmp_path)
+    assert not stale.exists() and fresh.is_dir() and other.is_dir()
+    assert linked.is_symlink() and (outside / "keep").exists()
+
+
+def test_the_default_report_dir_is_not_used_through_a_link_or_when_open_to_others(tmp_path, monkeypatch):
+    from watchdog.errors import ReportWriteError
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(mode=0o700)
+    monkeypatch.chdir(cwd)
+    rep = report.build(*_build_args())
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (cwd / writer.DEFAULT_DIR).symlink_to(theirs)
+    with pytest.raises(ReportWriteError, match="not used"):
+        writer.write(rep, writer.DEFAULT_DIR)
+    told: list = []
+    (tmp_path / "tmp").mkdir(mode=0o700)
+    path = writer.write_with_fallback(rep, writer.DEFAULT_DIR, told.append, fallback_base=str(tmp_path / "tmp"))
+    assert os.listdir(theirs) == [] and path.startswith(str(tmp_path / "tmp")) and "not used" in told[0]
+    (cwd / writer.DEFAULT_DIR).unlink()
+    (cwd / writer.DEFAULT_DIR).mkdir(mode=0o777)
+    os.chmod(cwd / writer.DEFAULT_DIR, 0o777)
+    with pytest.raises(ReportWriteError, match="writable by others"):
+        writer.write(rep, "./" + writer.DEFAULT_DIR)
+    os.chmod(cwd / writer.DEFAULT_DIR, 0o755)
+    assert os.path.dirname(writer.write(rep, writer.DEFAULT_DIR)) == writer.DEFAULT_DIR
+    os.chmod(cwd, 0o777)  # a folder others may rename entries of (not sticky)
+    with pytest.raises(ReportWriteError, match="rename"):
+        writer.write(rep, writer.DEFAULT_DIR)
+
+
+def _build_args():
+    facts = hang_facts([])
+    job = {"pid": MAIN_PID, "cmdline": ["python"], "start_time": None, "rank": {}, "node": "node-a"}
+    return facts, diagnose(facts), job, 1.8e9, "report", None, {}
