@@ -222,24 +222,14 @@ def read_report(folder: str) -> dict:
     """
     _owned(folder, "the report folder")
     path = os.path.join(folder, "report.json")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # O_NOFOLLOW|O_NONBLOCK, fstat: a regular file, capped (the reader of every report file)
+        data, st = browse.read_capped(path, MAX_REPORT_BYTES)
     except OSError as e:
-        raise VerifyError(path, f"cannot open: {e.strerror or e} (a link is refused)") from None
+        raise VerifyError(path, f"cannot open: {e.strerror or e}") from None
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise VerifyError(path, "not yours, or writable by others: not trusted")
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPORT_BYTES:
-            raise VerifyError(path, f"not a regular file of at most {MAX_REPORT_BYTES >> 20} MiB")
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise VerifyError(path, "not yours, or writable by others: not trusted")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(MAX_REPORT_BYTES + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = browse.parse_json(data)  # nested too deep is a ValueError, never a RecursionError
     except ValueError as e:
         raise VerifyError(path, f"not valid JSON: {e}") from None
     if not isinstance(doc, dict):
