@@ -262,7 +262,7 @@ class JobMetrics(Collector):
 #   byte at a time is closed at the deadline however often it sends;
 # * at most MAX_CONNECTIONS connections are held (each a descriptor of dlwatch's, which its own
 #   /proc reads need); one more evicts the oldest still sending its request (else the oldest),
-#   so the newest connection, a scrape's, always gets in;
+#   so a connection just made, a scrape's, is the last one evicted;
 # * a request is read as soon as it is accepted (a scraper sends it with the connect), answered at
 #   once, and its response handed to the kernel without blocking: a client that does not read
 #   its response is closed RESPONSE_DEADLINE_S after the response was made;
@@ -283,6 +283,8 @@ MAX_HEADER_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024
 # Connections waiting in the kernel to be accepted (socketserver's default was 5).
 BACKLOG = 128
+# Seconds the server stops accepting after accept() failed for want of descriptors or memory.
+ACCEPT_BACKOFF_S = 0.05
 _RECV_BYTES = 64 * 1024
 _ALLOW = [("Allow", "OPTIONS,GET")]
 
@@ -396,15 +398,22 @@ class MetricsServer:
                 sock, _addr = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # ECONNABORTED, EMFILE...: the next round tries again
+            except ConnectionAbortedError:
+                continue  # gone before it was accepted
+            except OSError:  # EMFILE, ENFILE, ENOBUFS: the listening socket stays readable, so
+                time.sleep(ACCEPT_BACKOFF_S)  # a pause, not a loop spinning until they pass
                 return
             if len(self._conns) >= MAX_CONNECTIONS:
                 reading = (c for c in self._conns.values() if c.out is None)
                 self._close(next(reading, None) or next(iter(self._conns.values())))
-            sock.setblocking(False)
             conn = _Conn(sock, time.monotonic())
+            try:
+                sock.setblocking(False)
+                self._selector.register(sock, selectors.EVENT_READ)
+            except (OSError, ValueError):
+                sock.close()
+                continue
             self._conns[sock] = conn
-            self._selector.register(sock, selectors.EVENT_READ)
             self._step(conn)
 
     def _step(self, conn: _Conn) -> None:

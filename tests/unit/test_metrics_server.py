@@ -238,3 +238,24 @@ def test_ipv6_options_other_methods_and_the_favicon_answer_as_prometheus_client_
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_scrape_as_prometheus_sends_it_gets_gzipped_openmetrics(server):
+    """The headers of Prometheus 2.42's scraper (scrape/scrape.go): OpenMetrics preferred, gzip."""
+    import gzip
+
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+
+    accept = (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    )
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.server_address[1]}/metrics",
+        headers={"Accept": accept, "Accept-Encoding": "gzip", "X-Prometheus-Scrape-Timeout-Seconds": "10"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+        text = gzip.decompress(response.read()).decode()
+    assert "dlwatch_reports" in {family.name for family in openmetrics_families(text)}
