@@ -26,6 +26,7 @@ from . import config as config_mod
 from . import verify as verify_mod
 from .argtypes import UsageParser, folder, positive_float, positive_int
 from .collect import discovery, inside, procfs
+from .collect.launch import context as launch_context
 from .collect.stderr_tail import StderrTail
 from .daemon import Outcome, log
 from .errors import ConfigError, ReportWriteError, TargetError, WatchdogError
@@ -305,7 +306,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             stderr_tail=tail.text if tail else str,
             job_cmdline=cmd,
             inside=reader,
-            launch=Launch(tuple(cmd), os.getcwd(), os.getuid(), "run"),
+            launch=Launch(tuple(cmd), os.getcwd(), os.getuid(), "run", *launch_context()),
         )
         _attach_metrics(collector, watcher)
         outcome = watcher.run(_bounded(watcher, bound) if bound else lambda: None)
@@ -395,7 +396,7 @@ def _attached_launch(proc) -> Launch:
         uid: Optional[int] = proc.uids().real
     except psutil.Error:
         uid = None
-    return Launch(command, cwd, uid, "attach")
+    return Launch(command, cwd, uid, "attach", *launch_context(proc.pid))
 
 
 def _shown(text: str) -> str:

@@ -899,17 +899,30 @@ class Launch:
 
     ``command`` is the argv dlwatch started (``dlwatch run``) or the root process's command
     line (``attach``); ``cwd`` its working directory; ``uid`` the real user id it ran as;
-    ``watched_by`` is ``"run"`` or ``"attach"``."""
+    ``watched_by`` is ``"run"`` or ``"attach"``; ``stdin`` what its standard input was
+    (:data:`watchdog.collect.launch.STDIN_KINDS`), ``mount_ns`` its mount namespace and
+    ``cgroup`` its cgroup path (each ``""`` when unknown): what a re-run may not have."""
 
     command: Tuple[str, ...]
     cwd: Optional[str]
     uid: Optional[int]
     watched_by: str
+    stdin: str = ""
+    mount_ns: str = ""
+    cgroup: str = ""
 
     def as_dict(self, command: Tuple[str, ...]) -> Dict[str, object]:
         """The record as ``report.json`` carries it (``job.launch``), with ``command`` (the
         redacted one) in place of the command itself."""
-        return {"command": list(command), "cwd": self.cwd, "uid": self.uid, "watched_by": self.watched_by}
+        return {
+            "command": list(command),
+            "cwd": self.cwd,
+            "uid": self.uid,
+            "watched_by": self.watched_by,
+            "stdin": self.stdin,
+            "mount_ns": self.mount_ns,
+            "cgroup": self.cgroup,
+        }
 
 
 # The DataLoader settings a Fix may change (torch.utils.data.DataLoader's own names).

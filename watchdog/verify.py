@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tabulate import tabulate
 
 from . import browse, redact, report, writer
+from .collect import launch
 from .errors import ReportWriteError, WatchdogError
 from .exits import Exit, of_signal
 from .types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
@@ -98,7 +99,8 @@ class Origin:
     ``file:line`` where main iterated its DataLoaders (the inside view); ``failed_at_batch``
     the batches that main's iterator had delivered when it failed (``None``: no inside view),
     ``batch_size`` that loader's; ``ran_s`` seconds from main's start to the report;
-    ``settings`` the watchdog settings the original ran with."""
+    ``settings`` the watchdog settings the original ran with; ``stdin``, ``mount_ns`` and
+    ``cgroup`` what its start had (:class:`~watchdog.types.Launch`; ``""`` unknown)."""
 
     folder: str
     mode: str
@@ -114,6 +116,9 @@ class Origin:
     batch_size: Optional[int]
     ran_s: Optional[float]
     settings: Dict[str, object]
+    stdin: str = ""
+    mount_ns: str = ""
+    cgroup: str = ""
 
 
 def _iso_seconds(text: Optional[str]) -> Optional[float]:
@@ -310,6 +315,9 @@ def _origin(folder: str, doc: dict) -> Origin:
         batch_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
         ran_s=detected - started if detected is not None and started is not None else None,
         settings=dict(settings),
+        stdin=_text(launch.get("stdin") or "", "job.launch.stdin"),
+        mount_ns=_text(launch.get("mount_ns") or "", "job.launch.mount_ns"),
+        cgroup=_text(launch.get("cgroup") or "", "job.launch.cgroup"),
     )
 
 
@@ -1044,6 +1052,29 @@ def _positive_float(text: str) -> float:
     return positive_float(text)
 
 
+def differences(origin: Origin) -> List[str]:
+    """Lines that say, before any run, what the runs will not have that the original had: a
+    terminal on stdin (the runs get ``/dev/null``), another mount namespace (allowed with
+    ``--yes``), another cgroup (its memory and pids limits may differ)."""
+    own_stdin, own_ns, own_cgroup = launch.context()
+    out = []
+    if origin.stdin == "terminal":
+        out.append("note: the original had a terminal on stdin; the runs get /dev/null")
+    elif origin.stdin in ("file", "pipe", "socket"):
+        out.append(f"note: the original read stdin from a {origin.stdin}; the runs get /dev/null")
+    if origin.mount_ns and own_ns and origin.mount_ns != own_ns:
+        out.append(
+            f"note: the original ran in another mount namespace ({origin.mount_ns}); the runs read and write this "
+            f"one's ({own_ns}) files and disks"
+        )
+    if origin.cgroup and own_cgroup and origin.cgroup != own_cgroup:
+        out.append(
+            f"note: the original ran in cgroup {redact.value(origin.cgroup)}, the runs in {redact.value(own_cgroup)}: "
+            "their memory and pids limits may differ, and with them an out-of-memory or a failed fork"
+        )
+    return [report.one_line(line) for line in out]
+
+
 def trusted_place(path: str, what: str) -> str:
     """The real path of ``path`` (the folder a run starts in, or a file its command names),
     once it is clear that no other user can change what is found there: ``path`` and every
@@ -1130,6 +1161,20 @@ def _check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> str:
             "this report came from `dlwatch attach`: its command line may not start the job as it was started "
             "(a launcher, a container entry point); check it, then add --yes",
         )
+    _, own_ns, _ = launch.context()
+    if origin.stdin in ("file", "pipe", "socket") and not yes:
+        raise VerifyError(
+            origin.folder,
+            f"the original read its standard input from a {origin.stdin}, which verify cannot replay (the runs get "
+            "/dev/null): check that the job does not need it, then add --yes",
+        )
+    if origin.mount_ns and own_ns and origin.mount_ns != own_ns and not yes:
+        raise VerifyError(
+            origin.folder,
+            f"the original ran in another mount namespace ({origin.mount_ns}; verify runs in {own_ns}: a container "
+            "or unshare): its files and mounts are not these, and what the runs write lands on this one's disks; "
+            "run verify in that namespace, or add --yes",
+        )
     cwd = trusted_place(origin.cwd, "the job's working directory")
     for arg, path in _command_files(command, cwd):
         trusted_place(path, f"the command's file {redact.value(arg)!r}")
@@ -1187,6 +1232,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     else:
         say(SAFETY.format(n=len(runs), user=uid_name, cwd=cwd))
     say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {shown.describe()}")
+    for line in differences(origin):
+        say(line)
     if own_command:
         given = shlex.join(redact.cmdline(origin.command)) or "?"
         say(f"the command: {shown_command} (given after --; the report's was {given})")

@@ -494,3 +494,42 @@ def test_a_run_that_failed_by_itself_before_its_first_batch_is_said_as_such_not_
     v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "hung", 37), early])
     assert not v.holds and "fixed run 1 failed by itself before its first batch" in v.line
     assert "FileNotFoundError: data/train.bin" in v.line and "--all-loaders" not in v.line
+
+
+def test_what_a_start_had_is_read_from_proc_for_a_real_process():
+    import subprocess
+    import sys
+
+    from watchdog.collect import launch
+
+    code = "import time; time.sleep(30)"
+    with open(os.devnull, "rb") as null, open(__file__, "rb") as a_file:
+        for stdin, kind in ((null, "null"), (a_file, "file"), (subprocess.PIPE, "pipe")):
+            proc = subprocess.Popen([sys.executable, "-c", code], stdin=stdin)
+            try:
+                assert launch.stdin_kind(proc.pid) == kind
+                assert launch.mount_ns(proc.pid) == launch.mount_ns() and launch.mount_ns().startswith("mnt:[")
+                assert launch.cgroup(proc.pid) == launch.cgroup()
+            finally:
+                proc.kill()
+                proc.wait()
+    assert launch.context(2**22 + 1) == ("", "", "")  # no such process: unknown, never an error
+
+
+def test_a_start_verify_cannot_reproduce_is_refused_or_said_before_any_run(tmp_path):
+    from watchdog.collect import launch
+
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    piped = _origin(cwd=str(job), uid=None, stdin="pipe")
+    with pytest.raises(VerifyError, match="standard input from a pipe"):
+        verify._check_rerunnable(piped, ["python", "train.py"], False)
+    assert verify._check_rerunnable(piped, ["python", "train.py"], True)
+    elsewhere = _origin(cwd=str(job), uid=None, mount_ns="mnt:[1]")
+    with pytest.raises(VerifyError, match="another mount namespace"):
+        verify._check_rerunnable(elsewhere, ["python", "train.py"], False)
+    same = _origin(cwd=str(job), uid=None, mount_ns=launch.mount_ns(), cgroup=launch.cgroup(), stdin="null")
+    assert verify._check_rerunnable(same, ["python", "train.py"], False) and verify.differences(same) == []
+    said = verify.differences(_origin(stdin="terminal", cgroup="/other.slice/job"))
+    assert said[0] == "note: the original had a terminal on stdin; the runs get /dev/null"
+    assert "cgroup /other.slice/job" in said[1] and "memory and pids limits may differ" in said[1]
