@@ -69,10 +69,26 @@ def reports(report_dir: str) -> List[str]:
 
 def load_report(folder: str) -> dict:
     """The ``report.json`` of a report folder, checked against its JSON Schema
-    (``watchdog/schema/report.schema.json``): every real test that reads a report validates it."""
+    (``watchdog/schema/report.schema.json``) and :func:`check_termination_proof`: every real
+    test that reads a report validates it, and no test accepts a job ended without a proof."""
     path = os.path.join(folder, "report.json")
     with open(path, encoding="utf-8") as f:
-        return report_schema.check(json.load(f), path)
+        doc = report_schema.check(json.load(f), path)
+    check_termination_proof(doc, path)
+    return doc
+
+
+def check_termination_proof(doc: dict, where: str) -> None:
+    """Fail unless a report whose action ended the job (``action: terminate``) carries a proof:
+    ``stall.certainty`` ``proven``, or the opt-in ``terminate_unproven_after_s`` named in its
+    ``action_note`` (issue #34: ``on_hang: terminate`` ends a job only on a proof)."""
+    if doc.get("action") != "terminate":
+        return
+    certainty = (doc.get("stall") or {}).get("certainty")
+    note = doc.get("action_note") or ""
+    assert certainty == "proven" or "terminate_unproven_after_s" in note, (
+        f"{where}: the job was ended without a proof (certainty {certainty!r}, action_note {note!r})"
+    )
 
 
 def workers_started_t(stdout: str) -> Optional[float]:
