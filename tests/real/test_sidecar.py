@@ -300,11 +300,12 @@ def test_an_idle_script_with_torch_waits_for_its_dataloader_only_while_its_recor
     assert "created no DataLoader iterator yet" not in err, err
 
 
-def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_busy_stall_ceiling(tmp_path):
+def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_by_the_unproven_opt_in(tmp_path):
     # A sleep is a timed wait: it may end by itself, so the stall is reported as suspected and
-    # the job is left alone; only busy_stall_timeout_s without a batch allows ending it.
+    # the job is left alone; only the opt-in terminate_unproven_after_s ends it, nothing moving
+    # (issue #34: busy_stall_timeout_s alone never ends a job; tests/real/test_terminate_proof.py).
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("busy_stall_timeout_s: 12\n")
+    cfg.write_text("busy_stall_timeout_s: 12\nterminate_unproven_after_s: 12\n")
     code, out, err = run_dlwatch(
         ["--config", str(cfg), *TERMINATE_AFTER_4_S, "--report-dir", str(tmp_path / "r")],
         TRAIN + ["--fault", "worker-sleep", "--num-workers", "2", "--batch-size", "300", "--samples", "300"],
@@ -314,8 +315,8 @@ def test_worker_stuck_in_sleep_is_suspected_first_and_terminated_only_at_the_bus
     assert first["diagnoses"][0]["kind"] == last["diagnoses"][0]["kind"] == "worker_stuck"
     assert "time.sleep" in " ".join(first["diagnoses"][0]["evidence"])
     assert first["action"] == "report" and "suspected" in first["action_note"]
-    assert last["action"] == "terminate" and "busy_stall_timeout_s" in last["action_note"]
-    assert last["stall"]["trigger"] == "busy_stall"
+    assert last["action"] == "terminate" and "terminate_unproven_after_s" in last["action_note"]
+    assert last["stall"]["trigger"] == "busy_stall" and last["stall"]["certainty"] == "suspected"
 
 
 @pytest.mark.parametrize(
