@@ -106,7 +106,7 @@ class Config(_Settings, frozen=True):
         Meta(
             gt=0,
             description="seconds the iterating thread may wait while workers burn CPU but send nothing (no I/O) "
-            "before that is examined",
+            "before that is examined and reported as a suspected hang (never by itself a reason to end the job)",
         ),
     ] = 300.0
     stall_min_s: Annotated[
@@ -130,10 +130,20 @@ class Config(_Settings, frozen=True):
         Literal["report", "terminate"],
         Meta(
             description="report | terminate: what to do about a DataLoader hang once its report is written "
-            "(terminate: after the report of a proven hang, or busy_stall_timeout_s without a batch, SIGTERM the "
-            "job's processes, SIGKILL after terminate_grace_s)",
+            "(terminate: only after the report of a proven hang, SIGTERM the job's processes, SIGKILL after "
+            "terminate_grace_s; a suspected hang, however long, is reported and left running unless "
+            "terminate_unproven_after_s is set)",
         ),
     ] = "report"
+    terminate_unproven_after_s: Annotated[
+        Optional[Annotated[float, Meta(gt=0)]],
+        Meta(
+            description="with on_hang=terminate, also end an UNPROVEN (suspected) DataLoader hang once no batch came "
+            "for this many seconds: it may end a healthy job that is only slow; even then never while a process "
+            "of the job moves (CPU or I/O: a lock holder, a child, a worker that computes) or a file lock the "
+            "loader waits on is held outside the job; null: off, only a proof ends a job",
+        ),
+    ] = None
     terminate_outside_loader: Annotated[
         bool,
         Meta(

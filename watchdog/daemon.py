@@ -15,8 +15,12 @@ NOTE [ Escalation ladder ]
    the report is written.
 4. With ``on_hang: terminate`` the job's own processes (its tree, and its process group under
    ``dlwatch run``) get SIGTERM, then SIGKILL after ``terminate_grace_s``, only when the hang is
-   proven or no batch came for ``busy_stall_timeout_s``; outside the loader only when proven or
-   ``terminate_outside_loader`` is true. A suspected hang is reported and left alone. The same
+   proven (NOTE [ Deadlock proof ] in detect.py); outside the loader only when
+   ``terminate_outside_loader`` is true or main itself is proven stuck. A suspected hang is
+   reported and left alone, however long it lasts (``busy_stall_timeout_s`` only examines and
+   reports). The opt-in ``terminate_unproven_after_s`` also ends an unproven loader stall
+   without a batch for that long, but never while a process of the job moves or a worker
+   computes (``detect.still_moving``). The same
    unchanged hang is not reported twice, except once more when a proof or the busy-stall
    ceiling comes due after a suspected report; a suspected hang that resolves by itself is said
    to, and one at the same place is reported again only once it lasts twice as long as the

@@ -61,7 +61,9 @@ Four triggers lead to an examination (``Stall.trigger``):
 * ``busy_stall`` — no batch was delivered (main's iterating thread did no CPU or I/O, no worker
   did I/O) for ``busy_stall_timeout_s``: workers may burn CPU or wake forever without ever
   sending a batch. This is a suspicion, not a proof, and the ceiling for what cannot be told
-  from a slow batch sooner.
+  from a slow batch sooner: it is examined and reported, never by itself a reason to end the
+  job (:func:`termination`: ``on_hang: terminate`` ends a job only on a proof; a first batch
+  that builds an index for 330 s is that long and healthy).
 
 The examination (:func:`assess`) classifies main's stack (:func:`confirm`), looks for a proof,
 and dismisses a stall that can still move by itself: a loader-path thread in the user's code
@@ -1280,14 +1282,66 @@ class Termination:
 
     ``grounded`` is True when the evidence holds for the whole job: a proof that main can never
     run again, a worker proof while main's stack shows it waiting for that data (or once the
-    longest bounded shutdown has passed), the loader-level proof, or the busy-stall ceiling with
-    main's stack read. ``allowed`` adds the outside-the-loader setting. ``note`` says why, for the
-    report's action line.
+    longest bounded shutdown has passed), or the loader-level proof. Without a proof only the
+    opt-in ``terminate_unproven_after_s`` grounds it (:func:`still_moving` finds nothing that
+    moves); ``unproven`` then says so. ``allowed`` adds the outside-the-loader setting. ``note``
+    says why, for the report's action line.
     """
 
     grounded: bool
     allowed: bool
     note: str
+    unproven: bool = False
+
+
+def still_moving(
+    sample: Sample,
+    stall: Stall,
+    details: Mapping[int, Sequence[ThreadSample]],
+    locks: Sequence[FileLock] = (),
+) -> List[str]:
+    """Why an unproven stall must not be ended even under ``terminate_unproven_after_s``, one
+    sentence each (empty: nothing was seen moving). Over the stall's last ``work_window_s``
+    (``Stall.loader_work``, from ``/proc/PID/stat`` and ``/proc/PID/io``):
+
+    * a process of the job that is not main or a worker (a lock holder, a downloader, a worker's
+      or main's child, a forkserver) used ``BUSY_SHARE`` of a core or moved any byte
+      (``rchar + wchar``): what the loader waits for may be under way;
+    * main or a worker used ``BUSY_SHARE`` of a core, moved ``WORK_IO_BYTES_PER_S`` (a poller's
+      retries move about a kilobyte a second), or a worker thread was runnable (state ``R``) at
+      the examination's reads: it computes, or reads a sample;
+    * a loader thread waits in ``flock``/``fcntl`` for a lock (``/proc/locks``) whose holder is
+      outside the job, or unknown: its progress cannot be measured, and a lock's holder is alive
+      (the kernel releases a process's locks when it exits).
+    """
+    out: List[str] = []
+    span = max(stall.work_window_s, 1e-6)
+    for pid, cpu_s, io_bytes, _wakes in stall.loader_work:
+        p = sample.process(pid)
+        if p is None:
+            continue
+        waiter = p.role in (ROLE_MAIN, ROLE_WORKER)
+        threads = details.get(pid) or p.threads
+        running = p.role == ROLE_WORKER and any(d.state == "R" for d in threads)
+        moved_io = io_bytes >= WORK_IO_BYTES_PER_S * span if waiter else io_bytes > 0
+        if cpu_s >= BUSY_SHARE * span or moved_io or running:
+            out.append(
+                f"{p.role} pid {pid} is alive and moving ({cpu_s:.1f} s of CPU, {io_bytes / 1024:.0f} KiB of I/O in "
+                f"the last {stall.work_window_s:.0f} s{', a thread running' if running else ''})"
+            )
+    members = {p.pid for p in sample.processes}
+    for pid, threads in sorted(details.items()):
+        p = sample.process(pid)
+        if p is None or p.role not in LOADER_ROLES:
+            continue
+        if not any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
+            continue
+        for lock in locks:
+            if lock.opener == pid and lock.holder not in members:
+                who = f"pid {lock.holder}, outside the job" if lock.holder is not None else "an open file description"
+                out.append(f"pid {pid} waits for a lock on {lock.path} held by {who}: its progress cannot be measured")
+                break
+    return out
 
 
 def termination(
@@ -1295,14 +1349,24 @@ def termination(
     stall: Stall,
     sample: Sample,
     stall_timeout_s: float,
-    busy_stall_timeout_s: float,
+    terminate_unproven_after_s: Optional[float],
     terminate_outside_loader: bool,
+    details: Optional[Mapping[int, Sequence[ThreadSample]]] = None,
+    locks: Sequence[FileLock] = (),
 ) -> Termination:
-    """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`)."""
+    """Decide whether ``assessment``'s hang may end the job (see :class:`Termination`).
+
+    ``on_hang: terminate`` ends a job only on a proof (NOTE [ Deadlock proof ]). An unproven
+    stall, however long (``busy_stall_timeout_s`` included), ends it only with the opt-in
+    ``terminate_unproven_after_s`` (seconds; ``None``: off), once no batch came for that long,
+    main's stack shows it in its loader and nothing of the job moves (:func:`still_moving`:
+    ``details`` the examination's ``/proc`` thread reads by pid, ``locks`` the file locks
+    loader processes wait on)."""
     verdict, proof = assessment.verdict, assessment.proof
     main_proven = proof is not None and proof.kind is ProofKind.KERNEL and stall.main_pid in proof.pids
     waiting_for_data = verdict.confirmed_by_stack and verdict.in_loader and not in_bounded_shutdown(verdict)
     bound_s = shutdown_bound_s(sample, stall_timeout_s)
+    unproven = False
     if main_proven or (proof is not None and proof.kind is ProofKind.LOADER_IDLE):
         grounded, note = True, "proven: the job cannot move"
     elif proof is not None and (waiting_for_data or stall.stall_s >= bound_s):
@@ -1315,19 +1379,31 @@ def termination(
                 f"{bound_s:.0f} s: terminate waits until then"
             ),
         )
-    elif stall.trigger == TRIGGER_BUSY and verdict.confirmed_by_stack:
-        grounded, note = True, f"no batch for {stall.no_delivery_s:.0f} s (busy_stall_timeout_s)"
-    elif stall.trigger == TRIGGER_BUSY:
-        grounded, note = False, "no batch for busy_stall_timeout_s, but main's stack is unknown: not ended without it"
-    else:
+    elif terminate_unproven_after_s is None:
         grounded, note = (
             False,
-            f"suspected, not proven; terminate waits for a proof or busy_stall_timeout_s ({busy_stall_timeout_s:g} s)",
+            "suspected, not proven: on_hang=terminate ends a job only on a proof (terminate_unproven_after_s is off)",
+        )
+    elif stall.no_delivery_s < terminate_unproven_after_s:
+        grounded, note = (
+            False,
+            f"suspected, not proven: no batch for {stall.no_delivery_s:.0f} s, under terminate_unproven_after_s "
+            f"({terminate_unproven_after_s:g} s)",
+        )
+    elif not waiting_for_data:
+        grounded, note = False, "suspected, not proven, and main's stack does not show it waiting for a batch"
+    elif moving := still_moving(sample, stall, details or {}, locks):
+        grounded, note = False, f"suspected, not proven, and {moving[0]}: not ended while it moves"
+    else:
+        grounded, unproven = True, True
+        note = (
+            f"NOT proven: no batch for {stall.no_delivery_s:.0f} s (terminate_unproven_after_s "
+            f"{terminate_unproven_after_s:g} s) and nothing in the job moved in the last {stall.work_window_s:.0f} s"
         )
     allowed = verdict.in_loader or main_proven or terminate_outside_loader
     if grounded and not allowed:
         note = "outside the DataLoader and terminate_outside_loader is false"
-    return Termination(grounded, allowed, note)
+    return Termination(grounded, allowed, note, unproven)
 
 
 # --- the hang episode ---------------------------------------------------------------------------
@@ -1397,6 +1473,8 @@ class Episode:
         stall_timeout_s, busy_stall_timeout_s: the configured timeouts, in seconds.
         terminate: ``on_hang`` is ``terminate``.
         terminate_outside_loader: the setting of that name (:func:`termination`).
+        terminate_unproven_after_s: the opt-in of that name, seconds (``None``: off;
+            :func:`termination`).
     """
 
     def __init__(
@@ -1405,11 +1483,13 @@ class Episode:
         busy_stall_timeout_s: float,
         terminate: bool,
         terminate_outside_loader: bool = False,
+        terminate_unproven_after_s: Optional[float] = None,
     ) -> None:
         self.stall_timeout_s = stall_timeout_s
         self.busy_stall_timeout_s = busy_stall_timeout_s
         self.terminate = terminate
         self.terminate_outside_loader = terminate_outside_loader
+        self.terminate_unproven_after_s = terminate_unproven_after_s
         self.reported: Optional[Reported] = None
         self.quiet_floor = float("-inf")  # when an examination last found no hang (or looked again)
         self.rhythm_floor = float("-inf")  # when a batch-rhythm examination last proved nothing
@@ -1417,15 +1497,21 @@ class Episode:
 
     def due(self, stall: Stall, now: float, rule: Optional[Rhythm] = None) -> Optional[Trigger]:
         """The trigger of an examination due now (:func:`due_trigger`), or ``None``; while the
-        last report's hang lasts, only a proof or the busy-stall ceiling that could escalate it:
-        end it (``terminate``, once it may be ended) or prove it (``report``, when unproven)."""
+        last report's hang lasts, only a proof, the busy-stall ceiling, or (``terminate`` with
+        ``terminate_unproven_after_s`` set and no batch for that long) the stall timeout, that
+        could escalate it: end it (``terminate``, once it may be ended) or prove it (``report``,
+        when unproven)."""
         trigger = due_trigger(
             stall, self.stall_timeout_s, self.busy_stall_timeout_s, self.quiet_floor, now, rule, self.rhythm_floor
         )
         last = self.reported
         if trigger is None or last is None:
             return trigger
-        if trigger not in (TRIGGER_PROOF, TRIGGER_BUSY):
+        opt_in = self.terminate_unproven_after_s
+        unproven_due = (
+            self.terminate and opt_in is not None and trigger == TRIGGER_STALL and stall.no_delivery_s >= opt_in
+        )
+        if trigger not in (TRIGGER_PROOF, TRIGGER_BUSY) and not unproven_due:
             return None
         escalates = not last.terminable if self.terminate else not last.proven
         return trigger if escalates else None
@@ -1518,7 +1604,14 @@ class Episode:
             self.dismissed(now)
             return Decision(Conclusion.PEER, assessment, peer=stalled_peers[0])
         ending = termination(
-            assessment, stall, sample, self.stall_timeout_s, self.busy_stall_timeout_s, self.terminate_outside_loader
+            assessment,
+            stall,
+            sample,
+            self.stall_timeout_s,
+            self.terminate_unproven_after_s,
+            self.terminate_outside_loader,
+            evidence.details,
+            evidence.file_locks,
         )
         decision = Decision(Conclusion.REPORT, assessment, ending)
         decision = dataclasses.replace(decision, terminate=self.terminate and decision.terminable)

@@ -65,7 +65,9 @@ class JobHandles:
 
 class HangEpisodes:
     """One episode, one report: examine a due stall, report it when it is a hang, end the job
-    when ``on_hang: terminate`` and the hang is proven, and record each report's outcome.
+    when ``on_hang: terminate`` and the hang is proven (or, with the opt-in
+    ``terminate_unproven_after_s``, unproven and nothing of the job moves:
+    :func:`detect.termination`), and record each report's outcome.
 
     ``config`` is the validated settings; ``job`` the :class:`JobHandles` of the watched main.
     After :meth:`examine`, ``terminated`` says whether dlwatch ended the job, and
@@ -80,6 +82,7 @@ class HangEpisodes:
             config.busy_stall_timeout_s,
             config.on_hang == "terminate",
             config.terminate_outside_loader,
+            config.terminate_unproven_after_s,
         )
         self.terminated = False
         self.last_kind = ""
@@ -151,6 +154,15 @@ class HangEpisodes:
             )
         elif decision.conclusion is detect.Conclusion.PEER:
             self.waits_for_peer(decision.peer, stall.stall_s, "outside its DataLoader")
+        elif decision.conclusion is detect.Conclusion.REPORTED and self.episode.terminate and decision.termination:
+            # A hang already reported, looked at again: say why it is still not ended (once
+            # per 10 x stall_timeout_s), e.g. the lock holder it waits for still writes.
+            job.say_once(
+                "not-ended",
+                f"on_hang=terminate: the hang reported, no batch for {stall.no_delivery_s:.0f} s, is not ended: "
+                f"{decision.termination.note}",
+                every_s=cfg.stall_timeout_s * 10,
+            )
 
     def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
         """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
@@ -251,9 +263,17 @@ class HangEpisodes:
         if path is not None:
             self.open.append(path)
         if decision.terminate:
-            job.log(f"on_hang=terminate: ending the job's processes (grace {cfg.terminate_grace_s:g} s)")
+            job.log(
+                f"on_hang=terminate ({ending_note}): ending the job's processes (grace {cfg.terminate_grace_s:g} s)"
+            )
             members = job.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
             ended = act.terminate_tree(members, cfg.terminate_grace_s, job.own_group, job.job_ended)
             job.log(ended)
             self.terminated = True
-            self._write_outcome("terminated", f"dlwatch ended the job: {ended}")
+            unproven = decision.termination is not None and decision.termination.unproven
+            self._write_outcome(
+                "terminated",
+                f"dlwatch ended the job: {ended}",
+                certainty="suspected" if unproven else "proven",
+                reason=ending_note,
+            )

@@ -320,6 +320,43 @@ CASES: Tuple[Case, ...] = (
         stall_timeout_s=2.0,
     ),
     Case("healthy_signal_wakes_main", None, "unharmed", stall_timeout_s=2.0),
+    # Issue #34: healthy jobs with no batch for longer than busy_stall_timeout_s (10 s here, 25 s
+    # without one) that on_hang=terminate must never end: a suspected report is allowed, an ending
+    # is not, nor with the opt-in terminate_unproven_after_s while the holder or the worker moves.
+    Case(
+        "healthy_lock_holder_writes",
+        None,
+        "unharmed",
+        args=("25",),
+        settings=(("busy_stall_timeout_s", 10.0),),
+        timeout_s=150.0,
+    ),
+    Case(
+        "healthy_lock_holder_writes_opt_in",
+        None,
+        "unharmed",
+        target="healthy_lock_holder_writes",
+        args=("25",),
+        settings=(("busy_stall_timeout_s", 10.0), ("terminate_unproven_after_s", 10.0)),
+        timeout_s=150.0,
+    ),
+    Case(
+        "healthy_long_first_batch",
+        None,
+        "unharmed",
+        args=("25",),
+        settings=(("busy_stall_timeout_s", 10.0),),
+        timeout_s=150.0,
+    ),
+    Case(
+        "healthy_long_first_batch_opt_in",
+        None,
+        "unharmed",
+        target="healthy_long_first_batch",
+        args=("25",),
+        settings=(("busy_stall_timeout_s", 10.0), ("terminate_unproven_after_s", 10.0)),
+        timeout_s=150.0,
+    ),
 )
 BY_NAME = {c.name: c for c in CASES}
 

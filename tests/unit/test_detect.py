@@ -3,6 +3,8 @@ trigger comes due, the proofs (NOTE [ Deadlock proof ]) and the examination's ve
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.unit.builders import (
@@ -30,7 +32,9 @@ from watchdog.types import (
     ROLE_STARTING,
     ROLE_WORKER,
     ROLE_WORKER_CHILD,
+    FileLock,
     HangVerdict,
+    LoaderWork,
     Measure,
     PipeEnds,
     ProcessStack,
@@ -385,3 +389,91 @@ def test_the_batch_rhythm_trigger_counts_from_the_later_of_entering_next_and_the
     )  # looked at 112
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 160.0, rule) == detect.TRIGGER_STALL
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, None) is None
+
+
+# --- ending a job: only a proof, or the opt-in with nothing moving (issue #34) ----------------
+
+HOLDER_PID = 300
+FLOCK_WAIT = "73 0x5 0x2 0x0 0x0 0x0 0x0 0x7ffc8ccd7e60 0x7fbe41b1a26f"  # flock(5, LOCK_EX), x86_64
+
+
+def _unproven_busy_stall(holder_io=0, holder_cpu=0.0, worker_cpu=0.0, worker_state="S", no_delivery=400.0):
+    """A busy-stall examination of main waiting in the DataLoader (its stack read) and one worker
+    asleep on a multiprocessing lock a third process (the holder, role ``other``) holds: the
+    assessment (suspected), the sample, its stall and the examination's thread reads."""
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(
+        400.0,
+        [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=MP_LOCK, state=worker_state)], "fork"),
+            proc(HOLDER_PID, ROLE_OTHER, [thread(HOLDER_PID, syscall=SLEEP)], "fork", ppid=MAIN_PID),
+        ],
+    )
+    work = (
+        LoaderWork(MAIN_PID, 0.01, 0),
+        LoaderWork(WORKER_PID, worker_cpu, 0),
+        LoaderWork(HOLDER_PID, holder_cpu, holder_io),
+    )
+    st = stall(
+        s=no_delivery, no_delivery_s=no_delivery, trigger=detect.TRIGGER_BUSY, loader_work=work, work_window_s=10.0
+    )
+    verdict = HangVerdict("dataloader", True, "w", main_threads[0])
+    details = {WORKER_PID: (detail(WORKER_PID, MP_LOCK, state=worker_state),)}
+    a = detect.assess(detect.TRIGGER_BUSY, smp, st, verdict, {}, details, None, set(), 5.0)
+    assert a.hang and a.proof is None  # the busy-stall ceiling reports, as suspected
+    return a, smp, st, details
+
+
+def test_the_busy_stall_ceiling_never_ends_a_job_by_itself():
+    # Issue #34: three healthy runs were ended at busy_stall_timeout_s (304 s). Without the
+    # opt-in only a proof ends a job, however long no batch came.
+    a, smp, st, details = _unproven_busy_stall(no_delivery=3600.0)
+    t = detect.termination(a, st, smp, 5.0, None, False, details)
+    assert not t.grounded and "only on a proof" in t.note and not t.unproven
+    t_unproven_later = detect.termination(a, st, smp, 5.0, 7200.0, False, details)
+    assert not t_unproven_later.grounded and "under terminate_unproven_after_s" in t_unproven_later.note
+
+
+def test_the_opt_in_ends_an_unproven_stall_only_when_nothing_of_the_job_moves():
+    a, smp, st, details = _unproven_busy_stall()
+    quiet = detect.termination(a, st, smp, 5.0, 60.0, False, details)
+    assert quiet.grounded and quiet.allowed and quiet.unproven
+    assert "NOT proven" in quiet.note and "terminate_unproven_after_s" in quiet.note
+    # The holder writes steadily (a downloader holding the lock): alive and moving.
+    a, smp, st, details = _unproven_busy_stall(holder_io=1 << 20)
+    writing = detect.termination(a, st, smp, 5.0, 60.0, False, details)
+    assert not writing.grounded and f"pid {HOLDER_PID} is alive and moving" in writing.note
+    # Even a trickle of bytes from a process that is not main or a worker is movement.
+    a, smp, st, details = _unproven_busy_stall(holder_io=100)
+    assert not detect.termination(a, st, smp, 5.0, 60.0, False, details).grounded
+    # A worker that computes (an index built in a thread pool) or is runnable at the reads.
+    a, smp, st, details = _unproven_busy_stall(worker_cpu=8.0)
+    assert not detect.termination(a, st, smp, 5.0, 60.0, False, details).grounded
+    a, smp, st, details = _unproven_busy_stall(worker_state="R")
+    computing = detect.termination(a, st, smp, 5.0, 60.0, False, details)
+    assert not computing.grounded and "a thread running" in computing.note
+
+
+def test_the_opt_in_never_ends_a_wait_for_a_file_lock_held_outside_the_job():
+    a, smp, st, _ = _unproven_busy_stall()
+    details = {WORKER_PID: (detail(WORKER_PID, FLOCK_WAIT),)}
+    outside = FileLock(WORKER_PID, "/data/ds.lock", 4242, "FLOCK", "WRITE")
+    t = detect.termination(a, st, smp, 5.0, 60.0, False, details, (outside,))
+    assert not t.grounded and "pid 4242, outside the job" in t.note
+
+
+def test_a_proof_still_ends_the_job_without_the_opt_in():
+    a, smp, st, details = _unproven_busy_stall(holder_io=1 << 20)
+    proven = dataclasses.replace(a, proof=Proof(ProofKind.LOADER_IDLE, (MAIN_PID, WORKER_PID), (), "x"))
+    t = detect.termination(proven, st, smp, 5.0, None, False, details)
+    assert t.grounded and t.note.startswith("proven") and not t.unproven
+
+
+def test_with_the_opt_in_a_reported_unproven_hang_is_looked_at_again_at_the_stall_timeout():
+    reported = detect.Reported(1.0, False, False, ("worker_stuck", "a.py:3"), 100.0)
+    late = stall(s=20.0, quiet_since_mono=100.0, no_delivery_s=20.0)
+    for opt_in, expected in ((None, None), (30.0, None), (15.0, detect.TRIGGER_STALL)):
+        ep = detect.Episode(5.0, 300.0, terminate=True, terminate_unproven_after_s=opt_in)
+        ep.report(reported, stall(s=5.0, quiet_since_mono=100.0), 105.0)
+        assert ep.due(late, 120.0) == expected, opt_in
