@@ -1405,7 +1405,7 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         remedy=(
             "Look at main's stack below: the job waits there, not on its data. If that wait is expected (a long "
             "checkpoint, an evaluation, a barrier), raise stall_timeout_s; the watchdog does not end such a job "
-            "unless terminate_outside_loader is true and no batch came for busy_stall_timeout_s."
+            "unless terminate_outside_loader is true and the hang is proven."
         ),
         pids=(pid,),
         location=location(user),
