@@ -10,8 +10,17 @@ the ages at scrape time, which differ by the scrapes' skew. A rank whose sidecar
 answering (``up == 0``) is listed as such from its last values (``last_over_time``), never
 dropped.
 
-Exit codes: 0 nothing stalled, 1 a rank stalled, 2 Prometheus cannot be reached or has no
-``dlwatch_`` series (:class:`~watchdog.errors.ClusterError`).
+What it trusts of Prometheus: nothing but the answer's shape. Credentials in the URL
+(``user:password@``) are sent as basic auth to that origin only: a redirect to another origin
+(scheme, host, port: RFC 6454) is refused. The whole command has one deadline (``--timeout``,
+connection, every query and every byte of every answer together), each answer is at most
+:data:`MAX_ANSWER_BYTES` and :data:`MAX_SERIES` series, is decoded against the API's types
+(``msgspec``), and every label value printed is made one printable line
+(:func:`watchdog.report.one_line`) and cut to :data:`MAX_CELL_CHARS`.
+
+Exit codes: 0 nothing stalled, 1 a rank stalled, 2 a bad URL, or Prometheus cannot be reached,
+refused the query, redirected elsewhere, answered too much, too late or not as its API, or has
+no ``dlwatch_`` series (:class:`ClusterError`; one line).
 """
 
 from __future__ import annotations
@@ -19,28 +28,47 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
+import http.client
 import json
+import math
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
+import msgspec
 from tabulate import tabulate
 
+from . import redact
 from .argtypes import positive_float
 from .collect.discovery import RUN_ID_VALUE
 from .exits import Exit
+from .report import one_line
 
 # How far back a rank whose sidecar went down is still shown with its last values.
 LOOKBACK = "1h"
+# The most seconds one network wait (connect, one read) may take, within the command's deadline.
 QUERY_TIMEOUT_S = 10.0
+# The whole command's deadline by default (seconds): every query and its answer together.
+DEADLINE_S = 30.0
+# The most bytes of one answer: 20,000 series of dlwatch's labels are about 4.5 MB.
+MAX_ANSWER_BYTES = 8 << 20
+# The most series of one answer (a rank is one series of each query): more is refused, one line.
+MAX_SERIES = 20_000
+# The most characters of one value shown in the table or the verdict (a label may be any length).
+MAX_CELL_CHARS = 120
+_READ_CHUNK = 64 << 10
+
+T = TypeVar("T")
 
 
 class ClusterError(Exception):
-    """Prometheus could not be asked, or knows no ``dlwatch_`` series (exit code 2)."""
+    """Prometheus could not be asked, answered what its API does not, or knows no ``dlwatch_``
+    series (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -63,101 +91,236 @@ class RankRow:
     report_folder: str = ""
 
 
+# The API's answer (https://prometheus.io/docs/prometheus/latest/querying/api/#format-overview),
+# decoded by type: anything else is "not Prometheus's HTTP API", never a traceback.
+class _Series(msgspec.Struct):
+    metric: Dict[str, str]
+    value: Tuple[float, str]
+
+
+class _Data(msgspec.Struct):
+    resultType: str
+    result: msgspec.Raw
+
+
+class _Answer(msgspec.Struct):
+    status: str
+    data: Optional[_Data] = None
+    error: str = ""
+
+
+def cell(text: str, limit: int = MAX_CELL_CHARS) -> str:
+    """``text`` (a label value from Prometheus) as it may reach a terminal: one printable line
+    (:func:`watchdog.report.one_line`: line breaks and control characters escaped), cut to
+    ``limit`` characters with ``…``."""
+    text = one_line(text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _shown(url: str) -> str:
-    """``url`` as it may be printed: without a password (``user:…@host``)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:…@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """``url`` as it may be printed: without a password (``user:…@host``), one printable line."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return cell(url, 200)
+        netloc = f"{parts.username}:…@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return cell(urllib.parse.urlunsplit(parts._replace(netloc=netloc)), 200)
+    except ValueError:  # not a URL: what looks like a password in it is redacted by shape
+        return cell(redact.value(url), 200)
 
 
-def query(base_url: str, expr: str, timeout_s: float = QUERY_TIMEOUT_S) -> List[dict]:
-    """The result of instant query ``expr`` (a vector: ``[{"metric": {...}, "value": [t, "v"]}]``).
-    ``base_url`` is http(s), optionally with ``user:password@`` (sent as basic auth, never shown).
+def _origin(url: str) -> Tuple[str, str, Optional[int]]:
+    """The origin of ``url`` (RFC 6454: scheme, host, port; the default port filled in).
 
     Raises:
-        ClusterError: not an http(s) URL, Prometheus cannot be reached, refused the query, or
-            answered something that is not its API's instant vector.
+        ValueError: not a URL (a port out of range, an unclosed ``[``).
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only within the origin first asked: urllib copies every header
+    (``Authorization`` included) to the URL a redirect names, so another origin is refused."""
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        try:
+            same = _origin(newurl) == _origin(req.full_url)
+        except ValueError:
+            same = False
+        if not same:
+            fp.close()
+            raise ClusterError(
+                f"--prometheus {self.shown}: redirected to another origin ({_shown(newurl)}); refused: "
+                "credentials and queries go to the URL given only"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _remaining(deadline: Optional[float], shown: str, timeout_s: float) -> float:
+    """Seconds left before ``deadline`` (``time.monotonic``), at most ``timeout_s``.
+
+    Raises:
+        ClusterError: the deadline has passed.
+    """
+    if deadline is None:
+        return timeout_s
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ClusterError(f"--prometheus {shown}: no whole answer within the deadline (--timeout)")
+    return min(left, timeout_s)
+
+
+def query(base_url: str, expr: str, timeout_s: float = QUERY_TIMEOUT_S, deadline: Optional[float] = None) -> List[dict]:
+    """The result of instant query ``expr`` (a vector: ``[{"metric": {...}, "value": [t, "v"]}]``,
+    each ``metric`` a dict of strings). ``base_url`` is http(s), optionally with
+    ``user:password@`` (sent as basic auth to that origin only, never shown). ``timeout_s``
+    bounds each network wait; ``deadline`` (``time.monotonic()`` seconds), when given, the whole
+    query: checked before it and after each piece of the answer read.
+
+    Raises:
+        ClusterError: not an http(s) URL, Prometheus cannot be reached, refused the query,
+            redirected to another origin, answered more than :data:`MAX_ANSWER_BYTES` or
+            :data:`MAX_SERIES` series, past ``deadline``, or something that is not its API's
+            instant vector.
     """
     shown = _shown(base_url)
-    parts = urllib.parse.urlsplit(base_url)
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        port = parts.port
+    except ValueError as e:
+        raise ClusterError(f"--prometheus {shown}: not a URL ({cell(str(e))})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ClusterError(f"--prometheus {shown}: not an http:// or https:// URL (e.g. http://prometheus:9090)")
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    netloc = (f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname) + (f":{port}" if port else "")
     url = urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/") + "/api/v1/query?"
     request = urllib.request.Request(url + urllib.parse.urlencode({"query": expr}))
     if parts.username is not None:
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+    opener = urllib.request.build_opener(_SameOriginRedirects(shown))
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read(16 << 20)
+        with opener.open(request, timeout=_remaining(deadline, shown, timeout_s)) as response:
+            body = _read_answer(response, deadline, shown)
     except urllib.error.HTTPError as e:
         try:
-            why = json.loads(e.read(1 << 16)).get("error") or e.reason
-        except (ValueError, OSError, AttributeError):
-            why = f"HTTP {e.code} {e.reason} (is this Prometheus?)"
+            why = cell(msgspec.json.decode(e.read(1 << 16), type=_Answer).error) or cell(str(e.reason))
+        except (msgspec.DecodeError, OSError, http.client.HTTPException, RecursionError):
+            why = f"HTTP {e.code} {cell(str(e.reason))} (is this Prometheus?)"
         raise ClusterError(f"--prometheus {shown}: the query {expr!r} was refused: {why}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as e:
         reason = getattr(e, "reason", None) or e
-        raise ClusterError(f"--prometheus {shown}: cannot be reached: {reason}") from None
+        raise ClusterError(f"--prometheus {shown}: cannot be reached: {cell(str(reason))}") from None
+    return _vector(body, expr, shown)
+
+
+def _read_answer(response, deadline: Optional[float], shown: str) -> bytes:
+    """The body of ``response``, read a piece at a time until its end, ``deadline`` checked
+    after each piece (a server sending one byte at a time is cut off there).
+
+    Raises:
+        ClusterError: more than :data:`MAX_ANSWER_BYTES`, or past ``deadline``.
+    """
+    pieces: List[bytes] = []
+    size = 0
+    while True:
+        piece = response.read1(_READ_CHUNK)
+        if not piece:
+            return b"".join(pieces)
+        size += len(piece)
+        if size > MAX_ANSWER_BYTES:
+            raise ClusterError(
+                f"--prometheus {shown}: answered more than {MAX_ANSWER_BYTES >> 20} MiB; name one run with --run-id"
+            )
+        pieces.append(piece)
+        _remaining(deadline, shown, QUERY_TIMEOUT_S)
+
+
+def _vector(body: bytes, expr: str, shown: str) -> List[dict]:
+    """The series of an instant-vector answer ``body``.
+
+    Raises:
+        ClusterError: not the API's answer (the first mismatch named), not a vector, or more
+            than :data:`MAX_SERIES` series.
+    """
     try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = None
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(data, dict):
-        raise ClusterError(f"--prometheus {shown}: answered, but not as Prometheus's HTTP API (/api/v1/query)")
-    if data.get("resultType") != "vector":
-        raise ClusterError(f"--prometheus {shown}: {expr!r} gave no instant vector")
-    return [r for r in data.get("result") or [] if isinstance(r, dict)]
+        answer = msgspec.json.decode(body, type=_Answer)
+        data = answer.data
+        if answer.status != "success" or data is None:
+            raise ClusterError(f"--prometheus {shown}: answered, but not as Prometheus's HTTP API (/api/v1/query)")
+        if data.resultType != "vector":
+            raise ClusterError(f"--prometheus {shown}: {expr!r} gave no instant vector")
+        series = msgspec.json.decode(data.result, type=List[_Series])
+    except (msgspec.DecodeError, RecursionError) as e:
+        why = cell(str(e)) if isinstance(e, msgspec.ValidationError) else "not JSON"
+        raise ClusterError(
+            f"--prometheus {shown}: answered, but not as Prometheus's HTTP API (/api/v1/query): {why}"
+        ) from None
+    if len(series) > MAX_SERIES:
+        raise ClusterError(
+            f"--prometheus {shown}: {expr!r} gave {len(series)} series, more than {MAX_SERIES}; "
+            "name one run with --run-id"
+        )
+    return [{"metric": s.metric, "value": list(s.value)} for s in series]
 
 
 def _value(result: dict) -> Optional[float]:
+    """The sample's value, or ``None`` when it is missing or not a finite number."""
     try:
-        return float(result["value"][1])
+        v = float(result["value"][1])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+    return v if math.isfinite(v) else None
 
 
 def _key(metric: dict) -> Tuple[str, str, str]:
     return (str(metric.get("node", "")), str(metric.get("run_id", "")), str(metric.get("rank", "")))
 
 
-def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = None) -> List[RankRow]:
+def collect(
+    base_url: str, run_id: Optional[str] = None, now: Optional[float] = None, deadline_s: Optional[float] = None
+) -> List[RankRow]:
     """Every rank Prometheus has (of ``run_id`` when given), with its last values, ordered by
-    node then rank.
+    node then rank. ``deadline_s``: seconds for every query together (``None``: each network
+    wait bounded only, :data:`QUERY_TIMEOUT_S`).
 
     Raises:
         ClusterError: as :func:`query`; also when no ``dlwatch_`` series is found.
     """
     if run_id is not None and not RUN_ID_VALUE.match(run_id):  # taken into a query: no quote, no backslash
-        raise ClusterError(f"--run-id {run_id!r}: not a run id (letters, digits, _ . : @ / + = -)")
+        raise ClusterError(f"--run-id {cell(repr(run_id))}: not a run id (letters, digits, _ . : @ / + = -)")
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+
+    def ask(expr: str) -> List[dict]:
+        return query(base_url, expr, deadline=deadline)
+
     sel = f'{{run_id="{run_id}"}}' if run_id else ""
-    last = query(base_url, f"last_over_time(dlwatch_last_progress_timestamp_seconds{sel}[{LOOKBACK}])")
-    since = query(base_url, f"last_over_time(dlwatch_seconds_since_progress{sel}[{LOOKBACK}])")
+    last = ask(f"last_over_time(dlwatch_last_progress_timestamp_seconds{sel}[{LOOKBACK}])")
+    since_expr = f"last_over_time(dlwatch_seconds_since_progress{sel}[{LOOKBACK}])"
+    since = ask(since_expr)
     if not last and not since:
         raise ClusterError(
             f"--prometheus {_shown(base_url)}: no dlwatch_ series" + (f" of run {run_id}" if run_id else "")
         )
     # every epoch's batches: an iterator's own count (dlwatch_loader_batches) reads 0 at each
     # epoch's start, and a rank that moves would show none
-    batches = query(
-        base_url,
-        f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_batches_delivered_total{sel}[{LOOKBACK}]))",
+    batches = ask(
+        f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_batches_delivered_total{sel}[{LOOKBACK}]))"
     )
-    wait = query(
-        base_url, f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_data_wait_seconds{sel}[{LOOKBACK}]))"
-    )
-    reports = query(base_url, f"last_over_time(dlwatch_report_info{sel}[{LOOKBACK}])")
-    timeouts = query(base_url, f"last_over_time(dlwatch_stall_timeout_seconds{sel}[{LOOKBACK}])")
-    starts = query(base_url, f"last_over_time(dlwatch_job_start_timestamp_seconds{sel}[{LOOKBACK}])")
-    up = {str(r["metric"].get("instance", "")): _value(r) for r in query(base_url, "up")}
+    wait = ask(f"sum by (node, run_id, rank) (last_over_time(dlwatch_loader_data_wait_seconds{sel}[{LOOKBACK}]))")
+    reports = ask(f"last_over_time(dlwatch_report_info{sel}[{LOOKBACK}])")
+    timeouts = ask(f"last_over_time(dlwatch_stall_timeout_seconds{sel}[{LOOKBACK}])")
+    starts = ask(f"last_over_time(dlwatch_job_start_timestamp_seconds{sel}[{LOOKBACK}])")
+    # the targets of dlwatch's sidecars only (a Prometheus may scrape many others)
+    up = {str(r["metric"].get("instance", "")): _value(r) for r in ask(f"up and on (instance) {since_expr}")}
     now = time.time() if now is None else now
     rows: Dict[Tuple[str, str, str], dict] = {}
     for result in last + since:
-        m = result.get("metric") or {}
+        m = result["metric"]
         rows.setdefault(_key(m), {"local_rank": str(m.get("local_rank", "")), "instance": str(m.get("instance", ""))})
     for result in last:
         rows[_key(result["metric"])]["last"] = _value(result)
@@ -192,7 +355,38 @@ def collect(base_url: str, run_id: Optional[str] = None, now: Optional[float] = 
                 by["b"].get(key), by["w"].get(key), by["t"].get(key), kind, mode, folder,
             )
         )  # fmt: skip
-    return sorted(out, key=lambda r: (r.node, int(r.rank) if r.rank.isdigit() else -1, r.rank))
+    return sorted(out, key=lambda r: (r.node, _rank_number(r.rank), r.rank))
+
+
+def _rank_number(rank: str) -> int:
+    """``rank`` as a number to sort by (-1: not a number of ASCII digits, such as ``"²"``)."""
+    return int(rank) if rank.isascii() and rank.isdigit() and len(rank) <= 18 else -1
+
+
+def within(deadline_s: float, shown: str, work: Callable[[], T]) -> T:
+    """``work()``'s result, or :class:`ClusterError` once ``deadline_s`` seconds have passed
+    without one: what no socket timeout bounds (a name lookup, a server that sends a header
+    one byte at a time, a TLS handshake) is left in a daemon thread that ends with the process.
+
+    Raises:
+        ClusterError: ``work`` raised it, or did not return within ``deadline_s``.
+    """
+    box: Dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread as it is
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="dlwatch-cluster-query", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        raise ClusterError(f"--prometheus {shown}: no whole answer within {deadline_s:g} s (--timeout)")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["result"]  # type: ignore[return-value]
 
 
 def _of_this_run(folder: str, started: Optional[float]) -> bool:
@@ -212,55 +406,68 @@ def stalled_after(row: RankRow, override_s: Optional[float]) -> float:
     return override_s if override_s is not None else row.stall_timeout_s or 60.0
 
 
+def _clock(t: float) -> Optional[str]:
+    """Unix seconds ``t`` as ``HH:MM:SSZ``, or ``None`` when no date has it."""
+    try:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def first_stalled(rows: List[RankRow], override_s: Optional[float] = None) -> Tuple[List[RankRow], Optional[str]]:
     """The ranks stalled (:func:`stalled_after`, by their last progress), and the line that
     names the first of them: the one whose progress stopped earliest, how long before any
-    other stalled rank's, and its report (``None`` when nothing stalled)."""
+    other stalled rank's, and its report (``None`` when nothing stalled). Label values in the
+    line are printable (:func:`cell`)."""
     stalled = [r for r in rows if r.since_progress_s is not None and r.since_progress_s >= stalled_after(r, override_s)]
     if not stalled:
         return [], None
     dated = sorted((r for r in stalled if r.last_progress is not None), key=lambda r: r.last_progress or 0.0)
     first = dated[0] if dated else max(stalled, key=lambda r: r.since_progress_s or 0.0)
-    who = f"rank {first.rank}" if first.rank else "the job"
-    line = f"{who} on {first.node or first.instance} stalled first"
+    who = f"rank {cell(first.rank)}" if first.rank else "the job"
+    line = f"{who} on {cell(first.node or first.instance)} stalled first"
     if first.last_progress is not None:
-        at = dt.datetime.fromtimestamp(first.last_progress, dt.timezone.utc).strftime("%H:%M:%SZ")
+        at = _clock(first.last_progress)
         others = [r.last_progress for r in stalled if r is not first and r.last_progress is not None]
         moving = len(rows) - len(stalled)
         lead = f", {min(others) - first.last_progress:.0f} s before any other rank" if others else ""
         lead += f"; {moving} other rank(s) still moving" if moving else ""
-        line += f" ({at}{lead})"
+        line += f" ({at}{lead})" if at else f" ({lead.lstrip(', ;')})" if lead else ""
     if first.report_folder:
-        line += f"; its report: {first.node}:{first.report_folder}"
+        line += f"; its report: {cell(first.node)}:{cell(first.report_folder, 2 * MAX_CELL_CHARS)}"
     elif not first.up:
         line += "; its sidecar no longer answers"
     return stalled, line
 
 
 def render(rows: List[RankRow], stalled: List[RankRow], line: Optional[str]) -> str:
-    """The table and the last line of ``dlwatch cluster``."""
+    """The table and the last line of ``dlwatch cluster``; every label value in it is one
+    printable line (:func:`cell`)."""
 
     def fmt(v: Optional[float], spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
+    stalled_ids = {id(r) for r in stalled}
     table = []
     for r in rows:
-        state = "sidecar down" if not r.up else "stalled" if r in stalled else "moving"
+        state = "sidecar down" if not r.up else "stalled" if id(r) in stalled_ids else "moving"
         table.append(
             [
-                r.node,
-                r.rank or "-",
-                r.local_rank or "-",
+                cell(r.node),
+                cell(r.rank) or "-",
+                cell(r.local_rank) or "-",
                 state,
                 fmt(r.since_progress_s, ".0f"),
                 fmt(r.batches, ".0f"),
                 fmt(r.data_wait_s, ".1f"),
-                f"{r.report_mode} {r.report_kind}".strip() or "-",
-                r.report_folder or "-",
+                cell(f"{r.report_mode} {r.report_kind}".strip()) or "-",
+                cell(r.report_folder, 2 * MAX_CELL_CHARS) or "-",
             ]
         )
     headers = ["NODE", "RANK", "LOCAL", "STATE", "SINCE PROGRESS S", "BATCHES", "DATA WAIT S", "REPORT", "FOLDER"]
-    text = tabulate(table, headers=headers, tablefmt="simple")
+    # numbers are ours, formatted above; a label that reads as one ("0001", "1e5") is shown as it is
+    right = ("left", "right", "right", "left", "right", "right", "right", "left", "left")
+    text = tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True, colalign=right)
     return text + "\n" + (line or f"nothing stalled ({len(rows)} rank(s))")
 
 
@@ -270,10 +477,16 @@ def add_parser(sub) -> None:
         "cluster",
         help="the job across nodes, from Prometheus: which rank on which node stalled first",
         description="Ask Prometheus (which scrapes every node's `dlwatch run --metrics-port`) for the job's ranks "
-        "and say which one stalled first. Exit 0: nothing stalled; 1: a rank stalled; 2: Prometheus cannot be "
-        "reached or has no dlwatch_ series.",
+        "and say which one stalled first. Exit 0: nothing stalled; 1: a rank stalled; 2: a bad URL, or Prometheus "
+        "cannot be reached, refused, redirected to another origin, answered too much, too late or not as its API, "
+        "or has no dlwatch_ series.",
     )
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus's base URL, e.g. http://prom:9090")
+    p.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        help="Prometheus's base URL, e.g. http://prom:9090 (user:password@ is sent as basic auth to that origin only)",
+    )
     p.add_argument("--run-id", metavar="ID", help="only this torchrun run (TORCHELASTIC_RUN_ID, the run_id label)")
     p.add_argument(
         "--stalled-after",
@@ -282,20 +495,30 @@ def add_parser(sub) -> None:
         metavar="S",
         help="a rank counts as stalled once it has not moved for this long (default: its sidecar's stall_timeout_s)",
     )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=DEADLINE_S,
+        metavar="S",
+        help=f"seconds for the whole command: every query and answer together (default {DEADLINE_S:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the ranks and the verdict as JSON")
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     """``dlwatch cluster``; see the module docstring for its exit codes."""
+    deadline_s = getattr(args, "timeout", DEADLINE_S)
     try:
-        rows = collect(args.prometheus, args.run_id)
+        rows = within(
+            deadline_s, _shown(args.prometheus), lambda: collect(args.prometheus, args.run_id, deadline_s=deadline_s)
+        )
     except ClusterError as e:
         print(f"dlwatch: error: {e}", file=sys.stderr)
         return Exit.USAGE
     stalled, line = first_stalled(rows, args.stalled_after)
     if args.json:
         doc = {"ranks": [asdict(r) for r in rows], "stalled": [asdict(r) for r in stalled], "verdict": line}
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(doc, indent=1))  # ASCII: every control character and non-ASCII one escaped
     else:
         print(render(rows, stalled, line))
     return 1 if stalled else Exit.OK

@@ -1,4 +1,5 @@
-"""``dlwatch cluster`` against a real Prometheus server: two "nodes" on this machine, each a
+"""``dlwatch cluster`` against a real Prometheus server (and, without one, against a server that
+answers one byte at a time): two "nodes" on this machine, each a
 ``dlwatch run --metrics-port`` with its own ``node`` setting, scraped every second by a
 Prometheus the test starts (loopback port, its own storage folder). Node a's DataLoader
 deadlocks (an inherited lock, reported, not ended); node b's job keeps delivering batches.
@@ -12,6 +13,7 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -19,7 +21,7 @@ import pytest
 
 from tests.real.helpers import DLWATCH, TRAIN, kill_tree, start, wait_for
 
-pytestmark = pytest.mark.skipif(
+needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
 )
 
@@ -37,6 +39,7 @@ def _node(tmp_path, name: str, port: int, job):
     return start(cmd + ["--"] + job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@needs_prometheus
 def test_cluster_names_the_node_whose_loader_stalled_first(tmp_path):
     ports = {"node-a": _free_port(), "node-b": _free_port()}
     prom_port = _free_port()
@@ -133,3 +136,42 @@ def test_cluster_without_prometheus_is_a_one_line_error():
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "cannot be reached" in done.stderr, done.stderr
+
+
+def test_a_server_dripping_one_byte_at_a_time_ends_at_the_commands_deadline():
+    """A "Prometheus" that sends its answer one byte every 2 s (under the 10 s of one read) for
+    up to 150 s: ``cluster`` gives up at its own deadline (30 s by default), one line naming the
+    URL, exit 2 (README "Exit codes"); it used to wait for as long as the bytes came."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def drip() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n" + b"{" * 99:
+                    if stop.wait(2.0):
+                        return
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+
+    threading.Thread(target=drip, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        began = time.monotonic()
+        done = subprocess.run(DLWATCH + ["cluster", "--prometheus", url], capture_output=True, text=True, timeout=90)
+        took = time.monotonic() - began
+    finally:
+        stop.set()
+        listener.close()
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1 and url in done.stderr and "within 30 s" in done.stderr, done.stderr
+    assert 29 <= took < 30 + 45, took

@@ -75,3 +75,218 @@ def test_a_run_id_may_hold_what_torchrun_rdzv_ids_hold_but_nothing_that_breaks_t
     for run_id in ('a"}or{x="', "a\\b", "two words", "", "x" * 129):
         with pytest.raises(ClusterError, match="not a run id"):
             collect("http://127.0.0.1:1", run_id)
+
+
+# --- against a hostile or broken "Prometheus": real HTTP servers on loopback ports -------------
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import http.server  # noqa: E402
+import json  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import urllib.parse  # noqa: E402
+
+import pytest  # noqa: E402
+
+from watchdog import cluster  # noqa: E402
+
+
+def _vector(series):
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": series}}).encode()
+
+
+def _series(node, rank, value, **labels):
+    metric = {"node": node, "rank": rank, "run_id": "job42", "instance": f"{node}:9400", **labels}
+    return {"metric": metric, "value": [1000.0, str(value)]}
+
+
+def _healthy(expr):
+    """Two ranks, one stalled (its last progress 500 s ago), as the real queries ask."""
+    if "last_progress_timestamp" in expr:
+        return _vector([_series("node-a", "0", 500.0), _series("node-b", "1", 990.0)])
+    if "since_progress" in expr and not expr.startswith("up"):
+        return _vector([_series("node-a", "0", 500.0), _series("node-b", "1", 10.0)])
+    if expr.startswith("up"):
+        return _vector([_series("node-a", "0", 1), _series("node-b", "1", 1)])
+    return _vector([])
+
+
+@contextlib.contextmanager
+def _server(respond):
+    """An HTTP server on a loopback port; ``respond(handler)`` writes each answer. Yields
+    (base URL, the requests seen: (path, headers) pairs)."""
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            seen.append((self.path, dict(self.headers)))
+            try:
+                respond(self)
+            except OSError:
+                pass
+
+        def log_message(self, *_a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _answer_with(answer):
+    def respond(h):
+        expr = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query).get("query", [""])[0]
+        body = answer(expr)
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return respond
+
+
+def _cmd(url, capsys, timeout=30.0, json_out=False):
+    args = argparse.Namespace(prometheus=url, run_id=None, stalled_after=60.0, json=json_out, timeout=timeout)
+    code = cluster.cmd_cluster(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_basic_auth_never_reaches_the_other_origin_a_redirect_names(capsys):
+    with _server(_answer_with(_healthy)) as (other, other_seen):
+
+        def redirect(h):
+            h.send_response(302)
+            h.send_header("Location", other + h.path)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        with _server(redirect) as (first, first_seen):
+            host_port = first.split("//", 1)[1]
+            code, out, err = _cmd(f"http://alice:s3cret@{host_port}", capsys)
+    assert first_seen and first_seen[0][1].get("Authorization", "").startswith("Basic ")
+    assert not any("Authorization" in headers for _path, headers in other_seen), other_seen
+    assert code == 2 and out == "" and err.count("\n") == 1 and "another origin" in err, err
+    assert "s3cret" not in err
+
+
+def test_a_redirect_within_the_same_origin_keeps_its_credentials(capsys):
+    def respond(h):
+        if not h.path.startswith("/prom/"):
+            h.send_response(301)
+            h.send_header("Location", "/prom" + h.path)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        elif h.headers.get("Authorization", "").startswith("Basic "):
+            _answer_with(_healthy)(h)
+        else:
+            h.send_error(401)
+
+    with _server(respond) as (url, _seen):
+        code, out, err = _cmd(url.replace("//", "//alice:s3cret@"), capsys)
+    assert code == 1 and "rank 0 on node-a stalled first" in out, (out, err)
+
+
+def _drip(h, in_headers):
+    """One byte every 0.5 s, for 20 s at most (the old code's per-read timeout never fired)."""
+    body = _healthy("last_progress_timestamp")
+    if not in_headers:
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.flush()
+    data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200 if in_headers else body
+    end = time.monotonic() + 20
+    for byte in data:
+        if time.monotonic() > end:
+            return
+        h.wfile.write(bytes([byte]))
+        h.wfile.flush()
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("in_headers", [False, True], ids=["body", "headers"])
+def test_a_server_dripping_bytes_is_cut_off_at_the_commands_deadline(capsys, in_headers):
+    with _server(lambda h: _drip(h, in_headers)) as (url, _seen):
+        began = time.monotonic()
+        code, out, err = _cmd(url, capsys, timeout=2.0)
+        took = time.monotonic() - began
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert url in err and "within" in err and took < 2.0 + 8.0, (took, err)
+
+
+def test_more_series_than_the_cap_is_one_line_not_a_minute_and_a_gigabyte(capsys):
+    many = [{"metric": {"node": "n", "rank": str(i)}, "value": [1.0, "1"]} for i in range(120_000)]
+    body = _vector(many)
+    assert len(body) < 16 << 20  # under the old cap: it was taken whole
+    with _server(_answer_with(lambda _expr: body)) as (url, _seen):
+        began = time.monotonic()
+        code, out, err = _cmd(url, capsys)
+        took = time.monotonic() - began
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--run-id" in err, err
+    assert took < 20, took
+
+
+FORGED = "node-z  7  7  moving"
+
+
+def test_label_values_reach_the_terminal_escaped_and_cannot_forge_a_line(capsys):
+    evil_node = f"node-a\n{FORGED}\x1b]0;owned\x07\x1b[2J"
+
+    def answer(expr):
+        text = _healthy(expr).decode().replace('"node-a"', json.dumps(evil_node))
+        return text.replace('"rank": "1"', '"rank": "1\\r\\u009b31m"').encode()
+
+    with _server(_answer_with(answer)) as (url, _seen):
+        code, out, err = _cmd(url, capsys)
+    assert code == 1, err
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out, out
+    assert not any(line.startswith(FORGED) for line in out.splitlines()), out
+    assert len(out.splitlines()) == 2 + 2 + 1  # header, rule, two ranks, the verdict
+    assert "\\n" + FORGED in out and "stalled first" in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        [{"metric": [], "value": [1.0, "1"]}],
+        [{"value": [1.0, "1"]}],
+        [{"metric": {"node": "a", "rank": 1}, "value": [1.0, "1"]}],
+        [{"metric": {"node": "a"}, "value": "x"}],
+        "not a list",
+    ],
+    ids=["metric-list", "no-metric", "label-not-a-string", "value-not-a-pair", "result-not-a-list"],
+)
+def test_a_malformed_answer_is_one_line_exit_2_not_a_traceback(capsys, series):
+    with _server(_answer_with(lambda _expr: _vector(series))) as (url, _seen):
+        code, out, err = _cmd(url, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "not as Prometheus's HTTP API" in err, err
+
+
+def test_odd_but_well_formed_values_are_shown_not_a_traceback(capsys):
+    def answer(expr):
+        if "last_progress_timestamp" in expr:  # a date no calendar has, and a rank of "²"
+            return _vector([_series("node-a", "²", -1e20), _series("node-b", "1", "NaN")])
+        return _healthy(expr).replace(b'"rank": "0"', b'"rank": "\\u00b2"')
+
+    with _server(_answer_with(answer)) as (url, _seen):
+        code, out, err = _cmd(url, capsys)
+    assert code in (0, 1) and err == "", err
+    assert "node-a" in out and "node-b" in out
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://[::1", "http://alice:pw@[::1:9090/"])
+def test_a_url_that_is_not_one_is_one_line_exit_2(capsys, url):
+    code, out, err = _cmd(url, capsys, timeout=5.0)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--prometheus" in err, err
+    assert ":pw@" not in err
