@@ -41,6 +41,7 @@ _OVERRIDES = {
     "--interval": ("interval_s", float),
     "--stall-timeout": ("stall_timeout_s", float),
     "--on-hang": ("on_hang", str),
+    "--terminate-unproven-after": ("terminate_unproven_after_s", float),
     "--terminate-grace": ("terminate_grace_s", float),
     "--report-dir": ("report_dir", str),
     "--pyspy-timeout": ("py_spy.timeout_s", float),
@@ -77,6 +78,7 @@ def _add_common(p: argparse.ArgumentParser, attach: bool = False) -> None:
     p.add_argument("--interval", type=float, metavar="S", help=h("interval_s"))
     p.add_argument("--stall-timeout", type=float, metavar="S", help=h("stall_timeout_s"))
     p.add_argument("--on-hang", choices=("report", "terminate"), help=h("on_hang"))
+    p.add_argument("--terminate-unproven-after", type=positive_float, metavar="S", help=h("terminate_unproven_after_s"))
     p.add_argument("--terminate-grace", type=float, metavar="S", help=h("terminate_grace_s", flag="--terminate-grace"))
     p.add_argument("--pyspy-timeout", type=float, metavar="S", help=h("py_spy.timeout_s"))
     p.add_argument("--no-native", action="store_true", help=h("py_spy.native", negated=True))
