@@ -13,7 +13,12 @@ Two ways to find a secret, both needed (GitHub's and truffleHog's secret scannin
   (``Bearer X``), signed-URL parameters (``X-Amz-Signature=``, ``sig=``, ``token=``), JSON Web
   Tokens, AWS access key ids, private-key blocks, the tokens of well-known services (GitHub,
   GitLab, Slack, Hugging Face, OpenAI-style ``sk-``), the secret path of webhook URLs, and a
-  long random-looking string right after a key-like word.
+  long random-looking string right after a key-like word (an AWS secret access key's 40
+  characters right after ``secret key``, ``secret_access_key`` or the like);
+- **by value**, learned: once dlwatch has the job's environment (:func:`learn`, at ``run``'s
+  start, at ``attach``, and whenever :func:`env` redacts one), the value of each secret-named
+  variable there is a secret wherever it appears later (the stderr tail, an exception, a local,
+  a summary), whatever its shape: a bare 40-character AWS secret key has none.
 
 What it replaces becomes ``<redacted>``; what stays is what an SRE needs: names, hosts, paths.
 """
@@ -23,7 +28,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Dict, Iterable, List
+import urllib.parse
+from typing import Any, Dict, Iterable, List, Mapping, Tuple
 
 REDACTED = "<redacted>"
 
@@ -105,6 +111,26 @@ _NEAR_KEY_WORD = re.compile(
     re.I,
 )
 
+# An AWS secret access key (40 characters of base64) right after the words that name one
+# (``secret key``, ``aws_secret_access_key``, ``SecretAccessKey``): alone it is no shape a hash
+# does not have too.
+_AWS_SECRET_NEAR_NAME = re.compile(
+    r"(?P<head>(?:secret|access)[_ -]?(?:access[_ -]?)?key[\"']?\s*(?:[:=]|is)?\s*[\"']?)"
+    r"(?P<value>(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))",
+    re.I,
+)
+
+# Learned secrets (:func:`learn`): the values of the job's secret-named variables, longest
+# first. A value shorter than this is not learned ("1", "true", a port): it would hide too much.
+MIN_LEARNED_CHARS = 8
+# At most this many values are learned, each of at most this many characters (the job sets its
+# environment: it bounds what each redaction costs).
+MAX_LEARNED = 256
+_MAX_LEARNED_CHARS = 4096
+_learned: Tuple[str, ...] = ()
+# A plain lowercase word (``database``, ``disabled``): a setting, not a secret, unless the
+# variable's name says password or secret (``_ALWAYS_SECRET``).
+_WORD = re.compile(r"[a-z]+(?:[-_][a-z]+)*\Z")
 
 # Values of a secret-named key that are no secret: what redaction wrote, code literals of a
 # source line (``return_token_type_ids=False``, ``max_tokens=512``), words for nothing.
@@ -144,8 +170,37 @@ def is_secret_name(name: str) -> bool:
     return bool(key) and bool(SECRET_NAME.search(key)) and not _NOT_SECRET.match(key)
 
 
+def _learnable(name: str, text: str) -> bool:
+    """Whether ``text``, the value of the secret-named variable ``name``, is learned: at least
+    :data:`MIN_LEARNED_CHARS` characters, and neither a literal (a number, ``true``) nor a
+    plain word unless ``name`` says password or secret."""
+    if not MIN_LEARNED_CHARS <= len(text.strip()) <= _MAX_LEARNED_CHARS or text == REDACTED:
+        return False
+    return bool(_ALWAYS_SECRET.search(name)) or not (_LITERAL.match(text) or _WORD.match(text))
+
+
+def learn(variables: Mapping[str, str]) -> None:
+    """Learn the values of the secret-named variables (:func:`is_secret_name`) of an
+    environment (the job's): from now on :func:`value` (and so every other function here)
+    replaces each of them, and its percent-encoded form, wherever it appears, whatever its
+    shape. Values too short or plain to be a secret are not learned (:func:`_learnable`); at
+    most :data:`MAX_LEARNED` are kept, the longest. Costs nothing per tick: redaction runs when
+    a report, a summary or a hook's environment is made."""
+    global _learned
+    found = set(_learned)
+    for name, text in variables.items():
+        if isinstance(text, str) and is_secret_name(name) and _learnable(name, text):
+            found.add(text)
+            found.add(urllib.parse.quote(text, safe=""))
+    kept = tuple(sorted(found, key=lambda t: (-len(t), t))[:MAX_LEARNED])
+    if kept != _learned:
+        _learned = kept
+        _value_cached.cache_clear()  # what it holds was redacted without them
+
+
 def value(text: str) -> str:
-    """``text`` with every secret found by shape replaced (see the module docstring)."""
+    """``text`` with every secret found by shape, and every learned one (:func:`learn`), replaced
+    (see the module docstring)."""
     if len(text) < 6:  # no shape is shorter
         return text
     if len(text) <= 4096:
@@ -176,6 +231,9 @@ def _colon(m: re.Match) -> str:
 
 
 def _value(text: str) -> str:
+    for secret in _learned:  # first: a shape found in part of one would leave the rest
+        if secret in text:
+            text = text.replace(secret, REDACTED)
     text = _PRIVATE_KEY.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
     text = _WEBHOOK_PATH.sub(lambda m: m.group("head") + REDACTED, text)
@@ -192,6 +250,9 @@ def _value(text: str) -> str:
     text = _SECRET_PAIR.sub(lambda m: f"{m.group('head')}{REDACTED}{m.group('q2')}", text)
     text = _SECRET_ASSIGNMENT.sub(_assignment, text)
     text = _SECRET_COLON.sub(_colon, text)
+    text = _AWS_SECRET_NEAR_NAME.sub(
+        lambda m: m.group("head") + (REDACTED if _random_looking(m.group("value")) else m.group("value")), text
+    )
     return _NEAR_KEY_WORD.sub(
         lambda m: m.group("head") + (REDACTED if _random_looking(m.group("value")) else m.group("value")), text
     )
@@ -199,7 +260,10 @@ def _value(text: str) -> str:
 
 def env(variables: Dict[str, str]) -> Dict[str, str]:
     """An environment with the values of secret-named variables replaced whole, and every
-    other value redacted by shape (:func:`value`)."""
+    other value redacted by shape and by the values learned (:func:`value`). Its own secret
+    values are learned first (:func:`learn`): a ``DATABASE_URL`` that holds ``DB_PASSWORD``'s
+    value hides it too."""
+    learn(variables)
     return {k: REDACTED if is_secret_name(k) else value(v) for k, v in variables.items()}
 
 

@@ -183,3 +183,82 @@ def test_flags_named_like_secrets_keep_their_numbers_paths_and_the_next_flag():
     assert out[13:18] == ["--pw", REDACTED, "--api-token", REDACTED, f"--password={REDACTED}"], out
     assert out[18:23] == ["--private", "--pw", REDACTED, "-p", "8080"], out
     assert out[23:] == ["-u", f"dave:{REDACTED}", "-u", "1000:1000"], out
+
+
+# --- secrets learned from the job's environment ------------------------------------------------
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLE9K"  # 40 characters, no shape of its own
+
+
+@pytest.fixture
+def fresh_learned(monkeypatch):
+    """Nothing learned before the test, and what it learned forgotten after it."""
+    monkeypatch.setattr(redact, "_learned", ())
+    redact._value_cached.cache_clear()
+    yield
+    redact._value_cached.cache_clear()
+
+
+def test_a_bare_aws_secret_key_of_the_jobs_environment_is_redacted_wherever_it_appears_later(fresh_learned):
+    stderr_line = f"botocore: signing with {AWS_SECRET} failed"
+    assert redact.value(stderr_line) == stderr_line  # no shape: before the environment is read
+    redact.learn({"AWS_SECRET_ACCESS_KEY": AWS_SECRET, "PATH": "/usr/bin:/bin"})
+    assert AWS_SECRET not in redact.value(stderr_line)  # even cached before
+    for out in (
+        redact.value(f"RuntimeError: S3 refused {AWS_SECRET}"),
+        redact.local("pair", repr((AWS_SECRET, "eu-west-1"))),
+        redact.value(f"https://h/x?k={AWS_SECRET.replace('/', '%2F').replace('+', '%2B')}"),
+        " ".join(redact.cmdline(["python", "train.py", AWS_SECRET])),
+        json.dumps(redact.document({"stderr_tail": [f"key {AWS_SECRET}"], "summary": AWS_SECRET})),
+        redact.pyspy_json(json.dumps([{"frames": [{"locals": [{"name": "c", "repr": repr(AWS_SECRET)}]}]}])),
+    ):
+        assert AWS_SECRET not in out and "%2F" not in out and REDACTED in out, out
+    assert "eu-west-1" in redact.local("pair", repr((AWS_SECRET, "eu-west-1")))
+
+
+def test_redacting_an_environment_learns_its_secret_values_for_every_later_text(fresh_learned):
+    out = redact.env({"DB_PASSWORD": "Sup3rS3cretPw", "DATABASE_URL": "mysql://db/runs?auth=Sup3rS3cretPw&x=1"})
+    assert out["DB_PASSWORD"] == REDACTED and "Sup3rS3cretPw" not in out["DATABASE_URL"]
+    assert "Sup3rS3cretPw" not in redact.value("login failed for Sup3rS3cretPw")
+
+
+def test_values_too_short_or_plain_to_be_a_secret_are_not_learned(fresh_learned):
+    redact.learn(
+        {
+            "GPU_PASSTHROUGH_X": "1",  # too short
+            "SESSION_TIMEOUT_MS": "30000000",  # a number of a name that is not a password's
+            "AUTH_MODE": "database",  # a plain word of a name that is not a password's
+            "TOKENIZERS_PARALLELISM": "false-ish-words",  # not a secret-named variable
+            "MODEL_NAME": "bert-base-uncased-secret",  # not a secret-named variable
+        }
+    )
+    text = "x 1 30000000 database false-ish-words bert-base-uncased-secret"
+    assert redact.value(text) == text
+    redact.learn({"DB_PASSWORD": "sunshine"})  # a word, but the name says password
+    assert "sunshine" not in redact.value("logged in with sunshine")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"aws secret key {AWS_SECRET}",
+        f"SecretAccessKey: {AWS_SECRET}",
+        f'"secret_access_key" "{AWS_SECRET}"',
+        f"the AWS_SECRET_ACCESS_KEY is {AWS_SECRET}",
+    ],
+)
+def test_an_aws_secret_key_next_to_its_name_is_found_by_shape(text):
+    out = redact.value(text)
+    assert AWS_SECRET not in out and REDACTED in out, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "commit 9f2c8a1b7e3d4c5f60718293a4b5c6d7e8f90a1b in the dataset's repo",
+        "sha1 c2VjcmV0LXNpZ25hdHVyZS1mb3ItdGVzdHMabcd of shard 7",
+        f"checksum {AWS_SECRET}",  # 40 characters without a key's name beside them
+    ],
+)
+def test_a_40_character_digest_without_a_keys_name_beside_it_stays(text):
+    assert redact.value(text) == text
