@@ -246,6 +246,7 @@ def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     server, collector = _start_metrics(cfg, *_metrics_origin(args))
     folder, reader = _hook_folder(cfg)
     env = inside.hook_env(os.environ, folder.path, os.getpid(), cfg.data_checks) if folder else None
+    redact.learn(env if env is not None else os.environ)  # its secret values: hidden wherever they appear later
     tail = _start_stderr_tail(cfg, [folder.path] if folder else [])
     search = (env or os.environ).get("PATH", os.defpath)
     # The first executable of that name on PATH, as bash runs it: Python's own search would go
@@ -644,6 +645,7 @@ def cmd_hook_env() -> int:
 def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """Watch an already-running job until it ends."""
     proc = discovery.check_target(args.pid)
+    procfs.environ(proc.pid)  # learns the job's secret values (redact.env): a crash report may quote them
     start_ticks = procfs.start_ticks(args.pid)
     wake = Waker()
     stopped: List[int] = []
