@@ -1128,6 +1128,10 @@ class Facts:
     ``opening`` ``(pid, tid, path)`` for each worker thread blocked opening a file (a FIFO with
     no writer), the path read from its system call's argument. ``earlier_stacks`` are the
     stacks taken at warnings while the job ran (:class:`EarlierStack`, oldest first).
+    ``task_limits`` holds the limits on the job's processes that can end a worker without a
+    kill, as ``(name, value)`` last read while main lived (``None``: unlimited): its pids
+    cgroup's ``pids.max`` (named with the cgroup's folder), ``RLIMIT_NPROC`` and ``RLIMIT_CPU``
+    (seconds) from ``/proc/PID/limits``.
     """
 
     mode: Mode
@@ -1161,6 +1165,7 @@ class Facts:
     mapped_file_sizes: Tuple[Tuple[str, Optional[int], Optional[int]], ...] = ()
     opening: Tuple[Tuple[int, int, str], ...] = ()
     earlier_stacks: Tuple[EarlierStack, ...] = ()
+    task_limits: Tuple[Tuple[str, Optional[int]], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""
