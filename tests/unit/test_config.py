@@ -1,5 +1,5 @@
 """Settings: defaults, the YAML file, validation errors that name the file, line and key;
-one description of every setting, followed by config.yaml, the README table and ``--help``."""
+one description of every setting, followed by config.yaml, the table of docs/configuration.md and ``--help``."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_config_yaml_holds_every_key_its_default_and_its_description():
 
 
 def _readme_table():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as f:
         text = f.read()
     start = text.index("| option | setting | default | meaning |")
     rows = {}
@@ -99,11 +99,11 @@ def test_readme_table_lists_every_setting_with_its_default_flag_and_description(
     flag_of = {key: flag for flag, (key, _) in cli._OVERRIDES.items()}
     flag_of.update({key: flag for flag, key in NEGATIONS.items()})
     for key, (option, default, meaning) in rows.items():
-        assert yaml.safe_load(default) == _default(key), f"README default of {key}: {default}"
+        assert yaml.safe_load(default) == _default(key), f"docs/configuration.md default of {key}: {default}"
         assert meaning == config.describe(key).replace("`", ""), (
-            f"README meaning of {key}:\n{meaning}\n{config.describe(key)}"
+            f"docs/configuration.md meaning of {key}:\n{meaning}\n{config.describe(key)}"
         )
-        assert option == flag_of.get(key, ""), f"README option of {key}: {option!r}"
+        assert option == flag_of.get(key, ""), f"docs/configuration.md option of {key}: {option!r}"
 
 
 def test_each_flag_help_names_its_key_and_gives_its_description():

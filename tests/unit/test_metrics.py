@@ -66,11 +66,11 @@ def test_a_single_process_job_has_empty_rank_labels_and_the_host_name_by_default
 
 
 def readme_series() -> dict:
-    """The README's table of series: ``{name: {label, …}}``."""
+    """docs/metrics.md's table of series: ``{name: {label, …}}``."""
     import os
     import re
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "metrics.md"), encoding="utf-8").read()
     rows = re.findall(r"^\| `(dlwatch_\w+)` \| (\w+) \| ([^|]+) \|", readme, re.M)
     table = {}
     for name, _kind, labels in rows:
@@ -106,9 +106,9 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
         base = re.sub(r"_(total|created)$", "", name)
         key = base + "_total" if base + "_total" in table else base
         served.setdefault(key, set()).update(k for k, _ in labels)
-    assert set(served) - set(table) == set(), "served but not in the README's table"
+    assert set(served) - set(table) == set(), "served but not in docs/metrics.md's table"
     missing = set(table) - set(served) - {"dlwatch_process_unique_memory_bytes", "dlwatch_process_pinned_memory_bytes"}
-    assert missing == set(), "in the README's table but not served"
+    assert missing == set(), "in docs/metrics.md's table but not served"
     for name, labels in served.items():
         assert labels == table[name], (name, labels, table[name])
     scraped = _scrape(collector)

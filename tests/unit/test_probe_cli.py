@@ -19,13 +19,13 @@ from probes.env import PACKAGE_ROOT, child_env
 from watchdog.cli import build_parser as dlwatch_parser
 from watchdog.cli import main as dlwatch_main
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-
 
 def _readme_probe_lines():
-    """Each ``dlwatch probe …`` command of README.md's code blocks, as words (comment dropped)."""
-    with open(README, encoding="utf-8") as f:
-        lines = [m.group(1) for m in re.finditer(r"^(dlwatch probe [^\n]*)$", f.read(), re.M)]
+    """Each ``dlwatch probe …`` command of the code blocks of README.md and docs/*.md, as words
+    (comment dropped)."""
+    from tests.unit.test_docs import pages
+
+    lines = [m.group(1) for text in pages().values() for m in re.finditer(r"^(dlwatch probe [^\n]*)$", text, re.M)]
     return [shlex.split(line.split("#", 1)[0]) for line in lines]
 
 
