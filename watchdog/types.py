@@ -233,6 +233,9 @@ class ProcessSample:
     Anonymous, read with USS: heap and objects, shared with its forked children or not);
     ``memory_read_mono`` when those slow-cadence values were read (``time.monotonic()``
     seconds; ``None``: never), so that a figure quoted at a crash can say how old it is.
+    ``runq_wait_s`` is the seconds its main thread waited runnable for a CPU since it started
+    (``/proc/PID/schedstat``, :func:`~watchdog.collect.procfs.run_queue_wait_s`), read for the
+    loader's processes at samples that read threads, ``None`` otherwise.
     ``cpu_affinity`` is the number of CPUs the
     process may run on (``sched_getaffinity``); ``cpu_quota`` the CPUs its cgroup v2
     ``cpu.max`` allows (quota / period), ``None`` when unlimited or unreadable; both are read
@@ -270,6 +273,7 @@ class ProcessSample:
     start_ticks: int = 0
     anon_bytes: Optional[int] = None
     memory_read_mono: Optional[float] = None
+    runq_wait_s: Optional[float] = None
 
     @property
     def ident(self) -> ProcId:
@@ -616,12 +620,15 @@ class EarlierStack:
 class LoaderWork(NamedTuple):
     """What one process of the job's tree did in a stall's last ``Stall.work_window_s``
     seconds: ``cpu_s`` CPU seconds, ``io_bytes`` bytes read and written (``rchar + wchar``) and
-    ``wakes`` voluntary context switches of all its threads."""
+    ``wakes`` voluntary context switches of all its threads; ``runq_wait_s`` seconds its main
+    thread waited runnable for a CPU (``/proc/PID/schedstat``), ``None`` when not read at both
+    ends of the window."""
 
     pid: int
     cpu_s: float
     io_bytes: int
     wakes: int = 0
+    runq_wait_s: Optional[float] = None
 
 
 class Measure(TextEnum):
