@@ -158,6 +158,12 @@ WORK_WINDOW_S = 10.0
 # measured here for SQLite's busy handler and a 7 ms counter poll).
 WORK_IO_BYTES_PER_S = 64 << 10
 
+# A loader-path process on a CPU or runnable waiting for one (run-queue wait, /proc/PID/schedstat)
+# for at least this share of a stall's work window computes: 20 busy processes on 2 cores give
+# a computing worker a tenth of a core, but it is runnable all the time; a poller that sleeps
+# between tries is runnable a few percent of the time even so.
+RUNNABLE_SHARE = 0.5
+
 # Under the main-wait measure a loader process waking at least this often a second in a timed
 # wait of the job's code polls; one waking less often waits for a slow sample (seconds per
 # object), which only the inside view's sample counts could tell from a slow poll.
@@ -249,8 +255,9 @@ class ProgressTracker:
         self._delivered: Dict[Optional[Frame], int] = {}
         self._counted: Dict[Tuple[int, int], int] = {}  # (pid, iterator): its batches counted
         self._last_processes: Tuple[ProcessSample, ...] = ()  # the last sample's, folded in whole
-        # (t, CPU s, I/O bytes) of each loader-path process over the last WORK_WINDOW_S seconds
-        self._recent: Dict[ProcId, Deque[Tuple[float, float, Optional[int], int]]] = {}
+        # (t, CPU s, I/O bytes, wakes, run-queue wait s) of each loader-path process over the
+        # last WORK_WINDOW_S seconds
+        self._recent: Dict[ProcId, Deque[Tuple[float, float, Optional[int], int, Optional[float]]]] = {}
         self.measure = Measure.ACTIVITY
         self.stopped: Tuple[int, ...] = ()
         self._main_wait: Optional[_MainWait] = None
@@ -426,7 +433,9 @@ class ProgressTracker:
                 self._last_tree_work = now
             recent = self._recent.setdefault(pkey, collections.deque())
             if sample.threads_read:  # the wake-ups are every thread's: none without threads
-                recent.append((now, p.cpu_s, _io_of(p), sum(t.voluntary_ctxt_switches for t in p.threads)))
+                recent.append(
+                    (now, p.cpu_s, _io_of(p), sum(t.voluntary_ctxt_switches for t in p.threads), p.runq_wait_s)
+                )
                 while len(recent) > 2 and recent[1][0] <= now - WORK_WINDOW_S:
                     recent.popleft()
             if p.role not in LOADER_ROLES:
@@ -558,16 +567,18 @@ class ProgressTracker:
                 continue
             # The newest reading at or before the window's start (one is kept older than the
             # window), so that a window never shrinks below one sampling interval.
-            t0, cpu0, io0, wakes0 = next((x for x in reversed(recent) if x[0] <= since), recent[0])
+            t0, cpu0, io0, wakes0, runq0 = next((x for x in reversed(recent) if x[0] <= since), recent[0])
             io = _io_of(p)
             window = max(window, now - t0)
             wakes = sum(t.voluntary_ctxt_switches for t in p.threads)
+            runq = p.runq_wait_s
             work.append(
                 LoaderWork(
                     p.pid,
                     max(0.0, p.cpu_s - cpu0),
                     io - io0 if io is not None and io0 is not None else 0,
                     max(0, wakes - wakes0),
+                    max(0.0, runq - runq0) if runq is not None and runq0 is not None else None,
                 )
             )
         return Stall(
@@ -1109,25 +1120,38 @@ def working(
     sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]], io_only: bool = False
 ) -> List[str]:
     """The loader-path processes that worked on a sample during a stall under the batch or
-    main-wait measure, one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more, or
+    main-wait measure, one sentence each: half a core of CPU or more, ``WORK_IO_BYTES_PER_S`` of I/O or more,
     ``BUSY_SHARE`` of a core with a thread running at the examination's reads (eight workers
-    that compute on two cores get a quarter of a core each). A poller sleeps between its tries:
-    its share stays small and its threads are asleep when read. With ``io_only``, only I/O
-    counts (the busy-stall ceiling's question)."""
+    that compute on two cores get a quarter of a core each), or runnable (on a CPU, or waiting
+    on a run queue for one: ``LoaderWork.runq_wait_s`` from ``/proc/PID/schedstat``) for
+    ``RUNNABLE_SHARE`` of the window or more: a worker computing on a machine loaded far past
+    its cores gets a tiny CPU share, but it waits for a CPU, not for an event (NOTE [ Run-queue
+    wait ] in watchdog/collect/sampler.py). A poller sleeps between its tries: its share stays
+    small, it is rarely runnable, and its threads are asleep when read. With ``io_only``, only
+    I/O counts (the busy-stall ceiling's question)."""
     out = []
     span = max(stall.work_window_s, 1e-6)
-    for pid, cpu_s, io_bytes, _wakes in stall.loader_work:
+    for w in stall.loader_work:
+        pid, cpu_s, io_bytes = w.pid, w.cpu_s, w.io_bytes
         p = sample.process(pid)
         if p is None or p.role not in LOADER_ROLES:
             continue
         share, rate = cpu_s / span, io_bytes / span
         running = any(d.state == "R" for d in details.get(pid, ()))
-        computing = not io_only and (share >= 0.5 or (share >= BUSY_SHARE and running))
+        waited = w.runq_wait_s or 0.0
+        runnable = share + waited / span >= RUNNABLE_SHARE
+        computing = not io_only and (share >= 0.5 or (share >= BUSY_SHARE and running) or runnable)
         if computing or rate >= WORK_IO_BYTES_PER_S:
-            out.append(
+            line = (
                 f"{p.role} pid {pid} used {cpu_s:.1f} s of CPU and did {io_bytes / 2**20:.1f} MiB of I/O in the "
                 f"last {stall.work_window_s:.0f} s"
             )
+            if waited >= 0.05 * span:
+                line += (
+                    f", and waited {waited:.1f} s runnable for a CPU (/proc/PID/schedstat): computing on a loaded "
+                    "machine"
+                )
+            out.append(line)
     return out
 
 
@@ -1316,7 +1340,7 @@ def still_moving(
     """
     out: List[str] = []
     span = max(stall.work_window_s, 1e-6)
-    for pid, cpu_s, io_bytes, _wakes in stall.loader_work:
+    for pid, cpu_s, io_bytes, *_ in stall.loader_work:
         p = sample.process(pid)
         if p is None:
             continue

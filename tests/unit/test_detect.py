@@ -477,3 +477,65 @@ def test_with_the_opt_in_a_reported_unproven_hang_is_looked_at_again_at_the_stal
         ep = detect.Episode(5.0, 300.0, terminate=True, terminate_unproven_after_s=opt_in)
         ep.report(reported, stall(s=5.0, quiet_since_mono=100.0), 105.0)
         assert ep.due(late, 120.0) == expected, opt_in
+
+
+# --- issue #34 section 4: a runnable thread waiting for a CPU is not idle ---------------------
+
+
+def _batch_stall_on_a_loaded_machine(worker_cpu, runq_wait, worker_state="R"):
+    """An examination under the batch measure of one worker that used ``worker_cpu`` s of CPU
+    and waited ``runq_wait`` s runnable for a CPU (/proc/PID/schedstat) in a 10 s window."""
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(
+        60.0,
+        [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall="running", state=worker_state)], "fork"),
+        ],
+    )
+    work = (LoaderWork(MAIN_PID, 0.01, 0, 2, 0.0), LoaderWork(WORKER_PID, worker_cpu, 0, 3, runq_wait))
+    st = stall(s=60.0, measure=Measure.BATCHES, trigger=detect.TRIGGER_STALL, loader_work=work, work_window_s=10.0)
+    verdict = HangVerdict("dataloader", True, "w", main_threads[0])
+    details = {WORKER_PID: (detail(WORKER_PID, "running", state=worker_state),)}
+    return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, {}, details, None, set(), 60.0)
+
+
+def test_a_worker_computing_on_an_overloaded_machine_is_working_not_waiting():
+    # Issue #34: at load 20 a worker computing 20 s per sample got 0.3 s of CPU in 10 s (under
+    # BUSY_SHARE) and was reported worker_stuck, "used little CPU: they wait, poll or retry".
+    # It was runnable all along: 9.6 s on a run queue.
+    a = _batch_stall_on_a_loaded_machine(worker_cpu=0.3, runq_wait=9.6, worker_state="S")
+    assert not a.hang, a.reason
+    assert "waited 9.6 s runnable for a CPU" in a.reason and "working on a sample" in a.reason
+
+
+def test_a_sleeping_poller_on_a_loaded_machine_is_still_suspected():
+    # A poller that sleeps between tries waits on the run queue only for its short wake-ups.
+    a = _batch_stall_on_a_loaded_machine(worker_cpu=0.1, runq_wait=0.4, worker_state="S")
+    assert a.hang and a.proof is None and "used little CPU" in a.reason
+
+
+def test_the_tracker_measures_run_queue_wait_over_the_stalls_window():
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+
+    def procs(i):
+        return [
+            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
+            proc(
+                WORKER_PID,
+                ROLE_WORKER,
+                [thread(WORKER_PID, cpu=0.02 * i, syscall="running", state="R")],
+                "fork",
+                cpu=0.02 * i,
+                runq_wait_s=0.9 * i,
+            ),
+        ]
+
+    st = _run(tracker, 30, procs)
+    (work,) = [w for w in st.loader_work if w.pid == WORKER_PID]
+    assert work.runq_wait_s == pytest.approx(0.9 * st.work_window_s)
+    # not read at the window's start: unknown, never taken as zero
+    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    st = _run(tracker, 30, lambda i: [dataclasses.replace(p, runq_wait_s=None) if i < 29 else p for p in procs(i)])
+    (work,) = [w for w in st.loader_work if w.pid == WORKER_PID]
+    assert work.runq_wait_s is None

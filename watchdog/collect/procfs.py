@@ -325,6 +325,28 @@ def task_ids(pid: int) -> Optional[List[int]]:
         return None
 
 
+def run_queue_wait_s(pid: int) -> Optional[float]:
+    """Seconds the main thread of ``pid`` has spent runnable but waiting for a CPU since it
+    started: the second field of ``/proc/PID/schedstat`` (run-queue wait in nanoseconds; the
+    first is time on a CPU, the third the timeslices run), per the kernel's
+    Documentation/scheduler/sched-stats.rst (``CONFIG_SCHED_INFO``). One small read. A thread in
+    state R that waits for a CPU is not idle: a worker computing on an overloaded machine gets
+    a small CPU share but is runnable the whole time, and this field tells it from a thread
+    that sleeps. The field only grows when the waiting thread gets a CPU (the kernel adds each
+    wait as it ends), so it lags by at most one wait. ``None`` when the file is missing
+    (no ``CONFIG_SCHED_INFO``), unreadable or malformed, or the process is gone."""
+    raw = read_bytes(f"/proc/{pid}/schedstat")
+    if not raw:
+        return None
+    fields = raw.split()
+    if len(fields) < 2:
+        return None
+    try:
+        return int(fields[1]) / 1e9
+    except ValueError:
+        return None
+
+
 def fd_count(pid: int) -> int:
     """The number of open file descriptors of ``pid``.
 

@@ -22,6 +22,12 @@ Documentation/filesystems/proc.rst):
   read for a running process: the kernel shows 0 then).
 * Values that did not change since the last sample are the same objects
   (:meth:`Sampler._kept`), so the timeline holds one copy of them.
+* NOTE [ Run-queue wait ]: at a sample that reads threads, each process of the loader
+  (main, workers, their children, starting workers) also costs one ``/proc/PID/schedstat``
+  read (:func:`procfs.run_queue_wait_s`): how long its main thread waited runnable for a CPU.
+  A stall is judged on such samples only, and a worker that computes on an overloaded machine
+  (a small CPU share, but runnable all along) must not pass for one that sleeps
+  (``detect.working``); a lean sample or one without threads reads none.
 * Threads: see :class:`procfs.ThreadReader` (a thread that did not run since the last tick
   costs two reads and keeps its sample object), and NOTE [ Thread reads ] for when none is read.
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
@@ -73,6 +79,7 @@ import psutil
 
 from ..errors import ProcError, ProcessGone
 from ..types import (
+    LOADER_ROLES,
     ROLE_MAIN,
     ROLE_STARTING,
     ROLE_WORKER,
@@ -591,6 +598,9 @@ class Sampler:
                 continue
             self._vsize[key] = st.vsize_bytes
             entry["threads"] = threads
+            # NOTE [ Run-queue wait ]: one small read, only for the loader's processes at a
+            # sample that reads threads (where a stall is judged)
+            entry["runq_wait_s"] = procfs.run_queue_wait_s(pid) if threads_wanted and name in LOADER_ROLES else None
             out.append(entry)
             if kids is None:
                 kids = tuple(ppids.get(pid, ())) if ppids is not None else self._kids.get(key, ())
