@@ -492,6 +492,25 @@ def one_line(text: str) -> str:
     return printable(_BREAKS.sub(lambda m: repr(m.group())[1:-1], text))
 
 
+def verify_flags(doc: dict) -> List[str]:
+    """The flags ``dlwatch verify`` needs for the report ``doc`` (``report.json``), so that its
+    ``prove:`` line works as printed: ``--all-loaders`` when the fix changes a DataLoader and the
+    report names no site where main iterated one (no inside view); ``--yes`` when the job was
+    watched by ``attach`` or read its stdin from a file, pipe or socket (verify refuses those
+    without it: :func:`watchdog.verify._check_rerunnable`)."""
+    first = (doc.get("diagnoses") or [{}])[0]
+    launch = (doc.get("job") or {}).get("launch") or {}
+    main_pid = (doc.get("job") or {}).get("pid")
+    loaders = (doc.get("inside_view") or {}).get("loaders") or []
+    sites = [v for v in loaders if v.get("pid") == main_pid and v.get("site")]
+    flags = []
+    if (first.get("remedy_apply") or {}).get("loader") and not sites:
+        flags.append("--all-loaders")
+    if launch.get("watched_by") == "attach" or launch.get("stdin") in ("file", "pipe", "socket"):
+        flags.append("--yes")
+    return flags
+
+
 _SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:", "prove:")
 
 
@@ -730,7 +749,7 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         and doc["mode"] in ("hang", "crash")
         and (job.get("launch") or {}).get("command")
     ):
-        yield f"  prove:  dlwatch verify {folder}"
+        yield "  prove:  " + " ".join(["dlwatch verify", *verify_flags(doc), folder])
     if doc["mode"] == "hang" and stall:
         yield f"  why:    {stall.get('assessment') or ''} (trigger: {stall.get('trigger')})"
         if stall.get("rule"):

@@ -533,3 +533,19 @@ def test_a_start_verify_cannot_reproduce_is_refused_or_said_before_any_run(tmp_p
     said = verify.differences(_origin(stdin="terminal", cgroup="/other.slice/job"))
     assert said[0] == "note: the original had a terminal on stdin; the runs get /dev/null"
     assert "cgroup /other.slice/job" in said[1] and "memory and pids limits may differ" in said[1]
+
+
+def test_the_prove_line_carries_the_flags_verify_needs_for_that_report():
+    from watchdog import report
+
+    doc = {
+        "diagnoses": [{"remedy_apply": {"loader": {"multiprocessing_context": "forkserver"}}}],
+        "job": {"pid": 7, "launch": {"watched_by": "attach", "stdin": "null"}},
+        "inside_view": {"loaders": []},
+    }
+    assert report.verify_flags(doc) == ["--all-loaders", "--yes"]  # attach without the inside view
+    doc["job"]["launch"]["watched_by"] = "run"
+    doc["inside_view"]["loaders"] = [{"pid": 7, "site": {"file": "train.py", "line": 3}}]
+    assert report.verify_flags(doc) == []
+    doc["job"]["launch"]["stdin"] = "pipe"
+    assert report.verify_flags(doc) == ["--yes"]
