@@ -693,8 +693,9 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     watcher.after_exit(None, terminated=outcome.terminated, interrupted=lambda: bool(stopped))
     if folder:
         inside.remove_folder(folder)  # made by `dlwatch hook-env` for this job, which has ended; still that one
-    log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written")
-    return Exit.HANG_REPORTED if outcome.reports else Exit.OK
+    resolved = f", {len(outcome.resolved)} of them a hang that resolved by itself" if outcome.resolved else ""
+    log(f"pid {proc.pid} ended; {len(outcome.reports)} report(s) written{resolved}")
+    return Exit.HANG_REPORTED if outcome.failures else Exit.OK
 
 
 def probes_module(name: str) -> ModuleType:

@@ -163,6 +163,7 @@ class JobWatcher:
             [r for w in self._all for r in w.outcome.reports],
             any(w.outcome.terminated for w in self._all),
             self.job.outcome.stopped,
+            [r for w in self._all for r in w.outcome.resolved],
         )
 
     def _borrow(self, key: ProcId) -> Optional[Tuple[ProcessSample, ...]]:
