@@ -213,11 +213,21 @@ class WatcherStatus:
 class Outcome:
     """What watching a job produced: report folders written, whether the job was ended for a
     hang (``terminated``), and why watching stopped before the job ended (``stopped``: the
-    reason a run's bound gave, :class:`~watchdog.verify.RunBound`; ``None``: it did not)."""
+    reason a run's bound gave, :class:`~watchdog.verify.RunBound`; ``None``: it did not);
+    ``resolved`` the hang reports among ``reports`` that resolved by themselves."""
 
     reports: List[str] = field(default_factory=list)
     terminated: bool = False
     stopped: Optional[str] = None
+    resolved: List[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> List[str]:
+        """The reports that say something went wrong: every report but the hang reports that
+        resolved by themselves (``outcome.json``: ``resolved``; a slow wait, not a hang).
+        ``attach`` exits ``Exit.HANG_REPORTED`` when there is one, else ``Exit.OK``."""
+        done = set(self.resolved)
+        return [r for r in self.reports if r not in done]
 
 
 class Watcher:
@@ -441,6 +451,7 @@ class Watcher:
         except Exception:  # never let the watchdog's failure reach the job
             self.internal_error("sampling")
         self.outcome.terminated = self.hangs.terminated
+        self.outcome.resolved = self.hangs.resolved_reports
         self._refresh_status()
         if _TICK_LOG:
             n = len(self.timeline[-1].processes) if self.timeline else 0
@@ -471,6 +482,7 @@ class Watcher:
         except Exception:
             self.internal_error("examining a stall")
         self.outcome.terminated = self.hangs.terminated
+        self.outcome.resolved = self.hangs.resolved_reports
         self._refresh_status()
 
     def _inside_view(self, pids=None, forks: bool = True, counters: bool = False) -> InsideView:
@@ -680,6 +692,7 @@ class Watcher:
         except Exception:
             self.internal_error("diagnosing the job's exit")
         self.hangs.job_ended(exit_code, signalled)
+        self.outcome.resolved = self.hangs.resolved_reports
         line = survivors(self.timeline[-1].processes if self.timeline else ())
         if line is not None:
             log(line)

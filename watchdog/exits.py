@@ -16,15 +16,18 @@ class Exit(enum.IntEnum):
     """Every fixed exit code. An ``IntEnum``, so ``sys.exit(Exit.USAGE)`` exits with 2."""
 
     OK = 0
-    """``attach``: the job ended and no hang was reported; ``run`` with a bound: reached and
-    ended; ``verify``: the fix holds; the other commands: done."""
+    """``attach``: the job ended and no report was written, or only hang reports that resolved
+    by themselves (batches flowed again: ``outcome.json`` says ``resolved``; a slow wait is no
+    failure of the job); ``run`` with a bound: reached and ended; ``verify``: the fix holds;
+    the other commands: done."""
     FAILED = 1
     """An internal error of ``dlwatch``; ``probe``: a run failed or a scenario was misdiagnosed;
     ``verify``: the fix does not hold, or could not be proven."""
     USAGE = 2
     """A usage or configuration error, or a PID that cannot be watched; nothing was started."""
     HANG_REPORTED = 3
-    """``attach``: the job ended (or watching stopped) after one or more hang reports."""
+    """``attach``: the job ended (or watching stopped) after one or more reports other than a
+    hang that resolved by itself (a hang still open or ended with the job, a crash, a warning)."""
     TERMINATED = 124
     """``run``/``attach``: the watchdog ended the job after a proven hang."""
     CANNOT_EXECUTE = 126

@@ -11,6 +11,7 @@ and :meth:`HangEpisodes.job_ended` once the job is gone."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from .errors import ReportWriteError
 from .exit_look import JobTraces
 from .hang_look import closer_look, hang_facts
 from .types import Evidence, InsideView, Sample, Stall
+
+# A stall dismissed for the same reason (numbers aside) is said again after this many seconds.
+DISMISSAL_REPEAT_S = 3600.0
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,11 @@ class HangEpisodes:
         self.last_kind = ""
         self.in_loader = False
         self.open: List[str] = []  # folders of hang reports whose outcome is not written yet
+        # folders of hang reports that resolved by themselves (outcome "resolved"): no failure
+        # of the job (``attach`` exits 0 when every report is one, exits.Exit.OK)
+        self.resolved_reports: List[str] = []
+        # the last dismissal announced: (its reason with numbers left out, when; monotonic s)
+        self._dismissal_said: Optional[Tuple[str, float]] = None
         self.resolved: Optional[Tuple[detect.Reported, float]] = None  # a suspected hang that resolved, when
 
     def moved(self, sample: Sample) -> None:
@@ -148,10 +158,7 @@ class HangEpisodes:
                 "looking again, reported at stall_timeout_s if it lasts",
             )
         elif decision.conclusion is detect.Conclusion.DISMISS:
-            job.say_once(
-                "dismissed:" + reason.split(":")[0][:40],
-                f"stall of {stall.stall_s:.0f} s examined, not a hang: {reason}",
-            )
+            self._say_dismissed(stall, reason)
         elif decision.conclusion is detect.Conclusion.PEER:
             self.waits_for_peer(decision.peer, stall.stall_s, "outside its DataLoader")
         elif decision.conclusion is detect.Conclusion.REPORTED and self.episode.terminate and decision.termination:
@@ -163,6 +170,20 @@ class HangEpisodes:
                 f"{decision.termination.note}",
                 every_s=cfg.stall_timeout_s * 10,
             )
+
+    def _say_dismissed(self, stall: Stall, reason: str) -> None:
+        """Say that an examined stall is not a hang, once: again only when the reason changes
+        (another process, another cause: compared with its numbers left out, which change at
+        every look) or, for the same reason, once ``DISMISSAL_REPEAT_S`` passed since it was
+        said (one long batch is examined every ``stall_timeout_s``, and was said at each
+        look: 27 lines for one batch in issue #34)."""
+        shape = _NUMBERS.sub("#", reason)
+        now = time.monotonic()
+        last = self._dismissal_said
+        if last is not None and last[0] == shape and now - last[1] < DISMISSAL_REPEAT_S:
+            return
+        self._dismissal_said = (shape, now)
+        self.job.log(f"stall of {stall.stall_s:.0f} s examined, not a hang: {reason}")
 
     def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
         """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
@@ -205,6 +226,8 @@ class HangEpisodes:
         a one-line ``summary``, when (UTC), and ``extra`` fields. A folder that cannot be
         written is said once; nothing else changes."""
         doc = {"outcome": kind, "summary": summary, "at": report.utc_iso(time.time()), **extra}
+        if kind == "resolved":
+            self.resolved_reports.extend(self.open)
         for folder in self.open:
             try:
                 writer.write_outcome(folder, doc)

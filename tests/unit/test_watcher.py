@@ -255,3 +255,38 @@ def test_the_tree_ranks_are_looked_for_in_changes_when_a_launchers_child_runs_th
     first = job._tree_now()
     job.job._status = dataclasses.replace(job.job.status(), sample=dataclasses.replace(sample, processes=(execd,)))
     assert job._tree_now() != first
+
+
+def test_a_hang_report_that_resolved_is_no_failure_of_the_job_but_one_still_open_is(tmp_path):
+    # Issue #34: a 45 s retry that then succeeded was reported suspected, and `attach` exited 3
+    # for a job that exited 0. A report that resolved by itself is not a failure (Exit.OK).
+    from watchdog import detect
+
+    w = _watcher()
+    folder = tmp_path / "report"
+    folder.mkdir()
+    w.outcome.reports.append(str(folder))
+    w.hangs.open = [str(folder)]
+    w.hangs.resolved = (detect.Reported(1.0, False, False, ("worker_stuck", "data.py:9"), 100.0), 145.0)
+    w.after_exit(0)
+    assert w.outcome.resolved == [str(folder)] and w.outcome.failures == []
+    still = _watcher()
+    still.outcome.reports.append(str(folder))
+    still.hangs.open = [str(folder)]
+    still.after_exit(0)
+    assert still.outcome.resolved == [] and still.outcome.failures == [str(folder)]
+
+
+def test_a_stall_found_not_a_hang_is_said_once_then_only_when_its_reason_changes(capsys):
+    # Issue #34: one long batch, examined every stall_timeout_s, was said 27 times.
+    from tests.unit.builders import stall
+
+    w = _watcher()
+    for s in range(10, 300, 10):
+        reason = f"no batch for {s} s, but dataloader_worker pid 41 used {s / 10:.1f} s of CPU: working on a sample"
+        w.hangs._say_dismissed(stall(s=float(s)), reason)
+    said = [line for line in capsys.readouterr().err.splitlines() if "not a hang" in line]
+    assert len(said) == 1 and "no batch for 10 s" in said[0]
+    w.hangs._say_dismissed(stall(s=310.0), "pid 42 waits for a lock on /d/x.lock that pid 7 holds: slow, not stuck")
+    said = [line for line in capsys.readouterr().err.splitlines() if "not a hang" in line]
+    assert len(said) == 1 and "lock" in said[0]
