@@ -995,7 +995,7 @@ def add_parser(sub) -> None:
     """The ``verify`` subcommand's parser, under ``sub`` (argparse subparsers)."""
     p = sub.add_parser(
         "verify",
-        usage="dlwatch verify [options] (REPORT | --last) [-- CMD ARGS…]",
+        usage="dlwatch verify [options] (REPORT | --last [KIND]) [-- CMD ARGS…]",
         help="prove a report's fix: re-run the job unchanged and with the fix, side by side: dlwatch verify REPORT",
         description="Start the job of a hang or crash report again, under `dlwatch run` with the report's settings: "
         "unchanged, and with the report's fix applied by dlwatch (no edit to your code), alternating, --runs times "
@@ -1005,7 +1005,14 @@ def add_parser(sub) -> None:
         "mechanical fix, a job that cannot be re-run).",
     )
     p.add_argument("report", nargs="?", help="a report folder (or a file in it)")
-    p.add_argument("--last", action="store_true", help="the newest report under --report-dir")
+    p.add_argument(
+        "--last",
+        nargs="?",
+        const="",
+        metavar="KIND",
+        help="the newest report under --report-dir; with KIND, the newest of that kind (fork_inherited_lock, …); "
+        "verify prints which report it took",
+    )
     p.add_argument("--report-dir", metavar="DIR", default="dlwatch-reports", help="for --last (dlwatch-reports)")
     p.add_argument(
         "--runs",
@@ -1187,15 +1194,19 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     Raises:
         VerifyError, ReportNotFound: bad input (exit code 2, said by the caller).
     """
-    if args.last == bool(args.report):
-        raise VerifyError("REPORT", "give a report folder or --last (one of them)")
+    last = args.last is not None
+    if last == bool(args.report):
+        raise VerifyError("REPORT", "give a report folder or --last [KIND] (one of them)")
     try:
-        found = browse.folders(args.report_dir) if args.last else []
+        found = browse.folders(args.report_dir) if last else []
     except WatchdogError as e:
         raise VerifyError("--last", f"{e} (--report-dir DIR names where the reports are)") from None
+    if last and args.last:
+        found = [f for f in found if _first_kind(f) == args.last]
     folder = found[0] if found else None
-    if args.last and folder is None:
-        raise VerifyError(args.report_dir, "no report there (--report-dir DIR names where the reports are)")
+    if last and folder is None:
+        of_kind = f" of kind {args.last}" if args.last else ""
+        raise VerifyError(args.report_dir, f"no report{of_kind} there (--report-dir DIR names where the reports are)")
     folder = os.path.abspath(browse.report_folder(folder or args.report))
     origin = origin_of(folder)
     own = parse_fix(args.fix)
@@ -1231,7 +1242,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {cwd}:")
     else:
         say(SAFETY.format(n=len(runs), user=uid_name, cwd=cwd))
-    say(f"report: {folder} ({origin.kind}, {origin.mode}); fix: {shown.describe()}")
+    newest = f" (--last{' ' + args.last if args.last else ''}: the newest of {len(found)})" if last else ""
+    say(f"report: {folder} ({origin.kind}, {origin.mode}){newest}; fix: {shown.describe()}")
     for line in differences(origin):
         say(line)
     if own_command:
@@ -1316,6 +1328,16 @@ class _Stopped(BaseException):
 
 def _stop(signum, _frame) -> None:
     raise _Stopped(signum)
+
+
+def _first_kind(folder: str) -> str:
+    """The kind of the first diagnosis of the report in ``folder``, ``""`` when unreadable."""
+    try:
+        doc = browse.load(folder)
+    except WatchdogError:
+        return ""
+    first = (doc.get("diagnoses") or [{}])[0]
+    return str(first.get("kind") or "") if isinstance(first, dict) else ""
 
 
 def _shown(fix: Fix) -> Fix:

@@ -475,7 +475,7 @@ def test_a_reports_fix_may_set_only_variables_that_name_no_code(tmp_path):
     reports.mkdir(mode=0o700)
     folder = _report_folder(reports, doc)
     args = argparse.Namespace(
-        report=folder, last=False, report_dir="", fix=[], only=False, all_loaders=True, cmd=[], yes=False,
+        report=folder, last=None, report_dir="", fix=[], only=False, all_loaders=True, cmd=[], yes=False,
         batches=None, seconds=5.0, runs=1, dry_run=True, json=None, max_run_s=60.0,
     )  # fmt: skip
     with pytest.raises(VerifyError, match="sets LD_PRELOAD, which verify never takes from a file"):
@@ -549,3 +549,28 @@ def test_the_prove_line_carries_the_flags_verify_needs_for_that_report():
     assert report.verify_flags(doc) == []
     doc["job"]["launch"]["stdin"] = "pipe"
     assert report.verify_flags(doc) == ["--yes"]
+
+
+def test_last_takes_the_newest_report_of_a_kind_and_says_which(tmp_path):
+    import argparse
+
+    os.chmod(tmp_path, 0o755)
+    job = _job_folder(tmp_path)
+    reports = tmp_path / "reports"
+    reports.mkdir(mode=0o700)
+    launch = {"command": ["python", "train.py"], "cwd": str(job), "uid": os.getuid(), "watched_by": "run"}
+    for name, kind in (("20261201T000000Z-1", "fork_inherited_lock"), ("20261202T000000Z-2", "fd_exhausted")):
+        fix = {"loader": {"multiprocessing_context": "forkserver"}} if kind == "fork_inherited_lock" else None
+        doc = {"mode": "hang", "diagnoses": [{"kind": kind, "remedy_apply": fix}], "job": {"launch": launch}}
+        _report_folder(reports, doc, name=name)
+    args = argparse.Namespace(
+        report=None, last="fork_inherited_lock", report_dir=str(reports), fix=[], only=False, all_loaders=True,
+        cmd=[], yes=False, batches=None, seconds=5.0, runs=1, dry_run=True, json=None, max_run_s=60.0,
+    )  # fmt: skip
+    said = []
+    assert verify.cmd_verify(args, say=said.append) == 0
+    line = next(x for x in said if x.startswith("report: "))
+    assert "20261201T000000Z-1 (fork_inherited_lock, hang) (--last fork_inherited_lock: the newest of 1)" in line
+    args.last = "shm_exhausted"
+    with pytest.raises(VerifyError, match="no report of kind shm_exhausted there"):
+        verify.cmd_verify(args, say=said.append)
