@@ -320,7 +320,7 @@ def _listed(folder: str) -> List[str]:
             return row(folder, doc, _side(fd, OUTCOME_FILE, "summary"), _side(fd, VERIFY_FILE, "verdict"))
     except ReportNotFound as e:  # its message is "'FOLDER': why", and the FOLDER column names it
         why = str(e)[len(repr(folder)) + 2 :] if e.path == folder else str(e)
-    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:  # a hand-edited report.json
+    except (AttributeError, TypeError, ValueError, LookupError, ArithmeticError) as e:  # a hand-edited report.json
         why = f"report.json cannot be read: {type(e).__name__}"
     return ["", "", "", "", "", "", one_line(why), "", "", one_line(folder)]
 
@@ -460,5 +460,5 @@ def _page(html_mod, fd: int, folder: str, doc: dict) -> str:
     try:
         href = runs_href(proof.get("folder"), folder) if proof is not None else None
         return html_mod.render(doc, _text(fd, folder, full=True), proof, href)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a hand-edited report.json
+    except (LookupError, TypeError, ValueError, AttributeError, ArithmeticError) as e:  # a hand-edited report.json
         raise ReportNotFound(folder, f"report.json cannot be rendered: {one_line(repr(e), 200)}") from None

@@ -494,3 +494,21 @@ def _build_args():
     facts = hang_facts([])
     job = {"pid": MAIN_PID, "cmdline": ["python"], "start_time": None, "rank": {}, "node": "node-a"}
     return facts, diagnose(facts), job, 1.8e9, "report", None, {}
+
+
+def test_a_report_with_a_number_too_large_for_a_float_is_one_line_not_a_traceback(tmp_path, capsys):
+    import json
+
+    from watchdog import cli
+
+    pytest.importorskip("matplotlib")
+    folder = _written(tmp_path)
+    path = os.path.join(folder, "report.json")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["timeline"][0]["processes"][0]["rss_bytes"] = 10**400  # OverflowError in a float division
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    assert cli.main(["show", "--html", folder]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot be rendered" in err
