@@ -284,6 +284,23 @@ CASES: Tuple[Case, ...] = (
     Case("iterable_not_sharded", "iterable_replicated", "warning"),
     Case("rng_copied_into_workers", "rng_duplicated", "warning"),
     Case("healthy_iterable_sharded", None),
+    # Issue #35 section 4: true-looking warnings on healthy jobs (sharded streams that begin alike,
+    # a one-time load in main before the loader, an allocator plateau in workers).
+    Case("healthy_iterable_shared_first", None),
+    Case("healthy_iterable_shared_first_header", None, target="healthy_iterable_shared_first", args=("header",)),
+    Case(
+        "healthy_main_table_load",
+        None,
+        args=("320",),
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        timeout_s=150.0,
+    ),
+    Case(
+        "healthy_worker_allocator_plateau",
+        None,
+        settings=(("full_info_interval_s", 1.0), ("warning_interval_s", 2.0)),
+        timeout_s=150.0,
+    ),
     Case("healthy_rng_per_worker", None),
     Case("healthy_decoder_subprocess", None),
     Case("healthy_slow_samples", None),
