@@ -8,8 +8,9 @@ Reads ``/proc``, ``/dev/shm`` and the cgroup's files; writes nothing and signals
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from typing import Callable, Container, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Container, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import act
 from .collect import cgroup, procfs
@@ -36,6 +37,74 @@ MAX_SEEN_PIDS = 100_000
 MAPPED_FILE_SAMPLES = 30
 
 
+# Where cgroup v1's pids controller and cgroup v2's unified hierarchy are mounted.
+_PIDS_V1, _CGROUP_V2 = "/sys/fs/cgroup/pids", "/sys/fs/cgroup"
+_LIMITS = {"Max processes": "RLIMIT_NPROC", "Max cpu time": "RLIMIT_CPU"}
+
+
+def _small_read(path: str, limit: int = 8192) -> Optional[str]:
+    """The first ``limit`` bytes of a kernel file (``/proc``, cgroupfs) as text, or ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def pids_limit(pid: int) -> Optional[Tuple[str, Optional[int]]]:
+    """``("pids.max of cgroup FOLDER", value)`` for the tightest ``pids.max`` on the way from
+    ``pid``'s pids cgroup up to the root (cgroup v1's pids controller, else v2's unified
+    hierarchy; cgroups(7), Documentation/admin-guide/cgroup-v2.rst "PID"), ``None`` as value
+    when every level says ``max``; ``None`` when unreadable."""
+    text = _small_read(f"/proc/{pid}/cgroup")
+    if text is None:
+        return None
+    where = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "pids" in parts[1].split(","):
+            where = (_PIDS_V1, parts[2])
+            break
+        if len(parts) == 3 and parts[0] == "0" and parts[1] == "" and where is None:
+            where = (_CGROUP_V2, parts[2])
+    if where is None or ".." in where[1].split("/"):
+        return None
+    root, rel = where
+    folder, best = rel.rstrip("/") or "/", None
+    found = False
+    while True:
+        value = _small_read(os.path.join(root, folder.lstrip("/"), "pids.max"), 64)
+        if value is not None:
+            found = True
+            value = value.strip()
+            if value.isdigit() and (best is None or int(value) < best[1]):
+                best = (folder, int(value))
+        if folder in ("/", ""):
+            break
+        folder = os.path.dirname(folder) or "/"
+    if not found:
+        return None
+    return (f"pids.max of cgroup {best[0]}", best[1]) if best else (f"pids.max of cgroup {rel}", None)
+
+
+def process_limits(pid: int) -> List[Tuple[str, Optional[int]]]:
+    """``RLIMIT_NPROC`` and ``RLIMIT_CPU`` (seconds) soft limits of ``pid`` from
+    ``/proc/PID/limits`` (proc(5)), ``None`` for unlimited; empty when unreadable."""
+    text = _small_read(f"/proc/{pid}/limits")
+    out: List[Tuple[str, Optional[int]]] = []
+    for line in (text or "").splitlines():
+        for label, name in _LIMITS.items():
+            if line.startswith(label):
+                soft = line[len(label) :].split()[0] if line[len(label) :].split() else ""
+                out.append((name, int(soft) if soft.isdigit() else None))
+    return out
+
+
 class JobTraces:
     """What is kept of a running job for the look after it ends (:meth:`note` each sample).
 
@@ -47,7 +116,10 @@ class JobTraces:
         self.shm_managers: Set[ProcId] = set()
         self._memcg: Optional[cgroup.MemoryCgroup] = None
         self._oom_at_start: dict = {}  # memory cgroup folder -> its OOM kills when first seen
+        self._limits: Dict[str, Optional[int]] = {}
+        self._limits_of: Optional[int] = None  # the main pid whose rlimits were read
         self.note_memory_cgroup(cgroup.memory_cgroup(root_pid))
+        self.note_task_limits(root_pid)
 
     def note(self, sample: Sample, memcg: Optional[cgroup.MemoryCgroup]) -> None:
         """Remember the pids and ``torch_shm_manager`` daemons of ``sample`` (up to
@@ -62,6 +134,22 @@ class JobTraces:
         main = sample.main
         if main is not None and main.rss_bytes > 0 and main.state not in ("Z", "X"):
             self.note_memory_cgroup(memcg)
+            self.note_task_limits(main.pid)
+
+    def note_task_limits(self, pid: int) -> None:
+        """Read the limits on ``pid``'s tasks (:func:`pids_limit` each time: a job may move
+        into a cgroup or lower its limit while it runs; its rlimits once per main pid)."""
+        found = pids_limit(pid)
+        if found is not None:
+            self._limits = {k: v for k, v in self._limits.items() if not k.startswith("pids.max")}
+            self._limits[found[0]] = found[1]
+        if self._limits_of != pid:
+            self._limits_of = pid
+            self._limits.update(process_limits(pid))
+
+    def task_limits(self) -> Tuple[Tuple[str, Optional[int]], ...]:
+        """The limits last read (:meth:`note_task_limits`), as ``Facts.task_limits``."""
+        return tuple(self._limits.items())
 
     def note_memory_cgroup(self, found: Optional[cgroup.MemoryCgroup]) -> None:
         """Remember the job's memory cgroup ``found`` and the OOM kills it had counted when
@@ -126,6 +214,7 @@ def exit_facts(
         host_cpus=host_cpus,
         shm_leftovers=leftovers,
         inside=inside,
+        task_limits=traces.task_limits(),
         mapped_file_sizes=procfs.file_sizes(
             path for s in list(timeline)[-MAPPED_FILE_SAMPLES:] for p in s.processes for path, _, _ in p.mapped_files
         )

@@ -525,7 +525,8 @@ def test_enospc_on_a_disk_path_is_not_shared_memory():
         "OSError: [Errno 28] No space left on device: '/data/cache/17.bin'\n"
     )
     found = diagnose(_crash(stderr))
-    assert found[0].kind == "dataset_error" and "shm_exhausted" not in [d.kind for d in found]
+    assert found[0].kind == "disk_full" and "shm_exhausted" not in [d.kind for d in found]
+    assert "/data/cache/17.bin" in found[0].summary and "Fix the Dataset code" not in found[0].remedy
 
 
 def test_shm_exhausted_contradicted_by_an_empty_dev_shm_ranks_last():
@@ -1226,3 +1227,107 @@ def test_memory_series_has_one_point_per_change_per_process_and_tells_a_reused_p
     assert memory_points(facts, kept) == [(0.0, 100.0), (3.0, 130.0)]
     memory_points(facts, kept).clear()  # a caller's list is its own: the kept series stays
     assert memory_points(facts, kept) == [(0.0, 100.0), (3.0, 130.0)]
+
+
+# --- issue #35: a worker's end by its mechanism (exit code or signal), not by PyTorch's wording -----
+
+
+def _inside_exit_codes(pids, codes):
+    from tests.unit.test_detect import _loader
+    from watchdog.types import InsideView
+
+    return InsideView(loaders=(dataclasses.replace(_loader(), workers=tuple(pids), worker_exitcodes=tuple(codes)),))
+
+
+def test_a_worker_that_called_sys_exit_exited_with_code_1_and_its_words_are_quoted_not_killed():
+    # Captured: probes/cases/worker_sys_exit_corrupt_sample.py; the worker's message arrives in
+    # the middle of main's traceback (both write to one stderr).
+    found = diagnose(_crash(fixture("stderr_worker_sys_exit.txt")))
+    first = found[0]
+    assert first.kind == "worker_exited" and "exited with code 1" in first.summary, first.summary
+    assert "corrupt sample 1337: header length 0" in first.summary + first.remedy
+    assert "dmesg" not in first.remedy and "OOM" not in first.remedy and "killed by" not in first.summary
+    assert "worker_killed" not in [d.kind for d in found]
+
+
+def test_workers_that_exited_with_code_0_are_worker_exited_by_the_inside_views_exit_codes():
+    # Captured: probes/cases/worker_os_exit_zero.py; PyTorch's bare "exited unexpectedly" says
+    # nothing of how; the inside view recorded Popen.returncode 0 for each worker.
+    stderr = fixture("stderr_worker_os_exit_zero.txt")
+    first = diagnose(_crash(stderr, inside=_inside_exit_codes((18512, 18513), (0, 0))))[0]
+    assert first.kind == "worker_exited" and "exited with code 0" in first.summary, first.summary
+    assert "os._exit(0)" in first.remedy and "dmesg" not in first.remedy
+    assert any("the inside view: exit code 0" in e for e in first.evidence), first.evidence
+    # a negative returncode is a signal: the same bare message is then a kill, named
+    killed = diagnose(_crash(stderr, inside=_inside_exit_codes((18512,), (-9,))))[0]
+    assert killed.kind == "worker_killed" and "killed by signal Killed" in killed.summary, killed.summary
+    # with neither, nothing is claimed: no "killed", no OOM
+    unknown = diagnose(_crash(stderr))[0]
+    assert unknown.kind == "worker_killed" and "killed" not in unknown.summary and "OOM killer" not in unknown.remedy
+
+
+@pytest.mark.parametrize("module", ["__mp_main__", "probes.cases.spawn_dataset_under_main_guard"])
+def test_a_spawned_worker_that_cannot_find_a_class_defined_under_the_main_guard_is_a_start_failure(module):
+    # Captured: probes/cases/spawn_dataset_under_main_guard.py run as a script (__mp_main__) and
+    # with python -m (the module's own name).
+    stderr = fixture("stderr_spawn_class_under_main_guard.txt").replace("'__mp_main__'", f"'{module}'")
+    found = diagnose(_crash(stderr))
+    first = found[0]
+    assert first.kind == "worker_start_failed", [d.kind for d in found]
+    assert "Frames" in first.remedy and "top level" in first.remedy and "__mp_main__" in first.remedy
+    assert "worker_killed" not in [d.kind for d in found]
+
+
+def test_a_worker_that_could_not_start_a_thread_names_the_pids_limit_and_its_value():
+    # Captured: probes/cases/worker_thread_limit_pids.py (pids.max lowered to the tasks running).
+    facts = _crash(
+        fixture("stderr_worker_thread_limit_pids.txt"),
+        task_limits=(("pids.max of cgroup /dlwatch-case-pids-1", 23), ("RLIMIT_NPROC", 96368)),
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_exited" and "EAGAIN" in first.summary, first.summary
+    assert "pids.max of cgroup /dlwatch-case-pids-1 = 23" in first.remedy and "RLIMIT_NPROC = 96368" in first.remedy
+    assert "can't start new thread" in first.remedy and "OOM" not in first.remedy
+
+
+def test_a_signal_names_its_own_cause():
+    ill = diagnose(_crash("RuntimeError: DataLoader worker (pid 2847) is killed by signal: Illegal instruction.\n"))[0]
+    assert ill.kind == "worker_killed" and "another CPU" in ill.remedy and "dmesg" not in ill.remedy
+    xcpu = _crash(
+        "RuntimeError: DataLoader worker (pid 2847) is killed by signal: CPU time limit exceeded.\n",
+        task_limits=(("RLIMIT_CPU", 30),),
+    )
+    first = diagnose(xcpu)[0]
+    assert "RLIMIT_CPU" in first.remedy and "ulimit -t" in first.remedy and "30" in first.remedy
+    assert "OOM" not in first.remedy
+
+
+# --- issue #35: a full disk is not a full /dev/shm ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, who, line",
+    [
+        ("stderr_worker_cache_disk_full.txt", "DataLoader worker 1", "f.write(blob)"),
+        ("stderr_main_log_disk_full.txt", "The main process", "log.write("),
+    ],
+)
+def test_enospc_from_a_plain_write_is_the_file_system_it_writes_not_dev_shm(name, who, line):
+    # Captured: probes/cases/worker_cache_disk_full.py and main_log_disk_full.py (a 1 MiB
+    # tmpfs in a private mount namespace); the error names no file, /dev/shm was nearly empty.
+    found = diagnose(_crash(fixture(name), host={"shm_total": 24 << 30, "shm_used": 2_400_000}))
+    first = found[0]
+    assert first.kind == "disk_full" and first.summary.startswith(who), first.summary
+    assert line in first.summary and "--shm-size=8g" not in first.remedy
+    assert "shm_exhausted" not in [d.kind for d in found] and "dataset_error" not in [d.kind for d in found]
+    if who == "The main process":
+        assert "not a DataLoader failure" in first.summary
+
+
+def test_enospc_with_no_path_and_no_traceback_is_contradicted_by_a_nearly_empty_dev_shm():
+    stderr = "OSError: [Errno 28] No space left on device\n"
+    low = diagnose(_crash(stderr, host={"shm_total": 24 << 30, "shm_used": 2_400_000}))
+    (shm,) = [d for d in low if d.kind == "shm_exhausted"]
+    assert any("contradicted" in e for e in shm.evidence) and "2.3 MiB of 24576.0 MiB" in " ".join(shm.evidence)
+    full = diagnose(_crash(stderr, host={"shm_total": 64 << 20, "shm_used": 63 << 20}))[0]
+    assert full.kind == "shm_exhausted" and not any("contradicted" in e for e in full.evidence)

@@ -698,3 +698,76 @@ def since_last_drop(points: List[Tuple[float, float]], drop: float = 0.1) -> Lis
         if points[i][1] < (1 - drop) * points[i - 1][1]:
             start = i
     return points[start:]
+
+
+@dataclass(frozen=True)
+class TracebackBlock:
+    """One Python traceback printed on stderr (CPython's traceback module): ``frames`` with
+    the source line under each (outermost first), ``exception`` its last line (``None`` when
+    cut off), whether it is PyTorch's "Original Traceback" of a worker (``original``), and
+    whether it was printed by a process of multiprocessing that ended with it
+    (``worker``: a frame of ``multiprocessing/process.py`` ``_bootstrap`` or
+    ``multiprocessing/spawn.py``, or PyTorch's ``_worker_loop`` outside an "Original
+    Traceback")."""
+
+    frames: Tuple[Tuple[Frame, str], ...]
+    exception: Optional[str]
+    worker: bool
+    original: bool = False  # PyTorch's "Original Traceback" of a worker's exception, re-raised in main
+
+    def user(self) -> Optional[Frame]:
+        """The innermost frame of the job's own files (not an installed package's), or ``None``."""
+        return next((f for f, _ in reversed(self.frames) if frames.is_user(f) and not frames.is_third_party(f)), None)
+
+
+_WORKER_FILES = ("multiprocessing/process.py", "multiprocessing/spawn.py", "torch/utils/data/_utils/worker.py")
+
+
+def stderr_traceback_blocks(stderr: str) -> Tuple[List[TracebackBlock], List[str]]:
+    """The tracebacks in ``stderr`` (:class:`TracebackBlock`, in order), and the other lines
+    that are not part of any (stripped, in order): what a process printed itself, such as
+    ``sys.exit("message")``'s message, which multiprocessing prints for a worker before it
+    exits with code 1. A line with no indentation that arrives between a traceback's frames
+    (another process wrote it meanwhile: processes share stderr) is counted with the other
+    lines, not as the traceback's end."""
+    lines = (stderr or "").splitlines()
+    blocks: List[TracebackBlock] = []
+    loose: List[str] = []
+    i = 0
+    original = False
+    while i < len(lines):
+        line = lines[i]
+        text = line.strip()
+        if text.endswith("Traceback (most recent call last):"):
+            original = text.startswith("Original Traceback")
+            found: List[Tuple[Frame, str]] = []
+            exception = None
+            i += 1
+            while i < len(lines):
+                cur = lines[i]
+                if not cur.strip():
+                    i += 1
+                    break
+                if cur.startswith((" ", "\t")):
+                    f = tb_frame(cur)
+                    if f is not None:
+                        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                        found.append((f, "" if tb_frame(nxt) is not None else nxt.strip()))
+                    i += 1
+                    continue
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                if nxt.startswith("  File ") or nxt.startswith("    "):
+                    loose.append(cur.strip())  # written by another process between frames
+                    i += 1
+                    continue
+                exception = cur.strip()
+                i += 1
+                break
+            worker = not original and any(frames.normalise_path(f.file).endswith(_WORKER_FILES) for f, _ in found)
+            blocks.append(TracebackBlock(tuple(found), exception, worker, original))
+            continue
+        if text and not text.startswith(_CHAIN_HEADS) and not line.startswith((" ", "\t")):
+            if not (blocks and blocks[-1].exception == text):
+                loose.append(text)
+        i += 1
+    return blocks, loose

@@ -58,6 +58,7 @@ from .common import (
     STAGE_COLLATE,
     STAGE_DATASET,
     STAGE_WORKER_INIT,
+    TracebackBlock,
     fatal_error_dump,
     fit_line,
     last_seen_at,
@@ -67,6 +68,7 @@ from .common import (
     original_traceback,
     since_last_drop,
     stderr_lines,
+    stderr_traceback_blocks,
     traceback_location,
 )
 from .engine import Finding, rule
@@ -92,13 +94,25 @@ _NATIVE_SIGNAL = re.compile(
 )
 _START = re.compile(
     r"Can't pickle local object|Can't pickle <|cannot pickle '[^']+' object"
-    r"|Can't get attribute '[^']+' on <module '__main__'"
+    r"|Can't get attribute '[^']+' on <module '(?:__main__|__mp_main__)'"
     r"|An attempt has been made to start a new process before|daemonic processes are not allowed to have children"
 )
 _PICKLE = re.compile(r"[Cc]an't pickle|cannot pickle")
 # A pickling error counts as a start failure only on the process-start path (Process.start ->
 # Popen._launch -> reduction.dump in popen_spawn_posix.py / popen_forkserver.py).
 _START_PATH = re.compile(r"popen_(?:spawn|forkserver)_posix\.py|popen_forkserver\.py|in _launch\b")
+# A spawned (or forkserver) worker that could not unpickle what main sent it: the class is not
+# an attribute of the module the worker imported (multiprocessing/spawn.py ``_main`` runs
+# ``pickle.load``; spawn re-imports the main script as ``__mp_main__``, or by its module name
+# under ``python -m``).
+_UNPICKLE = re.compile(r"Can't get attribute '(?P<attr>[^']+)' on <module '(?P<module>[^']+)'")
+# PyTorch's SIGCHLD handler (torch/csrc/DataLoader.cpp) on a worker that exited with a code.
+_EXIT_CODE = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (\d+)")
+# A thread or process could not be created: pthread_create or fork failed with EAGAIN (CPython:
+# "can't start new thread"; os.fork / subprocess: "[Errno 11] Resource temporarily unavailable").
+_EAGAIN = re.compile(
+    r"can't start new thread|\[Errno 11\] Resource temporarily unavailable|Resource temporarily unavailable"
+)
 _CUDA_FORK = re.compile(r"Cannot re-initialize CUDA in forked subprocess")
 _TIMED_OUT = re.compile(r"DataLoader timed out after (\d+(?:\.\d+)?) seconds")
 _CAUGHT = re.compile(r"Caught (\w+(?:\.\w+)*) in DataLoader worker process (\d+)")
@@ -146,25 +160,59 @@ def names_shared_memory(line: str) -> bool:
     return bool(_SHM_OBJECT.search(line))
 
 
+# Frames of PyTorch's shared-memory path: a storage moved to or created in shared memory
+# (torch/storage.py ``_new_shared``, ``_share_fd_cpu_``, ``share_memory_``) for a queue
+# (torch/multiprocessing/reductions.py).
+_SHM_FRAMES = ("torch/storage.py", "torch/multiprocessing/reductions.py", "torch/_tensor.py")
+
+
+def enospc_errors(stderr: str) -> List[Tuple[str, bool, Optional[TracebackBlock]]]:
+    """``(line, on_shared_memory, traceback block or None)`` for each ENOSPC (28) error line
+    of ``stderr``, in order (NOTE [ Errno classes ]). A line names its file or not: a
+    ``/torch_…`` segment or a path under ``/dev/shm`` is shared memory, another path a file
+    system of its own. A line with no path (a plain ``file.write()``: ``OSError: [Errno 28] No
+    space left on device``) is shared memory only when its traceback runs through PyTorch's
+    shared-memory code (``_SHM_FRAMES``); with a traceback that does not, it is the file the
+    frame writes, on another file system; with no traceback at all it stays undecided
+    (``None`` in place of the block, and shared memory is assumed, for the figures to judge)."""
+    blocks, _ = stderr_traceback_blocks(stderr)
+    by_line: Dict[str, TracebackBlock] = {}
+    for b in blocks:
+        if b.exception:
+            by_line.setdefault(b.exception, b)  # the first: a chained traceback's cause comes first
+    out: List[Tuple[str, bool, Optional[TracebackBlock]]] = []
+    for line, code in resource_errors(stderr):
+        if code != 28:
+            continue
+        block = by_line.get(line)
+        if names_shared_memory(line):
+            out.append((line, True, block))
+        elif _QUOTED_PATH.search(line):
+            out.append((line, False, block))
+        elif block is not None and block.frames:
+            shm = any(frames.normalise_path(f.file).endswith(_SHM_FRAMES) for f, _ in block.frames)
+            out.append((line, shm, block))
+        else:
+            out.append((line, True, None))
+    return out
+
+
 def _shm_full_lines(stderr: str) -> List[str]:
-    """ENOSPC lines about shared memory, or with no path at all, and bus errors (NOTE [ Errno
-    classes ]); ``[Errno 28] … '/data/cache/x'`` is a full disk and is left out."""
-    lines = [
-        line
-        for line, code in resource_errors(stderr)
-        if code == 28 and (names_shared_memory(line) or not _QUOTED_PATH.search(line))
-    ]
+    """ENOSPC lines about shared memory (:func:`enospc_errors`: named, reached through
+    PyTorch's shared-memory code, or undecided), and bus errors (NOTE [ Errno classes ]);
+    ``[Errno 28] … '/data/cache/x'`` and a plain ``file.write()`` are a full disk, left out."""
+    lines = [line for line, shm, _ in enospc_errors(stderr) if shm]
     return lines + [line.strip() for line in stderr.splitlines() if _SIGBUS.search(line)]
 
 
 def is_loader_resource_error(line: str) -> bool:
     """Whether an exception line is one of the loader's resource errors that a rule of its own
-    explains (NOTE [ Errno classes ]): any EMFILE, a bus error, or ENOSPC / ENOENT / ENOMEM on
-    shared memory."""
+    explains (NOTE [ Errno classes ]): any EMFILE or ENOSPC (``shm_exhausted`` or
+    ``disk_full``), a bus error, or ENOENT / ENOMEM on shared memory."""
     if _SIGBUS.search(line):
         return True
     for _, code in resource_errors(line):
-        if code == 24 or (code in (2, 12, 28) and names_shared_memory(line)):
+        if code in (24, 28) or (code in (2, 12) and names_shared_memory(line)):
             return True
     return False
 
@@ -330,7 +378,13 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
         )
     contradiction = None
     rivals = sorted({code for _, code in resource_errors(facts.stderr_tail) if code in (2, 12, 24)})
-    if rivals and peak is not None and total and peak < 0.25 * total:
+    unnamed = not any(names_shared_memory(line) for line in lines) and not bus_only
+    if unnamed and peak is not None and total and peak < 0.25 * total:
+        contradiction = (
+            f"no error line names a shared-memory file, and /dev/shm was at most {mib(peak)} of {mib(total)} used: "
+            "a full disk or another file system gives the same 'No space left on device'"
+        )
+    elif rivals and peak is not None and total and peak < 0.25 * total:
         contradiction = (
             f"/dev/shm was at most {peak / total:.1%} used, and stderr also reports errno {', '.join(map(str, rivals))}"
         )
@@ -387,6 +441,84 @@ def shm_removed(facts: Facts) -> Optional[Finding]:
         pids=tuple(w.pid for w in facts.sample.workers),
         location=traceback_location(facts.stderr_tail),
         docs=(DOC_SHARING_STRATEGIES,),
+    )
+
+
+@rule("disk_full", SEVERITY_CRASH, 1, CRASH_AND_HANG)
+def disk_full(facts: Facts) -> Optional[Finding]:
+    """A write failed with ENOSPC (28) on a file system other than ``/dev/shm``
+    (:func:`enospc_errors`): the path the error names, or the file the traceback's frame
+    writes. Who wrote decides what it is: a worker (its Dataset's cache or output: PyTorch's
+    "Caught OSError in DataLoader worker process N") or main itself, whose own write is no
+    DataLoader failure. ``/dev/shm``'s figures are quoted to keep ``--shm-size`` advice away."""
+    found = [(line, block) for line, shm, block in enospc_errors(facts.stderr_tail or "") if not shm]
+    if not found:
+        return None
+    line, block = found[0]  # the first failed write; what failed after it (a close, a flush) follows from it
+    path = _QUOTED_PATH.search(line)
+    user = block.user() if block is not None else None
+    source = ""
+    if user is not None and block is not None:
+        source = next((src for f, src in block.frames if f == user), "") or (facts.source(user.file, user.line) or "")
+    caught = list(_CAUGHT.finditer(facts.stderr_tail or ""))
+    in_worker = block is not None and (block.original or block.worker)
+    worker_id = caught[-1].group(2) if in_worker and caught else None
+    who = (
+        f"DataLoader worker {worker_id}"
+        if worker_id is not None
+        else "A DataLoader worker"
+        if in_worker
+        else "The main process"
+    )
+    what = f"the file {path.group(1)}" if path else "a file the error does not name"
+    where = f" at {frames.short_path(user.file)}:{user.line}" + (f" (`{source}`)" if source else "") if user else ""
+    evidence = [f"stderr: {line}"]
+    if user is not None:
+        evidence.append(
+            f"the write that failed: {user.file}:{user.line} in {user.function}" + (f": `{source}`" if source else "")
+        )
+    if not path:
+        evidence.append(
+            "the error names no file (a plain file.write(): Python's OSError carries no path), and its traceback does "
+            "not run through PyTorch's shared-memory code: the file is the one that frame writes"
+        )
+    total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
+    peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
+    if total:
+        evidence.append(f"/dev/shm (as the job sees it): peak use seen {mib(peak)} of {mib(total)}: not what filled up")
+    views = [v for v in (facts.inside.loaders if facts.inside else ())]
+    if not in_worker and views:
+        delivered = sum(v.batches for v in views)
+        evidence.append(f"the DataLoader delivered {delivered} batch(es) (the inside view): the loader was working")
+    evidence.append(f"{'the worker' if in_worker else 'main'} raised it{_exit(facts)}")
+    if in_worker:
+        summary = f"{who} could not write {what}{where}: its file system is full (not /dev/shm)."
+        remedy = (
+            "Free space on the file system that holds that file (`df -h` on its folder), or write it elsewhere: a "
+            "cache the Dataset fills grows with every sample it has seen, in every worker; bound it (evict old "
+            "entries) or keep it in memory. More shared memory (--shm-size) does not help: /dev/shm was not full."
+        )
+    else:
+        summary = (
+            f"The main process could not write {what}{where}: its file system is full. This is main's own error, "
+            "not a DataLoader failure."
+        )
+        remedy = (
+            "Free space on the file system that holds that file (`df -h` on its folder: logs, checkpoints), rotate or "
+            "bound what main writes, or write it elsewhere. The DataLoader is not involved; /dev/shm was not full."
+        )
+    return Finding(
+        confidence=0.85 if (path or user is not None) else 0.7,
+        summary=summary,
+        evidence=tuple(evidence),
+        remedy=remedy,
+        pids=(
+            (facts.sample.main.pid,)
+            if facts.sample.main and not in_worker
+            else tuple(w.pid for w in facts.sample.workers)
+        ),
+        location=f"{user.file}:{user.line}" if user is not None else traceback_location(facts.stderr_tail),
+        docs=(DOC_DATALOADER,) if in_worker else (),
     )
 
 
@@ -513,6 +645,186 @@ def map_count_exhausted(facts: Facts) -> Optional[Finding]:
     )
 
 
+def _signal_words(number: int) -> str:
+    """A signal number as ``strsignal(3)`` words, the way PyTorch names it ("Killed")."""
+    import signal as signals
+
+    try:
+        return signals.strsignal(number) or f"signal {number}"
+    except ValueError:
+        return f"signal {number}"
+
+
+def worker_ends(facts: Facts) -> Dict[int, Tuple[str, object, str]]:
+    """How each worker that ended was seen to end, by mechanism: ``pid -> ("exit", code,
+    source)`` or ``("signal", words, source)``. From PyTorch's SIGCHLD handler
+    (torch/csrc/DataLoader.cpp: "exited unexpectedly with exit code N" for ``CLD_EXITED``,
+    "is killed by signal: X" for ``CLD_KILLED``/``CLD_DUMPED``), and from the inside view's
+    record of each worker's ``Popen.returncode`` (negative: the signal's number; CPython's
+    multiprocessing.popen_fork). A signal named anywhere wins over an exit code."""
+    ends: Dict[int, Tuple[str, object, str]] = {}
+    for v in facts.inside.loaders if facts.inside else ():
+        for pid, code in zip(v.workers, v.worker_exitcodes):
+            if code is None:
+                continue
+            if code < 0:
+                ends[pid] = ("signal", _signal_words(-code), f"the inside view: returncode {code}")
+            else:
+                ends[pid] = ("exit", code, f"the inside view: exit code {code}")
+    for m in _EXIT_CODE.finditer(facts.stderr_tail or ""):
+        pid = int(m.group(1))
+        if ends.get(pid, ("exit",))[0] != "signal":
+            ends[pid] = ("exit", int(m.group(2)), f"stderr: {m.group(0)}")
+    for m in _KILLED.finditer(facts.stderr_tail or ""):
+        if m.group(2):
+            for pid in map(int, re.findall(r"\d+", m.group(1))):
+                ends[pid] = ("signal", m.group(2), f"stderr: {m.group(0)}")
+    return ends
+
+
+def _died_pids(facts: Facts) -> Tuple[int, ...]:
+    """The pids PyTorch's last "DataLoader worker (pid N) …" error in main names (the
+    "killed by signal" one when there is one), in order."""
+    matches = list(_KILLED.finditer(facts.stderr_tail or ""))
+    m = next((x for x in reversed(matches) if x.group(2)), matches[-1] if matches else None)
+    return tuple(int(p) for p in re.findall(r"\d+", m.group(1))) if m else ()
+
+
+def worker_last_words(stderr: str, count: int = 3) -> List[str]:
+    """The last ``count`` lines on stderr that are a worker's own (the exception line of a
+    traceback a worker process printed as it ended, and lines no traceback holds, such as
+    ``sys.exit("message")``'s message), in order, without main's tracebacks
+    (:func:`~watchdog.diagnose.common.stderr_traceback_blocks`)."""
+    blocks, loose = stderr_traceback_blocks(stderr)
+    words = [b.exception for b in blocks if b.worker and b.exception] + [
+        line for line in loose if not line.startswith(("Process ", "[W ", "Warning:"))
+    ]
+    return list(dict.fromkeys(words))[-count:]
+
+
+def _worker_block(stderr: str) -> Optional[TracebackBlock]:
+    """The last traceback a worker process printed as it ended, or ``None``."""
+    blocks, _ = stderr_traceback_blocks(stderr)
+    return next((b for b in reversed(blocks) if b.worker and b.exception), None)
+
+
+def _limits_text(facts: Facts, names: Sequence[str]) -> List[str]:
+    """``pids.max of cgroup /x = 40`` for each of ``facts.task_limits`` whose name starts with
+    one of ``names`` (``unlimited`` for ``None``)."""
+    return [
+        f"{name} = {'unlimited' if value is None else value}"
+        for name, value in facts.task_limits
+        if name.startswith(tuple(names))
+    ]
+
+
+@rule("worker_exited", SEVERITY_CRASH, 5, CRASH)
+def worker_exited(facts: Facts) -> Optional[Finding]:
+    """A worker ended by exiting, with a code (0 or N) and no signal (:func:`worker_ends`):
+    nothing killed it, so no memory or OOM advice applies. What it printed last decides the
+    cause: a limit on threads or processes (EAGAIN: the pids cgroup, ``RLIMIT_NPROC``), an
+    exception it did not catch outside the fetch PyTorch wraps, ``sys.exit("message")``
+    (multiprocessing prints the message and exits with 1), or a silent ``os._exit``."""
+    if not facts.stderr_tail or not (_KILLED.search(facts.stderr_tail) or _EXIT_CODE.search(facts.stderr_tail)):
+        return None
+    if _NATIVE_SIGNAL.search(facts.stderr_tail):
+        return None
+    ends = worker_ends(facts)
+    named = _died_pids(facts)
+    if any(ends.get(pid, ("",))[0] == "signal" for pid in named):
+        return None
+    exited = [(pid, ends[pid]) for pid in (named or tuple(ends)) if ends.get(pid, ("",))[0] == "exit"]
+    if not exited:
+        return None
+    codes = sorted({int(end[1]) for _, end in exited})  # type: ignore[call-overload]
+    pids = tuple(pid for pid, _ in exited)
+    evidence = [f"worker pid {pid}: exited with code {end[1]}, no signal ({end[2]})" for pid, end in exited[:4]]
+    words = worker_last_words(facts.stderr_tail)
+    evidence += [f"stderr, the worker's last words: {w}" for w in words]
+    block = _worker_block(facts.stderr_tail)
+    user = block.user() if block is not None else None
+    code_text = ", ".join(map(str, codes))
+    who = f"DataLoader worker(s) {', '.join(map(str, pids))}"
+    eagain = next((w for w in words if _EAGAIN.search(w)), None)
+    unpickle = next((w for w in words if _UNPICKLE.search(w)), None)
+    if eagain is not None:
+        limits = _limits_text(facts, ("pids.max", "RLIMIT_NPROC"))
+        evidence += [f"limit on the job's tasks: {x}" for x in limits]
+        how = f"exited with code {code_text} because a new thread or process could not be created (EAGAIN)"
+        remedy = (
+            f"`{eagain}`: pthread_create or fork failed with EAGAIN, the limit on tasks (every process and thread "
+            "counts) was reached: "
+            + ("; ".join(limits) if limits else "the pids cgroup's pids.max or RLIMIT_NPROC")
+            + ". Raise it (docker run --pids-limit, Kubernetes podPidsLimit, systemd TasksMax, `ulimit -u` for "
+            "RLIMIT_NPROC), or need fewer tasks: lower num_workers, and the threads each worker starts "
+            "(OMP_NUM_THREADS, thread pools the Dataset creates); each worker also starts a queue feeder thread."
+        )
+    elif unpickle is not None:
+        u = _UNPICKLE.search(unpickle)
+        assert u is not None
+        how = (
+            f"exited with code {code_text}: it could not unpickle {u.group('attr')} (not found in {u.group('module')})"
+        )
+        remedy = _unpickle_remedy(u.group("attr"), u.group("module"))
+    elif block is not None:
+        where = f" at {frames.short_path(user.file)}:{user.line}" if user else ""
+        how = f"exited with code {code_text} after an uncaught {block.exception}{where}"
+        remedy = (
+            f"The worker process died of `{block.exception}`, raised outside the fetch PyTorch wraps (the worker "
+            "loop, its queue, a thread it started): main only learns that it exited. Fix what raised it at the "
+            "place above; num_workers=0 reproduces it in main."
+        )
+    elif codes == [0]:
+        how = "exited with code 0 before the loader was done: no signal, no exception"
+        remedy = (
+            "Something in the worker ended its process on purpose with code 0: os._exit(0), sys.exit(0) or exit() "
+            "in the Dataset, collate_fn or worker_init_fn, or a native library calling exit(0) (multiprocessing "
+            "runs none of them for a worker that just returns). Nothing killed it: memory is not the cause. Find "
+            "the exit call (grep the Dataset's code and its libraries for os._exit, sys.exit, exit(); run with "
+            "num_workers=0, where it ends main the same way)."
+        )
+    else:
+        said = f" It printed `{words[-1]}` as it ended." if words else " It printed nothing."
+        how = f"exited with code {code_text} (no signal: it was not killed)"
+        remedy = (
+            f'The worker ended its own process with exit code {code_text}: sys.exit("…") (multiprocessing prints '
+            "the message and exits with 1), exit(N), or a native library's exit().{said} A SystemExit is no "
+            "Exception, so PyTorch does not pass it to main as a traceback: raise an exception for a bad sample "
+            "(or skip it) instead of exiting, and num_workers=0 shows where it exits."
+        ).replace("{said}", said)
+    if words and eagain is None and unpickle is None and block is None:
+        how += f"; its last words: `{words[-1][:120]}`"
+    seen_at = None if user is not None else next((a for p in pids for a in [last_seen_at(facts, p)] if a), None)
+    if seen_at is not None:
+        evidence.append(seen_at.evidence("worker"))
+    fetch_code = _dataset_code(facts, pids) if user is None and seen_at is None else None
+    evidence.append(f"nothing signalled the worker: no OOM advice applies{_exit(facts)}")
+    return Finding(
+        confidence=0.9,
+        summary=f"{who} {how}; the main process stopped with an error.",
+        evidence=tuple(evidence),
+        remedy=remedy,
+        pids=pids,
+        location=(f"{user.file}:{user.line}" if user is not None else None)
+        or (f"{seen_at.frame.file}:{seen_at.frame.line}" if seen_at is not None else None)
+        or (f"{fetch_code.file}:{fetch_code.line}" if fetch_code is not None else None)
+        or _loader_site(facts)
+        or traceback_location(facts.stderr_tail),
+        docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
+    )
+
+
+def _unpickle_remedy(attr: str, module: str) -> str:
+    """The remedy for a spawned worker that cannot find ``attr`` in ``module``."""
+    named = "" if module in ("__main__", "__mp_main__") else f" ({module} under python -m)"
+    return (
+        f"A spawned worker re-imports the main script as __mp_main__{named} without "
+        f'running its `if __name__ == "__main__":` block, then unpickles the Dataset: {attr} must be an attribute of '
+        "that module. Define it at the module's top level, above the guard (not inside the guard, a function or a "
+        "notebook cell), or in a module of its own that the script imports."
+    )
+
+
 @rule("worker_killed", SEVERITY_CRASH, 5, CRASH)
 def worker_killed(facts: Facts) -> Optional[Finding]:
     """A worker vanished or was killed by a signal; PyTorch raises "DataLoader worker (pid N) is
@@ -529,8 +841,13 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         (x for x in reversed(matches) if x.group(2)), matches[-1] if matches else None
     )  # "killed by signal" says more
     pids = tuple(int(p) for p in re.findall(r"\d+", m.group(1))) if m else ()
-    signal_name = (m.group(2) if m else None) or (native.group(1).capitalize() if native else None)
+    ends = worker_ends(facts)
+    if native is None and pids and all(ends.get(pid, ("",))[0] == "exit" for pid in pids):
+        return None  # they exited with a code: worker_exited
+    recorded = next((str(ends[pid][1]) for pid in pids if ends.get(pid, ("",))[0] == "signal"), None)
+    signal_name = (m.group(2) if m else None) or (native.group(1).capitalize() if native else None) or recorded
     evidence = [f"stderr: {m.group(0)}"] if m else []
+    evidence += [f"worker pid {pid}: {ends[pid][2]}" for pid in pids if pid in ends and ends[pid][2].startswith("the")]
     if native is not None:
         evidence.append(f"stderr: {native.group(0)} (the worker's own signal handler, torch/csrc/DataLoader.cpp)")
     for pid in pids:
@@ -554,7 +871,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     avail = max_over_timeline(facts, lambda s: -s.host.mem_left_bytes)
     if avail is not None:
         evidence.append(f"lowest memory left to the job seen: {mib(-avail)}{_exit(facts)}")
-    how = f"killed by signal {signal_name}" if signal_name else "exited unexpectedly"
+    how = f"killed by signal {signal_name}" if signal_name else "ended (PyTorch recorded no exit code or signal)"
     if oom:
         how += " by the OOM killer"
     seen = any(facts.last_seen(pid) is not None for pid in pids)
@@ -621,11 +938,39 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         )
     elif oom or (signal_name == "Killed" and low_memory):
         remedy = _memory_remedy(facts, pids, limit)
+    elif (signal_name or "").lower().startswith("illegal"):
+        remedy = (
+            "SIGILL: the worker ran a machine instruction this CPU does not have: a binary built for another CPU "
+            "(a wheel or extension compiled with -march=native, AVX-512 or AVX2 on an older or virtual CPU, an ARM "
+            "build feature). Reinstall the library the worker calls from a build for this CPU (pip install "
+            "--no-binary, or the generic wheel), or run where the CPU matches; `grep flags /proc/cpuinfo` lists what "
+            "it has."
+        )
+    elif (signal_name or "").lower().startswith("cpu time"):
+        limits = _limits_text(facts, ("RLIMIT_CPU",))
+        evidence += [f"limit on the job's processes: {x} (seconds)" for x in limits]
+        remedy = (
+            "SIGXCPU: the worker used up its CPU-time limit (RLIMIT_CPU"
+            + (f": {', '.join(limits)} s" if limits else "")
+            + "), set by `ulimit -t`, a scheduler or a container's limits, and inherited by every worker. Raise or "
+            "remove it (ulimit -t unlimited, the scheduler's CPU-time option); long-lived persistent_workers "
+            "accumulate CPU time over epochs."
+        )
+    elif signal_name == "Killed":
+        remedy = (
+            "SIGKILL with no OOM kill counted in the job's memory cgroup: check `dmesg | grep -i -e oom -e killed` "
+            "(the host's OOM killer outside this cgroup), then who else sends SIGKILL (a scheduler's memory or time "
+            "limit, an operator, a watchdog script)."
+        )
+    elif signal_name:
+        remedy = (
+            f"The worker died of the signal {signal_name}: find who sends it (`kill`, a scheduler, a library's own "
+            "handler) or what raises it in the worker; reproduce with num_workers=0 under `python -X faulthandler`."
+        )
     else:
         remedy = (
-            "Check `dmesg | grep -i -e oom -e killed` (SIGKILL usually means the OOM killer or an operator) and the "
-            "worker's last lines on stderr; a segmentation fault points to a native library in __getitem__, a bus "
-            "error to /dev/shm."
+            "PyTorch did not record how the worker ended (no exit code, no signal). Look at the worker's last lines "
+            "on stderr, and at `dmesg | grep -i -e oom -e killed` for a kill."
         )
     who = f"DataLoader worker(s) {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
     loop = _loader_site(facts)
@@ -694,10 +1039,23 @@ def worker_start_failed(facts: Facts) -> Optional[Finding]:
     if not facts.stderr_tail:
         return None
     lines = [x for x in stderr_lines(facts, _START) if not _PICKLE.search(x) or _START_PATH.search(facts.stderr_tail)]
+    blocks, _ = stderr_traceback_blocks(facts.stderr_tail)
+    lines += [  # a spawned worker's own traceback: pickle.load in multiprocessing/spawn.py
+        b.exception
+        for b in blocks
+        if b.worker
+        and b.exception
+        and _UNPICKLE.search(b.exception)
+        and b.exception not in lines
+        and any(frames.normalise_path(f.file).endswith("multiprocessing/spawn.py") for f, _ in b.frames)
+    ]
     if not lines:
         return None
     line = lines[-1]
-    if "bootstrapping phase" in line or "start a new process before" in line:
+    unpickle = _UNPICKLE.search(line)
+    if unpickle is not None:
+        remedy = _unpickle_remedy(unpickle.group("attr"), unpickle.group("module"))
+    elif "bootstrapping phase" in line or "start a new process before" in line:
         remedy = (
             'Put the training code under `if __name__ == "__main__":` — spawn and forkserver re-import the main '
             "module in every worker."

@@ -16,11 +16,13 @@ rank  kind                    why here
 ====  ======================  ==========================================================
 1     shm_exhausted           an exhausted /dev/shm explains lost batches and crashes
 1     shm_removed             a deleted shared-memory file explains the same
+1     disk_full               a full file system (not /dev/shm) explains a failed write
 2     fd_exhausted            exhausted descriptors explain lost batches
 2     map_count_exhausted     exhausted memory maps explain a failed mmap
 3     worker_start_failed     workers that cannot start explain every later error
 4     cuda_in_forked_worker   a specific worker error, before the generic one
-5     worker_killed           a dead worker explains main's error
+5     worker_killed           a worker killed by a signal explains main's error
+5     worker_exited           a worker that exited (a code, no signal) explains the same
 6     loader_timeout          main's own timeout fired: the cause is the slow batch
 7     dataset_error           an exception in the Dataset, re-raised by main
 7     collate_error           an exception in collate_fn, re-raised by main
