@@ -400,6 +400,22 @@ CASES: Tuple[Case, ...] = (
         settings=(("busy_stall_timeout_s", 10.0), ("terminate_unproven_after_s", 10.0)),
         timeout_s=150.0,
     ),
+    # Issue #34 section 4: waits that end by themselves. A retry with back-off that succeeds
+    # after 20 s (45 s by default): a suspected report may come, and must resolve; under
+    # attach (exit 0 required) the job's success stays one.
+    Case("healthy_retry_backoff", None, "unharmed", args=("20",), timeout_s=90.0),
+    Case(
+        "healthy_retry_backoff_attach",
+        None,
+        "unharmed",
+        target="healthy_retry_backoff",
+        args=("20",),
+        attach=True,
+        timeout_s=90.0,
+    ),
+    # A worker computing 8 s per sample at nice 19: tests/real/test_loaded.py runs it beside
+    # busy processes, where its CPU share is tiny but it is runnable all along.
+    Case("healthy_compute_low_priority", None, args=("8", "2"), timeout_s=90.0),
 )
 BY_NAME = {c.name: c for c in CASES}
 
