@@ -104,7 +104,8 @@ def test_native_lock_frames_give_fork_inherited_lock_and_a_proof_makes_it_proven
     assert suspected.kind == "fork_inherited_lock" and suspected.certainty == "suspected"
     assert suspected.pids == (WORKER_PID,) and suspected.location.endswith("probes/train.py:102")
     proven = diagnose(hang_facts([t], proof=_kernel_proof(WORKER_PID)))[0]
-    assert proven.kind == "fork_inherited_lock" and proven.certainty == "proven" and proven.confidence >= 0.9
+    # the hang is proven; main's other threads at the fork are no evidence that one held this lock (issue #34)
+    assert proven.kind == "fork_inherited_lock" and proven.certainty == "proven" and proven.confidence <= 0.5
     assert any(e.startswith("proof:") for e in proven.evidence)
 
 
@@ -1331,3 +1332,47 @@ def test_enospc_with_no_path_and_no_traceback_is_contradicted_by_a_nearly_empty_
     assert any("contradicted" in e for e in shm.evidence) and "2.3 MiB of 24576.0 MiB" in " ".join(shm.evidence)
     full = diagnose(_crash(stderr, host={"shm_total": 64 << 20, "shm_used": 63 << 20}))[0]
     assert full.kind == "shm_exhausted" and not any("contradicted" in e for e in full.evidence)
+
+
+def _contradictions(facts, found):
+    """Remedies and summaries that a figure of the same report contradicts: a worker that
+    exited with a code called killed or sent to the OOM killer; ``shm_exhausted`` first while
+    /dev/shm stayed nearly empty and no error line named a shared-memory file."""
+    from watchdog.diagnose.crashes import _shm_full_lines, names_shared_memory, worker_ends
+
+    out = []
+    exited = {pid for pid, end in worker_ends(facts).items() if end[0] == "exit"}
+    for d in found:
+        if set(d.pids) & exited and ("killed by" in d.summary or "OOM killer" in d.remedy or "dmesg" in d.remedy):
+            out.append(f"{d.kind}: workers {sorted(set(d.pids) & exited)} exited with a code: {d.summary}")
+    total, used = facts.sample.host.shm_total_bytes, facts.sample.host.shm_used_bytes
+    named = any(names_shared_memory(line) for line in _shm_full_lines(facts.stderr_tail))
+    if found and found[0].kind == "shm_exhausted" and total and used is not None and used < 0.25 * total:
+        if not named:
+            out.append(f"shm_exhausted first with /dev/shm at {used} of {total} bytes and no shared-memory file named")
+    return out
+
+
+_CRASH_FIXTURES = sorted(
+    n
+    for n in __import__("os").listdir(
+        __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "fixtures")
+    )
+    if n.startswith("stderr_") and n.endswith(".txt")
+)
+
+
+@pytest.mark.parametrize("name", _CRASH_FIXTURES)
+def test_no_remedy_contradicts_a_figure_of_the_same_report(name):
+    stderr = fixture(name)
+    pids = sorted({int(p) for p in re.findall(r"DataLoader worker \(pids?(?:\(s\))? ([\d]+)", stderr)}) or [WORKER_PID]
+    for codes in ((), (0,) * len(pids), (1,) * len(pids)):
+        if codes and re.search(r"killed by signal|Unexpected (segmentation|bus|floating)", stderr):
+            continue  # the recorded end must agree with the one PyTorch printed
+        facts = _crash(
+            stderr,
+            host={"shm_total": 24 << 30, "shm_used": 2_400_000},
+            inside=_inside_exit_codes(pids, codes) if codes else None,
+        )
+        found = diagnose(facts)
+        assert not _contradictions(facts, found), (codes, [d.kind for d in found])
