@@ -195,9 +195,19 @@ def innermost_python(thread: ThreadStack) -> Optional[Frame]:
     return frames[0] if frames else None
 
 
+# The source files of compiled extension modules (Cython's .pyx/.pxd/.pxi): a traceback or a
+# stack names them by the relative path the module was compiled from ("numpy/random/_mt19937.pyx",
+# "_mt19937.pyx"), never by where the job keeps its own code.
+_COMPILED_SOURCE = (".pyx", ".pxd", ".pxi")
+
+
 def is_third_party(frame: Frame) -> bool:
-    """True for a frame of an installed package (``site-packages``/``dist-packages``)."""
-    return "-packages/" in normalise_path(frame.file)
+    """True for a frame of an installed package (``site-packages``/``dist-packages``), or of a
+    compiled module, named by the relative path of its source (``numpy/random/_mt19937.pyx``)."""
+    path = normalise_path(frame.file)
+    if "-packages/" in path:
+        return True
+    return path.endswith(_COMPILED_SOURCE)
 
 
 def innermost_user(thread: ThreadStack) -> Optional[Frame]:

@@ -1376,3 +1376,24 @@ def test_no_remedy_contradicts_a_figure_of_the_same_report(name):
         )
         found = diagnose(facts)
         assert not _contradictions(facts, found), (codes, [d.kind for d in found])
+
+
+def test_where_is_never_a_compiled_modules_relative_source_path():
+    # worker_init_fn seeding numpy with a 64-bit seed: the innermost frames are numpy's Cython
+    # sources, named by relative paths; the line to change is the job's own.
+    stderr = (
+        "ValueError: Caught ValueError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        f'  File "{TORCH}/_utils/worker.py", line 300, in _worker_loop\n'
+        "    init_fn(worker_id)\n"
+        '  File "/home/user/train/train.py", line 12, in seed_worker\n'
+        "    np.random.seed(torch.initial_seed())\n"
+        '  File "numpy/random/mtrand.pyx", line 4806, in numpy.random.mtrand.seed\n'
+        '  File "numpy/random/mtrand.pyx", line 250, in numpy.random.mtrand.RandomState.seed\n'
+        '  File "_mt19937.pyx", line 166, in numpy.random._mt19937._legacy_seeding\n'
+        '  File "numpy/random/_mt19937.pyx", line 180, in numpy.random._mt19937._legacy_seeding\n'
+        "ValueError: Seed must be between 0 and 2**32 - 1\n"
+    )
+    first = diagnose(_crash(stderr))[0]
+    assert first.kind == "worker_init_error" and first.location == "/home/user/train/train.py:12", first.location
+    assert ".pyx" not in first.summary.split(" in DataLoader")[0]
