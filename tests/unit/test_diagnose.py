@@ -1397,3 +1397,21 @@ def test_where_is_never_a_compiled_modules_relative_source_path():
     first = diagnose(_crash(stderr))[0]
     assert first.kind == "worker_init_error" and first.location == "/home/user/train/train.py:12", first.location
     assert ".pyx" not in first.summary.split(" in DataLoader")[0]
+
+
+def test_loader_timeout_measures_the_workers_cpu_before_the_timeout_fired_not_before_the_jobs_exit():
+    # Workers compute until the timeout fires at t=15 (main waited from t=10, timeout=5), then
+    # sit idle while the job takes 8 s more to exit (a teardown): the window is before t=15.
+    from tests.unit.test_detect import _loader
+    from watchdog.types import InsideView
+
+    def s(t):
+        cpu = float(min(t, 15))
+        workers = [proc(WORKER_PID + k, ROLE_WORKER, [], "fork", cpu=cpu) for k in range(2)]
+        return sample(float(t), [proc(MAIN_PID, ROLE_MAIN, []), *workers])
+
+    timeline = tuple(s(t) for t in range(24))
+    view = InsideView(loaders=(dataclasses.replace(_loader(), waiting_since=10.0),))
+    first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=timeline, inside=view))[0]
+    assert first.kind == "loader_timeout" and "shorter than a batch" in first.summary, first.summary
+    assert any("before the timeout fired (main waited" in e for e in first.evidence), first.evidence

@@ -1113,13 +1113,27 @@ def cuda_in_forked_worker(facts: Facts) -> Optional[Finding]:
     )
 
 
-def _workers_cpu_s(facts: Facts, window_s: float) -> Tuple[Optional[float], int]:
-    """CPU seconds all workers used in the last ``window_s`` of the timeline, and how many
-    workers were seen then."""
+def _timeout_fired_at(facts: Facts, timeout_s: float) -> Optional[float]:
+    """When main's ``DataLoader(timeout=…)`` fired (``time.monotonic()``, the clock of the
+    timeline too): ``timeout_s`` after main last entered ``__next__`` without a batch (the
+    inside view's ``waiting_since`` of main's latest iterator), or ``None`` unknown."""
+    main = facts.sample.main
+    views = [
+        v
+        for v in (facts.inside.loaders if facts.inside else ())
+        if (main is None or v.pid == main.pid) and v.waiting_since is not None
+    ]
+    return views[-1].waiting_since + timeout_s if views and views[-1].waiting_since is not None else None
+
+
+def _workers_cpu_s(facts: Facts, window_s: float, end: Optional[float] = None) -> Tuple[Optional[float], int]:
+    """CPU seconds all workers used in the ``window_s`` before ``end`` (the timeline's last
+    sample when ``None``), and how many workers were seen then."""
     if not facts.timeline:
         return None, 0
-    end = facts.timeline[-1].t_mono
-    recent = [s for s in facts.timeline if s.t_mono >= end - window_s]
+    if end is None:
+        end = facts.timeline[-1].t_mono
+    recent = [s for s in facts.timeline if end - window_s <= s.t_mono <= end + 1.0]
     if len(recent) < 2:
         return None, 0
     total, pids = 0.0, set()
@@ -1150,14 +1164,23 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
     if m is None:
         return None
     timeout_s = float(m.group(1))
-    cpu, workers = _workers_cpu_s(facts, timeout_s)
+    fired = _timeout_fired_at(facts, timeout_s)
+    cpu, workers = _workers_cpu_s(facts, timeout_s, fired)
+    if cpu is None and fired is not None:
+        cpu, workers = _workers_cpu_s(facts, timeout_s)
+        fired = None
     evidence = [f"stderr: {m.group(0)}"]
     busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
     fix = Fix(loader=(("timeout", max(TIMEOUT_FIX_MIN_S, TIMEOUT_FIX_FACTOR * timeout_s)),)) if busy else None
     if cpu is not None:
         evidence.append(
-            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the last {timeout_s:g} s before the "
-            f"error{_exit(facts)}"
+            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the {timeout_s:g} s before the timeout fired"
+            + (
+                " (main waited for that batch from then on: the inside view)"
+                if fired is not None
+                else " (taken as the last of the timeline: when main began to wait is not known)"
+            )
+            + _exit(facts)
         )
     if busy:
         summary = (
