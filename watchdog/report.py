@@ -705,6 +705,18 @@ def _process_table(processes: Sequence[dict]) -> Iterable[str]:
         yield f"  {line}"
 
 
+# How sure a report is of a cause, by its confidence: a cause is never "proven" by the kernel's view,
+# which proves only that the job cannot move (NOTE [ Deadlock proof ] in detect.py).
+CAUSE_WORDS = ((0.9, "strongly supported"), (0.7, "likely"), (0.0, "suspected"))
+
+
+def cause_certainty(confidence: float) -> str:
+    """``strongly supported`` (confidence 0.9 and above), ``likely`` (0.7 and above) or
+    ``suspected``: how sure the report is of a diagnosis's cause, said apart from whether the
+    hang itself is proven (``stall.certainty``, ``Diagnosis.certainty``)."""
+    return next(word for floor, word in CAUSE_WORDS if confidence >= floor)
+
+
 def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     """The human summary of a report document: headline, cause, fix, then everything else.
     ``folder`` is where the report is written: named in the ``prove`` line (``dlwatch verify
@@ -723,8 +735,11 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         doc["mode"], doc["mode"]
     )
     stall = doc.get("stall") or {}
-    if doc["mode"] == "hang":
-        happened += f" ({stall.get('certainty') or 'suspected'})"
+    cause = f"{first['kind']} ({cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f})"
+    if doc["mode"] == "hang":  # the hang's certainty (the kernel's view), then the cause's, never one for both
+        happened += f" — hang: {stall.get('certainty') or 'suspected'}; cause: {cause}"
+    else:
+        happened += f": {first['kind']}"
     rank = job.get("rank") or {}
     who = (
         f"rank {rank.get('RANK')}"
@@ -733,8 +748,8 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         if rank
         else f"job pid {job['pid']}"
     )
-    yield f"dlwatch: {happened}: {first['kind']} — {who} {state} ({cmd})"
-    yield f"  cause:  {first['summary']} (confidence {first['confidence']:.2f})"
+    yield f"dlwatch: {happened} — {who} {state} ({cmd})"
+    yield f"  cause:  {first['summary']} ({cause})"
     if first.get("location"):
         yield f"  where:  {first['location']}"
     yield f"  fix:    {first['remedy']}"
@@ -768,8 +783,8 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         yield "Other findings:"
         for d in doc["diagnoses"][1:]:
             yield (
-                f"  {d['kind']} ({d['severity']}{', ' + d['certainty'] if d.get('certainty') else ''}, confidence "
-                f"{d['confidence']:.2f}): {d['summary']}"
+                f"  {d['kind']} ({d['severity']}{'; hang: ' + d['certainty'] if d.get('certainty') else ''}; cause: "
+                f"{cause_certainty(d['confidence'])}, confidence {d['confidence']:.2f}): {d['summary']}"
             )
             for line in d["evidence"]:
                 yield f"    - {line}"

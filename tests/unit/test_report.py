@@ -34,7 +34,7 @@ def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     for key in ("kind", "severity", "certainty", "confidence", "summary", "evidence", "remedy", "pids"):
         assert key in doc["diagnoses"][0]
     head = rep.text.splitlines()[:7]
-    assert head[0].startswith("dlwatch: job hung (suspected): fork_inherited_lock") and any(
+    assert head[0].startswith("dlwatch: job hung — hang: suspected; cause: fork_inherited_lock (") and any(
         line.strip().startswith("fix:") for line in head
     )
     assert "Stacks" not in report.summary_text(rep.text) and "Stacks" in rep.text
@@ -98,7 +98,8 @@ def test_a_fallback_folder_another_user_made_or_linked_is_never_written_through(
 def test_the_stderr_summary_is_short_and_wrapped():
     text = "\n".join(
         [
-            "dlwatch: job hung (proven): fork_inherited_lock — job pid 1 stalled 5 s (" + "python train.py " * 10 + ")",
+            "dlwatch: job hung — hang: proven; cause: fork_inherited_lock (likely, confidence 0.80) — job pid 1 "
+            "stalled 5 s (" + "python train.py " * 10 + ")",
             "  cause:  " + "a long cause sentence " * 12,
             "  where:  /home/user/train/data.py:40",
             "  fix:    " + "do this and that " * 12,

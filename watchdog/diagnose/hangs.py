@@ -225,7 +225,10 @@ def fork_threads_text(facts: Facts, pid: int) -> str:
     if not count:
         return ""
     if count == 1:
-        return "; main ran a single thread at the fork as far as was seen, so the holder was a short-lived thread"
+        return (
+            "; main ran a single thread at the fork as far as was sampled (a thread that started and ended between "
+            "two samples cannot be ruled out, nor can it be shown)"
+        )
     stack = facts.stack(main.pid) if main is not None else None
     py_names = {t.tid: t.name for t in stack.threads} if stack is not None and stack.ok else {}
     names = ", ".join(f"{py_names.get(d.tid) or d.name} ({d.tid})" for d in before[:8])
@@ -367,6 +370,129 @@ def _inherited_from_forker(facts: Facts, v: WorkerView, t: ThreadStack) -> bool:
 _FORKED = (None, "fork", "forkserver")
 
 
+def _samples_read(facts: Facts, pid: int) -> Optional[int]:
+    """How many samples worker ``pid`` reached for since it started (the inside view's
+    ``<pid>.fetch``), or ``None`` when unknown."""
+    fetched = {f.pid: f.samples for f in (facts.inside.fetches if facts.inside else ()) + facts.sample.fetches}
+    return fetched.get(pid)
+
+
+def _written_bytes(facts: Facts, pid: int) -> Optional[int]:
+    """Bytes worker ``pid`` has written since it started (``wchar`` of ``/proc/PID/io``, which a
+    forked child starts at zero: proc(5)); a worker sends each batch to main by writing its pickle
+    to a pipe (``Connection._send`` in multiprocessing/connection.py). ``None`` when unreadable."""
+    p = facts.sample.process(pid) or facts.last_seen(pid)
+    return p.write_chars if p is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class LockOrigin:
+    """What is known of who left held the ``threading.Lock`` a worker's thread waits for.
+
+    ``inherited`` holds the evidence lines that it was held when the worker was forked (a thread
+    of the forking process inside ``with NAME:`` at the fork, by the job's record at the fork;
+    the forking thread itself holding it; the worker waiting inside its first batch with no
+    frame of its own having taken it; a forkserver running other threads); ``own`` those that
+    the worker took it itself since the fork (a frame of the waiting thread holds it; the worker
+    read samples, or sent batches, through its code since the fork). ``taken_twice`` is True
+    when a frame of the waiting thread itself holds the lock it waits for."""
+
+    name: Optional[str]
+    inherited: Tuple[str, ...]
+    own: Tuple[str, ...]
+    taken_twice: bool
+
+    @property
+    def verdict(self) -> str:
+        """``inherited`` (evidence of a holder at the fork), ``own`` (evidence only that the
+        worker took it since: a lock never released, or taken twice), or ``unknown``."""
+        if self.taken_twice:
+            return "own"
+        if self.inherited:
+            return "inherited"
+        return "own" if self.own else "unknown"
+
+
+def lock_origin(facts: Facts, v: WorkerView, t: ThreadStack) -> Optional[LockOrigin]:
+    """For a worker whose thread ``t`` waits for a ``threading.Lock`` (:func:`frames.lock_holder`
+    ``python_lock``), the evidence of where its holder is (:class:`LockOrigin`); ``None`` for
+    any other wait. A fork copies a lock in the state it had (POSIX fork(2): only the calling
+    thread is copied), so a fork-inherited lock needs a thread that held it at the fork; a
+    worker that got through the code that takes it since the fork shows the opposite."""
+    if _holder(facts, t) != "python_lock":
+        return None
+    top = frames.innermost_python(t)
+    name = lock_name(facts.source(top.file, top.line)) if top is not None else None
+    record = fork_record_of(facts, v.pid)
+    inherited: List[str] = []
+    own: List[str] = []
+    mine = [
+        (f, held) for f in [f for f in t.frames if frames.is_user(f)][:6] if name for held in [holds_at(facts, f, name)]
+    ]
+    taken = [(f, held) for f, held in mine if held is not None]
+    for f, (line, text) in taken[:1]:
+        own.append(
+            f"worker pid {v.pid}: thread {t.tid} took the lock named {name} itself, at `{text}` "
+            f"({frames.short_path(f.file)}:{line}, in {f.function}), and waits for it again: a threading.Lock "
+            "is not reentrant"
+        )
+    if record is not None and name:
+        held = lock_holder_at_fork(facts, record, name, waiter=top)
+        if held is not None:
+            ht, hf, hline, htext = held
+            inherited.append(
+                f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} "
+                f"held a lock named {name}: it was at {describe(facts, record.pid, hf)}, inside `{htext}` "
+                f"({frames.short_path(hf.file)}:{hline})"
+            )
+        forker = lock_holder_at_fork(facts, record, name, forking=True, waiter=top)
+        if held is None and forker is not None:
+            ht, hf, hline, htext = forker
+            inherited.append(
+                f"worker pid {v.pid}: at the fork, the forking thread {ht.name or '?'} (tid {ht.native_id}) of pid "
+                f"{record.pid} held the lock named {name} itself: it was at {describe(facts, record.pid, hf)}, after "
+                f"`{htext}` ({frames.short_path(hf.file)}:{hline}); the worker's copy of it is held and nothing in the "
+                "worker releases it"
+            )
+    if not inherited and not taken and _locked_before_it_began(facts, v, t):
+        who = (
+            f"the forking thread, the only thread of pid {record.pid} at the fork, held it (taken before the "
+            "iterator was created, and not released)"
+            if record is not None and alone_at_fork(facts, v.pid)
+            else "a thread of the process that forked it held it then"
+        )
+        inherited.append(
+            f"worker pid {v.pid}: the lock named {name} was already held when the worker began: it waits inside "
+            f"its first batch ({_samples_read(facts, v.pid)} reads of the dataset) and none of its own frames took "
+            f"it; {who}"
+        )
+    server = forkserver_of(facts, v.pid)
+    if server is not None and not inherited:
+        stack = facts.stack(server.pid)
+        count = len(stack.threads) if stack is not None and stack.ok and stack.threads else server.num_threads
+        if count > 1:
+            inherited.append(
+                f"worker pid {v.pid}: the forkserver (pid {server.pid}) that forked it runs {count} threads: one of "
+                "them may have held the lock at the fork"
+            )
+    samples = _samples_read(facts, v.pid)
+    if samples is not None and not in_first_fetch(facts, v.pid) and samples > 1:
+        own.append(
+            f"worker pid {v.pid}: it read {samples} samples since it started (the job's own count) and got past its "
+            f"first batch: a lock held since the fork would have stopped it at the first sample that takes it, so "
+            "the worker most likely took this lock itself since the fork and never released it"
+        )
+    elif samples is None:
+        wrote = _written_bytes(facts, v.pid)
+        if wrote:
+            own.append(
+                f"worker pid {v.pid}: it has written {wrote} bytes since it started (a worker writes each batch it "
+                "sends to main to a pipe): it got through its code before, so a lock held since the fork is the less "
+                "likely cause; more likely the worker took it itself and never released it"
+            )
+    return LockOrigin(name, tuple(inherited), tuple(own), bool(taken))
+
+
 def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
     if v.proc.start_method not in _FORKED or not v.quiet or v.others:
         return None
@@ -377,6 +503,9 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         holder = _holder(facts, t)
         if holder is None and not v.proven:
             return None
+        origin = lock_origin(facts, v, t)
+        if origin is not None and origin.verdict == "own":
+            return None  # the worker took it itself since the fork: worker_deadlock
         forker = alone_at_fork(facts, v.pid) and _inherited_from_forker(facts, v, t)
         if holder in _PYTHON_HOLDERS and alone_at_fork(facts, v.pid) and not forker:
             return None  # nothing was inherited locked: worker_deadlock (its own threads, or none)
@@ -390,7 +519,16 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
         name = lock_name(facts.source(top.file, top.line)) if top is not None else None
         record = fork_record_of(facts, v.pid)
         held = lock_holder_at_fork(facts, record, name, waiter=top) if record is not None and name else None
-        if held is not None and record is not None:  # a holder is only looked for in a record
+        if origin is not None:  # a threading.Lock: what is known of its holder, said once
+            lines += list(origin.inherited) + list(origin.own)
+            if origin.verdict == "unknown":
+                lines.append(
+                    f"worker pid {v.pid}: what is known: the worker's thread waits for a threading.Lock that no "
+                    "thread of the worker will release; either a thread of the process that forked it held it at the "
+                    "fork, or this thread took it earlier (a path that returns or raises between acquire() and "
+                    "release()) and takes it again; nothing seen tells which"
+                )
+        elif held is not None and record is not None:  # a holder is only looked for in a record
             ht, hf, hline, htext = held
             lines.append(
                 f"worker pid {v.pid}: at the fork, thread {ht.name or '?'} (tid {ht.native_id}) of pid {record.pid} "
@@ -398,7 +536,7 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
                 f"({frames.short_path(hf.file)}:{hline})"
             )
         mine = lock_holder_at_fork(facts, record, name, forking=True, waiter=top) if record and name else None
-        if held is None and record is not None and mine is not None:
+        if origin is None and held is None and record is not None and mine is not None:
             ht, hf, hline, htext = mine
             lines.append(
                 f"worker pid {v.pid}: at the fork, the forking thread {ht.name or '?'} (tid {ht.native_id}) of pid "
@@ -406,7 +544,7 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
                 f"`{htext}` ({frames.short_path(hf.file)}:{hline}); the worker's copy of it is held and nothing in the "
                 "worker releases it"
             )
-        elif held is None and record is not None and forker:
+        elif origin is None and held is None and record is not None and forker:
             fetched = next((f.samples for f in facts.inside.fetches if f.pid == v.pid), None) if facts.inside else None
             lines.append(
                 f"worker pid {v.pid}: the lock named {name} was already held when the worker began: it waits inside "
@@ -429,7 +567,11 @@ def _fork_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[st
             )
         lines += _proof_line(facts, v.pid)
         confidence = 0.95 if v.proven else (0.85 if holder in ("openmp", "native_mutex", "python_lock") else 0.7)
-        if holder in _PYTHON_HOLDERS and fork_record_of(facts, v.pid) is None and _seen_alone_at_fork(facts, v.pid):
+        if origin is not None and origin.verdict == "unknown":
+            confidence = 0.5  # the hang may be proven; which thread left the lock held is not
+        elif origin is not None and origin.own:
+            confidence = min(confidence, 0.75)  # a holder at the fork, yet the worker got through its code since
+        elif holder in _PYTHON_HOLDERS and fork_record_of(facts, v.pid) is None and _seen_alone_at_fork(facts, v.pid):
             # Without the job's own record, nothing shows a thread that could have held it.
             lines.append(
                 f"worker pid {v.pid}: no other thread of main was seen at the fork (sampled; no inside view): it may "
@@ -492,6 +634,29 @@ _FORKSERVER_REMEDY = (
 )
 
 
+_UNKNOWN_LOCK_STATE = (
+    "deadlocked{where} on a threading.Lock that no thread of the worker will release: either a thread of the "
+    "process that forked the worker held it at the fork, or the worker's own thread took it before and never "
+    "released it; nothing seen tells which."
+)
+
+_LOCK_TAKEN_TWICE_REMEDY = (
+    "A threading.Lock is not reentrant: a thread that takes it again before releasing it waits forever. Release it "
+    "on every path (`with lock:` rather than acquire()/release(), or release in a finally: block, so that an early "
+    "return or an exception cannot leave it held); use threading.RLock where one thread may take it again (a nested "
+    "call); and acquire(timeout=<seconds>) to fail loudly instead of hanging."
+)
+
+_OWN_OR_INHERITED_REMEDY = (
+    "Two causes fit, and each has its own fix. If the worker's thread took the lock before and never released it "
+    "(an early return or an exception between acquire() and release(), or a nested call that takes it again): "
+    + _LOCK_TAKEN_TWICE_REMEDY
+    + " If a thread of main held it when iter(loader) forked the workers: create the lock inside the worker "
+    '(worker_init_fn), or start workers with DataLoader(..., multiprocessing_context="forkserver") (or "spawn"), '
+    "which gives each worker fresh locks; `dlwatch verify` on this report tries that one."
+)
+
+
 @rule("fork_inherited_lock", SEVERITY_HANG, 10, HANG)
 def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
     """Forked workers wait for a lock, condition or thread pool that no thread in them can
@@ -506,9 +671,12 @@ def fork_inherited_lock(facts: Facts) -> Optional[Finding]:
         return f"state inherited through fork (a lock, condition or thread pool of the {parent})"
 
     def adapt(pids: Tuple[int, ...]) -> Tuple[str, str]:
+        waiting = [(v, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None]
+        origins = [lock_origin(facts, v, t) for v, t in waiting]
+        if origins and all(o is not None and o.verdict == "unknown" for o in origins):
+            return _UNKNOWN_LOCK_STATE, _OWN_OR_INHERITED_REMEDY
         if any(forkserver_of(facts, pid) is not None for pid in pids):
             return state(inherited("forkserver process that forked the workers")), _FORKSERVER_REMEDY
-        waiting = [(v, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None]
         if waiting and all(alone_at_fork(facts, v.pid) and _inherited_from_forker(facts, v, t) for v, t in waiting):
             return state("a lock that main's own thread held when it created the iterator"), _FORKER_REMEDY
         holders = {_holder(facts, v.loop) for v in worker_views(facts) if v.pid in pids and v.loop is not None}
@@ -539,19 +707,34 @@ def _own_threads(v: WorkerView) -> List[ThreadStack]:
     return [t for t in v.stack.threads if not frames.is_feeder_thread(t) and not frames.is_resource_sharer(t)]
 
 
+def _own_lock(facts: Facts, v: WorkerView) -> Optional[LockOrigin]:
+    """The :class:`LockOrigin` of a worker whose only thread of its own waits for a
+    ``threading.Lock`` that, by the evidence, it took itself since the fork (``verdict`` ``own``),
+    else ``None``."""
+    threads = _own_threads(v)
+    if len(threads) != 1:
+        return None
+    origin = lock_origin(facts, v, threads[0])
+    return origin if origin is not None and origin.verdict == "own" else None
+
+
 def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
-    if not v.proven or v.stack is None or not v.stack.ok:
+    if v.stack is None or not v.stack.ok:
         return None
     threads = _own_threads(v)
     if not threads:
+        return None
+    own_lock = _own_lock(facts, v)
+    waits = v.quiet and not v.others and v.activity in (Activity.PRIVATE_WAIT, Activity.UNKNOWN)
+    if not v.proven and not (own_lock is not None and waits):
         return None
     inherited_ruled_out = (
         _holder(facts, threads[0]) in _PYTHON_HOLDERS
         and alone_at_fork(facts, v.pid)
         and not _inherited_from_forker(facts, v, threads[0])
     )
-    if len(threads) < 2 and v.proc.start_method in _FORKED and not inherited_ruled_out:
-        return None  # one thread, forked: fork_inherited_lock, unless the fork record rules that out
+    if len(threads) < 2 and v.proc.start_method in _FORKED and not inherited_ruled_out and own_lock is None:
+        return None  # one thread, forked: fork_inherited_lock, unless the evidence rules that out
     lines = []
     for t in threads:
         top = frames.innermost_python(t)
@@ -561,13 +744,23 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
             f"worker pid {v.pid}: thread {t.tid} ({t.name or '?'}) waits for {what} at {describe(facts, v.pid, user)}"
         )
         lines.append(f"worker pid {v.pid}: thread {t.tid}: {kernel_wait(facts, v.pid, t.tid)}")
-    if len(threads) < 2:
+    if own_lock is not None:
+        lines += list(own_lock.own)
+        lines.append(
+            f"worker pid {v.pid}: its only thread of its own waits (multiprocessing's queue-feeder and resource-sharer "
+            "threads hold none of the user's locks), so no thread of the worker can release the lock"
+            + (f"; {fork_context(facts, v)}" if v.proc.start_method in _FORKED else "")
+        )
+    elif len(threads) < 2:
         lines.append(
             f"worker pid {v.pid}: its only thread of its own waits (multiprocessing's queue-feeder and resource-sharer "
             "threads hold none of the user's locks); the job's record at the fork shows no other Python thread in "
             "the parent, so nothing was inherited locked: no thread exists that could ever signal it"
         )
     lines += _proof_line(facts, v.pid)
+    if own_lock is not None:
+        confidence = (0.9 if own_lock.taken_twice else 0.8) if v.proven else 0.6
+        return confidence, lines, v.user
     return 0.9, lines, v.user
 
 
@@ -580,8 +773,16 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
     views = {v.pid: v for v in worker_views(facts)}
 
     def adapt(pids: Tuple[int, ...]) -> Optional[Tuple[str, str]]:
-        if not any(len(_own_threads(views[pid])) < 2 for pid in pids if pid in views):
+        single = [views[pid] for pid in pids if pid in views and len(_own_threads(views[pid])) < 2]
+        if not single:
             return None
+        if all(_holder(facts, _own_threads(v)[0]) == "python_lock" for v in single if _own_threads(v)):
+            return (
+                "deadlocked{where}: the worker's only thread of its own waits for a threading.Lock that it took "
+                "itself and never released (taken twice, or left held by an earlier path); no thread of the worker "
+                "can release it.",
+                _LOCK_TAKEN_TWICE_REMEDY,
+            )
         return (
             "deadlocked{where}: the worker's only thread of its own (besides multiprocessing's helper threads) "
             "waits for an event, condition or lock that no thread of it "
