@@ -87,6 +87,28 @@ CASES: Tuple[Case, ...] = (
         remedy=("before the iterator is created",),
     ),
     Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
+    # Issue #34 section 3: a worker's own lock taken twice, main with a helper thread at the fork.
+    Case(
+        "lock_taken_twice_in_worker",
+        "worker_deadlock",
+        "hang",
+        "proven",
+        "self.lock.acquire()",
+        remedy=("threading.RLock", "acquire(timeout=", "!forkserver"),
+        evidence=("samples since it started",),
+    ),
+    Case(
+        "lock_taken_twice_in_worker_attach",
+        "worker_deadlock",
+        "hang",
+        "proven",
+        "self.lock.acquire()",
+        target="lock_taken_twice_in_worker",
+        args=("300",),
+        remedy=("threading.RLock", "!forkserver"),
+        evidence=("bytes since it started",),
+        attach=True,
+    ),
     Case(
         "mp_queue_nothing_feeds",
         "worker_stuck",
