@@ -1159,9 +1159,9 @@ def test_a_worker_oom_killed_without_a_traceback_is_located_at_the_dataset_line_
     facts = dataclasses.replace(crash, earlier_stacks=(_warning_stack(WORKER_PID, in_fetch, crash.sample.wall - 5),))
     first = diagnose(facts)[0]
     assert first.kind == "worker_killed" and first.location == f"{USER}:35", first.location
-    assert "(at its last stack, 5 s before: in CachedImages.__getitem__ at " in first.summary, first.summary
+    assert "(at its last stack, 5.0 s before: in CachedImages.__getitem__ at " in first.summary, first.summary
     (line,) = [e for e in first.evidence if "at the worker_memory_growth warning" in e]
-    assert "5 s before its last sample" in line and "the line it was in then" in line and "decode (" in line
+    assert "5.0 s before its last sample" in line and "the line it was in then" in line and "decode (" in line
     # another process's stack says nothing about this worker
     other = dataclasses.replace(facts, earlier_stacks=(_warning_stack(WORKER_PID + 1, in_fetch, crash.sample.wall),))
     assert diagnose(other)[0].location != f"{USER}:35"
@@ -1205,7 +1205,7 @@ def test_main_oom_killed_is_located_at_the_line_of_its_stack_at_the_memory_warni
     )
     first = diagnose(facts)[0]
     assert first.kind == "main_killed" and first.location == "/home/user/train/train.py:39", first.location
-    assert any("main pid 2842 at the main_memory_growth warning, 2 s before" in e for e in first.evidence)
+    assert any("main pid 2842 at the main_memory_growth warning, 2.0 s before" in e for e in first.evidence)
 
 
 def test_memory_series_has_one_point_per_change_per_process_and_tells_a_reused_pid_apart():
@@ -1415,3 +1415,21 @@ def test_loader_timeout_measures_the_workers_cpu_before_the_timeout_fired_not_be
     first = diagnose(_crash(fixture("stderr_loader_timeout.txt"), timeline=timeline, inside=view))[0]
     assert first.kind == "loader_timeout" and "shorter than a batch" in first.summary, first.summary
     assert any("before the timeout fired (main waited" in e for e in first.evidence), first.evidence
+
+
+def test_a_warning_stacks_age_is_counted_to_the_processs_own_last_sample_not_the_reports():
+    # The worker's last sample came 3.2 s after the stack taken at the warning; the report's
+    # own sample (main, later) is 10 s after it: the age is the worker's 3.2 s.
+    in_fetch = _frames(
+        ("CachedImages.__getitem__", USER, 35, False),
+        ("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54, False),
+        ("_worker_loop", f"{TORCH}/_utils/worker.py", 349, False),
+    )
+    with_worker = sample(46.8, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [], "fork")])
+    crash = _crash(_OOM_KILLED, oom_kills=1)
+    timeline = (with_worker, crash.sample)
+    stack = _warning_stack(WORKER_PID, in_fetch, with_worker.wall - 3.2)
+    facts = dataclasses.replace(crash, timeline=timeline, earlier_stacks=(stack,))
+    first = diagnose(facts)[0]
+    assert "(at its last stack, 3.2 s before:" in first.summary, first.summary
+    assert any("3.2 s before its last sample" in e for e in first.evidence)

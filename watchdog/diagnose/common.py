@@ -511,6 +511,11 @@ class FatalErrorDump:
         return library
 
 
+def seconds(s: float) -> str:
+    """``3.2 s`` below 10 s, ``18 s`` above: a duration for an evidence line."""
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
 @dataclass(frozen=True)
 class LastSeenAt:
     """Where a process was at the last stack taken of it while it ran (an
@@ -527,8 +532,8 @@ class LastSeenAt:
         """One evidence line that says what this is and what it is not."""
         inner = " ← ".join(f"{f.function} ({frames.short_path(f.file)}:{f.line})" for f in self.inner[:3])
         return (
-            f"{role} pid {self.earlier.pid} at the {self.earlier.why} warning, {self.before_s:.0f} s before its last "
-            f"sample (py-spy --nonblocking): in {self.frame.function} at {self.frame.file}:{self.frame.line}; "
+            f"{role} pid {self.earlier.pid} at the {self.earlier.why} warning, {seconds(self.before_s)} before its "
+            f"last sample (py-spy --nonblocking): in {self.frame.function} at {self.frame.file}:{self.frame.line}; "
             f"innermost frames: {inner}. It died with no traceback: this is the line it was in then, the last one "
             "known"
         )
@@ -549,7 +554,8 @@ def last_seen_at(facts: Facts, pid: int) -> Optional[LastSeenAt]:
     frame = frame or frames.innermost_user(thread)
     if frame is None:
         return None
-    return LastSeenAt(earlier, frame, python, max(0.0, facts.sample.wall - earlier.wall))
+    last_wall = next((smp.wall for smp in reversed(facts.timeline) if smp.process(pid) is not None), None)
+    return LastSeenAt(earlier, frame, python, max(0.0, (last_wall or facts.sample.wall) - earlier.wall))
 
 
 def _dataset_frame(python: Sequence[Frame]) -> Optional[Frame]:

@@ -66,6 +66,7 @@ from .common import (
     memory_points,
     mib,
     original_traceback,
+    seconds,
     since_last_drop,
     stderr_lines,
     stderr_traceback_blocks,
@@ -987,7 +988,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     if seen_at is not None:
         evidence.append(seen_at.evidence("worker"))
         how += (
-            f" (at its last stack, {seen_at.before_s:.0f} s before: in {seen_at.frame.function} at "
+            f" (at its last stack, {seconds(seen_at.before_s)} before: in {seen_at.frame.function} at "
             f"{frames.short_path(seen_at.frame.file)}:{seen_at.frame.line})"
         )
     fetch_code = _dataset_code(facts, pids) if hit is None and seen_at is None and signal_name else None
