@@ -497,7 +497,7 @@ def disk_full(facts: Facts) -> Optional[Finding]:
         remedy = (
             "Free space on the file system that holds that file (`df -h` on its folder), or write it elsewhere: a "
             "cache the Dataset fills grows with every sample it has seen, in every worker; bound it (evict old "
-            "entries) or keep it in memory. More shared memory (--shm-size) does not help: /dev/shm was not full."
+            "entries) or keep it in memory. Giving the job more shared memory does not help: /dev/shm was not full."
         )
     else:
         summary = (
