@@ -12,8 +12,10 @@ https://prometheus.io/docs/practices/naming/).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import http
+import os
 import selectors
 import socket
 import threading
@@ -52,6 +54,26 @@ def _loader_label(site: Optional[Frame]) -> str:
     return redact.value(f"{site.file.rsplit('/', 1)[-1]}:{site.line}") if site else "?"
 
 
+def _waiting_s(view: LoaderView, now: float) -> float:
+    """Seconds main has been inside ``__next__`` of ``view`` for the batch it waits for, at
+    ``now`` (``time.monotonic()`` seconds, the clock the inside view records in); 0 when it is
+    not waiting for a batch a worker owns (``waiting_worker`` -1: the epoch ended, which leaves
+    ``waiting_since`` set until the next event, or the worker is unknown). The recorder adds a
+    wait to ``wait_s`` only when its batch arrives (``_dlwatch_inside.py``, ``delivered``)."""
+    if view.waiting_since is None or view.waiting_worker < 0:
+        return 0.0
+    return max(0.0, now - view.waiting_since)
+
+
+def _absolute(folder: str) -> str:
+    """``folder`` as an absolute path (``os.path.abspath``: joined to dlwatch's working
+    directory, which dlwatch never changes); as given when that directory is gone."""
+    try:
+        return os.path.abspath(folder)
+    except OSError:
+        return folder
+
+
 class JobMetrics(Collector):
     """A collector over the job's watchers.
 
@@ -76,9 +98,12 @@ class JobMetrics(Collector):
 
     def note_report(self, written: ReportWritten) -> None:
         """Count one report (``written.mode``: hang, crash, live, exit) of ``written.kind``, and
-        keep it for ``dlwatch_report_info`` (its folder redacted, as every byte dlwatch serves)."""
+        keep it for ``dlwatch_report_info`` (its folder made absolute, as dlwatch's working
+        directory resolves it now, and redacted, as every byte dlwatch serves: an alert or
+        ``dlwatch cluster`` names it away from where dlwatch started)."""
         with self._lock:
             self._reports[(written.mode, written.kind, written.rank)] += 1
+            written = dataclasses.replace(written, folder=_absolute(written.folder))
             self._written.append((self._rank_labels(dict(written.rank_vars) or {"RANK": written.rank}), written))
             del self._written[:-MAX_REPORT_INFO]
 
@@ -106,6 +131,12 @@ class JobMetrics(Collector):
             f"{PREFIX}_process_cpu_seconds", "CPU time of a process of the job (user + system)", labels=labels
         )
         rss = GaugeMetricFamily(f"{PREFIX}_process_resident_memory_bytes", "RSS of a process of the job", labels=labels)
+        pss = GaugeMetricFamily(
+            f"{PREFIX}_process_proportional_memory_bytes",
+            "PSS of a process of the job (read every full_info_interval_s): each page shared with other processes "
+            "counted in equal parts, so that a sum over main and its forked workers counts each page once",
+            labels=labels,
+        )
         uss = GaugeMetricFamily(
             f"{PREFIX}_process_unique_memory_bytes",
             "USS of a process of the job (read every full_info_interval_s)",
@@ -161,7 +192,8 @@ class JobMetrics(Collector):
         )
         wait = GaugeMetricFamily(
             f"{PREFIX}_loader_data_wait_seconds",
-            "time main waited in __next__ of the latest iterator (inside view)",
+            "time main waited in __next__ of the latest iterator (inside view), the wait in progress included: "
+            "it rises through a stall, not only when the wait ends",
             labels=rank_labels + ["loader"],
         )
         host_done = False
@@ -187,6 +219,7 @@ class JobMetrics(Collector):
                 threads.add_metric(values, p.num_threads)
                 for family, value in (
                     (uss, p.uss_bytes),
+                    (pss, p.pss_bytes),
                     (fds, p.num_fds),
                     (max_fds, p.rlimit_nofile_soft),
                     (pinned, p.pinned_bytes),
@@ -200,7 +233,7 @@ class JobMetrics(Collector):
                     latest[where] = v
             for where, v in latest.items():
                 batches.add_metric(base + [where], v.batches)
-                wait.add_metric(base + [where], v.wait_s)
+                wait.add_metric(base + [where], v.wait_s + _waiting_s(v, sample.t_mono))
             totals: Counter = Counter()
             for site, n in status.delivered:
                 totals[_loader_label(site)] += n
@@ -233,6 +266,7 @@ class JobMetrics(Collector):
         yield from (
             cpu,
             rss,
+            pss,
             uss,
             fds,
             max_fds,

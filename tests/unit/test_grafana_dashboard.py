@@ -40,7 +40,7 @@ def test_the_dashboard_is_a_grafana_model_with_a_row_per_rank():
     assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "node", "run_id"}
     (table,) = [p for p in dashboard["panels"] if p["type"] == "table"]
     columns = set(table["transformations"][1]["options"]["renameByName"].values())
-    assert {"s since progress", "batches/s", "data wait (share of time)", "RSS, main + workers"} <= columns
+    assert {"s since progress", "batches/s", "data wait (share of time)", "memory (PSS), main + workers"} <= columns
     for _, expr in _exprs(dashboard):
         grouped = re.findall(r"by \(([^)]*)\)", expr)
         assert grouped and all({"node", "rank"} <= {x.strip() for x in g.split(",")} or g == "node" for g in grouped)
@@ -69,3 +69,18 @@ def test_every_dashboard_query_parses_in_promtool(tmp_path):
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     check = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_memory_is_never_a_sum_of_rss():
+    """RSS counts a page forked workers share with main once per process (805 MB shown for
+    ~290 MB used, issue #37): no query adds up RSS (``sum``), and the memory panel and the
+    table's memory column sum PSS."""
+    with open(PATH, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    for title, expr in _exprs(dashboard):
+        assert not (re.search(r"\bsum\b", expr) and "dlwatch_process_resident_memory_bytes" in expr), (title, expr)
+    panel = next(p for p in dashboard["panels"] if p["title"].startswith("Memory of main and workers"))
+    (table,) = [p for p in dashboard["panels"] if p["type"] == "table"]
+    memory_column = next(t for t in table["targets"] if "memory" in t["expr"])
+    for expr in (panel["targets"][0]["expr"], memory_column["expr"]):
+        assert expr.startswith("sum by") and "dlwatch_process_proportional_memory_bytes" in expr, expr

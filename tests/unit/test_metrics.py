@@ -88,7 +88,10 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
 
     table = readme_series()
     smp = sample(
-        30.0, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])], shm_total=1 << 26, shm_used=0
+        30.0,
+        [replace(proc(MAIN_PID, ROLE_MAIN, []), pss_bytes=1 << 20), proc(WORKER_PID, ROLE_WORKER, [])],
+        shm_total=1 << 26,
+        shm_used=0,
     )
     loader = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))
     status = WatcherStatus(
@@ -116,3 +119,47 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     assert delivered == [30.0] and ("loader", "train.py:12") in next(
         ls for (name, ls) in scraped if name == "dlwatch_loader_batches_delivered_total"
     )
+
+
+def _loader_status(t: float, **view) -> WatcherStatus:
+    from dataclasses import replace
+
+    from tests.unit.test_verify import loader_view
+    from watchdog.types import Frame
+
+    loader = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False), **view)
+    smp = replace(sample(t, [proc(MAIN_PID, ROLE_MAIN, [])]), loaders=(loader,))
+    return WatcherStatus(root_pid=MAIN_PID, sample=smp, stall_s=1.0)
+
+
+def _data_wait(status: WatcherStatus) -> float:
+    (value,) = [
+        v for (name, _), v in _scrape(metrics.JobMetrics(lambda: [status], node="n")).items() if "data_wait" in name
+    ]
+    return value
+
+
+def test_the_data_wait_counts_the_wait_in_progress_so_it_rises_through_a_stall():
+    # main entered __next__ at t=100 for a batch worker 1 owns, and waited 4 s before that:
+    # at the samples of t=130 and t=160 the series says 34 s, then 64 s (it said 4 s at both)
+    waiting = dict(wait_s=4.0, waiting_since=100.0, waiting_worker=1, waiting_idx=6)
+    assert _data_wait(_loader_status(130.0, **waiting)) == 34.0
+    assert _data_wait(_loader_status(160.0, **waiting)) == 64.0
+    # an epoch that ended leaves waiting_since set with no worker (-1): not a wait
+    assert _data_wait(_loader_status(160.0, wait_s=4.0, waiting_since=100.0, waiting_worker=-1)) == 4.0
+    assert _data_wait(_loader_status(160.0, wait_s=4.0)) == 4.0
+
+
+def test_pss_is_served_and_a_report_folder_is_absolute(tmp_path, monkeypatch):
+    import os
+    from dataclasses import replace
+
+    monkeypatch.chdir(tmp_path)
+    smp = sample(30.0, [replace(proc(MAIN_PID, ROLE_MAIN, []), rss_bytes=3 << 20, pss_bytes=1 << 20)])
+    collector = metrics.JobMetrics(lambda: [WatcherStatus(root_pid=MAIN_PID, sample=smp, stall_s=1.0)], node="n")
+    collector.note_report(ReportWritten("hang", "worker_stuck", "", "hang", "dlwatch-reports/20261202T040000Z-n-9"))
+    got = _scrape(collector)
+    empty = dict(node="n", run_id="", rank="", local_rank="", group_rank="")
+    assert got[("dlwatch_process_proportional_memory_bytes", _labels(**empty, role="main", worker_id=""))] == 1 << 20
+    (folder,) = [dict(ls)["folder"] for name, ls in got if name == "dlwatch_report_info"]
+    assert folder == os.path.join(str(tmp_path), "dlwatch-reports", "20261202T040000Z-n-9")
