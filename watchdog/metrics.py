@@ -175,6 +175,13 @@ class JobMetrics(Collector):
             "when the rank's main process started (Unix seconds): tells one run on a node from the next",
             labels=rank_labels,
         )
+        waiting = GaugeMetricFamily(
+            f"{PREFIX}_loader_waiting_for_batch",
+            "1 while main waits in __next__ of the latest iterator for a batch a worker owns, 0 while it is not in "
+            "__next__ (inside view); not served while it is in __next__ for no worker's batch (the epoch ended, or "
+            "num_workers=0)",
+            labels=rank_labels + ["loader"],
+        )
         shm_used = GaugeMetricFamily(
             f"{PREFIX}_shm_used_bytes", "bytes used in /dev/shm as the job sees it", labels=["node"]
         )
@@ -239,6 +246,9 @@ class JobMetrics(Collector):
                 totals[_loader_label(site)] += n
             for where, n in sorted(totals.items()):
                 delivered.add_metric(base + [where], n)
+            for where, v in latest.items():
+                if v.waiting_since is None or v.waiting_worker >= 0:  # in __next__ for no worker's batch: unknown
+                    waiting.add_metric(base + [where], 0.0 if v.waiting_since is None else 1.0)
             if not host_done:
                 host_done = True
                 if sample.host.shm_used_bytes is not None:
@@ -281,6 +291,7 @@ class JobMetrics(Collector):
             batches,
             delivered,
             wait,
+            waiting,
             reports,
             info,
         )
