@@ -126,6 +126,15 @@ CASES: Tuple[Case, ...] = (
         remedy=("Nothing sets the multiprocessing.Event", ".set()"),
     ),
     Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
+    Case(
+        "signal_handler_takes_loop_lock",
+        "main_thread_deadlock",
+        "hang",
+        "proven",
+        "with STATE_LOCK:  # the interrupted loop holds it",
+        remedy=("only set a flag", "!join"),
+        evidence=("as a signal handler",),
+    ),
     Case("exit_hang_queue_feeder", "main_thread_deadlock", "hang", "proven"),
     Case(
         "sqlite_busy_retry",

@@ -110,9 +110,7 @@ def _facts(**kw):
 
 def _written(facts, n):
     """``facts`` with the worker's ``wchar`` at ``n`` bytes."""
-    procs = tuple(
-        dataclasses.replace(p, write_chars=n) if p.pid == WORKER_PID else p for p in facts.sample.processes
-    )
+    procs = tuple(dataclasses.replace(p, write_chars=n) if p.pid == WORKER_PID else p for p in facts.sample.processes)
     smp = dataclasses.replace(facts.sample, processes=procs)
     return dataclasses.replace(facts, sample=smp, timeline=(smp,))
 
@@ -189,3 +187,59 @@ def test_a_worker_of_a_one_thread_forkserver_is_not_blamed_on_a_thread_in_the_fo
     first = diagnose(facts)[0]
     assert first.kind == "worker_deadlock", (first.kind, first.summary)
     assert "a thread in it held this lock" not in first.remedy and "RLock" in first.remedy
+
+
+# --- a lock the main thread already holds ------------------------------------------------------
+
+SIGNAL_SOURCES = (
+    ((USER, 29), "    with STATE_LOCK:"),
+    ((f"{STDLIB}/subprocess.py", 1883), "            self.pid = _fork_exec("),
+    ((f"{STDLIB}/subprocess.py", 1026), "            self._execute_child(args, executable, preexec_fn, close_fds,"),
+    ((f"{STDLIB}/subprocess.py", 548), "    with Popen(*popenargs, **kwargs) as process:"),
+    ((USER, 43), "    for step, batch in enumerate(loader):"),
+    ((USER, 44), "        with STATE_LOCK:"),
+    ((USER, 45), '            STATE["step"] = step'),
+    ((USER, 46), "            if step == 5:"),
+    ((USER, 47), '                subprocess.run(["kill", "-USR1", str(os.getpid())], check=True)'),
+)
+
+
+def _main_facts(frames_spec, sources):
+    """Main's only thread at ``frames_spec`` (innermost first), proven stuck, outside the loader."""
+    t = ThreadStack(MAIN_PID, "MainThread", False, False, _frames(*frames_spec))
+    facts = hang_facts([], verdict_kind="outside_loader", sources=sources, proof=_proof(MAIN_PID))
+    stacks = ((MAIN_PID, ProcessStack(MAIN_PID, (t,), True, None, "", 0.1)),)
+    verdict = dataclasses.replace(facts.verdict, thread=t)
+    return dataclasses.replace(facts, stacks=stacks, verdict=verdict)
+
+
+def test_a_signal_handler_waiting_for_the_lock_the_interrupted_loop_holds_gets_the_flag_remedy():
+    """patroni/patroni#3413's shape: the handler's frame sits on a line that does not call it."""
+    facts = _main_facts(
+        (
+            ("report_status", USER, 29, False),
+            ("Popen._execute_child", f"{STDLIB}/subprocess.py", 1883, False),
+            ("Popen.__init__", f"{STDLIB}/subprocess.py", 1026, False),
+            ("run", f"{STDLIB}/subprocess.py", 548, False),
+            ("main", USER, 47, False),
+        ),
+        SIGNAL_SOURCES,
+    )
+    first = diagnose(facts)[0]
+    assert first.kind == "main_thread_deadlock" and first.certainty == "proven", (first.kind, first.summary)
+    assert "signal handler" in first.summary and "STATE_LOCK" in first.summary
+    assert "only set a flag" in first.remedy and "join" not in first.remedy
+    assert first.location == f"{USER}:29"
+    assert any("as a signal handler" in e and "`with STATE_LOCK:` at" in e for e in first.evidence)
+
+
+def test_a_nested_call_taking_the_lock_main_holds_is_a_lock_taken_twice_not_a_handler():
+    sources = (
+        ((USER, 29), "    with STATE_LOCK:"),
+        ((USER, 44), "        with STATE_LOCK:"),
+        ((USER, 45), "            report_status()"),
+    )
+    facts = _main_facts((("report_status", USER, 29, False), ("main", USER, 45, False)), sources)
+    first = diagnose(facts)[0]
+    assert first.kind == "main_thread_deadlock" and "signal handler" not in first.summary
+    assert "RLock" in first.remedy and "same thread holds" in first.summary + " ".join(first.evidence)

@@ -843,6 +843,76 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
     return lines, where, kinds
 
 
+@dataclasses.dataclass(frozen=True)
+class Reentry:
+    """A thread that waits for a lock one of its own outer frames holds: ``name`` is the lock's
+    name in the source, ``waiter`` the innermost Python frame (waiting to take it), ``holder`` the
+    outer frame inside ``holder_text`` (``with NAME:`` or ``NAME.acquire()``) at ``holder_line``;
+    ``handler`` the frame that its caller's line does not call (``None`` when every call between
+    them is written in the caller's line): a signal handler CPython ran between two bytecodes of
+    ``interrupted``."""
+
+    name: str
+    waiter: Frame
+    holder: Frame
+    holder_line: int
+    holder_text: str
+    handler: Optional[Frame]
+    interrupted: Optional[Frame]
+
+
+def _short_name(function: str) -> str:
+    return function.rsplit(".", 1)[-1].split("@")[0]
+
+
+def reentry_of(facts: Facts, t: ThreadStack) -> Optional[Reentry]:
+    """The :class:`Reentry` of thread ``t``, or ``None``: its innermost Python frame waits at a
+    line that takes a lock (``with NAME:``, ``NAME.acquire()``) whose name an outer frame of the
+    user's code holds (:func:`holds_at`). Between them, a frame whose caller's source line does
+    not name it was not called by that line: Python signal handlers run in the main thread on top
+    of the frame they interrupt (CPython docs, signal module, "Execution of Python signal
+    handlers"). Unknown source lines are never taken for such a frame."""
+    py = frames.python_frames(t)
+    if not py or _holder(facts, t) != "python_lock":
+        return None
+    name = lock_name(facts.source(py[0].file, py[0].line))
+    if name is None:
+        return None
+    for i, f in enumerate(py[1:8], 1):
+        if not frames.is_user(f):
+            continue
+        held = holds_at(facts, f, name)
+        if held is None:
+            continue
+        handler = interrupted = None
+        for callee, caller in zip(py[:i], py[1 : i + 1]):
+            called = _short_name(callee.function)
+            implicit = called.startswith("__") and called.endswith("__") or called == "<module>"
+            if not frames.is_user(callee) or implicit:
+                continue  # the library's frames, and methods that syntax calls (with, [], a class's name)
+            text = facts.source(caller.file, caller.line)
+            if text is not None and called not in text:
+                handler, interrupted = callee, caller
+                break
+        return Reentry(name, py[0], f, held[0], held[1], handler, interrupted)
+    return None
+
+
+_HANDLER_REMEDY = (
+    "A Python signal handler runs in the main thread on top of whatever it interrupted, so a handler that takes a "
+    "lock the interrupted code holds (directly, or through logging, print or a library call that locks) waits for "
+    "itself forever. Make the handler only set a flag (a plain variable, or write a byte to a pipe given to "
+    "signal.set_wakeup_fd) and do the work (the status, the checkpoint, the logging) in the loop when it sees the "
+    "flag; never take a lock in a signal handler."
+)
+
+_MAIN_TAKEN_TWICE_REMEDY = (
+    "A threading.Lock is not reentrant: the thread takes it again while an outer frame of its own holds it. Do not "
+    "call code that takes the lock from inside it (split the locked part out), use threading.RLock where one thread "
+    "may take it again, release it on every path, and acquire(timeout=<seconds>) to fail loudly."
+)
+
+
 @rule("main_thread_deadlock", SEVERITY_HANG, 13, HANG)
 def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
     """The main process's threads wait on each other: the proof shows every thread of main in an
@@ -863,6 +933,8 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
         frames.has_frame(t, frozenset({"_exit_function", "_run_finalizers"})) for t in stack.threads
     )
     feeder = stack is not None and any(frames.is_feeder_thread(t) for t in stack.threads)
+    iterating = next((t for t in stack.threads if t.tid == main.pid), None) if stack is not None and stack.ok else None
+    reentry = reentry_of(facts, iterating) if iterating is not None else None
     if at_exit and feeder:
         summary = (
             "The main process hangs at interpreter exit: multiprocessing's exit handler joins a queue's feeder thread, "
@@ -873,6 +945,35 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
             "queue whose reader may be gone (it may drop unsent items); do not leave a daemonic consumer behind a "
             "full queue."
         )
+    elif reentry is not None:
+        r = reentry
+        held_at = f"{frames.short_path(r.holder.file)}:{r.holder_line}"
+        if r.handler is not None and r.interrupted is not None:
+            summary = (
+                f"The main process deadlocked on itself: the signal handler at {brief(r.handler)} waits for "
+                f"{r.name}, which the code it interrupted holds (`{r.holder_text}` "
+                f"at {held_at}, in {r.holder.function}); both run in the main thread, so nothing can release it."
+            )
+            remedy = _HANDLER_REMEDY
+            lines.insert(
+                1,
+                f"main pid {main.pid}: thread {main.pid}: {r.handler.function} ({describe(facts, main.pid, r.handler)})"
+                f" runs on top of {describe(facts, main.pid, r.interrupted)}, a line that does not call it: CPython "
+                f"ran it as a signal handler between two bytecodes; an outer frame, {r.holder.function}, holds "
+                f"{r.name} (`{r.holder_text}` at {held_at})",
+            )
+            where = r.handler if frames.is_user(r.handler) else where
+        else:
+            summary = (
+                f"The main process deadlocked on itself at {brief(r.waiter)}: its thread waits for {r.name}, which an "
+                f"outer frame of the same thread holds (`{r.holder_text}` at {held_at}, in {r.holder.function})."
+            )
+            remedy = _MAIN_TAKEN_TWICE_REMEDY
+            lines.insert(
+                1,
+                f"main pid {main.pid}: thread {main.pid} waits for {r.name} at {describe(facts, main.pid, r.waiter)}; "
+                f"the same thread holds it in {r.holder.function} (`{r.holder_text}` at {held_at})",
+            )
     else:
         summary = (
             f"Deadlock in the main process{f' at {brief(where)}' if where else ''}: its threads wait on each other "
