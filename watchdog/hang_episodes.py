@@ -200,7 +200,17 @@ class HangEpisodes:
 
     def job_ended(self, exit_code: Optional[int], signalled: Optional[int]) -> None:
         """Record what became of the hang reports still open when the job ended: resolved
-        when the loader had moved again since, else ``job_ended`` with how it ended."""
+        when the loader had moved again since (at a tick whose resolution is not said yet, or
+        at the last tick, which :meth:`moved` did not see), else ``job_ended`` with how it
+        ended."""
+        tracker = self.job.tracker
+        if self.open and self.resolved is None:
+            ended = self.episode.delivered(
+                tracker.last_delivery_mono, time.monotonic(), tracker.last_batch_mono, tracker.members
+            )
+            if ended is not None:
+                moved_at = max(x for x in (tracker.last_delivery_mono, tracker.last_batch_mono) if x is not None)
+                self.resolved = (ended, moved_at)
         if self.open and self.resolved is not None:  # the loader moved again, then the job ended
             over, at = self.resolved
             self._write_outcome(

@@ -1,7 +1,7 @@
 """Healthy control: a worker's ``__getitem__`` fetches its first sample from a service that is
 not ready yet, and retries with capped exponential back-off (0.1 s, x1.5, at most 0.4 s between
-tries) until it answers, ``SUCCEED_S`` seconds (45 by default) after the job began; every
-sample after that comes at once. No batch comes for that long and the worker only sleeps and
+tries) until it answers, ``SUCCEED_S`` seconds (45 by default) after the job began; then its
+40 samples come in 0.2 s each. No batch comes for that long and the worker only sleeps and
 retries, as a retry that never succeeds would: the watchdog may report a suspected hang, but
 when the retry succeeds the report must say it resolved, and the job's success (exit 0) must
 stay one: ``dlwatch attach`` exits 0 (issue #34 of this project: a 45 s retry that then
@@ -29,7 +29,7 @@ class RemoteDataset(Dataset):
         self.ready_at = ready_at  # time.time() when the service answers
 
     def __len__(self):
-        return 8
+        return 40
 
     def fetch(self, i):
         if time.time() < self.ready_at:
@@ -40,7 +40,9 @@ class RemoteDataset(Dataset):
         delay = 0.1
         while True:
             try:
-                return self.fetch(i)
+                sample = self.fetch(i)
+                time.sleep(0.2)  # the transfer and decoding: the job goes on for seconds once it succeeds
+                return sample
             except NotReady:
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.4)
