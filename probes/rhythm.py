@@ -8,7 +8,9 @@ p50, p99 and the longest interval (each as its bucket's upper bound, so within a
 octave). The rule declares a stall after ``max(stall_min_s, k × p99)`` with no batch; a healthy
 run whose longest interval exceeds ``k × p99`` would have been examined. The table shows
 ``longest / p99`` per run and the largest over all runs, with the spread of each round's
-largest: ``k`` must sit well above it.
+largest: ``k`` must sit well above it. ``--load N`` runs N busy processes (``while True:
+pass``, as ``stress --cpu N``) beside the variants for the whole measurement and kills them at
+its end: a loaded machine's tail is longer than an idle one's (issue #34: 13.33 at load 6).
 
 Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag or variant
 (one line).
@@ -33,6 +35,7 @@ from .cli import Parser, int_range, output_file, positive_seconds
 from .env import child_env
 
 MAX_ROUNDS = 20
+MAX_LOAD = 256
 
 # Healthy variants: name -> probes.train arguments. Each must end with exit code 0.
 VARIANTS: Dict[str, Sequence[str]] = {
@@ -124,10 +127,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument(
         "--rounds", type=int_range(1, MAX_ROUNDS), default=1, help=f"rounds over the variants, from 1 to {MAX_ROUNDS}"
     )
+    p.add_argument(
+        "--load",
+        type=int_range(0, MAX_LOAD),
+        default=0,
+        help=f"busy processes run beside the variants, from 0 to {MAX_LOAD} (0: none)",
+    )
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant {unknown[0]!r}")
+    busy = busy_loops(args.load)
+    try:
+        return _measure(args, busy)
+    finally:
+        stop_busy(busy)
+
+
+def busy_loops(n: int) -> List[subprocess.Popen]:
+    """Start ``n`` processes that spin on a CPU (``python -c "while True: pass"``), each in a
+    session of its own; :func:`stop_busy` ends them."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(n)
+    ]
+
+
+def stop_busy(procs: Sequence[subprocess.Popen]) -> None:
+    """Kill the busy processes of :func:`busy_loops` (SIGKILL) and reap them; raises nothing."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _measure(args, busy: Sequence[subprocess.Popen]) -> int:
     rows, failed = [], 0
     for round_ in range(1, args.rounds + 1):
         for name in args.variants or list(VARIANTS):
@@ -158,7 +203,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         largest = max(r["longest_over_p99"] for r in rows)
         per_round = [max(r["longest_over_p99"] for r in rows if r["round"] == k) for k in {r["round"] for r in rows}]
         spread = f" (each round's largest: {min(per_round):.2f}–{max(per_round):.2f})" if len(per_round) > 1 else ""
-        print(f"\nlargest longest/p99 over {len(rows)} iterator(s): {largest:.2f}{spread}")
+        beside = f", {len(busy)} busy process(es) beside them" if busy else ""
+        print(f"\nlargest longest/p99 over {len(rows)} iterator(s){beside}: {largest:.2f}{spread}")
     if args.json:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.json)) or ".")
         with os.fdopen(fd, "w") as f:
