@@ -380,10 +380,30 @@ def loader_wait_depth(thread: ThreadStack) -> Optional[int]:
     return None
 
 
+def manager_call(thread: ThreadStack) -> Optional[str]:
+    """The method a thread waits on through a ``multiprocessing.Manager`` proxy, or ``None``:
+    its innermost Python frames, above the user's code, run ``BaseProxy._callmethod`` in
+    multiprocessing/managers.py (it sends the request to the manager process and reads its reply);
+    the method is the proxy frame that called it (``acquire``, ``get``, ``wait``, ``__enter__``:
+    ``AcquirerProxy``'s, or one ``MakeProxyType`` wrote, whose file is ``<string>``)."""
+    py = python_frames(thread)
+    for i, f in enumerate(py):
+        if is_user(f) and f.file != "<string>":
+            return None
+        if f.function.endswith("_callmethod") and normalise_path(f.file).endswith("multiprocessing/managers.py"):
+            caller = py[i + 1] if i + 1 < len(py) else None
+            return caller.function.rsplit(".", 1)[-1] if caller is not None else "?"
+    return None
+
+
 def waits_on_mp_queue(thread: ThreadStack) -> bool:
     """True when the thread's innermost Python frames, above the user's code, read a
     multiprocessing queue or connection (``Queue.get`` in multiprocessing/queues.py,
-    ``Connection.recv*`` in multiprocessing/connection.py): a wait for another process to send."""
+    ``Connection.recv*`` in multiprocessing/connection.py): a wait for another process to send.
+    A ``multiprocessing.Manager`` proxy's call reads a connection too, but from the manager
+    process, which answers every call it can (:func:`manager_call`): never a queue."""
+    if manager_call(thread) is not None:
+        return False
     for f in python_frames(thread):
         if is_user(f):
             return False
