@@ -531,19 +531,20 @@ def test_a_record_planted_for_a_process_outside_the_job_is_never_read(tmp_path):
     assert 1 not in reader._docs and (tmp_path / "1.json").exists()
 
 
-def _frames_record(pid: int) -> bytes:
-    """A record as heavy as the recorder's bounds allow in 1.6 MB: 16 iterators that each forked
-    while 64 threads ran 40 frames deep (short names: many objects for few bytes)."""
+def _frames_record(pid: int, iterators: int = FMT.MAX_ITERATORS) -> bytes:
+    """A record as heavy as the recorder's bounds allow (1.6 MB for 16 iterators): iterators
+    that each forked while 64 threads ran 40 frames deep (short names: many objects for few
+    bytes)."""
     frame = {"file": "a", "line": 1, "function": "f"}
     thread = {"name": "t", "stack": [frame] * FMT.MAX_FRAMES}
-    iterators = [{"id": i, "threads_at_fork": [thread] * FMT.MAX_THREADS} for i in range(1, FMT.MAX_ITERATORS + 1)]
-    return json.dumps({"pid": pid, "iterators": iterators}).encode()
+    its = [{"id": i, "workers": [1], "threads_at_fork": [thread] * FMT.MAX_THREADS} for i in range(1, iterators + 1)]
+    return json.dumps({"pid": pid, "iterators": its}).encode()
 
 
 def test_records_of_many_job_processes_keep_the_memory_bounded_and_the_ones_skipped_are_named(tmp_path):
     import tracemalloc
 
-    pids = list(range(4_100_000, 4_100_024))  # the job's, as the sampler gives them (no real process needed)
+    pids = list(range(4_100_000, 4_100_012))  # the job's, as the sampler gives them (no real process needed)
     data = _frames_record(0)
     for pid in pids:
         (tmp_path / f"{pid}.json").write_bytes(data)
@@ -555,8 +556,26 @@ def test_records_of_many_job_processes_keep_the_memory_bounded_and_the_ones_skip
     finally:
         tracemalloc.stop()
     del view
-    assert kept < 160 << 20, f"{kept >> 20} MiB kept of 24 records of {len(data) >> 10} KiB"  # ~24 x 14 MiB before
+    assert kept < 100 << 20, f"{kept >> 20} MiB kept of 12 records of {len(data) >> 10} KiB"  # ~12 x 14 MiB before
     assert "skipped: the records kept would weigh over" in (reader.read(pids, forks=False).note or "")
+
+
+def test_records_of_ended_processes_kept_in_memory_stay_bounded_however_heavy(tmp_path):
+    import tracemalloc
+
+    dead = 4_000_000  # above any pid_max: processes that ended, whose files the job wrote
+    for i in range(40):  # each names a program of 1.5 MB it exec'd
+        doc = {"pid": dead + i, "exec": {"path": "/" + "x" * 1_500_000, "stack": []}}
+        (tmp_path / f"{dead + i}.json").write_text(json.dumps(doc))
+    reader = inside.InsideReader(str(tmp_path), retire=True)
+    tracemalloc.start()
+    try:
+        execs = len(reader.read([os.getpid()]).execs)
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert not os.listdir(tmp_path)  # every ended process's files went
+    assert 0 < execs < 40 and kept < 30 << 20, f"{kept >> 20} MiB kept of 40 ended processes' records"  # 57 MiB before
 
 
 def test_a_record_over_the_size_cap_is_skipped_and_named_and_the_others_kept(tmp_path):
