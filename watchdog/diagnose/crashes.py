@@ -1151,6 +1151,24 @@ def _workers_cpu_s(facts: Facts, window_s: float, end: Optional[float] = None) -
     return total, len(pids)
 
 
+def _workers_runq_s(facts: Facts, window_s: float, end: Optional[float] = None) -> float:
+    """Seconds the workers' main threads waited runnable for a CPU in the same window as
+    :func:`_workers_cpu_s` (``ProcessSample.runq_wait_s``, ``/proc/PID/schedstat``; a worker
+    not read at both ends counts 0): on a loaded machine a computing worker gets little CPU,
+    but it is runnable all along (issue #34)."""
+    if end is None:
+        end = facts.timeline[-1].t_mono if facts.timeline else 0.0
+    first: Dict[ProcId, float] = {}
+    last: Dict[ProcId, float] = {}
+    for s in facts.timeline:
+        if end - window_s <= s.t_mono <= end + 1.0:
+            for w in s.workers:
+                if w.runq_wait_s is not None:
+                    first.setdefault(w.ident, w.runq_wait_s)
+                    last[w.ident] = w.runq_wait_s
+    return sum(last[k] - first[k] for k in last)
+
+
 # The timeout ``dlwatch verify`` tries for a loader_timeout of busy workers: this many times the
 # one that fired, and at least TIMEOUT_FIX_MIN_S seconds.
 TIMEOUT_FIX_FACTOR, TIMEOUT_FIX_MIN_S = 4.0, 60.0
@@ -1171,11 +1189,14 @@ def loader_timeout(facts: Facts) -> Optional[Finding]:
         cpu, workers = _workers_cpu_s(facts, timeout_s)
         fired = None
     evidence = [f"stderr: {m.group(0)}"]
-    busy = cpu is not None and workers and cpu >= 0.25 * timeout_s
+    waited = _workers_runq_s(facts, timeout_s, fired) if cpu is not None else 0.0
+    busy = cpu is not None and workers and cpu + waited >= 0.25 * timeout_s
     fix = Fix(loader=(("timeout", max(TIMEOUT_FIX_MIN_S, TIMEOUT_FIX_FACTOR * timeout_s)),)) if busy else None
     if cpu is not None:
         evidence.append(
-            f"the {workers} worker(s) used {cpu:.1f} s of CPU in the {timeout_s:g} s before the timeout fired"
+            f"the {workers} worker(s) used {cpu:.1f} s of CPU"
+            + (f" and waited {waited:.1f} s runnable for one (a loaded machine)" if waited >= 0.05 * timeout_s else "")
+            + f" in the {timeout_s:g} s before the timeout fired"
             + (
                 " (main waited for that batch from then on: the inside view)"
                 if fired is not None
