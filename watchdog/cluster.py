@@ -3,12 +3,30 @@
 Each node's ``dlwatch run --metrics-port`` serves its ranks' series (:mod:`watchdog.metrics`);
 Prometheus scrapes them all. This asks Prometheus's HTTP API for instant vectors
 (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) and prints
-one row per rank: node, local rank, seconds since progress, batches, data wait (seconds main
-waited in ``__next__``), the first report's kind and folder, then which rank stalled first. The comparison uses
-``dlwatch_last_progress_timestamp_seconds`` (each node's own clock at its last progress), not
-the ages at scrape time, which differ by the scrapes' skew. A rank whose sidecar stopped
-answering (``up == 0``) is listed as such from its last values (``last_over_time``), never
-dropped.
+one row per rank: node, local rank, state, cause, seconds since progress, batches, data wait
+(seconds main waited in ``__next__``), the first report's kind and folder, then which rank
+stalled first. A rank whose sidecar stopped answering (``up == 0``) is listed as such from its
+last values (``last_over_time``), never dropped.
+
+NOTE [ Which rank stalled first ]
+When one rank stops, the others stop soon after, waiting for it in a collective: every rank's
+last progress may fall within the same second (issue #37: four ranks on two nodes, and the
+earliest timestamp was the torchrun agent's own row). So the first is decided by cause before
+time (:func:`cause`):
+1. a rank whose DataLoader stalled (a hang report of this run other than
+   ``stall_outside_loader``, or main waiting in ``__next__`` for a worker's batch now,
+   ``dlwatch_loader_waiting_for_batch``) or that crashed (a crash report of this run);
+2. a rank whose cause is not known (no report, no inside view);
+3. a rank stalled outside its DataLoader (``stall_outside_loader``, or main not in ``__next__``):
+   most likely waiting for another rank.
+Within the first of these classes that holds a stalled rank, the earliest
+``dlwatch_last_progress_timestamp_seconds`` (each node's own clock at its last progress, not
+the ages at scrape time, which differ by the scrapes' skew) comes first; ranks within
+:data:`TIE_S` of it are a tie, and the verdict says so instead of naming one. A launcher's row
+(:attr:`RankRow.agent`: a sidecar serves its job's own row while it knows no ranks, and
+Prometheus keeps it an hour) is never a candidate: it never iterates a loader. c10d numbers
+ranks by arrival at the rendezvous, not by ``--node-rank``, so the verdict and the table name
+each rank's node.
 
 What it trusts of Prometheus: nothing but the answer's shape. Credentials in the URL
 (``user:password@``) are sent as basic auth to that origin only: a redirect to another origin
@@ -61,6 +79,19 @@ MAX_ANSWER_BYTES = 8 << 20
 MAX_SERIES = 20_000
 # The most characters of one value shown in the table or the verdict (a label may be any length).
 MAX_CELL_CHARS = 120
+# Ranks whose last progress lies within this many seconds of each other, in the same cause class,
+# are a tie: a sidecar samples about once a second, so a smaller lead says nothing.
+TIE_S = 1.0
+# The most ranks the verdict names one by one (the table lists them all).
+MAX_NAMED = 8
+# Causes (NOTE [ Which rank stalled first ]), in the order the first to stall is sought.
+CAUSE_LOADER = "loader stalled"
+CAUSE_CRASHED = "crashed"
+CAUSE_UNKNOWN = ""
+CAUSE_OUTSIDE = "outside loader"
+_CAUSE_ORDER = {CAUSE_LOADER: 0, CAUSE_CRASHED: 0, CAUSE_UNKNOWN: 1, CAUSE_OUTSIDE: 2}
+# Hang kinds that say main stopped outside its DataLoader, or nothing of where (engine.py's table).
+_NOT_LOADER_KINDS = frozenset({"stall_outside_loader", "unknown"})
 _READ_CHUNK = 64 << 10
 
 T = TypeVar("T")
@@ -73,7 +104,12 @@ class ClusterError(Exception):
 
 @dataclass(frozen=True)
 class RankRow:
-    """One rank of the job across nodes, as Prometheus last had it. Times are Unix seconds."""
+    """One rank of the job across nodes, as Prometheus last had it. Times are Unix seconds.
+
+    ``report_*`` is the rank's first report of this run; ``last_mode``/``last_kind`` its latest
+    hang or crash report of this run ("" none); ``waiting_for_batch`` whether main waits in
+    ``__next__`` for a worker's batch now (``None``: not known, or its sidecar is down);
+    ``agent`` whether the row is a launcher's, not a rank's (NOTE [ Which rank stalled first ])."""
 
     node: str
     rank: str
@@ -89,6 +125,10 @@ class RankRow:
     report_kind: str = ""
     report_mode: str = ""
     report_folder: str = ""
+    last_mode: str = ""
+    last_kind: str = ""
+    waiting_for_batch: Optional[bool] = None
+    agent: bool = False
 
 
 # The API's answer (https://prometheus.io/docs/prometheus/latest/querying/api/#format-overview),
@@ -315,6 +355,8 @@ def collect(
     reports = ask(f"last_over_time(dlwatch_report_info{sel}[{LOOKBACK}])")
     timeouts = ask(f"last_over_time(dlwatch_stall_timeout_seconds{sel}[{LOOKBACK}])")
     starts = ask(f"last_over_time(dlwatch_job_start_timestamp_seconds{sel}[{LOOKBACK}])")
+    # now, not over the hour: a loader whose series ended (another loader took over) says nothing
+    waiting = ask(f"max by (node, run_id, rank) (dlwatch_loader_waiting_for_batch{sel})")
     # the targets of dlwatch's sidecars only (a Prometheus may scrape many others)
     up = {str(r["metric"].get("instance", "")): _value(r) for r in ask(f"up and on (instance) {since_expr}")}
     now = time.time() if now is None else now
@@ -328,15 +370,22 @@ def collect(
         rows[_key(result["metric"])]["since"] = _value(result)
     by = {
         name: {_key(r["metric"]): _value(r) for r in results}
-        for name, results in (("b", batches), ("w", wait), ("t", timeouts), ("s", starts))
+        for name, results in (("b", batches), ("w", wait), ("t", timeouts), ("s", starts), ("q", waiting))
     }
     firsts: Dict[Tuple[str, str, str], Tuple[str, str, str]] = {}
-    for r in sorted(reports, key=lambda r: str(r["metric"].get("folder", ""))):
+    lasts: Dict[Tuple[str, str, str], Tuple[str, str]] = {}
+    for r in sorted(reports, key=lambda r: _folder_name(str(r["metric"].get("folder", "")))):
         m = r["metric"]
         key, folder = _key(m), str(m.get("folder", ""))
         if not _of_this_run(folder, by["s"].get(key)):
             continue  # an earlier run's report on this node: the series' labels are the same
-        firsts.setdefault(key, (str(m.get("kind", "")), str(m.get("mode", "")), folder))
+        kind, mode = str(m.get("kind", "")), str(m.get("mode", ""))
+        firsts.setdefault(key, (kind, mode, folder))
+        if mode in ("hang", "crash"):
+            lasts[key] = (mode, kind)
+    # a sidecar serves its job's own row only while it knows no ranks: a rank-less row without
+    # loader series, of a sidecar that serves ranks, is the launcher's (torchrun's agent)
+    ranked = {row["instance"] for (_node, _run, rank), row in rows.items() if rank}
     out = []
     for key, row in rows.items():
         node, run, rank = key
@@ -349,10 +398,14 @@ def collect(
             # last scraped, never one that grows after it: a job that finished is not stalled.
             since_s = row.get("since")
         kind, mode, folder = firsts.get(key, ("", "", ""))
+        last_mode, last_kind = lasts.get(key, ("", ""))
+        waits = by["q"].get(key) if alive else None
+        agent = not rank and row["instance"] in ranked and by["b"].get(key) is None and by["w"].get(key) is None
         out.append(
             RankRow(
                 node, rank, row["local_rank"], run, row["instance"], alive, last_at, since_s,
                 by["b"].get(key), by["w"].get(key), by["t"].get(key), kind, mode, folder,
+                last_mode, last_kind, None if waits is None else waits > 0, agent,
             )
         )  # fmt: skip
     return sorted(out, key=lambda r: (r.node, _rank_number(r.rank), r.rank))
@@ -389,10 +442,15 @@ def within(deadline_s: float, shown: str, work: Callable[[], T]) -> T:
     return box["result"]  # type: ignore[return-value]
 
 
+def _folder_name(folder: str) -> str:
+    """The last part of a report folder's path (``<UTC time>-…``: sorts by time)."""
+    return folder.rstrip("/").rsplit("/", 1)[-1]
+
+
 def _of_this_run(folder: str, started: Optional[float]) -> bool:
     """Whether a report folder (``<UTC time>-…``) was written after the run that ``started``
     (Unix seconds; ``None``: not known, kept)."""
-    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    name = _folder_name(folder)
     try:
         written = dt.datetime.strptime(name[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
     except ValueError:
@@ -414,30 +472,146 @@ def _clock(t: float) -> Optional[str]:
         return None
 
 
-def first_stalled(rows: List[RankRow], override_s: Optional[float] = None) -> Tuple[List[RankRow], Optional[str]]:
-    """The ranks stalled (:func:`stalled_after`, by their last progress), and the line that
-    names the first of them: the one whose progress stopped earliest, how long before any
-    other stalled rank's, and its report (``None`` when nothing stalled). Label values in the
-    line are printable (:func:`cell`)."""
-    stalled = [r for r in rows if r.since_progress_s is not None and r.since_progress_s >= stalled_after(r, override_s)]
+def cause(row: RankRow) -> Tuple[str, str]:
+    """Why ``row`` stalled, as far as its sidecar said: ``(class, words)``, the class one of
+    :data:`CAUSE_LOADER`, :data:`CAUSE_CRASHED`, :data:`CAUSE_OUTSIDE` or :data:`CAUSE_UNKNOWN`
+    (NOTE [ Which rank stalled first ]), the words for the verdict (label values printable)."""
+    if row.last_mode == "crash":
+        return CAUSE_CRASHED, f"it crashed ({cell(row.last_kind or '?')})"
+    if row.last_mode == "hang" and row.last_kind not in _NOT_LOADER_KINDS:
+        return CAUSE_LOADER, f"its DataLoader hang was reported ({cell(row.last_kind)})"
+    if row.waiting_for_batch:
+        return CAUSE_LOADER, "main waits in its DataLoader's __next__ for a worker's batch"
+    if row.last_kind == "stall_outside_loader" or row.waiting_for_batch is False:
+        return CAUSE_OUTSIDE, "main waits outside its DataLoader"
+    return CAUSE_UNKNOWN, "its cause is not known (no report yet, no inside view)"
+
+
+def _who(row: RankRow) -> str:
+    """``rank R on NODE`` (``the job on NODE`` for a row without a rank), printable."""
+    where = cell(row.node or row.instance)
+    return f"rank {cell(row.rank)} on {where}" if row.rank else f"the job on {where}"
+
+
+def _ranks_on_nodes(rows: List[RankRow]) -> str:
+    """``ranks 0, 1 on node-a, rank 2 on node-b``: the ranks of ``rows`` by node, in their
+    order, at most :data:`MAX_NAMED` named (then how many more), printable."""
+    groups: Dict[str, List[str]] = {}
+    for r in rows[:MAX_NAMED]:
+        groups.setdefault(cell(r.node or r.instance), []).append(cell(r.rank) if r.rank else "-")
+    parts = [f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)} on {node}" for node, ranks in groups.items()]
+    more = len(rows) - MAX_NAMED
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def _order(row: RankRow) -> Tuple[int, int, float]:
+    """Sort key for the first to stall: cause class, then the earliest last progress, then (no
+    timestamp) the largest age."""
+    if row.last_progress is not None:
+        return _CAUSE_ORDER[cause(row)[0]], 0, row.last_progress
+    return _CAUSE_ORDER[cause(row)[0]], 1, -(row.since_progress_s or 0.0)
+
+
+def _lead(first: RankRow, stalled: List[RankRow]) -> str:
+    """How ``first``'s last progress compares with the other stalled ranks' ("" when none has
+    one): ``N s before any other rank``, ``the others within 1 s``, or ``N s after rank R on
+    NODE`` (first by cause, yet not by time)."""
+    others = [r for r in stalled if r is not first and r.last_progress is not None]
+    if first.last_progress is None or not others:
+        return ""
+    earliest = min(others, key=lambda r: r.last_progress or 0.0)
+    lead = (earliest.last_progress or 0.0) - first.last_progress
+    if lead >= TIE_S:
+        return f"{lead:.0f} s before any other rank"
+    if lead > -TIE_S:
+        return f"the others within {TIE_S:g} s"
+    return f"{-lead:.0f} s after {_who(earliest)}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``dlwatch cluster`` concludes: the ranks ``stalled`` (never a launcher's row), the
+    ``first`` of them (``None`` when nothing stalled or on a tie), the ranks ``tied`` for first
+    (empty unless two or more are), and the ``line`` that says it (``None``: nothing stalled)."""
+
+    stalled: List[RankRow]
+    first: Optional[RankRow]
+    tied: List[RankRow]
+    line: Optional[str]
+
+
+def judge(rows: List[RankRow], override_s: Optional[float] = None) -> Verdict:
+    """The ranks stalled (:func:`stalled_after`, by their last progress; a launcher's row never)
+    and which stalled first, by cause, then by time (NOTE [ Which rank stalled first ]). Label
+    values in the line are printable (:func:`cell`)."""
+    candidates = [r for r in rows if not r.agent]
+    stalled = [
+        r for r in candidates if r.since_progress_s is not None and r.since_progress_s >= stalled_after(r, override_s)
+    ]
     if not stalled:
-        return [], None
-    dated = sorted((r for r in stalled if r.last_progress is not None), key=lambda r: r.last_progress or 0.0)
-    first = dated[0] if dated else max(stalled, key=lambda r: r.since_progress_s or 0.0)
-    who = f"rank {cell(first.rank)}" if first.rank else "the job"
-    line = f"{who} on {cell(first.node or first.instance)} stalled first"
+        return Verdict([], None, [], None)
+    ordered = sorted(stalled, key=_order)
+    first = ordered[0]
+    first_class = cause(first)[0]
+    same = [r for r in ordered if _CAUSE_ORDER[cause(r)[0]] == _CAUSE_ORDER[first_class]]
+    tied = [
+        r
+        for r in same
+        if first.last_progress is not None
+        and r.last_progress is not None
+        and r.last_progress - first.last_progress < TIE_S
+    ]
+    moving = len(candidates) - len(stalled)
+    still = f"{moving} other rank(s) still moving" if moving else ""
+    if len(tied) > 1:
+        at = _clock(first.last_progress or 0.0)
+        each = {
+            CAUSE_LOADER: "each with its DataLoader stalled",
+            CAUSE_CRASHED: "each crashed",
+            CAUSE_OUTSIDE: "each waiting outside its DataLoader",
+        }.get(first_class, "each for a cause not known")
+        line = (
+            f"a tie: {_ranks_on_nodes(tied)} stopped within {TIE_S:g} s of each other"
+            + (f" ({at})" if at else "")
+            + f", {each}: neither cause nor time tells which stalled first"
+        )
+        others = [r for r in ordered if r not in tied]
+        if others:
+            line += f"; then {_ranks_on_nodes(others)}"
+        return Verdict(stalled, None, tied, line + (f"; {still}" if still else ""))
+    by_cause = len(same) == 1 and len(ordered) > 1
+    line = f"{_who(first)} stalled first" + (" by cause" if by_cause else "")
+    detail = ""
     if first.last_progress is not None:
-        at = _clock(first.last_progress)
-        others = [r.last_progress for r in stalled if r is not first and r.last_progress is not None]
-        moving = len(rows) - len(stalled)
-        lead = f", {min(others) - first.last_progress:.0f} s before any other rank" if others else ""
-        lead += f"; {moving} other rank(s) still moving" if moving else ""
-        line += f" ({at}{lead})" if at else f" ({lead.lstrip(', ;')})" if lead else ""
+        detail = ", ".join(x for x in (_clock(first.last_progress), _lead(first, stalled)) if x)
+    if still:
+        detail += ("; " if detail else "") + still
+    if detail:
+        line += f" ({detail})"
+    first_cause = cause(first)
+    if first_cause[0] != CAUSE_UNKNOWN or by_cause:
+        line += f": {first_cause[1]}"
+    if by_cause:
+        rest = [r for r in ordered if r is not first]
+        # the others are of a later class only (``same`` holds ``first`` alone)
+        for cls, words in (
+            (CAUSE_UNKNOWN, "stalled, cause not known"),
+            (CAUSE_OUTSIDE, "wait outside their DataLoader"),
+        ):
+            group = [r for r in rest if cause(r)[0] == cls]
+            if group:
+                line += f"; {_ranks_on_nodes(group)} {words}"
     if first.report_folder:
         line += f"; its report: {cell(first.node)}:{cell(first.report_folder, 2 * MAX_CELL_CHARS)}"
     elif not first.up:
         line += "; its sidecar no longer answers"
-    return stalled, line
+    return Verdict(stalled, first, [], line)
+
+
+def first_stalled(rows: List[RankRow], override_s: Optional[float] = None) -> Tuple[List[RankRow], Optional[str]]:
+    """:func:`judge`'s stalled ranks and its line."""
+    verdict = judge(rows, override_s)
+    return verdict.stalled, verdict.line
 
 
 def render(rows: List[RankRow], stalled: List[RankRow], line: Optional[str]) -> str:
@@ -450,13 +624,14 @@ def render(rows: List[RankRow], stalled: List[RankRow], line: Optional[str]) -> 
     stalled_ids = {id(r) for r in stalled}
     table = []
     for r in rows:
-        state = "sidecar down" if not r.up else "stalled" if id(r) in stalled_ids else "moving"
+        state = "agent" if r.agent else "sidecar down" if not r.up else "stalled" if id(r) in stalled_ids else "moving"
         table.append(
             [
                 cell(r.node),
                 cell(r.rank) or "-",
                 cell(r.local_rank) or "-",
                 state,
+                ("-" if r.agent else cause(r)[0]) or "-",
                 fmt(r.since_progress_s, ".0f"),
                 fmt(r.batches, ".0f"),
                 fmt(r.data_wait_s, ".1f"),
@@ -464,11 +639,14 @@ def render(rows: List[RankRow], stalled: List[RankRow], line: Optional[str]) -> 
                 cell(r.report_folder, 2 * MAX_CELL_CHARS) or "-",
             ]
         )
-    headers = ["NODE", "RANK", "LOCAL", "STATE", "SINCE PROGRESS S", "BATCHES", "DATA WAIT S", "REPORT", "FOLDER"]
+    headers = [
+        "NODE", "RANK", "LOCAL", "STATE", "CAUSE", "SINCE PROGRESS S", "BATCHES", "DATA WAIT S", "REPORT", "FOLDER",
+    ]  # fmt: skip
     # numbers are ours, formatted above; a label that reads as one ("0001", "1e5") is shown as it is
-    right = ("left", "right", "right", "left", "right", "right", "right", "left", "left")
-    text = tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True, colalign=right)
-    return text + "\n" + (line or f"nothing stalled ({len(rows)} rank(s))")
+    align = ("left", "right", "right", "left", "left", "right", "right", "right", "left", "left")
+    text = tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True, colalign=align)
+    ranks = sum(1 for r in rows if not r.agent)
+    return text + "\n" + (line or f"nothing stalled ({ranks} rank(s))")
 
 
 def add_parser(sub) -> None:
@@ -515,10 +693,23 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except ClusterError as e:
         print(f"dlwatch: error: {e}", file=sys.stderr)
         return Exit.USAGE
-    stalled, line = first_stalled(rows, args.stalled_after)
+    verdict = judge(rows, args.stalled_after)
     if args.json:
-        doc = {"ranks": [asdict(r) for r in rows], "stalled": [asdict(r) for r in stalled], "verdict": line}
+
+        def doc_of(r: RankRow) -> dict:
+            return {**asdict(r), "cause": "" if r.agent else cause(r)[0]}
+
+        def named(r: RankRow) -> dict:
+            return {"node": r.node, "rank": r.rank}
+
+        doc = {
+            "ranks": [doc_of(r) for r in rows],
+            "stalled": [doc_of(r) for r in verdict.stalled],
+            "first": None if verdict.first is None else named(verdict.first),
+            "tied": [named(r) for r in verdict.tied],
+            "verdict": verdict.line,
+        }
         print(json.dumps(doc, indent=1))  # ASCII: every control character and non-ASCII one escaped
     else:
-        print(render(rows, stalled, line))
-    return 1 if stalled else Exit.OK
+        print(render(rows, verdict.stalled, verdict.line))
+    return 1 if verdict.stalled else Exit.OK

@@ -1,9 +1,13 @@
-"""``dlwatch cluster``'s verdict over hand-built rank rows (no Prometheus): the rank whose
-progress stopped first by its node's clock, the lead over the next, a sidecar that went down."""
+"""``dlwatch cluster``'s verdict over hand-built rank rows and over hand-made Prometheus answers
+served by real HTTP servers on loopback: the rank that stalled first by cause, then by its
+node's clock, the lead over the next, a tie, a launcher's row never named, a sidecar that went
+down, and what a hostile or broken "Prometheus" may not do."""
 
 from __future__ import annotations
 
-from watchdog.cluster import RankRow, _of_this_run, first_stalled, render
+from dataclasses import replace
+
+from watchdog.cluster import RankRow, _of_this_run, first_stalled, judge, render
 
 
 def _row(node, rank, last, since, up=True, folder="", timeout=None):
@@ -290,3 +294,173 @@ def test_a_url_that_is_not_one_is_one_line_exit_2(capsys, url):
     code, out, err = _cmd(url, capsys, timeout=5.0)
     assert code == 2 and out == "" and err.count("\n") == 1 and "--prometheus" in err, err
     assert ":pw@" not in err
+
+
+# --- by cause before time (issue #37 section 2): a real HTTP server answering as Prometheus ------
+
+
+def _prometheus(ranks, agents=()):
+    """Answers to ``collect``'s queries for ``ranks`` (dicts: node, rank, local, last (Unix s),
+    and optionally waiting (0/1), report (mode, kind)) and launchers' rows on ``agents`` (node,
+    last): rank-less rows served only before the ranks existed, as a sidecar does."""
+
+    def labels(r):
+        return {"node": r["node"], "rank": r["rank"], "local_rank": r.get("local", ""), "instance": f"{r['node']}:9400"}
+
+    def answer(expr):
+        rows = list(ranks) + [{"node": node, "rank": "", "last": last} for node, last in agents]
+        if expr.startswith("up"):
+            return _vector(
+                [{"metric": {"instance": f"{n}:9400"}, "value": [0, "1"]} for n in {r["node"] for r in rows}]
+            )
+        if "last_progress_timestamp" in expr:
+            return _vector([{"metric": labels(r), "value": [0, str(r["last"])]} for r in rows])
+        if "seconds_since_progress" in expr:
+            return _vector([{"metric": labels(r), "value": [0, "0"]} for r in rows])  # as last scraped
+        if "batches_delivered" in expr or "data_wait" in expr:  # a launcher has no loader series
+            return _vector([{"metric": labels(r), "value": [0, "8"]} for r in ranks])
+        if "stall_timeout" in expr:
+            return _vector([{"metric": labels(r), "value": [0, "5"]} for r in rows])
+        if "waiting_for_batch" in expr:
+            return _vector([{"metric": labels(r), "value": [0, str(r["waiting"])]} for r in ranks if "waiting" in r])
+        if "report_info" in expr:
+            out = []
+            for r in ranks:
+                if "report" in r:
+                    mode, kind = r["report"]
+                    folder = f"/r/20261202T050003Z-{r['node']}-9-rank{r['rank']}"
+                    out.append(
+                        {"metric": {**labels(r), "mode": mode, "kind": kind, "folder": folder}, "value": [0, "1"]}
+                    )
+            return _vector(out)
+        return _vector([])
+
+    return answer
+
+
+def _json_cmd(url, capsys):
+    code, out, err = _cmd(url, capsys, json_out=True)
+    return code, json.loads(out) if out.strip() else None, err
+
+
+def _two_nodes_stalled_within_a_second(t):
+    """Issue #37's job: c10d gave node n0 (--node-rank 0) ranks 2 and 3, n1 ranks 0 and 1; rank 3's
+    loader stalled, the others then wait in the all-reduce; every last progress within 1 s, rank
+    3's not the earliest."""
+    return [
+        dict(node="n1", rank="0", local="0", last=t + 0.1, waiting=0, report=("hang", "stall_outside_loader")),
+        dict(node="n1", rank="1", local="1", last=t + 0.2, waiting=0, report=("hang", "stall_outside_loader")),
+        dict(node="n0", rank="2", local="0", last=t + 0.3, waiting=0),
+        dict(node="n0", rank="3", local="1", last=t + 0.6, waiting=1, report=("hang", "worker_stuck")),
+    ]
+
+
+def test_the_rank_whose_loader_stalled_is_first_by_cause_and_a_launchers_row_never(capsys):
+    t = time.time() - 120
+    ranks = _two_nodes_stalled_within_a_second(t)
+    with _server(_answer_with(_prometheus(ranks, agents=[("n0", t - 30), ("n1", t - 29)]))) as (url, _seen):
+        code, doc, err = _json_cmd(url, capsys)
+        table_code, table, _err = _cmd(url, capsys)
+    assert code == 1 and table_code == 1, err
+    verdict = doc["verdict"]
+    assert verdict.startswith("rank 3 on n0 stalled first by cause ("), verdict  # the old code: "the job on n0"
+    assert "the others within 1 s" in verdict and "its DataLoader hang was reported (worker_stuck)" in verdict
+    assert "ranks 0, 1 on n1, rank 2 on n0 wait outside their DataLoader" in verdict, verdict
+    assert verdict.endswith("its report: n0:/r/20261202T050003Z-n0-9-rank3"), verdict
+    assert doc["first"] == {"node": "n0", "rank": "3"} and doc["tied"] == []
+    assert sorted(r["rank"] for r in doc["stalled"]) == ["0", "1", "2", "3"]  # no launcher's row among them
+    agents = [r for r in doc["ranks"] if r["agent"]]
+    assert [(r["node"], r["rank"]) for r in agents] == [("n0", ""), ("n1", "")]
+    causes = {r["rank"]: r["cause"] for r in doc["ranks"] if not r["agent"]}
+    assert causes == {"0": "outside loader", "1": "outside loader", "2": "outside loader", "3": "loader stalled"}
+    lines = table.splitlines()
+    assert lines[-1] == verdict and not lines[-1].startswith("the job")
+    row3 = next(line.split() for line in lines if line.startswith("n0") and line.split()[1] == "3")
+    assert row3[:6] == ["n0", "3", "1", "stalled", "loader", "stalled"], row3  # its node, local rank, cause
+    assert sum(1 for line in lines if line.split()[3:4] == ["agent"]) == 2, table
+
+
+def test_main_waiting_in_next_decides_before_any_report_and_a_crash_is_a_cause():
+    t = 1796187600.0
+    ranks = [
+        RankRow("n1", "0", "0", "j", "n1:9400", True, t, 100.0, 8.0, 1.0, 5.0, waiting_for_batch=False),
+        RankRow("n0", "3", "1", "j", "n0:9400", True, t + 0.5, 99.5, 8.0, 1.0, 5.0, waiting_for_batch=True),
+    ]
+    verdict = judge(ranks)
+    assert verdict.first is ranks[1] and "main waits in its DataLoader's __next__" in verdict.line, verdict.line
+    assert "rank 0 on n1 wait outside their DataLoader" in verdict.line
+    crashed = RankRow(
+        "n1", "1", "1", "j", "n1:9400", True, t + 40, 60.0, 8.0, 1.0, 5.0, last_mode="crash", last_kind="x"
+    )
+    verdict = judge([ranks[0], crashed])
+    assert verdict.first is crashed and "stalled first by cause" in verdict.line and "it crashed (x)" in verdict.line
+    assert "40 s after rank 0 on n1" in verdict.line, verdict.line  # first by cause, not by time: said
+
+
+def test_ranks_that_no_cause_tells_apart_within_a_second_are_a_tie(capsys):
+    t = time.time() - 120
+    both = [
+        dict(node="n0", rank="1", local="1", last=t + 0.4, waiting=1),
+        dict(node="n1", rank="2", local="0", last=t, waiting=1, report=("hang", "worker_blocked_io")),
+        dict(node="n1", rank="3", local="1", last=t + 0.2, waiting=0),
+    ]
+    with _server(_answer_with(_prometheus(both))) as (url, _seen):
+        code, doc, err = _json_cmd(url, capsys)
+    assert code == 1, err
+    assert doc["first"] is None and doc["tied"] == [{"node": "n1", "rank": "2"}, {"node": "n0", "rank": "1"}]
+    assert doc["verdict"].startswith("a tie: rank 2 on n1, rank 1 on n0 stopped within 1 s of each other"), doc
+    assert "each with its DataLoader stalled" in doc["verdict"] and "then rank 3 on n1" in doc["verdict"]
+    outside = [RankRow("n0", str(i), str(i), "j", "n0:9400", True, 1000.0 + i / 4, 99.0, 1.0, 0.0, 5.0) for i in (0, 1)]
+    verdict = judge([replace(r, waiting_for_batch=False) for r in outside])
+    assert verdict.first is None and verdict.line.startswith("a tie: ranks 0, 1 on n0 stopped within 1 s")
+    assert "each waiting outside its DataLoader" in verdict.line
+    apart = judge([outside[0], replace(outside[1], last_progress=1003.0)])  # 3 s apart: time decides
+    assert apart.first is outside[0] and "3 s before any other rank" in apart.line
+
+
+def test_a_launchers_stale_row_alone_is_nothing_stalled(capsys):
+    now = time.time()
+    moving = [dict(node="n0", rank=str(i), local=str(i), last=now - 1, waiting=0) for i in (0, 1)]
+    with _server(_answer_with(_prometheus(moving, agents=[("n0", now - 3600)]))) as (url, _seen):
+        code, out, err = _cmd(url, capsys)
+    assert code == 0, (out, err)  # the old code: "the job on n0 stalled first", exit 1
+    assert out.splitlines()[-1] == "nothing stalled (2 rank(s))" and " agent " in out
+
+
+def test_a_rankless_row_is_a_launchers_only_beside_ranks_of_its_sidecar():
+    """A single-process job's row (no rank, its sidecar serves nothing else) is the job's: a
+    candidate, named "the job on NODE"."""
+    with _server(_answer_with(_prometheus([], agents=[("n0", time.time() - 300)]))) as (url, _seen):
+        rows = cluster.collect(url)
+    assert [(r.rank, r.agent) for r in rows] == [("", False)]
+    assert judge(rows).line.startswith("the job on n0 stalled first")
+
+
+def test_the_endpoint_says_whether_main_waits_in_next_for_a_workers_batch():
+    """``dlwatch_loader_waiting_for_batch``: 1 waiting for worker 1's batch, 0 outside ``__next__``,
+    absent in ``__next__`` for no worker's batch (an epoch's end leaves ``waiting_since`` set)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.unit.builders import MAIN_PID, proc, sample
+    from tests.unit.test_verify import loader_view
+    from watchdog.daemon import WatcherStatus
+    from watchdog.metrics import JobMetrics
+    from watchdog.types import ROLE_MAIN, Frame
+
+    def served(waiting_since, worker):
+        view = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))
+        view = replace(view, waiting_since=waiting_since, waiting_worker=worker)
+        smp = replace(sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [])]), loaders=(view,))
+        registry = CollectorRegistry()
+        registry.register(JobMetrics(lambda: [WatcherStatus(rank="3", root_pid=MAIN_PID, sample=smp, stall_s=9.0)]))
+        return [
+            (s.labels["loader"], s.value)
+            for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples
+            if s.name == "dlwatch_loader_waiting_for_batch"
+        ]
+
+    assert served(20.0, 1) == [("train.py:12", 1.0)]
+    assert served(None, -1) == [("train.py:12", 0.0)]
+    assert served(20.0, -1) == []
