@@ -895,8 +895,9 @@ class InsideReader:
             rng.extend(retired.rng)
             execs.extend(retired.execs)
             failures.extend(retired.failures)
-        # whose files are read: the job's processes (NOTE [ What the job writes ])
-        job = self._job if self._given else None
+        # whose files are read: the job's processes (NOTE [ What the job writes ]); at a rank's
+        # tick, its own (the sampler's pids, which a lean tick does not add to _job)
+        job = wanted if wanted is not None and not forks else (self._job if self._given else None)
         for name in names:
             stem, _, ext = name.partition(".")
             pid = pid_of(stem)
