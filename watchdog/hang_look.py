@@ -11,10 +11,12 @@ from . import detect, frames
 from .collect import examine, pyspy
 from .collect.examine import CloserLook
 from .diagnose.hangs import ENCLOSING_LINES
-from .types import MODE_HANG, ROLE_FORKSERVER, Evidence, Facts, InsideView, Measure, Proof, Sample, Stall
+from .types import MODE_HANG, ROLE_FORKSERVER, ROLE_OTHER, Evidence, Facts, InsideView, Measure, Proof, Sample, Stall
 
 # Threads per process, and user frames per thread, whose enclosing lines are read.
 _THREADS, _FRAMES = 16, 6
+# Children of main dumped as the possible server of a multiprocessing.Manager that workers wait on.
+MANAGERS = 2
 
 
 def enclosing_lines(threads) -> List[Tuple[str, int]]:
@@ -46,6 +48,13 @@ def closer_look(
     main = sample.main
     pids = ([main.pid] if main is not None else []) + [w.pid for w in sample.workers]
     pids += [p.pid for p in sample.processes if p.role == ROLE_FORKSERVER]
+    if main is not None and any(
+        frames.manager_call(t) is not None
+        for w in sample.workers
+        if (st := evidence.stacks.get(w.pid))
+        for t in st.threads
+    ):  # a worker waits on a multiprocessing.Manager: its server is a child of main (managers.py: BaseManager.start)
+        pids += [p.pid for p in sample.processes if p.ppid == main.pid and p.role == ROLE_OTHER][:MANAGERS]
     return examine.look_closer(
         sample,
         evidence,
