@@ -125,6 +125,15 @@ CASES: Tuple[Case, ...] = (
         "self.ready.wait()",
         remedy=("Nothing sets the multiprocessing.Event", ".set()"),
     ),
+    Case(
+        "manager_lock_never_released",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "with self.lock:  # the manager's lock",
+        remedy=("multiprocessing.Manager lock", "acquire(timeout=", "!no process feeds", "!Nothing puts"),
+        evidence=("to the manager process, pid", "waits for a threading.Lock, at multiprocessing/managers.py"),
+    ),
     Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
     Case(
         "signal_handler_takes_loop_lock",

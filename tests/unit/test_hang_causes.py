@@ -243,3 +243,84 @@ def test_a_nested_call_taking_the_lock_main_holds_is_a_lock_taken_twice_not_a_ha
     first = diagnose(facts)[0]
     assert first.kind == "main_thread_deadlock" and "signal handler" not in first.summary
     assert "RLock" in first.remedy and "same thread holds" in first.summary + " ".join(first.evidence)
+
+
+# --- waits through a multiprocessing.Manager proxy ---------------------------------------------
+
+MANAGER_PID = 2900
+MANAGERS = f"{STDLIB}/multiprocessing/managers.py"
+CONNECTION = f"{STDLIB}/multiprocessing/connection.py"
+
+
+def _through_proxy(*proxy):
+    """The worker's loop thread reading the manager's answer under ``proxy`` frames."""
+    return ThreadStack(
+        WORKER_PID,
+        "MainThread",
+        False,
+        False,
+        _frames(
+            ("_ConnectionBase.recv", CONNECTION, 250, False),
+            ("BaseProxy._callmethod", MANAGERS, 822, False),
+            *proxy,
+            ("SharedCacheDataset.__getitem__", USER, 31, False),
+            ("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54, False),
+            ("_worker_loop", f"{TORCH}/_utils/worker.py", 374, False),
+        ),
+    )
+
+
+def _manager_facts(worker_thread, serving):
+    """A worker reading its proxy's Unix socket; main's child ``MANAGER_PID`` runs managers.py's
+    Server, its serving threads at ``serving`` (one frames spec each)."""
+    from tests.unit.builders import PIPE_READ, detail
+    from watchdog.types import ROLE_OTHER
+
+    facts = hang_facts(
+        [worker_thread],
+        sources=(((USER, 31), "        with self.lock:"), ((MANAGERS, 273), "                res = function(*args)")),
+        worker_details=(detail(WORKER_PID, PIPE_READ, wchan="unix_stream_read_generic"),),
+        fd_targets=(((WORKER_PID, 6), "socket:[148200]"),),
+    )
+    threads = tuple(
+        ThreadStack(MANAGER_PID + 1 + i, "Thread", False, False, _frames(*s)) for i, s in enumerate(serving)
+    )
+    manager = proc(MANAGER_PID, ROLE_OTHER, [], ppid=MAIN_PID)
+    smp = sample(30.0, facts.sample.processes + (manager,))
+    stacks = facts.stacks + ((MANAGER_PID, ProcessStack(MANAGER_PID, threads, True, None, "", 0.1)),)
+    return dataclasses.replace(facts, sample=smp, timeline=(smp,), stacks=stacks)
+
+
+SERVING_LOCK = (
+    ("lock_PyThread_acquire_lock", "/usr/lib/libpython3.11.so", 0, True),
+    ("Server.serve_client", MANAGERS, 273, False),
+)
+SERVING_IDLE = (("_ConnectionBase.recv", CONNECTION, 250, False), ("Server.serve_client", MANAGERS, 250, False))
+
+
+def test_a_worker_waiting_on_a_manager_lock_is_told_about_the_manager_not_a_queue():
+    t = _through_proxy(("AcquirerProxy.__enter__", MANAGERS, 1040, False))
+    first = diagnose(_manager_facts(t, [SERVING_LOCK, SERVING_IDLE]))[0]
+    text = " ".join(first.evidence)
+    assert first.kind == "worker_stuck" and first.location == f"{USER}:31"
+    assert "no process feeds" not in text and "Nothing puts" not in first.remedy, (text, first.remedy)
+    assert f"to the manager process, pid {MANAGER_PID}" in text and "acquire()" in text
+    assert (
+        f"thread {MANAGER_PID + 1} of the manager (pid {MANAGER_PID}) runs a call and waits for a threading.Lock"
+        in text
+    )
+    assert f"thread {MANAGER_PID + 2} " not in text  # a serving thread waiting for its next request runs no call
+    assert "multiprocessing.Manager lock" in first.remedy and "acquire(timeout=" in first.remedy
+
+
+def test_a_worker_getting_from_a_manager_queue_gets_the_queue_remedy_with_the_manager_named():
+    t = _through_proxy(("get", "<string>", 2, False))
+    serving_get = (
+        ("lock_PyThread_acquire_lock", "/usr/lib/libpython3.11.so", 0, True),
+        ("Condition.wait", f"{STDLIB}/threading.py", 320, False),
+        ("Queue.get", f"{STDLIB}/queue.py", 171, False),
+        ("Server.serve_client", MANAGERS, 273, False),
+    )
+    first = diagnose(_manager_facts(t, [serving_get]))[0]
+    assert "Manager queue" in first.remedy and f"pid {MANAGER_PID}" in first.remedy, first.remedy
+    assert "no process feeds" not in " ".join(first.evidence)

@@ -17,6 +17,7 @@ from ..states import Activity, WorkerState
 from ..types import (
     MODE_HANG,
     ROLE_FORKSERVER,
+    ROLE_OTHER,
     SEVERITY_HANG,
     Facts,
     ForkRecord,
@@ -1147,6 +1148,74 @@ _STUCK_DOING = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class ManagerWait:
+    """A worker's call through a ``multiprocessing.Manager`` proxy (:func:`frames.manager_call`):
+    ``method`` the proxy method, ``server`` the manager process when one was found (a child of
+    main that is neither a worker nor a forkserver, dumped: its stack runs managers.py's
+    ``Server``), ``waiting`` the lines saying what its threads that serve a call wait for, and
+    ``holder`` what the first of those waits on (:func:`frames.lock_holder`)."""
+
+    method: str
+    server: Optional[ProcessSample]
+    waiting: Tuple[str, ...]
+    holder: Optional[str]
+
+
+_MANAGERS_FILE = "multiprocessing/managers.py"
+
+
+def manager_wait(facts: Facts, v: WorkerView) -> Optional[ManagerWait]:
+    """The :class:`ManagerWait` of worker ``v``'s loop thread, or ``None`` when it waits on no
+    Manager proxy. The proxy's connection is a Unix socket to the manager's server, which main
+    started as its child (``BaseManager.start`` in multiprocessing/managers.py); the server runs
+    each call in the thread that serves that connection (``Server.serve_client``), so a call
+    that does not return is a serving thread that waits, not one that reads its next request."""
+    method = frames.manager_call(v.loop) if v.loop is not None else None
+    if method is None:
+        return None
+    method = {"__enter__": "acquire", "__exit__": "release"}.get(method, method)  # AcquirerProxy's `with`
+    main = facts.sample.main
+    candidates = [p for p in facts.sample.processes if main is not None and p.ppid == main.pid and p.role == ROLE_OTHER]
+    for p in candidates:
+        stack = facts.stack(p.pid)
+        if stack is None or not stack.ok:
+            continue
+        serving = [t for t in stack.threads if frames.has_frame(t, frozenset({"serve_client"}), _MANAGERS_FILE)]
+        if not serving:
+            continue
+        busy = [t for t in serving if not frames.waits_on_mp_queue(t)]
+        lines = []
+        for t in busy[:4]:
+            top = frames.innermost_python(t)
+            holder = _holder(facts, t)
+            what = HOLDER_TEXT.get(holder or "", "something")
+            lines.append(
+                f"thread {t.tid} of the manager (pid {p.pid}) runs a call and waits for {what}, at "
+                f"{describe(facts, p.pid, top)}; {kernel_wait(facts, p.pid, t.tid)}"
+            )
+        return ManagerWait(method, p, tuple(lines), _holder(facts, busy[0]) if busy else None)
+    return ManagerWait(method, candidates[0] if len(candidates) == 1 else None, (), None)
+
+
+def _manager_lines(facts: Facts, v: WorkerView, m: ManagerWait) -> List[str]:
+    """Evidence lines for a worker waiting on a Manager proxy's call."""
+    if m.server is None:
+        return [
+            f"worker pid {v.pid}: its {m.method}() went through a multiprocessing.Manager proxy to the manager "
+            "process (main's child that serves the Manager's objects), which has not answered; which process "
+            "that is could not be told"
+        ]
+    head = (
+        f"worker pid {v.pid}: its {m.method}() went through a multiprocessing.Manager proxy (a Unix socket) to the "
+        f"manager process, pid {m.server.pid} (a child of main; managers.py's Server runs each call there), which "
+        "has not answered"
+    )
+    if not m.waiting:
+        return [head + ("; its stack could not be read" if facts.stack(m.server.pid) is None else "")]
+    return [head + ": " + m.waiting[0]] + [f"worker pid {v.pid}: besides, {line}" for line in m.waiting[1:]]
+
+
 def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
     if (
         _fork_lock_hit(facts, v) is not None
@@ -1171,7 +1240,14 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             if v.activity in (Activity.FD_WAIT, Activity.UNKNOWN) and family in BLOCKED_DOING:
                 doing = BLOCKED_DOING[family]
             target = _fd_target(facts, v)
-            if frames.waits_on_mp_queue(v.loop):
+            manager = manager_wait(facts, v)
+            if manager is not None:
+                server = f", pid {manager.server.pid}" if manager.server is not None else ""
+                doing = (
+                    f"waiting for a multiprocessing.Manager proxy's {manager.method}() to return (the manager process"
+                    f"{server} answers it)"
+                )
+            elif frames.waits_on_mp_queue(v.loop):
                 writers = [p for p in dict(facts.pipe_writers).get(target or "", ()) if p != v.pid]
                 doing = "waiting on a multiprocessing queue that no process feeds" + (
                     f" (its pipe's write end is held by pid(s) {', '.join(map(str, writers))})" if writers else ""
@@ -1189,7 +1265,8 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             f"{kernel_wait(facts, v.pid, v.loop.tid)}; {how}",
         ]
         lines += [f"worker pid {v.pid}: {held}" for held in lock_holders(facts, v.pid)]
-        lines += _chain_lines(facts, v.pid)
+        manager = manager_wait(facts, v)
+        lines += _manager_lines(facts, v, manager) if manager is not None else _chain_lines(facts, v.pid)
         return 0.8, lines, v.user
     if not v.quiet:
         return None
@@ -1247,7 +1324,9 @@ def _stuck_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
             "slow service), raise stall_timeout_s above the slowest sample; if not, find why the call at the location "
             "above keeps waiting. DataLoader(..., timeout=<seconds>) bounds how long main waits for a batch."
         )
-    if Activity.SHARED_WAIT in acts or any(v.loop is not None and frames.waits_on_mp_queue(v.loop) for v in views):
+    if Activity.SHARED_WAIT in acts or any(
+        v.loop is not None and (frames.waits_on_mp_queue(v.loop) or manager_wait(facts, v) is not None) for v in views
+    ):
         return _shared_wait_remedy(facts, views)
     return (
         "Give the blocking call a timeout (socket.settimeout, an HTTP or storage client's timeout, "
@@ -1267,6 +1346,9 @@ def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
         if v.loop is None:
             continue
         at = f" at {frames.short_path(v.user.file)}:{v.user.line}" if v.user is not None else ""
+        manager = manager_wait(facts, v)
+        if manager is not None:
+            return _manager_remedy(facts, manager, at)
         if frames.waits_on_mp_queue(v.loop):
             target = _fd_target(facts, v) or ""
             writers = [p for p in dict(facts.pipe_writers).get(target, ()) if p not in {w.pid for w in views}]
@@ -1301,6 +1383,37 @@ def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
         ).rstrip()
         + ": check that it still runs and gets there, and wait with a timeout. "
         + _BOUND_THE_WAIT
+    )
+
+
+def _manager_remedy(facts: Facts, m: ManagerWait, at: str) -> str:
+    """For workers waiting on a Manager proxy's call: what the manager waits for, by the proxy's
+    method and by what its serving thread waits on, and how to bound the wait."""
+    who = f"the manager process (pid {m.server.pid})" if m.server is not None else "the manager process"
+    if m.method in ("acquire", "__enter__") or m.holder == "python_lock":
+        return (
+            f"The workers wait for a multiprocessing.Manager lock{at}: {who} runs their acquire() and waits, because "
+            f"another of its clients (main, a worker, another process of the job) holds that lock and has not "
+            f"released it {_for_so_far(facts)}(which client cannot be read from outside). Release it on every path "
+            "(`with lock:`, or release in a finally: block: an early return leaves it held), and acquire with a "
+            "timeout (lock.acquire(timeout=<seconds>) through the proxy returns False) to fail loudly. "
+            + _BOUND_THE_WAIT
+        )
+    if m.method in ("get", "get_nowait"):
+        return (
+            f"Nothing puts to the multiprocessing.Manager queue the workers get from{at}: {who} waits in its get() for "
+            "a put that no client makes. Start (or fix) the producer meant to put, and get with a timeout "
+            "(queue.get(timeout=<seconds>) raises queue.Empty) to fail loudly. " + _BOUND_THE_WAIT
+        )
+    if m.method == "wait":
+        return (
+            f"Nothing sets the multiprocessing.Manager Event (or Condition) the workers wait on{at}: {who} waits in "
+            "its wait() for a set() no client makes. Call set() in the process meant to, and wait with a timeout "
+            "(event.wait(<seconds>) returns False) to fail loudly. " + _BOUND_THE_WAIT
+        )
+    return (
+        f"The workers' {m.method}() through a multiprocessing.Manager proxy{at} has not returned: {who} serves it; its "
+        "stack below shows what it waits for. Give the call a timeout where the method takes one. " + _BOUND_THE_WAIT
     )
 
 
