@@ -6,6 +6,7 @@ environment values and stack locals.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -19,9 +20,14 @@ from .collect import inside
 from .errors import ReportWriteError
 from .types import Report
 
+# How a folder dlwatch writes into is opened: once, never through a link; files are then made
+# relative to it (openat(2), renameat(2)), so that the folder's path swapped for a link
+# meanwhile changes nothing.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def _write_file(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+def _write_file(path: str, text: str, dir_fd: Optional[int] = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -151,22 +157,46 @@ def write(report: Report, report_dir: str) -> str:
         tmp = tempfile.mkdtemp(prefix=f".{report.folder_name}.", dir=report_dir)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise ReportWriteError(report_dir, getattr(e, "strerror", None) or str(e)) from None
-    final = os.path.join(report_dir, report.folder_name)
+    tmp_name, final_name = os.path.basename(tmp), report.folder_name
+    dir_fd = tmp_fd = -1
+    seen: Optional[os.stat_result] = None
     try:
-        os.chmod(tmp, 0o700)
-        _write_file(os.path.join(tmp, "report.json"), json.dumps(report.document, indent=1, default=str) + "\n")
-        _write_file(os.path.join(tmp, "report.txt"), report.text)
+        # The report_dir is opened once, and the new folder through it (O_NOFOLLOW): in a shared
+        # report_dir another user may rename the folder away and leave a link in its place.
+        dir_fd = os.open(report_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        tmp_fd = os.open(tmp_name, _DIR_FLAGS, dir_fd=dir_fd)
+        seen = os.fstat(tmp_fd)
+        if seen.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "the temporary folder was replaced by another user's")
+        os.fchmod(tmp_fd, 0o700)
+        _write_file("report.json", json.dumps(report.document, indent=1, default=str) + "\n", tmp_fd)
+        _write_file("report.txt", report.text, tmp_fd)
         for name, text in report.raw_files:
-            _write_file(os.path.join(tmp, name), text)
+            _write_file(name, text, tmp_fd)
         n = 1
-        while os.path.lexists(final):
+        while _lexists(final_name, dir_fd):
             n += 1
-            final = os.path.join(report_dir, f"{report.folder_name}.{n}")
-        os.rename(tmp, final)
+            final_name = f"{report.folder_name}.{n}"
+        os.rename(tmp_name, final_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ReportWriteError(final, e.strerror or str(e)) from None
-    return final
+        if dir_fd >= 0 and seen is not None:
+            _remove_flat(dir_fd, tmp_name, seen)
+        elif dir_fd < 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ReportWriteError(os.path.join(report_dir, final_name), e.strerror or str(e)) from None
+    finally:
+        for fd in (tmp_fd, dir_fd):
+            if fd >= 0:
+                os.close(fd)
+    return os.path.join(report_dir, final_name)
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 OUTCOME_FILE = "outcome.json"
@@ -197,25 +227,32 @@ def write_outcome(folder: str, outcome: dict) -> None:
 
 def write_json(path: str, doc: dict) -> None:
     """Write ``doc`` as JSON to ``path``, atomically (a temporary file beside it, ``0600``,
-    created exclusively and renamed over ``path``): a reader sees the old file or the new one.
+    created exclusively and renamed over ``path``, both through a descriptor of ``path``'s
+    folder opened with ``O_NOFOLLOW``): a reader sees the old file or the new one.
 
     Raises:
         ReportWriteError: the file cannot be written (full disk, the folder gone); names
             ``path``'s folder.
     """
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     try:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        _write_file(tmp, json.dumps(doc, indent=1, default=str) + "\n")
-        os.rename(tmp, path)
+        dir_fd = os.open(folder or ".", _DIR_FLAGS)  # the report folder, never through a link
+    except OSError as e:
+        raise ReportWriteError(folder or ".", e.strerror or str(e)) from None
+    try:
+        if _lexists(tmp, dir_fd):
+            os.unlink(tmp, dir_fd=dir_fd)
+        _write_file(tmp, json.dumps(doc, indent=1, default=str) + "\n", dir_fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError as e:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise ReportWriteError(folder or ".", e.strerror or str(e)) from None
+    finally:
+        os.close(dir_fd)
 
 
 # The fallback folder's name in the temporary directory (``$TMPDIR``).

@@ -512,3 +512,34 @@ def test_a_report_with_a_number_too_large_for_a_float_is_one_line_not_a_tracebac
     assert cli.main(["show", "--html", folder]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot be rendered" in err
+
+
+def test_a_report_folder_swapped_for_a_link_while_written_is_never_written_through(tmp_path, monkeypatch):
+    """A shared report_dir: another user renames the new temporary folder away and leaves a
+    link to a folder of theirs in its place (played right after mkdtemp made it)."""
+    import tempfile
+
+    from watchdog.errors import ReportWriteError
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    real_mkdtemp = tempfile.mkdtemp
+
+    def swapped(*args, **kwargs):
+        made = real_mkdtemp(*args, **kwargs)
+        os.rename(made, made + ".away")
+        os.symlink(theirs, made)
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", swapped)
+    with pytest.raises(ReportWriteError):
+        _written(tmp_path / "r")
+    assert os.listdir(theirs) == []
+    monkeypatch.undo()
+    folder = _written(tmp_path / "r")
+    writer.write_outcome(folder, {"outcome": "resolved", "summary": "s"})
+    os.rename(folder, folder + ".away")
+    os.symlink(theirs, folder)
+    with pytest.raises(ReportWriteError):
+        writer.write_outcome(folder, {"outcome": "resolved", "summary": "s"})
+    assert os.listdir(theirs) == []
