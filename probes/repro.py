@@ -312,6 +312,8 @@ _CASE_SCENARIOS = {
     "iterable_replicated": "iterable_not_sharded",
     "uneven_batches": "uneven_shards_mp_spawn",
     "rng_duplicated": "rng_copied_into_workers",
+    "worker_exited": "worker_sys_exit_corrupt_sample",
+    "disk_full": "worker_cache_disk_full",
 }
 SCENARIOS = (
     SCENARIOS
