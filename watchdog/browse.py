@@ -114,7 +114,7 @@ def report_folder(path: str) -> str:
 
 
 @contextlib.contextmanager
-def _opened(folder: str) -> Iterator[int]:
+def _opened(folder: str, what: str = "the report folder") -> Iterator[int]:
     """A descriptor of the report folder ``folder``, opened once (``O_DIRECTORY|O_NOFOLLOW``):
     every file of the report is read through it, so that the folder swapped for another (or a
     link) meanwhile changes nothing.
@@ -128,7 +128,7 @@ def _opened(folder: str) -> Iterator[int]:
         if e.errno == errno.ENOENT:
             why = "no such folder"
         elif e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(folder):
-            why = "a symbolic link: name the report folder itself"
+            why = f"a symbolic link: name {what} itself"
         elif e.errno == errno.ENOTDIR:
             why = "not a folder"
         else:
@@ -444,7 +444,7 @@ def write_html(folder: str, out: Optional[str] = None) -> str:
             if not out or out.endswith("/") or os.path.isdir(out):
                 raise ReportNotFound(out, "--out must name a file to write, not a folder or nothing")
             out_dir, name = os.path.split(out)
-            with _opened(out_dir or ".") as out_fd:
+            with _opened(out_dir or ".", "the page's folder") as out_fd:
                 _regular_or_absent(out_fd, name, out)  # refused before the plots take their time
                 page = _page(html_mod, fd, folder, doc)
                 _write_in(out_fd, name, page, out)
