@@ -119,6 +119,7 @@ class Origin:
     stdin: str = ""
     mount_ns: str = ""
     cgroup: str = ""
+    module_sites: Tuple[str, ...] = ()  # the sites of ``sites`` in a module's top level (``<module>``)
 
 
 def _iso_seconds(text: Optional[str]) -> Optional[float]:
@@ -290,6 +291,13 @@ def _origin(folder: str, doc: dict) -> Origin:
     main_pid = job.get("pid")
     loaders = [v for v in (doc.get("inside_view") or {}).get("loaders") or [] if v.get("pid") == main_pid]
     sites = tuple(dict.fromkeys(f"{v['site']['file']}:{int(v['site']['line'])}" for v in loaders if v.get("site")))
+    module_sites = tuple(
+        dict.fromkeys(
+            f"{v['site']['file']}:{int(v['site']['line'])}"
+            for v in loaders
+            if v.get("site") and v["site"].get("function") == "<module>"
+        )
+    )
     current = next((v for v in loaders if v.get("in_next_for_s") is not None), loaders[-1] if loaders else None)
     batches = current.get("batches") if current else None
     if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
@@ -311,6 +319,7 @@ def _origin(folder: str, doc: dict) -> Origin:
         uid=uid,
         watched_by=str(launch.get("watched_by") or ""),
         sites=sites,
+        module_sites=module_sites,
         failed_at_batch=batches,
         batch_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
         ran_s=detected - started if detected is not None and started is not None else None,
@@ -1059,6 +1068,61 @@ def _positive_float(text: str) -> float:
     return positive_float(text)
 
 
+# The most of a script verify reads to look for its main guard.
+MAX_SCRIPT_BYTES = 4 * 2**20
+
+
+def unguarded_site(site: str) -> bool:
+    """Whether the DataLoader site ``file:line`` (iterated in the module's top level) lies
+    outside every ``if __name__ == "__main__":`` block of its file. Under ``forkserver`` or
+    ``spawn`` each worker imports the main script again as ``__mp_main__``
+    (Lib/multiprocessing/spawn.py, ``_fixup_main_from_path``), so an unguarded loop runs
+    again there and the workers fail (PyTorch's docs, "Platform-specific behaviors" of
+    torch.utils.data). ``False`` when the file cannot be read or parsed (nothing is said then).
+    The file is read, never run, without following a link, up to ``MAX_SCRIPT_BYTES``."""
+    import ast
+
+    path, _, line_text = site.rpartition(":")
+    try:
+        line = int(line_text)
+        data, _ = browse.read_capped(path, MAX_SCRIPT_BYTES)
+        tree = ast.parse(data)
+    except (ValueError, SyntaxError, OSError, WatchdogError):
+        return False
+
+    def is_main_guard(node: ast.stmt) -> bool:
+        test = node.test if isinstance(node, ast.If) else None
+        return (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+        )
+
+    for node in tree.body:
+        if is_main_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return False
+    return True
+
+
+def fix_cannot_apply(origin: Origin, fix: Fix) -> Optional[str]:
+    """Why ``fix`` cannot work on this job, known before any run, or ``None``: a start method
+    that re-imports the main script (``forkserver``, ``spawn``) for a DataLoader iterated at
+    the top level of a script with no main guard around it (:func:`unguarded_site`)."""
+    method = dict(fix.loader).get("multiprocessing_context")
+    if method not in ("forkserver", "spawn"):
+        return None
+    unguarded = [site for site in origin.module_sites if unguarded_site(site)]
+    if not unguarded:
+        return None
+    return (
+        f"multiprocessing_context={method!r} cannot work on this job: the DataLoader is iterated at the top level of "
+        f'{unguarded[0]} with no `if __name__ == "__main__":` around it, so each {method} worker imports the '
+        "script again and runs the loop itself. Put the loop under a main guard, or take the report's other remedy "
+        "(create the lock, pool or client in the worker: worker_init_fn, or lazily in __getitem__)"
+    )
+
+
 def differences(origin: Origin) -> List[str]:
     """Lines that say, before any run, what the runs will not have that the original had: a
     terminal on stdin (the runs get ``/dev/null``), another mount namespace (allowed with
@@ -1217,6 +1281,9 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
             f"{origin.kind} has no mechanical fix: its remedy is a change to the code (read the report's fix); "
             "try your own idea with --fix KEY=VALUE",
         )
+    cannot = fix_cannot_apply(origin, fix)
+    if cannot:
+        raise VerifyError(folder, cannot)
     if fix.loader and not origin.sites and not args.all_loaders:
         raise VerifyError(folder, "the report names no DataLoader site (no inside view): add --all-loaders")
     untrusted = sorted(

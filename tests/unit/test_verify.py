@@ -574,3 +574,20 @@ def test_last_takes_the_newest_report_of_a_kind_and_says_which(tmp_path):
     args.last = "shm_exhausted"
     with pytest.raises(VerifyError, match="no report of kind shm_exhausted there"):
         verify.cmd_verify(args, say=said.append)
+
+
+def test_a_start_method_fix_for_a_loop_at_the_top_level_without_a_main_guard_is_refused_before_any_run(tmp_path):
+    bare = tmp_path / "bare.py"
+    bare.write_text("import torch\nloader = make()\nfor batch in loader:\n    step(batch)\n")
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "import torch\nif __name__ == '__main__':\n    loader = make()\n    for batch in loader:\n        pass\n"
+    )
+    forkserver = Fix(loader=(("multiprocessing_context", "forkserver"),))
+    origin = _origin(sites=(f"{bare}:3",), module_sites=(f"{bare}:3",))
+    why = verify.fix_cannot_apply(origin, forkserver)
+    assert why and f"top level of {bare}:3" in why and "worker_init_fn" in why
+    assert verify.fix_cannot_apply(origin, Fix(loader=(("num_workers", 0),))) is None  # no re-import: it can
+    assert verify.fix_cannot_apply(_origin(module_sites=(f"{guarded}:4",)), forkserver) is None
+    assert verify.fix_cannot_apply(_origin(module_sites=()), forkserver) is None  # in a function: main()
+    assert verify.fix_cannot_apply(_origin(module_sites=(f"{tmp_path}/gone.py:3",)), forkserver) is None
