@@ -84,6 +84,8 @@ CUDA_EVERY_NS = 5 * 10**9  # how often, while batches flow, the CUDA host alloca
 RNG_RECHECK_AFTER = 32  # samples a worker fetches before its RNG states are read again
 MAX_RNG_ATTRIBUTES = 64  # Dataset attributes looked at for random generators
 MAX_FAILED = 8  # failed batches a worker records
+FIRST_RECORDS = 32  # records of each worker's stream fingerprinted (an IterableDataset with several workers)
+FIRST_CHECK_BATCHES = 2 * FIRST_RECORDS  # batches per worker after which that check gives up
 MAX_FAILED_INDICES = 64  # sample indices recorded of a failed batch
 
 # samples reached for (reads of the fetcher's dataset or iterator), when last (ns)
@@ -190,6 +192,8 @@ class _Slot(object):
         "epoch_batches",
         "cuda_next",
         "worker",
+        "owners",
+        "streams",
     )
 
     def __init__(self, buf, index, iterator_id):
@@ -198,6 +202,8 @@ class _Slot(object):
         self.batches = self.wait_ns = self.since = self.last = self.epoch = self.first = self.epoch_batches = 0
         self.cuda_next = 0  # when to look at CUDA's host allocator next (ns)
         self.worker = -1  # the worker that owns the batch main waits for
+        self.owners = None  # while the first records are fingerprinted: {batch index: worker} at __next__'s entry
+        self.streams = None  # {worker id: [blake2b of its batches, records]} of the streams being fingerprinted
         self.created = time.monotonic_ns()
         self.counts = [0] * BUCKETS
         buf[self.off : self.off + SLOT_SIZE] = bytes(SLOT_SIZE)
@@ -504,6 +510,8 @@ def _entered(it):
     info = d.get("_task_info")
     owner = info.get(idx) if info else None
     slot.enter(idx, owner[0] if owner else -1)
+    if info and record.get("check_first_batches"):
+        slot.owners = {k: v[0] for k, v in info.items()}
     if slot.since >= slot.cuda_next:
         slot.cuda_next = slot.since + CUDA_EVERY_NS
         if _cuda_refresh(it, record):
@@ -583,7 +591,7 @@ def _on_num_yielded_set(it, value):
         entry[0].delivered()
         if entry[1].get("check_first_batches"):
             try:
-                _first_batch(entry[0], entry[1])
+                _first_batch(it, entry[0], entry[1])
             except Exception as e:  # a check's failure stops that check only
                 entry[1]["check_first_batches"] = False
                 entry[1]["check_error"] = repr(e)
@@ -598,9 +606,11 @@ def _digest(data):
 
 
 def fingerprint(obj):
-    """A short digest of a batch: each tensor's shape, dtype and first 256 values (CPU tensors
-    only; a GPU tensor by shape and dtype), and plain values, through lists, tuples and dicts
-    (16 items, 4 levels at most). Equal batches give equal digests."""
+    """A short digest of a batch: each tensor's shape, dtype and first 256 values, and, for a
+    tensor of several records (rows of its first dimension), the first 4 and 4 evenly spaced
+    values of each of its first 32 rows (CPU tensors only; a GPU tensor by shape and dtype), and
+    plain values, through lists, tuples and dicts (16 items, 4 levels at most). Equal batches
+    give equal digests; batches that share only their first record do not."""
     import hashlib
 
     h = hashlib.blake2b(digest_size=8)
@@ -609,9 +619,15 @@ def fingerprint(obj):
         if depth > 4:
             return
         if hasattr(o, "detach") and hasattr(o, "reshape") and hasattr(o, "shape"):
-            h.update(repr((tuple(o.shape), str(getattr(o, "dtype", "")))).encode())
+            shape = tuple(o.shape)
+            h.update(repr((shape, str(getattr(o, "dtype", "")))).encode())
             if getattr(getattr(o, "device", None), "type", "cpu") == "cpu":
-                h.update(repr(o.detach().reshape(-1)[:256].tolist()).encode())
+                flat = o.detach().reshape(-1)
+                h.update(repr(flat[:256].tolist()).encode())
+                if len(shape) > 1 and shape[0] > 1 and flat.numel():
+                    rows = flat.reshape(shape[0], -1)[:32]
+                    step = max(1, rows.shape[1] // 4)
+                    h.update(repr((rows[:, :4].tolist(), rows[:, ::step][:, :4].tolist())).encode())
         elif isinstance(o, (list, tuple)):
             h.update(b"[")
             for x in o[:16]:
@@ -629,21 +645,71 @@ def fingerprint(obj):
     return h.hexdigest()
 
 
-def _first_batch(slot, record):
-    """An IterableDataset with several workers: the digest of each worker's first batch (epoch
-    0), taken from ``data`` in ``__next__``'s frame; equal digests across workers mean every
-    worker replays the same stream (pytorch/pytorch#30599)."""
+def _delivered_by(it, owners):
+    """The worker id whose batch ``__next__`` just delivered, from ``owners`` (``_task_info``'s
+    batch index -> worker id at ``__next__``'s entry), or ``None`` when it cannot be told. In
+    order (``in_order``, the default), the batch delivered is ``_rcvd_idx - 1``
+    (``_MultiProcessingDataLoaderIter._next_data`` advances it past the batch it returns,
+    torch/utils/data/dataloader.py); out of order, the one batch of a worker still active that
+    left ``_task_info``. The worker that owned the batch main first waited for is not it when
+    that worker's stream ended meanwhile (an ``IterableDataset`` whose worker yields nothing)."""
+    d = it.__dict__
+    info = d.get("_task_info") or {}
+    if d.get("_in_order", True):
+        idx = d.get("_rcvd_idx", 0) - 1
+        return owners.get(idx) if idx not in info else None
+    status = d.get("_workers_status") or ()
+    gone = {w for k, w in owners.items() if k not in info and 0 <= w < len(status) and status[w]}
+    return gone.pop() if len(gone) == 1 else None
+
+
+def _first_batch(it, slot, record):
+    """An IterableDataset with several workers: a digest of each worker's first
+    ``FIRST_RECORDS`` records (epoch 0; the batches it delivered, from ``data`` in
+    ``__next__``'s frame, each of ``batch_size`` records), or of all it yielded when its stream
+    ended before (``_workers_status``), written as ``<digest>/<records>``; equal digests across
+    workers mean every worker replays the same stream (pytorch/pytorch#30599). Streams sharded
+    per worker that only begin alike differ within those records or in their length; a worker
+    that yielded nothing has no digest. Runs only until each worker has one (at most
+    ``FIRST_CHECK_BATCHES`` batches per worker): one dict copy and one batch digest a batch."""
+    owners, slot.owners = slot.owners, None
+    workers = int(record["settings"].get("num_workers") or 0)
     seen = record.setdefault("first_batches", {})
-    key = str(slot.worker)
-    if slot.worker < 0 or key in seen or slot.epoch:
+    streams = slot.streams
+    if streams is None:
+        streams = slot.streams = {}
+    if slot.epoch or slot.batches > FIRST_CHECK_BATCHES * workers:
+        record["check_first_batches"] = False
+        slot.streams = None
         return
     frame = sys._getframe(3)  # _first_batch <- _on_num_yielded_set <- __set__ <- __next__
-    if frame.f_code.co_name != "__next__":
+    if owners is None or frame.f_code.co_name != "__next__":
         return
-    seen[key] = fingerprint(frame.f_locals.get("data"))
-    if len(seen) >= int(record["settings"].get("num_workers") or 0):
+    worker = _delivered_by(it, owners)
+    done = len(seen)
+    if worker is not None and str(worker) not in seen:
+        acc = streams.get(worker)
+        if acc is None:
+            import hashlib
+
+            acc = streams[worker] = [hashlib.blake2b(digest_size=8), 0]
+        acc[0].update(fingerprint(frame.f_locals.get("data")).encode())
+        acc[1] += int(record["settings"].get("batch_size") or 1)
+        if acc[1] >= FIRST_RECORDS:
+            seen[str(worker)] = "%s/%d" % (acc[0].hexdigest(), acc[1])
+    status = it.__dict__.get("_workers_status") or ()
+    ended = 0
+    for w, acc in streams.items():
+        if str(w) not in seen and 0 <= w < len(status) and not status[w]:
+            seen[str(w)] = "%s/%d" % (acc[0].hexdigest(), acc[1])  # its whole stream, shorter
+    for w in range(min(workers, len(status))):
+        if str(w) not in seen and not status[w]:
+            ended += 1  # ended without a record
+    if len(seen) + ended >= workers:
         record["check_first_batches"] = False
-    _state().write_json()
+        slot.streams = None
+    if len(seen) != done:
+        _state().write_json()
 
 
 def _rng_states(dataset):

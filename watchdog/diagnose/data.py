@@ -15,35 +15,49 @@ DOC_ITERABLE = "https://pytorch.org/docs/stable/data.html#torch.utils.data.Itera
 DOC_RANDOMNESS = "https://pytorch.org/docs/stable/data.html#randomness-in-multi-process-data-loading"
 
 
+def _records(digest: str) -> Optional[int]:
+    """How many records a first-records digest covers (``<digest>/<records>``, the recorder's
+    ``_first_batch``), or ``None`` from an older recorder (its first batch only)."""
+    _, sep, n = digest.rpartition("/")
+    return int(n) if sep and n.isdigit() else None
+
+
 @rule("iterable_replicated", SEVERITY_WARNING, 56, DATA)
 def iterable_replicated(facts: Facts) -> Optional[Finding]:
-    """An ``IterableDataset`` with several workers whose workers' first batches are identical:
-    each worker runs its own copy of ``__iter__``, so without sharding by
-    ``get_worker_info()`` every worker replays the whole stream and each record is seen
-    ``num_workers`` times (PyTorch's IterableDataset documentation; pytorch/pytorch#30599)."""
+    """An ``IterableDataset`` with several workers whose workers' streams begin identically: each
+    worker runs its own copy of ``__iter__``, so without sharding by ``get_worker_info()`` every
+    worker replays the whole stream and each record is seen ``num_workers`` times (PyTorch's
+    IterableDataset documentation; pytorch/pytorch#30599). Judged on each worker's first
+    ``FIRST_RECORDS`` records (or its whole stream when shorter), as the recorder digests them
+    (``watchdog/bootstrap/_dlwatch_inside.py``): streams sharded per worker that only begin alike
+    (PyTorch's ``WorkerSpecificIterableDataset``, a shared header record) differ within them, and
+    a worker that yielded nothing has no digest and is never named."""
     if facts.inside is None:
         return None
     for v in facts.inside.loaders:
         groups: Dict[str, List[int]] = defaultdict(list)
         for worker, digest in v.first_batches:
-            groups[digest].append(worker)
+            if _records(digest) != 0:  # a stream with no record replicates nothing
+                groups[digest].append(worker)
         same = max(groups.values(), key=len, default=[])
         if len(same) < 2:
             continue
         n = v.setting("num_workers")
+        digest = next(d for d, ws in groups.items() if ws == same)
+        records = _records(digest)
+        what = f"first {records} records" if records is not None else "first batch"
         pids = [v.workers[w] for w in same if 0 <= w < len(v.workers)]
         return Finding(
             confidence=0.85,
             summary=(
                 f"Every worker of the IterableDataset {v.dataset_type} replays the same stream: workers "
-                f"{', '.join(map(str, same))} delivered identical first batches, so each record reaches training up "
-                f"to {n} times per epoch."
+                f"{', '.join(map(str, same))} delivered the same {what}, so each record reaches training up to "
+                f"{n} times per epoch."
             ),
             evidence=(
                 f"{v.label}: IterableDataset {v.dataset_type}, num_workers={n}",
-                f"the first batch of workers {', '.join(map(str, same))} has the same digest "
-                f"{same and next(d for d, ws in groups.items() if ws == same)} (shapes, dtypes and first values of "
-                "every tensor)",
+                f"workers {', '.join(map(str, same))}: one digest, {digest.split('/')[0]}, of their {what} "
+                "(shapes, dtypes and values of every tensor, sampled across its records)",
                 f"{v.batches} batches delivered so far, epoch {v.epoch}",
             ),
             remedy=(

@@ -6,10 +6,11 @@ usable CPUs) or growth well above noise; healthy jobs stay below them.
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from ..types import MODE_LIVE, SEVERITY_WARNING, Facts, ProcessSample, Sample
+from ..types import MODE_LIVE, ROLE_WORKER, SEVERITY_WARNING, Facts, ProcessSample, Sample
 from .common import (
     DOC_MEMORY_LEAK,
     DOC_MULTI_PROCESS_LOADING,
@@ -67,6 +68,76 @@ def _live(facts: Facts) -> bool:
     return facts.sample.main is not None
 
 
+# Memory growth is a trend only once the job trains: what a process allocates before its loader's
+# first batch (imports, a table loaded once, workers warming up) is start-up. A growth predicts
+# exhaustion only while it continues (its recent half grew at least PLATEAU_SHARE of its mean
+# rate: an allocator that reached its high-water mark, or a cache that filled, is flat), when
+# memory would run out within GROWTH_HORIZON_S, and when the prediction reaches no further ahead
+# than EXTRAPOLATION_MAX times the growth watched.
+PLATEAU_SHARE = 0.5
+GROWTH_HORIZON_S = 3600.0
+EXTRAPOLATION_MAX = 10.0
+
+
+def judged_from(timeline: Sequence[Sample]) -> Optional[float]:
+    """When memory growth starts to count (``time.monotonic()`` seconds): the first sample in
+    which an iterator of the inside view had delivered a batch; without an inside view (no
+    sample holds an iterator: ``dlwatch attach``, ``--no-hook``), the first sample with
+    DataLoader workers. ``None`` before either: the job is still starting."""
+    with_workers = None
+    loaders = False
+    for s in timeline:
+        if s.loaders:
+            loaders = True
+            if any(v.batches for v in s.loaders):
+                return s.t_mono
+        if with_workers is None and any(p.role == ROLE_WORKER for p in s.processes):
+            with_workers = s.t_mono
+    return None if loaders else with_workers
+
+
+def judged_points(points: List[Tuple[float, float]], start: float, now: float) -> List[Tuple[float, float]]:
+    """``points`` (``(t, bytes)``, one per change, oldest first) from ``start`` on: the level held
+    at ``start`` first, and the level held at ``now`` last (a flat stretch has no points of its
+    own, and a plateau must be seen)."""
+    i = bisect.bisect_right(points, (start, float("inf")))
+    out = ([(start, points[i - 1][1])] if i else []) + points[i:]
+    if out and out[-1][0] < now:
+        out.append((now, out[-1][1]))
+    return out
+
+
+def sustained_growth(
+    points: List[Tuple[float, float]], min_bytes: float, min_rate: float, min_r2: float
+) -> Optional[Tuple[float, float, float, float]]:
+    """``(rate, gained, span, r2)`` of a growth that goes on, or ``None``: at least
+    GROWTH_MIN_POINTS points, ``min_bytes`` gained, a least-squares slope of ``min_rate`` bytes/s
+    fitted with R² ``min_r2``, and the recent half of the span growing at least PLATEAU_SHARE of
+    the mean rate (else it levelled off). ``rate`` (bytes/s) is the smaller of the slope and the
+    recent half's rate."""
+    if len(points) < GROWTH_MIN_POINTS:
+        return None
+    slope, r2 = fit_line(points)
+    gained, span = points[-1][1] - points[0][1], points[-1][0] - points[0][0]
+    if span <= 0 or gained < min_bytes or slope < min_rate or r2 < min_r2:
+        return None
+    mid = points[0][0] + span / 2
+    at_mid = points[bisect.bisect_right(points, (mid, float("inf"))) - 1][1]
+    recent = (points[-1][1] - at_mid) / (span / 2)
+    if recent < PLATEAU_SHARE * gained / span:
+        return None
+    return min(slope, recent), gained, span, r2
+
+
+def exhaustion_s(left: float, rate: float, span: float) -> Optional[float]:
+    """Seconds until ``left`` bytes are used at ``rate`` bytes/s, or ``None`` when that is beyond
+    GROWTH_HORIZON_S or more than EXTRAPOLATION_MAX times the ``span`` (s) the growth was watched."""
+    if rate <= 0:
+        return None
+    eta = left / rate
+    return eta if eta <= GROWTH_HORIZON_S and eta <= EXTRAPOLATION_MAX * span else None
+
+
 def _mostly_copies(main: ProcessSample, w: ProcessSample, private: int, main_uss: int) -> bool:
     copied = copied_from_main(main, w)
     if copied is None:
@@ -80,24 +151,27 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     copy-on-read effect (reference counting writes to every page of Python objects a worker
     touches, un-sharing the parent's copy-on-write pages; pytorch/pytorch#13246). Judged on
     the memory a worker wrote (:func:`written`: Private_Dirty, not clean file pages read
-    through a memmap), by slope and by level: each worker's against main's USS, the total the
-    workers hold, and what one more worker would cost. By level only while most of a worker's
-    private memory is copies of main's (:func:`copied_from_main`; without its figures, while it
-    holds at most ``COPIED_MAX_SHARE`` times main's USS): a worker that allocated what it holds
-    (a bounded cache) is no copy-on-read, and an unbounded one is caught by its slope."""
+    through a memmap), by slope (from the loader's first batch on, a growth that goes on and
+    exhausts memory within the horizon: :func:`judged_from`, :func:`sustained_growth`,
+    :func:`exhaustion_s`; glibc keeping freed samples grows to a plateau) and by level: each
+    worker's against main's USS, the total the workers hold, and what one more worker would
+    cost. By level only while most of a worker's private memory is copies of main's
+    (:func:`copied_from_main`; without its figures, while it holds at most ``COPIED_MAX_SHARE``
+    times main's USS): a worker that allocated what it holds (a bounded cache) is no
+    copy-on-read, and an unbounded one is caught by its slope."""
     main = facts.sample.main
     if main is None or not facts.sample.workers:  # not _live(facts)
         return None
     main_uss = main.uss_bytes or 0
     growing = []
     copied: List[Tuple[ProcessSample, int]] = []  # (worker, its USS)
+    start = judged_from(facts.timeline)
     for w in facts.sample.workers:
-        points = memory_points(facts, w)
-        if len(points) >= GROWTH_MIN_POINTS:
-            slope, r2 = fit_line(points)
-            grown = points[-1][1] - points[0][1]
-            if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= GROWTH_MIN_BYTES:
-                growing.append((w.pid, slope, grown, points[-1][0] - points[0][0], points[-1][1]))
+        points = [] if start is None else judged_points(memory_points(facts, w), start, facts.sample.t_mono)
+        grows = sustained_growth(points, GROWTH_MIN_BYTES, GROWTH_MIN_BYTES_PER_S, GROWTH_MIN_R2)
+        if grows is not None:
+            rate, grown, span, _ = grows
+            growing.append((w.pid, rate, grown, span, points[-1][1]))
         forked = w.start_method in (
             None,
             "fork",
@@ -112,6 +186,11 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             and _mostly_copies(main, w, uss, main_uss)
         ):
             copied.append((w, uss))
+    avail = facts.sample.host.mem_left_bytes
+    total_slope = sum(g[1] for g in growing)
+    eta = exhaustion_s(avail, total_slope, max((g[3] for g in growing), default=0.0))
+    if eta is None:
+        growing = []  # no exhaustion this growth foretells
     if not growing and len(copied) < len(facts.sample.workers):
         return None
     what = "private dirty memory" if all(w.dirty_bytes is not None for w in facts.sample.workers) else "USS"
@@ -119,8 +198,6 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
         f"worker pid {pid}: {what} +{mib(grown)} in {span:.0f} s ({slope / 2**20:.1f} MiB/s, now {mib(now)})"
         for pid, slope, grown, span, now in growing
     ]
-    avail = facts.sample.host.mem_left_bytes
-    total_slope = sum(g[1] for g in growing)
     if copied:
         per = [uss for _, uss in copied]
         mean = sum(per) / len(per)
@@ -132,8 +209,8 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             f"{len(copied)} workers hold {mib(sum(per))} of private copies; one more worker would cost about "
             f"{mib(mean)}; available memory {mib(avail)}"
         )
-    if growing:
-        eta_s = avail / total_slope if total_slope > 0 else float("inf")
+    if growing and eta is not None:
+        eta_s = eta
         evidence.append(
             f"available memory {mib(avail)}: exhausted in about {eta_s / 60:.0f} min at {total_slope / 2**20:.1f} "
             "MiB/s across workers"
@@ -163,35 +240,36 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
     )
 
 
-# Main's own growth: this much at least, over this long, fitted this well, and memory left to
-# the job running out within MAIN_GROWTH_HORIZON_S at that rate (a job that warms up its
-# allocator, or fills a cache once, flattens out well before).
+# Main's own growth: this much at least, over this long, fitted this well, still growing, and
+# memory left to the job running out within GROWTH_HORIZON_S at that rate (:func:`exhaustion_s`;
+# a job that warms up its allocator, or fills a cache once, flattens out well before).
 MAIN_GROWTH_MIN_BYTES = 256 * 2**20
 MAIN_GROWTH_MIN_SPAN_S = 10.0
 MAIN_GROWTH_MIN_R2 = 0.9
-MAIN_GROWTH_HORIZON_S = 3600.0
 
 
 @rule("main_memory_growth", SEVERITY_WARNING, 50, LIVE)
 def main_memory_growth(facts: Facts) -> Optional[Finding]:
-    """Main's own memory (what it wrote: :func:`written`) grows steadily and would exhaust the
-    memory left to the job (the cgroup's limit, else the host's) within an hour: something kept
-    per step (a loss appended with its graph, outputs kept in a list: Lightning-AI/pytorch-
-    lightning#9894, pytorch/pytorch#1085). The OOM killer then ends main, and its workers with
-    it."""
+    """Main's own memory (what it wrote: :func:`written`) grows steadily from the loader's first
+    batch on (:func:`judged_from`), goes on growing (:func:`sustained_growth`) and would exhaust
+    the memory left to the job (the cgroup's limit, else the host's) within an hour
+    (:func:`exhaustion_s`): something kept per step (a loss appended with its graph, outputs
+    kept in a list: Lightning-AI/pytorch-lightning#9894, pytorch/pytorch#1085). The OOM killer
+    then ends main, and its workers with it."""
     main = facts.sample.main
     if main is None:
         return None
-    points = since_last_drop(memory_points(facts, main))
-    if len(points) < GROWTH_MIN_POINTS:
+    start = judged_from(facts.timeline)
+    if start is None:
         return None
-    slope, r2 = fit_line(points)
-    gained, span = points[-1][1] - points[0][1], points[-1][0] - points[0][0]
+    points = since_last_drop(judged_points(memory_points(facts, main), start, facts.sample.t_mono))
+    grows = sustained_growth(points, MAIN_GROWTH_MIN_BYTES, 1.0, MAIN_GROWTH_MIN_R2)
+    if grows is None:
+        return None
+    slope, gained, span, r2 = grows
     left = facts.sample.host.mem_left_bytes
-    if gained < MAIN_GROWTH_MIN_BYTES or span < MAIN_GROWTH_MIN_SPAN_S or r2 < MAIN_GROWTH_MIN_R2 or slope <= 0:
-        return None
-    eta_s = left / slope
-    if eta_s > MAIN_GROWTH_HORIZON_S:
+    eta_s = exhaustion_s(left, slope, span)
+    if span < MAIN_GROWTH_MIN_SPAN_S or eta_s is None:
         return None
     host = facts.sample.host
     limit = host.mem_limit_bytes
@@ -425,7 +503,8 @@ def _pinned_points(facts: Facts) -> List[Tuple[float, float]]:
 @rule("pinned_memory_growth", SEVERITY_WARNING, 55, LIVE)
 def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     """CUDA pinned host memory (``/dev/nvidiactl`` mappings in ``smaps``) holds a large share of
-    RAM or grows steadily. PyTorch's CachingHostAllocator (aten/src/ATen/cuda/CachingHostAllocator.cpp)
+    RAM or grows steadily and goes on growing (:func:`sustained_growth`: a cache that reached
+    the batches' high-water mark is flat). PyTorch's CachingHostAllocator (aten/src/ATen/cuda/CachingHostAllocator.cpp)
     rounds each pinned block up to a power of two and keeps freed blocks cached for reuse, never
     returning them to the system while the process lives: ``pin_memory=True`` with large or
     variable-size batches and a deep prefetch grows it."""
@@ -437,12 +516,12 @@ def pinned_memory_growth(facts: Facts) -> Optional[Finding]:
     total = sum(p.pinned_bytes or 0 for p in procs)  # each set and non-zero
     ram = facts.sample.host.mem_total_bytes
     points = _pinned_points(facts)
+    if points and points[-1][0] < facts.sample.t_mono:
+        points.append((facts.sample.t_mono, points[-1][1]))  # a plateau since the last change
     growing = None
-    if len(points) >= GROWTH_MIN_POINTS:
-        slope, r2 = fit_line(points)
-        grown = points[-1][1] - points[0][1]
-        if slope >= GROWTH_MIN_BYTES_PER_S and r2 >= GROWTH_MIN_R2 and grown >= PINNED_GROWTH_MIN_BYTES:
-            growing = (slope, grown, points[-1][0] - points[0][0])
+    grows = sustained_growth(points, PINNED_GROWTH_MIN_BYTES, GROWTH_MIN_BYTES_PER_S, GROWTH_MIN_R2)
+    if grows is not None:
+        growing = grows[:3]
     large = bool(ram and total >= PINNED_RAM_SHARE * ram)
     if not growing and not large:
         return None
