@@ -8,8 +8,8 @@ p50, p99 and the longest interval (each as its bucket's upper bound, so within a
 octave). The rule declares a stall after ``max(stall_min_s, k × p99)`` with no batch; a healthy
 run whose longest interval exceeds ``k × p99`` would have been examined. The table shows
 ``longest / p99`` per run and the largest over all runs, with the spread of each round's
-largest: ``k`` must sit well above it. ``--load N`` runs N busy processes (``while True:
-pass``, as ``stress --cpu N``) beside the variants for the whole measurement and kills them at
+largest: ``k`` must sit well above it. ``--load N`` runs N busy processes (a Python spin
+loop, as ``stress --cpu N``) beside the variants for the whole measurement and kills them at
 its end: a loaded machine's tail is longer than an idle one's (issue #34: 13.33 at load 6).
 
 Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag or variant
@@ -144,12 +144,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         stop_busy(busy)
 
 
+# A process that spins on a CPU until its parent is gone (checked every 10^5 iterations, a few
+# ms): a measurement killed before its clean-up leaves no busy loop behind.
+BUSY_LOOP = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(100000): pass\n"
+
+
 def busy_loops(n: int) -> List[subprocess.Popen]:
-    """Start ``n`` processes that spin on a CPU (``python -c "while True: pass"``), each in a
-    session of its own; :func:`stop_busy` ends them."""
+    """Start ``n`` processes that spin on a CPU (:data:`BUSY_LOOP`), each in a session of its
+    own; :func:`stop_busy` ends them, and each ends by itself once this process is gone."""
     return [
         subprocess.Popen(
-            [sys.executable, "-c", "while True: pass"],
+            [sys.executable, "-c", BUSY_LOOP],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from probes import cases, repro
+from probes.rhythm import BUSY_LOOP
 from tests.real.helpers import kill_tree, reports, start
 
 pytestmark = pytest.mark.skipif(
@@ -24,8 +25,9 @@ BUSY_PER_CPU = 4
 
 
 def _busy_loops(n: int) -> list:
-    """``n`` processes that spin on a CPU (each in its own session, killed by the caller)."""
-    return [start([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL) for _ in range(n)]
+    """``n`` processes that spin on a CPU (each in its own session, killed by the caller; each
+    also ends by itself once this test process is gone)."""
+    return [start([sys.executable, "-c", BUSY_LOOP], stdout=subprocess.DEVNULL) for _ in range(n)]
 
 
 def test_a_low_priority_worker_computing_on_a_loaded_machine_is_never_reported(tmp_path):
