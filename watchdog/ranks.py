@@ -84,6 +84,17 @@ class _RankStepper:
             self._done.set()
 
 
+def describe_rank(env: Dict[str, str], pid: int) -> str:
+    """How the log names a rank found with ``env`` (:func:`discovery.find_ranks`): ``rank 1 of
+    2 (pid 42)``, with where its number came from when no torchrun-style ``RANK`` gave it
+    (``from SLURM_PROCID …``); a helper process (not a rank) as such."""
+    source = env.get("RANK_SOURCE", "")
+    if source == discovery.SOURCE_HELPER:
+        return f"process {pid} ({source})"
+    world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
+    return f"rank {env.get('RANK')}{world} (pid {pid}" + (f"; from {source})" if source else ")")
+
+
 def _ended_check(rank: ProcId) -> Callable[[], bool]:
     """A rank watcher's ``job_ended``: whether ``rank`` has ended, one ``poll`` of a pidfd per
     call (:class:`procfs.ExitWatch`; asked at every tick of every rank)."""
@@ -254,8 +265,7 @@ class JobWatcher:
             w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
             self._all.append(w)
-            world = f" of {env['WORLD_SIZE']}" if env.get("WORLD_SIZE") else ""
-            log(f"watching rank {env.get('RANK')}{world} (pid {proc.pid}) and its DataLoader workers")
+            log(f"watching {describe_rank(env, proc.pid)} and its DataLoader workers")
         for key in [k for k, w in self.ranks.items() if w.job_ended() and not w.examining]:
             del self.ranks[key]  # its reports stay in the outcome
         self.job.set_roles(self._roles(found), examine=not self.ranks)
@@ -419,8 +429,16 @@ class JobWatcher:
         signalled: Optional[int] = None,
         interrupted: Callable[[], bool] = lambda: False,
     ) -> None:
-        """The job-level look after the job ended (:meth:`Watcher.after_exit`); then waits up to
+        """The job-level look after the job ended (:meth:`Watcher.after_exit`), and the outcome
+        of each rank's hang reports still open (``outcome.json``: ``job_ended`` with the job's
+        exit code, or ``resolved`` when its loader had moved again since); then waits up to
         ``exec_timeout_s`` for alert commands still running, or until ``interrupted()`` (a
         signal to dlwatch meanwhile)."""
         self.job.after_exit(exit_code, terminated, signalled)
+        for w in self._all[1:]:  # the ranks' hang reports still open when the job ended (outcome.json)
+            try:
+                w.hangs.job_ended(exit_code, signalled)
+            except Exception:
+                w.internal_error("recording a rank's hang outcome")
+            w.outcome.resolved = w.hangs.resolved_reports
         self.alerts.wait(self.config.exec_timeout_s, interrupted)

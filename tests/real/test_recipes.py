@@ -69,3 +69,71 @@ def test_the_slurm_port_is_taken_from_the_job_id():
         ["bash", "-c", f"SLURM_JOB_ID=123456; {line}; echo $DLWATCH_PORT"], capture_output=True, text=True
     ).stdout
     assert out.strip() == str(9400 + 123456 % 500)
+
+
+def test_the_slurm_recipes_srun_task_is_watched_as_the_rank_slurm_numbered(tmp_path):
+    """The recipe's branch without torchrun, run as srun runs it on a node: one task's shell,
+    with the variables srun sets for task 1 of 2. Its dlwatch names the rank from SLURM_PROCID
+    and serves it on DLWATCH_PORT + SLURM_LOCALID."""
+    import urllib.request
+
+    text = open(os.path.join(RECIPES, "slurm.sbatch"), encoding="utf-8").read()
+    branch = text[text.index("\nelse\n") :]
+    body = branch.split("bash -c '", 1)[1].split("\n  '\n", 1)[0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, line in (("dlwatch", f'exec {PY} -m watchdog "$@"'), ("python", f'exec {PY} "$@"')):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{line}\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "train.py").write_text(
+        "import os, sys, time, torch\nfrom torch.utils.data import DataLoader\n"
+        "deadline = time.monotonic() + 90\n"
+        "while not os.path.exists('done') and time.monotonic() < deadline:\n"
+        "    for _ in DataLoader(range(40), batch_size=2, num_workers=1):\n"
+        "        time.sleep(0.05)\n"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_")) and k != "RANK"}
+    env.update(
+        PATH=f"{bin_dir}:{env['PATH']}",
+        PYTHONPATH=ROOT,
+        REPORTS=str(tmp_path / "reports"),
+        DLWATCH_PORT=str(port - 1),
+        SLURM_JOB_ID="4242",
+        SLURM_STEP_ID="0",
+        SLURM_PROCID="1",
+        SLURM_LOCALID="1",
+        SLURM_NODEID="0",
+        SLURM_NTASKS="2",
+        SLURM_STEP_NUM_TASKS="2",
+    )
+    task = start(["bash", "-c", body], env=env, cwd=str(tmp_path))
+    try:
+
+        def ranks():
+            from prometheus_client.parser import text_string_to_metric_families
+
+            try:
+                got = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                return None
+            return {
+                (s.labels["rank"], s.labels["local_rank"])
+                for f in text_string_to_metric_families(got)
+                for s in f.samples
+                if s.name == "dlwatch_seconds_since_progress"
+            }
+
+        def ranked():
+            seen = ranks()
+            return seen if seen and ("1", "1") in seen else None
+
+        assert wait_for(ranked, 120, "the task's metrics with its rank") == {("1", "1")}
+        (tmp_path / "done").write_text("")
+        _out, err = task.communicate(timeout=120)
+        assert task.returncode == 0, err[-3000:]
+        assert "watching rank 1 of 2" in err and "SLURM_PROCID" in err, err[-3000:]
+    finally:
+        kill_tree(task)

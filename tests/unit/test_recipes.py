@@ -25,7 +25,11 @@ def _dlwatch_args(text):
     out = []
     for m in re.finditer(r"\bexec dlwatch ([^\n\\]+)|\bdlwatch (run [^\n]+)", text):
         text_ = (
-            (m.group(1) or m.group(2)).replace("\\", " ").replace('"$pid"', "4242").replace('"$DLWATCH_PORT"', "9400")
+            (m.group(1) or m.group(2))
+            .replace("\\", " ")
+            .replace('"$pid"', "4242")
+            .replace('"$DLWATCH_PORT"', "9400")
+            .replace('"$((DLWATCH_PORT + SLURM_LOCALID))"', "9400")
         )  # the shell fills them in
         words = shlex.split(text_)
         out.append(words[: words.index("--")] if "--" in words else words)
@@ -63,3 +67,13 @@ def test_the_slurm_and_docker_scripts_are_valid_shell_with_valid_dlwatch_flags()
     assert "--shm-size" in _read("docker.sh") and "SYS_PTRACE" in _read("docker.sh")
     assert "--init" in _read("docker.sh") and '--user "$(id -u):$(id -g)"' in _read("docker.sh")
     assert "DLWATCH_PORT=$((9400 + SLURM_JOB_ID % 500))" in _read("slurm.sbatch")
+
+
+def test_the_slurm_recipe_covers_srun_without_torchrun_one_dlwatch_per_task_on_a_port_of_its_own():
+    text = _read("slurm.sbatch")
+    commands = _dlwatch_args(text)
+    assert len(commands) == 2, commands  # around torchrun, and around each srun task
+    per_task = r'--metrics-port "\$\(\(DLWATCH_PORT \+ SLURM_LOCALID\)\)"'
+    plain = re.search(per_task + r"[^\n]*--\s*\\\n\s*python train\.py", text)
+    assert plain, "the srun branch runs `dlwatch run … -- python train.py` with a port per local task"
+    assert 'LAUNCH:-torchrun}" = torchrun' in text and "sbatch --ntasks-per-node=8" in text

@@ -192,6 +192,48 @@ def find_main(root: psutil.Process) -> Optional[psutil.Process]:
 # Environment variables that torchrun (torch/distributed/elastic/agent/server/api.py) and most
 # launchers set for each rank; ``RANK`` marks a training process.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+# What other launchers set instead (NOTE [ Ranks as launchers set them ]): Open MPI's mpirun
+# (https://docs.open-mpi.org/en/main/tuning-apps/environment-var.html), Slurm's srun (srun(1),
+# "OUTPUT ENVIRONMENT VARIABLES"), and a launcher that starts the script again with
+# ``LOCAL_RANK`` and ``NODE_RANK`` (PyTorch Lightning's ``strategy="ddp"``:
+# lightning/fabric/strategies/launchers/subprocess_script.py, ``_call_children_scripts``).
+_OMPI_VARS = {
+    "OMPI_COMM_WORLD_RANK": "RANK",
+    "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "LOCAL_WORLD_SIZE",
+}
+_SLURM_VARS = {
+    "SLURM_PROCID": "RANK",
+    "SLURM_LOCALID": "LOCAL_RANK",
+    "SLURM_NODEID": "GROUP_RANK",
+}
+_SLURM_WORLD = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")  # the step's task count first
+LAUNCHER_VARS = RANK_VARS + ("NODE_RANK", "SLURM_STEP_ID") + tuple(_OMPI_VARS) + tuple(_SLURM_VARS) + _SLURM_WORLD
+# RANK_SOURCE of each way a rank was named (the report's job.rank says which; not a launcher's variable).
+SOURCE_OMPI = "OMPI_COMM_WORLD_RANK (Open MPI's mpirun)"
+SOURCE_SLURM = "SLURM_PROCID (a task of Slurm's srun)"
+SOURCE_RELAUNCH = "NODE_RANK and LOCAL_RANK (a launcher that started the script again, as Lightning's ddp)"
+SOURCE_RELAUNCHER = "the process that started LOCAL_RANK 1 and up again (its LOCAL_RANK 0, as Lightning's ddp)"
+SOURCE_HELPER = "a process the job started with multiprocessing, alone: not a rank"
+
+# NOTE [ Ranks as launchers set them ]
+# A rank's identity is read from the environment its launcher gave it (/proc/PID/environ: what
+# the process started with, never what it set since), in this order, the first that applies:
+# * ``RANK``: torchrun, accelerate, deepspeed, or the job itself; kept as set (RANK_VARS).
+# * ``OMPI_COMM_WORLD_RANK``: mpirun; SIZE, LOCAL_RANK and LOCAL_SIZE with it.
+# * ``LOCAL_RANK`` with ``NODE_RANK`` and no ``RANK``: a launcher that starts the script again
+#   for local ranks 1 and up (Lightning's ``strategy="ddp"``); the script's first process is local
+#   rank 0 and has none of them (it set them in ``os.environ`` after it started). The global
+#   rank is NODE_RANK x (local ranks on the node) + LOCAL_RANK, the local ranks counted as the
+#   processes that one process started again plus itself, or LOCAL_WORLD_SIZE where set.
+# * ``SLURM_PROCID`` with ``SLURM_STEP_ID``: a task of ``srun``; a batch script (SLURM_PROCID 0,
+#   no step id) is no rank, nor is a special step (its id is over 9 digits). WORLD_SIZE from
+#   SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), LOCAL_RANK from SLURM_LOCALID, GROUP_RANK from
+#   SLURM_NODEID.
+# Inner launchers come first: ``srun torchrun …`` ranks are torchrun's, Lightning's re-launch
+# inside a batch allocation is Lightning's. Every value must be a decimal integer (the job sets
+# them; RANK names a report folder); a process whose source has an invalid rank is no rank.
 
 
 # What a rank variable may hold: a decimal integer (torch.distributed's env:// rendezvous reads
@@ -203,11 +245,10 @@ _RANK_VALUE = re.compile(r"[0-9]{1,9}\Z")
 RUN_ID_VALUE = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}\Z")
 
 
-def rank_env(pid: int) -> Optional[Dict[str, str]]:
-    """The rank variables (``RANK_VARS``) in ``/proc/PID/environ`` when ``RANK`` is among them,
-    else ``None`` (also when unreadable). The job sets them: a value that is not a decimal
-    integer (``TORCHELASTIC_RUN_ID``: a plain name) is left out, and without a valid ``RANK``
-    the process is no rank (``RANK='0/x'`` never reaches a folder name)."""
+def launcher_env(pid: int) -> Optional[Dict[str, str]]:
+    """The launchers' variables (``LAUNCHER_VARS``) in ``/proc/PID/environ`` whose values are
+    valid (decimal integers; ``TORCHELASTIC_RUN_ID`` a plain name), or ``None`` when unreadable.
+    The job sets them: any other value is left out."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read()
@@ -217,26 +258,75 @@ def rank_env(pid: int) -> Optional[Dict[str, str]]:
     for item in data.split(b"\0"):
         key, sep, value = item.partition(b"=")
         name = key.decode("ascii", "replace")
-        if sep and name in RANK_VARS:
+        if sep and name in LAUNCHER_VARS:
             text = value.decode("utf-8", "replace")
             if (RUN_ID_VALUE if name == "TORCHELASTIC_RUN_ID" else _RANK_VALUE).match(text):
                 env[name] = text
-    return env if "RANK" in env else None
+    return env
+
+
+def relaunched(env: Dict[str, str]) -> bool:
+    """Whether ``env`` (:func:`launcher_env`) is that of a process a launcher started again
+    as local rank 1 and up (``LOCAL_RANK`` and ``NODE_RANK``, no ``RANK`` nor Open MPI's)."""
+    return "LOCAL_RANK" in env and "NODE_RANK" in env and "RANK" not in env and "OMPI_COMM_WORLD_RANK" not in env
+
+
+def derive_rank(env: Dict[str, str], local_world: Optional[int] = None) -> Optional[Dict[str, str]]:
+    """The rank variables of a process whose launchers' variables are ``env``
+    (:func:`launcher_env`), read as NOTE [ Ranks as launchers set them ] says: torchrun's as
+    they are, another launcher's translated to ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``GROUP_RANK``, ``LOCAL_WORLD_SIZE`` with ``RANK_SOURCE`` naming it. ``local_world`` is the
+    number of local ranks of a re-launched process's node (counted by :func:`find_ranks`),
+    needed where ``NODE_RANK`` is not 0 and ``LOCAL_WORLD_SIZE`` is not set. ``None``: no rank."""
+    if "RANK" in env:
+        return {k: env[k] for k in RANK_VARS if k in env}
+    if "OMPI_COMM_WORLD_RANK" in env:
+        out = {mine: env[theirs] for theirs, mine in _OMPI_VARS.items() if theirs in env}
+        return {**out, "RANK_SOURCE": SOURCE_OMPI}
+    if relaunched(env):
+        node, local = int(env["NODE_RANK"]), int(env["LOCAL_RANK"])
+        per_node = int(env["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in env else local_world
+        if node and not per_node:
+            return None
+        out = {"RANK": str(node * (per_node or 0) + local), "LOCAL_RANK": str(local), "GROUP_RANK": str(node)}
+        out.update({k: env[k] for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE") if k in env})
+        return {**out, "RANK_SOURCE": SOURCE_RELAUNCH}
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
+        out = {mine: env[theirs] for theirs, mine in _SLURM_VARS.items() if theirs in env}
+        world = next((env[k] for k in _SLURM_WORLD if k in env), None)
+        if world is not None:
+            out["WORLD_SIZE"] = world
+        return {**out, "RANK_SOURCE": SOURCE_SLURM}
+    return None
+
+
+def rank_env(pid: int, local_world: Optional[int] = None) -> Optional[Dict[str, str]]:
+    """The rank variables of process ``pid`` (:func:`derive_rank` of its :func:`launcher_env`),
+    else ``None`` (also when unreadable). The job sets them: a value that is not a decimal
+    integer (``TORCHELASTIC_RUN_ID``: a plain name) is left out, and without a valid rank the
+    process is no rank (``RANK='0/x'`` never reaches a folder name)."""
+    env = launcher_env(pid)
+    return None if env is None else derive_rank(env, local_world)
 
 
 def find_ranks(
     root: psutil.Process, loader_owners: Collection[int] = ()
 ) -> List[Tuple[psutil.Process, Dict[str, str]]]:
     """The job's training ranks, with their rank variables, in tree order: the topmost Python
-    processes of the tree whose environment sets ``RANK`` (torchrun's workers, a launcher's
-    ranks), and the topmost processes below the job's main that own a DataLoader iterator
-    (``loader_owners``, from the inside view) or have children PyTorch named as DataLoader
-    workers (torch >= 2.5, without the inside view): ranks started by
-    ``torch.multiprocessing.spawn``, which sets no variable; numbered by start order, as
-    ``spawn`` starts them, and marked ``RANK_SOURCE=start order``). Their descendants
+    processes of the tree that a launcher named a rank (:func:`rank_env`: torchrun's workers,
+    mpirun's, srun's tasks, a launcher's ranks), with a script that started itself again for
+    its other local ranks (:func:`relaunched`) counted as their local rank 0; and the topmost
+    processes below the job's main that own a DataLoader iterator (``loader_owners``, from the
+    inside view) or have children PyTorch named as DataLoader workers (torch >= 2.5, without
+    the inside view): ranks started by ``torch.multiprocessing.spawn``, which sets no variable;
+    numbered by start order, as ``spawn`` starts them, and marked ``RANK_SOURCE=start order``.
+    One such process alone, with no sibling started the same way, is a helper the job started
+    with ``multiprocessing`` (an evaluation, a test's child), not "rank 0 of 1": it is watched
+    as ``RANK=child<PID>`` (``RANK_SOURCE``: :data:`SOURCE_HELPER`). Their descendants
     (DataLoader workers inherit ``RANK``) belong to them; a process PyTorch named as a
     DataLoader worker is never a rank. Empty for a single-process job."""
     out: List[Tuple[psutil.Process, Dict[str, str]]] = []
+    again: List[Tuple[psutil.Process, Dict[str, str]]] = []  # started again by a launcher (relaunched)
     spawned: List[psutil.Process] = []
     main = find_main(root)
     queue: List[Tuple[int, Optional[psutil.Process]]] = [(root.pid, root)]
@@ -246,7 +336,11 @@ def find_ranks(
             proc = known or psutil.Process(pid)
             if proc.name() in frames.WORKER_COMMS:
                 continue
-            env = rank_env(proc.pid) if is_python(proc) else None
+            raw = launcher_env(proc.pid) if is_python(proc) else None
+            if raw is not None and relaunched(raw):
+                again.append((proc, raw))
+                continue
+            env = derive_rank(raw) if raw is not None else None
             if env is not None:
                 out.append((proc, env))
                 continue
@@ -267,16 +361,63 @@ def find_ranks(
             queue.extend((c, None) for c, comm in kids.items() if comm not in frames.WORKER_COMMS)
         except psutil.Error:
             continue
+    if again:
+        out = _with_relauncher(out, again)
     if spawned and not out:
         spawned = _with_spawned_siblings(spawned)
         spawned.sort(key=lambda p: (p.create_time(), p.pid))
-        out = [
-            (p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"})
-            for i, p in enumerate(spawned)
-        ]
+        if len(spawned) == 1:
+            out = [(spawned[0], {"RANK": f"child{spawned[0].pid}", "RANK_SOURCE": SOURCE_HELPER})]
+        else:
+            out = [
+                (p, {"RANK": str(i), "WORLD_SIZE": str(len(spawned)), "RANK_SOURCE": "start order"})
+                for i, p in enumerate(spawned)
+            ]
         if main is not None and main.pid in loader_owners:
             out.insert(0, (main, {"RANK": "main", "RANK_SOURCE": "the job's main process"}))
     return out
+
+
+def _with_relauncher(
+    out: List[Tuple[psutil.Process, Dict[str, str]]], again: List[Tuple[psutil.Process, Dict[str, str]]]
+) -> List[Tuple[psutil.Process, Dict[str, str]]]:
+    """``out`` with the processes a launcher started again (``again``: each with its
+    :func:`launcher_env`) named by :func:`derive_rank`, and the Python process that started
+    them (their parent, when it is no rank already and not dlwatch) as their node's local rank
+    0, placed before them (NOTE [ Ranks as launchers set them ])."""
+    by_parent: Dict[int, List[Tuple[psutil.Process, Dict[str, str]]]] = {}
+    for proc, raw in again:
+        by_parent.setdefault(_ppid(proc), []).append((proc, raw))
+    named = {proc.pid for proc, _ in out}
+    result = list(out)
+    for ppid, group in by_parent.items():
+        local_world = len(group) + 1
+        ranks = [(proc, env) for proc, raw in group if (env := derive_rank(raw, local_world)) is not None]
+        if not ranks:
+            continue
+        first = ranks[0][1]
+        try:
+            parent: Optional[psutil.Process] = psutil.Process(ppid) if ppid > 0 and ppid not in named else None
+            if parent is not None and (not is_python(parent) or is_dlwatch(_cmdline(parent))):
+                parent = None
+        except psutil.Error:
+            parent = None
+        if parent is not None:
+            node = int(first["GROUP_RANK"])
+            per_node = int(first.get("LOCAL_WORLD_SIZE", local_world))
+            zero = {"RANK": str(node * per_node), "LOCAL_RANK": "0", "GROUP_RANK": str(node)}
+            zero.update({k: first[k] for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE") if k in first})
+            result.append((parent, {**zero, "RANK_SOURCE": SOURCE_RELAUNCHER}))
+            named.add(parent.pid)
+        result.extend(ranks)
+    return result
+
+
+def _ppid(proc: psutil.Process) -> int:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return 0
 
 
 def _with_spawned_siblings(found: List[psutil.Process]) -> List[psutil.Process]:
