@@ -1337,8 +1337,9 @@ def test_enospc_with_no_path_and_no_traceback_is_contradicted_by_a_nearly_empty_
 def _contradictions(facts, found):
     """Remedies and summaries that a figure of the same report contradicts: a worker that
     exited with a code called killed or sent to the OOM killer; ``shm_exhausted`` first while
-    /dev/shm stayed nearly empty and no error line named a shared-memory file."""
-    from watchdog.diagnose.crashes import _shm_full_lines, names_shared_memory, worker_ends
+    /dev/shm stayed nearly empty and no error line named a shared-memory file; copy-on-read
+    first while several iterators with persistent workers were alive at once."""
+    from watchdog.diagnose.crashes import _shm_full_lines, kept_persistent_loaders, names_shared_memory, worker_ends
 
     out = []
     exited = {pid for pid, end in worker_ends(facts).items() if end[0] == "exit"}
@@ -1350,6 +1351,9 @@ def _contradictions(facts, found):
     if found and found[0].kind == "shm_exhausted" and total and used is not None and used < 0.25 * total:
         if not named:
             out.append(f"shm_exhausted first with /dev/shm at {used} of {total} bytes and no shared-memory file named")
+    kept = kept_persistent_loaders(facts)
+    if found and kept is not None and "copy-on-read" in found[0].remedy:
+        out.append(f"{found[0].kind}: copy-on-read first with {kept[0]} persistent iterators alive: {found[0].remedy}")
     return out
 
 
@@ -1376,6 +1380,17 @@ def test_no_remedy_contradicts_a_figure_of_the_same_report(name):
         )
         found = diagnose(facts)
         assert not _contradictions(facts, found), (codes, [d.kind for d in found])
+    # The same stderr while six iterators with persistent workers were alive, after an OOM kill.
+    kept = _kept_alive_facts(6)
+    facts = dataclasses.replace(kept, stderr_tail=stderr, sample=kept.timeline[-1])
+    found = diagnose(facts)
+    assert not _contradictions(facts, found), [d.kind for d in found]
+
+
+def test_the_consistency_check_sees_copy_on_read_led_while_persistent_iterators_were_alive():
+    facts = _kept_alive_facts(6)
+    lead = dataclasses.replace(diagnose(facts)[0], remedy="Lower what each worker holds: copy-on-read of …")
+    assert _contradictions(facts, [lead])
 
 
 def test_where_is_never_a_compiled_modules_relative_source_path():
@@ -1433,3 +1448,183 @@ def test_a_warning_stacks_age_is_counted_to_the_processs_own_last_sample_not_the
     first = diagnose(facts)[0]
     assert "(at its last stack, 3.2 s before:" in first.summary, first.summary
     assert any("3.2 s before its last sample" in e for e in first.evidence)
+
+
+# --- issue #35 section 3: the mechanism, not the catalogue's sentence -------------------------------
+
+
+def _oom_timeline(worker_rss_mib, main_alive_after=True, limit=1 << 30, usage=None, step_s=0.5):
+    """Samples ``step_s`` apart of main and workers WORKER_PID (RSS from ``worker_rss_mib``, one
+    value a sample) and WORKER_PID + 1 (flat), under a memory cgroup of ``limit``; a last sample
+    without WORKER_PID (killed) when ``main_alive_after``. ``usage`` (MiB per sample) is the
+    cgroup's usage, else the sum of the RSS."""
+    out = []
+    for k, rss in enumerate(worker_rss_mib):
+        procs = [
+            proc(MAIN_PID, ROLE_MAIN, [], rss=226 << 20, uss=150 << 20),
+            proc(WORKER_PID, ROLE_WORKER, [], "fork", rss=rss << 20, uss=(rss - 150) << 20),
+            proc(WORKER_PID + 1, ROLE_WORKER, [], "fork", rss=170 << 20, uss=20 << 20),
+        ]
+        used = (usage[k] if usage else 226 + rss + 170 - 300) << 20
+        smp = sample(10.0 + k * step_s, procs)
+        out.append(
+            dataclasses.replace(
+                smp, host=dataclasses.replace(smp.host, mem_limit_bytes=limit, mem_cgroup_usage_bytes=used)
+            )
+        )
+    if main_alive_after:
+        last = out[-1]
+        out.append(
+            dataclasses.replace(
+                last,
+                t_mono=last.t_mono + step_s,
+                wall=last.wall + step_s,
+                processes=tuple(p for p in last.processes if p.pid != WORKER_PID),
+            )
+        )
+    return tuple(out)
+
+
+def _sequential_view(waiting_idx, waiting_worker, batch_size=4, p50=0.04):
+    from tests.unit.test_detect import _loader
+
+    return dataclasses.replace(
+        _loader(worker=waiting_worker),
+        settings=(("num_workers", 2), ("batch_size", batch_size), ("sampler", "SequentialSampler")),
+        waiting_idx=waiting_idx,
+        interval_p50_s=p50,
+    )
+
+
+def test_one_samples_sudden_allocation_is_a_step_named_with_its_batch_not_a_per_worker_cache():
+    # Modelled on probes/cases/worker_huge_sample_oom_in_cgroup.py: the worker stood at 300 MiB
+    # for 10 s, then +300 and +700 MiB within one second (a corrupt header's 2.5 GiB buffer
+    # being filled) and the cgroup's OOM killer ended it; main waited for batch 75, the worker's.
+    from watchdog.types import InsideView
+
+    timeline = _oom_timeline([300] * 20 + [600, 1000])
+    view = InsideView(loaders=(_sequential_view(75, 0),))
+    facts = _crash(_OOM_KILLED, timeline=timeline, oom_kills=1, inside=view)
+    facts = dataclasses.replace(facts, sample=timeline[-1])
+    first = diagnose(facts)[0]
+    assert first.kind == "worker_killed" and "one sample asked for" in first.summary, first.summary
+    assert "One sample asked for at least 700.0 MiB at once" in first.remedy, first.remedy
+    assert "samples 300–303" in first.remedy and "per-worker cache" not in first.remedy
+    assert "copy-on-read" not in first.remedy
+    assert any("RSS stood at 300.0 MiB for 5.0 s, then rose by 700.0 MiB within 1.0 s" in e for e in first.evidence)
+
+    # The rise came between the worker's last sample and its death: the cgroup's headroom then.
+    unseen = _oom_timeline([300] * 20, usage=[400] * 20)
+    facts = dataclasses.replace(_crash(_OOM_KILLED, timeline=unseen, oom_kills=1), sample=unseen[-1])
+    first = diagnose(facts)[0]
+    assert "One sample asked for more than 624.0 MiB at once" in first.remedy, first.remedy
+
+    # A cache that grows sample by sample (+40 MiB a second) is a slope: the cache remedy stays.
+    slope = _oom_timeline([300 + 20 * k for k in range(22)])
+    facts = dataclasses.replace(_crash(_OOM_KILLED, timeline=slope, oom_kills=1), sample=slope[-1])
+    first = diagnose(facts)[0]
+    assert "One sample" not in first.remedy and "per-worker cache" in first.remedy, first.remedy
+
+    # The same slope on a loaded machine, all of it while the worker read one sample (as the
+    # case ran under load: its count of samples reached for stood still from t=15): a step.
+    from watchdog.types import WorkerFetch
+
+    def counted(s):
+        reached = WorkerFetch(WORKER_PID, 300 if s.t_mono <= 15.0 else 301, min(s.t_mono, 15.0))
+        return dataclasses.replace(s, fetches=(reached,))
+
+    one_read = tuple(counted(s) for s in _oom_timeline([300] * 11 + [300 + 20 * k for k in range(1, 36)]))
+    facts = dataclasses.replace(_crash(_OOM_KILLED, timeline=one_read, oom_kills=1), sample=one_read[-1])
+    first = diagnose(facts)[0]
+    assert "One sample asked for at least 700.0 MiB at once" in first.remedy, first.remedy
+    assert any("within 18 s while it read one sample" in e for e in first.evidence), first.evidence
+    # ... and without the count, the same rise is a slope.
+    plain = tuple(dataclasses.replace(s, fetches=()) for s in one_read)
+    first = diagnose(dataclasses.replace(facts, timeline=plain, sample=plain[-1]))[0]
+    assert "One sample" not in first.remedy, first.remedy
+
+
+def _persistent_views(count, same_site=True, persistent=True):
+    """``count`` iterators of main, two workers each (WORKER_PID + 2k, + 2k + 1), created at one
+    line (``same_site``) or each at its own."""
+    from tests.unit.test_detect import _loader
+
+    return tuple(
+        dataclasses.replace(
+            _loader(),
+            iterator=k + 1,
+            site=Frame("main", "/home/user/train/train.py", 40 if same_site else 40 + k, False),
+            settings=(("num_workers", 2), ("persistent_workers", persistent), ("batch_size", 4)),
+            workers=(WORKER_PID + 2 * k, WORKER_PID + 2 * k + 1),
+            epoch=0,
+        )
+        for k in range(count)
+    )
+
+
+def _kept_alive_facts(count, **kw):
+    """An OOM-killed worker of the first iterator while ``count`` iterators' workers ran."""
+    from watchdog.types import InsideView
+
+    def s(t, gone=()):
+        workers = [
+            proc(WORKER_PID + k, ROLE_WORKER, [], "fork", rss=300 << 20, uss=140 << 20)
+            for k in range(2 * count)
+            if WORKER_PID + k not in gone
+        ]
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], rss=226 << 20, uss=150 << 20), *workers])
+
+    timeline = tuple(s(float(t)) for t in range(10)) + (s(10.0, gone=(WORKER_PID,)),)
+    return dataclasses.replace(
+        _crash(_OOM_KILLED, timeline=timeline, oom_kills=1, inside=InsideView(loaders=_persistent_views(count, **kw))),
+        sample=timeline[-1],
+    )
+
+
+def test_several_persistent_loaders_alive_at_once_are_counted_not_told_copy_on_read():
+    # Modelled on probes/cases/persistent_loaders_kept_alive.py: a new persistent loader each
+    # epoch, all kept; six iterators' workers alive (11 after the kill) when memory ran out.
+    first = diagnose(_kept_alive_facts(6))[0]
+    assert first.kind == "worker_killed", first.kind
+    assert first.remedy.startswith(
+        "6 DataLoader iterators with persistent workers are alive at once (11 workers; created at "
+        "/home/user/train/train.py:40)"
+    ), first.remedy
+    assert "`del` the old ones" in first.remedy and "copy-on-read" not in first.remedy
+    assert sum("the inside view: iterator" in e for e in first.evidence) == 6
+    # A training loader and a validation loader, both persistent, at two lines: nothing kept.
+    first = diagnose(_kept_alive_facts(2, same_site=False))[0]
+    assert "alive at once" not in first.remedy
+    # Loaders without persistent workers stop theirs at each epoch's end: not counted.
+    first = diagnose(_kept_alive_facts(6, persistent=False))[0]
+    assert "alive at once" not in first.remedy
+
+
+def test_an_index_error_in_a_later_epoch_of_persistent_workers_names_their_stale_copy_of_the_dataset():
+    # Captured: probes/cases/dataset_extended_after_persistent_workers.py; main extended the
+    # sample list from 600 to 640 after epoch 0; worker 1 failed at index 600 in epoch 1 (75
+    # batches of 8 in epoch 0, then 75 more before the failing one).
+    from tests.unit.test_detect import _loader
+    from watchdog.types import InsideView, WorkerFailure
+
+    def facts(persistent=True, epoch=1):
+        view = dataclasses.replace(
+            _loader(),
+            settings=(("num_workers", 2), ("persistent_workers", persistent), ("batch_size", 8)),
+            workers=(WORKER_PID, WORKER_PID + 1),
+            epoch=epoch,
+            batches=150 if epoch else 75,
+        )
+        failed = WorkerFailure(WORKER_PID + 1, 1, 75, tuple(range(600, 608)), 600, "IndexError", 60.0)
+        return _crash(fixture("stderr_dataset_extended_persistent.txt"), inside=InsideView((view,), failures=(failed,)))
+
+    first = diagnose(facts())[0]
+    assert first.kind == "dataset_error" and "stale copy of the Dataset" in first.summary, first.summary
+    assert "Recreate the DataLoader" in first.remedy and "persistent_workers=False" in first.remedy
+    assert "dataset[600] works in main and fails only in the workers" in first.remedy, first.remedy
+    assert any("index 600 is past the 600 samples an earlier epoch read at most" in e for e in first.evidence)
+    # Without persistent workers, or in the first epoch, it is the Dataset's own error.
+    for other in (facts(persistent=False), facts(epoch=0)):
+        first = diagnose(other)[0]
+        assert first.kind == "dataset_error" and "stale" not in first.summary + first.remedy
+        assert "dataset[600]" in first.remedy

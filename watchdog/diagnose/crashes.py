@@ -28,6 +28,7 @@ rules above, since "fix the Dataset code" is the wrong remedy for a full ``/dev/
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import frames
@@ -44,6 +45,7 @@ from ..types import (
     FdKind,
     Fix,
     Frame,
+    LoaderView,
     ProcId,
     WorkerFailure,
 )
@@ -270,6 +272,201 @@ def truncated_mappings(facts: Facts, pids: Optional[Sequence[int]] = None) -> Li
             if size is not None and ino_now == ino and -(-size // _PAGE) * _PAGE < extent:
                 out.append((pid, path, extent, size))
     return out
+
+
+# A worker whose RSS rose at least STEP_MIN_BYTES at STEP_RATE or faster (bytes/s) just before it
+# died, after its memory stood still, was ended by one allocation: one sample asked for that much
+# at once (a size read from a corrupt header), not a cache that grows sample by sample. The
+# growth before the rise may explain at most STEP_FLAT_SHARE of it.
+STEP_MIN_BYTES = 128 * 2**20
+STEP_RATE = 256 * 2**20
+STEP_FLAT_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class MemoryStep:
+    """One allocation that ended a process (:func:`memory_step`): ``asked`` bytes at least, on top
+    of ``before`` bytes of RSS it held flat for ``flat_s`` seconds; ``span_s`` the seconds the rise
+    took between the samples around it, ``seen`` whether the timeline saw the rise (else it is
+    the cgroup's headroom at the process's last sample, ``span_s`` then the time from that sample
+    to the next one without it); ``one_read`` whether the inside view's counts show the rise
+    came while it read one sample."""
+
+    asked: float
+    before: float
+    flat_s: float
+    span_s: float
+    seen: bool
+    one_read: bool = False
+
+
+def _rss_points(facts: Facts, pid: int) -> List[Tuple[float, float]]:
+    """``(t_mono, RSS bytes)`` of ``pid`` at each sample that read its memory."""
+    return [
+        (s.t_mono, float(p.rss_bytes))
+        for s in facts.timeline
+        for p in [s.process(pid)]
+        if p is not None and p.rss_bytes > 1
+    ]
+
+
+def _reading_since(facts: Facts, pid: int) -> Optional[float]:
+    """When ``pid`` reached for the sample it was still reading at its last count
+    (``WorkerFetch.last_mono`` in the timeline's ``Sample.fetches``, ``time.monotonic()``
+    seconds, the sampler's clock too), or ``None`` without the inside view's counts."""
+    last = None
+    for s in facts.timeline:
+        for f in s.fetches:
+            if f.pid == pid and f.last_mono is not None:
+                last = f.last_mono
+    return last
+
+
+def memory_step(facts: Facts, pid: int, limit: Optional[float]) -> Optional[MemoryStep]:
+    """Whether ``pid`` died of one sudden allocation, from its RSS over the timeline (read every
+    sample, unlike USS): its RSS rose by ``STEP_MIN_BYTES`` or more while it read one sample
+    (after it reached for the sample it was on: :func:`_reading_since`), or, without the inside
+    view's counts, at ``STEP_RATE`` or faster at its last samples; and before that it stood
+    (nearly) still: a step, not a slope. When the rise came between its last sample and its
+    death, unseen, the memory cgroup's headroom then (``limit`` less the cgroup's usage) is
+    what the allocation asked for at least, when that is large and the process was still.
+    ``None`` otherwise (a steady growth, too few samples)."""
+    pts = _rss_points(facts, pid)
+    if len(pts) < 3:
+        return None
+    end = len(pts) - 1
+    since = _reading_since(facts, pid)
+    if since is not None:
+        b = max((i for i, (t, _) in enumerate(pts) if t <= since), default=-1)
+        if b < 0:
+            return None
+    else:
+        b = end
+        while b > 0 and (pts[b][1] - pts[b - 1][1]) >= STEP_RATE * max(pts[b][0] - pts[b - 1][0], 1e-3):
+            b -= 1
+    flat = pts[max(0, b - 10) : b + 1]  # up to 10 samples before the rise
+    flat_s = flat[-1][0] - flat[0][0]
+    if len(flat) < 2 or flat_s <= 0:
+        return None
+    rate = max(0.0, (flat[-1][1] - flat[0][1]) / flat_s)
+    if b < end:
+        asked, span = pts[end][1] - pts[b][1], pts[end][0] - (since if since is not None else pts[b][0])
+        if asked >= STEP_MIN_BYTES and rate * (pts[end][0] - pts[b][0]) <= STEP_FLAT_SHARE * asked:
+            return MemoryStep(asked, pts[b][1], flat_s, max(span, 0.0), True, since is not None)
+        return None
+    if not limit or not facts.oom_kills:
+        return None
+    t_last = pts[end][0]
+    at = next((s for s in facts.timeline if s.t_mono == t_last), None)
+    used = at.host.mem_cgroup_usage_bytes if at is not None else None
+    after = next((s.t_mono for s in facts.timeline if s.t_mono > t_last and s.process(pid) is None), None)
+    if used is None or after is None:
+        return None
+    headroom = limit - used
+    gap = after - t_last
+    if headroom >= STEP_MIN_BYTES and rate * max(gap, flat_s) <= STEP_FLAT_SHARE * headroom:
+        return MemoryStep(headroom, pts[end][1], flat_s, gap, False, False)
+    return None
+
+
+def _worker_batch(facts: Facts, pid: int) -> Optional[str]:
+    """The batch ``pid`` was computing when it died, when the inside view tells: main waited for
+    a batch that worker owns (a worker fetches its batches in order, so the one main waits for
+    is the one it was on), with its samples when the sampler is a ``SequentialSampler``."""
+    for v in reversed(facts.inside.loaders if facts.inside else ()):
+        if pid in v.workers and v.waiting_since is not None and v.waiting_worker == v.workers.index(pid):
+            size = v.setting("batch_size")
+            if v.setting("sampler") == "SequentialSampler" and isinstance(size, int) and size > 0:
+                first = v.waiting_idx * size
+                return f"batch {v.waiting_idx} (samples {first}–{first + size - 1}), which main waited for"
+            return f"batch {v.waiting_idx}, which main waited for (the sampler shuffles: log the indices to find it)"
+    return None
+
+
+def live_iterators(facts: Facts) -> List[Tuple[LoaderView, Tuple[int, ...]]]:
+    """Main's DataLoader iterators whose workers were alive at the last sample that saw main
+    alive, with those workers (the inside view's ``LoaderView.workers`` against the timeline):
+    an iterator of ``persistent_workers=True`` keeps its workers until it is deleted."""
+    main = facts.sample.main
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
+    if not views:
+        return []
+    main_pid = views[-1].pid
+    last = next(
+        (s for s in reversed(facts.timeline) for p in [s.process(main_pid)] if p is not None and p.rss_bytes > 0),
+        None,
+    )
+    if last is None:
+        return []
+    alive = {p.pid for p in last.workers}
+    out = []
+    for v in views:
+        live = tuple(pid for pid in v.workers if pid in alive)
+        if live:
+            out.append((v, live))
+    return out
+
+
+def kept_persistent_loaders(facts: Facts) -> Optional[Tuple[int, int, str]]:
+    """``(iterators, workers, where)`` when several iterators with ``persistent_workers=True``
+    were alive at once (:func:`live_iterators`): two or more created at the same line (a new
+    loader each epoch, the old ones kept), or three or more anywhere; else ``None``. ``where``
+    names the line(s) they were created at."""
+    kept = [(v, w) for v, w in live_iterators(facts) if v.setting("persistent_workers") is True]
+    if len(kept) < 2:
+        return None
+    sites: Dict[Optional[Tuple[str, int]], int] = {}
+    for v, _ in kept:
+        key = (v.site.file, v.site.line) if v.site is not None else None
+        sites[key] = sites.get(key, 0) + 1
+    repeated = [k for k, n in sites.items() if k is not None and n >= 2]
+    if not repeated and len(kept) < 3:
+        return None
+    where = ", ".join(f"{frames.short_path(f)}:{line}" for f, line in (repeated or [k for k in sites if k]))
+    return len(kept), sum(len(w) for _, w in kept), where
+
+
+def kept_loaders_text(kept: Tuple[int, int, str]) -> str:
+    """The words for :func:`kept_persistent_loaders`'s finding, to lead a remedy with."""
+    n, workers, where = kept
+    return (
+        f"{n} DataLoader iterators with persistent workers are alive at once ({workers} workers"
+        + (f"; created at {where}" if where else "")
+        + "): keep one loader, or `del` the old ones (a DataLoader with persistent_workers=True keeps its iterator "
+        "and its workers until the loader itself is deleted; create it once, outside the epoch loop)"
+    )
+
+
+def _live_iterator_evidence(facts: Facts) -> List[str]:
+    """One line per live iterator (:func:`live_iterators`, at most 8): where and how it was
+    made, and its workers still alive."""
+    out = []
+    for v, alive in live_iterators(facts)[:8]:
+        out.append(
+            f"the inside view: iterator {v.iterator} of {v.label} "
+            f"(persistent_workers={v.setting('persistent_workers')}, epoch {v.epoch}, {v.batches} batch(es)): "
+            f"workers {', '.join(map(str, alive))} alive at the last sample"
+        )
+    return out
+
+
+def _step_evidence(facts: Facts, pid: int, step: MemoryStep, limit: Optional[float]) -> str:
+    """The evidence line of a :class:`MemoryStep` of ``pid``."""
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if pid in v.workers]
+    p50 = views[-1].interval_p50_s if views else None
+    batch = f" (one batch takes about {seconds(p50)})" if p50 else ""
+    if step.seen:
+        return (
+            f"worker pid {pid}: RSS stood at {mib(step.before)} for {seconds(step.flat_s)}, then rose by "
+            f"{mib(step.asked)} within {seconds(step.span_s)}"
+            + (" while it read one sample (its count of samples reached for stood still)" if step.one_read else "")
+            + f"{batch} just before it died: a step, not a slope"
+        )
+    return (
+        f"worker pid {pid}: RSS stood at {mib(step.before)} for {seconds(step.flat_s)} up to its last sample, when "
+        f"the memory cgroup had {mib(step.asked)} left of its {mib(limit)} limit; {seconds(step.span_s)} later it was "
+        f"gone: one allocation took more than that at once{batch}"
+    )
 
 
 def _memory_remedy(facts: Facts, pids: Sequence[int], limit: Optional[float]) -> str:
@@ -938,7 +1135,32 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             "native stack, check the record being decoded, and upgrade or replace the library."
         )
     elif oom or (signal_name == "Killed" and low_memory):
-        remedy = _memory_remedy(facts, pids, limit)
+        kept = kept_persistent_loaders(facts)
+        step = None if kept else next((s for s in (memory_step(facts, p, limit) for p in pids) if s), None)
+        if kept is not None:
+            evidence += _live_iterator_evidence(facts)
+            how += f": {kept[0]} loaders' persistent workers ({kept[1]}) were alive at once"
+            where = f"the cgroup's {mib(limit)} limit" if limit else "the memory limit"
+            remedy = (
+                kept_loaders_text(kept) + f". Each worker holds its own memory: that, not the Dataset's objects, "
+                f"reached {where}. Check `dmesg | grep -i -e oom -e killed`."
+            )
+        elif step is not None:
+            pid = next(p for p in pids if memory_step(facts, p, limit) is not None)
+            batch = _worker_batch(facts, pid)
+            evidence.append(_step_evidence(facts, pid, step, limit) + (f"; the worker was on {batch}" if batch else ""))
+            how += f": one sample asked for {'at least ' if not step.seen else ''}{mib(step.asked)} at once"
+            remedy = (
+                f"One sample asked for {'more than ' if not step.seen else 'at least '}{mib(step.asked)} at once"
+                + (f" ({batch})" if batch else "")
+                + ": a step, not a slope; the worker's memory stood still before it, so no cache grew. Find that "
+                "sample and check the size it declares before allocating (a length, shape or count read from its "
+                "header or file: reject or cap it, a corrupt header asks for gigabytes); raise "
+                + (f"the cgroup's {mib(limit)} limit" if limit else "the memory limit")
+                + " only if samples that large are real. Check `dmesg | grep -i -e oom -e killed`."
+            )
+        else:
+            remedy = _memory_remedy(facts, pids, limit)
     elif (signal_name or "").lower().startswith("illegal"):
         remedy = (
             "SIGILL: the worker ran a machine instruction this CPU does not have: a binary built for another CPU "
@@ -1323,6 +1545,65 @@ def _failing_batch(facts: Facts, worker_id: Optional[int]) -> Optional[Tuple[str
     )
 
 
+# Exceptions of a lookup that a Dataset changed in main (a longer list, new keys) raises in a
+# worker whose copy is older.
+_LOOKUP_ERRORS = ("IndexError", "KeyError")
+
+
+def _stale_persistent_copy(
+    facts: Facts, worker_id: Optional[int], exc_class: str, sample: Optional[int]
+) -> Optional[Tuple[str, List[str], str]]:
+    """``(summary tail, evidence, remedy)`` when a lookup error (IndexError, KeyError) in a
+    worker came in a later epoch of an iterator with ``persistent_workers=True``: those workers
+    hold the Dataset as it was when they started (a fork copy, or a pickled one under
+    spawn/forkserver; torch/utils/data/dataloader.py keeps them across epochs and only resets
+    the sampler, which main runs on its own copy), and an epoch reads every index its sampler
+    gives, so the earlier epochs read theirs without this error: main changed the Dataset
+    since. The index is said to be past what an earlier epoch read when the counts show it
+    (its batches × batch_size). ``None`` otherwise."""
+    if not exc_class.endswith(_LOOKUP_ERRORS):
+        return None
+    failed = _raised_failure(facts, worker_id)
+    main = facts.sample.main
+    views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
+    view = next((v for v in reversed(views) if failed is not None and failed.pid in v.workers), None)
+    view = view or (views[-1] if views and failed is None else None)
+    if view is None or view.setting("persistent_workers") is not True or view.epoch < 1:
+        return None
+    evidence = [
+        f"the inside view: the iterator of {view.label} has persistent_workers=True and was in epoch {view.epoch} "
+        f"(counted from 0) when it failed: its workers {', '.join(map(str, view.workers))} started before epoch 0 "
+        "and hold the Dataset as it was then"
+    ]
+    size = view.setting("batch_size")
+    past = ""
+    if failed is not None and isinstance(size, int) and size > 0 and view.batches >= failed.batch:
+        earlier = (view.batches - failed.batch) // view.epoch  # batches each earlier epoch delivered
+        evidence.append(
+            f"each earlier epoch delivered {earlier} batch(es) of at most {size} samples without this error: an epoch "
+            "reads every index its sampler gives"
+        )
+        if sample is not None and earlier and sample >= earlier * size:
+            past = f"; index {sample} is past the {earlier * size} samples an earlier epoch read at most"
+            evidence[-1] += past
+    what = f"dataset[{sample}]" if sample is not None else "the failing index"
+    remedy = (
+        "The persistent workers hold a stale copy of the Dataset: the one they got when they started (a fork copy; "
+        "a pickled one under spawn/forkserver). What main changed since (its length, its list or dict of samples) "
+        "does not reach them, while main's sampler already draws indices from the new len"
+        + (" (" + past[2:] + ")" if past else "")
+        + f". So {what} works in main and fails only in the workers. Recreate the DataLoader after changing the "
+        "dataset (a new DataLoader starts new workers with the new copy), or use persistent_workers=False (each "
+        "epoch's workers copy it anew); data that must change under running workers belongs in a file or shared "
+        "tensor that they read."
+    )
+    tail = (
+        f" in epoch {view.epoch}: the persistent workers hold a stale copy of the Dataset (as it was when they "
+        "started), and main's copy has changed since"
+    )
+    return tail, evidence, remedy
+
+
 def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
     """An exception raised inside a worker at stage ``wanted`` (:meth:`OriginalTraceback.stage`),
     which PyTorch re-raises in main as "Caught X in DataLoader worker process N" with the
@@ -1356,9 +1637,14 @@ def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
         evidence.append(f"the failing batch (the inside view): {batch[0]}")
     evidence.append(f"worker id {m.group(2)} raised it; main re-raised it and stopped{_exit(facts)}")
     hint = ""
-    if stage == STAGE_DATASET and m.group(1).endswith("IndexError"):
+    stale = _stale_persistent_copy(facts, worker_id, m.group(1), sample) if stage == STAGE_DATASET else None
+    if stale is not None:
+        evidence += stale[1]
+    elif stage == STAGE_DATASET and m.group(1).endswith("IndexError"):
         hint = " An IndexError in __getitem__ often means __len__ reports more samples than the Dataset can serve."
-    if stage == STAGE_COLLATE:
+    if stale is not None:
+        remedy = stale[2]
+    elif stage == STAGE_COLLATE:
         remedy = _collate_remedy(batch[1] if batch and batch[1] else "range(batch_size)")
     elif stage == STAGE_DATASET and sample is not None:
         remedy = (
@@ -1371,7 +1657,8 @@ def _worker_exception(facts: Facts, wanted: str) -> Optional[Finding]:
     return Finding(
         confidence=0.9 if exc else 0.75,
         summary=f"{who} raised {exc or m.group(1)}{' at ' + where if where else ''} in DataLoader worker "
-        f"{m.group(2)}{f' (sample index {sample})' if sample is not None else ''}; the main process re-raised it.",
+        f"{m.group(2)}{f' (sample index {sample})' if sample is not None else ''}; the main process re-raised it"
+        + (f"{stale[0]}." if stale is not None else "."),
         evidence=tuple(evidence),
         remedy=remedy + hint,
         pids=(facts.sample.main.pid,) if facts.sample.main else (),
@@ -1459,7 +1746,19 @@ def main_killed(facts: Facts) -> Optional[Finding]:
     seen_at = last_seen_at(facts, pid) if pid else None
     if seen_at is not None:
         evidence.append(seen_at.evidence("main"))
-    if name == "SIGKILL" and (oom or grew):
+    kept = kept_persistent_loaders(facts) if name == "SIGKILL" and (oom or grew) else None
+    if kept is not None:
+        evidence += _live_iterator_evidence(facts)
+        summary = (
+            f"The main process was killed by the OOM killer (SIGKILL) while {kept[0]} DataLoader iterators with "
+            f"persistent workers ({kept[1]} workers) were alive at once."
+        )
+        remedy = (
+            kept_loaders_text(kept)
+            + (f"; together they reached the cgroup's {mib(limit)} limit" if limit else "")
+            + ". Check `dmesg | grep -i -e oom -e killed`."
+        )
+    elif name == "SIGKILL" and (oom or grew):
         summary = f"The main process was killed by the OOM killer (SIGKILL){' as its memory grew' if grew else ''}."
         remedy = (
             "Main's own memory ran out"
