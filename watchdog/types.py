@@ -1139,6 +1139,9 @@ class Facts:
     kill, as ``(name, value)`` last read while main lived (``None``: unlimited): its pids
     cgroup's ``pids.max`` (named with the cgroup's folder), ``RLIMIT_NPROC`` and ``RLIMIT_CPU``
     (seconds) from ``/proc/PID/limits``.
+    ``file_systems`` holds, for a file a failed write named (``disk_full``), ``(path, folder
+    measured, bytes free to unprivileged users, size in bytes)`` from ``statvfs`` of its nearest
+    existing folder at diagnosis time (``watchdog.exit_look.file_system_figures``).
     """
 
     mode: Mode
@@ -1173,6 +1176,7 @@ class Facts:
     opening: Tuple[Tuple[int, int, str], ...] = ()
     earlier_stacks: Tuple[EarlierStack, ...] = ()
     task_limits: Tuple[Tuple[str, Optional[int]], ...] = ()
+    file_systems: Tuple[Tuple[str, str, int, int], ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""
