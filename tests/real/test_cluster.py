@@ -91,6 +91,9 @@ def test_cluster_names_the_node_whose_loader_stalled_first(tmp_path):
         assert [r["node"] for r in doc["stalled"]] == ["node-a"], doc["stalled"]
         assert doc["verdict"].startswith("the job on node-a stalled first"), doc["verdict"]
         assert by_node["node-a"]["report_mode"] == "hang" and "-node-a-" in by_node["node-a"]["report_folder"]
+        # a job without ranks is its own row, never taken for a launcher's; its loader's hang is its cause
+        assert by_node["node-a"]["agent"] is False and by_node["node-a"]["cause"] == "loader stalled", by_node
+        assert doc["first"] == {"node": "node-a", "rank": ""} and doc["tied"] == []
         assert "its report: node-a:" in doc["verdict"]
         assert by_node["node-b"]["since_progress_s"] < 8 and by_node["node-b"]["batches"] > 0
         table = subprocess.run(
