@@ -497,9 +497,14 @@ def _ranks_on_nodes(rows: List[RankRow]) -> str:
     """``ranks 0, 1 on node-a, rank 2 on node-b``: the ranks of ``rows`` by node, in their
     order, at most :data:`MAX_NAMED` named (then how many more), printable."""
     groups: Dict[str, List[str]] = {}
+    jobs: List[str] = []  # rows without a rank: a single-process job's
     for r in rows[:MAX_NAMED]:
-        groups.setdefault(cell(r.node or r.instance), []).append(cell(r.rank) if r.rank else "-")
+        if r.rank:
+            groups.setdefault(cell(r.node or r.instance), []).append(cell(r.rank))
+        else:
+            jobs.append(_who(r))
     parts = [f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)} on {node}" for node, ranks in groups.items()]
+    parts += jobs
     more = len(rows) - MAX_NAMED
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
@@ -653,11 +658,13 @@ def add_parser(sub) -> None:
     """The ``cluster`` subcommand."""
     p = sub.add_parser(
         "cluster",
-        help="the job across nodes, from Prometheus: which rank on which node stalled first",
+        help="the job across nodes, from Prometheus: which rank on which node stalled first, by cause",
         description="Ask Prometheus (which scrapes every node's `dlwatch run --metrics-port`) for the job's ranks "
-        "and say which one stalled first. Exit 0: nothing stalled; 1: a rank stalled; 2: a bad URL, or Prometheus "
-        "cannot be reached, refused, redirected to another origin, answered too much, too late or not as its API, "
-        "or has no dlwatch_ series.",
+        "and say which one stalled first: a rank whose DataLoader stalled or that crashed before ranks waiting "
+        "outside their loader, then the earliest last progress; ranks no cause or second tells apart are a tie, "
+        "and a launcher's own row is never named. Exit 0: nothing stalled; 1: a rank stalled; 2: a bad URL, or "
+        "Prometheus cannot be reached, refused, redirected to another origin, answered too much, too late or not as "
+        "its API, or has no dlwatch_ series.",
     )
     p.add_argument(
         "--prometheus",

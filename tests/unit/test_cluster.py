@@ -414,6 +414,8 @@ def test_ranks_that_no_cause_tells_apart_within_a_second_are_a_tie(capsys):
     verdict = judge([replace(r, waiting_for_batch=False) for r in outside])
     assert verdict.first is None and verdict.line.startswith("a tie: ranks 0, 1 on n0 stopped within 1 s")
     assert "each waiting outside its DataLoader" in verdict.line
+    jobs = judge([replace(r, rank="", node=f"n{r.local_rank}", instance=f"n{r.local_rank}:9400") for r in outside])
+    assert jobs.line.startswith("a tie: the job on n0, the job on n1 stopped within 1 s"), jobs.line
     apart = judge([outside[0], replace(outside[1], last_progress=1003.0)])  # 3 s apart: time decides
     assert apart.first is outside[0] and "3 s before any other rank" in apart.line
 
