@@ -37,6 +37,14 @@ MAX_SEEN_PIDS = 100_000
 MAPPED_FILE_SAMPLES = 30
 
 
+# statvfs of a failed write's folder (disk_full): at most this many paths, each walk up to its
+# nearest existing folder given this many seconds in all (a hung FUSE or NFS mount blocks it).
+MAX_FS_PATHS = 4
+STATVFS_TIMEOUT_S = 2.0
+# Open files of a process still running after the job ended read for disk_full, at most.
+MAX_OPEN_FILES = 64
+
+
 # Where cgroup v1's pids controller and cgroup v2's unified hierarchy are mounted.
 _PIDS_V1, _CGROUP_V2 = "/sys/fs/cgroup/pids", "/sys/fs/cgroup"
 _LIMITS = {"Max processes": "RLIMIT_NPROC", "Max cpu time": "RLIMIT_CPU"}
@@ -105,6 +113,67 @@ def process_limits(pid: int) -> List[Tuple[str, Optional[int]]]:
     return out
 
 
+def _nearest_statvfs(path: str, root: str) -> Optional[Tuple[str, int, int]]:
+    """``(folder, bytes free to unprivileged users, size in bytes)`` of the nearest existing
+    folder of ``path`` (itself, else its parents), looked up under ``root`` (``""``: this
+    process's own, ``/proc/PID/root``: that process's root and mount namespace), statvfs(3):
+    ``f_bavail × f_frsize`` and ``f_blocks × f_frsize``; ``None`` when none could be read."""
+    folder = os.path.normpath(path)
+    for _ in range(64):
+        try:
+            st = os.statvfs(root + folder)
+        except (FileNotFoundError, NotADirectoryError):
+            if folder == "/":
+                return None
+            folder = os.path.dirname(folder)
+            continue
+        except (OSError, ValueError):
+            return None
+        return folder, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    return None
+
+
+def file_system_figures(
+    paths: Sequence[str], alive: Sequence[int] = (), same_mount_ns: bool = True
+) -> Tuple[Tuple[str, str, int, int], ...]:
+    """``(path, folder measured, bytes free, size)`` of each of ``paths`` (absolute; the first
+    ``MAX_FS_PATHS``), as ``Facts.file_systems``: statvfs of its nearest existing folder
+    (:func:`_nearest_statvfs`), through ``/proc/PID/root`` of the first of ``alive`` (job
+    processes still running: the path as they see it, in their mount namespace), else in
+    dlwatch's own view when the job shared its mount namespace (``same_mount_ns``), else not
+    at all (the job's file system cannot be reached once its processes are gone). Read-only:
+    statvfs opens nothing and writes nothing; a path the job named only steers which figures
+    are quoted. All of it runs in a daemon thread given ``STATVFS_TIMEOUT_S`` seconds: what
+    a hung mount blocks is left out."""
+    import threading
+
+    wanted = [p for p in paths if p.startswith("/")][:MAX_FS_PATHS]
+    if not wanted or (not alive and not same_mount_ns):
+        return ()
+    root = f"/proc/{alive[0]}/root" if alive else ""
+    out: List[Tuple[str, str, int, int]] = []
+
+    def measure() -> None:
+        for path in wanted:
+            found = _nearest_statvfs(path, root)
+            if found is not None:
+                out.append((path, *found))
+
+    t = threading.Thread(target=measure, name="dlwatch-statvfs", daemon=True)
+    t.start()
+    t.join(STATVFS_TIMEOUT_S)
+    return tuple(out[: len(wanted)])
+
+
+def mount_ns(pid: int) -> str:
+    """The mount namespace of ``pid`` (``mnt:[4026531841]``, the ``/proc/PID/ns/mnt`` link),
+    or ``""`` when unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
 class JobTraces:
     """What is kept of a running job for the look after it ends (:meth:`note` each sample).
 
@@ -118,6 +187,7 @@ class JobTraces:
         self._oom_at_start: dict = {}  # memory cgroup folder -> its OOM kills when first seen
         self._limits: Dict[str, Optional[int]] = {}
         self._limits_of: Optional[int] = None  # the main pid whose rlimits were read
+        self.mount_ns = ""  # main's mount namespace, read with its rlimits
         self.note_memory_cgroup(cgroup.memory_cgroup(root_pid))
         self.note_task_limits(root_pid)
 
@@ -146,6 +216,7 @@ class JobTraces:
         if self._limits_of != pid:
             self._limits_of = pid
             self._limits.update(process_limits(pid))
+            self.mount_ns = mount_ns(pid) or self.mount_ns
 
     def task_limits(self) -> Tuple[Tuple[str, Optional[int]], ...]:
         """The limits last read (:meth:`note_task_limits`), as ``Facts.task_limits``."""
@@ -204,11 +275,13 @@ def exit_facts(
     ``timeline`` (an empty one when the job ended before its first), the ``/dev/shm``
     ``leftovers``, and the inside view as the job left it."""
     last = timeline[-1] if timeline else Sample(time.monotonic(), time.time(), (), host_sample(None))
+    tail = stderr_tail() if crashed else ""
+    opened, figures = _disk_full_look(traces, last, tail)
     return Facts(
         mode=MODE_CRASH if crashed else MODE_EXIT,
         sample=last,
         timeline=tuple(timeline),
-        stderr_tail=stderr_tail() if crashed else "",
+        stderr_tail=tail,
         exit_code=exit_code,
         oom_kills=traces.oom_kills(),
         host_cpus=host_cpus,
@@ -220,7 +293,38 @@ def exit_facts(
         )
         if crashed
         else (),
+        open_files=opened,
+        file_systems=figures,
     )
+
+
+def _disk_full_look(
+    traces: JobTraces, last: Sample, tail: str
+) -> Tuple[Tuple[Tuple[int, Tuple[str, ...]], ...], Tuple[Tuple[str, str, int, int], ...]]:
+    """For a crash whose stderr holds a failed write to a full file system other than
+    ``/dev/shm`` (:func:`~watchdog.diagnose.crashes.enospc_errors`), read now: the open files of
+    the job's processes still running (``/proc/PID/fd``, at most ``MAX_OPEN_FILES`` each) and
+    the figures of the file systems of the paths the errors name, else of the regular files
+    those processes have open (:func:`file_system_figures`): ``Facts.open_files`` and
+    ``Facts.file_systems``; empty for any other crash."""
+    from .diagnose.crashes import enospc_errors, enospc_paths
+
+    if not tail or not any(not shm for _, shm, _ in enospc_errors(tail)):
+        return (), ()
+    alive = [p.pid for p in last.processes if p.role is not ROLE_OTHER and act.still_running(p.ident)]
+    files = tuple((pid, procfs.open_files(pid, MAX_OPEN_FILES)) for pid in alive[:4])
+    paths = enospc_paths(tail)
+    if not paths:
+        paths = list(
+            dict.fromkeys(
+                os.path.dirname(t)
+                for _, targets in files
+                for t in targets
+                if t.startswith("/") and not t.startswith(("/dev/", "/proc/", "/sys/")) and "(deleted)" not in t
+            )
+        )
+    same = bool(traces.mount_ns) and traces.mount_ns == mount_ns(os.getpid())
+    return files, file_system_figures(paths, alive, same)
 
 
 def exit_findings(facts: Facts, warned: Container[str]) -> Optional[Tuple[Facts, List[Diagnosis], str]]:

@@ -1563,7 +1563,8 @@ def _persistent_views(count, same_site=True, persistent=True):
 
 
 def _kept_alive_facts(count, **kw):
-    """An OOM-killed worker of the first iterator while ``count`` iterators' workers ran."""
+    """An OOM-killed worker of the first iterator while ``count`` iterators' workers ran; main's
+    last sample, as it exits, has none of them."""
     from watchdog.types import InsideView
 
     def s(t, gone=()):
@@ -1574,7 +1575,9 @@ def _kept_alive_facts(count, **kw):
         ]
         return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], rss=226 << 20, uss=150 << 20), *workers])
 
-    timeline = tuple(s(float(t)) for t in range(10)) + (s(10.0, gone=(WORKER_PID,)),)
+    # the kill, then main's exit shutting the other workers down (as the case's crash report shows)
+    everyone = tuple(WORKER_PID + k for k in range(2 * count))
+    timeline = tuple(s(float(t)) for t in range(10)) + (s(10.0, gone=(WORKER_PID,)), s(11.0, gone=everyone))
     return dataclasses.replace(
         _crash(_OOM_KILLED, timeline=timeline, oom_kills=1, inside=InsideView(loaders=_persistent_views(count, **kw))),
         sample=timeline[-1],
@@ -1583,11 +1586,11 @@ def _kept_alive_facts(count, **kw):
 
 def test_several_persistent_loaders_alive_at_once_are_counted_not_told_copy_on_read():
     # Modelled on probes/cases/persistent_loaders_kept_alive.py: a new persistent loader each
-    # epoch, all kept; six iterators' workers alive (11 after the kill) when memory ran out.
+    # epoch, all kept; six iterators' twelve workers alive when memory ran out.
     first = diagnose(_kept_alive_facts(6))[0]
     assert first.kind == "worker_killed", first.kind
     assert first.remedy.startswith(
-        "6 DataLoader iterators with persistent workers are alive at once (11 workers; created at "
+        "6 DataLoader iterators with persistent workers are alive at once (12 workers; created at "
         "/home/user/train/train.py:40)"
     ), first.remedy
     assert "`del` the old ones" in first.remedy and "copy-on-read" not in first.remedy
@@ -1628,3 +1631,70 @@ def test_an_index_error_in_a_later_epoch_of_persistent_workers_names_their_stale
         first = diagnose(other)[0]
         assert first.kind == "dataset_error" and "stale" not in first.summary + first.remedy
         assert "dataset[600]" in first.remedy
+
+
+def test_a_full_disk_names_its_file_systems_figures_from_statvfs_of_the_path_the_error_names(tmp_path):
+    # The error names a file under folders that do not exist (yet): the nearest existing folder
+    # is measured, for real, at diagnosis time.
+    import os
+
+    from watchdog.exit_look import file_system_figures
+
+    target = os.path.join(str(tmp_path), "cache", "shard-7", "x.bin")
+    stderr = f"OSError: [Errno 28] No space left on device: '{target}'\n"
+    figures = file_system_figures([target])
+    ((path, folder, free, size),) = figures
+    st = os.statvfs(str(tmp_path))
+    assert (path, folder, size) == (target, str(tmp_path), st.f_blocks * st.f_frsize) and 0 <= free <= size
+    facts = _crash(stderr, host={"shm_total": 24 << 30, "shm_used": 2_400_000}, file_systems=figures)
+    first = diagnose(facts)[0]
+    assert first.kind == "disk_full" and " free of " in first.summary and target in first.summary, first.summary
+    assert first.remedy.startswith(f"Free space on the file system of {tmp_path} ("), first.remedy
+    assert any("the nearest folder that exists" in e and "statvfs at diagnosis time" in e for e in first.evidence)
+    # A literal path in the failing line of the traceback is the file too.
+    literal = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/train/train.py", line 12, in main\n'
+        f'    with open("{target}", "wb") as f:\n'
+        "OSError: [Errno 28] No space left on device\n"
+    )
+    from watchdog.diagnose.crashes import enospc_paths
+
+    assert enospc_paths(literal) == [target]
+    assert enospc_paths(fixture("stderr_worker_cache_disk_full.txt")) == []  # os.path.join(...): not known
+
+
+def test_a_full_disk_while_a_job_process_still_runs_reads_its_open_files_and_measures_through_its_root(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from watchdog.collect import procfs
+    from watchdog.exit_look import JobTraces, _disk_full_look
+
+    held = tmp_path / "log.txt"
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"f = open({str(held)!r}, 'w'); import time; time.sleep(60)"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            if str(held) in procfs.open_files(child.pid):
+                break
+            __import__("time").sleep(0.05)
+        start = procfs.proc_stat(child.pid).start_ticks
+        last = sample(1.0, [proc(child.pid, ROLE_MAIN, [], start_ticks=start)])
+        tail = (
+            "Traceback (most recent call last):\n"
+            '  File "/x/t.py", line 3, in main\n'
+            "    f.write(s)\n"
+            "OSError: [Errno 28] No space left on device\n"
+        )
+        opened, figures = _disk_full_look(JobTraces(os.getpid()), last, tail)
+        assert opened and opened[0][0] == child.pid and str(held) in opened[0][1], opened
+        assert [(p, folder) for p, folder, _, _ in figures] == [(str(tmp_path), str(tmp_path))], figures
+        # any other crash reads nothing
+        assert _disk_full_look(JobTraces(os.getpid()), last, "RuntimeError: boom\n") == ((), ())
+    finally:
+        child.kill()
+        child.wait(timeout=10)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import frames
 from ..types import (
@@ -198,6 +198,34 @@ def enospc_errors(stderr: str) -> List[Tuple[str, bool, Optional[TracebackBlock]
         else:
             out.append((line, True, None))
     return out
+
+
+_LITERAL_PATH = re.compile(r"""(?<![\w.])[rbf]{0,2}['"](/[^'"\s]{1,4095})['"]""")
+
+
+def enospc_paths(stderr: str) -> List[str]:
+    """Absolute paths of the files the ENOSPC errors of ``stderr`` that are not shared memory
+    (:func:`enospc_errors`) failed to write, in order, each once: the path the error names
+    (``[Errno 28] No space left on device: '/data/x'``), else a string literal that is an
+    absolute path in the source line of the traceback's own frame (``open("/scratch/c.bin",
+    "wb")``). A path built at run time (``os.path.join(folder, …)``) is not known."""
+    out: List[str] = []
+    for line, shm, block in enospc_errors(stderr):
+        if shm:
+            continue
+        named = _QUOTED_PATH.search(line)
+        found = [named.group(1)] if named else []
+        if not found and block is not None:
+            user = block.user()
+            src = next((text for f, text in block.frames if f == user), "") if user is not None else ""
+            found = [m.group(1) for m in _LITERAL_PATH.finditer(src or "")]
+        out += [p for p in found if "\0" not in p and p not in out]
+    return out
+
+
+def _size(n: float) -> str:
+    """Bytes as ``812.0 MiB`` or, from 1 GiB on, ``23.4 GiB``."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else mib(n)
 
 
 def _shm_full_lines(stderr: str) -> List[str]:
@@ -383,25 +411,36 @@ def _worker_batch(facts: Facts, pid: int) -> Optional[str]:
     return None
 
 
+# How far back from main's last sample :func:`live_iterators` looks for the most workers alive
+# at once, seconds: a job that crashed shuts its remaining workers down as it exits.
+LIVE_WINDOW_S = 60.0
+
+
 def live_iterators(facts: Facts) -> List[Tuple[LoaderView, Tuple[int, ...]]]:
-    """Main's DataLoader iterators whose workers were alive at the last sample that saw main
-    alive, with those workers (the inside view's ``LoaderView.workers`` against the timeline):
-    an iterator of ``persistent_workers=True`` keeps its workers until it is deleted."""
+    """Main's DataLoader iterators whose workers were alive at once, with those workers (the
+    inside view's ``LoaderView.workers`` against the timeline): at the sample, within
+    ``LIVE_WINDOW_S`` before the last one that saw main, where the most of them ran (the
+    latest of equals; a crashing main shuts the rest down as it exits). An iterator of
+    ``persistent_workers=True`` keeps its workers until it is deleted."""
     main = facts.sample.main
     views = [v for v in (facts.inside.loaders if facts.inside else ()) if main is None or v.pid == main.pid]
     if not views:
         return []
     main_pid = views[-1].pid
-    last = next(
-        (s for s in reversed(facts.timeline) for p in [s.process(main_pid)] if p is not None and p.rss_bytes > 0),
-        None,
-    )
-    if last is None:
+    owned = {pid for v in views for pid in v.workers}
+    with_main = [s for s in facts.timeline if s.process(main_pid) is not None]
+    if not with_main:
         return []
-    alive = {p.pid for p in last.workers}
+    end = with_main[-1].t_mono
+    best: Set[int] = set()
+    for s in with_main:
+        if s.t_mono >= end - LIVE_WINDOW_S:
+            alive = {p.pid for p in s.workers if p.pid in owned}
+            if len(alive) >= len(best):
+                best = alive
     out = []
     for v in views:
-        live = tuple(pid for pid in v.workers if pid in alive)
+        live = tuple(pid for pid in v.workers if pid in best)
         if live:
             out.append((v, live))
     return out
@@ -668,7 +707,10 @@ def disk_full(facts: Facts) -> Optional[Finding]:
         if in_worker
         else "The main process"
     )
-    what = f"the file {path.group(1)}" if path else "a file the error does not name"
+    named = enospc_paths(facts.stderr_tail or "")
+    what = (
+        f"the file {path.group(1)}" if path else f"the file {named[0]}" if named else "a file the error does not name"
+    )
     where = f" at {frames.short_path(user.file)}:{user.line}" + (f" (`{source}`)" if source else "") if user else ""
     evidence = [f"stderr: {line}"]
     if user is not None:
@@ -680,6 +722,18 @@ def disk_full(facts: Facts) -> Optional[Finding]:
             "the error names no file (a plain file.write(): Python's OSError carries no path), and its traceback does "
             "not run through PyTorch's shared-memory code: the file is the one that frame writes"
         )
+    figures = [f for f in facts.file_systems if f[0] in named] or list(facts.file_systems)
+    for p, folder, free, size in figures[:3]:
+        evidence.append(
+            f"{p if p in named else 'a folder the job still had files open in, ' + p}: its file system"
+            + (f" (measured at {folder}, the nearest folder that exists)" if folder != p else "")
+            + f" has {_size(free)} free of {_size(size)} now (statvfs at diagnosis time)"
+        )
+    for pid, targets in facts.open_files[:2]:
+        regular = [t for t in targets if t.startswith("/") and not t.startswith(("/dev/", "/proc/", "/sys/"))]
+        if regular:
+            evidence.append(f"pid {pid}, still running, has open: {', '.join(regular[:5])} (/proc/{pid}/fd)")
+    fs = next(((folder, free, size) for p, folder, free, size in figures if p in named), None)
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
     peak = max_over_timeline(facts, lambda s: s.host.shm_used_bytes)
     if total:
@@ -689,21 +743,27 @@ def disk_full(facts: Facts) -> Optional[Finding]:
         delivered = sum(v.batches for v in views)
         evidence.append(f"the DataLoader delivered {delivered} batch(es) (the inside view): the loader was working")
     evidence.append(f"{'the worker' if in_worker else 'main'} raised it{_exit(facts)}")
+    now = f" ({_size(fs[1])} free of {_size(fs[2])} now)" if fs is not None else ""
+    free_on = (
+        f"Free space on the file system of {fs[0]} ({_size(fs[1])} free of {_size(fs[2])} at diagnosis time)"
+        if fs is not None
+        else "Free space on the file system that holds that file (`df -h` on its folder)"
+    )
     if in_worker:
-        summary = f"{who} could not write {what}{where}: its file system is full (not /dev/shm)."
+        summary = f"{who} could not write {what}{where}: its file system is full{now} (not /dev/shm)."
         remedy = (
-            "Free space on the file system that holds that file (`df -h` on its folder), or write it elsewhere: a "
+            free_on + ", or write it elsewhere: a "
             "cache the Dataset fills grows with every sample it has seen, in every worker; bound it (evict old "
             "entries) or keep it in memory. Giving the job more shared memory does not help: /dev/shm was not full."
         )
     else:
         summary = (
-            f"The main process could not write {what}{where}: its file system is full. This is main's own error, "
-            "not a DataLoader failure."
+            f"The main process could not write {what}{where}: its file system is full{now}. This is main's own "
+            "error, not a DataLoader failure."
         )
         remedy = (
-            "Free space on the file system that holds that file (`df -h` on its folder: logs, checkpoints), rotate or "
-            "bound what main writes, or write it elsewhere. The DataLoader is not involved; /dev/shm was not full."
+            free_on + " (logs, checkpoints), rotate or bound what main writes, or write it elsewhere. The DataLoader "
+            "is not involved; /dev/shm was not full."
         )
     return Finding(
         confidence=0.85 if (path or user is not None) else 0.7,
