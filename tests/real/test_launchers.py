@@ -182,3 +182,37 @@ def test_srun_tasks_are_ranked_by_slurm_procid_and_a_rank_report_gets_its_outcom
     with open(os.path.join(found[0], "outcome.json"), encoding="utf-8") as f:
         outcome = json.load(f)
     assert outcome["outcome"] == "job_ended" and outcome["exit_code"] == code, outcome
+
+
+HELPER = textwrap.dedent(
+    """
+    import multiprocessing, time, torch
+    from torch.utils.data import DataLoader
+
+    def evaluate():
+        for _ in range(3):
+            for _ in DataLoader(range(40), batch_size=2, num_workers=1):
+                time.sleep(0.05)
+
+    if __name__ == "__main__":
+        helper = multiprocessing.get_context("spawn").Process(target=evaluate)
+        helper.start()
+        helper.join()
+        print("helper done", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(180)
+def test_a_helper_process_the_job_starts_with_multiprocessing_is_no_rank_0_of_1(tmp_path):
+    script = tmp_path / "helper.py"
+    script.write_text(HELPER)
+    cmd = DLWATCH + ["run", "--report-dir", str(tmp_path / "reports"), "--stall-timeout", "60", "--", PY, str(script)]
+    proc = start(cmd)
+    try:
+        out, err = proc.communicate(timeout=150)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0 and "helper done" in out, err[-3000:]
+    assert "rank 0 of 1" not in err, err[-3000:]
+    assert "watching process" in err and "multiprocessing" in err, err[-3000:]
