@@ -1507,7 +1507,7 @@ def test_one_samples_sudden_allocation_is_a_step_named_with_its_batch_not_a_per_
     facts = _crash(_OOM_KILLED, timeline=timeline, oom_kills=1, inside=view)
     facts = dataclasses.replace(facts, sample=timeline[-1])
     first = diagnose(facts)[0]
-    assert first.kind == "worker_killed" and "one sample asked for" in first.summary, first.summary
+    assert first.kind == "worker_killed" and "one sample asked for at least 700.0 MiB" in first.summary, first.summary
     assert "One sample asked for at least 700.0 MiB at once" in first.remedy, first.remedy
     assert "samples 300–303" in first.remedy and "per-worker cache" not in first.remedy
     assert "copy-on-read" not in first.remedy

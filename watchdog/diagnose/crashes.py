@@ -1209,7 +1209,7 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
             pid = next(p for p in pids if memory_step(facts, p, limit) is not None)
             batch = _worker_batch(facts, pid)
             evidence.append(_step_evidence(facts, pid, step, limit) + (f"; the worker was on {batch}" if batch else ""))
-            how += f": one sample asked for {'at least ' if not step.seen else ''}{mib(step.asked)} at once"
+            how += f": one sample asked for {'at least ' if step.seen else 'more than '}{mib(step.asked)} at once"
             remedy = (
                 f"One sample asked for {'more than ' if not step.seen else 'at least '}{mib(step.asked)} at once"
                 + (f" ({batch})" if batch else "")
