@@ -324,8 +324,9 @@ class LoaderView:
     ``torch.cuda.host_memory_stats()`` (PyTorch's caching host allocator: bytes and counts, keys
     as that torch names them) once CUDA is initialised, refreshed about every 5 s while batches
     flow; ``pin_thread_alive`` whether the pin-memory thread ran at that refresh.
-    ``first_batches`` holds ``(worker id, digest)`` of each worker's first batch, for an
-    ``IterableDataset`` with several workers (equal digests: every worker replays the stream).
+    ``first_batches`` holds ``(worker id, digest)`` of each worker's first 32 records (or its
+    whole stream when shorter) as ``<digest>/<records>``, for an ``IterableDataset`` with several
+    workers (equal digests: every worker replays the stream).
     ``dataset_code`` is where the Dataset's ``__getitem__`` (``__iter__`` for an iterable one)
     is defined, when it is a Python function (its first line: the ``def``, or its decorator).
     """
