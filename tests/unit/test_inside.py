@@ -672,3 +672,16 @@ def test_worker_ids_int_refuses_are_left_out_of_the_first_batches(tmp_path):
     shutil.copy(os.path.join(FIXTURE, "10114.bin"), tmp_path)
     view = inside.InsideReader(str(tmp_path)).read([10114])
     assert view.loaders[0].first_batches == ((0, "aa"),) and view.note is None
+
+
+def test_a_parent_others_can_write_is_never_safe_unless_sticky(tmp_path):
+    from watchdog.collect import inside
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # ours, but anyone may rename what it holds
+    assert not inside.safe_parent(str(shared / "dlwatch-hook-abcdefgh"))
+    os.chmod(shared, 0o1777)  # sticky, as /tmp
+    assert inside.safe_parent(str(shared / "dlwatch-hook-abcdefgh"))
+    os.chmod(shared, 0o755)
+    assert inside.safe_parent(str(shared / "dlwatch-hook-abcdefgh"))

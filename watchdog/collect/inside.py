@@ -331,15 +331,17 @@ def private_dir(path: str) -> Optional[os.stat_result]:
 
 
 def safe_parent(path: str) -> bool:
-    """Whether nobody else can swap what ``path`` names: its parent is this user's own, or a
-    sticky folder (``/tmp``) whose entries only their owners may rename or remove."""
+    """Whether nobody else can swap what ``path`` names: its parent is a directory of this
+    user's or root's that neither group nor others can write, or that has the sticky bit
+    (``/tmp``: only an entry's owner may rename or remove it; unlink(2), rename(2)). A folder of
+    this user's that others can write (0777 without the sticky bit) is not safe: anyone may
+    rename what it holds."""
     try:
         st = os.lstat(os.path.dirname(path) or ".")
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and (
-        st.st_uid == os.getuid() or (bool(st.st_mode & stat.S_ISVTX) and st.st_uid == 0)
-    )
+    closed = not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid in (os.getuid(), 0) and closed
 
 
 def is_hook_folder(path: str) -> bool:
