@@ -142,3 +142,31 @@ def test_the_alert_rules_of_the_docs_load_and_fire_with_and_without_a_rank(tmp_p
     assert check.returncode == 0, check.stdout + check.stderr
     run = subprocess.run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_security_page_states_the_limits_the_code_has():
+    """Each limit docs/security.md states beside its constant's name is the code's."""
+    from watchdog import browse, cluster, metrics, verify, writer
+    from watchdog.collect import inside
+
+    text = " ".join(pages()["docs/security.md"].split())
+    stated = {
+        "2 MiB (`RECORD_MAX_BYTES`)": inside.RECORD_MAX_BYTES == 2 << 20,
+        "256 counter files are held open (`HELD_MAX`)": inside.HELD_MAX == 256,
+        "64 MiB (`MAX_REPORT_BYTES`)": browse.MAX_REPORT_BYTES == 64 << 20,
+        "64 levels (`MAX_JSON_DEPTH`)": browse.MAX_JSON_DEPTH == 64,
+        "10 minutes (`STALE_TEMP_S`)": writer.STALE_TEMP_S == 600,
+        "default 30, `DEADLINE_S`": cluster.DEADLINE_S == 30,
+        "8 MiB (`MAX_ANSWER_BYTES`)": cluster.MAX_ANSWER_BYTES == 8 << 20,
+        "20,000 series per query (`MAX_SERIES`)": cluster.MAX_SERIES == 20_000,
+        "within 5 s of connecting (`REQUEST_DEADLINE_S`)": metrics.REQUEST_DEADLINE_S == 5,
+        "within 10 s (`RESPONSE_DEADLINE_S`)": metrics.RESPONSE_DEADLINE_S == 10,
+        "At most 64 connections are held (`MAX_CONNECTIONS`)": metrics.MAX_CONNECTIONS == 64,
+        "`python -I -m watchdog run …`": verify.run_argv("s", "r", [], ["x"])[1:5] == ["-I", "-m", "watchdog", "run"],
+    }
+    for phrase, holds in stated.items():
+        assert phrase in text, f"docs/security.md no longer says {phrase!r}"
+        assert holds, f"docs/security.md says {phrase!r}, which the code no longer holds"
+    for name in ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "CUDA_LAUNCH_BLOCKING"):
+        assert name in verify.REPORT_ENV_NAMES and f"`{name}`" in text
+    assert "LD_PRELOAD" not in verify.REPORT_ENV_NAMES and "PYTHONPATH" not in verify.REPORT_ENV_NAMES
