@@ -665,8 +665,12 @@ def run_one(
     argv = run_argv(settings_path, run_dir, args, command)
     env = dict(os.environ)
     env.update(env_changes)
-    tmp = os.path.join(run_dir, "tmp")  # the run's own temp folder (pymp-*, caches), removed after it
-    os.mkdir(tmp, 0o700)
+    # The run's own temp folder (pymp-*, caches), removed after it: a private one in the temp
+    # folder the job would use (short: multiprocessing binds AF_UNIX sockets there, whose paths
+    # are limited to 108 bytes, unix(7)), never under the report folder.
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix=f"dlwatch-verify-{variant}-{index}-")
     env["TMPDIR"] = tmp
     nofile = fix.nofile if variant == FIXED else None
 
