@@ -76,8 +76,10 @@ Once an iterator of main has at least ``MIN_INTERVALS`` intervals between batche
 batch of an epoch is not one), the stall that counts is ``max(stall_min_s, k × p99)`` with
 ``k = stall_p99_factor``, capped by ``stall_timeout_s`` (which alone applies before that, and
 to a main not waiting in ``__next__``). Defaults from ``dlwatch probe rhythm`` on healthy
-variants: the longest interval of a run was at most 3 × its p99, and at most 0.33 s, so
-``k = 10`` and ``stall_min_s = 10`` leave a margin of 3 and 30. The rule only moves the
+variants (docs/performance.md): the longest interval of a run was at most 4.8 × its p99 on an
+idle machine, and 13.3 × once on a loaded one (a single pause; under steady load the tail is
+flat, 1.0), so ``k = 30`` leaves a margin of 2.25, and ``stall_min_s = 10`` applies below a
+p99 of 0.33 s. The rule only moves the
 examination earlier: before ``stall_timeout_s`` only a *proven* hang is reported; a suspected
 one waits for ``stall_timeout_s`` as before. A loader whose batches take 40 s has a p99 of
 40 s or more, so its rule is the plain ``stall_timeout_s`` and the usual progress criterion.
