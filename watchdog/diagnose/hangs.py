@@ -378,6 +378,15 @@ def _samples_read(facts: Facts, pid: int) -> Optional[int]:
     return fetched.get(pid)
 
 
+def _past_first_batch(facts: Facts, pid: int) -> bool:
+    """Whether worker ``pid`` reached for more samples than its first batch holds (more than
+    ``batch_size + 1``: :func:`in_first_fetch`); ``False`` when either count is unknown."""
+    loaders = [lv for lv in (facts.inside.loaders if facts.inside else ()) + facts.sample.loaders if pid in lv.workers]
+    batch = dict(loaders[0].settings).get("batch_size") if loaders else None
+    samples = _samples_read(facts, pid)
+    return isinstance(batch, int) and batch >= 1 and samples is not None and samples > batch + 1
+
+
 def _written_bytes(facts: Facts, pid: int) -> Optional[int]:
     """Bytes worker ``pid`` has written since it started (``wchar`` of ``/proc/PID/io``, which a
     forked child starts at zero: proc(5)); a worker sends each batch to main by writing its pickle
@@ -477,7 +486,7 @@ def lock_origin(facts: Facts, v: WorkerView, t: ThreadStack) -> Optional[LockOri
                 "them may have held the lock at the fork"
             )
     samples = _samples_read(facts, v.pid)
-    if samples is not None and not in_first_fetch(facts, v.pid) and samples > 1:
+    if samples is not None and _past_first_batch(facts, v.pid):
         own.append(
             f"worker pid {v.pid}: it read {samples} samples since it started (the job's own count) and got past its "
             f"first batch: a lock held since the fork would have stopped it at the first sample that takes it, so "
