@@ -1083,7 +1083,9 @@ class Diagnosis:
     ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or metric;
     ``location`` is the ``file:line`` in the user's code where it applies, when known.
     ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock proof ] in
-    detect.py), empty for crashes and warnings. ``fix`` is the remedy as ``dlwatch verify``
+    detect.py), empty for crashes and warnings: it is the hang's (the job cannot move), never the
+    cause's; how sure the finding is of its cause is ``confidence`` alone (a proven hang may have
+    a suspected cause; reports word it with ``report.cause_certainty``). ``fix`` is the remedy as ``dlwatch verify``
     can apply it (:class:`Fix`), ``None`` when it needs a change to the code.
     """
 
