@@ -127,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     reports_p.add_argument("-n", type=positive_int, default=None, metavar="N", help="only the newest N")
     show = sub.add_parser("show", help="print a report again: dlwatch show REPORT [--full] [--html [--out PATH]]")
     show.add_argument("report", help="a report folder, or a file in it (the report.txt path dlwatch prints)")
-    show.add_argument("--full", action="store_true", help="the whole report.txt, stacks included")
+    show.add_argument(
+        "--full",
+        action="store_true",
+        help="the whole report.txt (evidence, processes, stacks); default: the short summary",
+    )
     show.add_argument("--html", action="store_true", help="write one self-contained HTML page and print its path")
     show.add_argument("--out", metavar="PATH", help="where --html writes (default REPORT/report.html)")
     status = sub.add_parser(
@@ -610,7 +614,8 @@ def cmd_reports(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """``dlwatch show REPORT``: the summary again, the whole report, or its HTML page."""
+    """``dlwatch show REPORT``: the short summary again (as stderr got it), the whole report
+    (``--full``), or its HTML page."""
     from . import browse
 
     if args.out and not args.html:
