@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import secrets
+import shlex
 import stat
 from typing import Any, Iterator, List, Optional, Tuple
 from urllib.parse import quote
@@ -339,7 +340,7 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
 
 
 def _text(fd: int, folder: str, full: bool) -> str:
-    from .report import summary_text
+    from .report import short_summary
 
     _load(fd, folder)
     try:
@@ -347,7 +348,11 @@ def _text(fd: int, folder: str, full: bool) -> str:
     except OSError as e:
         raise ReportNotFound(folder, f"cannot read report.txt: {e.strerror or e}") from None
     body = printable(data.decode("utf-8", errors="replace"))
-    body = body if full else summary_text(body)
+    if not full:
+        body = (
+            short_summary(body)
+            + f"  more:   dlwatch show --full {one_line(shlex.quote(folder))} (evidence, processes, stacks)\n"
+        )
     became, proof = _side(fd, OUTCOME_FILE, "summary"), _side(fd, VERIFY_FILE, "verdict")
     extra = ""
     if became is not None:  # after the headline: what became of it, and whether its fix was proven
@@ -355,15 +360,21 @@ def _text(fd: int, folder: str, full: bool) -> str:
     if proof is not None:
         extra += f"  verify: {one_line(proof['verdict'])} (runs: {one_line(proof.get('folder', '?'))})\n"
     if extra:
-        head, _, rest = body.partition("\n")
-        body = f"{head}\n{extra}{rest}"
+        lines = body.split("\n")
+        # the headline, with the lines it was wrapped onto (indented 4: the key lines are at 2)
+        head = 1 + next((i for i, line in enumerate(lines[1:]) if not line.startswith("    ")), len(lines) - 1)
+        body = "\n".join(lines[:head]) + "\n" + extra + "\n".join(lines[head:])
     return body
 
 
 def text(folder: str, full: bool = False) -> str:
-    """The report's text again: its summary (``report.txt`` without the stacks), or all of it,
-    with every control character but newline and tab escaped (``report.txt`` may be another
-    user's: an escape sequence must not reach the terminal).
+    """The report again: its short summary as stderr got it when the report was written
+    (:func:`watchdog.report.short_summary`: the headline and its cause, where, fix, action and
+    prove lines) and a line naming ``--full``; or, when ``full``, the whole ``report.txt``
+    (evidence, processes, stacks). What became of a hang (``outcome.json``) and what ``dlwatch
+    verify`` concluded (``verify.json``) follow the headline in both. Every control character
+    but newline and tab is escaped (``report.txt`` may be another user's: an escape sequence
+    must not reach the terminal).
 
     Raises:
         ReportNotFound: not a report folder, or one of its files cannot be read (a link, a

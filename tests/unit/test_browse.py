@@ -4,6 +4,7 @@ here by the report builder and writer from captured fixtures."""
 from __future__ import annotations
 
 import os
+from typing import List
 
 import pytest
 
@@ -42,11 +43,33 @@ def test_reports_are_listed_newest_first_with_kind_rank_and_action(tmp_path):
         browse.listing(str(tmp_path / "nope"))
 
 
+def _after_headline(text: str) -> List[str]:
+    """The lines of ``text`` after its headline and the lines the headline was wrapped onto."""
+    lines = text.splitlines()
+    return [line for line in lines[1:] if not line.startswith("    ")] if lines else []
+
+
 def test_show_prints_the_summary_and_refuses_a_folder_that_is_not_a_report(tmp_path):
     folder = _written(tmp_path)
     summary = browse.text(folder)
     assert summary.startswith("dlwatch: job hung") and report.STACKS_HEADING not in summary
     assert report.STACKS_HEADING in browse.text(folder, full=True)
+    with pytest.raises(ReportNotFound):
+        browse.text(str(tmp_path))
+
+
+def test_show_prints_the_short_summary_stderr_got_and_full_the_whole_report(tmp_path):
+    folder = _written(tmp_path)
+    whole = browse.text(folder, full=True)
+    short = browse.text(folder)
+    # what stderr got when the report was written, and one line naming --full
+    assert (
+        short == report.short_summary(whole) + f"  more:   dlwatch show --full {folder} (evidence, processes, stacks)\n"
+    )
+    assert "Evidence:" not in short and "Processes (" not in short and len(short.splitlines()) < 20
+    assert "Evidence:" in whole and "Processes (" in whole and len(whole.splitlines()) > 40
+    with open(os.path.join(folder, "report.txt"), encoding="utf-8") as f:
+        assert whole == f.read()
     with pytest.raises(ReportNotFound):
         browse.text(str(tmp_path))
 
@@ -128,8 +151,9 @@ def test_a_hang_s_outcome_is_listed_and_shown_after_its_headline(tmp_path):
     assert "job ended (exit 1)" in table  # the later outcome replaced the earlier one
     assert oct(os.stat(os.path.join(folder, writer.OUTCOME_FILE)).st_mode & 0o777) == "0o600"
     assert [n for n in os.listdir(folder) if n.startswith(".")] == []  # no temporary file left
-    lines = browse.text(folder).splitlines()
-    assert lines[0].startswith("dlwatch: job hung") and lines[1].startswith("  outcome: the job ended with exit code 1")
+    for full in (False, True):
+        lines = _after_headline(browse.text(folder, full=full))
+        assert lines[0].startswith("  outcome: the job ended with exit code 1"), lines
 
 
 def test_a_verified_fix_is_listed_with_the_outcome_and_shown_with_its_runs(tmp_path):
@@ -139,9 +163,9 @@ def test_a_verified_fix_is_listed_with_the_outcome_and_shown_with_its_runs(tmp_p
     writer.write_verify(folder, {"holds": True, "verdict": verdict, "folder": "/r/verify-1"})
     table, _ = browse.listing(str(tmp_path))
     assert "terminated; fix holds" in table
-    lines = browse.text(folder).splitlines()
-    assert lines[1].startswith("  outcome: dlwatch ended the job")
-    assert lines[2] == f"  verify: {verdict} (runs: /r/verify-1)"
+    lines = _after_headline(browse.text(folder))
+    assert lines[0].startswith("  outcome: dlwatch ended the job")
+    assert lines[1] == f"  verify: {verdict} (runs: /r/verify-1)"
     assert oct(os.stat(os.path.join(folder, writer.VERIFY_FILE)).st_mode & 0o777) == "0o600"
     writer.write_verify(folder, {"holds": False, "verdict": "not proven: the control did not hang in 1 run(s)"})
     assert "terminated; fix not proven" in browse.listing(str(tmp_path))[0]
@@ -392,10 +416,11 @@ def test_terminal_escapes_in_a_planted_report_never_reach_the_terminal(tmp_path,
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\\x1b]52" in out
     assert len(out.splitlines()) == 3  # the header, its rule, one line: no forged line
-    assert cli.main(["show", folder]) == 0
-    out = capsys.readouterr().out
-    assert "\x1b" not in out and "\x07" not in out and "\\x1b[2J" in out
-    assert "  outcome: s\\x1b]52;c;ZXZpbA==\\x07\\x0aforged" in out
+    for full in ([], ["--full"]):
+        assert cli.main(["show", folder, *full]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out and ("\\x1b[2J" in out or not full)
+        assert "  outcome: s\\x1b]52;c;ZXZpbA==\\x07\\x0aforged" in out
 
 
 @pytest.mark.parametrize("runs", ["javascript:alert(document.domain)", "data:text/html,<script>x</script>", 5])
