@@ -758,6 +758,22 @@ class PipeEnds:
 
 
 @dataclass(frozen=True)
+class LockHold:
+    """Who can release the file lock a thread waits for in ``flock``/``fcntl`` (NOTE [ Deadlock
+    proof ] in detect.py): ``path`` is the waiter's descriptor's target, ``locks`` the locks held
+    on that file as ``/proc/locks`` shows them (``POSIX WRITE``, ``FLOCK READ``), ``holders``
+    every process that can release one (a POSIX lock's owning process; for an ``flock`` or OFD
+    lock, every process with a descriptor of the lock's open file description: its
+    ``/proc/PID/fdinfo`` lists the lock), and ``complete`` False when some holder could not be
+    known (a process's descriptors unreadable, an OFD lock's pid -1 not found)."""
+
+    path: str
+    locks: Tuple[str, ...]
+    holders: Tuple[int, ...]
+    complete: bool
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What one examination of a due stall read from the job (:func:`watchdog.collect.examine.look`),
     for :meth:`watchdog.detect.Episode.conclude` to decide on, all keyed by pid.
@@ -769,7 +785,8 @@ class Evidence:
     wait on; ``stacks`` the Python-only py-spy dumps of main and the workers; ``wakeable`` why a
     process might wake itself (a timer signal it catches, POSIX timers); ``file_locks`` the
     locks others hold on files a lock-waiting thread has open; ``after`` the job's sample once
-    the look was over (workers that came or went mean the job moved)."""
+    the look was over (workers that came or went mean the job moved); ``lock_holds`` who can
+    release the lock each stable ``flock``/``fcntl`` wait (pid, fd) waits for (:class:`LockHold`)."""
 
     details: Mapping[int, Tuple[ThreadSample, ...]]
     stable: Mapping[int, Tuple[ThreadSample, ...]]
@@ -780,6 +797,7 @@ class Evidence:
     file_locks: Tuple[FileLock, ...]
     after: Sample
     gap_s: float = 0.25
+    lock_holds: Mapping[Tuple[int, int], LockHold] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
