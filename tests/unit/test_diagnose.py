@@ -1339,7 +1339,8 @@ def _contradictions(facts, found):
     exited with a code called killed or sent to the OOM killer; ``shm_exhausted`` first while
     /dev/shm stayed nearly empty and no error line named a shared-memory file; copy-on-read
     first while several iterators with persistent workers were alive at once."""
-    from watchdog.diagnose.crashes import _shm_full_lines, kept_persistent_loaders, names_shared_memory, worker_ends
+    from watchdog.diagnose.crashes import _shm_full_lines, names_shared_memory, worker_ends
+    from watchdog.diagnose.loaders import kept_persistent_loaders
 
     out = []
     exited = {pid for pid, end in worker_ends(facts).items() if end[0] == "exit"}
@@ -1698,3 +1699,21 @@ def test_a_full_disk_while_a_job_process_still_runs_reads_its_open_files_and_mea
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+def test_workers_of_persistent_loaders_kept_alive_are_no_copy_on_read_warning():
+    # The live warning in probes/cases/persistent_loaders_kept_alive.py: the workers' memory is
+    # that of six persistent loaders kept alive, not copies of the Dataset's objects.
+    from watchdog.types import InsideView
+
+    def s(t):
+        workers = [proc(WORKER_PID + k, ROLE_WORKER, [], "fork", rss=300 << 20, uss=140 << 20) for k in range(12)]
+        return sample(t, [proc(MAIN_PID, ROLE_MAIN, [], rss=226 << 20, uss=150 << 20), *workers])
+
+    timeline = tuple(s(float(t)) for t in range(20))
+    facts = dataclasses.replace(live_facts(timeline), inside=InsideView(loaders=_persistent_views(6)))
+    (found,) = [d for d in diagnose(facts) if d.kind == "worker_memory_growth"]
+    assert "6 DataLoader iterators with persistent workers are alive at once" in found.remedy
+    assert "numpy arrays" not in found.remedy and "copy-on-read" not in found.summary
+    plain = dataclasses.replace(live_facts(timeline), inside=InsideView(loaders=_persistent_views(1)))
+    assert "numpy arrays" in next(d for d in diagnose(plain) if d.kind == "worker_memory_growth").remedy

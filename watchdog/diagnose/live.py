@@ -23,6 +23,7 @@ from .common import (
     written,
 )
 from .engine import Finding, rule
+from .loaders import kept_loaders_text, kept_persistent_loaders, live_iterator_evidence
 
 LIVE = (MODE_LIVE,)
 
@@ -227,14 +228,22 @@ def worker_memory_growth(facts: Facts) -> Optional[Finding]:
             "usually copy-on-read copies of the Dataset's Python objects): "
             f"one more worker costs about {mib(sum(uss for _, uss in copied) / len(copied))}."
         )
+    remedy = (
+        "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python "
+        "lists/dicts/strings (each Python object touched in a worker un-shares its page); or lower num_workers."
+    )
+    kept = kept_persistent_loaders(facts)
+    if kept is not None:  # the memory is that of workers kept alive, not copies read
+        text = kept_loaders_text(kept)
+        remedy = text[0].upper() + text[1:] + "."
+        evidence += live_iterator_evidence(facts)
+        if not (growing and eta is not None):
+            summary = f"The DataLoader workers hold {mib(sum(uss for _, uss in copied))} of private memory: {text}."
     return Finding(
         confidence=0.7,
         summary=summary,
         evidence=tuple(evidence),
-        remedy=(
-            "Hold the Dataset's metadata in numpy arrays, Arrow tables or tensors instead of Python "
-            "lists/dicts/strings (each Python object touched in a worker un-shares its page); or lower num_workers."
-        ),
+        remedy=remedy,
         pids=tuple(g[0] for g in growing) or tuple(w.pid for w, _ in copied),
         docs=(DOC_MEMORY_LEAK, DOC_MULTI_PROCESS_LOADING),
     )
