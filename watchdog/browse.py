@@ -470,6 +470,6 @@ def _page(html_mod, fd: int, folder: str, doc: dict) -> str:
     proof = _side(fd, VERIFY_FILE, "verdict")
     try:
         href = runs_href(proof.get("folder"), folder) if proof is not None else None
-        return html_mod.render(doc, _text(fd, folder, full=True), proof, href)
+        return html_mod.render(doc, _text(fd, folder, full=True), proof, href, _side(fd, OUTCOME_FILE, "summary"))
     except (LookupError, TypeError, ValueError, AttributeError, ArithmeticError) as e:  # a hand-edited report.json
         raise ReportNotFound(folder, f"report.json cannot be rendered: {one_line(repr(e), 200)}") from None

@@ -4,8 +4,9 @@ read it: the plots are PNGs inside the page. The plots need matplotlib (the ``[h
 ``[probes]`` extra); without it the page says so and holds everything else.
 
 Plots, against seconds since the first sample, with the stall window shaded: CPU use of each
-process (% of one core), RSS and USS, open fds against RLIMIT_NOFILE, ``/dev/shm`` use, and,
-with the inside view, each iterator's batches and data wait.
+process (% of one core), RSS and USS, open fds against RLIMIT_NOFILE, ``/dev/shm`` use (the
+whole machine's, labelled so: the file system is shared by every process, not only the job's),
+and, with the inside view, each iterator's batches and data wait.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import io
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .report import STACKS_HEADING, printable
+from .report import STACKS_HEADING, headline, printable
 
 
 def _esc(text: str) -> str:
@@ -123,6 +124,12 @@ def y_range(lines) -> Tuple[float, float]:
     return 0.0, (top * 1.1 if top > 0 else 1.0)
 
 
+# The /dev/shm plot's title and line: statvfs of /dev/shm counts every process's files on the
+# machine (or in the job's container), never only the job's, and says so.
+SHM_TITLE = "/dev/shm, whole machine (every process's files, not only this job's)"
+SHM_LABEL = "/dev/shm (whole machine)"
+
+
 def plots(doc: dict) -> List[Tuple[str, bytes]]:
     """``(title, PNG bytes)`` for each plot of the report's timeline (none without samples).
 
@@ -140,7 +147,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
     window = _stall_window(doc, times)
     out = []
     colors = {
-        k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + ["/dev/shm"])
+        k: f"C{i % 10}" for i, k in enumerate(list(procs) + list(loaders) + [SHM_LABEL])
     }  # one colour per process, in every plot
 
     x_end = max(times[-1], 1.0)
@@ -199,7 +206,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
     else:
         limit = f" (RLIMIT_NOFILE {', '.join(str(int(x)) for x in limits)})" if limits else ""
         figure("Open file descriptors" + limit, "fds", [(k, v["fds"], "-") for k, v in procs.items()])
-    figure("/dev/shm", "MiB used", [("/dev/shm", shm, "-")])
+    figure(SHM_TITLE, "MiB used", [(SHM_LABEL, shm, "-")])
     if loaders:
         figure(
             "Batches delivered (inside view)",
@@ -214,21 +221,46 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
     return out
 
 
-def render(doc: dict, text: str, verified: Optional[dict] = None, runs_href: Optional[str] = None) -> str:
+def _title(doc: dict) -> str:
+    """The report text's first line (:func:`watchdog.report.headline`: proven or suspected, the
+    cause's kind and certainty, the rank, the job's state), or a shorter one of what a report
+    of another version holds."""
+    try:
+        return headline(doc)
+    except (LookupError, TypeError, ValueError, AttributeError):
+        first = (doc.get("diagnoses") or [{}])[0]
+        pid = (doc.get("job") or {}).get("pid", "")
+        return f"dlwatch: {doc.get('mode', '')}: {first.get('kind', '')} — job pid {pid}"
+
+
+def render(
+    doc: dict,
+    text: str,
+    verified: Optional[dict] = None,
+    runs_href: Optional[str] = None,
+    outcome: Optional[dict] = None,
+) -> str:
     """The HTML page of a report: ``doc`` is its ``report.json``, ``text`` its ``report.txt``;
-    ``verified`` what ``dlwatch verify`` concluded of its fix (``verify.json``), linked to its
-    runs at ``runs_href`` (a path relative to the page) when given and :func:`safe_href`."""
+    its title and heading are the text's first line (:func:`_title`), followed by what became
+    of a hang (``outcome``: ``outcome.json``'s ``summary`` and ``at``); ``verified`` what
+    ``dlwatch verify`` concluded of its fix (``verify.json``), linked to its runs at
+    ``runs_href`` (a path relative to the page) when given and :func:`safe_href`."""
     summary, _, stacks = text.partition("\n" + STACKS_HEADING)
     first = (doc.get("diagnoses") or [{}])[0]
-    title = f"dlwatch: {doc.get('mode', '')}: {first.get('kind', '')} — job pid {(doc.get('job') or {}).get('pid', '')}"
+    title = _title(doc)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_esc(title)}</title>",
         f"<style>{_STYLE}</style></head><body>",
         f'<h1 id="title">{_esc(title)}</h1>',
-        f'<p id="cause"><b>Cause:</b> {_esc(first.get("summary", ""))}</p>',
     ]
+    if outcome is not None:
+        at = f" ({outcome['at']})" if outcome.get("at") else ""
+        parts.append(f'<p id="outcome"><b>Outcome:</b> {_esc(str(outcome.get("summary", "")) + str(at))}</p>')
+    elif doc.get("mode") == "hang":
+        parts.append('<p id="outcome"><b>Outcome:</b> none recorded (the hang is open, or watching stopped first)</p>')
+    parts.append(f'<p id="cause"><b>Cause:</b> {_esc(first.get("summary", ""))}</p>')
     if first.get("location"):
         parts.append(f"<p><b>Where:</b> <code>{_esc(first['location'])}</code></p>")
     parts.append(f"<p><b>Fix:</b> {_esc(first.get('remedy', ''))}</p>")
@@ -250,7 +282,7 @@ def render(doc: dict, text: str, verified: Optional[dict] = None, runs_href: Opt
             data = base64.b64encode(png).decode("ascii")
             parts.append(f'<img alt="{_esc(name)}" src="data:image/png;base64,{data}">')
     except ImportError:
-        parts.append('<p class="note">Plots need matplotlib: pip install "dataloader-watchdog[html]".</p>')
+        parts.append('<p class="note">Plots need matplotlib: pip install ".[html]" in dlwatch\'s clone.</p>')
     parts.append("</div>")
     parts.append("<h2>Report</h2><details open><summary>report.txt (summary)</summary>")
     parts.append(f"<pre>{_esc(summary)}</pre></details>")

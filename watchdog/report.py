@@ -717,11 +717,16 @@ def cause_certainty(confidence: float) -> str:
     return next(word for floor, word in CAUSE_WORDS if confidence >= floor)
 
 
-def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
-    """The human summary of a report document: headline, cause, fix, then everything else.
-    ``folder`` is where the report is written: named in the ``prove`` line (``dlwatch verify
-    FOLDER``) when its first diagnosis has a fix that can be applied to a job dlwatch knows how
-    to start again."""
+def headline(doc: dict) -> str:
+    """The first line of a report document's text (and the title of its HTML page): what
+    happened (for a hang, whether it is proven or suspected, then the cause's kind and how sure
+    the report is of it), the rank and job pid, the job's state and its command line, e.g.
+    ``dlwatch: job hung — hang: proven; cause: worker_stuck (suspected, confidence 0.50) —
+    rank 1 of 2 pid 2084 stalled 31 s (python train.py)``.
+
+    Raises:
+        KeyError, TypeError: a field missing or of the wrong type (a hand-edited report).
+    """
     job = doc["job"]
     first = doc["diagnoses"][0]
     cmd = one_line(shlex.join(job.get("cmdline") or [])) or "?"
@@ -748,7 +753,19 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         if rank
         else f"job pid {job['pid']}"
     )
-    yield f"dlwatch: {happened} — {who} {state} ({cmd})"
+    return f"dlwatch: {happened} — {who} {state} ({cmd})"
+
+
+def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
+    """The human summary of a report document: headline, cause, fix, then everything else.
+    ``folder`` is where the report is written: named in the ``prove`` line (``dlwatch verify
+    FOLDER``) when its first diagnosis has a fix that can be applied to a job dlwatch knows how
+    to start again."""
+    job = doc["job"]
+    first = doc["diagnoses"][0]
+    stall = doc.get("stall") or {}
+    cause = f"{first['kind']} ({cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f})"
+    yield headline(doc)
     yield f"  cause:  {first['summary']} ({cause})"
     if first.get("location"):
         yield f"  where:  {first['location']}"

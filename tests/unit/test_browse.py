@@ -571,3 +571,18 @@ def test_a_report_folder_swapped_for_a_link_while_written_is_never_written_throu
     with pytest.raises(ReportWriteError):
         writer.write_outcome(folder, {"outcome": "resolved", "summary": "s"})
     assert os.listdir(theirs) == []
+
+
+def test_the_html_headline_is_the_text_s_first_line_with_the_rank_and_the_outcome(tmp_path):
+    folder = _written(tmp_path)
+    first = browse.text(folder, full=True).splitlines()[0]
+    assert "hang: " in first and "; cause: " in first and "rank 1 pid" in first
+    page = html.render(browse.load(folder), browse.text(folder, full=True))
+    assert f'<h1 id="title">{html._esc(first)}</h1>' in page
+    assert '<p id="outcome"><b>Outcome:</b> none recorded' in page
+    writer.write_outcome(folder, {"outcome": "terminated", "summary": "dlwatch ended the job", "at": "2027-01-15"})
+    page = open(browse.write_html(folder), encoding="utf-8").read()
+    assert '<p id="outcome"><b>Outcome:</b> dlwatch ended the job (2027-01-15)</p>' in page
+    pytest.importorskip("matplotlib")
+    assert [t for t, _ in html.plots(_stalled_doc()) if t.startswith("/dev/shm")] == [html.SHM_TITLE]
+    assert "whole machine" in html.SHM_TITLE and f'alt="{html._esc(html.SHM_TITLE)}"' in page
