@@ -258,6 +258,7 @@ CASES: Tuple[Case, ...] = (
         evidence=("the segmentation fault hit in __getitem__",),
     ),
     Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
+    Case("worker_init_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
         "worker_cache_oom_in_cgroup",
         "worker_killed",

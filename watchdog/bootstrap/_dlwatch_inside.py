@@ -775,14 +775,18 @@ def _watch_exec():
     """In a DataLoader worker, wrap ``os.execv`` and ``os.execve`` (every ``os.exec*`` ends in one
     of them; Lib/os.py) so that a worker replacing itself with another program first records the
     program and the Python frames that called it (``exec`` in its JSON). Nothing else changes:
-    the original runs, with the same arguments."""
-    global _EXEC_WATCHED
-    _EXEC_WATCHED = True
-    if _worker_info() is None:
-        return
+    the original runs, with the same arguments. Armed in every child forked from a recorded
+    process (a forked worker's ``worker_init_fn`` runs before its first sample) and at a
+    worker's first sample (spawn and forkserver workers); whether the caller is a DataLoader
+    worker is asked when it execs (``_worker_info``, set by ``_worker_loop`` before
+    ``worker_init_fn``: torch/utils/data/_utils/worker.py), and the wrappers are never stacked."""
+    if getattr(os.execv, "__wrapped__", None) is not None:
+        return  # armed already (inherited through fork)
 
     def wrap(original):
         def exec_(path, *args):
+            if _worker_info() is None:
+                return original(path, *args)
             try:
                 frames: List[Dict[str, Any]] = []
                 frame: Optional[FrameType] = sys._getframe(1)
@@ -830,7 +834,9 @@ def _on_sample(fetcher):
     ``<pid>.fetch``; with the data checks, after ``RNG_RECHECK_AFTER`` reads, the generators'
     states again, to tell which ones the worker drew from. The first read in a worker arms
     :func:`_watch_exec` and :func:`_enable_faulthandler`."""
+    global _EXEC_WATCHED
     if not _EXEC_WATCHED:
+        _EXEC_WATCHED = True
         _watch_exec()
         _enable_faulthandler()
     _state().fetched_one()
@@ -1000,6 +1006,10 @@ def _after_fork_in_child():
     global _STATE, _EXEC_WATCHED
     _STATE = None  # the parent's file is the parent's; the child opens its own when it needs one
     _EXEC_WATCHED = False
+    try:
+        _watch_exec()  # before worker_init_fn, which a forked worker runs before any sample
+    except Exception:
+        pass
 
 
 def _at_exit():
