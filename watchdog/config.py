@@ -213,8 +213,8 @@ class Config(_Settings, frozen=True):
         bool,
         Meta(
             description="with the hook: warn when every worker of an IterableDataset replays the same stream, or "
-            "workers draw identical random numbers (one digest of each worker's first 32 records and RNG states; false: "
-            "off)",
+            "workers draw identical random numbers (one digest of each worker's first 32 records and RNG states; "
+            "false: off)",
         ),
     ] = True
     on_hang_exec: Annotated[
