@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 from dataclasses import asdict
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from tabulate import tabulate
 
@@ -604,16 +604,45 @@ _SETTINGS_SHOWN = (
 )
 
 
-def _inside_lines(view: Optional[dict]) -> Iterable[str]:
+def _activity_age(v: dict) -> Optional[float]:
+    """Seconds since an iterator (``loader_dict``) last did anything the recorder saw: a batch
+    reached main, or main entered ``__next__``; ``None`` when neither happened."""
+    ages = [a for a in (v.get("in_next_for_s"), v.get("last_batch_age_s")) if isinstance(a, (int, float))]
+    return min(ages) if ages else None
+
+
+def current_iterators(loaders: Sequence[dict]) -> Set[Tuple[object, object]]:
+    """``(pid, iterator)`` of each process's current iterator among ``loaders`` (``loader_dict``
+    entries): the one that last did something (:func:`_activity_age`); a process's only
+    iterator is its current one. A process iterates one DataLoader at a time: the others were
+    left (an epoch ended, a validation pass finished, a loop was broken out of)."""
+    best: Dict[object, Tuple[Tuple[float, int], Tuple[object, object]]] = {}
+    for v in loaders:
+        age = _activity_age(v)
+        rank = (-(age if age is not None else float("inf")), v.get("iterator") or 0)  # newest, then latest made
+        pid = v.get("pid")
+        if pid not in best or rank > best[pid][0]:
+            best[pid] = (rank, (pid, v.get("iterator")))
+    return {ident for _, ident in best.values()}
+
+
+def _inside_lines(view: Optional[dict], ended: bool = False) -> Iterable[str]:
     """The DataLoader section of the text: each iterator's settings, batches, data wait and
-    what main waits for; then the threads that ran when its workers were forked."""
+    what main waits for; then the threads that ran when its workers were forked. An iterator
+    of a job that has ended (``ended``: an exit or crash report) or that is not its process's
+    current one (:func:`current_iterators`) is said in the past: ``finished after N batches``,
+    ``main waited in __next__ … when it last ran``, without a wait's length (the time since
+    main entered ``__next__`` of a left iterator measures nothing it waited)."""
     if not view:
         return
     yield ""
     yield "DataLoader (inside view):"
     if view.get("note"):
         yield f"  ({view['note']})"
+    current = current_iterators(view["loaders"])
     for v in view["loaders"]:
+        left = (v["pid"], v["iterator"]) not in current
+        past = ended or left
         site = v["site"]
         where = f"{frames.short_path(site['file'])}:{site['line']}" if site else "?"
         settings = " ".join(f"{k}={v['settings'][k]}" for k in _SETTINGS_SHOWN if k in v["settings"])
@@ -621,19 +650,24 @@ def _inside_lines(view: Optional[dict]) -> Iterable[str]:
             f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
         )
         wait = "-" if v["data_wait_fraction"] is None else f"{v['data_wait_fraction']:.0%}"
+        count = f"{v['batches']} batches (epoch {v['epoch']})"
+        if past:
+            count = f"finished after {count}" if left else f"{count} before the job ended"
         line = (
-            f"    {v['batches']} batches (epoch {v['epoch']}); data wait {wait}; between batches p50 "
+            f"    {count}; data wait {wait}; between batches p50 "
             f"{_ms(v['interval_p50_s'])}, p99 {_ms(v['interval_p99_s'])}; last batch {_ms(v['last_batch_age_s'])} ago"
         )
         yield line
         if v["in_next_for_s"] is not None and v["waiting_worker"] is not None and v["waiting_worker"] >= 0:
             w = v["waiting_worker"]
             pid = v["workers"][w] if w < len(v["workers"]) else None
-            yield (
-                f"    main waits in __next__ for batch {v['waiting_idx']} from worker {w}"
-                + (f" (pid {pid})" if pid else "")
-                + f" for {_ms(v['in_next_for_s'])}"
-            )
+            whom = f"for batch {v['waiting_idx']} from worker {w}" + (f" (pid {pid})" if pid else "")
+            if not past:
+                yield f"    main waits in __next__ {whom} for {_ms(v['in_next_for_s'])}"
+            elif left:
+                yield f"    main waited in __next__ {whom} when it last ran (not the current iterator)"
+            else:
+                yield f"    main waited in __next__ {whom} when the job ended"
         stats = v.get("host_memory_stats") or {}
         shown = [
             (k, x)
@@ -805,7 +839,7 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
             )
             for line in d["evidence"]:
                 yield f"    - {line}"
-    yield from _inside_lines(doc.get("inside_view"))
+    yield from _inside_lines(doc.get("inside_view"), ended=doc["mode"] in ("crash", "exit"))
     yield ""
     when = (
         "last sample before the job ended" if doc["mode"] in ("crash", "exit") else f"detected at {doc['detected_at']}"

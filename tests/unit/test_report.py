@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from tests.unit.builders import MAIN_PID, fixture, hang_facts
+from tests.unit.builders import MAIN_PID, WORKER_PID, fixture, hang_facts
 from watchdog import report, writer
 from watchdog.collect import pyspy
 from watchdog.diagnose import diagnose
@@ -285,3 +285,60 @@ def test_status_shows_the_job_s_processes_before_its_inside_view():
     lines = report.status_lines(doc)
     assert lines[0] == "Processes (now):" and any(str(WORKER_PID) in line and "worker" in line for line in lines[1:5])
     assert [p["pid"] for p in doc["processes"]] == [MAIN_PID, WORKER_PID]
+
+
+def _loader(iterator: int, batches: int, waiting_since: float, last_batch: float):
+    from watchdog.types import LoaderView
+
+    return LoaderView(
+        pid=MAIN_PID,
+        iterator=iterator,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=(("num_workers", 1),),
+        dataset_type="DS",
+        iterable=False,
+        workers=(WORKER_PID,),
+        worker_exitcodes=(),
+        created=last_batch - 10.0,
+        batches=batches,
+        wait_s=1.0,
+        epoch=0,
+        first_batch_s=0.5,
+        waiting_since=waiting_since,
+        waiting_idx=batches,
+        waiting_worker=0,
+        last_batch=last_batch,
+        intervals=batches - 1,
+        interval_p50_s=0.01,
+        interval_p99_s=0.04,
+    )
+
+
+def _loader_section(lines) -> str:
+    """The text's "DataLoader (inside view):" section."""
+    text = "\n".join(lines)
+    return text.split("DataLoader (inside view):\n", 1)[1].split("\n\n", 1)[0]
+
+
+def test_an_iterator_left_long_ago_or_of_an_ended_job_is_said_in_the_past():
+    from watchdog.types import InsideView
+
+    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
+    now = hang_facts([t]).sample.t_mono
+    # iterator 1 was left in __next__ 1850 s ago (a loop broken out of); iterator 2 is main's current one
+    inside = InsideView(loaders=(_loader(1, 88, now - 1850.0, now - 1851.0), _loader(2, 5, now - 20.0, now - 20.5)))
+    facts = hang_facts([t], inside=inside)
+    job = {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}
+    doc = report.build(facts, diagnose(facts), job, 1.8e9, "report", None, {}).document
+    text = _loader_section(report.text_lines(doc))
+    assert "main waits in __next__ for batch 88" not in text and "for 1850 s" not in text, text
+    assert "finished after 88 batches (epoch 0)" in text
+    assert "main waited in __next__ for batch 88 from worker 0" in text and "when it last ran" in text
+    assert "    5 batches (epoch 0)" in text and "main waits in __next__ for batch 5 from worker 0" in text  # current
+    ended = {**doc, "mode": "exit", "stall_s": None, "exit_code": 1}
+    text = _loader_section(report.text_lines(ended))
+    assert "main waits" not in text and "for 20 s" not in text, text
+    assert "finished after 88 batches (epoch 0)" in text and "    5 batches (epoch 0) before the job ended" in text
+    assert f"batch 88 from worker 0 (pid {WORKER_PID}) when it last ran" in text
+    assert f"main waited in __next__ for batch 5 from worker 0 (pid {WORKER_PID}) when the job ended" in text
