@@ -122,6 +122,7 @@ from .types import (
     KernelWait,
     LoaderView,
     LoaderWork,
+    LockHold,
     Measure,
     PipeEnds,
     Polling,
@@ -777,6 +778,9 @@ def prove(
     inert: Iterable[Tuple[int, int]] = (),
     names: Optional[Mapping[Tuple[int, int], str]] = None,
     wakeable: Optional[Mapping[int, str]] = None,
+    lock_holds: Optional[Mapping[Tuple[int, int], LockHold]] = None,
+    loader_waits: Optional[Mapping[Tuple[int, int], Tuple[int, ...]]] = None,
+    roles: Optional[Mapping[int, str]] = None,
 ) -> Optional[Proof]:
     """The processes that can never run again, with the argument (NOTE [ Deadlock proof ]).
 
@@ -790,6 +794,15 @@ def prove(
         names: ``(pid, tid)`` to the thread's Python name (py-spy's), for the argument's lines.
         wakeable: pid to why that process might wake itself from a timer signal
             (``procfs.timer_wakeup``): none of its threads is part of a proof.
+        lock_holds: ``(pid, fd)`` of a thread blocked in ``flock``/``fcntl`` to who can release
+            the lock it waits for (``collect.chain.lock_holds``, from ``/proc/locks``): the wait
+            stays in the set while every holder does; one not ``complete`` never does.
+        loader_waits: ``(pid, tid)`` of a thread whose stack shows it in one of PyTorch's own
+            waits for the loader's other side (:func:`loader_waits`: main's iterating thread or
+            pin-memory thread waiting for a batch, a worker idle for its next index) to the pids
+            that alone can end it: it stays while all of them do, whatever its kernel wait (the
+            5 s polls only loop).
+        roles: pid to its role word (``main``, ``worker``), for the cycle's sentence.
 
     Returns ``None`` when no process is stuck for good.
     """
@@ -814,6 +827,15 @@ def prove(
             return pipe, end, ()
         return pipe, end, (pipes.writers if end == "write" else pipes.readers).get(pipe, ())
 
+    def lock_of(pid: int, d: ThreadSample) -> Optional[LockHold]:
+        """Who can release the file lock the thread waits for, when all of them are known."""
+        w = d.wait
+        if lock_holds is None or w is None or w.syscall not in LOCK_CALLS or w.fd is None:
+            return None
+        hold = lock_holds.get((pid, w.fd))
+        return hold if hold is not None and hold.complete and hold.holders else None
+
+    loader = dict(loader_waits or {})
     inert = set(inert)
     candidates = set()
     for (pid, tid), d in waits.items():
@@ -823,11 +845,16 @@ def prove(
         if (pid, tid) in inert and w is not None and w.kind in (WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.TIMED):
             candidates.add((pid, tid))
             continue
+        if (pid, tid) in loader and loader[(pid, tid)] and w is not None and w.kind in _LOADER_WAIT_KINDS:
+            candidates.add((pid, tid))
+            continue
         if w is None:
             continue
         if w.kind is WaitKind.FUTEX_PRIVATE or (w.kind is WaitKind.CHILD and children.get(pid)):
             candidates.add((pid, tid))
         elif w.kind is WaitKind.FD and w.syscall in _READS | _WRITES and pipe_of(pid, d):
+            candidates.add((pid, tid))
+        elif w.kind is WaitKind.FD and lock_of(pid, d) is not None:
             candidates.add((pid, tid))
 
     def whole(pid: int, inside: Set[Tuple[int, int]]) -> bool:
@@ -841,10 +868,15 @@ def prove(
             pid, tid = key
             d = waits[key]
             w = d.wait
+            hold = lock_of(pid, d)
             if key in inert:
                 keep = True
             elif w is None:  # never: a candidate's wait is known
                 keep = False
+            elif key in loader and loader[key]:
+                keep = all(whole(o, candidates) for o in loader[key])
+            elif hold is not None:
+                keep = all(whole(o, candidates) for o in hold.holders)
             elif w.kind is WaitKind.FUTEX_PRIVATE:
                 keep = whole(pid, candidates)
             elif w.kind is WaitKind.CHILD:
@@ -856,6 +888,11 @@ def prove(
                 candidates.discard(key)
                 changed = True
     stuck = sorted(pid for pid in details if whole(pid, candidates))
+    if loader and not any(lock_of(pid, d) is not None for pid in stuck for d in details[pid]):
+        # The loader's own waits join a proof only through a cycle with a file lock (main holds
+        # what the workers wait for); without one, the loader-level argument decides, after a
+        # whole stall (prove_loader_idle).
+        return prove(details, children, pipes, inert, names, wakeable, lock_holds, None, roles)
     if not stuck:
         return None
     links = []
@@ -869,6 +906,17 @@ def prove(
                 )
             elif w is None:
                 why = ""  # never: every thread of a stuck pid is a candidate, whose wait is known
+            elif (pid, d.tid) in loader and loader[(pid, d.tid)]:
+                why = (
+                    f"it waits in PyTorch's own loop for pid(s) {', '.join(map(str, loader[(pid, d.tid)]))} "
+                    "(a batch, or the next index), which alone can end that wait"
+                )
+            elif (hold := lock_of(pid, d)) is not None:
+                why = (
+                    f"fd {w.fd} is {hold.path}, locked ({', '.join(hold.locks)}) by pid(s) "
+                    f"{', '.join(map(str, hold.holders))} only (/proc/locks; an flock lock by every holder of its "
+                    "open file)"
+                )
             elif w.kind is WaitKind.FUTEX_PRIVATE:
                 why = "a private futex is woken only by a thread of the same process"
             elif w.kind is WaitKind.CHILD:
@@ -881,7 +929,98 @@ def prove(
         f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: "
         "none can ever run again"
     )
+    cycle = lock_cycle(stuck, details, lock_holds or {}, loader, roles or {})
+    if cycle:
+        conclusion = f"{cycle}: {conclusion}"
     return Proof(ProofKind.KERNEL, tuple(stuck), tuple(links), conclusion)
+
+
+# Kernel waits in which a thread may sit in one of PyTorch's own loader loops (the 5 s polls
+# and timed futex waits of ``_try_get_data``, ``index_queue.get``, the pin-memory thread).
+_LOADER_WAIT_KINDS = frozenset({WaitKind.TIMED, WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.FUTEX_SHARED})
+
+
+def lock_cycle(
+    stuck: Sequence[int],
+    details: Mapping[int, Sequence[ThreadSample]],
+    lock_holds: Mapping[Tuple[int, int], LockHold],
+    loader: Mapping[Tuple[int, int], Tuple[int, ...]],
+    roles: Mapping[int, str],
+) -> str:
+    """The cycle through file locks among the ``stuck`` processes, as one sentence ("worker pid
+    A holds /x/a.lock and waits for /x/b.lock; worker pid B holds /x/b.lock and waits for
+    /x/a.lock"), or ``""`` when no stuck thread waits for a file lock. A process waiting in the
+    loader's own loop is named with what it waits for (main: the workers' batch)."""
+    inside = set(stuck)
+    waits: Dict[int, List[LockHold]] = {}
+    for pid in stuck:
+        for d in details.get(pid, ()):
+            w = d.wait
+            hold = (
+                lock_holds.get((pid, w.fd)) if w is not None and w.fd is not None and w.syscall in LOCK_CALLS else None
+            )
+            if hold is not None and hold.complete and hold.path not in [h.path for h in waits.get(pid, [])]:
+                waits.setdefault(pid, []).append(hold)
+    if not waits:
+        return ""
+    held: Dict[int, List[str]] = {}
+    for hs in waits.values():
+        for h in hs:
+            for holder in h.holders:
+                if holder in inside and h.path not in held.setdefault(holder, []):
+                    held[holder].append(h.path)
+    parts = []
+    for pid in stuck:
+        who = f"{roles.get(pid, 'pid')} pid {pid}" if roles.get(pid) else f"pid {pid}"
+        mine = held.get(pid, [])
+        if pid in waits:
+            text = f"waits for {', '.join(h.path for h in waits[pid])}"
+        else:
+            feeders = sorted({o for (p, _t), others in loader.items() if p == pid for o in others})
+            if not feeders or not mine:
+                continue
+            text = f"waits in the DataLoader for pid(s) {', '.join(map(str, feeders))}"
+        parts.append(f"{who} {'holds ' + ', '.join(mine) + ' and ' if mine else ''}{text}")
+    return "; ".join(parts)
+
+
+def loader_waits(sample: Sample, stacks: Mapping[int, ProcessStack]) -> Dict[Tuple[int, int], Tuple[int, ...]]:
+    """The threads whose stacks show them in one of PyTorch's own waits for the loader's other
+    side, with the pids that alone can end it (NOTE [ Deadlock proof ]): main's iterating
+    thread waiting in ``__next__`` for a batch (``frames.loader_wait_depth``, no user code above
+    it) and main's idle pin-memory thread wait for main's workers (a batch comes only from a
+    worker; a worker's death ends the wait too, and a worker in the set cannot die by itself);
+    a worker idle for its next index (``frames.is_idle_worker``) waits for main, which alone
+    feeds its index queue. Left out: a main whose iterator has a ``timeout`` (its wait ends
+    with an error; known from the inside view only), a main with a starting worker, and every
+    process without a readable stack."""
+    out: Dict[Tuple[int, int], Tuple[int, ...]] = {}
+    main = sample.main
+    if main is None or any(p.role == ROLE_STARTING for p in sample.processes):
+        return out
+    workers = tuple(sorted(w.pid for w in sample.workers if w.ppid == main.pid))
+    if not workers:
+        return out
+    timed = False
+    for v in sample.loaders:
+        value = v.setting("timeout", 0) if v.pid == main.pid else 0
+        # A timeout, or one that cannot be read as a number: main's wait may end by itself.
+        timed = timed or not isinstance(value, (int, float)) or value > 0
+    st = stacks.get(main.pid)
+    if st is not None and st.ok and not timed:
+        for t in st.threads:
+            depth = frames.loader_wait_depth(t)
+            idle_pin = frames.has_frame(t, frames.PIN_LOOP_FUNCS, frames.PIN_MEMORY_FILE) and states.is_loader_idle(t)
+            if (depth is not None and frames.innermost_user_above(t, depth) is None) or idle_pin:
+                out[(main.pid, t.tid)] = workers
+    for pid in workers:
+        st = stacks.get(pid)
+        if st is None or not st.ok:
+            continue
+        for t in st.threads:
+            if frames.is_idle_worker(t):
+                out[(pid, t.tid)] = (main.pid,)
+    return out
 
 
 def relevant(proof: Optional[Proof], sample: Sample) -> Optional[Proof]:
@@ -1597,7 +1736,18 @@ class Episode:
         inert = [(pid, t.tid) for pid, t in threads if frames.is_resource_sharer(t)]
         names = {(pid, t.tid): t.name for pid, t in threads if t.name}
         proof = relevant(
-            prove(evidence.stable, evidence.children, evidence.pipes, inert, names, evidence.wakeable), sample
+            prove(
+                evidence.stable,
+                evidence.children,
+                evidence.pipes,
+                inert,
+                names,
+                evidence.wakeable,
+                evidence.lock_holds,
+                loader_waits(sample, stacks),
+                {p.pid: p.role for p in sample.processes},
+            ),
+            sample,
         )
         verdict = confirm(main.pid, stacks.get(main.pid), evidence.details.get(main.pid, ()), len(sample.workers))
         early = stall.trigger == TRIGGER_RHYTHM
