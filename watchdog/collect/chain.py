@@ -16,11 +16,11 @@ import os
 import socket
 import stat
 import struct
-from typing import Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..types import KernelWait, LinkKind, ThreadSample, WaitKind, WaitLink
+from ..types import KernelWait, LinkKind, LockHold, ThreadSample, WaitKind, WaitLink
 from . import procfs
-from .waits import READ_CALLS
+from .waits import LOCK_CALLS, READ_CALLS
 
 MAX_HOPS = 4
 _TERMINALS = ("/dev/pts/", "/dev/tty", "/dev/console")
@@ -247,3 +247,125 @@ def follow(pid: int, detail: ThreadSample, members: Optional[Collection[int]] = 
             continue
         links.append(WaitLink(pid, d.tid, name, kind, target, text, peer, connection, fd, reading))
     return tuple(links)
+
+
+def _fd_lock_lines(pid: int, fd: str) -> Tuple[Optional[str], List[Tuple[str, Tuple[int, int, int]]]]:
+    """``(target, [(kind, (major, minor, inode)), …])`` of ``pid``'s descriptor ``fd``: the locks
+    its ``/proc/PID/fdinfo/FD`` lists (``lock:`` lines, the format of ``/proc/locks``: an
+    ``flock`` or OFD lock is listed by every descriptor of its open file description, a POSIX
+    lock by its owner's; proc(5), fs/locks.c ``show_fd_locks``). Raises ``OSError`` when the
+    descriptor cannot be read for want of permission; a vanished one gives ``(None, [])``."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except FileNotFoundError:
+        return None, []
+    if not target.startswith("/"):
+        return target, []
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return target, []
+    out = []
+    for line in text.splitlines():
+        if line.startswith("lock:"):
+            for kind, _mode, _pid, ident in procfs.parse_locks(line[len("lock:") :].strip()):
+                out.append((kind, ident))
+    return target, out
+
+
+def _ofd_holders(
+    idents: Set[Tuple[int, int, int]], since_ticks: Optional[int]
+) -> Tuple[Dict[Tuple[int, int, int], Set[int]], bool]:
+    """Every process on the host holding a descriptor whose ``fdinfo`` lists an ``flock`` or
+    OFD lock on one of ``idents`` (device and inode, as ``/proc/locks`` names files), and
+    whether every process that could hold one was read. A process whose descriptors cannot be
+    read counts as unknown (``False``) unless it started before ``since_ticks`` (the job's main
+    process's start, clock ticks since boot): an open file description the job made reaches
+    another process only by ``fork`` (to a process started since) or by being sent on purpose
+    (``SCM_RIGHTS``, unix(7); ``pidfd_getfd``, which needs ptrace access to the job). Cost: one
+    listing per process, one ``readlink`` per descriptor and one ``fdinfo`` read per descriptor
+    of a path; report time."""
+    found: Dict[Tuple[int, int, int], Set[int]] = {i: set() for i in idents}
+    complete = True
+
+    def older(pid: int) -> bool:
+        st = procfs.proc_stat(pid)
+        return since_ticks is not None and st is not None and st.start_ticks < since_ticks
+
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            complete = complete and older(pid)
+            continue
+        for fd in fds:
+            try:
+                _target, locks = _fd_lock_lines(pid, fd)
+            except OSError:
+                complete = complete and older(pid)
+                break
+            for kind, ident in locks:
+                if kind in ("FLOCK", "OFDLCK") and ident in found:
+                    found[ident].add(pid)
+    return found, complete
+
+
+def lock_holds(
+    details: Mapping[int, Sequence[ThreadSample]], since_ticks: Optional[int] = None
+) -> Dict[Tuple[int, int], LockHold]:
+    """Who can release the lock each thread of ``details`` blocked in ``flock``/``fcntl`` waits
+    for, by ``(pid, fd)`` (:class:`~watchdog.types.LockHold`). The waiter's descriptor names the
+    file by mount and inode (``fdinfo``), ``/proc/locks`` the locks held on it; a POSIX lock is
+    released only by its owning process (or its exit), an ``flock``/OFD lock by any process
+    holding a descriptor of its open file description (flock(2), fcntl(2)), found on the whole
+    host (:func:`_ofd_holders`; ``since_ticks`` the job's start, clock ticks since boot). Report
+    time; never raises: what cannot be read leaves the entry out or ``complete`` False."""
+    waits: Dict[Tuple[int, int], Tuple[str, Tuple[int, int, int]]] = {}
+    for pid, threads in details.items():
+        devices = None
+        for d in threads:
+            w = d.wait
+            if w is None or w.syscall not in LOCK_CALLS or w.fd is None or w.fd < 0 or (pid, w.fd) in waits:
+                continue
+            target = procfs.fd_target(pid, w.fd)
+            where = procfs.fd_inode(pid, str(w.fd)) if target and target.startswith("/") else None
+            if devices is None:
+                devices = procfs.mount_devices(pid)
+            dev = devices.get(where[0]) if where is not None else None
+            if target is None or where is None or dev is None:
+                continue
+            waits[(pid, w.fd)] = (target, (dev[0], dev[1], where[1]))
+    if not waits:
+        return {}
+    text = procfs.read_text("/proc/locks") or ""
+    held: Dict[Tuple[int, int, int], List[Tuple[str, str, Optional[int]]]] = {}
+    for kind, mode, holder, ident in procfs.parse_locks(text):
+        held.setdefault(ident, []).append((kind, mode, holder))
+    shared = {
+        ident for _t, ident in waits.values() for kind, _m, _h in held.get(ident, ()) if kind in ("FLOCK", "OFDLCK")
+    }
+    ofd, scanned = _ofd_holders(shared, since_ticks) if shared else ({}, True)
+    out = {}
+    for key, (target, ident) in waits.items():
+        locks = held.get(ident, [])
+        holders: Set[int] = set()
+        complete = bool(locks)
+        for kind, _mode, holder in locks:
+            if kind == "POSIX":
+                if holder is None:
+                    complete = False
+                else:
+                    holders.add(holder)
+            elif kind in ("FLOCK", "OFDLCK"):
+                holders |= ofd.get(ident, set())
+                complete = complete and scanned and bool(ofd.get(ident))
+            else:  # a lease or a mandatory lock: not followed
+                complete = False
+        out[key] = LockHold(target, tuple(f"{k} {m}" for k, m, _h in locks), tuple(sorted(holders)), complete)
+    return out

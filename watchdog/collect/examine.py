@@ -137,6 +137,7 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
         file_locks=procfs.file_locks(lock_waiters) if lock_waiters else (),
         after=resample(),
         gap_s=STABLE_GAP_S,
+        lock_holds=chain.lock_holds(stable, sample.main.start_ticks if sample.main else None) if lock_waiters else {},
     )
 
 
