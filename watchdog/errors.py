@@ -6,6 +6,8 @@ only :mod:`watchdog.cli` turns them into a one-line message and an exit code.
 
 from __future__ import annotations
 
+from typing import Sequence, Tuple
+
 PTRACE_REMEDY = (
     "py-spy needs ptrace: run dlwatch as the job's user with ptrace allowed — "
     "`sysctl kernel.yama.ptrace_scope=0` (or run as root), Docker `--cap-add SYS_PTRACE`, "
@@ -43,10 +45,19 @@ class NoSuchTarget(TargetError):
 
 
 class NotPython(TargetError):
-    """The process exists but is not a Python interpreter."""
+    """The process exists but is not a Python interpreter (a launcher shell, a ``srun``):
+    ``children`` are the Python processes it started, ``(pid, command line)`` each, the command
+    line already one printable, redacted line; the message names them so that the user can
+    attach to one (``--pid 812: not a Python process (/usr/bin/dash); its Python children: 815
+    (python train.py): attach to one of them``)."""
 
-    def __init__(self, pid: int, exe: str) -> None:
-        super().__init__(pid, f"not a Python process ({exe})")
+    def __init__(self, pid: int, exe: str, children: Sequence[Tuple[int, str]] = ()) -> None:
+        self.children = tuple(children)
+        if self.children:
+            named = ", ".join(f"{p} ({cmd})" for p, cmd in self.children)
+            super().__init__(pid, f"not a Python process ({exe}); its Python children: {named}: attach to one of them")
+        else:
+            super().__init__(pid, f"not a Python process ({exe}), and it has started no Python process")
 
 
 class TargetAccessDenied(TargetError):

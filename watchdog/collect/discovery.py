@@ -33,8 +33,9 @@ from typing import Callable, Collection, Dict, List, NamedTuple, Optional, Seque
 
 import psutil
 
-from .. import frames
+from .. import frames, redact
 from ..errors import NoSuchTarget, NotPython, TargetAccessDenied, TargetError
+from ..report import one_line
 from ..types import (
     ROLE_FORKSERVER,
     ROLE_MAIN,
@@ -102,12 +103,48 @@ def check_target(pid: int) -> psutil.Process:
                 exe = proc.exe() or proc.name()
             except psutil.Error:
                 exe = proc.name()
-            raise NotPython(pid, exe)
+            raise NotPython(pid, one_line(exe), python_children(proc))
         return proc
     except psutil.NoSuchProcess:
         raise NoSuchTarget(pid) from None
     except psutil.AccessDenied:
         raise TargetAccessDenied(pid) from None
+
+
+# The most processes python_children visits, and the most it names.
+_WALK_LIMIT, _CHILDREN_NAMED = 256, 4
+
+
+def python_children(proc: psutil.Process) -> List[Tuple[int, str]]:
+    """The Python processes ``proc`` started (a launcher shell's ``python train.py``, through
+    shells and other non-Python launchers below it; never below a Python process, whose
+    children are its workers; never dlwatch itself), breadth first: ``(pid, command line)``,
+    the command line redacted (:func:`watchdog.redact.cmdline`), its program by its base name,
+    on one printable line of at most 80 characters. At most :data:`_CHILDREN_NAMED`, of at most :data:`_WALK_LIMIT`
+    processes visited; processes that end meanwhile are left out."""
+    found: List[Tuple[int, str]] = []
+    queue, seen = [proc], 0
+    while queue and seen < _WALK_LIMIT and len(found) < _CHILDREN_NAMED:
+        parent = queue.pop(0)
+        try:
+            kids = children(parent)
+        except psutil.Error:
+            continue
+        for child in kids:
+            seen += 1
+            try:
+                if not is_python(child):
+                    queue.append(child)
+                    continue
+                args = _cmdline(child)
+                if is_dlwatch(args):
+                    continue
+                args = (os.path.basename(args[0]), *args[1:]) if args else args  # python3, not /usr/bin/python3
+                shown = one_line(" ".join(" ".join(redact.cmdline(args)).split())) or _name(child)
+                found.append((child.pid, shown if len(shown) <= 80 else shown[:77] + "..."))
+            except psutil.Error:
+                continue
+    return found[:_CHILDREN_NAMED]
 
 
 def has_loaded_torch(pid: int) -> Optional[bool]:
