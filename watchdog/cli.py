@@ -629,12 +629,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_hook_env() -> int:
-    """Print ``PYTHONPATH=… DLWATCH_HOOK_DIR=…`` with a new private folder, for ``env $(…)``."""
+    """Print ``PYTHONPATH=… DLWATCH_HOOK_DIR=…`` with a new private folder, for ``env $(…)``;
+    say on stderr where the folder is and what removes it. Hook folders of this user that
+    hold nothing and have not changed for a day are swept first (:func:`inside.sweep_stale_folders`)."""
+    for stale in inside.sweep_stale_folders():
+        log(f"removed {stale}: made by `dlwatch hook-env` over a day ago, and no job recorded into it")
     try:
         folder = inside.make_folder()
     except OSError as e:
         log(f"error: cannot create the inside view's folder: {e.strerror}")
         return Exit.USAGE
+    log(
+        f"made {folder.path} for the job's inside view: `dlwatch attach --pid N` removes it when the job ends; "
+        "if no job records into it, a later `dlwatch hook-env` removes it after a day"
+    )
     import shlex
 
     env = inside.hook_env(os.environ, folder.path, None)

@@ -387,6 +387,59 @@ def make_folder() -> HookFolder:
     return HookFolder(path, st.st_dev, st.st_ino)
 
 
+# How old (seconds since its last change) a hook folder holding nothing but its token must be
+# before `dlwatch hook-env` sweeps it: made for a job that never started, or never recorded.
+STALE_HOOK_S = 86400.0
+
+
+def sweep_stale_folders(parent: Optional[str] = None, max_age_s: float = STALE_HOOK_S) -> List[str]:
+    """Remove the hook folders ``dlwatch hook-env`` left in ``parent`` (default: the temporary
+    directory ``make_folder`` uses) that hold nothing but their token and have not changed for
+    ``max_age_s`` seconds; returns their paths. Only a directory named ``dlwatch-hook-XXXXXXXX``
+    that is this user's and closed to others is touched (``lstat``, never through a link), in a
+    parent nobody else may rename entries of (:func:`safe_parent`); it is opened once
+    (``O_DIRECTORY|O_NOFOLLOW``), listed, its token file unlinked through that descriptor and
+    then the folder removed with rmdir(2), which removes only an empty folder. A folder a job
+    recorded into (files besides the token) is left for ``dlwatch attach`` to remove. Errors
+    are ignored: nothing is removed then."""
+    parent = parent or tempfile.gettempdir()
+    if not safe_parent(os.path.join(parent, HOOK_PREFIX)):
+        return []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    now, removed = time.time(), []
+    for name in names:
+        path = os.path.join(parent, name)
+        if not _HOOK_NAME.match(name):
+            continue
+        st = private_dir(path)
+        if st is None or now - st.st_mtime < max_age_s:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
+                continue
+            entries = os.listdir(fd)
+            if entries not in ([], [TOKEN_FILE]):
+                continue
+            if entries and not stat.S_ISREG(os.stat(TOKEN_FILE, dir_fd=fd, follow_symlinks=False).st_mode):
+                continue
+            if entries:
+                os.unlink(TOKEN_FILE, dir_fd=fd)
+            os.rmdir(path)
+            removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 def remove_folder(folder: HookFolder) -> bool:
     """Remove the recorder's folder and its files, only while ``folder.path`` still names the
     directory dlwatch made or accepted (same ``dev`` and ``ino``, not a link, still this
