@@ -802,7 +802,8 @@ def prove(
             pin-memory thread waiting for a batch, a worker idle for its next index) to the pids
             that alone can end it: it stays while all of them do, whatever its kernel wait (the
             5 s polls only loop).
-        roles: pid to its role word (``main``, ``worker``), for the cycle's sentence.
+        roles: pid to its name in the cycle's sentence (:func:`role_words`: ``main``,
+            ``worker 0``); a worker's idle wait joins only when its name begins with ``worker``.
 
     Returns ``None`` when no process is stuck for good.
     """
@@ -835,7 +836,19 @@ def prove(
         hold = lock_holds.get((pid, w.fd))
         return hold if hold is not None and hold.complete and hold.holders else None
 
-    loader = dict(loader_waits or {})
+    # A wait in the loader's own loop joins only a cycle through a file lock: the waiter holds a
+    # lock that a lock-waiting thread waits for (main holds what the workers wait for), or it is
+    # a worker idle for the next index from such a holder. A main that merely waits for workers
+    # stuck among themselves is not part of their cycle.
+    lock_holders = {
+        h for (pid, tid), d in waits.items() for hold in [lock_of(pid, d)] if hold is not None for h in hold.holders
+    }
+    loader = {
+        key: others
+        for key, others in (loader_waits or {}).items()
+        if key[0] in lock_holders
+        or ((roles or {}).get(key[0], "").startswith("worker") and len(others) == 1 and others[0] in lock_holders)
+    }
     inert = set(inert)
     candidates = set()
     for (pid, tid), d in waits.items():
@@ -929,6 +942,10 @@ def prove(
         f"every thread of pid(s) {', '.join(map(str, stuck))} waits with no timeout for a thread of this same set: "
         "none can ever run again"
     )
+    if any(key in loader and key[0] in stuck for key in candidates):
+        conclusion = conclusion.replace(
+            "waits with no timeout for", "waits with no timeout (or in PyTorch's own loop, which only loops) for", 1
+        )
     cycle = lock_cycle(stuck, details, lock_holds or {}, loader, roles or {})
     if cycle:
         conclusion = f"{cycle}: {conclusion}"
@@ -971,7 +988,7 @@ def lock_cycle(
                     held[holder].append(h.path)
     parts = []
     for pid in stuck:
-        who = f"{roles.get(pid, 'pid')} pid {pid}" if roles.get(pid) else f"pid {pid}"
+        who = f"{roles[pid]} (pid {pid})" if roles.get(pid) else f"pid {pid}"
         mine = held.get(pid, [])
         if pid in waits:
             text = f"waits for {', '.join(h.path for h in waits[pid])}"
@@ -982,6 +999,21 @@ def lock_cycle(
             text = f"waits in the DataLoader for pid(s) {', '.join(map(str, feeders))}"
         parts.append(f"{who} {'holds ' + ', '.join(mine) + ' and ' if mine else ''}{text}")
     return "; ".join(parts)
+
+
+def role_words(sample: Sample) -> Dict[int, str]:
+    """pid to its name in a proof's sentence: ``main``, ``worker N`` (N its worker id, the
+    inside view's order of an iterator's workers) or ``worker``, and the role of any other."""
+    out: Dict[int, str] = {}
+    ids = {pid: i for v in sample.loaders for i, pid in enumerate(v.workers)}
+    for p in sample.processes:
+        if p.role == ROLE_MAIN:
+            out[p.pid] = "main"
+        elif p.role == ROLE_WORKER:
+            out[p.pid] = f"worker {ids[p.pid]}" if p.pid in ids else "worker"
+        else:
+            out[p.pid] = str(p.role)
+    return out
 
 
 def loader_waits(sample: Sample, stacks: Mapping[int, ProcessStack]) -> Dict[Tuple[int, int], Tuple[int, ...]]:
@@ -1745,7 +1777,7 @@ class Episode:
                 evidence.wakeable,
                 evidence.lock_holds,
                 loader_waits(sample, stacks),
-                {p.pid: p.role for p in sample.processes},
+                role_words(sample),
             ),
             sample,
         )
