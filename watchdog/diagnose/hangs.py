@@ -13,6 +13,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from .. import frames
+from ..collect.waits import LOCK_CALLS
 from ..states import Activity, WorkerState
 from ..types import (
     MODE_HANG,
@@ -774,12 +775,78 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
     return 0.9, lines, v.user
 
 
+_CYCLE_END = ": every thread of pid(s) "
+
+
+def file_lock_cycle(facts: Facts) -> Optional[str]:
+    """The cycle a kernel proof names through file locks ("worker pid A holds …/a.lock and
+    waits for …/b.lock; …", from ``detect.lock_cycle``), when the proof covers a worker whose
+    loop thread waits in ``flock``/``fcntl``; else ``None``."""
+    proof = facts.proof
+    if proof is None or proof.kind is not ProofKind.KERNEL or _CYCLE_END not in proof.conclusion:
+        return None
+    cycle = proof.conclusion.split(_CYCLE_END, 1)[0]
+    if " waits for " not in cycle:
+        return None
+    if not any(_file_lock_wait(v) for v in worker_views(facts) if v.pid in proof.pids):
+        return None
+    return cycle
+
+
+def _file_lock_wait(v: WorkerView) -> bool:
+    w = v.loop_detail.wait if v.loop_detail is not None else None
+    return w is not None and w.syscall in LOCK_CALLS
+
+
+def _file_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
+    if not v.proven or not _file_lock_wait(v):
+        return None
+    tid = v.loop.tid if v.loop is not None else v.pid
+    lines = [f"worker pid {v.pid} ({v.proc.name}): thread {tid}: {kernel_wait(facts, v.pid, tid)}"]
+    if v.loop is not None:
+        lines.append(
+            f"worker pid {v.pid}: innermost frame {describe(facts, v.pid, v.top)}, called from "
+            f"{describe(facts, v.pid, v.user)}"
+        )
+    lines += _proof_line(facts, v.pid)
+    main = facts.sample.main
+    if main is not None and facts.proof is not None and main.pid in facts.proof.pids:
+        lines += [f"main pid {main.pid}: {link.text()}" for link in facts.proof.links_of(main.pid)[:2]]
+    return 0.95, lines, v.user
+
+
+def _file_lock_remedy(facts: Facts) -> str:
+    main = facts.sample.main
+    if main is not None and facts.proof is not None and main.pid in facts.proof.pids:
+        return (
+            "Main holds the file lock the workers wait for while it waits for their batch: release it (fcntl.lockf("
+            "f, LOCK_UN) or close the file) before iterating the DataLoader, or take it only around the work it "
+            "guards; give the workers' wait a deadline (LOCK_NB in a loop with a timeout) so it fails loudly."
+        )
+    return (
+        "Take the file locks in one global order in every process (sort the lock files' paths, then lock), or hold "
+        "one at a time; flock(2) does not detect deadlocks, so give each wait a deadline (LOCK_NB in a loop, or "
+        "filelock's timeout=) so it fails loudly instead of waiting forever."
+    )
+
+
 @rule("worker_deadlock", SEVERITY_HANG, 11, HANG)
 def worker_deadlock(facts: Facts) -> Optional[Finding]:
     """A worker's own threads wait on each other: every thread of it is in an untimed wait on a
     private futex (two locks taken in opposite orders, a lock taken twice), so none can run; or
     its only thread waits for an event, condition or lock that no thread of it can ever signal,
     when the job's record at the fork rules out an inherited one."""
+    cycle = file_lock_cycle(facts)
+    if cycle is not None:
+        found = worker_finding(
+            facts,
+            _file_lock_hit,
+            "deadlocked on file locks across processes{where}: " + cycle + ".",
+            _file_lock_remedy(facts),
+            (DOC_MULTI_PROCESS_LOADING,),
+        )
+        if found is not None:
+            return found
     views = {v.pid: v for v in worker_views(facts)}
 
     def adapt(pids: Tuple[int, ...]) -> Optional[Tuple[str, str]]:
@@ -935,8 +1002,9 @@ def main_thread_deadlock(facts: Facts) -> Optional[Finding]:
         or facts.proof is None
         or facts.proof.kind is not ProofKind.KERNEL
         or main.pid not in facts.proof.pids
+        or file_lock_cycle(facts) is not None
     ):
-        return None
+        return None  # a cycle through file locks is worker_deadlock's (main holds what workers wait for)
     lines, where, kinds = _main_threads_chain(facts, main.pid)
     stack = facts.stack(main.pid)
     at_exit = stack is not None and any(
