@@ -87,6 +87,34 @@ CASES: Tuple[Case, ...] = (
         remedy=("before the iterator is created",),
     ),
     Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
+    # Issue #34 section 2: cycles across processes through file locks, proven from /proc/locks.
+    Case(
+        "flock_cycle_two_workers",
+        "worker_deadlock",
+        "hang",
+        "proven",
+        "fcntl.flock(f2, fcntl.LOCK_EX)",
+        remedy=("one global order",),
+        evidence=("holds /tmp/shards-", "(/proc/locks"),
+    ),
+    Case("healthy_flock_same_order", None, target="flock_cycle_two_workers", args=("same",)),
+    Case(
+        "fcntl_main_holds_worker_lock",
+        "worker_deadlock",
+        "hang",
+        "proven",
+        "fcntl.lockf(f, fcntl.LOCK_EX)",
+        remedy=("Main holds the file lock", "before iterating"),
+        evidence=("main (pid ",),
+    ),
+    Case(
+        "healthy_main_lock_released",
+        None,
+        "unharmed",
+        target="fcntl_main_holds_worker_lock",
+        args=("12",),
+        timeout_s=90.0,
+    ),
     # Issue #34 section 3: a worker's own lock taken twice, main with a helper thread at the fork.
     Case(
         "lock_taken_twice_in_worker",
