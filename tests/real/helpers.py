@@ -69,13 +69,46 @@ def reports(report_dir: str) -> List[str]:
 
 def load_report(folder: str) -> dict:
     """The ``report.json`` of a report folder, checked against its JSON Schema
-    (``watchdog/schema/report.schema.json``) and :func:`check_termination_proof`: every real
-    test that reads a report validates it, and no test accepts a job ended without a proof."""
+    (``watchdog/schema/report.schema.json``), :func:`check_termination_proof` and
+    :func:`check_no_contradiction`: every real test that reads a report validates it, no test
+    accepts a job ended without a proof, nor a first finding its own figures contradict."""
     path = os.path.join(folder, "report.json")
     with open(path, encoding="utf-8") as f:
         doc = report_schema.check(json.load(f), path)
     check_termination_proof(doc, path)
+    check_no_contradiction(doc, path)
     return doc
+
+
+def check_no_contradiction(doc: dict, where: str) -> None:
+    """Fail when the report's first finding is contradicted by a figure of the same report
+    (issue #35): a worker the inside view saw exit with a code (0 or more) called killed or sent
+    to the OOM killer; a ``shm_exhausted`` whose own evidence says its figures contradict it;
+    copy-on-read advice while three or more iterators with persistent workers had workers alive."""
+    found = doc.get("diagnoses") or []
+    if not found:
+        return
+    first = found[0]
+    loaders = (doc.get("inside_view") or {}).get("loaders") or []
+    exited = {
+        pid
+        for v in loaders
+        for pid, code in zip(v.get("workers") or [], v.get("worker_exitcodes") or [])
+        if isinstance(code, int) and code >= 0
+    }
+    blamed = set(first.get("pids") or []) & exited
+    text = f"{first.get('summary', '')} {first.get('remedy', '')}"
+    assert not (blamed and ("killed by" in text or "OOM killer" in text or "dmesg" in text)), (
+        f"{where}: {first['kind']} calls workers {sorted(blamed)} killed, though they exited with a code: {text}"
+    )
+    assert not (first.get("kind") == "shm_exhausted" and any("contradicted" in e for e in first.get("evidence", []))), (
+        f"{where}: shm_exhausted comes first though its own figures contradict it"
+    )
+    kept = [v for v in loaders if (v.get("settings") or {}).get("persistent_workers") is True and v.get("workers")]
+    alive = [v for v in kept if any(c is None for c in v.get("worker_exitcodes") or [None])]
+    assert not (len(alive) >= 3 and "numpy arrays" in first.get("remedy", "")), (
+        f"{where}: copy-on-read advice first with {len(alive)} persistent iterators alive"
+    )
 
 
 def check_termination_proof(doc: dict, where: str) -> None:

@@ -1717,3 +1717,14 @@ def test_workers_of_persistent_loaders_kept_alive_are_no_copy_on_read_warning():
     assert "numpy arrays" not in found.remedy and "copy-on-read" not in found.summary
     plain = dataclasses.replace(live_facts(timeline), inside=InsideView(loaders=_persistent_views(1)))
     assert "numpy arrays" in next(d for d in diagnose(plain) if d.kind == "worker_memory_growth").remedy
+
+
+def test_a_worker_that_exited_right_after_sending_a_batch_is_worker_exited_not_nothing():
+    # Captured: probes/cases/worker_os_exit_zero.py when main took the last batch's shared fd
+    # after its worker had ended: main raises ConnectionResetError in rebuild_storage_fd, not
+    # PyTorch's "exited unexpectedly"; the inside view recorded both workers' exit code 0.
+    stderr = fixture("stderr_worker_exit_lost_receive.txt")
+    (first, *_) = diagnose(_crash(stderr, inside=_inside_exit_codes([WORKER_PID, WORKER_PID + 1], (0, 0))))
+    assert first.kind == "worker_exited" and "exited with code 0" in first.summary, first.summary
+    assert any("rebuild_storage_fd" in e for e in first.evidence) and "OOM" not in first.remedy
+    assert not [d for d in diagnose(_crash(stderr)) if d.kind == "worker_exited"]  # no recorded end: no worker named

@@ -111,6 +111,15 @@ _START_PATH = re.compile(r"popen_(?:spawn|forkserver)_posix\.py|popen_forkserver
 _UNPICKLE = re.compile(r"Can't get attribute '(?P<attr>[^']+)' on <module '(?P<module>[^']+)'")
 # PyTorch's SIGCHLD handler (torch/csrc/DataLoader.cpp) on a worker that exited with a code.
 _EXIT_CODE = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (\d+)")
+# Main failed to take a batch's shared tensor from the worker that sent it: with the
+# file_descriptor sharing strategy the fd is passed through that worker's resource sharer
+# (torch/multiprocessing/reductions.py rebuild_storage_fd, Lib/multiprocessing/resource_sharer.py),
+# so a worker that ended right after sending leaves main a refused or reset connection instead of
+# PyTorch's "exited unexpectedly".
+_LOST_RECEIVE = re.compile(
+    r"in rebuild_storage_fd\b[\s\S]*?^(?:ConnectionResetError|ConnectionRefusedError|FileNotFoundError|EOFError)\b",
+    re.M,
+)
 # A thread or process could not be created: pthread_create or fork failed with EAGAIN (CPython:
 # "can't start new thread"; os.fork / subprocess: "[Errno 11] Resource temporarily unavailable").
 _EAGAIN = re.compile(
@@ -905,11 +914,15 @@ def worker_exited(facts: Facts) -> Optional[Finding]:
     cause: a limit on threads or processes (EAGAIN: the pids cgroup, ``RLIMIT_NPROC``), an
     exception it did not catch outside the fetch PyTorch wraps, ``sys.exit("message")``
     (multiprocessing prints the message and exits with 1), or a silent ``os._exit``."""
-    if not facts.stderr_tail or not (_KILLED.search(facts.stderr_tail) or _EXIT_CODE.search(facts.stderr_tail)):
+    if not facts.stderr_tail:
         return None
-    if _NATIVE_SIGNAL.search(facts.stderr_tail):
+    said = _KILLED.search(facts.stderr_tail) or _EXIT_CODE.search(facts.stderr_tail)
+    lost = _LOST_RECEIVE.search(facts.stderr_tail)
+    if not (said or lost) or _NATIVE_SIGNAL.search(facts.stderr_tail):
         return None
     ends = worker_ends(facts)
+    if not said and not any(end[2].startswith("the inside view") for end in ends.values()):
+        return None  # a lost receive alone, with no worker's recorded end, names no worker
     named = _died_pids(facts)
     if any(ends.get(pid, ("",))[0] == "signal" for pid in named):
         return None
@@ -921,6 +934,11 @@ def worker_exited(facts: Facts) -> Optional[Finding]:
     evidence = [f"worker pid {pid}: exited with code {end[1]}, no signal ({end[2]})" for pid, end in exited[:4]]
     words = worker_last_words(facts.stderr_tail)
     evidence += [f"stderr, the worker's last words: {w}" for w in words]
+    if lost and not said:
+        evidence.append(
+            f"main: taking a batch's shared tensor from its worker failed ({lost.group(0).splitlines()[-1]} in "
+            "rebuild_storage_fd): the worker that sent it had already ended"
+        )
     block = _worker_block(facts.stderr_tail)
     user = block.user() if block is not None else None
     code_text = ", ".join(map(str, codes))
