@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tabulate import tabulate
 
 from . import browse, redact, report, writer
-from .collect import launch
+from .collect import launch, script
 from .errors import ReportWriteError, WatchdogError
 from .exits import Exit, of_signal
 from .types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
@@ -1072,43 +1072,6 @@ def _positive_float(text: str) -> float:
     return positive_float(text)
 
 
-# The most of a script verify reads to look for its main guard.
-MAX_SCRIPT_BYTES = 4 * 2**20
-
-
-def unguarded_site(site: str) -> bool:
-    """Whether the DataLoader site ``file:line`` (iterated in the module's top level) lies
-    outside every ``if __name__ == "__main__":`` block of its file. Under ``forkserver`` or
-    ``spawn`` each worker imports the main script again as ``__mp_main__``
-    (Lib/multiprocessing/spawn.py, ``_fixup_main_from_path``), so an unguarded loop runs
-    again there and the workers fail (PyTorch's docs, "Platform-specific behaviors" of
-    torch.utils.data). ``False`` when the file cannot be read or parsed (nothing is said then).
-    The file is read, never run, without following a link, up to ``MAX_SCRIPT_BYTES``."""
-    import ast
-
-    path, _, line_text = site.rpartition(":")
-    try:
-        line = int(line_text)
-        data, _ = browse.read_capped(path, MAX_SCRIPT_BYTES)
-        tree = ast.parse(data)
-    except (ValueError, SyntaxError, OSError, WatchdogError):
-        return False
-
-    def is_main_guard(node: ast.stmt) -> bool:
-        test = node.test if isinstance(node, ast.If) else None
-        return (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-        )
-
-    for node in tree.body:
-        if is_main_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            return False
-    return True
-
-
 def fix_cannot_apply(origin: Origin, fix: Fix) -> Optional[str]:
     """Why ``fix`` cannot work on this job, known before any run, or ``None``: a start method
     that re-imports the main script (``forkserver``, ``spawn``) for a DataLoader iterated at
@@ -1116,7 +1079,7 @@ def fix_cannot_apply(origin: Origin, fix: Fix) -> Optional[str]:
     method = dict(fix.loader).get("multiprocessing_context")
     if method not in ("forkserver", "spawn"):
         return None
-    unguarded = [site for site in origin.module_sites if unguarded_site(site)]
+    unguarded = [site for site in origin.module_sites if script.unguarded_site(site)]
     if not unguarded:
         return None
     return (
