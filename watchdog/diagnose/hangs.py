@@ -31,6 +31,7 @@ from ..types import (
     ThreadAtFork,
     ThreadStack,
     VerdictKind,
+    WaitKind,
 )
 from .common import (
     BLOCKED_DOING,
@@ -775,6 +776,92 @@ def _self_deadlock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, Lis
     return 0.9, lines, v.user
 
 
+def worker_ids(facts: Facts) -> Dict[int, int]:
+    """pid to worker id (the inside view's order of an iterator's workers)."""
+    return {pid: i for v in facts.sample.loaders for i, pid in enumerate(v.workers)}
+
+
+def _worker_word(facts: Facts, pid: int) -> str:
+    wid = worker_ids(facts).get(pid)
+    return f"worker {wid} (pid {pid})" if wid is not None else f"worker pid {pid}"
+
+
+def shared_lock_cycle(facts: Facts) -> Optional[Tuple[str, Dict[int, Tuple[float, List[str], Optional[Frame]]]]]:
+    """A cycle of workers, each waiting (untimed, on a futex shared between processes: a
+    ``multiprocessing`` lock, a POSIX semaphore in shared memory) at ``with X:`` or
+    ``X.acquire()`` in the job's code while its stack shows it inside a ``with Y:`` (or after a
+    ``Y.acquire()``, :func:`holds_at`) for the ``Y`` another worker of the cycle waits for. The
+    kernel keeps no holder of a semaphore, so this is read from the stacks (the names in the
+    source, of the same class's method), never proven. Returns the cycle's sentence ("worker 0
+    (pid A) holds self.a (at x.py:45) and waits for self.b; worker 1 …") and each worker's
+    evidence, or ``None``. Workers a proof covers are left to the proven rules."""
+    proven = set(facts.proof.pids) if facts.proof is not None else set()
+    waiting: Dict[int, Tuple[WorkerView, str]] = {}
+    for v in worker_views(facts):
+        w = v.loop_detail.wait if v.loop_detail is not None else None
+        if v.pid in proven or v.user is None or w is None or w.kind is not WaitKind.FUTEX_SHARED:
+            continue
+        name = lock_name(facts.source_raw(v.user.file, v.user.line))
+        if name is not None:
+            waiting[v.pid] = (v, name)
+
+    def holder_of(pid: int) -> Optional[Tuple[int, Tuple[int, str]]]:
+        """A worker that holds what ``pid`` waits for, with the line that took it."""
+        v, name = waiting[pid]
+        for other, (u, theirs) in sorted(waiting.items()):
+            if other == pid or theirs == name or u.user is None or v.user is None or u.user.file != v.user.file:
+                continue
+            if name.startswith("self.") and _owner_class(u.user.function) != _owner_class(v.user.function):
+                continue
+            held = holds_at(facts, u.user, name)
+            if held is not None:
+                return other, held
+        return None
+
+    for start in sorted(waiting):
+        path: List[int] = [start]
+        taken: Dict[int, Tuple[int, str]] = {}
+        here = start
+        while True:
+            found = holder_of(here)
+            if found is None:
+                break
+            nxt, held = found
+            taken[nxt] = held
+            if nxt == start:
+                break
+            if nxt in path:
+                path = path[path.index(nxt) :]
+                start = nxt
+                break
+            path.append(nxt)
+            here = nxt
+        if start not in taken or len(path) < 2:
+            continue
+        parts: List[str] = []
+        hits: Dict[int, Tuple[float, List[str], Optional[Frame]]] = {}
+        for pid in path:
+            v, name = waiting[pid]
+            line, text = taken[pid]
+            assert v.user is not None and v.loop is not None
+            held_name = lock_name(text) or text
+            parts.append(f"{_worker_word(facts, pid)} holds {held_name} (taken at line {line}) and waits for {name}")
+            hits[pid] = (
+                0.8,
+                [
+                    f"worker pid {pid} ({v.proc.name}): thread {v.loop.tid} waits for {name} at "
+                    f"{describe(facts, pid, v.user)}, inside `{text}` (line {line})",
+                    f"worker pid {pid}: {kernel_wait(facts, pid, v.loop.tid)}",
+                    f"worker pid {pid}: a multiprocessing lock is a semaphore in shared memory: the kernel shows no "
+                    "holder (unlike a file lock in /proc/locks), so the cycle is read from the workers' stacks, not "
+                    "proven",
+                ],
+                v.user,
+            )
+        return "; ".join(parts), hits
+    return None
+
+
 _CYCLE_END = ": every thread of pid(s) "
 
 
@@ -844,6 +931,22 @@ def worker_deadlock(facts: Facts) -> Optional[Finding]:
             "deadlocked on file locks across processes{where}: " + cycle + ".",
             _file_lock_remedy(facts),
             (DOC_MULTI_PROCESS_LOADING,),
+        )
+        if found is not None:
+            return found
+    shared = shared_lock_cycle(facts)
+    if shared is not None:
+        text, hits = shared
+        found = worker_finding(
+            facts,
+            lambda _facts, v: hits.get(v.pid),
+            "deadlocked on multiprocessing locks across processes, by their stacks{where}: " + text + ".",
+            (
+                "Take the locks in one global order in every worker and in main (always the first, then the second), "
+                "or use one lock; acquire with a timeout (lock.acquire(timeout=…)) so a wait fails loudly instead of "
+                "hanging."
+            ),
+            (DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
         )
         if found is not None:
             return found
