@@ -32,7 +32,11 @@ class Case:
     means then is main's wait seen from outside); ``memory_limit`` (bytes) runs the job in a
     memory cgroup of its own with that limit (root and cgroup v1; skipped without);
     ``shm_size`` gives it a private ``/dev/shm`` of that size (root; skipped without); ``also``
-    are kinds the same report must hold among its other findings."""
+    are kinds the same report must hold among its other findings. A healthy control (``kind``
+    and ``mode`` ``None``) may get performance advice (``input_bound``: a slow-data toy job is
+    input-bound), never anything else; with ``mode`` ``quiet`` it may get no report at all. For a
+    ``warning``, ``remedy`` and ``evidence`` words are looked for in that warning (its summary
+    and evidence)."""
 
     name: str
     kind: Optional[str]
@@ -106,6 +110,25 @@ CASES: Tuple[Case, ...] = (
         "fcntl.lockf(f, fcntl.LOCK_EX)",
         remedy=("Main holds the file lock", "before iterating"),
         evidence=("main (pid ",),
+    ),
+    Case(
+        "mp_lock_cycle_two_workers",
+        "worker_deadlock",
+        "hang",
+        "suspected",
+        "holds it",
+        remedy=("one global order",),
+        evidence=("inside `with self.", "the kernel shows no holder"),
+    ),
+    Case("healthy_mp_lock_same_order", None, target="mp_lock_cycle_two_workers", args=("same",)),
+    Case(
+        "forkserver_flusher_lock_after_batches",
+        "fork_inherited_lock",
+        "hang",
+        "proven",
+        "with METRICS_LOCK:",
+        remedy=("set_forkserver_preload", "!socket.settimeout"),
+        evidence=("metrics-flusher (tid", "QueueFeederThread"),
     ),
     Case(
         "healthy_main_lock_released",
@@ -515,6 +538,41 @@ CASES: Tuple[Case, ...] = (
     # A worker computing 8 s per sample at nice 19: tests/real/test_loaded.py runs it beside
     # busy processes, where its CPU share is tiny but it is runnable all along.
     Case("healthy_compute_low_priority", None, args=("8", "2"), timeout_s=90.0),
+    # Issue #38: is the job input-bound? Each verdict, warned once batches flowed for 20 s; and a
+    # job whose step is the slow part, never warned ("quiet": not even input_bound).
+    Case(
+        "input_bound_cpu_few_workers",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        evidence=("CPU-bound",),
+        remedy=("num_workers=",),
+    ),
+    Case(
+        "input_bound_io_workers",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        evidence=("I/O-bound",),
+        remedy=("num_workers=4", "prefetch_factor"),
+    ),
+    Case(
+        "input_bound_oversubscribed",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        evidence=("CPU oversubscribed",),
+        remedy=("torch.set_num_threads(1)",),
+    ),
+    Case(
+        "input_bound_epoch_starts",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        evidence=("epoch starts dominate",),
+        remedy=("persistent_workers=True",),
+    ),
+    Case("healthy_step_bound", None, "quiet", settings=(("warning_interval_s", 2.0),), timeout_s=90.0),
 )
 BY_NAME = {c.name: c for c in CASES}
 
