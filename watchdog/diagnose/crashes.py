@@ -916,12 +916,12 @@ def worker_exited(facts: Facts) -> Optional[Finding]:
     (multiprocessing prints the message and exits with 1), or a silent ``os._exit``."""
     if not facts.stderr_tail:
         return None
-    said = _KILLED.search(facts.stderr_tail) or _EXIT_CODE.search(facts.stderr_tail)
+    phrased = _KILLED.search(facts.stderr_tail) or _EXIT_CODE.search(facts.stderr_tail)
     lost = _LOST_RECEIVE.search(facts.stderr_tail)
-    if not (said or lost) or _NATIVE_SIGNAL.search(facts.stderr_tail):
+    if not (phrased or lost) or _NATIVE_SIGNAL.search(facts.stderr_tail):
         return None
     ends = worker_ends(facts)
-    if not said and not any(end[2].startswith("the inside view") for end in ends.values()):
+    if not phrased and not any(end[2].startswith("the inside view") for end in ends.values()):
         return None  # a lost receive alone, with no worker's recorded end, names no worker
     named = _died_pids(facts)
     if any(ends.get(pid, ("",))[0] == "signal" for pid in named):
@@ -934,7 +934,7 @@ def worker_exited(facts: Facts) -> Optional[Finding]:
     evidence = [f"worker pid {pid}: exited with code {end[1]}, no signal ({end[2]})" for pid, end in exited[:4]]
     words = worker_last_words(facts.stderr_tail)
     evidence += [f"stderr, the worker's last words: {w}" for w in words]
-    if lost and not said:
+    if lost and not phrased:
         evidence.append(
             f"main: taking a batch's shared tensor from its worker failed ({lost.group(0).splitlines()[-1]} in "
             "rebuild_storage_fd): the worker that sent it had already ended"
