@@ -39,7 +39,7 @@ rank  kind                    why here
 25    shutdown_hang           main stuck shutting the iterator down
 29    uneven_batches          ranks ran out of batches at different counts (uneven shards)
 30    stall_outside_loader    main stopped outside the loader
-50+   warnings                live findings, in the order of live.py, then data.py
+50+   warnings                live findings, in the order of live.py, then data.py, then throughput.py
 ====  ======================  ==========================================================
 
 A unit test checks that this table and the registered rules agree.

@@ -1,0 +1,47 @@
+"""Target: three workers on a small machine, each raising its intra-op threads to 4 in
+``worker_init_fn`` (``torch.set_num_threads(4)``: PyTorch sets 1 in each worker, a copied
+snippet raises it again) and running parallel tensor ops on each sample: twelve busy threads
+and main share the usable CPUs, so each worker waits runnable for a CPU much of its time
+(pytorch/pytorch#101850-style reports of loaders that get slower with more threads).
+
+Run: ``python -m probes.cases.input_bound_oversubscribed [SECONDS]`` (90 by default). The
+watchdog must warn ``input_bound``: CPU oversubscribed, one intra-op thread per worker.
+"""
+
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Augment(Dataset):
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        x = torch.rand(400_000)
+        for _ in range(6):
+            x = (x * 1.0001).exp().log()  # element-wise ops parallelised over the intra-op threads
+        return x[:4].clone()
+
+
+def threads(_worker_id):
+    torch.set_num_threads(4)
+
+
+def main():
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 90.0
+    end = time.monotonic() + seconds
+    loader = DataLoader(Augment(), batch_size=2, num_workers=3, worker_init_fn=threads)
+    for step, _batch in enumerate(loader):
+        time.sleep(0.005)  # the training step
+        if step % 20 == 0:
+            print("step", step, flush=True)
+        if time.monotonic() > end:
+            break
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,733 @@
+"""Is the job input-bound? A live verdict from samples already taken (issue #38).
+
+NOTE [ Input-bound verdict ]
+Over a sliding window (the timeline's last ``WINDOW_S`` seconds), from what the sidecar already
+reads and the job's recorder already counts (no read and nothing per batch of its own):
+
+* main's **data wait**: the share of the window main spent inside ``__next__`` of its
+  iterators (the inside view's ``wait_s`` per iterator, plus the wait in progress for a batch a
+  worker owns: :func:`open_wait_s`). Without the inside view (``dlwatch attach`` without the
+  recorder, ``--no-hook``) there is no verdict: it says so rather than guess.
+* each DataLoader worker's time, split between **cpu** (CPU seconds of its threads, ``stat``
+  utime + stime, at most the wall time), **runnable** (waiting on a run queue for a CPU:
+  ``/proc/PID/schedstat``'s second field for its main thread, read at samples that read
+  threads), **io** (blocked inside the Dataset: state D, or asleep in anything but a poll: a
+  read, a sleep, a lock) and **idle** (asleep in a poll: PyTorch's worker loop waits for its next
+  indices in ``index_queue.get(timeout=5.0)``, a ``poll(2)`` on the queue's pipe, whose kernel
+  wait channel is ``poll_schedule_timeout``/``do_sys_poll``; /proc/PID/wchan, proc(5)). Wall
+  time between two full samples that is neither cpu nor runnable goes to the state the worker
+  was seen in at the later sample (the earlier, when running then). ``delayacct_blkio_ticks``
+  (``stat`` field 42) is not used: it is 0 unless ``kernel.task_delayacct`` is on, and it is
+  off by default.
+
+The verdict, from the data-wait share D (``INPUT_BOUND_SHARE`` and up is input-bound):
+
+* ``not_input_bound`` below ``NOT_BOUND_SHARE``; ``slightly_input_bound`` between the two
+  (said by ``dlwatch status``, never warned about);
+* ``epoch_starts``: the first batches of iterators created in the window (workers started
+  again at each epoch) are at least ``EPOCH_START_SHARE`` of the wait: ``persistent_workers=True``;
+* ``loading_in_main``: ``num_workers=0``, main loads its own batches;
+* ``cpu_oversubscribed``: the workers wait runnable ``RUNNABLE_SHARE`` of their time or more
+  while the job's own demand for CPUs (the workers' CPU use and run-queue share, and main's CPU
+  use) is at least ``OVERSUBSCRIBED_DEMAND`` times the usable CPUs: fewer workers, or one
+  intra-op thread per worker when a worker runs several (several running at once, more than
+  ``MULTI_THREAD_CPUS`` CPUs, or ``INTRA_OP_THREADS`` threads or more: an intra-op pool);
+* ``workers_cpu_bound``: the workers compute (or wait runnable for a CPU that other processes
+  hold) ``CPU_BOUND_SHARE`` of their time or more: more
+  workers up to the usable CPUs, or cheaper transforms when they are all used;
+* ``workers_io_bound``: the workers are busy (cpu + runnable) less than ``IO_BUSY_MAX`` of their
+  time and blocked in the Dataset more than idle: more workers than CPUs help, or prefetch;
+* ``pin_memory_thread``: the workers are mostly idle while main waits and PyTorch pins memory
+  (``pin_memory`` with an accelerator: the inside view's ``pin_memory_effective``); without
+  one, ``pin_memory`` is never named;
+* ``workers_idle``: the same without a pin-memory thread: the batch is in transit (large
+  pickled batches through the result queue), not named further.
+
+Each states its figures and the gain the input side can give at most: a job that waits a share
+D of its time for data gets at most ``1 / (1 - D)`` times faster from the input side (and no
+more than the usable CPUs allow, for CPU-bound workers). The warning (``input_bound``) needs
+``MIN_SPAN_S`` seconds and ``MIN_BATCHES`` batches of the window: a sustained episode; the
+daemon writes it once per kind and set of processes (``_WARNING_COOLDOWN_S``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..types import (
+    MODE_LIVE,
+    SEVERITY_WARNING,
+    Facts,
+    Fix,
+    LoaderView,
+    ProcessSample,
+    ProcId,
+    Sample,
+    TextEnum,
+)
+from .common import DOC_MULTI_PROCESS_LOADING, DOC_PIN_MEMORY
+from .engine import Finding, rule
+from .live import usable_cpus
+
+# Seconds of timeline judged (a sliding window ending at the latest sample).
+WINDOW_S = 60.0
+# A verdict needs the window to span this many seconds with this many batches delivered.
+MIN_SPAN_S = 20.0
+MIN_BATCHES = 10
+# Data-wait shares: under NOT_BOUND_SHARE not input-bound; from INPUT_BOUND_SHARE on, input-bound
+# (the input side can then make the job at least 1.25 x faster).
+NOT_BOUND_SHARE = 0.05
+INPUT_BOUND_SHARE = 0.2
+# The causes (shares of the workers' wall time, averaged over the workers).
+CPU_BOUND_SHARE = 0.6
+RUNNABLE_SHARE = 0.25
+OVERSUBSCRIBED_DEMAND = 1.25
+IO_BUSY_MAX = 0.5
+EPOCH_START_SHARE = 0.5
+# A worker's CPU use above this many CPUs (or more than one thread running at a sample) runs
+# intra-op threads of its own.
+MULTI_THREAD_CPUS = 1.2
+# A worker runs PyTorch's result-queue feeder beside its main thread; this many threads or more
+# hold an intra-op (OpenMP) pool.
+INTRA_OP_THREADS = 4
+# Wait channels of a worker asleep in a poll: PyTorch's wait for indices (poll_schedule_timeout,
+# do_sys_poll, do_select, ep_poll, as /proc/PID/wchan names them).
+IDLE_WCHANS = ("poll", "select")
+
+STATES = ("cpu", "runnable", "io", "idle")
+
+
+class Verdict(TextEnum):
+    """What :func:`judge` concluded; the value is what reports, ``dlwatch status`` and JSON show."""
+
+    NEEDS_INSIDE_VIEW = "needs_inside_view"
+    TOO_EARLY = "not_enough_batches"
+    NOT_INPUT_BOUND = "not_input_bound"
+    SLIGHTLY = "slightly_input_bound"
+    EPOCH_STARTS = "epoch_starts"
+    IN_MAIN = "loading_in_main"
+    OVERSUBSCRIBED = "cpu_oversubscribed"
+    CPU_BOUND = "workers_cpu_bound"
+    IO_BOUND = "workers_io_bound"
+    PIN_MEMORY = "pin_memory_thread"
+    WORKERS_IDLE = "workers_idle"
+
+
+INPUT_BOUND = frozenset(
+    {
+        Verdict.EPOCH_STARTS,
+        Verdict.IN_MAIN,
+        Verdict.OVERSUBSCRIBED,
+        Verdict.CPU_BOUND,
+        Verdict.IO_BOUND,
+        Verdict.PIN_MEMORY,
+        Verdict.WORKERS_IDLE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class WorkerTime:
+    """Where one worker's wall time went over a span (seconds): ``cpu_s`` the CPU its threads
+    used (may exceed ``span_s`` with intra-op threads), and the wall time split into
+    ``running_s`` (CPU, at most the span), ``runnable_s``, ``io_s`` and ``idle_s`` (see NOTE [
+    Input-bound verdict ]); ``runq_read`` whether the run-queue wait was read at two samples;
+    ``threads_running`` the most of its threads seen running at once (0: never read);
+    ``io_bytes`` bytes it passed to read/write calls (``rchar + wchar``, its queues' pipes
+    included)."""
+
+    pid: int
+    worker_id: str
+    span_s: float
+    cpu_s: float
+    running_s: float
+    runnable_s: float
+    io_s: float
+    idle_s: float
+    runq_read: bool = False
+    threads_running: int = 0
+    io_bytes: int = 0
+    threads: int = 0
+
+    def share(self, state: str) -> float:
+        """The share (0..1) of the span in ``state`` (one of :data:`STATES`)."""
+        if self.span_s <= 0:
+            return 0.0
+        value = {"cpu": self.running_s, "runnable": self.runnable_s, "io": self.io_s, "idle": self.idle_s}[state]
+        return value / self.span_s
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One verdict (:class:`Verdict`) with its figures: ``span_s`` the window judged,
+    ``batches`` main delivered in it, ``wait_share`` main's data wait (0..1), ``epoch_share``
+    the part of that wait spent on iterators' first batches, ``main_cpus`` main's CPU use (CPUs),
+    ``workers`` each worker's time, ``usable`` the CPUs the job may use and ``usable_how`` how
+    that was known, ``num_workers`` the setting, ``gain`` the most the input side can speed the
+    job up (``None``: no bound, main does nothing else), and the words: ``summary``,
+    ``evidence``, ``remedy``, ``fix`` (what ``dlwatch verify`` can apply)."""
+
+    verdict: Verdict
+    summary: str
+    span_s: float = 0.0
+    batches: int = 0
+    wait_share: Optional[float] = None
+    epoch_share: Optional[float] = None
+    main_cpus: Optional[float] = None
+    workers: Tuple[WorkerTime, ...] = ()
+    usable: Optional[float] = None
+    usable_how: str = ""
+    num_workers: Optional[int] = None
+    gain: Optional[float] = None
+    evidence: Tuple[str, ...] = ()
+    remedy: str = ""
+    fix: Optional[Fix] = None
+    confidence: float = 0.0
+
+    @property
+    def input_bound(self) -> bool:
+        """Whether the verdict is one of the input-bound ones."""
+        return self.verdict in INPUT_BOUND
+
+    def share(self, state: str) -> Optional[float]:
+        """The workers' mean share of their time in ``state`` (``None``: no worker)."""
+        span = sum(w.span_s for w in self.workers)
+        if span <= 0:
+            return None
+        return sum(w.share(state) * w.span_s for w in self.workers) / span
+
+    def as_dict(self) -> Dict[str, object]:
+        """The verdict as JSON (``dlwatch status --json``)."""
+        return {
+            "verdict": str(self.verdict),
+            "summary": self.summary,
+            "window_s": round(self.span_s, 1),
+            "batches": self.batches,
+            "data_wait_share": None if self.wait_share is None else round(self.wait_share, 3),
+            "epoch_start_share": None if self.epoch_share is None else round(self.epoch_share, 3),
+            "main_cpus": None if self.main_cpus is None else round(self.main_cpus, 2),
+            "workers": {s: None if self.share(s) is None else round(self.share(s) or 0.0, 3) for s in STATES},
+            "usable_cpus": self.usable,
+            "num_workers": self.num_workers,
+            "speedup_at_most": None if self.gain is None else round(self.gain, 2),
+            "evidence": list(self.evidence),
+            "remedy": self.remedy,
+            "remedy_apply": self.fix.as_dict() if self.fix else None,
+        }
+
+    def lines(self) -> List[str]:
+        """The verdict as ``dlwatch status`` prints it."""
+        out = [f"input: {self.summary}"]
+        out += [f"  {e}" for e in self.evidence]
+        if self.remedy:
+            out.append(f"  remedy: {self.remedy}")
+        return out
+
+
+def open_wait_s(v: LoaderView, now: float) -> float:
+    """Seconds main has been in ``__next__`` of ``v`` at ``now`` for a batch a worker owns
+    (``waiting_worker`` >= 0), not yet in ``wait_s``; 0 otherwise (an epoch's end leaves
+    ``waiting_since`` set with worker -1: not a wait for data)."""
+    if v.waiting_since is None or v.waiting_worker < 0:
+        return 0.0
+    return max(0.0, now - v.waiting_since)
+
+
+def _full(samples: Sequence[Sample]) -> List[Sample]:
+    """The full samples of ``samples`` (a lean one holds the last one's processes, the same
+    tuple: NOTE [ Lean ticks ] in watchdog/daemon.py)."""
+    out: List[Sample] = []
+    for s in samples:
+        if out and s.processes is out[-1].processes:
+            continue
+        out.append(s)
+    return out
+
+
+def _idle(p: ProcessSample) -> bool:
+    return p.state in ("S", "I") and bool(p.wchan) and any(w in (p.wchan or "") for w in IDLE_WCHANS)
+
+
+def _blocked_class(p: ProcessSample) -> Optional[str]:
+    """``io``, ``idle`` or ``None`` (running: not known) for the state ``p`` was seen in."""
+    if p.state == "R":
+        return None
+    return "idle" if _idle(p) else "io"
+
+
+def worker_ids(sample: Sample) -> Dict[int, str]:
+    """pid -> worker id (the inside view's order of a loader's workers, else their start order)."""
+    ids: Dict[int, str] = {}
+    for v in sample.loaders:
+        for i, pid in enumerate(v.workers):
+            ids.setdefault(pid, str(i))
+    workers = sorted(sample.workers, key=lambda p: (p.create_time, p.pid))
+    for i, p in enumerate(workers):
+        ids.setdefault(p.pid, str(i))
+    return ids
+
+
+def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[WorkerTime, ...]:
+    """Each worker's time over consecutive pairs of the full samples ``full`` whose later one
+    is after ``since`` (``time.monotonic()`` seconds), see NOTE [ Input-bound verdict ]."""
+    acc: Dict[ProcId, Dict[str, float]] = {}
+    runq: Dict[ProcId, List[Tuple[float, float]]] = {}
+    ids: Dict[int, str] = {}
+    threads: Dict[ProcId, int] = {}
+    counts: Dict[ProcId, int] = {}
+    for a, b in zip(full, full[1:]):
+        if b.t_mono <= since:
+            continue
+        dt = b.t_mono - a.t_mono
+        if dt <= 0:
+            continue
+        ids.update(worker_ids(b))
+        for pb in b.workers:
+            pa = a.process(pb.pid)
+            if pa is None or pa.start_ticks != pb.start_ticks:
+                continue
+            key = pb.ident
+            d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "unknown": 0.0})
+            cpu = max(0.0, pb.cpu_s - pa.cpu_s)
+            running = min(cpu, dt)
+            d["span"] += dt
+            d["cpu"] += cpu
+            d["running"] += running
+            where = _blocked_class(pb) or _blocked_class(pa) or "unknown"
+            d[where] += dt - running
+            io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
+            d["io_bytes"] = d.get("io_bytes", 0.0) + max(0, io)
+            for t, p in ((a.t_mono, pa), (b.t_mono, pb)):
+                seen = runq.setdefault(key, [])
+                if p.runq_wait_s is not None and (not seen or seen[-1][0] < t):
+                    seen.append((t, p.runq_wait_s))
+            counts[key] = max(counts.get(key, 0), pb.num_threads)
+            if pb.threads:
+                threads[key] = max(threads.get(key, 0), sum(1 for t in pb.threads if t.state == "R"))
+    out = []
+    for key, d in acc.items():
+        span = d["span"]
+        rest = span - d["running"]
+        points = runq.get(key, [])
+        runnable, read = 0.0, False
+        if len(points) >= 2 and points[-1][0] > points[0][0]:
+            share = max(0.0, points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+            runnable, read = min(rest, share * span), True
+        # the runnable wait is taken from time not seen blocked first, then from the rest alike
+        left = runnable
+        take = min(left, d["unknown"])
+        d["unknown"] -= take
+        left -= take
+        blocked = d["io"] + d["idle"]
+        if left > 0 and blocked > 0:
+            d["io"] -= left * d["io"] / blocked
+            d["idle"] -= left * d["idle"] / blocked
+        if d["unknown"] > 0:  # running at both ends, yet short of the span: blocked in between
+            if d["io"] + d["idle"] > 0:
+                io_share = d["io"] / (d["io"] + d["idle"])
+                d["io"] += d["unknown"] * io_share
+                d["idle"] += d["unknown"] * (1 - io_share)
+            else:
+                d["io"] += d["unknown"]
+        out.append(
+            WorkerTime(
+                pid=key.pid,
+                worker_id=ids.get(key.pid, "?"),
+                span_s=span,
+                cpu_s=d["cpu"],
+                running_s=d["running"],
+                runnable_s=runnable,
+                io_s=max(0.0, d["io"]),
+                idle_s=max(0.0, d["idle"]),
+                runq_read=read,
+                threads_running=threads.get(key, 0),
+                io_bytes=int(d.get("io_bytes", 0)),
+                threads=counts.get(key, 0),
+            )
+        )
+    return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
+
+
+@dataclass
+class _Waits:
+    wait_s: float = 0.0
+    epoch_s: float = 0.0
+    batches: int = 0
+    views: List[LoaderView] = field(default_factory=list)
+
+
+def main_waits(samples: Sequence[Sample], main_pid: int) -> _Waits:
+    """Main's data wait over ``samples`` (every sample: lean ones carry the counters): per
+    iterator of main, its wait (``wait_s`` and the wait in progress) at its last sight less
+    that at its first (0 for one created in the window); ``epoch_s`` the part spent on the
+    first batch of iterators created in the window (workers started for it); ``views`` each
+    iterator as last seen."""
+    t0 = samples[0].t_mono
+    first: Dict[Tuple[int, float], Tuple[float, int]] = {}
+    last: Dict[Tuple[int, float], Tuple[float, int, LoaderView, float]] = {}
+    for s in samples:
+        for v in s.loaders:
+            if v.pid != main_pid:
+                continue
+            key = (v.iterator, v.created)
+            w = v.wait_s + open_wait_s(v, s.t_mono)
+            first.setdefault(key, (w, v.batches))
+            last[key] = (w, v.batches, v, s.t_mono)
+    out = _Waits()
+    for key, (w, n, v, t) in last.items():
+        w0, n0 = first[key]
+        new = v.created >= t0
+        gained = w - (0.0 if new else w0)
+        out.wait_s += max(0.0, gained)
+        out.batches += max(0, n - (0 if new else n0))
+        out.views.append(v)
+        if new and _workers_setting(v):
+            opening = v.first_batch_s if v.first_batch_s is not None else open_wait_s(v, t)
+            out.epoch_s += min(max(0.0, gained), opening)
+    return out
+
+
+def workers_cpus(workers: Sequence[WorkerTime]) -> float:
+    """The CPUs the workers used together: each one's CPU seconds over its own span."""
+    return sum(w.cpu_s / w.span_s for w in workers if w.span_s > 0)
+
+
+def _workers_setting(v: LoaderView) -> int:
+    """``num_workers`` as recorded (0 when missing or not a number)."""
+    value = v.setting("num_workers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _pct(x: Optional[float]) -> str:
+    return "?" if x is None else f"{100 * x:.0f} %"
+
+
+def _gain_text(gain: Optional[float]) -> str:
+    return "no bound (main does little else)" if gain is None else f"at most {gain:.2f}x"
+
+
+def bound(wait_share: float) -> Optional[float]:
+    """The most the input side can speed up a job that waits ``wait_share`` (0..1) of its time
+    for data: ``1 / (1 - wait_share)``; ``None`` when main does almost nothing else (no bound)."""
+    return None if wait_share >= 0.98 else 1.0 / (1.0 - wait_share)
+
+
+_CACHE: List[tuple] = []
+
+
+def judge(
+    facts: Facts, window_s: float = WINDOW_S, min_span_s: float = MIN_SPAN_S, min_batches: int = MIN_BATCHES
+) -> Judgement:
+    """The input-bound verdict on ``facts`` (a live look: its timeline's last ``window_s``
+    seconds), see NOTE [ Input-bound verdict ]. Reads only ``facts``. The last result is kept:
+    the rule and the daemon's counters ask for the same look."""
+    key = (facts.sample, len(facts.timeline), window_s, min_span_s, min_batches)
+    if _CACHE and _CACHE[0][0] is key[0] and _CACHE[0][1:] == key[1:]:
+        return _CACHE[0][-1]
+    out = _judge(facts, window_s, min_span_s, min_batches)
+    _CACHE[:] = [key + (out,)]
+    return out
+
+
+def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -> Judgement:
+    main = facts.sample.main
+    now = facts.sample.t_mono
+    samples = [s for s in facts.timeline if s.t_mono >= now - window_s and s.main is not None]
+    if main is None or not samples:
+        return Judgement(Verdict.TOO_EARLY, "no sample of the job's main process yet")
+    samples = [s for s in samples if s.main is not None and s.main.pid == main.pid]
+    if not any(s.loaders for s in samples):
+        if any(s.workers for s in samples) or facts.inside is None or not any(s.loaders for s in facts.timeline):
+            return Judgement(
+                Verdict.NEEDS_INSIDE_VIEW,
+                "no verdict: it needs the inside view (main's time in __next__), which this job does not record; "
+                "watch it with `dlwatch run` or start it with `env $(dlwatch hook-env) ...` and `dlwatch attach "
+                "--inside`",
+            )
+    waits = main_waits(samples, main.pid)
+    span = samples[-1].t_mono - samples[0].t_mono
+    if span < min_span_s or waits.batches < min_batches:
+        return Judgement(
+            Verdict.TOO_EARLY,
+            f"no verdict yet: {waits.batches} batch(es) in {span:.0f} s (it needs {min_batches} in {min_span_s:g} s)",
+            span_s=span,
+            batches=waits.batches,
+        )
+    full = _full(samples)
+    workers = worker_times(full)
+    usable, how = usable_cpus(facts)
+    usable = usable or float(facts.host_cpus)
+    d = min(1.0, waits.wait_s / span)
+    main_cpus = None
+    if len(full) >= 2:
+        m0, m1 = full[0].main, full[-1].main
+        if m0 is not None and m1 is not None and full[-1].t_mono > full[0].t_mono:
+            main_cpus = max(0.0, m1.cpu_s - m0.cpu_s) / (full[-1].t_mono - full[0].t_mono)
+    settings = [v for v in waits.views if v.batches or v.waiting_since is not None] or waits.views
+    nw = max((_workers_setting(v) for v in settings), default=None)
+    epoch = waits.epoch_s / waits.wait_s if waits.wait_s > 0 else 0.0
+    base = Judgement(
+        Verdict.TOO_EARLY,
+        "",
+        span_s=span,
+        batches=waits.batches,
+        wait_share=d,
+        epoch_share=epoch,
+        main_cpus=main_cpus,
+        workers=workers,
+        usable=usable,
+        usable_how=how,
+        num_workers=nw,
+    )
+    rate = waits.batches / span
+    head = (
+        f"main waited for data {_pct(d)} of the last {span:.0f} s ({waits.batches} batches, {rate:.1f}/s); its step "
+        f"ran the rest" + (f", main used {main_cpus:.2f} CPU" if main_cpus is not None else "")
+    )
+    evidence = [head]
+    if workers:
+        j = base
+        evidence.append(
+            f"{len(workers)} worker process(es): CPU {_pct(j.share('cpu'))}, runnable waiting for a CPU "
+            f"{_pct(j.share('runnable'))}{'' if all(w.runq_read for w in workers) else ' (run queue not read)'}, "
+            f"blocked in the Dataset (I/O, sleep, lock) {_pct(j.share('io'))}, idle waiting for indices "
+            f"{_pct(j.share('idle'))} of their time; {workers_cpus(workers):.2f} CPU(s) in all, "
+            f"of {usable:g} usable ({how})"
+        )
+    if d < NOT_BOUND_SHARE:
+        return replace(
+            base,
+            verdict=Verdict.NOT_INPUT_BOUND,
+            summary=f"not input-bound: main waits for data {_pct(d)} of its time; the input side can make it at "
+            f"most {1 / (1 - d):.2f}x faster",
+            evidence=tuple(evidence),
+        )
+    gain = bound(d)
+    if d < INPUT_BOUND_SHARE:
+        return replace(
+            base,
+            verdict=Verdict.SLIGHTLY,
+            summary=f"slightly input-bound: main waits for data {_pct(d)} of its time ({_gain_text(gain)} faster "
+            "from the input side)",
+            evidence=tuple(evidence),
+            gain=gain,
+        )
+    return _cause(base, evidence, waits, d, gain, usable, main_cpus or 0.0)
+
+
+def _cause(
+    base: Judgement,
+    evidence: List[str],
+    waits: _Waits,
+    d: float,
+    gain: Optional[float],
+    usable: float,
+    main_cpus: float,
+) -> Judgement:
+    """Which stage makes an input-bound job wait (NOTE [ Input-bound verdict ])."""
+    workers = base.workers
+    nw = base.num_workers or 0
+    j = base
+    persistent = any(v.setting("persistent_workers") for v in waits.views)
+    pin = any(v.pin_memory_effective for v in waits.views)
+    lead = f"input-bound: main waits for data {_pct(d)} of its time"
+
+    def verdict(
+        kind: Verdict,
+        why: str,
+        remedy: str,
+        fix: Optional[Fix] = None,
+        confidence: float = 0.7,
+        g: Optional[float] = gain,
+        extra: Tuple[str, ...] = (),
+    ) -> Judgement:
+        return replace(
+            base,
+            verdict=kind,
+            summary=f"{lead}: {why}; the job can get {_gain_text(g)} faster from the input side",
+            evidence=tuple(evidence) + tuple(extra),
+            remedy=remedy,
+            fix=fix,
+            confidence=confidence,
+            gain=g,
+        )
+
+    if nw == 0 and not workers:
+        suggested = max(1, min(8, int(usable) - 1))
+        return verdict(
+            Verdict.IN_MAIN,
+            "num_workers=0, so main loads every batch itself inside __next__",
+            f"Load in worker processes: num_workers={suggested} (up to the usable CPUs less main's), so batches "
+            "are prepared while main runs its step.",
+            Fix(loader=(("num_workers", suggested),)),
+        )
+    if waits.epoch_s > 0 and (base.epoch_share or 0.0) >= EPOCH_START_SHARE:
+        extra = (
+            f"first batches of iterators started in the window: {waits.epoch_s:.1f} s, {_pct(base.epoch_share)} "
+            "of the wait (workers started again for each epoch)",
+        )
+        if not persistent:
+            return verdict(
+                Verdict.EPOCH_STARTS,
+                "epoch starts dominate: most of the wait is for each new iterator's first batch, while its workers "
+                "start (worker_init_fn, the Dataset's setup)",
+                "persistent_workers=True keeps the workers (and what they set up) across epochs; or make "
+                "worker_init_fn and the Dataset's setup cheaper.",
+                Fix(loader=(("persistent_workers", True),)),
+                extra=extra,
+            )
+        return verdict(
+            Verdict.EPOCH_STARTS,
+            "epoch starts dominate: most of the wait is for new iterators' first batches (new DataLoaders or "
+            "iterators are made while persistent workers are kept)",
+            "Keep one DataLoader and iterate it again each epoch, rather than making a new one.",
+            extra=extra,
+        )
+    if not workers:
+        return verdict(Verdict.WORKERS_IDLE, "its workers were not seen long enough to tell why", "", confidence=0.4)
+    cpu, runnable, io, idle = (j.share(s) or 0.0 for s in STATES)
+    worker_cpus = workers_cpus(workers)
+    job_cpus = worker_cpus + main_cpus
+    n = len(workers)
+    running_at_once = max(w.threads_running for w in workers)
+    pool = max(w.threads for w in workers)
+    threaded = running_at_once > 1 or worker_cpus / n > MULTI_THREAD_CPUS or pool >= INTRA_OP_THREADS
+    demand = worker_cpus + sum(w.share("runnable") for w in workers) + main_cpus
+    if runnable >= RUNNABLE_SHARE and demand >= OVERSUBSCRIBED_DEMAND * usable:
+        extra = (
+            f"the job's own demand: {demand:.2f} CPU(s) (used, and waited for runnable) for {usable:g} usable; "
+            f"workers of {pool} thread(s), up to {running_at_once or '?'} running at once, {worker_cpus / n:.2f} "
+            "CPU each",
+        )
+        if threaded:
+            return verdict(
+                Verdict.OVERSUBSCRIBED,
+                f"CPU oversubscribed: the workers wait runnable for a CPU {_pct(runnable)} of their time, each "
+                "running several intra-op threads",
+                "One intra-op thread per worker: torch.set_num_threads(1) in worker_init_fn (PyTorch sets it in "
+                "each worker; something raised it), OMP_NUM_THREADS=1 / cv2.setNumThreads(0) for numpy and OpenCV; "
+                f"and no more than {max(1, int(usable) - 1)} worker(s) on {usable:g} CPU(s).",
+                None,
+                extra=extra,
+            )
+        fewer = max(1, int(usable) - 1)
+        return verdict(
+            Verdict.OVERSUBSCRIBED,
+            f"CPU oversubscribed: {n} workers and main on {usable:g} usable CPU(s); the workers wait runnable for "
+            f"a CPU {_pct(runnable)} of their time",
+            f"Fewer workers: num_workers={fewer}; more only queue for the same CPUs.",
+            Fix(loader=(("num_workers", fewer),)) if fewer < nw else None,
+            extra=extra,
+        )
+    if cpu + runnable >= CPU_BOUND_SHARE:  # runnable: wants a CPU, which other processes hold
+        room = usable - main_cpus
+        more = max(nw + 1, int(room + 0.5))
+        busy_elsewhere = (
+            (
+                f"the workers also waited runnable for a CPU {_pct(runnable)} of their time while the job used "
+                f"{job_cpus:.2f} of {usable:g} CPU(s): other processes compete for them",
+            )
+            if runnable >= RUNNABLE_SHARE
+            else ()
+        )
+        if more <= int(room + 0.5) and worker_cpus > 0 and room / worker_cpus > 1.15:
+            g = room / worker_cpus if gain is None else min(gain, room / worker_cpus)
+            return verdict(
+                Verdict.CPU_BOUND,
+                f"the workers are CPU-bound ({_pct(cpu)} of their time computing) and use {worker_cpus:.2f} of the "
+                f"{room:.2f} CPU(s) main leaves",
+                f"More workers, up to the usable CPUs: num_workers={more}; or cheaper transforms (decode smaller, "
+                "move augmentation to the GPU).",
+                Fix(loader=(("num_workers", more),)),
+                g=g,
+                extra=busy_elsewhere,
+            )
+        return verdict(
+            Verdict.CPU_BOUND,
+            f"the workers are CPU-bound ({_pct(cpu)} of their time computing) and the usable CPUs are used: "
+            f"{job_cpus:.2f} of {usable:g}",
+            "Cheaper transforms (decode smaller images, cache decoded samples, move augmentation to the GPU) or "
+            "more CPUs; more workers would only share the same CPUs.",
+            None,
+            extra=busy_elsewhere,
+        )
+    if cpu + runnable < IO_BUSY_MAX and io >= idle:
+        more = max(nw + 1, 2 * nw)
+        rate = sum(w.io_bytes for w in workers) / base.span_s
+        return verdict(
+            Verdict.IO_BOUND,
+            f"the workers are I/O-bound: blocked in the Dataset (storage, network, a sleep) {_pct(io)} of their "
+            f"time, computing {_pct(cpu)}",
+            f"More workers, even more than CPUs, since they mostly wait: num_workers={more}; a larger "
+            "prefetch_factor; or faster or cached storage.",
+            Fix(loader=(("num_workers", more),)),
+            extra=(f"workers read and wrote {rate / 2**20:.1f} MiB/s (rchar + wchar, queues included)",),
+        )
+    if pin:
+        return verdict(
+            Verdict.PIN_MEMORY,
+            f"the pin-memory thread is the bottleneck: the workers are idle {_pct(idle)} of their time while main "
+            "waits, and PyTorch pins each batch in one thread of main",
+            "Measure with pin_memory=False (dlwatch verify); pin less per batch (smaller batches, fewer fields), "
+            "or copy to the GPU without pinning.",
+            Fix(loader=(("pin_memory", False),)),
+            confidence=0.5,
+        )
+    return verdict(
+        Verdict.WORKERS_IDLE,
+        f"the workers are idle {_pct(idle)} of their time while main waits: the batches are in transit (large "
+        "pickled batches through the result queue, or collate in main)",
+        "Return tensors or numpy arrays from the Dataset (they travel through shared memory, not pickled through a "
+        "pipe); keep per-sample Python objects small.",
+        confidence=0.45,
+    )
+
+
+@rule("input_bound", SEVERITY_WARNING, 58, (MODE_LIVE,))
+def input_bound(facts: Facts) -> Optional[Finding]:
+    """The job waits for its data (NOTE [ Input-bound verdict ]): main spent at least
+    ``INPUT_BOUND_SHARE`` of the last ``WINDOW_S`` seconds in ``__next__``, over at least
+    ``MIN_SPAN_S`` seconds and ``MIN_BATCHES`` batches; the cause from the workers' time."""
+    if facts.sample.main is None:
+        return None
+    j = judge(facts)
+    if not j.input_bound:
+        return None
+    main = facts.sample.main
+    docs = (DOC_PIN_MEMORY,) if j.verdict == Verdict.PIN_MEMORY else (DOC_MULTI_PROCESS_LOADING,)
+    return Finding(
+        confidence=j.confidence,
+        summary=j.summary[0].upper() + j.summary[1:] + ".",
+        evidence=j.evidence,
+        remedy=j.remedy or "See the evidence: no setting of the DataLoader is named.",
+        pids=(main.pid,) + tuple(p.pid for p in facts.sample.workers),
+        docs=docs,
+        # no ``fix``: ``dlwatch verify`` proves a fix by a hang or crash that stops, not by a
+        # throughput ratio; the setting is in the remedy (and in ``dlwatch status --json``)
+    )
+
+
+@dataclass
+class WorkerClock:
+    """Each worker's seconds by state (:data:`STATES`), summed over the job's life by worker id,
+    for ``dlwatch_worker_seconds_total``: :meth:`update` at each look for warnings adds the time
+    since the last one, from the timeline's full samples."""
+
+    seconds: Dict[Tuple[str, str], float] = field(default_factory=dict)
+    mark: float = float("-inf")
+
+    def update(self, timeline: Sequence[Sample]) -> None:
+        """Add the workers' time between full samples of ``timeline`` after the last update."""
+        full = _full(timeline)
+        if len(full) < 2:
+            return
+        for w in worker_times(full, self.mark):
+            for state, value in (("cpu", w.running_s), ("runnable", w.runnable_s), ("io", w.io_s), ("idle", w.idle_s)):
+                key = (w.worker_id, state)
+                self.seconds[key] = self.seconds.get(key, 0.0) + value
+        self.mark = full[-1].t_mono
+
+    def totals(self) -> Tuple[Tuple[str, str, float], ...]:
+        """``(worker id, state, seconds)``, sorted."""
+        return tuple((k[0], k[1], v) for k, v in sorted(self.seconds.items()))
