@@ -52,7 +52,7 @@ from .collect.inside import InsideReader
 from .collect.sampler import THREADS_CPU_SHARE, Sampler, cpu_share
 from .collect.warning_stacks import WarningStacks
 from .config import Config
-from .diagnose import diagnose
+from .diagnose import diagnose, throughput
 from .exit_look import JobTraces, exit_facts, exit_findings, survivors
 from .hang_episodes import HangEpisodes, JobHandles
 from .publish import Publisher
@@ -207,6 +207,10 @@ class WatcherStatus:
     last_hang_kind: str = ""
     hang_in_loader: bool = False
     delivered: Tuple[Tuple[Optional[Frame], int], ...] = ()  # ProgressTracker.delivered
+    # the input-bound verdict at the last look for warnings, and the workers' seconds by state
+    # (watchdog.diagnose.throughput: Judgement, WorkerClock.totals)
+    input_verdict: Optional["throughput.Judgement"] = None
+    worker_seconds: Tuple[Tuple[str, str, float], ...] = ()
 
 
 @dataclass
@@ -350,6 +354,7 @@ class Watcher:
         self._recording = False  # main's recorder wrote its record (the inside view runs in main)
         self._errors_logged: Set[str] = set()
         self._warned: Dict[str, Tuple[float, frozenset]] = {}
+        self._worker_clock = throughput.WorkerClock()
         self._last_live_look = time.monotonic()
         # NOTE [ Lean ticks ]: while the inside view shows the loader delivering (a batch or a
         # sample counted at this tick), the next tick is lean (Sampler.sample(lean=True): main's
@@ -648,6 +653,10 @@ class Watcher:
         tick read (whole: not a lean tick's counters), and publish each new warning."""
         facts = Facts(
             mode=MODE_LIVE, sample=sample, timeline=tuple(self.timeline), host_cpus=self.host_cpus, inside=view
+        )
+        self._worker_clock.update(facts.timeline)  # NOTE [ Input-bound verdict ]: from samples taken
+        self._status = dataclasses.replace(
+            self._status, input_verdict=throughput.judge(facts), worker_seconds=self._worker_clock.totals()
         )
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:
