@@ -203,6 +203,19 @@ class JobMetrics(Collector):
             "it rises through a stall, not only when the wait ends",
             labels=rank_labels + ["loader"],
         )
+        worker_time = CounterMetricFamily(
+            f"{PREFIX}_worker_seconds",
+            "wall time of the DataLoader workers by state, summed per worker id over the job (NOTE [ Input-bound "
+            "verdict ]): cpu (computing), runnable (waiting for a CPU), io (blocked in the Dataset: I/O, a sleep, a "
+            "lock), idle (waiting for indices); counted at each look for warnings",
+            labels=rank_labels + ["worker_id", "state"],
+        )
+        verdict = GaugeMetricFamily(
+            f"{PREFIX}_input_verdict",
+            "1 for the input-bound verdict at the last look for warnings (watchdog.diagnose.throughput: "
+            "not_input_bound, workers_cpu_bound, workers_io_bound, ...)",
+            labels=rank_labels + ["verdict"],
+        )
         host_done = False
         for status in self.watchers():
             sample, stall_s = status.sample, status.stall_s
@@ -216,6 +229,10 @@ class JobMetrics(Collector):
                 stall_timeout.add_metric(base, self.stall_timeout_s)
             if sample.main is not None:
                 started.add_metric(base, sample.main.create_time)
+            for worker_id, state, seconds in status.worker_seconds:
+                worker_time.add_metric(base + [worker_id, state], seconds)
+            if status.input_verdict is not None:
+                verdict.add_metric(base + [str(status.input_verdict.verdict)], 1.0)
             ids = self._worker_ids(sample)
             for p in sample.processes:
                 if p.role not in (ROLE_MAIN, ROLE_WORKER):
@@ -292,6 +309,8 @@ class JobMetrics(Collector):
             delivered,
             wait,
             waiting,
+            worker_time,
+            verdict,
             reports,
             info,
         )

@@ -84,6 +84,7 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
     from dataclasses import replace
 
     from tests.unit.test_verify import loader_view
+    from watchdog.diagnose.throughput import Judgement, Verdict
     from watchdog.types import Frame
 
     table = readme_series()
@@ -101,6 +102,8 @@ def test_the_readme_lists_every_series_the_endpoint_serves_with_its_labels():
         sample=replace(smp, loaders=(loader,)),
         stall_s=3.0,
         delivered=((loader.site, 30),),
+        input_verdict=Judgement(Verdict.CPU_BOUND, "input-bound"),
+        worker_seconds=(("0", "cpu", 12.0), ("0", "idle", 3.0)),
     )
     collector = metrics.JobMetrics(lambda: [status], node="n", stall_timeout_s=5.0)
     collector.note_report(ReportWritten("hang", "worker_stuck", "2", "hang", "/r", RANK_VARS))
