@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--pid", type=int, required=True, help="the job's main process (or any process of it)")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.add_argument(
+        "--window",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds to watch the job for the input-bound verdict (main's data wait, the workers' time by state; "
+        "default 5; 0: no verdict)",
+    )
     dump = sub.add_parser(
         "dump",
         help="the stacks of a job's main process and every DataLoader worker now (py-spy): dlwatch dump --pid PID",
@@ -582,13 +590,49 @@ def cmd_status(args: argparse.Namespace) -> int:
     pinned = {p.pid: procfs.pinned_bytes(p.pid) for p in tree if procfs.maps_summary(p.pid).nvidia}
     from .collect.sampler import Sampler
 
-    sample = Sampler(proc.pid, 1.0).sample()  # the outside view: main and its workers now (USS, PSS once)
+    sampler = Sampler(proc.pid, 1.0)
+    sample = sampler.sample()  # the outside view: main and its workers now (USS, PSS once)
     doc = report.status_document(view, pinned, time.monotonic(), sample.processes)
+    verdict = _input_verdict(sampler, reader, dataclasses.replace(sample, loaders=view.loaders), args.window)
+    if verdict is not None:
+        doc["input"] = verdict.as_dict()
     try:
-        print(json.dumps(doc, indent=1) if args.json else "\n".join(report.status_lines(doc)), flush=True)
+        text = "\n".join(report.status_lines(doc) + (verdict.lines() if verdict is not None else []))
+        print(json.dumps(doc, indent=1) if args.json else text, flush=True)
     except BrokenPipeError:  # `dlwatch status … | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return Exit.OK
+
+
+def _input_verdict(sampler, reader, first, window_s: float):
+    """The input-bound verdict (:func:`watchdog.diagnose.throughput.judge`) over ``window_s``
+    seconds from ``first`` (a sample with the inside view's loaders): a sample every half second
+    with the inside view read again; ``None`` for a window of 0."""
+    import dataclasses
+    import time
+
+    from .diagnose import throughput
+    from .types import MODE_LIVE, Facts
+
+    if window_s <= 0:
+        return None
+    samples = [first]
+    view = None
+    while samples[-1].t_mono - first.t_mono < window_s:
+        time.sleep(min(0.5, max(0.05, window_s - (samples[-1].t_mono - first.t_mono))))
+        s = sampler.sample()
+        if s.main is None:
+            break
+        view = reader.read([p.pid for p in s.processes])
+        samples.append(dataclasses.replace(s, loaders=view.loaders, fetches=view.fetches))
+    facts = Facts(
+        mode=MODE_LIVE,
+        sample=samples[-1],
+        timeline=tuple(samples),
+        host_cpus=os.cpu_count() or 1,
+        inside=view if reader.folder is not None else None,
+    )
+    return throughput.judge(facts, window_s=window_s + 1.0, min_span_s=0.8 * window_s, min_batches=3)
 
 
 def _print(text: str) -> None:
