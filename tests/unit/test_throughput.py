@@ -1,0 +1,215 @@
+"""The input-bound verdict (issue #38, ``watchdog/diagnose/throughput.py``) on hand-built
+timelines: main's data wait from the inside view's counters, each worker's time by state from
+its CPU time, run-queue wait and the state and wait channel it was seen in, and the verdict
+with its figures. The same verdicts on real jobs: ``probes/cases/input_bound_*.py`` and
+``healthy_step_bound.py`` in ``tests/real/test_cases.py``, and ``tests/real/test_input_bound.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, proc, sample
+from watchdog.diagnose import diagnose, throughput
+from watchdog.diagnose.throughput import Verdict, judge
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, LoaderView
+
+W1, W2 = WORKER_PID, WORKER_PID + 1
+
+
+def view(t: float, batches: int, wait_s: float, workers=(W1, W2), iterator=1, created=0.0, **kw) -> LoaderView:
+    settings = (("num_workers", len(workers)), ("persistent_workers", kw.pop("persistent", False)))
+    fields = dict(
+        pid=MAIN_PID,
+        iterator=iterator,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=settings,
+        dataset_type="Images",
+        iterable=False,
+        workers=tuple(workers),
+        worker_exitcodes=(),
+        created=created,
+        batches=batches,
+        wait_s=wait_s,
+        epoch=0,
+        first_batch_s=None,
+        waiting_since=None,
+        waiting_idx=batches,
+        waiting_worker=-1,
+        last_batch=t,
+        intervals=max(0, batches - 1),
+        interval_p50_s=0.1,
+        interval_p99_s=0.2,
+    )
+    fields.update(kw)
+    return LoaderView(**fields)
+
+
+def worker(pid: int, t: float, cpu_share: float, state: str, wchan: str, runq_share: Optional[float] = None, **kw):
+    p = proc(pid, ROLE_WORKER, [], "fork", ppid=MAIN_PID, cpu=cpu_share * t, status=state, cpu_affinity=2, **kw)
+    return dataclasses.replace(
+        p, wchan=wchan, runq_wait_s=None if runq_share is None else runq_share * t, start_ticks=pid
+    )
+
+
+def timeline(
+    wait_share: float,
+    cpu_share: float = 0.0,
+    state: str = "S",
+    wchan: str = "poll_schedule_timeout.constprop.0",
+    runq_share: Optional[float] = None,
+    seconds: int = 30,
+    workers=(W1, W2),
+    main_cpu: float = 0.1,
+    **kw,
+):
+    """One full sample a second: main delivering 2 batches a second, waiting ``wait_share`` of
+    its time; each worker computing ``cpu_share`` of its time and seen in ``state``/``wchan``."""
+    out = []
+    for t in range(seconds + 1):
+        ws = [worker(p, float(t), cpu_share, state, wchan, runq_share, **kw) for p in workers]
+        main = dataclasses.replace(proc(MAIN_PID, ROLE_MAIN, [], cpu=main_cpu * t, cpu_affinity=2), start_ticks=1)
+        loaders = (view(float(t), 2 * t, wait_share * t, workers=workers),)
+        out.append(dataclasses.replace(sample(float(t), [main, *ws]), loaders=loaders))
+    return out
+
+
+def facts(tl, **kw):
+    return live_facts(tl, host_cpus=2, inside=InsideView(loaders=tl[-1].loaders), **kw)
+
+
+def test_a_job_whose_step_is_the_slow_part_is_not_input_bound_and_gets_no_warning():
+    tl = timeline(0.02, cpu_share=0.1, wchan="poll_schedule_timeout.constprop.0")
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.NOT_INPUT_BOUND and abs((j.wait_share or 0) - 0.02) < 1e-9
+    assert j.batches == 60 and j.span_s == 30
+    assert "input_bound" not in [d.kind for d in diagnose(facts(tl))]
+
+
+def test_cpu_bound_workers_with_cpus_to_spare_get_more_workers_and_a_bound_from_both_sides():
+    tl = timeline(0.6, cpu_share=0.95, state="R", wchan="0", workers=(W1,))
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.CPU_BOUND
+    assert j.fix is not None and dict(j.fix.loader) == {"num_workers": 2}
+    # 1 / (1 - 0.6) = 2.5 from the wait; (2 - 0.1) / 0.95 = 2.0 from the CPUs: the smaller
+    assert j.gain is not None and abs(j.gain - 1.9 / 0.95) < 1e-6
+    (d,) = [d for d in diagnose(facts(tl)) if d.kind == "input_bound"]
+    assert d.severity == "warning" and "CPU-bound" in d.summary and "at most 2.00x faster" in d.summary
+    assert "num_workers=2" in d.remedy and d.fix is None  # verify proves hangs and crashes, not throughput
+    assert any("main waited for data 60 %" in e for e in d.evidence)
+
+
+def test_cpu_bound_workers_on_used_cpus_get_cheaper_transforms_not_more_workers():
+    tl = timeline(0.5, cpu_share=0.95, state="R", wchan="0", main_cpu=0.2)
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.CPU_BOUND and j.fix is None and "Cheaper transforms" in j.remedy
+
+
+def test_workers_asleep_in_the_dataset_are_io_bound_and_get_more_workers_than_cpus():
+    tl = timeline(0.8, cpu_share=0.02, wchan="hrtimer_nanosleep")
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.IO_BOUND
+    assert (j.share("io") or 0) > 0.9 and (j.share("idle") or 0) == 0
+    assert j.fix is not None and dict(j.fix.loader) == {"num_workers": 4}
+    assert "prefetch_factor" in j.remedy and j.gain is not None and abs(j.gain - 5.0) < 1e-6
+
+
+def test_workers_idle_in_the_index_queue_poll_are_not_called_io_bound():
+    tl = timeline(0.8, cpu_share=0.02, wchan="poll_schedule_timeout.constprop.0")
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.WORKERS_IDLE and (j.share("idle") or 0) > 0.9
+    assert "pin_memory" not in j.remedy  # no accelerator: pin_memory is never named
+
+
+def test_idle_workers_with_pinned_memory_name_the_pin_memory_thread_only_with_an_accelerator():
+    tl = timeline(0.8, cpu_share=0.02, wchan="poll_schedule_timeout.constprop.0")
+    pinned = [
+        dataclasses.replace(s, loaders=tuple(dataclasses.replace(v, pin_memory_effective=True) for v in s.loaders))
+        for s in tl
+    ]
+    assert judge(facts(pinned)).verdict == Verdict.PIN_MEMORY
+
+
+def test_workers_waiting_runnable_for_cpus_the_job_fills_itself_are_oversubscribed():
+    tl = timeline(0.5, cpu_share=0.6, state="R", wchan="0", runq_share=0.4, workers=(W1, W2, W2 + 1))
+    tl = [
+        dataclasses.replace(
+            s,
+            processes=tuple(dataclasses.replace(p, num_threads=5) if p.role == ROLE_WORKER else p for p in s.processes),
+        )
+        for s in tl
+    ]
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.OVERSUBSCRIBED and "torch.set_num_threads(1)" in j.remedy
+    assert abs((j.share("runnable") or 0) - 0.4) < 1e-6
+
+
+def test_runnable_workers_that_other_processes_crowd_out_are_cpu_bound_not_oversubscribed():
+    # one worker: 0.5 CPU used + 0.4 waiting, the job's demand 1.0 on 2 CPUs: others hold them
+    tl = timeline(0.6, cpu_share=0.5, state="R", wchan="0", runq_share=0.4, workers=(W1,))
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.CPU_BOUND
+    assert any("other processes compete" in e for e in j.evidence)
+
+
+def test_epoch_starts_dominate_when_new_iterators_first_batches_are_the_wait():
+    out = []
+    for t in range(31):
+        epoch, into = divmod(t, 3)
+        loaders = tuple(
+            view(
+                float(t),
+                4 if e < epoch else (0 if into < 2 else 4),
+                2.0 if e < epoch or into >= 2 else float(into),
+                iterator=e + 1,
+                created=3.0 * e,
+                first_batch_s=2.0 if e < epoch or into >= 2 else None,
+                waiting_since=3.0 * e if e == epoch and into < 2 else None,
+                waiting_worker=0,
+            )
+            for e in range(epoch + 1)
+        )
+        main = dataclasses.replace(proc(MAIN_PID, ROLE_MAIN, [], cpu=0.05 * t, cpu_affinity=2), start_ticks=1)
+        w = worker(1000 + epoch, float(t), 0.01, "S", "hrtimer_nanosleep")
+        out.append(dataclasses.replace(sample(float(t), [main, w]), loaders=loaders))
+    j = judge(facts(out))
+    assert j.verdict == Verdict.EPOCH_STARTS, j
+    assert j.fix is not None and dict(j.fix.loader) == {"persistent_workers": True}
+
+
+def test_without_the_inside_view_the_verdict_says_it_needs_it_rather_than_guess():
+    tl = [dataclasses.replace(s, loaders=()) for s in timeline(0.9, cpu_share=0.95, state="R", wchan="0")]
+    j = judge(live_facts(tl, host_cpus=2, inside=None))
+    assert j.verdict == Verdict.NEEDS_INSIDE_VIEW and "inside view" in j.summary
+    assert "input_bound" not in [d.kind for d in diagnose(live_facts(tl, host_cpus=2, inside=None))]
+
+
+def test_a_short_window_or_few_batches_give_no_verdict_yet():
+    j = judge(facts(timeline(0.9, cpu_share=0.95, state="R", wchan="0", seconds=10)))
+    assert j.verdict == Verdict.TOO_EARLY and "needs 10 in 20 s" in j.summary
+
+
+def test_the_wait_in_progress_counts_and_an_epoch_end_does_not():
+    v = view(10.0, 5, 1.0, waiting_since=8.0, waiting_worker=1)
+    assert throughput.open_wait_s(v, 10.0) == 2.0
+    assert throughput.open_wait_s(dataclasses.replace(v, waiting_worker=-1), 10.0) == 0.0
+
+
+def test_lean_samples_count_for_the_wait_but_not_twice_for_the_workers_states():
+    tl = timeline(0.5, cpu_share=0.95, state="R", wchan="0", workers=(W1,))
+    lean = [dataclasses.replace(tl[t], t_mono=t + 0.5, processes=tl[t].processes) for t in range(len(tl) - 1)]
+    mixed = sorted(tl + lean, key=lambda s: s.t_mono)
+    a, b = throughput.worker_times(throughput._full(tl)), throughput.worker_times(throughput._full(mixed))
+    assert [w.span_s for w in a] == [w.span_s for w in b] == [30.0]
+
+
+def test_the_worker_clock_adds_each_look_once():
+    tl = timeline(0.8, cpu_share=0.25, wchan="hrtimer_nanosleep", workers=(W1,))
+    clock = throughput.WorkerClock()
+    clock.update(tl[:11])
+    clock.update(tl[:11])  # the same samples again: nothing added
+    clock.update(tl)
+    got = {(w, s): v for w, s, v in clock.totals()}
+    assert abs(got[("0", "cpu")] - 7.5) < 1e-6 and abs(got[("0", "io")] - 22.5) < 1e-6
+    assert sum(got.values()) == 30.0
