@@ -25,10 +25,25 @@ from tests.unit.builders import (
     fixture,
     proc,
     sample,
+    stall,
 )
 from watchdog import detect
 from watchdog.collect import chain, procfs, pyspy
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, LoaderView, LockHold, ProcessStack
+from watchdog.diagnose import diagnose
+from watchdog.types import (
+    ROLE_MAIN,
+    ROLE_WORKER,
+    Facts,
+    Frame,
+    HangVerdict,
+    LoaderView,
+    LockHold,
+    ProcessStack,
+    Proof,
+    ProofKind,
+    ProofLink,
+    ThreadStack,
+)
 
 # /proc/PID/task/TID/syscall of a thread blocked in flock(fd, LOCK_EX) and in fcntl(fd,
 # F_SETLKW, …) (fcntl.lockf), as captured on Linux 6.18, x86_64 (probes/cases/
@@ -199,3 +214,90 @@ def test_lock_holds_reads_who_can_release_a_lock_from_proc_locks_and_every_descr
                 os.kill(child, signal.SIGKILL)
             except OSError:
                 pass
+
+
+# --- the diagnosis names the cycle -------------------------------------------------------------
+
+TORCH = "/opt/venv/lib/python3.11/site-packages/torch/utils/data"
+USER = "/home/user/train/shards.py"
+# /proc/PID/task/TID/syscall of a thread waiting on a multiprocessing.Lock (a shared futex).
+SEM_WAIT = "202 0x7f689849a000 0x109 0x0 0x0 0x0 0xffffffff 0x7f68767fb990 0x7f6898aa3f16"
+SHARD_SOURCE = {
+    44: "    def __getitem__(self, i):",
+    45: "        if get_worker_info().id == 0:",
+    46: "            with self.a:",
+    47: "                time.sleep(0.5)",
+    48: "                with self.b:",
+    49: "                    pass",
+    50: "        else:",
+    51: "            with self.b:",
+    52: "                time.sleep(0.5)",
+    53: "                with self.a:",
+    54: "                    pass",
+}
+
+
+def _worker_thread(pid, line):
+    frames = (
+        ("SharedShards.__getitem__", USER, line),
+        ("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54),
+        ("_worker_loop", f"{TORCH}/_utils/worker.py", 374),
+    )
+    return ThreadStack(pid, "MainThread", False, False, tuple(Frame(f, file, n, False) for f, file, n in frames))
+
+
+def _two_worker_facts(syscalls, lines, proof=None, loaders=()):
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    procs = [proc(MAIN_PID, ROLE_MAIN, [])] + [proc(w, ROLE_WORKER, [], "fork", ppid=MAIN_PID) for w in (W0, W1)]
+    smp = dataclasses.replace(sample(30.0, procs), loaders=loaders)
+    stacks = [(MAIN_PID, ProcessStack(MAIN_PID, main_threads, True, None, "", 0.1))] + [
+        (w, ProcessStack(w, (_worker_thread(w, n),), True, None, "", 0.1)) for w, n in zip((W0, W1), lines)
+    ]
+    return Facts(
+        mode="hang",
+        sample=smp,
+        timeline=(smp,),
+        stall=stall(worker_pids=(W0, W1)),
+        verdict=HangVerdict("dataloader", True, "test", main_threads[0]),
+        stacks=tuple(stacks),
+        thread_details=tuple((w, (detail(w, s, name="pt_data_worker"),)) for w, s in zip((W0, W1), syscalls)),
+        source_lines=tuple(((USER, n), text) for n, text in SHARD_SOURCE.items()),
+        proof=proof,
+    )
+
+
+def _loader_view():
+    return LoaderView(
+        MAIN_PID, 1, "_MultiProcessingDataLoaderIter", None, (), "DS", False, (W0, W1), (),
+        0.0, 0, 0.0, 0, None, 20.0, 0, 0, None, 0, None, None,
+    )  # fmt: skip
+
+
+def test_workers_inside_with_a_waiting_for_b_and_the_reverse_are_a_suspected_cycle_named_from_both_stacks():
+    facts = _two_worker_facts((SEM_WAIT, SEM_WAIT), (48, 53), loaders=(_loader_view(),))
+    (first, *_) = diagnose(facts)
+    assert first.kind == "worker_deadlock", (first.kind, first.summary)
+    assert (
+        f"worker 0 (pid {W0}) holds self.a (taken at line 46) and waits for self.b; "
+        f"worker 1 (pid {W1}) holds self.b (taken at line 51) and waits for self.a"
+    ) in first.summary
+    assert any("the kernel shows no holder" in line for line in first.evidence)
+    assert "one global order" in first.remedy
+    # Both wait for the same lock (no cycle): not this finding.
+    facts = _two_worker_facts((SEM_WAIT, SEM_WAIT), (48, 48), loaders=(_loader_view(),))
+    assert "holds self." not in diagnose(facts)[0].summary
+
+
+def test_a_proven_flock_cycle_is_a_worker_deadlock_with_the_lock_order_remedy():
+    conclusion = (
+        f"worker 0 (pid {W0}) holds /data/a.lock and waits for /data/b.lock; worker 1 (pid {W1}) holds "
+        f"/data/b.lock and waits for /data/a.lock: every thread of pid(s) {W0}, {W1} waits with no timeout for a "
+        "thread of this same set: none can ever run again"
+    )
+    links = tuple(ProofLink(w, w, "pt_data_worker", "flock on fd 11", "fd 11 is /data/b.lock") for w in (W0, W1))
+    facts = _two_worker_facts((FLOCK_FD11, FLOCK_FD15), (48, 53), Proof(ProofKind.KERNEL, (W0, W1), links, conclusion))
+    (first, *_) = diagnose(facts)
+    assert first.kind == "worker_deadlock"
+    assert "deadlocked on file locks across processes" in first.summary
+    assert f"worker 0 (pid {W0}) holds /data/a.lock and waits for /data/b.lock" in first.summary
+    assert "one global order" in first.remedy and "storage" not in first.remedy
