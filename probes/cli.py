@@ -100,13 +100,88 @@ DEST = "probe_args"
 MAX_WORKERS = 1024
 
 
+# How long each command takes on this project's 2-core VM (Python 3.11, torch CPU, other work
+# beside it: load average about 5), measured on 2027-01-15 with `time dlwatch probe …` (a round
+# of rhythm; one run or round of the others), the defaults' totals added up from those; each
+# command's --help ends with its line. The long ones print an estimate for the flags given when
+# they start (:func:`say_estimate`), from the same per-run figures (each module's constants).
+RUN_TIMES: Dict[str, str] = {
+    "repro": (
+        "Run time on a 2-core VM: about 15-20 s a scenario (worker_stuck 15 s, lock_order_in_worker 14 s); "
+        "--all (42 scenarios) about 15 min, --cases (100) about 35 min; --verify re-runs each fixable job "
+        "twice more. It prints an estimate when it runs more than one."
+    ),
+    "bench": (
+        "Run time on a 2-core VM: about 8 s a run (a fresh Python importing torch, then its samples), more "
+        "with --cpu-ms or --io-ms; with no flags, 8 configurations x 3 repeats about 3-4 min, up to 2 min more "
+        "when --extra-rounds are needed. It prints an estimate when it starts."
+    ),
+    "autotune": (
+        "Run time on a 2-core VM: about 8 s a run; with no flags (4 num_workers candidates, each measured "
+        "beside another, 3 runs each) about 2-4 min. It prints an estimate when it starts."
+    ),
+    "seed-check": (
+        "Run time on a 2-core VM: about 8 s a run; its 3 configurations x 3 repeats about 1-2 min. It prints "
+        "an estimate when it starts."
+    ),
+    "rhythm": (
+        "Run time on a 2-core VM: all 9 variants took 125 s for one round (about 14 s a variant); each "
+        "--rounds adds as much, and --load busy processes slow every variant down. It prints an estimate "
+        "when it starts."
+    ),
+    "hook-cost": (
+        "Run time on a 2-core VM: about 11 s a round (two runs of a loader); with no flags (5 rounds x 3 "
+        "loaders) about 3 min. It prints an estimate when it starts."
+    ),
+    "overhead": (
+        "Run time on a 2-core VM: each run takes --warmup + --seconds and about 10 s to start, two runs a "
+        "pair (--pairs 1 --seconds 5 --warmup 5 --no-hang: 40 s); with no flags (one N, 3 pairs of 20 + 20 s, "
+        "a hang run) about 5-6 min; more N, many workers or --ranks, --full-timeline and --churn add to it. "
+        "It prints an estimate when it starts."
+    ),
+}
+
+
+def minutes(seconds: float) -> str:
+    """``45 s``, ``6 min``, ``1 h 20 min``: a run time as an estimate says it (rounded up to the
+    minute above a minute)."""
+    if seconds < 60:
+        return f"{max(1, math.ceil(seconds / 5) * 5):.0f} s"
+    total = math.ceil(seconds / 60)
+    return f"{total} min" if total < 60 else f"{total // 60} h {total % 60} min"
+
+
+# The shortest estimate said when a command starts, in seconds: a shorter run needs none.
+LONG_S = 60.0
+
+
+def say_estimate(name: str, seconds: float, how: str) -> None:
+    """Print on stderr, before a long command ``name`` starts measuring, about how long it will
+    take with the flags given: ``dlwatch probe NAME: about 6 min on a 2-core machine (HOW)``.
+    ``seconds`` is the command's own estimate from its flags and the per-run times of
+    :data:`RUN_TIMES`; ``how`` says what it added up. Nothing is printed under :data:`LONG_S`."""
+    if seconds < LONG_S:
+        return
+    print(
+        f"dlwatch probe {name}: expect about {minutes(seconds)} on a 2-core machine ({how}); less on a faster one",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 class Parser(UsageParser):
     """An ``ArgumentParser`` whose errors are one line naming the input and pointing to
     ``PROG --help``, exit code 2 (:attr:`Exit.USAGE`; see :class:`watchdog.argtypes.UsageParser`),
-    and whose help shows each default once (:class:`HelpFormatter`)."""
+    and whose help shows each default once (:class:`HelpFormatter`). A command's parser
+    (``prog`` ``dlwatch probe NAME``) ends its help with the command's run time
+    (:data:`RUN_TIMES`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        prog = kwargs.get("prog") or ""
+        name = prog[len(PROG) + 1 :] if prog.startswith(PROG + " ") else ""
+        if name in RUN_TIMES:
+            kwargs["epilog"] = " ".join(x for x in (kwargs.get("epilog"), RUN_TIMES[name]) if x)
         super().__init__(*args, **kwargs)
 
 

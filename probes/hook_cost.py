@@ -28,7 +28,7 @@ from tabulate import tabulate
 from watchdog.collect import inside
 from watchdog.exits import Exit
 
-from .cli import Parser, choice_list, int_range, output_file, positive_seconds
+from .cli import Parser, choice_list, int_range, output_file, positive_seconds, say_estimate
 
 JOB = textwrap.dedent(
     """
@@ -142,6 +142,17 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
     }
 
 
+# Seconds one paired round (a run with the recorder and one without) takes on a 2-core VM
+# (2027-01-15: `--rounds 1 --loaders typical` in 11.2 s).
+ROUND_S = 11.0
+
+
+def estimate_s(loaders: int, rounds: int) -> float:
+    """About how many seconds ``rounds`` paired rounds of each of ``loaders`` loaders take on a
+    2-core machine."""
+    return loaders * rounds * ROUND_S
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure each loader and print the table; see the module docstring."""
     p = Parser(prog="dlwatch probe hook-cost", description=__doc__.split("\n\n")[0])
@@ -155,6 +166,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds per run (above 0, up to a day)")
     args = p.parse_args(argv)  # each flag checked (its type), one line naming it
     names = [n.strip() for n in args.loaders.split(",")]
+    say_estimate(
+        "hook-cost",
+        estimate_s(len(names), args.rounds),
+        f"{len(names)} loader(s) x {args.rounds} round(s) of two runs, about {ROUND_S:g} s a round",
+    )
     results = []
     for name in names:
         try:

@@ -60,7 +60,17 @@ from watchdog.collect import procfs
 from watchdog.exits import Exit
 
 from . import module_name
-from .cli import MAX_SECONDS, MAX_WORKERS, Parser, float_range, int_list, int_range, output_file, positive_seconds
+from .cli import (
+    MAX_SECONDS,
+    MAX_WORKERS,
+    Parser,
+    float_range,
+    int_list,
+    int_range,
+    output_file,
+    positive_seconds,
+    say_estimate,
+)
 from .env import child_env
 from .repro import kill_session
 
@@ -665,6 +675,30 @@ INTERVAL_S = (0.1, 60.0)
 TIMELINE_SAMPLES = (10, 100_000)
 
 
+# Seconds a run of the job takes to start and stop beside its --warmup and --seconds, and a hang
+# run in all, on a 2-core VM (2027-01-15: `--pairs 1 --seconds 5 --warmup 5 --no-hang`, two
+# runs of 10 s, took 40 s).
+RUN_START_S, HANG_RUN_S = 10.0, 20.0
+
+
+def estimate_s(args) -> float:
+    """About how many seconds ``dlwatch probe overhead`` takes with ``args`` on a 2-core machine:
+    per N, ``--pairs`` pairs of two runs of ``--warmup`` + ``--seconds`` and :data:`RUN_START_S`,
+    and a hang run; then ``--full-timeline`` and ``--churn``. Many workers or ranks start slower."""
+    counts = [int(x) for x in args.workers.split(",")]
+    total = 0.0
+    for n in counts:
+        start = RUN_START_S * max(1.0, n * args.ranks / 8)
+        total += args.pairs * 2 * (args.warmup + args.seconds + start)
+        if not args.no_hang and args.ranks == 1:
+            total += HANG_RUN_S
+    if args.full_timeline:
+        total += args.timeline_samples * args.full_timeline_interval + RUN_START_S
+    if args.churn:
+        total += args.churn + RUN_START_S
+    return total
+
+
 def build_parser() -> Parser:
     """The ``dlwatch probe overhead`` parser."""
     p = Parser(prog="dlwatch probe overhead", description=__doc__.split("\n\n")[0])
@@ -787,6 +821,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Measure and print the table; see the module docstring."""
     args = build_parser().parse_args(argv)  # each flag checked (its type), one line naming it
     counts = [int(x) for x in args.workers.split(",")]
+    say_estimate(
+        "overhead",
+        estimate_s(args),
+        f"{len(counts)} N x {args.pairs} pair(s) of runs of {args.warmup:g} + {args.seconds:g} s and about "
+        f"{RUN_START_S:g} s to start",
+    )
     all_runs: List[dict] = []
     results: List[dict] = []
     hangs: List[dict] = []

@@ -44,7 +44,7 @@ from tabulate import tabulate
 from watchdog.exits import Exit
 
 from . import cases, module_name
-from .cli import Parser, folder
+from .cli import Parser, folder, say_estimate
 from .env import child_env
 
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
@@ -851,6 +851,18 @@ def listing() -> str:
     return tabulate(rows, headers=["name", "expected", "severity", "needs"])
 
 
+# Seconds one scenario takes on a 2-core VM (2027-01-15: worker_stuck 15.0 s, lock_order_in_worker
+# 14.4 s; a healthy control runs its whole job, a crash ends sooner), and a --verify of one
+# (two more runs of the job, the control and the fix).
+SCENARIO_S, VERIFY_S = 20.0, 40.0
+
+
+def estimate_s(scenarios: int, verify: bool) -> float:
+    """About how many seconds ``scenarios`` scenarios take on a 2-core machine, with ``verify``
+    each one's re-runs (an upper bound: only a report whose kind has a mechanical fix is verified)."""
+    return scenarios * (SCENARIO_S + (VERIFY_S if verify else 0.0))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``dlwatch probe repro NAME…|--all|--cases|--list``: see the module docstring for what
     it runs, where the reports go and the exit codes."""
@@ -905,6 +917,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(base, exist_ok=True)
     except OSError as e:
         p.error(f"--report-dir {base}: cannot create it: {e.strerror}")
+    if len(chosen) > 1 or args.verify:
+        say_estimate(
+            "repro",
+            estimate_s(len(chosen), args.verify),
+            f"{len(chosen)} scenario(s), about {SCENARIO_S:g} s each"
+            + (", and --verify's re-runs" if args.verify else ""),
+        )
     outcomes = []
     for i, s in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {s.name} …", file=sys.stderr, flush=True)

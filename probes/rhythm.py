@@ -31,7 +31,7 @@ from watchdog.collect import inside
 from watchdog.exits import Exit
 
 from . import module_name
-from .cli import Parser, int_range, output_file, positive_seconds
+from .cli import Parser, int_range, output_file, positive_seconds, say_estimate
 from .env import child_env
 
 MAX_ROUNDS = 20
@@ -118,6 +118,16 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
         inside.remove_folder(folder)
 
 
+# Seconds one variant's run takes on a 2-core VM (2027-01-15: all 9 in 125 s, "1 worker" 14 s).
+VARIANT_S = 14.0
+
+
+def estimate_s(variants: int, rounds: int, load: int) -> float:
+    """About how many seconds ``variants`` variants over ``rounds`` rounds take on a 2-core
+    machine, ``load`` busy processes beside them sharing its 2 CPUs."""
+    return variants * rounds * VARIANT_S * max(1.0, (2 + load) / 2)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure every variant (or those named) and print the table; see the module docstring."""
     p = Parser(prog="dlwatch probe rhythm", description=__doc__.split("\n\n")[0])
@@ -137,6 +147,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant {unknown[0]!r}")
+    n = len(args.variants or VARIANTS)
+    say_estimate(
+        "rhythm",
+        estimate_s(n, args.rounds, args.load),
+        f"{n} variant(s) x {args.rounds} round(s), about {VARIANT_S:g} s each" + (" with --load" if args.load else ""),
+    )
     busy = busy_loops(args.load)
     try:
         return _measure(args, busy)

@@ -19,7 +19,18 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 from watchdog.argtypes import one_line
 from watchdog.exits import Exit, of_signal
 
-from ..cli import MAX_WORKERS, Parser, choice_list, float_range, int_list, int_range, output_file, plot_file
+from ..cli import (
+    MAX_WORKERS,
+    Parser,
+    choice_list,
+    float_range,
+    int_list,
+    int_range,
+    minutes,
+    output_file,
+    plot_file,
+    say_estimate,
+)
 from .child import MIN_ROUNDS
 from .grid import FALSE_WORDS, START_METHODS, TRUE_WORDS, GridError, LoaderConfig, expand, parse_shape
 
@@ -615,6 +626,38 @@ def _check_grid(args, command: str) -> None:
     _check_length(args, configs, None if args.dataset else args.samples)
 
 
+# Seconds one run takes on a 2-core VM beside the samples' own work (a fresh Python importing torch,
+# its workers started, 2048 samples of 3x224x224 moved): 2027-01-15, `bench --num-workers 2
+# --pin-memory false --repeats 1 --extra-rounds 0` took 10.2 s in all.
+RUN_S = 8.0
+
+
+def run_s(config: LoaderConfig, samples: int, cpu_ms: float, io_ms: float, cpus: int = 2) -> float:
+    """About how many seconds one run of ``config`` takes on a machine of ``cpus`` CPUs:
+    :data:`RUN_S`, and ``samples`` samples of ``cpu_ms`` (shared by at most ``cpus`` processes)
+    and ``io_ms`` (waited by every worker at once) each."""
+    workers = max(1, config.num_workers)
+    return RUN_S + samples * (cpu_ms / min(workers, cpus) + io_ms / workers) / 1000
+
+
+def estimate_s(command: str, args, configs: Sequence[LoaderConfig]) -> Tuple[float, float, str]:
+    """``(seconds, more seconds at most, how)``: about how long ``command`` takes with ``args`` on
+    a 2-core machine, and how much longer its extra rounds (``--extra-rounds``, or autotune's
+    side-by-side runs) may make it; ``how`` says what was added up."""
+    samples = _check_length(args, configs, None if args.dataset else args.samples)
+    cpu_ms = 0.0 if command == "seed-check" else args.cpu_ms
+    io_ms = 0.0 if command == "seed-check" else args.io_ms
+    per = [run_s(c, samples, cpu_ms, io_ms) for c in configs]
+    runs = len(configs) * args.repeats
+    seconds = args.repeats * sum(per)
+    if command == "autotune":  # each candidate measured beside the one it is compared to: twice the runs at most
+        workers = {c.num_workers: p for c, p in zip(configs, per) if not c.pin_memory}
+        seconds = args.repeats * sum(workers.values())
+        return seconds, seconds, f"{len(workers)} num_workers candidate(s) x {args.repeats} run(s)"
+    more = 0.0 if command == "seed-check" else getattr(args, "extra_rounds", 0) * args.repeats * max(per) * 2
+    return seconds, more, f"{runs} run(s) of about {max(per):.0f} s"
+
+
 def main(command: str, argv: List[str]) -> int:
     """Run ``command`` (``bench``, ``autotune`` or ``seed-check``) with ``argv``; one-line
     errors and :attr:`Exit.USAGE` for bad input (a flag or ``--dataset``, named), before
@@ -626,6 +669,11 @@ def main(command: str, argv: List[str]) -> int:
         _check_grid(args, command)
     except GridError as e:
         parser.error(str(e))
+    configs = _seed_check_configs(args.batch_size_one) if command == "seed-check" else _grid(args)
+    seconds, more, how = estimate_s(command, args, configs)
+    if more:
+        how += f"; up to {minutes(more)} more when the fastest must be measured again"
+    say_estimate(command, seconds, how)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         from .datasets import DatasetError
