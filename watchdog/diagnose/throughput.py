@@ -282,8 +282,10 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
         dt = b.t_mono - a.t_mono
         if dt <= 0:
             continue
-        ids.update(worker_ids(b))
-        for pb in b.workers:
+        workers = b.workers
+        if any(p.pid not in ids for p in workers):
+            ids.update(worker_ids(b))
+        for pb in workers:
             pa = a.process(pb.pid)
             if pa is None or pa.start_ticks != pb.start_ticks:
                 continue
@@ -719,7 +721,7 @@ class WorkerClock:
 
     def update(self, timeline: Sequence[Sample]) -> None:
         """Add the workers' time between full samples of ``timeline`` after the last update."""
-        full = _full(timeline)
+        full = _full([s for s in timeline if s.t_mono >= self.mark])
         if len(full) < 2:
             return
         for w in worker_times(full, self.mark):
