@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from . import frames
 from .errors import ReportNotFound
-from .report import printable
+from .text import printable
 from .writer import OUTCOME_FILE, VERIFY_FILE
 
 # The files of a report folder a user may name instead of the folder itself.
@@ -101,7 +101,7 @@ def parse_json(data: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
 def one_line(value: object, limit: int = 300) -> str:
     """``str(value)`` as it may reach a terminal in one line or one table cell: every control
     character (an escape sequence, a newline, a tab) written as ``\\xNN``
-    (:func:`watchdog.report.printable`), cut to ``limit`` characters."""
+    (:func:`watchdog.text.printable`), cut to ``limit`` characters."""
     text = printable(str(value)).replace("\n", "\\x0a").replace("\t", "\\x09")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

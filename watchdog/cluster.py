@@ -34,7 +34,7 @@ What it trusts of Prometheus: nothing but the answer's shape. Credentials in the
 connection, every query and every byte of every answer together), each answer is at most
 :data:`MAX_ANSWER_BYTES` and :data:`MAX_SERIES` series, is decoded against the API's types
 (``msgspec``), and every label value printed is made one printable line
-(:func:`watchdog.report.one_line`) and cut to :data:`MAX_CELL_CHARS`.
+(:func:`watchdog.text.one_line`) and cut to :data:`MAX_CELL_CHARS`.
 
 Exit codes: 0 nothing stalled, 1 a rank stalled, 2 a bad URL, or Prometheus cannot be reached,
 refused the query, redirected elsewhere, answered too much, too late or not as its API, or has
@@ -65,7 +65,7 @@ from . import redact
 from .argtypes import positive_float
 from .collect.discovery import RUN_ID_VALUE
 from .exits import Exit
-from .report import one_line
+from .text import one_line
 
 # How far back a rank whose sidecar went down is still shown with its last values.
 LOOKBACK = "1h"
@@ -151,7 +151,7 @@ class _Answer(msgspec.Struct):
 
 def cell(text: str, limit: int = MAX_CELL_CHARS) -> str:
     """``text`` (a label value from Prometheus) as it may reach a terminal: one printable line
-    (:func:`watchdog.report.one_line`: line breaks and control characters escaped), cut to
+    (:func:`watchdog.text.one_line`: line breaks and control characters escaped), cut to
     ``limit`` characters with ``…``."""
     text = one_line(text[: limit + 1])
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -17,12 +17,13 @@ import io
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .report import STACKS_HEADING, headline, printable
+from .report import STACKS_HEADING, headline
+from .text import printable
 
 
 def _esc(text: str) -> str:
     """HTML-escaped, with control characters from the job written as ``\\xNN``
-    (:func:`watchdog.report.printable`)."""
+    (:func:`watchdog.text.printable`)."""
     return html.escape(printable(text))
 
 

@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from tabulate import tabulate
 
 from . import frames, redact
+from .text import one_line, printable
 from .types import (
     ROLE_FORKSERVER,
     ROLE_MAIN,
@@ -397,14 +398,6 @@ def build(
 # Control characters (C0 but tab and newline, DEL, C1): text from the job (its stderr, its
 # source lines, its paths) may hold a NUL (PyTorch's signal handler writes one) or a terminal
 # escape sequence; report.txt stays text, safe to cat, grep or print to a terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character but tab and newline written as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def status_document(
     view: InsideView, pinned: Dict[int, Optional[int]], now: float, processes: Sequence[ProcessSample] = ()
 ) -> dict:
@@ -482,16 +475,8 @@ def dump_lines(doc: dict) -> List[str]:
 # Width of the summary printed to stderr (``short_summary``).
 SHORT_WIDTH = 100
 
+
 # What splits a line (str.splitlines): in a job's argument it would start a forged line of ours.
-_BREAKS = re.compile(r"[\n\r\t\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: every line break and tab written as its escape (``\\n``), then
-    :func:`printable`; for what the job controls (its command line) inside a line of ours."""
-    return printable(_BREAKS.sub(lambda m: repr(m.group())[1:-1], text))
-
-
 def verify_flags(doc: dict) -> List[str]:
     """The flags ``dlwatch verify`` needs for the report ``doc`` (``report.json``), so that its
     ``prove:`` line works as printed: ``--all-loaders`` when the fix changes a DataLoader and the

@@ -35,7 +35,7 @@ import psutil
 
 from .. import frames, redact
 from ..errors import NoSuchTarget, NotPython, TargetAccessDenied, TargetError
-from ..report import one_line
+from ..text import one_line
 from ..types import (
     ROLE_FORKSERVER,
     ROLE_MAIN,
