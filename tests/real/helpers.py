@@ -130,3 +130,19 @@ def workers_started_t(stdout: str) -> Optional[float]:
         if "workers-started" in line:
             return float(line.rsplit("t=", 1)[1])
     return None
+
+
+def plant_report(reports_dir, command, cwd, kind: str, mode: str = "hang", fix=None) -> str:
+    """A report folder as dlwatch writes one (0700 in a new 0700 ``reports_dir``, ``report.json``
+    0600) of a job that ran ``command`` in ``cwd`` as this user under ``dlwatch run``, whose first
+    finding is ``kind`` with the fix ``fix`` (``remedy_apply``); its path. For the tests of
+    ``dlwatch verify`` that need a report of a job of their own."""
+    os.mkdir(reports_dir, 0o700)
+    folder = os.path.join(str(reports_dir), "20261205T000000Z-1")
+    os.mkdir(folder, 0o700)
+    launch = {"command": list(command), "cwd": str(cwd), "uid": os.getuid(), "watched_by": "run"}
+    doc = {"mode": mode, "diagnoses": [{"kind": kind, "remedy_apply": fix}], "job": {"launch": launch}}
+    path = os.path.join(folder, "report.json")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return folder

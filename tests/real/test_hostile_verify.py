@@ -6,14 +6,13 @@ them; every run is bounded (``helpers.run_bounded`` kills its process group)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 
 import pytest
 
-from tests.real.helpers import DLWATCH, run_bounded
+from tests.real.helpers import DLWATCH, plant_report, run_bounded
 
 PLANT = "import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'IMPORTED'), 'w').write('x')\n"
 
@@ -21,25 +20,13 @@ PLANT = "import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__))
 def _report(tmp_path, cwd) -> str:
     """A hang report of a job that ran ``python -I -c pass`` in ``cwd``, with a fix verify can
     apply (``num_workers=0`` on every loader), in a private folder of the caller's."""
-    reports = tmp_path / "reports"
-    reports.mkdir(mode=0o700)
-    folder = reports / "20261205T000000Z-1"
-    folder.mkdir(mode=0o700)
-    doc = {
-        "mode": "hang",
-        "diagnoses": [{"kind": "worker_stuck", "remedy_apply": {"loader": {"num_workers": 0}}}],
-        "job": {
-            "launch": {
-                "command": [sys.executable, "-I", "-c", "pass"],
-                "cwd": str(cwd),
-                "uid": os.getuid(),
-                "watched_by": "run",
-            }
-        },
-    }
-    (folder / "report.json").write_text(json.dumps(doc))
-    os.chmod(folder / "report.json", 0o600)
-    return str(folder)
+    return plant_report(
+        tmp_path / "reports",
+        [sys.executable, "-I", "-c", "pass"],
+        cwd,
+        "worker_stuck",
+        fix={"loader": {"num_workers": 0}},
+    )
 
 
 def _job_folder(tmp_path, mode: int):

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from probes import cases, repro
-from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, load_report, reports, run_bounded
+from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, load_report, plant_report, reports, run_bounded
 from watchdog.collect import inside
 from watchdog.types import Fix
 
@@ -188,18 +188,9 @@ def test_a_run_that_fails_before_the_loader_is_said_and_leaves_nothing_in_the_te
         "sys.exit('FileNotFoundError: data/train.bin')"
     )
     reports_dir = tmp_path / "reports"
-    reports_dir.mkdir(mode=0o700)
-    folder = reports_dir / "20261205T000000Z-1"
-    folder.mkdir(mode=0o700)
-    doc = {
-        "mode": "crash",
-        "diagnoses": [{"kind": "fd_exhausted", "remedy_apply": {"rlimit_nofile": 4096}}],
-        "job": {
-            "launch": {"command": [PY, "-I", "-c", code_text], "cwd": str(job), "uid": os.getuid(), "watched_by": "run"}
-        },
-    }
-    (folder / "report.json").write_text(json.dumps(doc))
-    os.chmod(folder / "report.json", 0o600)
+    folder = plant_report(
+        reports_dir, [PY, "-I", "-c", code_text], job, "fd_exhausted", "crash", {"rlimit_nofile": 4096}
+    )
     user_tmp = tmp_path / "usertmp"
     user_tmp.mkdir(mode=0o700)
     code, out, err = run_bounded(
@@ -248,14 +239,7 @@ def test_a_no_op_fix_of_a_job_that_fails_half_the_time_never_holds(tmp_path):
     job = tmp_path / "job"
     job.mkdir(mode=0o755)
     (job / "flaky.py").write_text(FLAKY)
-    reports_dir = tmp_path / "reports"
-    reports_dir.mkdir(mode=0o700)
-    folder = reports_dir / "20261205T000000Z-1"
-    folder.mkdir(mode=0o700)
-    launch = {"command": [PY, "flaky.py"], "cwd": str(job), "uid": os.getuid(), "watched_by": "run"}
-    doc = {"mode": "crash", "diagnoses": [{"kind": "dataset_error", "remedy_apply": None}], "job": {"launch": launch}}
-    (folder / "report.json").write_text(json.dumps(doc))
-    os.chmod(folder / "report.json", 0o600)
+    folder = plant_report(tmp_path / "reports", [PY, "flaky.py"], job, "dataset_error", "crash")
     verdicts = []
     for i in range(20):
         runs = str(1 + i % 2)
