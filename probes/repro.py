@@ -497,34 +497,10 @@ def command(s: Scenario, report_dir: str, config: Optional[str], memcg: Optional
 
 def kill_session(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc``, every descendant and every process group among them (``dlwatch run``
-    puts the job in a group of its own), then reap ``proc``."""
-    import psutil
+    puts the job in a group of its own), then reap ``proc`` (:func:`watchdog.children.end_tree`)."""
+    from watchdog.children import end_tree
 
-    try:
-        tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    groups = {proc.pid}
-    for p in tree:
-        try:
-            groups.add(os.getpgid(p.pid))
-        except OSError:
-            pass
-    groups.discard(os.getpgrp())
-    for g in groups:
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except OSError:
-            pass
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    try:
-        proc.communicate(timeout=10)
-    except (subprocess.TimeoutExpired, ValueError, OSError):
-        pass
+    end_tree(proc, grace_s=0.0, reap_s=10.0)
 
 
 def _stamp(stdout: str, marker: str) -> Optional[float]:

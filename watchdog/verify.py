@@ -47,7 +47,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
-from . import browse, redact, report, writer
+from . import browse, children, redact, report, writer
 from .collect import launch, script
 from .errors import ReportWriteError, WatchdogError
 from .exits import Exit, of_signal
@@ -701,9 +701,9 @@ def run_one(
         proc.wait(max_run_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _end_group(proc, min(grace, 600.0))
+        children.end_tree(proc, min(grace, 600.0))
     except BaseException:
-        _end_group(proc, min(grace, 600.0))
+        children.end_tree(proc, min(grace, 600.0))
         raise
     import shutil
 
@@ -748,45 +748,6 @@ def _last_line(path: str, limit: int = 4096) -> str:
         os.close(fd)
     lines = [x.strip() for x in data.decode("utf-8", "replace").splitlines() if x.strip()]
     return report.one_line(redact.value(lines[-1]))[:300] if lines else ""
-
-
-def _end_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """End a run: SIGTERM to ``dlwatch run`` (which forwards it to the job's own process
-    group and waits for it), then, ``grace_s`` + 5 seconds later, SIGKILL to every process
-    that descended from it (found before the SIGTERM, and each checked to be that process
-    still: psutil compares its start time) and to their process groups."""
-    import psutil
-
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    try:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(grace_s + 5.0)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    groups = set()
-    for p in tree:
-        try:
-            if p.is_running():
-                groups.add(os.getpgid(p.pid))
-                p.kill()
-        except (psutil.Error, OSError):
-            pass
-    for group in groups - {os.getpgrp()}:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.wait(5.0)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -1353,7 +1314,7 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
 
 class _Stopped(BaseException):
     """SIGTERM or SIGHUP reached ``verify`` while a run was in progress: the run is ended
-    (:func:`_end_group`) and verify exits 128 + N."""
+    (:func:`watchdog.children.end_tree`) and verify exits 128 + N."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
