@@ -311,6 +311,15 @@ CASES: Tuple[Case, ...] = (
     Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case("worker_init_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
+        "ready_marker_producer_died",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "time.sleep(0.1)",
+        remedy=("has ended", "can never end"),
+        evidence=("has ended",),
+    ),
+    Case(
         "worker_cache_oom_in_cgroup",
         "worker_killed",
         "crash",

@@ -301,3 +301,27 @@ def test_a_proven_flock_cycle_is_a_worker_deadlock_with_the_lock_order_remedy():
     assert "deadlocked on file locks across processes" in first.summary
     assert f"worker 0 (pid {W0}) holds /data/a.lock and waits for /data/b.lock" in first.summary
     assert "one global order" in first.remedy and "storage" not in first.remedy
+
+
+def test_a_helper_process_of_the_job_that_ended_is_named_zombies_included():
+    # probes/cases/ready_marker_producer_died.py: main forked a producer that died unreaped.
+    from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, proc, sample
+    from watchdog.diagnose.hangs import ended_helpers
+    from watchdog.types import ROLE_MAIN, ROLE_OTHER, ROLE_STARTING, ROLE_WORKER
+
+    producer = WORKER_PID + 10
+
+    def s(t, producer_state=None):
+        procs = [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])]
+        if producer_state:
+            procs.append(proc(producer, ROLE_STARTING, [], status=producer_state))
+        return sample(t, procs)
+
+    timeline = (s(0.0, "S"), s(1.0, "S"), s(2.0, "Z"), s(3.0))
+    (ended, ago), *_ = ended_helpers(live_facts(timeline))
+    assert ended.pid == producer and ago == 2.0
+    assert ended_helpers(live_facts(timeline[:2])) == []  # still running
+    workers_only = tuple(
+        sample(float(t), [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_OTHER, [])]) for t in range(2)
+    )
+    assert ended_helpers(live_facts(workers_only + (s(3.0),))) == []  # alive in the last sample

@@ -19,6 +19,7 @@ from ..types import (
     MODE_HANG,
     ROLE_FORKSERVER,
     ROLE_OTHER,
+    ROLE_STARTING,
     SEVERITY_HANG,
     Facts,
     ForkRecord,
@@ -1616,7 +1617,56 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
         "",
         (DOC_DATALOADER, DOC_MULTI_PROCESS_LOADING),
     )
-    return None if found is None else Finding(**{**found.__dict__, "remedy": _stuck_remedy(facts, found.pids)})
+    if found is None:
+        return None
+    remedy = _stuck_remedy(facts, found.pids)
+    ended = ended_helpers(facts)
+    if ended:
+        named = ", ".join(f"pid {p.pid} ({_cmd(p)})" for p, _ in ended[:3])
+        remedy = (
+            f"A process of the job other than main and its workers has ended ({named}): if the worker waits for what "
+            "it was to do (write a marker file, feed a queue, release a lock it held), that wait can never end; "
+            "restart the job with that process fixed, and give the wait a timeout. " + remedy
+        )
+        evidence = found.evidence + tuple(
+            f"pid {p.pid} ({_cmd(p)}), a process of the job other than main and its workers, was last seen "
+            f"{ago:.0f} s before the "
+            "examination and has ended (its traceback, if it printed one, is in the job's stderr)"
+            for p, ago in ended[:3]
+        )
+        return Finding(**{**found.__dict__, "remedy": remedy, "evidence": evidence})
+    return Finding(**{**found.__dict__, "remedy": remedy})
+
+
+def _cmd(p: ProcessSample) -> str:
+    """A process's command line for a line of ours: redacted, on one line, cut to 80 characters."""
+    from .. import redact
+    from ..text import one_line
+
+    return one_line(" ".join(redact.cmdline(p.cmdline)) or p.name)[:80]
+
+
+def ended_helpers(facts: Facts) -> List[Tuple[ProcessSample, float]]:
+    """Processes of the job other than main and its workers (a producer, a decoder, a lock
+    holder: role ``other``, or a fork of main that ended before it could be told apart,
+    ``worker_starting``, and that no loader lists as its worker) that the timeline saw and the
+    latest sample no longer holds, with how long before that sample each was last seen, most
+    recent first. A wait that only such a
+    process could end cannot end; which wait it was is not known from outside, so this is said,
+    not proven. A zombie (state ``Z``: ended, not yet reaped by its parent) counts as ended."""
+    if not facts.timeline:
+        return []
+    now = facts.sample
+    alive = {p.pid for p in now.processes if p.state != "Z"}  # a zombie has ended: nobody reaped it yet
+    last: Dict[int, Tuple[ProcessSample, float]] = {}
+    workers = {p.pid for sample in facts.timeline for p in sample.workers}
+    workers |= {pid for v in (facts.inside.loaders if facts.inside else ()) for pid in v.workers}
+    for sample in facts.timeline:
+        for p in sample.processes:
+            if p.role in (ROLE_OTHER, ROLE_STARTING) and p.state != "Z" and p.pid not in workers:
+                last[p.pid] = (p, sample.t_mono)
+    gone = [(p, now.t_mono - t) for pid, (p, t) in last.items() if pid not in alive]
+    return sorted(gone, key=lambda item: item[1])
 
 
 # --- lost batches, the pin thread, shutdown, and main outside the loader ----------------------
