@@ -101,14 +101,14 @@ MAX_WORKERS = 1024
 
 
 # How long each command takes on this project's 2-core VM (Python 3.11, torch CPU, other work
-# beside it: load average about 5), measured on 2027-01-15 with `time dlwatch probe …` (a round
+# beside it: load average about 5), measured on 2026-12-05 with `time dlwatch probe …` (a round
 # of rhythm; one run or round of the others), the defaults' totals added up from those; each
 # command's --help ends with its line. The long ones print an estimate for the flags given when
 # they start (:func:`say_estimate`), from the same per-run figures (each module's constants).
 RUN_TIMES: Dict[str, str] = {
     "repro": (
         "Run time on a 2-core VM: about 15-20 s a scenario (worker_stuck 15 s, lock_order_in_worker 14 s); "
-        "--all (42 scenarios) about 15 min, --cases (100) about 35 min; --verify re-runs each fixable job "
+        "--all (every scenario) about 15 min, --cases (every case) about 35 min; --verify re-runs each fixable job "
         "twice more. It prints an estimate when it runs more than one."
     ),
     "bench": (
