@@ -143,7 +143,7 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
 
 
 # Seconds one paired round (a run with the recorder and one without) takes on a 2-core VM
-# (2027-01-15: `--rounds 1 --loaders typical` in 11.2 s).
+# (2026-12-05: `--rounds 1 --loaders typical` in 11.2 s).
 ROUND_S = 11.0
 
 

@@ -676,7 +676,7 @@ TIMELINE_SAMPLES = (10, 100_000)
 
 
 # Seconds a run of the job takes to start and stop beside its --warmup and --seconds, and a hang
-# run in all, on a 2-core VM (2027-01-15: `--pairs 1 --seconds 5 --warmup 5 --no-hang`, two
+# run in all, on a 2-core VM (2026-12-05: `--pairs 1 --seconds 5 --warmup 5 --no-hang`, two
 # runs of 10 s, took 40 s).
 RUN_START_S, HANG_RUN_S = 10.0, 20.0
 

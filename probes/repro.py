@@ -827,7 +827,7 @@ def listing() -> str:
     return tabulate(rows, headers=["name", "expected", "severity", "needs"])
 
 
-# Seconds one scenario takes on a 2-core VM (2027-01-15: worker_stuck 15.0 s, lock_order_in_worker
+# Seconds one scenario takes on a 2-core VM (2026-12-05: worker_stuck 15.0 s, lock_order_in_worker
 # 14.4 s; a healthy control runs its whole job, a crash ends sooner), and a --verify of one
 # (two more runs of the job, the control and the fix).
 SCENARIO_S, VERIFY_S = 20.0, 40.0

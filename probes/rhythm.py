@@ -118,7 +118,7 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
         inside.remove_folder(folder)
 
 
-# Seconds one variant's run takes on a 2-core VM (2027-01-15: all 9 in 125 s, "1 worker" 14 s).
+# Seconds one variant's run takes on a 2-core VM (2026-12-05: all 9 in 125 s, "1 worker" 14 s).
 VARIANT_S = 14.0
 
 

@@ -627,7 +627,7 @@ def _check_grid(args, command: str) -> None:
 
 
 # Seconds one run takes on a 2-core VM beside the samples' own work (a fresh Python importing torch,
-# its workers started, 2048 samples of 3x224x224 moved): 2027-01-15, `bench --num-workers 2
+# its workers started, 2048 samples of 3x224x224 moved): 2026-12-05, `bench --num-workers 2
 # --pin-memory false --repeats 1 --extra-rounds 0` took 10.2 s in all.
 RUN_S = 8.0
 
