@@ -783,9 +783,8 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     job = doc["job"]
     first = doc["diagnoses"][0]
     stall = doc.get("stall") or {}
-    cause = f"{first['kind']} ({cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f})"
-    yield headline(doc)
-    yield f"  cause:  {first['summary']} ({cause})"
+    yield headline(doc)  # it names the kind; the cause line says how sure
+    yield f"  cause:  {first['summary']} ({cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f})"
     if first.get("location"):
         yield f"  where:  {first['location']}"
     yield f"  fix:    {first['remedy']}"
