@@ -293,15 +293,8 @@ def _ofd_holders(
         st = procfs.proc_stat(pid)
         return since_ticks is not None and st is not None and st.start_ticks < since_ticks
 
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except FileNotFoundError:
-            continue
-        except OSError:
+    for pid, fds in procfs.host_fds():
+        if fds is None:
             complete = complete and older(pid)
             continue
         for fd in fds:

@@ -18,7 +18,7 @@ import resource
 import select
 import stat
 import threading
-from typing import Dict, List, Literal, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Literal, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .. import redact
 from ..errors import ProcAccessDenied, ProcError, ProcessGone
@@ -754,6 +754,23 @@ def _access_mode(pid: int, fd: str) -> Optional[int]:
     return None
 
 
+def host_fds() -> Iterator[Tuple[int, Optional[List[str]]]]:
+    """``(pid, descriptor numbers)`` of every process on the host (``/proc/PID/fd``), with
+    ``None`` for one whose descriptors this user may not read (another user's, without
+    privilege); a process that ended meanwhile is skipped. For the scans of who holds a pipe or
+    an open file description; report time only."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            yield pid, os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            yield pid, None
+
+
 def pipe_holders(pipes) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int, ...]], bool]:
     """``(readers, writers, complete)`` for each pipe in ``pipes`` (``pipe:[N]`` targets): the
     pids of every process on the host holding its read or write end (``/proc/*/fd`` and
@@ -766,15 +783,8 @@ def pipe_holders(pipes) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int
     complete = True
     if not wanted:
         return {}, {}, True
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except FileNotFoundError:
-            continue
-        except OSError:
+    for pid, fds in host_fds():
+        if fds is None:
             complete = False
             continue
         for fd in fds:
