@@ -1055,7 +1055,7 @@ def differences(origin: Origin) -> List[str]:
     """Lines that say, before any run, what the runs will not have that the original had: a
     terminal on stdin (the runs get ``/dev/null``), another mount namespace (allowed with
     ``--yes``), another cgroup (its memory and pids limits may differ)."""
-    own_stdin, own_ns, own_cgroup = launch.context()
+    _, own_ns, own_cgroup = launch.context()
     out = []
     if origin.stdin == "terminal":
         out.append("note: the original had a terminal on stdin; the runs get /dev/null")
