@@ -219,8 +219,8 @@ def test_a_bad_probe_flag_is_one_line_naming_it_before_anything_runs(
     assert f"(see `dlwatch probe {command} --help`)" in err, err
 
 
-def test_report_dir_naming_a_file_says_not_a_folder(tmp_path, nothing_may_run, capsys):
-    a_file = tmp_path / "a-file"
+def test_report_dir_naming_a_file_says_not_a_folder(short_tmp_path, nothing_may_run, capsys):
+    a_file = short_tmp_path / "a-file"  # the error cuts a value past its length
     a_file.write_text("x")
     for report_dir, what in ((a_file, "not a folder"), (a_file / "sub", f"{a_file} is not a folder")):
         with pytest.raises(SystemExit) as e:
