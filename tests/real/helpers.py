@@ -60,11 +60,15 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, inter
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def reports(report_dir: str) -> List[str]:
-    """Finished report folders under ``report_dir`` (temporary ones excluded), oldest first."""
+def reports(report_dir: str, advice: bool = False) -> List[str]:
+    """Finished report folders under ``report_dir`` (temporary ones excluded), oldest first;
+    without ``advice``, not the performance advice a healthy job may get (``input_bound``
+    warnings: a toy job that sleeps for its data is input-bound), which is no alarm."""
     if not os.path.isdir(report_dir):
         return []
-    return sorted(os.path.join(report_dir, n) for n in os.listdir(report_dir) if not n.startswith("."))
+    names = [n for n in os.listdir(report_dir) if not n.startswith(".")]
+    names = [n for n in names if advice or not n.endswith("-warning-input_bound")]
+    return sorted(os.path.join(report_dir, n) for n in names)
 
 
 def load_report(folder: str) -> dict:
