@@ -233,12 +233,15 @@ def test_probe_command_table_and_help():
         assert timed.returncode == 0 and not re.search(r"\|\s+torch\b", timed.stderr), args
 
 
-def test_repro_from_another_folder_reports_there_and_leaves_no_temporary_folders(tmp_path):
+def test_repro_from_another_folder_reports_there_and_leaves_no_temporary_folders(short_tmp_path):
     # Issue #10: run from any folder but the repository root, every scenario came out
     # MISDIAGNOSED with "reports: none" (the reports went under the package's folder), and each
     # left a /tmp/dlwatch-stderr-* folder behind (its dlwatch was killed, never stopped). A
-    # private TMPDIR makes every dlwatch-* temporary folder of this run attributable to it.
-    work, tmp = tmp_path / "work", tmp_path / "tmp"
+    # private TMPDIR makes every dlwatch-* temporary folder of this run attributable to it; a
+    # short one, since the job's workers bind AF_UNIX sockets in it (multiprocessing's
+    # resource_sharer, for torch's file_descriptor sharing): in pytest-xdist's longer tmp_path
+    # the bind failed (108 bytes), a batch was lost, and dlwatch rightly said batch_lost.
+    work, tmp = short_tmp_path / "work", short_tmp_path / "tmp"
     work.mkdir()
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}

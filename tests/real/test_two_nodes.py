@@ -1,7 +1,7 @@
 """A job across two "nodes" on this machine: two ``dlwatch run --metrics-port … --node …``,
 each starting ``torchrun --nnodes 2 --node-rank K --nproc-per-node 2`` (c10d rendezvous on
 loopback, gloo, CPU), scraped every second by a real Prometheus the test starts; node b's
-starts a few seconds after node a's, so node a's sidecar serves its torchrun agent's own row
+starts once Prometheus has scraped node a's sidecar serving its torchrun agent's own row
 while it waits at the rendezvous (Prometheus keeps that row an hour). Rank 3 (local rank 1 of
 whichever node joined the rendezvous second: c10d numbers by arrival, not by ``--node-rank``)
 has DataLoader workers that block at sample 64 (its ninth batch); every step ends in an
@@ -68,6 +68,8 @@ JOB = textwrap.dedent(
 
 
 ALERTS = os.path.join(ROOT, "docs", "prometheus", "alerts.yaml")
+# node a's torchrun agent, alone at the rendezvous: its sidecar serves the agent's own row
+AGENT_ROW = 'last_over_time(dlwatch_last_progress_timestamp_seconds{rank="", node="node-a"}[1h])'
 
 
 def _firing(url: str) -> list:
@@ -106,17 +108,8 @@ def _two_nodes(tmp_path, stuck_rank: int, steps: int):
         f"scrape_configs:\n  - job_name: dlwatch\n    static_configs: [{{targets: [{targets}]}}]\n"
     )
     env = {**os.environ, "STUCK_RANK": str(stuck_rank), "STEPS": str(steps)}
-    procs = []
-    for k, name in enumerate(("node-a", "node-b")):
-        if k:
-            time.sleep(8)  # node a's agent waits at the rendezvous meanwhile, its row scraped
-        torchrun = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k)]
-        torchrun += ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}"]
-        torchrun += ["--rdzv-id", "job42", str(script)]
-        cmd = DLWATCH + ["run", "--node", name, "--metrics-port", str(ports[k]), "--stall-timeout", "5"]
-        cmd += ["--report-dir", str(tmp_path / "reports"), "--"] + torchrun  # one shared report_dir
-        procs.append(start(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    procs.append(
+    url = f"http://127.0.0.1:{prom}"
+    procs = [
         start(
             [
                 "prometheus",
@@ -127,8 +120,25 @@ def _two_nodes(tmp_path, stuck_rank: int, steps: int):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    )
-    return procs, f"http://127.0.0.1:{prom}"
+    ]
+    try:
+        for k, name in enumerate(("node-a", "node-b")):
+            if k:
+                # node a's agent waits at the rendezvous meanwhile: node b starts once Prometheus has
+                # scraped that agent's own row (under load, a fixed pause could end before the first
+                # scrape, and the row was never seen)
+                wait_for(lambda: _query(url, AGENT_ROW), 120, "node a's agent row in Prometheus", interval_s=1.0)
+            torchrun = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k)]
+            torchrun += ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}"]
+            torchrun += ["--rdzv-id", "job42", str(script)]
+            cmd = DLWATCH + ["run", "--node", name, "--metrics-port", str(ports[k]), "--stall-timeout", "5"]
+            cmd += ["--report-dir", str(tmp_path / "reports"), "--"] + torchrun  # one shared report_dir
+            procs.append(start(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    except BaseException:
+        for p in procs:
+            kill_tree(p)
+        raise
+    return procs, url
 
 
 def _all_four(url: str, expr: str, what: str) -> None:
@@ -154,8 +164,8 @@ def test_cluster_names_the_rank_whose_loader_stalled_by_cause_when_every_rank_st
         _all_four(url, 'dlwatch_seconds_since_progress{run_id="job42"} > 12', "all four ranks stalled")
         wait_for(lambda: _query(url, 'dlwatch_report_info{rank="3"}'), 60, "rank 3's report in Prometheus", 1.0)
         # the launcher's row: served while node a's agent waited for node b, kept by Prometheus
-        agents = _query(url, 'last_over_time(dlwatch_last_progress_timestamp_seconds{rank=""}[1h])')
-        assert {a["metric"]["node"] for a in agents} >= {"node-a"}, agents
+        agents = _query(url, AGENT_ROW)
+        assert {a["metric"]["node"] for a in agents} == {"node-a"}, agents
         for args in ([], ["--run-id", "job42"]):  # without: the agents' rows are listed too
             code, doc, err = _cluster(url, *args, "--json")
             assert code == 1, err
