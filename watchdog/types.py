@@ -10,12 +10,14 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple, TypeVar
 
 # The samples kept in a timeline (timeline_samples x processes x threads of them) carry no
 # per-instance __dict__ where Python allows it (dataclass ``slots``, Python >= 3.10): about 40 %
 # less memory for a full timeline.
 _SLOTS: Dict[str, Any] = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+_T = TypeVar("_T")  # what Facts.derived returns
 
 
 class TextEnum(str, enum.Enum):
@@ -1235,6 +1237,17 @@ class Facts:
             if p is not None:
                 return p
         return None
+
+    def derived(self, make: Callable[[Facts], _T]) -> _T:
+        """``make(self)``, computed on the first call and kept with these facts (like
+        ``functools.cached_property``, in the instance's ``__dict__``, keyed by ``make``): a
+        record parsed from them once (``watchdog.collect.stderr_facts``) without this module
+        importing a later stage. Facts made anew (``dataclasses.replace``) start with none
+        kept. Two threads asking at once may both compute it; either result is kept."""
+        kept: Dict[Any, Any] = self.__dict__.setdefault("_derived", {})
+        if make not in kept:
+            kept[make] = make(self)
+        return kept[make]
 
 
 @dataclass(frozen=True)

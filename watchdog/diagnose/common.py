@@ -8,6 +8,20 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import frames, states
+from ..collect.stderr_facts import (  # noqa: F401  (parsed stderr: the rules' names for it)
+    STAGE_COLLATE,
+    STAGE_DATASET,
+    STAGE_WORKER_INIT,
+    TB_FILE,
+    FatalErrorDump,
+    OriginalTraceback,
+    TracebackBlock,
+    fatal_error_dump,
+    original_traceback,
+    stderr_traceback_blocks,
+    tb_frame,
+    traceback_location,
+)
 from ..types import (
     MODE_HANG,
     EarlierStack,
@@ -404,113 +418,6 @@ def mib(n: Optional[float]) -> str:
     return "unknown" if n is None else f"{n / 2**20:.1f} MiB"
 
 
-TB_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration)\b.*")
-
-
-def tb_frame(line: str) -> Optional[Frame]:
-    """The frame of one ``  File "…", line N, in F`` line of a Python traceback, or ``None``."""
-    m = TB_FILE.match(line)
-    return Frame(m.group("func"), m.group("file"), int(m.group("line")), False) if m else None
-
-
-# Where in a worker a stage of PyTorch's pipeline calls the job's code: the source line of the
-# frame in torch/utils/data/_utils/{worker,fetch}.py (``_worker_loop``, ``_MapDatasetFetcher.fetch``,
-# ``_IterableDatasetFetcher.fetch``).
-STAGE_DATASET = "Dataset"
-STAGE_COLLATE = "collate_fn"
-STAGE_WORKER_INIT = "worker_init_fn"
-_STAGE_CALLS = (("collate_fn(", STAGE_COLLATE), ("init_fn(", STAGE_WORKER_INIT), ("dataset", STAGE_DATASET))
-
-
-@dataclass(frozen=True)
-class OriginalTraceback:
-    """The last "Original Traceback" PyTorch printed for a worker's exception
-    (``ExceptionWrapper.reraise`` in torch/_utils.py), chained parts included: ``frames`` with
-    the source line under each (outermost first), and ``exception``, the line of the exception
-    finally raised (``None`` when cut off)."""
-
-    frames: Tuple[Tuple[Frame, str], ...]
-    exception: Optional[str]
-
-    def user(self) -> Optional[Tuple[Frame, str]]:
-        """The innermost frame of the job's own files and its source line (not the standard
-        library, torch or an installed package; else the innermost installed package's frame),
-        or ``None``."""
-        library = None
-        for f, source in reversed(self.frames):
-            if frames.is_user(f):
-                if not frames.is_third_party(f):
-                    return f, source
-                library = library or (f, source)
-        return library
-
-    def stage(self) -> str:
-        """Which stage of the worker raised: ``collate_fn``, ``worker_init_fn`` or ``Dataset``
-        (the default), from the innermost call PyTorch's worker code made (the source line of
-        its frame in torch/utils/data/_utils/worker.py or fetch.py)."""
-        for f, source in reversed(self.frames):
-            path = frames.normalise_path(f.file)
-            if path.endswith(("torch/utils/data/_utils/fetch.py", "torch/utils/data/_utils/worker.py")):
-                for call, stage in _STAGE_CALLS:
-                    if call in source:
-                        return stage
-        return STAGE_DATASET
-
-
-def original_traceback(stderr: str) -> Optional[OriginalTraceback]:
-    """The last "Original Traceback" in ``stderr`` (:class:`OriginalTraceback`), or ``None``."""
-    at = stderr.rfind("Original Traceback (most recent call last):")
-    if at < 0:
-        return None
-    lines = stderr[at:].splitlines()[1:]
-    found: List[Tuple[Frame, str]] = []
-    exception = None
-    chained = False  # after an exception line, only a chained traceback continues the block
-    for i, line in enumerate(lines):
-        if exception is not None and not chained:
-            text = line.strip()
-            if text.startswith(_CHAIN_HEADS):
-                chained = True
-            elif text:
-                break  # the block ended: what follows is main's or a launcher's own output
-            continue
-        f = tb_frame(line)
-        if f is not None:
-            nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            found.append((f, "" if tb_frame(nxt) is not None else nxt.strip()))
-        elif line and not line.startswith((" ", "\t")) and _EXCEPTION_LINE.match(line.strip()):
-            exception, chained = line.strip(), False
-    return OriginalTraceback(tuple(found), exception)
-
-
-_FATAL = re.compile(r"^Fatal Python error: (?P<what>[^\n]+)$", re.M)
-_DUMP_HEAD = re.compile(
-    r"^(?:Current thread 0x[0-9a-f]+ \(most recent call first\)|Stack \(most recent call first\)):$"
-)
-_DUMP_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
-
-
-@dataclass(frozen=True)
-class FatalErrorDump:
-    """The last stack ``faulthandler`` wrote for a fatal signal (CPython's faulthandler
-    module: "Fatal Python error: Segmentation fault", then the crashing thread's frames):
-    ``what`` it says hit, and ``frames`` of the thread that crashed, innermost first."""
-
-    what: str
-    frames: Tuple[Frame, ...]
-
-    def user(self) -> Optional[Frame]:
-        """The innermost frame of the job's own files (else of an installed package), or ``None``."""
-        library = None
-        for f in self.frames:
-            if frames.is_user(f):
-                if not frames.is_third_party(f):
-                    return f
-                library = library or f
-        return library
-
-
 def seconds(s: float) -> str:
     """``3.2 s`` below 10 s, ``18 s`` above: a duration for an evidence line."""
     return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
@@ -568,51 +475,6 @@ def _dataset_frame(python: Sequence[Frame]) -> Optional[Frame]:
         elif own is not None and frames.is_torch(f):
             return own
     return own
-
-
-def fatal_error_dump(stderr: str) -> Optional[FatalErrorDump]:
-    """The last faulthandler dump in ``stderr`` (:class:`FatalErrorDump`), or ``None``."""
-    found = list(_FATAL.finditer(stderr or ""))
-    if not found:
-        return None
-    m = found[-1]
-    stack: List[Frame] = []
-    in_stack = False
-    for line in stderr[m.end() :].splitlines()[1:200]:
-        line = line.rstrip()
-        if _DUMP_HEAD.match(line):
-            in_stack, stack = True, []
-            continue
-        if not in_stack:
-            continue
-        f = _DUMP_FRAME.match(line)
-        if f is None:
-            break  # the crashing thread's stack ended
-        stack.append(Frame(f.group("func"), f.group("file"), int(f.group("line")), False))
-    return FatalErrorDump(m.group("what").strip(), tuple(stack))
-
-
-# The lines that chain one traceback to the next within one exception's report (CPython's
-# traceback module): the block goes on after them.
-_CHAIN_HEADS = (
-    "During handling of the above exception",
-    "The above exception was the direct cause",
-)
-
-
-def traceback_location(stderr: str) -> Optional[str]:
-    """``file:line`` of the last frame of the job's own files in ``stderr``'s Python tracebacks
-    (PyTorch re-raises a worker's error with its "Original Traceback", whose user frame is the
-    most precise); an installed package's frame only when there is none; else ``None``."""
-    own = library = None
-    for line in stderr.splitlines():
-        f = tb_frame(line)
-        if f is not None and frames.is_user(f):
-            if frames.is_third_party(f):
-                library = f"{f.file}:{f.line}"
-            else:
-                own = f"{f.file}:{f.line}"
-    return own or library
 
 
 def workers_phrase(n: int) -> str:
@@ -704,76 +566,3 @@ def since_last_drop(points: List[Tuple[float, float]], drop: float = 0.1) -> Lis
         if points[i][1] < (1 - drop) * points[i - 1][1]:
             start = i
     return points[start:]
-
-
-@dataclass(frozen=True)
-class TracebackBlock:
-    """One Python traceback printed on stderr (CPython's traceback module): ``frames`` with
-    the source line under each (outermost first), ``exception`` its last line (``None`` when
-    cut off), whether it is PyTorch's "Original Traceback" of a worker (``original``), and
-    whether it was printed by a process of multiprocessing that ended with it
-    (``worker``: a frame of ``multiprocessing/process.py`` ``_bootstrap`` or
-    ``multiprocessing/spawn.py``, or PyTorch's ``_worker_loop`` outside an "Original
-    Traceback")."""
-
-    frames: Tuple[Tuple[Frame, str], ...]
-    exception: Optional[str]
-    worker: bool
-    original: bool = False  # PyTorch's "Original Traceback" of a worker's exception, re-raised in main
-
-    def user(self) -> Optional[Frame]:
-        """The innermost frame of the job's own files (not an installed package's), or ``None``."""
-        return next((f for f, _ in reversed(self.frames) if frames.is_user(f) and not frames.is_third_party(f)), None)
-
-
-_WORKER_FILES = ("multiprocessing/process.py", "multiprocessing/spawn.py", "torch/utils/data/_utils/worker.py")
-
-
-def stderr_traceback_blocks(stderr: str) -> Tuple[List[TracebackBlock], List[str]]:
-    """The tracebacks in ``stderr`` (:class:`TracebackBlock`, in order), and the other lines
-    that are not part of any (stripped, in order): what a process printed itself, such as
-    ``sys.exit("message")``'s message, which multiprocessing prints for a worker before it
-    exits with code 1. A line with no indentation that arrives between a traceback's frames
-    (another process wrote it meanwhile: processes share stderr) is counted with the other
-    lines, not as the traceback's end."""
-    lines = (stderr or "").splitlines()
-    blocks: List[TracebackBlock] = []
-    loose: List[str] = []
-    i = 0
-    original = False
-    while i < len(lines):
-        line = lines[i]
-        text = line.strip()
-        if text.endswith("Traceback (most recent call last):"):
-            original = text.startswith("Original Traceback")
-            found: List[Tuple[Frame, str]] = []
-            exception = None
-            i += 1
-            while i < len(lines):
-                cur = lines[i]
-                if not cur.strip():
-                    i += 1
-                    break
-                if cur.startswith((" ", "\t")):
-                    f = tb_frame(cur)
-                    if f is not None:
-                        nxt = lines[i + 1] if i + 1 < len(lines) else ""
-                        found.append((f, "" if tb_frame(nxt) is not None else nxt.strip()))
-                    i += 1
-                    continue
-                nxt = lines[i + 1] if i + 1 < len(lines) else ""
-                if nxt.startswith("  File ") or nxt.startswith("    "):
-                    loose.append(cur.strip())  # written by another process between frames
-                    i += 1
-                    continue
-                exception = cur.strip()
-                i += 1
-                break
-            worker = not original and any(frames.normalise_path(f.file).endswith(_WORKER_FILES) for f, _ in found)
-            blocks.append(TracebackBlock(tuple(found), exception, worker, original))
-            continue
-        if text and not text.startswith(_CHAIN_HEADS) and not line.startswith((" ", "\t")):
-            if not (blocks and blocks[-1].exception == text):
-                loose.append(text)
-        i += 1
-    return blocks, loose
