@@ -483,6 +483,85 @@ class InsideView:
     failures: Tuple[WorkerFailure, ...] = ()
 
 
+# Signal names for exit records (signal(7)); any other number is shown as a number.
+_SIGNAL_NAMES = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
+
+# What is said of a process whose exit status no one recorded (NOTE [ Exit records ] in
+# watchdog/collect/sampler.py): never more than is known.
+NO_EXIT_RECORD = (
+    "ended without a record (killed by a signal it could not catch, e.g. SIGKILL, or crashed; or its parent "
+    "reaped it before a sample saw its exit status)"
+)
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """How a process of the job other than main and its workers (role ``other`` or
+    ``worker_starting``) ended, as the sampler saw it (NOTE [ Exit records ] in
+    watchdog/collect/sampler.py).
+
+    ``last_seen_mono``/``last_seen_wall`` is the last sample that held it alive,
+    ``ended_mono``/``ended_wall`` the first that found it ended (a zombie, or gone).
+    ``status`` is its wait status in waitpid(2)'s form (``exit code << 8``, or the signal
+    number, ``| 0x80`` for a core dump), read from ``/proc/PID/stat`` field 52 (``exit_code``,
+    proc(5), Linux 3.5 and later) while it was a zombie; ``None`` when its parent reaped it
+    before a sample saw it (then nothing says how it ended)."""
+
+    pid: int
+    start_ticks: int
+    ppid: int
+    role: ProcessRole
+    name: str
+    cmdline: Tuple[str, ...]
+    last_seen_mono: float
+    last_seen_wall: float
+    ended_mono: float
+    ended_wall: float
+    status: Optional[int] = None
+
+    @property
+    def ident(self) -> ProcId:
+        """``(pid, start_ticks)``: the process, not a later one with its pid."""
+        return ProcId(self.pid, self.start_ticks)
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The code it passed to ``exit`` (``WEXITSTATUS``), or ``None`` (killed, or unknown)."""
+        if self.status is None or self.status & 0x7F:
+            return None
+        return (self.status >> 8) & 0xFF
+
+    @property
+    def signal(self) -> Optional[int]:
+        """The signal that ended it (``WTERMSIG``), or ``None`` (it exited, or unknown)."""
+        if self.status is None or not self.status & 0x7F:
+            return None
+        return self.status & 0x7F
+
+    def how(self) -> str:
+        """How it ended, as a clause: ``exited with code 1``, ``was killed by signal 9
+        (SIGKILL)``, or :data:`NO_EXIT_RECORD`."""
+        if self.signal is not None:
+            core = " (core dumped)" if self.status is not None and self.status & 0x80 else ""
+            return f"was killed by signal {self.signal} ({_SIGNAL_NAMES.get(self.signal, 'signal')}){core}"
+        if self.exit_code is not None:
+            return f"exited with code {self.exit_code}"
+        return NO_EXIT_RECORD
+
+
 @dataclass(frozen=True, **_SLOTS)
 class Sample:
     """Everything read at one instant: the job's processes (main first), the host, and the
@@ -499,6 +578,10 @@ class Sample:
     # ``threads`` is empty (NOTE [ Thread reads ] in watchdog/collect/sampler.py); a lean
     # sample has its full sample's.
     threads_read: bool = True
+    # How the job's processes other than main and its workers ended, so far (NOTE [ Exit
+    # records ] in watchdog/collect/sampler.py), oldest first; the same tuple in every sample
+    # until another ends.
+    exits: Tuple[ExitRecord, ...] = ()
     # {pid: process}, built at the first :meth:`process` call (rules that follow one process
     # through the whole timeline look up every sample).
     _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)

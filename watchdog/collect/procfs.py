@@ -157,8 +157,10 @@ class ProcStat(NamedTuple):
     ``rss_pages`` (24: resident pages of ``PAGE_SIZE`` bytes, as ``statm``'s ``resident``),
     ``pgrp`` (5), ``tty_nr`` (7: the controlling terminal, 0 for none), ``tpgid`` (8: the
     foreground process group of that terminal, -1 for none), ``session`` (6) and ``vsize_bytes``
-    (23: the virtual memory size in bytes; every new mapping grows it). The only parser of that
-    file."""
+    (23: the virtual memory size in bytes; every new mapping grows it) and ``exit_status`` (52:
+    ``exit_code``, the wait status in waitpid(2)'s form, meaningful only for a zombie and only
+    to a reader with ptrace read access, 0 otherwise: see :func:`zombie_exit_status`; Linux 3.5
+    and later, 0 when absent). The only parser of that file."""
 
     comm: str
     state: str
@@ -174,6 +176,7 @@ class ProcStat(NamedTuple):
     tpgid: int
     session: int = 0
     vsize_bytes: int = 0
+    exit_status: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -212,7 +215,67 @@ def parse_proc_stat(data: bytes) -> ProcStat:
         int(rest[5]),
         int(rest[3]),
         int(rest[20]),
+        int(rest[49]) if len(rest) > 49 else 0,
     )
+
+
+# CAP_SYS_PTRACE's bit in a capability mask (linux/capability.h; capabilities(7)).
+_CAP_SYS_PTRACE = 1 << 19
+
+
+def _ids(status: bytes, key: str) -> Optional[Tuple[int, ...]]:
+    value = status_field(status, key)
+    try:
+        return tuple(int(x) for x in value.split()) if value is not None else None
+    except ValueError:
+        return None
+
+
+def may_read_exit_status(pid: int) -> bool:
+    """Whether ``/proc/PID/stat`` field 52 (``exit_code``) of zombie ``pid`` shows its real exit
+    status to this process: the kernel prints it only when ``ptrace_may_access(task,
+    PTRACE_MODE_READ_FSCREDS)`` holds, else 0 (fs/proc/array.c ``do_task_stat``; proc(5)).
+    For a zombie (no memory map left) that is: our file-system uid equals its real, effective
+    and saved uid and our file-system gid its gids (``Uid:``/``Gid:`` of ``status``), or we
+    have ``CAP_SYS_PTRACE`` (``CapEff:``; in the initial user namespace: dlwatch in a user
+    namespace of its own answers ``False`` unless the ids match). A 0 read without that access
+    would claim a clean exit: never trusted."""
+    mine = read_bytes("/proc/self/status")
+    theirs = read_bytes(f"/proc/{pid}/status")
+    if mine is None or theirs is None:
+        return False
+    cap = status_field(mine, "CapEff")
+    try:
+        uid_map = (read_bytes("/proc/self/uid_map") or b"").split()
+        if cap is not None and int(cap, 16) & _CAP_SYS_PTRACE and uid_map == [b"0", b"0", b"4294967295"]:
+            return True
+    except ValueError:
+        pass
+    my_uid, my_gid = _ids(mine, "Uid"), _ids(mine, "Gid")
+    uid, gid = _ids(theirs, "Uid"), _ids(theirs, "Gid")
+    if not (my_uid and my_gid and uid and gid) or len(my_uid) < 4 or len(my_gid) < 4:
+        return False
+    return set(uid[:3]) == {my_uid[3]} and set(gid[:3]) == {my_gid[3]}
+
+
+def zombie_exit_status(pid: int, start_ticks: int) -> Optional[int]:
+    """The wait status (waitpid(2)'s form: ``code << 8``, or the signal number ``| 0x80`` on a
+    core dump) of ``pid`` while it is a zombie (ended, not yet reaped by its parent) and still
+    the process that started at ``start_ticks``; ``None`` when it is not a zombie (running,
+    reaped, the pid reused), the field is absent (Linux before 3.5) or the kernel would not
+    show it to us (:func:`may_read_exit_status`). Read only when the sampler finds a process
+    ended (NOTE [ Exit records ] in sampler.py), never at every tick."""
+    data = read_bytes(f"/proc/{pid}/stat")
+    if not data:
+        return None
+    try:
+        st = parse_proc_stat(data)
+        fields = len(data[data.rindex(b")") + 2 :].split())
+    except (ValueError, IndexError):
+        return None
+    if st.state != "Z" or st.start_ticks != start_ticks or fields < 50 or not may_read_exit_status(pid):
+        return None
+    return st.exit_status
 
 
 def proc_stat(pid: int, tid: Optional[int] = None) -> Optional[ProcStat]:

@@ -40,6 +40,20 @@ Documentation/filesystems/proc.rst):
   every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that delivered
   nothing.
 
+NOTE [ Exit records ]
+A wait that only a process of the job could end (a producer that writes a marker, a Manager
+lock's holder) can never end once that process is gone; the report says which process, when it
+ended and how (issue #34, "waits on the dead"). The sampler keeps an :class:`ExitRecord` for each
+process of role ``other`` or ``worker_starting`` that a sample held and the next no longer does,
+at no cost on a tick where nothing ended: the walk already reads each process's ``stat`` and
+skips a zombie (state ``Z``: ended, not yet reaped by its parent); only then is its exit status
+kept, from the same ``stat`` line (field 52, ``exit_code``, proc(5), Linux 3.5 and later), once
+``procfs.may_read_exit_status`` shows that the kernel printed the real value to us (else it
+prints 0, which would claim a clean exit). A process reaped between two samples leaves no
+status: its record says so (``NO_EXIT_RECORD``) and never guesses. Every sample carries the
+records so far (``Sample.exits``, the same tuple until another ends; at most ``_EXITS_KEPT``,
+the newest).
+
 NOTE [ Thread reads ]
 Per-thread counters and waits are what judges a stall: which thread waits where, whether it
 woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect.py``). While
@@ -81,8 +95,10 @@ from ..errors import ProcError, ProcessGone
 from ..types import (
     LOADER_ROLES,
     ROLE_MAIN,
+    ROLE_OTHER,
     ROLE_STARTING,
     ROLE_WORKER,
+    ExitRecord,
     FdCensus,
     HostSample,
     ProcessRole,
@@ -95,6 +111,9 @@ from .node import NodeReads
 
 # State letters kept as they are (psutil's statuses, mapped back); any other letter is "?".
 _STATES = frozenset("RSDTtZXI")
+# Exit records kept (NOTE [ Exit records ]): the newest; a job that starts thousands of short
+# helpers keeps the latest ones.
+_EXITS_KEPT = 64
 # Seconds between reads of vm.max_map_count (a sysctl, changed by hand if ever).
 _MAX_MAP_COUNT_EVERY_S = 60.0
 # Seconds between walks that read every thread's children file, ran or not (a bound on how long
@@ -338,6 +357,11 @@ class Sampler:
         self._all_children_at = float("-inf")
         self._threads_stale = False  # a walk without threads came after the thread reader's last read
         self._last_t: Optional[float] = None
+        self._last_wall: Optional[float] = None
+        # NOTE [ Exit records ]: how the ended processes ended, and the zombies this walk found
+        # (their wait status, None when the kernel would not show it to us)
+        self.exits: Tuple[ExitRecord, ...] = ()
+        self._zombies: Dict[ProcId, Optional[int]] = {}
         self._quota_value: Optional[float] = None
         # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
         self.role_overrides: Dict[int, ProcessRole] = {}
@@ -458,7 +482,9 @@ class Sampler:
         )
         if memory_short(host):
             return None
-        return Sample(time.monotonic(), time.time(), last.processes, host, threads_read=last.threads_read)
+        return Sample(
+            time.monotonic(), time.time(), last.processes, host, threads_read=last.threads_read, exits=self.exits
+        )
 
     def _sample(self, threads: bool = True) -> Sample:
         t_mono, wall = time.monotonic(), time.time()
@@ -478,15 +504,44 @@ class Sampler:
         self._lost = bool(self._live - live)
         if self._lost:
             self._ended_at = t_mono  # the pages it shared are the others' own now
+            self._record_exits(self._live - live, t_mono, wall)
+        self._zombies = {}
         self._live = live
         for table in (self._facts, self._full, self._kids, self._prev, self._census, self._relabelled, self._vsize):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self._threads.forget({p.pid for p in processes})
-        self._last_t = t_mono
+        self._last_t, self._last_wall = t_mono, wall
         host = host_sample(main.pid if main else None, self.memory_cgroup, self.node)
         self._short = memory_short(host)
-        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads)
+        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads, exits=self.exits)
+
+    def _record_exits(self, ended: Set[ProcId], t_mono: float, wall: float) -> None:
+        """Add an :class:`ExitRecord` for each process of ``ended`` (alive at the last sample,
+        not in this one) whose role was ``other`` or ``worker_starting`` (NOTE [ Exit
+        records ]), with the wait status this walk read if it found it a zombie."""
+        new = []
+        for key in sorted(ended):
+            p = self._prev.get(key)
+            if p is None or p.role not in (ROLE_OTHER, ROLE_STARTING):
+                continue
+            new.append(
+                ExitRecord(
+                    pid=p.pid,
+                    start_ticks=key.start_ticks,
+                    ppid=p.ppid,
+                    role=p.role,
+                    name=p.name,
+                    cmdline=p.cmdline,
+                    last_seen_mono=self._last_t if self._last_t is not None else t_mono,
+                    last_seen_wall=self._last_wall if self._last_wall is not None else wall,
+                    ended_mono=t_mono,
+                    ended_wall=wall,
+                    status=self._zombies.get(key),
+                )
+            )
+        if new:
+            self.exits = (self.exits + tuple(new))[-_EXITS_KEPT:]
 
     def _job_anon(self) -> Optional[int]:
         """The job's anonymous memory in bytes, the least of the last ``_ANON_WINDOW`` readings
@@ -556,6 +611,9 @@ class Sampler:
             if parent is not None and st.ppid != parent:
                 continue  # the pid was reused by a process outside the tree, or the child moved
             if st.state in ("Z", "X", "x"):
+                key = ProcId(pid, st.start_ticks)
+                if st.state == "Z" and key in self._live:  # it ended since the last sample (NOTE [ Exit records ])
+                    self._zombies[key] = st.exit_status if procfs.may_read_exit_status(pid) else None
                 continue
             create_time = self._create_time(st.start_ticks)
             key = ProcId(pid, st.start_ticks)
