@@ -31,9 +31,9 @@ from tests.unit.builders import (
 )
 from watchdog import frames
 from watchdog.collect import pyspy
+from watchdog.collect.stderr_facts import errno_of
 from watchdog.diagnose import RULES, diagnose, engine
 from watchdog.diagnose.common import fatal_error_dump, original_traceback
-from watchdog.diagnose.crashes import errno_of
 from watchdog.diagnose.hangs import feeder_failures
 from watchdog.types import (
     MODE_CRASH,
@@ -1121,7 +1121,7 @@ def test_a_worker_that_became_another_program_is_worker_exec_not_a_lost_batch():
 def test_a_killed_processes_memory_says_how_old_its_slow_reading_was():
     import dataclasses
 
-    from watchdog.diagnose.crashes import memory_age
+    from watchdog.diagnose.crashes.memory import memory_age
 
     base = hang_facts([])
     s = base.sample
@@ -1339,7 +1339,9 @@ def _contradictions(facts, found):
     exited with a code called killed or sent to the OOM killer; ``shm_exhausted`` first while
     /dev/shm stayed nearly empty and no error line named a shared-memory file; copy-on-read
     first while several iterators with persistent workers were alive at once."""
-    from watchdog.diagnose.crashes import _shm_full_lines, names_shared_memory, worker_ends
+    from watchdog.collect.stderr_facts import names_shared_memory, stderr_facts
+    from watchdog.diagnose.crashes.resources import shm_full_lines
+    from watchdog.diagnose.crashes.workers import worker_ends
     from watchdog.diagnose.loaders import kept_persistent_loaders
 
     out = []
@@ -1348,7 +1350,7 @@ def _contradictions(facts, found):
         if set(d.pids) & exited and ("killed by" in d.summary or "OOM killer" in d.remedy or "dmesg" in d.remedy):
             out.append(f"{d.kind}: workers {sorted(set(d.pids) & exited)} exited with a code: {d.summary}")
     total, used = facts.sample.host.shm_total_bytes, facts.sample.host.shm_used_bytes
-    named = any(names_shared_memory(line) for line in _shm_full_lines(facts.stderr_tail))
+    named = any(names_shared_memory(line) for line in shm_full_lines(stderr_facts(facts)))
     if found and found[0].kind == "shm_exhausted" and total and used is not None and used < 0.25 * total:
         if not named:
             out.append(f"shm_exhausted first with /dev/shm at {used} of {total} bytes and no shared-memory file named")
@@ -1659,7 +1661,7 @@ def test_a_full_disk_names_its_file_systems_figures_from_statvfs_of_the_path_the
         f'    with open("{target}", "wb") as f:\n'
         "OSError: [Errno 28] No space left on device\n"
     )
-    from watchdog.diagnose.crashes import enospc_paths
+    from watchdog.collect.stderr_facts import enospc_paths
 
     assert enospc_paths(literal) == [target]
     assert enospc_paths(fixture("stderr_worker_cache_disk_full.txt")) == []  # os.path.join(...): not known
