@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from watchdog.argtypes import one_line
 from watchdog.exits import Exit, of_signal
@@ -36,6 +36,9 @@ from .grid import FALSE_WORDS, START_METHODS, TRUE_WORDS, GridError, LoaderConfi
 
 if TYPE_CHECKING:
     from .measure import Result
+
+# The machine-load thresholds (probes/bench/load.py, which imports nothing heavy).
+BUSY_SHARE, WITHHOLD_SHARE = 0.10, 0.50
 
 DEFAULT_SAMPLES = 2048
 IMPROVEMENT = 1.05  # autotune: a step must beat the best so far by 5%
@@ -192,6 +195,15 @@ def _measure_flags(p: argparse.ArgumentParser) -> None:
     m.add_argument("--json", type=output_file, metavar="PATH", help="every measurement and the machine, as JSON")
     m.add_argument("--csv", type=output_file, metavar="PATH", help="one row per run, as CSV")
     m.add_argument(
+        "--busy-limit",
+        type=float_range(0.0, 1.0),
+        default=WITHHOLD_SHARE,
+        metavar="SHARE",
+        help="withhold the verdict when other processes used at least this share of the machine's CPUs during the "
+        f"runs (from /proc/stat; 0 to 1, 1: never; default {WITHHOLD_SHARE:g}); above {BUSY_SHARE:g} each run's "
+        "interval is widened by what they may have taken",
+    )
+    m.add_argument(
         "--plot",
         type=plot_file,
         metavar="PATH.png",
@@ -268,6 +280,8 @@ def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -
     from .measure import Result, measure_side_by_side
 
     results = [Result(c) for c in configs]
+    if SO_FAR.results is None:
+        SO_FAR.results = results
     total = len(configs) * args.repeats
     console = Console(stderr=True)
     done = [0]
@@ -296,13 +310,28 @@ def _run_all(configs: Sequence[LoaderConfig], dataset: dict, args, title: str) -
 
 
 def _report(
-    results: List[Result], args, dataset_text: str, nbytes, cpu_bound: bool, extra: Optional[dict] = None
+    results: List[Result],
+    args,
+    dataset_text: str,
+    nbytes,
+    cpu_bound: bool,
+    extra: Optional[dict] = None,
+    partial: str = "",
 ) -> dict:
-    """Print the table, the best and the knee, the ceiling and the warnings; write ``--json``,
-    ``--csv`` and ``--plot``. Returns the JSON document."""
+    """Print the table, the best and the knee, the ceiling, how busy the machine was and the
+    warnings; write ``--json``, ``--csv`` and ``--plot``. ``partial`` (why the measurement
+    stopped early) withholds the recommendation and marks the files partial. Returns the JSON
+    document."""
+    import dataclasses
+
+    from . import load as load_mod
     from . import machine as machine_mod
     from . import output
+    from .measure import annotate
 
+    results = [r for r in results if r.runs]
+    for r in results:
+        annotate(r)
     mach = machine_mod.describe()
     batch_bytes = nbytes * max(int(x) for x in args.batch_size.split(",")) if nbytes else None
     ceilings = output.ceiling(results, mach["usable_cpus"], cpu_bound)
@@ -310,10 +339,14 @@ def _report(
     print(f"dataset: {dataset_text}")
     print(output.table(results, ceilings))
     print(
-        "(* marks the fastest median; `best:` below is the recommendation, the cheapest of those it cannot tell apart)"
+        "(* marks the fastest median; `best:` below is the recommendation: of those it cannot tell apart from the "
+        "fastest, the cheapest whose median is within 5% of the fastest's)"
     )
     top, bend = output.best(results), output.knee(results)
-    choice = output.choose(results, _cuda(results))
+    choice = output.choose(results, _cuda(results), getattr(args, "busy_limit", load_mod.WITHHOLD_SHARE))
+    if partial:
+        choice = dataclasses.replace(choice, withheld=f"the measurement stopped early ({partial})")
+    print(load_mod.busy_line(output.machine_load(results), "the runs"))
     print(choice.text())
     if choice.ignored:
         print(
@@ -338,16 +371,55 @@ def _report(
     for w in warns:
         print(f"warning: {w}")
     settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
-    doc = output.document(results, mach, settings, ceilings, warns, choice)
+    doc = output.document(results, mach, settings, ceilings, warns, choice, partial)
     doc["dataset"] = dataset_text
     doc.update(extra or {})
     if args.json:
         output.write_json(args.json, doc)
     if args.csv:
         output.write_csv(args.csv, doc)
-    if args.plot:
+    if args.plot and not partial:
         output.plot(args.plot, results)
     return doc
+
+
+class SoFar:
+    """What a command has measured so far, for :func:`write_partial` when it is stopped early:
+    its results (or a callable returning them), and what :func:`_report` needs besides."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was measured (a new command starts)."""
+        self.results: Any = None
+        self.args: Any = None
+        self.report_args: tuple = ()
+        self.extra: dict = {}
+
+    def set(self, results, args, dataset_text: str, nbytes, cpu_bound: bool) -> None:
+        self.results, self.args, self.report_args = results, args, (dataset_text, nbytes, cpu_bound)
+
+    def measured(self) -> List[Result]:
+        found = self.results() if callable(self.results) else self.results
+        return [r for r in found or () if r.runs]
+
+
+SO_FAR = SoFar()
+
+
+def write_partial(reason: str) -> bool:
+    """Print and write (``--json``, ``--csv``, marked ``partial``) what :data:`SO_FAR` holds,
+    the recommendation withheld; returns whether there was anything. Raises nothing but
+    ``OSError`` from writing the files."""
+    results = SO_FAR.measured()
+    if not results or SO_FAR.args is None:
+        return False
+    runs = sum(len(r.runs) for r in results)
+    print(f"partial: {reason}: the {runs} run(s) finished so far follow", flush=True)
+    text, nbytes, cpu_bound = SO_FAR.report_args
+    _report(results, SO_FAR.args, text, nbytes, cpu_bound, SO_FAR.extra, partial=reason)
+    return True
 
 
 def _grid(args) -> List[LoaderConfig]:
@@ -405,6 +477,7 @@ def cmd_bench(args) -> int:
     from the fastest (:func:`separate_ties`), and report them."""
     configs = _grid(args)
     dataset, nbytes, cpu_bound, text = _dataset(args, configs)
+    SO_FAR.set(None, args, text, nbytes, cpu_bound)
     results = _run_all(configs, dataset, args, "bench")
     rounds = separate_ties(results, dataset, args, "bench", _cuda(results))
     _report(results, args, text, nbytes, cpu_bound, {"extra_rounds_run": rounds})
@@ -428,7 +501,8 @@ def cmd_autotune(args) -> int:
     candidates = sorted({c.num_workers for c in grid})
     base = grid[0]
     dataset, nbytes, cpu_bound, text = _dataset(args, grid)
-    measured = {}
+    measured: dict = {}
+    SO_FAR.set(lambda: list(measured.values()), args, text, nbytes, cpu_bound)
 
     def at(w: int, pin: bool, against: Optional[Result] = None) -> Result:
         key = (w, pin)
@@ -467,7 +541,7 @@ def cmd_autotune(args) -> int:
     elapsed = time.monotonic() - started
     full = len(grid)
     per_config = elapsed / len(results)
-    choice = output.choose(results, torch.cuda.is_available())
+    choice = output.choose(results, torch.cuda.is_available(), args.busy_limit)
     top = choice.pick
     print(
         f"autotune: ran {len(results)} of {full} grid configurations in {elapsed:.0f} s (the full grid: about "
@@ -475,10 +549,12 @@ def cmd_autotune(args) -> int:
     )
     if len(pins) > 1 and not torch.cuda.is_available():
         print("autotune: pin_memory not measured: no effect without CUDA (torch starts no pin-memory thread)")
-    if len(choice.tied) > 1:
+    if choice.withheld:
+        print(f"autotune: no recommendation: {choice.withheld}")
+    elif len(choice.tied) > 1:
         print(
             f"autotune: {len(choice.tied)} configurations cannot be told apart after {rounds} more rounds; "
-            f"the cheapest of them: use {top.config.label()}"
+            f"the cheapest within 5% of the fastest's median: use {top.config.label()}"
         )
     else:
         print(f"autotune: use {top.config.label()}")
@@ -493,7 +569,7 @@ def cmd_autotune(args) -> int:
                 "configurations_run": len(results),
                 "grid_size": full,
                 "seconds": elapsed,
-                "choice": top.config.as_dict(),
+                "choice": None if choice.withheld else top.config.as_dict(),
             },
             "extra_rounds_run": rounds,
         },
@@ -501,74 +577,132 @@ def cmd_autotune(args) -> int:
     return Exit.OK
 
 
+def ratio_interval(a: Result, b: Result) -> Tuple[float, float, float]:
+    """``(median, low, high)`` of the throughput ratio ``a / b``. With the same number of runs
+    (two or more) the runs are paired by round (:func:`~.measure.measure_side_by_side` runs
+    each configuration once a round, so a round's two runs saw the same machine) and the
+    interval is the distribution-free interval of the median of the rounds' ratios
+    (:func:`~.measure.median_interval`; up to 5 rounds, their whole range); otherwise the
+    medians' intervals are divided (``a``'s low by ``b``'s high, and the reverse); with one run
+    each, the ratio ±5 % (:data:`~.output.SINGLE_RUN_MARGIN`). Each run may have been slowed by
+    other processes by up to :attr:`~.measure.Run.widening`: the low end assumes ``b``'s run
+    was, the high end ``a``'s."""
+    from .measure import median_interval
+    from .output import SINGLE_RUN_MARGIN
+
+    mid = a.throughput / b.throughput if b.throughput else math.inf
+    if len(a.runs) == len(b.runs) == 1:
+        ra, rb = a.runs[0], b.runs[0]
+        r = ra.throughput / rb.throughput
+        return mid, r / SINGLE_RUN_MARGIN / rb.widening, r * SINGLE_RUN_MARGIN * ra.widening
+    if len(a.runs) == len(b.runs):
+        lows = [x.throughput / (y.throughput * y.widening) for x, y in zip(a.runs, b.runs)]
+        highs = [x.throughput * x.widening / y.throughput for x, y in zip(a.runs, b.runs)]
+        return mid, median_interval(lows)[0], median_interval(highs)[1]
+    (alo, ahi), (blo, bhi) = a.median_interval, b.median_interval
+    return mid, alo / bhi, ahi / blo
+
+
+def verdict(interval: Tuple[float, float, float]) -> Optional[bool]:
+    """A claim that ``a`` is faster than ``b`` from their :func:`ratio_interval`: ``True``
+    (held) when the whole interval lies above 1, ``False`` (did not hold) when it lies below,
+    ``None`` (cannot tell) when it holds 1."""
+    _, lo, hi = interval
+    return True if lo > 1 else (False if hi < 1 else None)
+
+
 def beats(a: Result, b: Result) -> bool:
-    """``a`` is faster than ``b``: by more than 5% in median, and (with repeats) every run of
-    ``a`` above every run of ``b``, so that noise alone does not make a claim hold."""
-    if a.throughput <= IMPROVEMENT * b.throughput:
-        return False
-    return len(a.runs) < 2 or a.throughput_span[0] > b.throughput_span[1]
+    """``a`` is faster than ``b``: the interval of their ratio lies above 1 (:func:`verdict`)."""
+    return verdict(ratio_interval(a, b)) is True
 
 
 def _ratio(a: Result, b: Result) -> str:
+    mid, lo, hi = ratio_interval(a, b)
     return (
-        f"{a.throughput / b.throughput:.2f} ({a.throughput:.0f} vs {b.throughput:.0f} samples/s, runs "
+        f"{mid:.2f}, interval {lo:.2f}–{hi:.2f} ({a.throughput:.0f} vs {b.throughput:.0f} samples/s, runs "
         f"{a.throughput_span[0]:.0f}–{a.throughput_span[1]:.0f} vs "
         f"{b.throughput_span[0]:.0f}–{b.throughput_span[1]:.0f})"
     )
 
 
-def _seed_check_configs(batch_size: int) -> List[LoaderConfig]:
-    """seed-check's three configurations: no workers, W workers, W workers with pin_memory."""
+def _seed_check_configs(batch_size: int, cuda: bool = True) -> List[LoaderConfig]:
+    """seed-check's configurations: no workers, W workers, and (only where CUDA is, since
+    without it pin_memory=True runs the same code) W workers with pin_memory."""
     w = max(2, (os.cpu_count() or 2) // 2)
     return [
         LoaderConfig(0, False, batch_size, 2, False, "fork"),
         LoaderConfig(w, False, batch_size, 2, False, "fork"),
-        LoaderConfig(w, True, batch_size, 2, False, "fork"),
-    ]
+    ] + ([LoaderConfig(w, True, batch_size, 2, False, "fork")] if cuda else [])
+
+
+VERDICT_WORDS = {True: "HELD", False: "DID NOT HOLD", None: "CANNOT TELL"}
+
+
+def claim_verdicts(
+    zero: Result, more: Result, pinned: Optional[Result], cuda: bool, torch_version: str, withheld: str = ""
+) -> List[dict]:
+    """seed-check's three claims, each ``{"claim", "held", "verdict", "evidence"}``: ``held``
+    is ``True`` only when the ratio's interval lies above 1 (:func:`verdict`), ``False`` when
+    it lies below, ``None`` when it holds 1, when ``withheld`` (the machine was too busy: the
+    verdict says why) or when the claim was not measured (one that cannot hold without CUDA, or
+    cannot be tested with it)."""
+    w = more.config.num_workers
+
+    def measured(claim: str, v: Optional[bool], evidence: str) -> dict:
+        word = f"WITHHELD ({withheld})" if withheld else VERDICT_WORDS[v]
+        if not withheld and v is None:
+            word += " (the ratio's interval holds 1)"
+        return {"claim": claim, "held": None if withheld else v, "verdict": word, "evidence": evidence}
+
+    def not_measured(claim: str, why: str) -> dict:
+        return {"claim": claim, "held": None, "verdict": f"not measured: {why}", "evidence": ""}
+
+    more_v = verdict(ratio_interval(more, zero))
+    claims = [measured("more workers is faster", more_v, f"W={w}/W=0 throughput ratio {_ratio(more, zero)}")]
+    if cuda and pinned is not None:
+        a, b = verdict(ratio_interval(pinned, more)), verdict(ratio_interval(pinned, zero))
+        both = True if a is True and b is True else (False if False in (a, b) else None)
+        claims.append(measured("pin_memory=True is fastest", both, f"pin on/off ratio {_ratio(pinned, more)}"))
+        claims.append(not_measured("pin_memory matters without CUDA", "this machine has CUDA"))
+    else:
+        why = (
+            f"no CUDA device (torch {torch_version} starts no pin-memory thread without one, so pin_memory=True "
+            "runs the same code as False)"
+        )
+        claims.append(not_measured("pin_memory=True is fastest", why))
+        claims.append(not_measured("pin_memory matters without CUDA", why))
+    return claims
 
 
 def cmd_seed_check(args) -> int:
-    """The classic three-configuration experiment, claim by claim, with measured ratios."""
+    """The classic experiment, claim by claim, with measured ratios and their intervals; the
+    pinned configuration only where CUDA is (:func:`claim_verdicts`)."""
     import torch
 
-    configs = _seed_check_configs(args.batch_size_one)
-    w = configs[1].num_workers
+    from . import load as load_mod
+    from .output import machine_load
+
+    cuda = torch.cuda.is_available()
+    configs = _seed_check_configs(args.batch_size_one, cuda)
     args.batch_size = str(args.batch_size_one)
     dataset, nbytes, cpu_bound, text = _dataset(args, configs, randn=True)
-    zero, more, pinned = _run_all(configs, dataset, args, "seed-check")
-    cuda = torch.cuda.is_available()
-    claims: List[Tuple[str, Optional[bool], str]] = [
-        ("more workers is faster", beats(more, zero), f"W={w}/W=0 throughput ratio {_ratio(more, zero)}"),
-        (
-            "pin_memory=True is fastest",
-            beats(pinned, more) and beats(pinned, zero),
-            f"pin on/off ratio {_ratio(pinned, more)}" + ("" if cuda else "; no CUDA here, so pinning cannot help"),
-        ),
-    ]
-    if cuda:
-        claims.append(("pin_memory matters without CUDA", None, "not testable: this machine has CUDA"))
-    else:
-        claims.append(
-            (
-                "pin_memory matters without CUDA",
-                beats(pinned, more) or beats(more, pinned),
-                f"pin on/off ratio {_ratio(pinned, more)}; torch {torch.__version__} starts no pin-memory thread "
-                "without an accelerator",
-            )
-        )
-    if args.repeats < 2:
-        print("seed-check: one repeat per configuration: verdicts rest on single runs (use --repeats 3)")
-    _report(
-        [zero, more, pinned],
-        args,
-        text,
-        nbytes,
-        cpu_bound,
-        {"claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in claims]},
+    SO_FAR.set(None, args, text, nbytes, cpu_bound)
+    results = _run_all(configs, dataset, args, "seed-check")
+    zero, more = results[0], results[1]
+    pinned = results[2] if len(results) > 2 else None
+    busy = machine_load(results)
+    limit = getattr(args, "busy_limit", load_mod.WITHHOLD_SHARE)
+    withheld = (
+        f"the machine was busy: other processes used {busy.others_cpus:.2f} of {busy.host_cpus} CPUs"
+        if busy is not None and limit < 1 and busy.share >= limit
+        else ""
     )
-    for claim, held, evidence in claims:
-        verdict = "not tested" if held is None else ("HELD" if held else "DID NOT HOLD")
-        print(f"claim: {claim!r}: {verdict} — {evidence}")
+    claims = claim_verdicts(zero, more, pinned, cuda, torch.__version__, withheld)
+    if args.repeats < 2:
+        print("seed-check: one repeat per configuration: each ratio's interval is only ±5% (use --repeats 3)")
+    _report(results, args, text, nbytes, cpu_bound, {"claims": claims})
+    for c in claims:
+        print(f"claim: {c['claim']!r}: {c['verdict']}" + (f" — {c['evidence']}" if c["evidence"] else ""))
     return Exit.OK
 
 
@@ -607,8 +741,16 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt(_signum, _frame) -> None:
-    raise KeyboardInterrupt
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived (``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, _frame) -> None:
+    raise Interrupted(signum)
 
 
 COMMANDS = {"bench": cmd_bench, "autotune": cmd_autotune, "seed-check": cmd_seed_check}
@@ -675,6 +817,7 @@ def main(command: str, argv: List[str]) -> int:
         how += f"; up to {minutes(more)} more when the fastest must be measured again"
     say_estimate(command, seconds, how)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         from .datasets import DatasetError
         from .measure import RunError
@@ -683,17 +826,37 @@ def main(command: str, argv: List[str]) -> int:
             f"dlwatch: error: probe {command} needs the [probes] extra (torch, matplotlib, rich): {e}", file=sys.stderr
         )
         return Exit.USAGE
+    SO_FAR.reset()
     try:
         return COMMANDS[command](args)
-    except KeyboardInterrupt:
-        print("dlwatch: interrupted; the run in progress was stopped", file=sys.stderr)
-        return of_signal(signal.SIGINT)
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the partial files short
+            signal.signal(sig, signal.SIG_IGN)
+        print(f"dlwatch: interrupted ({signal.Signals(signum).name}); the run in progress was stopped", file=sys.stderr)
+        _partial(f"stopped by {signal.Signals(signum).name}")
+        return of_signal(signum)
     except (GridError, DatasetError) as e:
         print(f"dlwatch: error: {one_line(str(e), 1000)}", file=sys.stderr)
         return Exit.USAGE
     except RunError as e:
         print(f"dlwatch: error: {one_line(str(e), 1000)}", file=sys.stderr)
+        _partial(f"a run failed: {one_line(str(e), 300)}")
         return Exit.FAILED
+
+
+def _partial(reason: str) -> None:
+    """:func:`write_partial`, saying on stderr what was written or why nothing was."""
+    try:
+        if write_partial(reason):
+            print(
+                "dlwatch: what was measured before it stopped is above (and in --json/--csv, marked partial)",
+                file=sys.stderr,
+            )
+        else:
+            print("dlwatch: no run had finished: nothing to write", file=sys.stderr)
+    except OSError as e:
+        print(f"dlwatch: error: cannot write the partial results: {e}", file=sys.stderr)
 
 
 def bench_main(argv: List[str]) -> int:

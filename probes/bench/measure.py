@@ -38,7 +38,9 @@ class Run:
     """One repeat of one configuration (seconds, samples/s, bytes; CPU seconds of main and its
     workers: ``cpu_s`` over the whole loop, ``steady_cpu_s`` over the ``steady_samples`` of the
     steady window, ``None`` when there was none); ``started_at`` is when its process was started
-    (UNIX seconds), which shows the order of the runs."""
+    (UNIX seconds), which shows the order of the runs; ``others_cpus`` how many of the machine's
+    ``host_cpus`` other processes kept busy on average over its ``wall_s`` seconds
+    (:mod:`.load`), ``None`` where ``/proc`` could not be read."""
 
     first_batch_s: float
     steady_samples_per_s: Optional[float]
@@ -54,11 +56,21 @@ class Run:
     steady_samples: Optional[int] = None
     steady_cpu_s: Optional[float] = None
     started_at: Optional[float] = None
+    others_cpus: Optional[float] = None
+    host_cpus: Optional[int] = None
+    wall_s: Optional[float] = None
 
     @property
     def throughput(self) -> float:
         """Steady-state samples/s, or overall samples/s when the run was too short for a steady part."""
         return self.steady_samples_per_s or (self.samples / self.total_s if self.total_s else 0.0)
+
+    @property
+    def widening(self) -> float:
+        """How much faster this run could have been without other processes (:func:`.load.widening`)."""
+        from .load import widening
+
+        return widening(self.others_cpus, self.host_cpus)
 
     @property
     def cpu_per_sample_s(self) -> Optional[float]:
@@ -102,8 +114,18 @@ class Result:
     @property
     def median_interval(self) -> Tuple[float, float]:
         """An interval of the median throughput (samples/s) that narrows as runs are added:
-        :func:`median_interval` of the runs; ``(0.0, 0.0)`` without runs."""
-        return median_interval([r.throughput for r in self.runs])
+        :func:`median_interval` of the runs, its upper end from each run's throughput times
+        :func:`.load.widening` (what other processes may have taken from it, 1 on a quiet
+        machine); ``(0.0, 0.0)`` without runs."""
+        lo, _ = median_interval([r.throughput for r in self.runs])
+        _, hi = median_interval([r.throughput * r.widening for r in self.runs])
+        return lo, hi
+
+    @property
+    def others_cpus(self) -> Optional[float]:
+        """Median over runs of :attr:`Run.others_cpus` (CPUs other processes kept busy)."""
+        vals = self._values("others_cpus")
+        return statistics.median(vals) if vals else None
 
     @property
     def cv(self) -> float:
@@ -155,8 +177,11 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         RunError: the child failed or printed no result (its last stderr line is given).
     """
     spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
+    from .load import LoadMeter
+
     env = child_env(extra=[os.getcwd()])  # the working directory: where --dataset's module is
     started_at = time.time()
+    meter = LoadMeter()  # the child is waited for (reaped) before stop(): its CPU time counts as ours
     # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
         proc = subprocess.Popen(
@@ -179,6 +204,7 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         out_f.seek(0)
         err_f.seek(0)
         out, err = out_f.read(), err_f.read()
+    load = meter.stop()
     peak_uss, peak_shm, peak_fds = peaks
     line = next((x for x in out.splitlines() if x.startswith("BENCH-RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -200,6 +226,9 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
         steady_samples=data.get("steady_samples"),
         steady_cpu_s=data.get("steady_cpu_s"),
         started_at=started_at,
+        others_cpus=load.others_cpus if load else None,
+        host_cpus=load.host_cpus if load else None,
+        wall_s=load.wall_s if load else None,
     )
 
 

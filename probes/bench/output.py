@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
+from . import load as load_mod
 from .measure import Result
 
 KNEE_FRACTION = 0.95
@@ -43,16 +45,23 @@ def _cost(r: Result) -> tuple:
     return (c.num_workers, c.pin_memory, c.prefetch_factor, c.persistent_workers)
 
 
+# A configuration cheaper than the fastest replaces it only when its median is at least this
+# share of the fastest's: overlapping intervals alone (few runs, a busy machine) do not make the
+# slowest of a tie the recommendation.
+NEAR_FASTEST = 0.95
+
+
 @dataclass(frozen=True)
 class Choice:
-    """The benchmark's recommendation: ``pick``, the cheapest configuration that cannot be told
-    apart from the fastest (``tied``: every such configuration, the fastest included), and
+    """The benchmark's recommendation: ``pick`` (:func:`choose`), ``tied`` (every configuration
+    that cannot be told apart from the fastest, the fastest included, cheapest first) and
     ``ignored``, configurations left out of the ranking because their setting has no effect on
     this machine (``pin_memory`` without CUDA)."""
 
     pick: Result
     tied: Tuple[Result, ...]
     ignored: Tuple[Result, ...]
+    withheld: str = ""
 
     def text(self) -> str:
         """One line for the terminal."""
@@ -61,24 +70,56 @@ class Choice:
             lo, hi = r.median_interval
             return f"{r.config.label()} ({r.throughput:.0f} samples/s, median within {lo:.0f}–{hi:.0f})"
 
+        if self.withheld:
+            return (
+                f"best: withheld: {self.withheld}; the fastest median was {best(self.tied).config.label()} at "
+                f"{best(self.tied).throughput:.0f} samples/s (measure again on a quieter machine)"
+            )
         if len(self.tied) < 2:
             return f"best: {self.pick.config.label()} at {self.pick.throughput:.0f} samples/s"
+        why = (
+            f"no cheaper one's median is within {1 - NEAR_FASTEST:.0%} of the fastest's, so the fastest is recommended"
+            if self.pick is best(self.tied)
+            else f"the cheapest whose median is within {1 - NEAR_FASTEST:.0%} of the fastest's is recommended"
+        )
         return (
-            f"best: cannot be told apart: {'; '.join(runs(r) for r in self.tied)}; these overlap, so the "
-            f"cheapest is recommended: {self.pick.config.label()} (more --repeats or --extra-rounds may separate them)"
+            f"best: cannot be told apart: {'; '.join(runs(r) for r in self.tied)}; these overlap; {why}: "
+            f"{self.pick.config.label()} (more --repeats or --extra-rounds may separate them)"
         )
 
 
-def choose(results: Sequence[Result], cuda: bool) -> Choice:
-    """The recommendation (:class:`Choice`): without CUDA, ``pin_memory=True`` rows are not
-    ranked (torch starts no pin-memory thread, so any gap is noise); among the rest, the
-    fastest by median and every configuration that cannot be told apart from it
-    (:func:`apart`), of which the cheapest (:func:`_cost`) is picked."""
+def machine_load(results: Sequence[Result]) -> Optional[load_mod.Load]:
+    """Other processes' CPU use over every run of ``results`` (:func:`.load.summary`), ``None``
+    where it was not measured."""
+    return load_mod.summary(
+        [(run.others_cpus, run.host_cpus, run.wall_s) for r in results for run in r.runs if run.others_cpus is not None]  # type: ignore[misc]
+    )
+
+
+def choose(results: Sequence[Result], cuda: bool, withhold_share: float = load_mod.WITHHOLD_SHARE) -> Choice:
+    """The recommendation (:class:`Choice`). Without CUDA, ``pin_memory=True`` rows are not
+    ranked (torch starts no pin-memory thread, so any gap is noise). Among the rest: the
+    fastest by median, and ``tied``, every configuration that cannot be told apart from it
+    (:func:`apart`). The pick is the cheapest (:func:`_cost`) of the tied whose median is at
+    least :data:`NEAR_FASTEST` of the fastest's; at equal cost, the faster median. So a
+    configuration is never picked when another tied one is faster and no more costly, and the
+    slowest of a tie is picked only when it is within 5 % of the fastest. The intervals are
+    widened by other processes' load (:attr:`~.measure.Result.median_interval`), and when they
+    used ``withhold_share`` of the machine's CPUs or more over the runs (below 1), ``withheld``
+    says so and no recommendation is made."""
     ignored = tuple(r for r in results if r.config.pin_memory and not cuda)
     ranked = [r for r in results if r not in ignored] or list(results)
     top = best(ranked)
-    tied = tuple(sorted((r for r in ranked if r is top or not apart(r, top)), key=_cost))
-    return Choice(tied[0], tied, ignored if len(ranked) < len(results) else ())
+    tied = tuple(sorted((r for r in ranked if r is top or not apart(r, top)), key=lambda r: (_cost(r), -r.throughput)))
+    near = [r for r in tied if r is top or r.throughput >= NEAR_FASTEST * top.throughput]
+    busy = machine_load(results)
+    withheld = ""
+    if busy is not None and withhold_share < 1 and busy.share >= withhold_share:
+        withheld = (
+            f"the machine was busy: other processes used {busy.others_cpus:.2f} of {busy.host_cpus} CPUs during "
+            f"the runs, at least {withhold_share:.0%} of them"
+        )
+    return Choice(near[0], tied, ignored if len(ranked) < len(results) else (), withheld)
 
 
 def knee(results: Sequence[Result]) -> Result:
@@ -111,14 +152,35 @@ def ceiling(results: Sequence[Result], usable: float, cpu_bound: bool) -> Dict[i
     return {r.config.num_workers: top for r in results}
 
 
+def free_share(r: Result) -> float:
+    """The share of the usable CPUs other processes left to ``r``'s runs: 1 - the median of
+    their CPUs over the machine's (:attr:`~.measure.Run.others_cpus` / ``host_cpus``, spread
+    evenly over the machine's CPUs as far as this can tell), at least 0.1; 1 where not measured."""
+    shares = [run.others_cpus / run.host_cpus for run in r.runs if run.others_cpus is not None and run.host_cpus]
+    if not shares:
+        return 1.0
+    return max(0.1, 1.0 - statistics.median(shares))
+
+
+def of_ceiling(r: Result, ceilings: Dict[int, float]) -> Optional[float]:
+    """``r``'s median throughput over the ceiling for the CPUs other processes left free during
+    its runs (the ceiling × :func:`free_share`): other processes' load is not counted as the
+    loader's inefficiency. ``None`` without a ceiling."""
+    ceil = ceilings.get(r.config.num_workers)
+    return r.throughput / (ceil * free_share(r)) if ceil else None
+
+
 def ceiling_text(results: Sequence[Result], usable: float, ceilings: Dict[int, float]) -> Optional[str]:
-    """One line saying how the ceiling was computed, or ``None`` without one."""
+    """Two lines saying how the ceiling and the ``of ceiling`` column were computed, or ``None``
+    without a ceiling."""
     if not ceilings:
         return None
     cost, label = min((r.cpu_per_sample_s, r.config.label()) for r in results if r.cpu_per_sample_s)
     return (
         f"ceiling (CPU-bound): {usable:g} usable CPUs / {cost * 1000:.2f} ms of CPU per sample "
-        f"(the least measured, {label}) = {next(iter(ceilings.values())):.0f} samples/s"
+        f"(the least measured, {label}) = {next(iter(ceilings.values())):.0f} samples/s\n"
+        "of ceiling: each median / (the ceiling x the share of the machine's CPUs other processes left free during "
+        "its runs, from /proc/stat): their load is not counted as the loader's"
     )
 
 
@@ -172,7 +234,7 @@ def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
     for r in sorted(results, key=lambda r: -r.throughput):
         lo, hi = r.throughput_span
         mark = ("*" if r is top else "") + (" knee" if r is bend else "")
-        ceil = ceilings.get(r.config.num_workers)
+        eff = of_ceiling(r, ceilings)
         rows.append(
             [
                 mark.strip(),
@@ -185,7 +247,8 @@ def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
                 _fmt(r.median("peak_shm_bytes"), 2**20, 0),
                 _fmt(r.median("peak_fds"), digits=0),
                 _fmt(r.cpu_utilisation, digits=2),
-                "-" if not ceil else f"{r.throughput / ceil:.0%}",
+                "-" if eff is None else f"{eff:.0%}",
+                _fmt(r.others_cpus, digits=2),
                 _fmt(r.median("h2d_bytes_per_s"), 2**30, 2),
             ]
         )
@@ -203,6 +266,7 @@ def table(results: Sequence[Result], ceilings: Dict[int, float]) -> str:
             "fds",
             "CPUs",
             "of ceiling",
+            "others' CPUs",
             "H2D GiB/s",
         ],
     )
@@ -215,17 +279,25 @@ def document(
     ceilings: Dict[int, float],
     warnings: Iterable[str],
     choice: Optional[Choice] = None,
+    partial: str = "",
 ) -> dict:
-    """Everything measured, for ``--json``: ``best`` is the recommendation (:func:`choose`: the
-    cheapest of those that cannot be told apart from the fastest), ``fastest`` the highest
+    """Everything measured, for ``--json``: ``best`` is the recommendation (:func:`choose`: of
+    those that cannot be told apart from the fastest, the cheapest within 5 % of its median;
+    ``None`` when withheld, ``verdict_withheld`` then saying why), ``fastest`` the highest
     median, ``tied`` every configuration that cannot be told apart from it, ``unranked`` those
-    whose setting has no effect here."""
+    whose setting has no effect here, ``machine_load`` other processes' CPU use over the runs
+    (``others_cpus`` of ``host_cpus``, over ``wall_s``), ``partial`` why the measurement
+    stopped early (empty when it ran to its end)."""
     choice = choice or choose(results, any(run.cuda for r in results for run in r.runs))
     bend = knee(results)
+    busy = machine_load(results)
     return {
+        "partial": partial,
         "machine": machine,
+        "machine_load": None if busy is None else vars(busy) | {"share": busy.share},
+        "verdict_withheld": choice.withheld,
         "settings": settings,
-        "best": choice.pick.config.as_dict(),
+        "best": None if choice.withheld else choice.pick.config.as_dict(),
         "fastest": best(results).config.as_dict(),
         "tied": [r.config.as_dict() for r in choice.tied],
         "unranked": [r.config.as_dict() for r in choice.ignored],
@@ -246,6 +318,8 @@ def document(
                 "cpu_utilisation": r.cpu_utilisation,
                 "cpu_per_sample_s_median": r.cpu_per_sample_s,
                 "ceiling_samples_per_s": ceilings.get(r.config.num_workers),
+                "of_ceiling": of_ceiling(r, ceilings),
+                "others_cpus_median": r.others_cpus,
                 "h2d_bytes_per_s_median": r.median("h2d_bytes_per_s"),
                 "notes": r.notes,
                 "runs": [vars(run) | {"throughput": run.throughput} for run in r.runs],
@@ -262,14 +336,16 @@ def write_json(path: str, doc: dict) -> None:
 
 
 def write_csv(path: str, doc: dict) -> None:
-    """One row per run, with the configuration, the run's measurements and the machine."""
+    """One row per run, with the configuration, the run's measurements, the machine and
+    ``partial`` (why the measurement stopped early; empty when it ran to its end). With no run,
+    the header and nothing else."""
     machine = {f"machine_{k}": v for k, v in doc["machine"].items()}
     rows = []
     for res in doc["results"]:
         for i, run in enumerate(res["runs"]):
-            rows.append({**res["config"], "repeat": i, **run, **machine})
+            rows.append({**res["config"], "repeat": i, **run, **machine, "partial": doc.get("partial", "")})
     with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["partial"])
         writer.writeheader()
         writer.writerows(rows)
 

@@ -18,7 +18,21 @@ import pytest
 from probes.cli import COMMANDS
 from tests.real.helpers import DLWATCH, ROOT
 
-TINY = ["--samples", "240", "--sample-shape", "3,32,32", "--batch-size", "16", "--repeats", "1", "--cpu-ms", "3"]
+# --busy-limit 1: a recommendation even on this shared machine (the tests beside these load it).
+TINY = [
+    "--samples",
+    "240",
+    "--sample-shape",
+    "3,32,32",
+    "--batch-size",
+    "16",
+    "--repeats",
+    "1",
+    "--cpu-ms",
+    "3",
+    "--busy-limit",
+    "1",
+]
 
 
 def probe(*args, timeout_s=300):
@@ -86,16 +100,22 @@ def test_autotune_choice_is_in_the_grid_and_near_the_grid_best(tmp_path):
 
 
 def test_seed_check_claims_come_from_measurements(tmp_path):
-    doc, out = probe_json(tmp_path, "seed-check", "--samples", "256", "--batch-size", "16", "--repeats", "1")
+    doc, out = probe_json(
+        tmp_path, "seed-check", "--samples", "256", "--batch-size", "16", "--repeats", "1", "--busy-limit", "1"
+    )
     tp = {(r["config"]["num_workers"], r["config"]["pin_memory"]): r["samples_per_s_median"] for r in doc["results"]}
     (w,) = {w for w, _ in tp if w}
     claims = {c["claim"]: c for c in doc["claims"]}
     more = claims["more workers is faster"]
     ratio = tp[(w, False)] / tp[(0, False)]
-    assert f"{ratio:.2f}" in more["evidence"]
-    assert more["held"] == (ratio > 1.05)  # one repeat: the 5% margin alone decides
-    pin_ratio = tp[(w, True)] / tp[(w, False)]
-    assert f"{pin_ratio:.2f}" in claims["pin_memory=True is fastest"]["evidence"]
+    assert f"{ratio:.2f}" in more["evidence"] and "interval" in more["evidence"]
+    if ratio < 1:  # one repeat: held needs the ratio's interval (±5%, widened by the load) above 1
+        assert more["held"] is not True
+    assert re.search(r"^the machine was (busy|quiet): other processes used [\d.]+ of \d+ CPUs", out, re.M), out
+    if not doc["machine"]["cuda_device"]:  # no pin_memory run, no pin_memory verdict (issue #38)
+        assert (w, True) not in tp
+        for name in ("pin_memory=True is fastest", "pin_memory matters without CUDA"):
+            assert claims[name]["held"] is None and claims[name]["verdict"].startswith("not measured: no CUDA device")
     assert out.count("claim: ") == 3
 
 
