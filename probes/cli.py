@@ -23,6 +23,7 @@ import argparse
 import importlib
 import math
 import os
+import signal
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -421,12 +422,30 @@ def run(probe_args: List[str]) -> int:
     except AttributeError as e:
         print(f"dlwatch: error: probe command {name!r} is not available: {e}", file=sys.stderr)
         return Exit.USAGE
+    # SIGTERM as SIGINT: an exception, so that the `finally` blocks run (the private TMPDIR, the
+    # recorder's folders, the jobs' sessions), which SIGTERM's default action would skip.
+    stopped = []
+
+    def interrupt(signum, _frame) -> None:
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    if before in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, interrupt)
     try:
         with private_tmpdir():  # what the probe's jobs leave in TMPDIR goes with it
             return int(entry(argv))
     except BrokenPipeError:  # `dlwatch probe repro --list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+    except KeyboardInterrupt:
+        signum = stopped[-1] if stopped else signal.SIGINT
+        print(f"dlwatch: probe {name}: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
+    finally:
+        if before in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, before or signal.SIG_DFL)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -12,23 +12,30 @@ largest: ``k`` must sit well above it. ``--load N`` runs N busy processes (a Pyt
 loop, as ``stress --cpu N``) beside the variants for the whole measurement and kills them at
 its end: a loaded machine's tail is longer than an idle one's (issue #34: 13.33 at load 6).
 
+Progress goes to stderr, a line as each run starts and ends. Stopped by SIGINT or SIGTERM, it
+ends the run in progress (its job, in a session of its own, and the job's workers), removes the
+recorder's folder and its private ``TMPDIR``, prints the rows measured so far and writes them to
+``--json`` as ``{"partial": why, "rows": [...]}``.
+
 Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag or variant
-(one line).
+(one line); 130 or 143 stopped by SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional, Sequence
 
 from tabulate import tabulate
 
 from watchdog.collect import inside
-from watchdog.exits import Exit
+from watchdog.exits import Exit, of_signal
 
 from . import module_name
 from .cli import Parser, int_range, output_file, positive_seconds, say_estimate
@@ -83,17 +90,22 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
         RuntimeError: the run failed or timed out.
     """
     folder = inside.make_folder()
+    proc: Optional[subprocess.Popen] = None
     try:
         env = inside.hook_env(child_env(), folder.path, os.getpid())  # probes.train found from any working directory
-        done = subprocess.run(
+        # A session of its own: when this probe is stopped, the job and its workers are ended with it.
+        proc = subprocess.Popen(
             [sys.executable, "-m", module_name("train"), *args],
             env=env,
-            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
+            start_new_session=True,
         )
-        if done.returncode != 0:
-            raise RuntimeError(f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}")
+        _, err = proc.communicate(timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"exit code {proc.returncode}: {err.strip().splitlines()[-1:] or ''}")
         out = []
         for name in sorted(os.listdir(folder.path)):
             if not name.endswith(".bin"):
@@ -115,6 +127,10 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"timed out after {timeout_s:g} s") from None
     finally:
+        if proc is not None and proc.poll() is None:  # timed out or interrupted: the job and its workers go
+            from .repro import kill_session
+
+            kill_session(proc)
         inside.remove_folder(folder)
 
 
@@ -154,10 +170,34 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{n} variant(s) x {args.rounds} round(s), about {VARIANT_S:g} s each" + (" with --load" if args.load else ""),
     )
     busy = busy_loops(args.load)
+    rows: List[dict] = []
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _measure(args, busy)
+        return _measure(args, busy, rows)
+    except Interrupted as e:
+        for sig in previous:  # a second signal must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        name = signal.Signals(e.signum).name
+        print(f"dlwatch: rhythm: stopped by {name}; the runs finished so far:", file=sys.stderr, flush=True)
+        _print_rows(rows, busy, args.json, partial=f"stopped by {name}")
+        return of_signal(e.signum)
     finally:
         stop_busy(busy)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived (``signum``): the measurement stops, its job is ended and its
+    folders removed (the ``finally`` blocks run, which a signal's default action would skip)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, _frame) -> None:
+    raise Interrupted(signum)
 
 
 # A process that spins on a CPU until its parent is gone (checked every 10^5 iterations, a few
@@ -193,20 +233,43 @@ def stop_busy(procs: Sequence[subprocess.Popen]) -> None:
             pass
 
 
-def _measure(args, busy: Sequence[subprocess.Popen]) -> int:
-    rows, failed = [], 0
+def _measure(args, busy: Sequence[subprocess.Popen], rows: List[dict]) -> int:
+    """Run the variants round by round, adding each iterator's row to ``rows`` as it is
+    measured and saying on stderr which run starts and what it measured (a measurement of
+    minutes is never silent); then print the table and write ``--json``."""
+    failed = 0
+    names = args.variants or list(VARIANTS)
+    total, done = args.rounds * len(names), 0
     for round_ in range(1, args.rounds + 1):
-        for name in args.variants or list(VARIANTS):
+        for name in names:
+            done += 1
+            print(f"rhythm: [{done}/{total}] round {round_}: {name} …", file=sys.stderr, flush=True)
+            started = time.monotonic()
             try:
                 found = measure_variant(VARIANTS[name], args.timeout)
             except RuntimeError as e:
                 print(f"dlwatch: {name}: {e}", file=sys.stderr)
                 failed += 1
                 continue
-            for r in found:
-                if r["intervals"] < 20 or not r["p99_s"]:
-                    continue  # too few for a p99 (the rule waits for 20 intervals too)
+            kept = [r for r in found if r["intervals"] >= 20 and r["p99_s"]]  # the rule waits for 20 intervals too
+            for r in kept:
                 rows.append({"variant": name, "round": round_, **r, "longest_over_p99": r["longest_s"] / r["p99_s"]})
+            worst = max((r["longest_s"] / r["p99_s"] for r in kept), default=None)
+            print(
+                f"rhythm: [{done}/{total}] {name}: {time.monotonic() - started:.0f} s, {len(kept)} iterator(s)"
+                + (f", longest / p99 {worst:.2f}" if worst is not None else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+    _print_rows(rows, busy, args.json)
+    return Exit.FAILED if failed else Exit.OK
+
+
+def _print_rows(
+    rows: List[dict], busy: Sequence[subprocess.Popen], json_path: Optional[str], partial: str = ""
+) -> None:
+    """The table and the largest longest / p99; ``json_path`` gets the rows (as an object
+    ``{"partial": why, "rows": [...]}`` when the measurement stopped early)."""
     table = [
         [
             r["variant"],
@@ -219,6 +282,8 @@ def _measure(args, busy: Sequence[subprocess.Popen]) -> int:
         ]
         for r in rows
     ]
+    if partial:
+        print(f"partial: {partial}: {len(rows)} iterator(s) measured before it stopped")
     print(tabulate(table, headers=["variant", "round", "batches", "p50 ms", "p99 ms", "longest ms", "longest / p99"]))
     if rows:
         largest = max(r["longest_over_p99"] for r in rows)
@@ -226,12 +291,11 @@ def _measure(args, busy: Sequence[subprocess.Popen]) -> int:
         spread = f" (each round's largest: {min(per_round):.2f}–{max(per_round):.2f})" if len(per_round) > 1 else ""
         beside = f", {len(busy)} busy process(es) beside them" if busy else ""
         print(f"\nlargest longest/p99 over {len(rows)} iterator(s){beside}: {largest:.2f}{spread}")
-    if args.json:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.json)) or ".")
+    if json_path:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(json_path)) or ".")
         with os.fdopen(fd, "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(tmp, args.json)
-    return Exit.FAILED if failed else Exit.OK
+            json.dump({"partial": partial, "rows": rows} if partial else rows, f, indent=1)
+        os.replace(tmp, json_path)
 
 
 if __name__ == "__main__":
