@@ -830,6 +830,30 @@ class FileLock:
 
 
 @dataclass(frozen=True)
+class LockFile:
+    """A lock file in a folder the job uses whose first line names a pid, the way a soft lock
+    marks its holder (tox-dev/filelock's ``SoftFileLock`` writes ``pid``, ``hostname`` and a
+    start token, one a line; a pid file writes the pid): ``path`` as read (the folder as the
+    job names it, joined with the file's name), ``pid`` and ``host`` (the second line when it
+    is a host name, else ``None``) from its content, ``written_wall`` its modification time
+    (seconds since the epoch). ``holder`` says what ``pid`` is on this machine now
+    (``watchdog.collect.lockfiles``): ``alive`` (a process that started before the file was
+    written), ``reused`` (a process that started after it: another holder of the number),
+    ``zombie`` (ended, not yet reaped) or ``gone`` (no such process); ``holder_start_ticks`` is
+    that live or zombie process's start (``stat`` field 22). ``other_host`` is True when
+    ``host`` names another machine than dlwatch's: the pid is then not this machine's to check,
+    unless the job's own timeline saw it."""
+
+    path: str
+    pid: int
+    host: Optional[str]
+    written_wall: float
+    holder: str
+    holder_start_ticks: Optional[int] = None
+    other_host: bool = False
+
+
+@dataclass(frozen=True)
 class PipeEnds:
     """Who holds each end of the pipes that waiting threads read or write: ``targets`` maps
     ``(pid, fd)`` to the fd's target (``pipe:[123]``); ``readers``/``writers`` map a pipe to the
@@ -1248,6 +1272,8 @@ class Facts:
     ``file_systems`` holds, for a file a failed write named (``disk_full``), ``(path, folder
     measured, bytes free to unprivileged users, size in bytes)`` from ``statvfs`` of its nearest
     existing folder at diagnosis time (``watchdog.exit_look.file_system_figures``).
+    ``lock_files`` are the lock files in the job's folders whose first line names a holder pid
+    (:class:`LockFile`, read at report time by ``watchdog.collect.lockfiles``).
     """
 
     mode: Mode
@@ -1283,6 +1309,7 @@ class Facts:
     earlier_stacks: Tuple[EarlierStack, ...] = ()
     task_limits: Tuple[Tuple[str, Optional[int]], ...] = ()
     file_systems: Tuple[Tuple[str, str, int, int], ...] = ()
+    lock_files: Tuple[LockFile, ...] = ()
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

@@ -6,12 +6,13 @@ Two looks, both bounded by one deadline (``time.monotonic()`` seconds):
 
 - :func:`look` (step 2 of the ladder): every thread's kernel wait read twice ``STABLE_GAP_S``
   apart, the holders of the pipes the unmoved threads wait on, Python-only py-spy dumps of
-  main and the workers, their timer wake-ups and the file locks lock waiters wait for, and the
+  main and the workers (and of the server of a ``multiprocessing.Manager`` a worker waits on), their timer wake-ups and the file locks lock waiters wait for, and the
   job's sample after it all: an :class:`~watchdog.types.Evidence`.
 - :func:`look_closer` (step 3): under the batch and main-wait measures first a second
   Python-only dump of the workers ``POLL_GAP_S`` later (:class:`PollLook`), then the full dumps
   (native frames and locals when configured), the source lines of their frames, open files,
-  file locks, wait chains and worker start times: a :class:`CloserLook`.
+  file locks, wait chains, worker start times and the lock files that name a holder
+  (``lockfiles.find``): a :class:`CloserLook`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .. import frames
 from ..types import (
     ROLE_MAIN,
+    ROLE_OTHER,
     ROLE_WORKER,
     Evidence,
     FileLock,
     KernelWait,
+    LockFile,
     PipeEnds,
     ProcessStack,
     Sample,
@@ -34,7 +38,7 @@ from ..types import (
     WaitKind,
     WaitLink,
 )
-from . import chain, procfs, pyspy
+from . import chain, lockfiles, procfs, pyspy
 from .waits import LOCK_CALLS
 
 # Seconds between the two reads of every thread's wait that a proof compares.
@@ -98,6 +102,25 @@ def _stopped(sample: Sample) -> set:
     return {p.pid for p in sample.processes if p.state in ("T", "t")}
 
 
+# Children of main dumped as the possible server of a multiprocessing.Manager that a worker waits on.
+MANAGERS = 2
+
+
+def manager_servers(sample: Sample, stacks: Mapping[int, ProcessStack], stopped: Iterable[int] = ()) -> List[int]:
+    """The children of main that may serve the ``multiprocessing.Manager`` a worker waits on
+    (a worker's stack in a proxy call, ``frames.manager_call``; ``BaseManager.start`` forks the
+    server from main, CPython's Lib/multiprocessing/managers.py): up to ``MANAGERS`` of role
+    ``other``, not stopped; empty when no worker waits on a proxy."""
+    main = sample.main
+    if main is None or not any(
+        frames.manager_call(t) is not None for w in sample.workers if (st := stacks.get(w.pid)) for t in st.threads
+    ):
+        return []
+    return [p.pid for p in sample.processes if p.ppid == main.pid and p.role == ROLE_OTHER and p.pid not in stopped][
+        :MANAGERS
+    ]
+
+
 def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) -> Evidence:
     """Read what an examination of ``sample``'s stall rests on (the module's first look).
 
@@ -118,9 +141,11 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
     stopped = _stopped(sample)
     live = [p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER) and p.pid not in stopped]
     d_state = [p.pid for p in sample.processes if p.state == "D"]
-    quick = pyspy.dump_all(
-        live, pyspy_path, False, timeout_s, disk_sleep=d_state, deadline=time.monotonic() + timeout_s / 2
-    )
+    deadline = time.monotonic() + timeout_s / 2
+    quick = pyspy.dump_all(live, pyspy_path, False, timeout_s, disk_sleep=d_state, deadline=deadline)
+    servers = manager_servers(sample, quick, stopped)
+    if servers:  # NOTE [ Manager lock proof ] in watchdog/dead_releaser.py needs the manager's stack
+        quick = {**quick, **pyspy.dump_all(servers, pyspy_path, False, timeout_s, deadline=deadline)}
     wakeable = {pid: why for pid in pids for why in [procfs.timer_wakeup(pid)] if why}
     lock_waiters = [
         pid
@@ -167,6 +192,7 @@ class CloserLook:
     worker_start_ticks: Tuple[Tuple[int, int], ...]
     poll: Optional[PollLook] = None
     opening: Tuple[Tuple[int, int, str], ...] = ()
+    lock_files: Tuple[LockFile, ...] = ()
 
 
 def _poll_look(sample: Sample, first: Mapping[int, ProcessStack], pyspy_path: Optional[str], timeout_s: float):
@@ -243,10 +269,11 @@ def look_closer(
         sources.update(procfs.source_lines(pid, wanted))
     for pid, wanted in more_sources:
         sources.update(procfs.source_lines(pid, wanted))
+    open_files = tuple((pid, procfs.open_files(pid)) for pid in pids)
     return CloserLook(
         stacks=stacks,
         source_lines=tuple(sources.items()),
-        open_files=tuple((pid, procfs.open_files(pid)) for pid in pids),
+        open_files=open_files,
         file_locks=procfs.file_locks(pids),
         chains=chains(sample, evidence.stable),
         worker_start_ticks=tuple(
@@ -259,4 +286,5 @@ def look_closer(
             for d in evidence.stable.get(w.pid, ())
             if (path := procfs.opening_path(w.pid, d.wait)) is not None
         ),
+        lock_files=lockfiles.find(sample, open_files),
     )

@@ -60,6 +60,7 @@ from .common import (
     worker_finding,
     worker_views,
 )
+from .dead import dead_end
 from .engine import Finding, rule
 
 HANG = (MODE_HANG,)
@@ -1619,6 +1620,14 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
     )
     if found is None:
         return None
+    dead = dead_end(facts, found.pids)  # a lock file or a queue only an ended process served (#34 section 2)
+    if dead is not None:
+        return dataclasses.replace(
+            found,
+            confidence=max(found.confidence, dead.confidence),
+            evidence=found.evidence + dead.evidence,
+            remedy=dead.remedy,
+        )
     remedy = _stuck_remedy(facts, found.pids)
     ended = ended_helpers(facts)
     if ended:
