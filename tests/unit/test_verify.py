@@ -313,7 +313,7 @@ def _kinds_declaring_a_fix():
     from tests.unit.builders import ROOT
 
     kinds = set()
-    for path in glob.glob(os.path.join(ROOT, "watchdog", "diagnose", "*.py")):
+    for path in glob.glob(os.path.join(ROOT, "watchdog", "diagnose", "**", "*.py"), recursive=True):
         for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
             if not isinstance(node, ast.FunctionDef):
                 continue
