@@ -128,6 +128,8 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
         hooked.append(rates[True])
         ratios.append(rates[True] / rates[False])
     plain_rate, hooked_rate = statistics.median(plain), statistics.median(hooked)
+    added = [(1 / h - 1 / p) * 1e6 for h, p in zip(hooked, plain)]  # each round's pair, µs a batch
+    lo, hi = added_interval(added)
     return {
         "loader": loader,
         "rounds": rounds,
@@ -137,9 +139,37 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
         "added_us_per_batch": (1 / hooked_rate - 1 / plain_rate) * 1e6,
+        "added_us_interval": [lo, hi],
+        "added_is_noise": not lo > 0,
+        "added": added_text((1 / hooked_rate - 1 / plain_rate) * 1e6, lo, hi),
         "record_bytes": record,
         "file_bytes": files,
     }
+
+
+def added_interval(added_us: List[float]) -> Tuple[float, float]:
+    """The interval of the median of the rounds' added µs a batch (each round's pair: 1 / the
+    hooked rate - 1 / the plain rate): the distribution-free interval of the median
+    (:func:`probes.bench.measure.median_interval`; up to 5 rounds, their whole range); with one
+    round, that round's value at both ends."""
+    from .bench.measure import median_interval
+
+    return median_interval(added_us)
+
+
+def added_text(median_us: float, lo: float, hi: float) -> str:
+    """The recorder's added time a batch as a person should read it: ``12.3 (8.1–15.0)`` µs
+        when the whole interval lies above 0, else ``within noise (±X µs)``, X the larger distance
+        of the interval's ends from 0: a negative difference is never printed as a cost. With one
+        round (``lo == hi``) no interval exists: a positive value is given as such, ``(one round: no
+    interval)``, any other as ``within noise (±X µs, one round)``."""
+    if lo == hi:
+        if median_us > 0:
+            return f"{median_us:.1f} (one round: no interval)"
+        return f"within noise (±{abs(median_us):.1f} µs, one round)"
+    if lo > 0:
+        return f"{median_us:.1f} ({lo:.1f}–{hi:.1f})"
+    return f"within noise (±{max(abs(lo), abs(hi)):.1f} µs)"
 
 
 # Seconds one paired round (a run with the recorder and one without) takes on a 2-core VM
@@ -185,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{r['plain_batches_per_s']:.0f}",
             f"{r['hooked_batches_per_s']:.0f}",
             f"{r['ratio']:.3f} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})",
-            f"{r['added_us_per_batch']:.1f}",
+            r["added"],
             f"{r['file_bytes'] / 1024:.1f}",
             f"{r['record_bytes'] / 1024:.1f}",
         ]
@@ -200,7 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "batches/s plain",
                 "batches/s hooked",
                 "ratio (median, min–max)",
-                "µs added/batch",
+                "µs added/batch (median, interval)",
                 "files KiB",
                 "record KiB",
             ],
