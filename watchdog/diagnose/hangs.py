@@ -13,6 +13,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from .. import frames
+from ..collect.stderr_facts import parse_stderr, stderr_facts
 from ..collect.waits import LOCK_CALLS
 from ..states import Activity, WorkerState
 from ..types import (
@@ -54,7 +55,6 @@ from .common import (
     lock_holders,
     polling_of,
     quiet_text,
-    tb_frame,
     torch_seen,
     waiting_main,
     worker_finding,
@@ -1681,28 +1681,10 @@ def ended_helpers(facts: Facts) -> List[Tuple[ProcessSample, float]]:
 # --- lost batches, the pin thread, shutdown, and main outside the loader ----------------------
 
 
-_FEEDER_FRAME = re.compile(r'multiprocessing[/\\]queues\.py", line \d+, in _feed')
-
-
 def feeder_failures(stderr: str) -> List[Tuple[str, Optional[str]]]:
     """``(exception line, user file:line)`` for each traceback in ``stderr`` printed by a
-    multiprocessing queue feeder thread (``Queue._feed`` in multiprocessing/queues.py, which
-    prints the error of a failed pickle and drops the item: ``_on_queue_feeder_error``)."""
-    out = []
-    blocks = stderr.split("Traceback (most recent call last):")
-    for block in blocks[1:]:
-        lines = block.strip("\n").splitlines()
-        if not any(_FEEDER_FRAME.search(line) for line in lines):
-            continue
-        exc = next((line.strip() for line in lines if line and not line.startswith((" ", "\t"))), None)
-        user = None
-        for line in lines:
-            f = tb_frame(line)
-            if f is not None and frames.is_user(f):
-                user = f"{f.file}:{f.line}"
-        if exc:
-            out.append((exc, user))
-    return out
+    multiprocessing queue feeder thread (``StderrFacts.feeder_failures``)."""
+    return list(parse_stderr(stderr).feeder_failures)
 
 
 def exec_workers(facts: Facts) -> List[Tuple[ProcessSample, ProcessSample]]:
@@ -1780,7 +1762,7 @@ def batch_lost(facts: Facts) -> Optional[Finding]:
     from the outside, every worker sits idle in PyTorch's loop holding no task while main waits."""
     if not facts.loader_hang():
         return None
-    failures = feeder_failures(facts.stderr_tail)
+    failures = stderr_facts(facts).feeder_failures
     idle_proof = facts.proof if facts.proof is not None and facts.proof.kind is ProofKind.LOADER_IDLE else None
     if not failures and idle_proof is None:
         return None
