@@ -758,8 +758,41 @@ def run_scenario(s: Scenario, workdir: str) -> Outcome:
         latency_s=latency,
         report=chosen[0] if chosen else None,
         exit_code=exit_code,
-        note="" if ok else f"dlwatch exited {exit_code}; reports: {', '.join(kinds) or 'none'}; {why}{_said(err_path)}",
+        note="" if ok else failure_note(why, docs, kinds, exit_code, err_path),
     )
+
+
+def failure_note(
+    why: str, docs: List[Tuple[str, dict]], kinds: Tuple[str, ...], exit_code: Optional[int], err_path: str
+) -> str:
+    """Why a scenario came out MISDIAGNOSED, reason first: ``no report written: the job exited
+    1 before any (it said: …)`` when dlwatch wrote none, else what :func:`_judge` found wrong
+    (``first diagnosis X``, ``no crash report``, …); then dlwatch's exit code, the kinds of
+    the reports and dlwatch's last lines (:func:`_said`)."""
+    if not docs:
+        said = _job_said(err_path)
+        if exit_code is None:
+            reason = "no report written before the scenario was ended"
+        else:
+            reason = f"no report written: the job exited {exit_code} before dlwatch wrote any"
+        reason += f" (the job's last line: {said})" if said else ""
+        if why and not why.startswith("no "):
+            reason += f"; {why}"
+    else:
+        reason = why or "the reports do not match the scenario"
+    return f"{reason}; dlwatch exited {exit_code}; reports: {', '.join(kinds) or 'none'}{_said(err_path)}"
+
+
+def _job_said(err_path: str) -> str:
+    """The last line of a run's stderr that is not dlwatch's own (the job's: a traceback's last
+    line, e.g. ``ModuleNotFoundError: No module named …``), cut to 200 characters; empty
+    when none."""
+    try:
+        with open(err_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip() and not line.startswith("dlwatch:")]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
 
 
 def _said(err_path: str, lines: int = 6) -> str:
@@ -805,11 +838,30 @@ def table(outcomes: List[Outcome], verified: bool = False) -> str:
             "-" if o.latency_s is None else f"{o.latency_s:.1f}",
         ]
         + ([o.fix.upper() if o.fix in ("does not hold", "failed") else o.fix or "-"] if verified else [])
-        + [o.report or o.note]
+        + [_last_column(o)]
         for o in outcomes
     ]
     headers = ["scenario", "expected", "first diagnosis", "result", "latency s"]
     return tabulate(rows, headers=headers + (["fix (verify)"] if verified else []) + ["report / note"])
+
+
+def _last_column(o: Outcome) -> str:
+    """A scenario's report, or why it went wrong: a MISDIAGNOSED row always says why (its note),
+    then its report's folder when one was judged."""
+    if o.status == "misdiagnosed":
+        return (o.note or "no reason recorded") + (f"; report: {o.report}" if o.report else "")
+    return o.report or o.note
+
+
+def reasons(outcomes: List[Outcome]) -> List[str]:
+    """One line per MISDIAGNOSED scenario, after the table (which a narrow terminal may cut):
+    ``MISDIAGNOSED NAME: expected X, first diagnosis Y: WHY``."""
+    return [
+        f"MISDIAGNOSED {o.scenario.name}: expected {o.scenario.expected or '(no report)'}, first diagnosis "
+        f"{o.first or 'none'}: {o.note or 'no reason recorded'}"
+        for o in outcomes
+        if o.status == "misdiagnosed"
+    ]
 
 
 def listing() -> str:
@@ -910,6 +962,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             outcome = dataclasses.replace(outcome, fix=result)
         outcomes.append(outcome)
     print(table(outcomes, verified=args.verify))
+    for line in reasons(outcomes):
+        print(line)
     failed = any(o.status == "misdiagnosed" or o.fix in ("does not hold", "failed") for o in outcomes)
     return Exit.FAILED if failed else Exit.OK
 
