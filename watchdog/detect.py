@@ -1328,6 +1328,36 @@ def working(
     return out
 
 
+# Seconds before a stall began within which a helper's bad end counts as what the workers may
+# wait for (:func:`ended_feeder`): a decoder killed just after its last frame ends a few batches later.
+FEEDER_GRACE_S = 30.0
+# Signals a process of the job gets from the job itself to end a helper on purpose (terminate(),
+# Ctrl-C, a closed terminal): such an end is no failure of the helper.
+_DELIBERATE_SIGNALS = frozenset({1, 2, 15})
+
+
+def ended_feeder(sample: Sample, stall: Stall) -> Optional[str]:
+    """Why busy workers are not working on a sample (issue #34, "waits on the dead"): a process
+    of the job other than main and its workers (a decoder, a producer: ``Sample.exits``) ended
+    badly, killed by a signal the job does not send to end a helper on purpose (SIGKILL, the OOM
+    killer's; SIGSEGV) or exiting with a non-zero code, no earlier than ``FEEDER_GRACE_S``
+    before the stall began. A worker that spins on ``get_nowait()`` for what such a process put
+    burns a core and never returns a sample: from outside it looks like a long computation, and
+    without this the busy-stall ceiling alone (``busy_stall_timeout_s``) would report it. The
+    sentence for the assessment, or ``None``. It makes the stall a suspected hang, never a proof:
+    which queue or file the loop waits for is not read from outside."""
+    began = sample.t_mono - stall.stall_s
+    for rec in reversed(sample.exits):
+        if rec.ended_mono < began - FEEDER_GRACE_S:
+            continue
+        if (rec.signal is not None and rec.signal not in _DELIBERATE_SIGNALS) or rec.exit_code:
+            return (
+                f"pid {rec.pid}, a process of the job other than main and its workers, {rec.how()} "
+                f"{max(0.0, sample.t_mono - rec.ended_mono):.0f} s before the examination"
+            )
+    return None
+
+
 def lock_holder_moving(
     sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]], locks: Sequence[FileLock]
 ) -> Optional[str]:
@@ -1390,12 +1420,23 @@ def _assess_batches(
 ) -> Assessment:
     """:func:`assess` under the batch or main-wait measure: no batch came (and, with the
     inside view, no worker reached for a new sample) for the whole stall. A proof makes it
-    proven; a loader process that worked (:func:`working`) makes it a slow sample; anything
+    proven; a loader process that worked (:func:`working`) makes it a slow sample, unless a
+    helper of the job ended badly meanwhile (:func:`ended_feeder`: a suspected hang); anything
     else (threads that sleep, poll, retry or block) is a suspected hang, however often they
     wake."""
     if proof is not None:
         return Assessment(True, verdict, f"proven: {proof.conclusion}", proof, entries)
     busy = working(sample, stall, details)
+    dead = ended_feeder(sample, stall) if busy else None
+    if dead is not None:
+        return Assessment(
+            True,
+            verdict,
+            f"no batch for {stall.stall_s:.0f} s while {busy[0]}, and {dead}: what the workers compute or spin for "
+            "may never come (suspected, not proven)",
+            None,
+            entries,
+        )
     if busy:
         return Assessment(
             False,

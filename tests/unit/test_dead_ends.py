@@ -34,6 +34,7 @@ from watchdog.types import (
     ROLE_WORKER,
     ExitRecord,
     Frame,
+    LoaderWork,
     LockFile,
     Polling,
     ThreadStack,
@@ -241,3 +242,58 @@ def test_a_spin_with_no_helper_ended_or_no_non_blocking_get_claims_no_dead_feede
     ):
         for f in diagnose(facts):
             assert "gets from a queue without blocking" not in "\n".join(f.evidence)
+
+
+# --- a busy worker while a helper ended badly: examined as a hang, not as a slow sample ---------
+
+
+def _busy(exits=(), cpu_per_s=0.9, state="S"):
+    from tests.unit.test_batch_measure import _assess, _poller
+
+    return _assess(lambda t: dataclasses.replace(_poller(t, cpu_per_s=cpu_per_s, io_per_s=0), exits=exits), state=state)
+
+
+def _record(ended_mono, status):
+    return dataclasses.replace(_killed_record(1e9 + 20.0, status), ended_mono=ended_mono, last_seen_mono=ended_mono - 1)
+
+
+def test_workers_that_burn_cpu_while_a_helper_was_killed_are_a_suspected_hang_not_a_slow_sample():
+    assert not _busy().hang  # computing, as far as can be told: slow, not stuck (the busy ceiling decides later)
+    a = _busy((_record(2.0, signal.SIGKILL),))
+    assert a.hang and a.proof is None
+    assert (
+        "pid 2857, a process of the job other than main and its workers, was killed by signal 9 (SIGKILL)" in a.reason
+    )
+    assert "suspected, not proven" in a.reason
+    assert _busy((_record(3.0, 1 << 8),)).hang  # it exited with code 1 (a traceback on stderr)
+
+
+@pytest.mark.parametrize(
+    "why, rec",
+    [
+        ("ended on purpose (terminate(): SIGTERM)", _record(2.0, signal.SIGTERM)),
+        ("ended cleanly", _record(2.0, 0)),
+        ("no record of how it ended", _record(2.0, None)),
+        ("ended long before the stall began", _record(-100.0, signal.SIGKILL)),
+    ],
+)
+def test_a_helper_that_ended_on_purpose_cleanly_unknowably_or_long_before_changes_nothing(why, rec):
+    assert not _busy((rec,)).hang, why
+
+
+def test_a_spinning_worker_runnable_on_a_loaded_machine_is_burning_cpu_not_quiet():
+    from watchdog.diagnose.hangs import runnable_spin
+
+    facts = _facts(_spin_thread(), SPIN_SOURCES, polls=False)
+    st = dataclasses.replace(
+        facts.stall,
+        work_window_s=10.0,
+        loader_work=(LoaderWork(WORKER_PID, 1.0, 0, 0, 8.0),),  # a tenth of a core, runnable 8 s of 10
+    )
+    assert runnable_spin(dataclasses.replace(facts, stall=st), WORKER_PID) == (
+        "1.0 s of CPU and 8.0 s runnable, waiting for a CPU, in the last 10 s, and no I/O: no batch was sent"
+    )
+    idle = dataclasses.replace(st, loader_work=(LoaderWork(WORKER_PID, 0.1, 0, 0, 0.2),))
+    assert runnable_spin(dataclasses.replace(facts, stall=idle), WORKER_PID) is None
+    reads = dataclasses.replace(st, loader_work=(LoaderWork(WORKER_PID, 1.0, 1 << 20, 0, 8.0),))
+    assert runnable_spin(dataclasses.replace(facts, stall=reads), WORKER_PID) is None

@@ -1408,6 +1408,8 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
     busy_cpu = None if v.quiet else _busy_cpu_s(facts, v.pid)
     no_delivery_s = facts.stall.no_delivery_s if facts.stall is not None else None
     busy = busy_cpu is not None and no_delivery_s is not None and busy_cpu >= 0.5 * no_delivery_s
+    runnable = None if v.quiet or busy else runnable_spin(facts, v.pid)
+    busy = busy or runnable is not None
     if not v.quiet and not busy:
         return None
     if v.loop is not None:
@@ -1415,7 +1417,9 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
             return None
         if busy:
             doing = _STUCK_DOING[Activity.RUNNING]
-            how = f"{busy_cpu:.0f} s of CPU in the last {no_delivery_s:.0f} s, and no I/O: no batch was sent"
+            how = runnable or (
+                f"{busy_cpu:.0f} s of CPU in the last {no_delivery_s:.0f} s, and no I/O: no batch was sent"
+            )
         else:
             doing = _STUCK_DOING.get(v.activity, "blocked")
             family = _thread_wchan_family(facts, v.pid, v.loop.tid)
@@ -1460,6 +1464,26 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
         f"({family}); {quiet_text(facts, v.pid)}"
     ]
     return 0.45, lines, None
+
+
+def runnable_spin(facts: Facts, pid: int) -> Optional[str]:
+    """How worker ``pid`` spun in the stall's last ``work_window_s`` when it was runnable (on a
+    CPU, or waiting on a run queue for one: ``LoaderWork.runq_wait_s``) for ``RUNNABLE_SHARE`` of
+    it or more with no I/O: a spin on a loaded machine gets a small CPU share but never sleeps
+    (``detect.working`` counts the same as work). ``None`` otherwise."""
+    from ..detect import RUNNABLE_SHARE
+
+    st = facts.stall
+    w = next((x for x in (st.loader_work if st is not None else ()) if x.pid == pid), None)
+    if st is None or w is None or w.runq_wait_s is None or w.io_bytes > 0:
+        return None
+    span = max(st.work_window_s, 1e-6)
+    if (w.cpu_s + w.runq_wait_s) / span < RUNNABLE_SHARE:
+        return None
+    return (
+        f"{w.cpu_s:.1f} s of CPU and {w.runq_wait_s:.1f} s runnable, waiting for a CPU, in the last "
+        f"{st.work_window_s:.0f} s, and no I/O: no batch was sent"
+    )
 
 
 def _polling_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
