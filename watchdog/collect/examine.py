@@ -6,8 +6,9 @@ Two looks, both bounded by one deadline (``time.monotonic()`` seconds):
 
 - :func:`look` (step 2 of the ladder): every thread's kernel wait read twice ``STABLE_GAP_S``
   apart, the holders of the pipes the unmoved threads wait on, Python-only py-spy dumps of
-  main and the workers (and of the server of a ``multiprocessing.Manager`` a worker waits on), their timer wake-ups and the file locks lock waiters wait for, and the
-  job's sample after it all: an :class:`~watchdog.types.Evidence`.
+  main and the workers (and of the server of a ``multiprocessing.Manager`` a worker waits on),
+  their timer wake-ups and the file locks lock waiters wait for, and the job's sample after it
+  all: an :class:`~watchdog.types.Evidence`.
 - :func:`look_closer` (step 3): under the batch and main-wait measures first a second
   Python-only dump of the workers ``POLL_GAP_S`` later (:class:`PollLook`), then the full dumps
   (native frames and locals when configured), the source lines of their frames, open files,
