@@ -930,6 +930,9 @@ class ProofKind(TextEnum):
 
     KERNEL = "kernel"
     LOADER_IDLE = "loader_idle"
+    # A wait whose only possible releaser has ended (NOTE [ Manager lock proof ] in
+    # watchdog/dead_releaser.py): main, the workers and the manager can never move.
+    WAITS_ON_DEAD = "waits_on_dead"
 
 
 @dataclass(frozen=True)

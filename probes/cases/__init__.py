@@ -185,6 +185,15 @@ CASES: Tuple[Case, ...] = (
         remedy=("multiprocessing.Manager lock", "acquire(timeout=", "!no process feeds", "!Nothing puts"),
         evidence=("to the manager process, pid", "waits for a threading.Lock, at multiprocessing/managers.py"),
     ),
+    Case(
+        "manager_lock_holder_killed",
+        "worker_stuck",
+        "hang",
+        "proven",
+        "with self.lock:  # the manager's lock: its holder was killed",
+        evidence=("was killed by signal 9 (SIGKILL)", "no live process of the job can ever release it"),
+        remedy=("multiprocessing.Manager lock", "!no process feeds"),
+    ),
     Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
     Case(
         "signal_handler_takes_loop_lock",
@@ -316,8 +325,8 @@ CASES: Tuple[Case, ...] = (
         "hang",
         "suspected",
         "time.sleep(0.1)",
-        remedy=("has ended", "can never end"),
-        evidence=("has ended",),
+        remedy=("has ended", "can never end", "exited with code 1"),
+        evidence=("has ended: it exited with code 1", "RuntimeError: could not prepare the shards"),
     ),
     Case(
         "worker_cache_oom_in_cgroup",
@@ -514,6 +523,7 @@ CASES: Tuple[Case, ...] = (
         settings=(("busy_stall_timeout_s", 10.0), ("terminate_unproven_after_s", 10.0)),
         timeout_s=150.0,
     ),
+    Case("healthy_manager_lock_holder_alive", None, "unharmed", timeout_s=150.0),
     Case(
         "healthy_long_first_batch",
         None,

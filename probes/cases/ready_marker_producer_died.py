@@ -6,7 +6,9 @@ its lock-file cousin).
 
 Run: ``python -m probes.cases.ready_marker_producer_died``. The watchdog must report
 ``worker_stuck``, suspected (a poll cannot be proven stuck from outside: the loop might give up),
-at the polling line, and name the producer that ended: its wait can never end.
+at the polling line, and name the producer that ended and how: exit code 1 (its exit status,
+read while it was a zombie: main never joins it) and the last line of the traceback it printed
+on stderr (``RuntimeError: could not prepare the shards: …``).
 """
 
 import multiprocessing as mp

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .. import frames
+from .. import dead_releaser, frames
 from ..collect.stderr_facts import parse_stderr, stderr_facts
 from ..collect.waits import LOCK_CALLS
 from ..states import Activity, WorkerState
@@ -35,6 +35,7 @@ from ..types import (
     VerdictKind,
     WaitKind,
 )
+from . import ended as ended_mod
 from .common import (
     BLOCKED_DOING,
     DOC_DATALOADER,
@@ -1596,6 +1597,20 @@ def _manager_remedy(facts: Facts, m: ManagerWait, at: str) -> str:
     """For workers waiting on a Manager proxy's call: what the manager waits for, by the proxy's
     method and by what its serving thread waits on, and how to bound the wait."""
     who = f"the manager process (pid {m.server.pid})" if m.server is not None else "the manager process"
+    proof = facts.proof
+    if proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD:
+        gone = ", ".join(
+            f"pid {r.pid} {r.how()}" for r in dead_releaser.ended_others(facts.sample, facts.sample.exits)[:3]
+        )
+        return (
+            f"The workers wait for a multiprocessing.Manager lock{at} that no live process of the job can release "
+            f"(proven above), and a process of the job has ended ({gone or 'see the evidence'}): a process that dies "
+            f"holding a Manager lock leaves it held for good ({who} keeps no owner, and releases nothing for a client "
+            "that is gone). Find why it ended (its exit code or signal above: SIGKILL is often the OOM killer, see "
+            "dmesg), release the lock on every path (`with lock:`; a finally: block cannot run under SIGKILL), and "
+            "acquire with a timeout (lock.acquire(timeout=<seconds>) through the proxy returns False) so that the "
+            "others fail loudly instead of waiting forever. " + _BOUND_THE_WAIT
+        )
     if m.method in ("acquire", "__enter__") or m.holder == "python_lock":
         return (
             f"The workers wait for a multiprocessing.Manager lock{at}: {who} runs their acquire() and waits, because "
@@ -1655,18 +1670,18 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
     remedy = _stuck_remedy(facts, found.pids)
     ended = ended_helpers(facts)
     if ended:
-        named = ", ".join(f"pid {p.pid} ({_cmd(p)})" for p, _ in ended[:3])
-        remedy = (
-            f"A process of the job other than main and its workers has ended ({named}): if the worker waits for what "
-            "it was to do (write a marker file, feed a queue, release a lock it held), that wait can never end; "
-            "restart the job with that process fixed, and give the wait a timeout. " + remedy
+        records = ended_mod.records_of(facts, [p for p, _ in ended])
+        named = ", ".join(
+            f"pid {p.pid} ({_cmd(p)})" + (f", which {r.how()}" if (r := ended_mod.exit_record(facts, p)) else "")
+            for p, _ in ended[:3]
         )
-        evidence = found.evidence + tuple(
-            f"pid {p.pid} ({_cmd(p)}), a process of the job other than main and its workers, was last seen "
-            f"{ago:.0f} s before the "
-            "examination and has ended (its traceback, if it printed one, is in the job's stderr)"
-            for p, ago in ended[:3]
-        )
+        if facts.proof is None or facts.proof.kind is not ProofKind.WAITS_ON_DEAD:  # that remedy names it already
+            remedy = (
+                f"A process of the job other than main and its workers has ended ({named}): if the worker waits for "
+                "what it was to do (write a marker file, feed a queue, release a lock it held), that wait can never "
+                "end; restart the job with that process fixed, and give the wait a timeout. " + remedy
+            )
+        evidence = found.evidence + tuple(ended_mod.ended_line(facts, p, ago, records) for p, ago in ended[:3])
         return Finding(**{**found.__dict__, "remedy": remedy, "evidence": evidence})
     return Finding(**{**found.__dict__, "remedy": remedy})
 

@@ -1,0 +1,159 @@
+"""Waits on the dead, proven (issue #34, section 2; NOTE [ Manager lock proof ] in
+watchdog/dead_releaser.py): a ``multiprocessing.Manager()`` lock whose holder was SIGKILLed,
+from the stacks and ``/proc/PID/task/TID/syscall`` lines captured from
+``probes/cases/manager_lock_holder_killed.py`` and its healthy twin (holder alive), and what
+each step needs: without any of them the hang stays suspected."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tests.unit.builders import LOCK_TIMED, SLEEP, detail, fixture, proc, sample, stall
+from watchdog import dead_releaser, detect
+from watchdog.collect import pyspy
+from watchdog.types import (
+    NO_EXIT_RECORD,
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_WORKER,
+    Evidence,
+    ExitRecord,
+    PipeEnds,
+    ProcessStack,
+    ProofKind,
+    Trigger,
+)
+
+
+def _job(name: str, status=9):
+    """``(sample, stacks, details, roles)`` of a captured job: main, its workers (the two
+    processes whose stacks iterate the Dataset), the manager and, for a zombie, an exit record
+    with ``status`` (``None``: its parent reaped it before a sample saw it)."""
+    doc = json.loads(fixture(name))
+    main_pid = doc["processes"][0]["pid"]
+    procs, stacks, details, exits = [], {}, {}, []
+    for p in doc["processes"]:
+        if p["state"] == "Z":
+            exits.append(
+                ExitRecord(
+                    p["pid"],
+                    p["start_ticks"],
+                    main_pid,
+                    ROLE_OTHER,
+                    "python",
+                    ("python",),
+                    25.0,
+                    1e9 + 25,
+                    26.0,
+                    1e9 + 26,
+                    status,
+                )
+            )
+            continue
+        threads = pyspy.parse_dump(p["pyspy"])
+        stacks[p["pid"]] = ProcessStack(p["pid"], threads, True, None, "", 0.1)
+        details[p["pid"]] = tuple(detail(int(tid), line) for tid, line in sorted(p["syscalls"].items()))
+        text = json.dumps(p["pyspy"])
+        if p["pid"] == main_pid:
+            role = ROLE_MAIN
+        elif "_worker_loop" in text:
+            role = ROLE_WORKER
+        else:
+            role = ROLE_OTHER
+        procs.append(proc(p["pid"], role, [], method="fork" if role == ROLE_WORKER else None, ppid=p["ppid"]))
+    smp = dataclasses.replace(sample(30.0, procs), exits=tuple(exits))
+    return smp, stacks, details
+
+
+def _prove(smp, stacks, details, wakeable=None):
+    return dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {})
+
+
+def test_a_manager_lock_whose_holder_was_killed_is_proven_and_names_the_dead():
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    proof = _prove(smp, stacks, details)
+    assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
+    main, manager = smp.main.pid, next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    assert set(proof.pids) == {p.pid for p in smp.processes}
+    dead = smp.exits[0]
+    assert f"pid {dead.pid} was killed by signal 9 (SIGKILL)" in proof.conclusion
+    assert "no live process of the job can ever release it" in proof.conclusion
+    # every thread of main, the workers and the manager is a step of the argument
+    assert {(link.pid, link.tid) for link in proof.links if link.tid is not None} == {
+        (pid, d.tid) for pid, threads in details.items() for d in threads
+    }
+    waits = [link for link in proof.links if link.pid == manager]
+    assert sum("waits in it, on a lock" in link.wait for link in waits) == 2  # one per waiting worker
+    assert any("new connection" in link.wait for link in waits) and any("serve_forever" in link.wait for link in waits)
+    assert any(link.pid == main and "PyTorch's own loop" in link.wait for link in proof.links)
+    ended = [link for link in proof.links if link.pid == dead.pid]
+    assert ended and "was killed by signal 9 (SIGKILL)" in ended[0].wait and "last seen alive" in ended[0].wait
+
+
+def test_the_dead_holder_is_said_as_the_kernel_left_it_or_not_at_all():
+    smp, stacks, details = _job("manager_lock_holder_killed.json", status=None)  # reaped before a sample saw it
+    proof = _prove(smp, stacks, details)
+    assert proof is not None and NO_EXIT_RECORD in proof.conclusion and "was killed by signal" not in proof.conclusion
+
+
+def test_without_a_process_that_ended_it_stays_suspected():
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    assert _prove(dataclasses.replace(smp, exits=()), stacks, details) is None
+
+
+def test_a_live_holder_leaves_it_unproven():
+    # The healthy twin: the same waits in the manager and the workers, but the holder is alive
+    # (asleep in time.sleep, then it releases): it could still release, so nothing is proven.
+    smp, stacks, details = _job("manager_lock_holder_alive.json")
+    assert len(smp.processes) == 5
+    assert _prove(smp, stacks, details) is None
+    # ... even with a process of the job that ended besides it
+    gone = ExitRecord(99999, 1, smp.main.pid, ROLE_OTHER, "python", ("python",), 1.0, 1.0, 2.0, 2.0, 9)
+    assert _prove(dataclasses.replace(smp, exits=(gone,)), stacks, details) is None
+
+
+@pytest.mark.parametrize("who", ["main", "worker", "manager"])
+def test_any_live_thread_that_could_still_run_leaves_it_unproven(who):
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    role = {"main": ROLE_MAIN, "worker": ROLE_WORKER, "manager": ROLE_OTHER}[who]
+    pid = next(p.pid for p in smp.processes if p.role == role)
+    last = details[pid][-1]
+    details = {**details, pid: details[pid][:-1] + (detail(last.tid, SLEEP),)}  # a thread in time.sleep
+    assert _prove(smp, stacks, details) is None
+
+
+def test_an_acquire_with_a_timeout_in_the_manager_ends_by_itself():
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    timed = tuple(detail(d.tid, LOCK_TIMED) if d.wait.kind.value == "futex_private" else d for d in details[manager])
+    assert _prove(smp, stacks, {**details, manager: timed}) is None
+
+
+def test_unknown_stacks_or_a_timer_signal_leave_it_unproven():
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    assert _prove(smp, {k: v for k, v in stacks.items() if k != manager}, details) is None
+    assert _prove(smp, stacks, details, wakeable={smp.main.pid: "catches SIGALRM"}) is None
+
+
+def test_the_proof_ends_the_job_under_on_hang_terminate():
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    evidence = Evidence(
+        details=details,
+        stable=details,
+        children={p.pid: () for p in smp.processes},
+        pipes=PipeEnds({}, {}, {}, True),
+        stacks=stacks,
+        wakeable={},
+        file_locks=(),
+        after=smp,
+    )
+    workers = tuple(w.pid for w in smp.workers)
+    episode = detect.Episode(5.0, 300.0, terminate=True)
+    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    assert decision.assessment.hang and decision.assessment.proof is not None
+    assert decision.assessment.proof.kind is ProofKind.WAITS_ON_DEAD
+    assert decision.terminate and decision.termination.grounded and not decision.termination.unproven

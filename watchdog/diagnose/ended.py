@@ -1,0 +1,105 @@
+"""How a process of the job other than main and its workers ended, in words (issue #34, section
+2, "waits on the dead"): which process, when it was last seen and found ended, how it ended (its
+exit code or signal from the sampler's exit record, :class:`~watchdog.types.ExitRecord`, or that
+no record was kept), and the traceback it printed on the stderr dlwatch keeps, when one can be
+told apart.
+
+A process started with ``multiprocessing`` that raises prints ``Process <name>:`` and then its
+traceback, and exits with code 1 (``BaseProcess._bootstrap`` in CPython's
+Lib/multiprocessing/process.py). Its pid is not in that text, so a traceback is tied to an exit
+record only when nothing else could have printed it: the stderr holds exactly one traceback of a
+multiprocessing process that is not a DataLoader worker, and exactly one ended process exited
+with code 1 (or left no record). The sentence then says that it rests on that.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import List, Optional, Sequence, Tuple
+
+from .. import frames
+from ..collect.stderr_facts import TracebackBlock, stderr_facts
+from ..types import ExitRecord, Facts, ProcessSample, ProcId
+
+# multiprocessing's header above the traceback of a process that raised (process.py _bootstrap).
+_PROCESS_HEADER = re.compile(r"^Process (.+):\s*\nTraceback \(most recent call last\):", re.M)
+_WORKER_LOOP_FILE = "torch/utils/data/_utils/worker.py"
+
+
+def exit_record(facts: Facts, p: ProcessSample) -> Optional[ExitRecord]:
+    """The exit record of ``p`` (the same pid and start) in the latest sample, or ``None``."""
+    key = ProcId(p.pid, p.start_ticks)
+    return next((r for r in reversed(facts.sample.exits) if r.ident == key), None)
+
+
+def helper_tracebacks(facts: Facts) -> List[Tuple[Optional[str], TracebackBlock]]:
+    """The tracebacks on the job's stderr that a multiprocessing process other than a DataLoader
+    worker printed as it ended (a frame of multiprocessing/process.py, none of PyTorch's worker
+    loop), each with the name multiprocessing's ``Process <name>:`` header gave it when the
+    headers and the tracebacks pair up one to one (else ``None``)."""
+    blocks = [
+        b
+        for b in stderr_facts(facts).tracebacks
+        if b.worker
+        and b.exception
+        and not any(frames.normalise_path(f.file).endswith(_WORKER_LOOP_FILE) for f, _ in b.frames)
+    ]
+    names = _PROCESS_HEADER.findall(facts.stderr_tail or "")
+    if len(names) == len(blocks):
+        return [(name.strip(), b) for name, b in zip(names, blocks)]
+    return [(None, b) for b in blocks]
+
+
+def traceback_of(facts: Facts, record: Optional[ExitRecord], ended: Sequence[ExitRecord]) -> Optional[str]:
+    """The sentence that ties a traceback on stderr to ``record`` (see the module's docstring),
+    or ``None`` when it cannot be tied to it alone: among every ended process of the job that is
+    not a worker (``ended`` and the latest sample's exit records), it must be the only one that
+    exited with code 1 or left no record."""
+    if record is None or record.signal is not None or record.exit_code not in (None, 1):
+        return None
+    found = helper_tracebacks(facts)
+    workers = {pid for v in (facts.inside.loaders if facts.inside else ()) + facts.sample.loaders for pid in v.workers}
+    every = {r.ident: r for r in tuple(facts.sample.exits) + tuple(ended) if r.pid not in workers}
+    candidates = [r for r in every.values() if r.signal is None and r.exit_code in (None, 1)]
+    if len(found) != 1 or len(candidates) != 1 or candidates[0].ident != record.ident:
+        return None
+    name, block = found[0]
+    user = block.user()
+    where = f" in {user.function} at {frames.short_path(user.file)}:{user.line}" if user is not None else ""
+    who = f" (as Process {name})" if name else ""
+    return (
+        f"its traceback on the job's stderr{who}, ending{where}: {block.exception} (the only traceback there of a "
+        "multiprocessing process other than a DataLoader worker, and the only process of the job that ended with "
+        "code 1 or without a record)"
+    )
+
+
+def ended_line(facts: Facts, p: ProcessSample, ago_s: float, ended: Sequence[ExitRecord]) -> str:
+    """One evidence line about ``p``, a process of the job that ended ``ago_s`` seconds before
+    the examination's sample: who, when, how (its :class:`ExitRecord`, else that none was kept),
+    and its traceback when one is tied to it (:func:`traceback_of`)."""
+    from .. import redact
+    from ..text import one_line
+
+    cmd = one_line(" ".join(redact.cmdline(p.cmdline)) or p.name)[:80]
+    record = exit_record(facts, p)
+    head = f"pid {p.pid} ({cmd}), a process of the job other than main and its workers, has ended"
+    if record is None:
+        line = (
+            f"{head}: no record of how (its traceback, if it printed one, is in the job's stderr); last seen "
+            f"{ago_s:.0f} s before the examination"
+        )
+    else:
+        line = (
+            f"{head}: it {record.how()}; last seen alive at "
+            f"{time.strftime('%H:%M:%S', time.gmtime(record.last_seen_wall))} UTC ({ago_s:.0f} s before the "
+            f"examination), found ended at {time.strftime('%H:%M:%S', time.gmtime(record.ended_wall))} UTC"
+        )
+    tb = traceback_of(facts, record, ended)
+    return f"{line}; {tb}" if tb else line
+
+
+def records_of(facts: Facts, processes: Sequence[ProcessSample]) -> List[ExitRecord]:
+    """The exit records of ``processes`` (those that have one)."""
+    return [r for p in processes if (r := exit_record(facts, p)) is not None]
