@@ -17,9 +17,9 @@ Measured, over the window:
   threads, ``/proc/PID/task/TID/schedstat``, over the window's wall-clock time), and per
   watched process;
 * the tick's wall-clock time, p50 and p99, in ms (``DLWATCH_TICK_LOG``: ``dlwatch`` appends
-  each tick's timing to that file, see ``watchdog/daemon.py``), and its CPU time;
+  each tick's timing to that file, see ``watchdog/watch/watcher.py``), and its CPU time;
 * the share of lean ticks (their sample a stat per process, while the inside view shows
-  batches delivered: NOTE [ Lean ticks ] in ``watchdog/daemon.py``);
+  batches delivered: NOTE [ Lean ticks ] in ``watchdog/watch/watcher.py``);
 * the sidecar's read system calls per tick (``syscr`` in ``/proc/PID/io``): its ``/proc``
   reads, the part of its cost that a busy machine does not inflate;
 * the sidecar's peak RSS (``VmHWM`` in ``/proc/PID/status``), in bytes;
@@ -430,7 +430,7 @@ def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interv
     Returns batches per second (every rank's together) and, watched, the sidecar's figures over
     the window: ``cpu_s``, ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms``
     (wall-clock per tick of one watcher: each rank has its own), ``tick_cpu_ms``, ``ticks``,
-    ``lean_ticks`` (those whose sample was lean, NOTE [ Lean ticks ] in watchdog/daemon.py),
+    ``lean_ticks`` (those whose sample was lean, NOTE [ Lean ticks ] in watchdog/watch/watcher.py),
     ``processes`` (watched: ranks and their workers), ``peak_rss_bytes`` and
     ``first_tick_cpu_s`` (the sidecar's CPU when its first tick was logged: its start-up) and
     ``startup_cpu_s`` (its CPU before the window: start-up and the warm-up's ticks).

@@ -1,4 +1,4 @@
-"""report.json's JSON Schema (``watchdog/schema/report.schema.json``, draft 2020-12), for the
+"""report.json's JSON Schema (``watchdog/report/schema/report.schema.json``, draft 2020-12), for the
 tests: every report a test builds or reads is checked against it."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import os
 
 import watchdog
 
-SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(watchdog.__file__)), "schema", "report.schema.json")
+SCHEMA_FILE = os.path.join(
+    os.path.dirname(os.path.abspath(watchdog.__file__)), "report", "schema", "report.schema.json"
+)
 
 
 def schema() -> dict:

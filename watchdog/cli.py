@@ -20,21 +20,23 @@ from typing import Dict, List, Optional, Tuple
 
 import psutil
 
-from . import __version__, redact, report, writer
-from . import cluster as cluster_mod
+from . import __version__, redact
 from . import config as config_mod
-from . import verify as verify_mod
 from .argtypes import UsageParser, folder, positive_float, positive_int
 from .collect import discovery, inside, procfs
 from .collect.launch import context as launch_context
 from .collect.stderr_tail import StderrTail
-from .daemon import Outcome, log
+from .commands import cluster as cluster_mod
+from .commands import verify as verify_mod
 from .errors import ConfigError, ReportWriteError, TargetError, WatchdogError
 from .exits import Exit, of_signal
-from .ranks import JobWatcher
-from .terminal import JobControl, wait_job
+from .report import document as report
+from .report import writer
 from .types import Launch, ReportWritten
-from .wake import Waker
+from .watch.node_loop import JobWatcher
+from .watch.terminal import JobControl, wait_job
+from .watch.wake import Waker
+from .watch.watcher import Outcome, log
 
 # Command-line flags that override settings: flag -> (dotted key, argparse type).
 _OVERRIDES = {
@@ -232,7 +234,7 @@ def _start_stderr_tail(cfg: config_mod.Config, orphan_cleanup=()) -> Optional[St
 
 def cmd_run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """Start the job in its own process group, watch it, return its exit code (or 124). When
-    dlwatch has the terminal, the job gets it while it runs (:mod:`watchdog.terminal`)."""
+    dlwatch has the terminal, the job gets it while it runs (:mod:`watchdog.watch.terminal`)."""
     cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("CMD", "no command given; usage: dlwatch run [options] -- CMD ARGS…", "command line")
@@ -470,7 +472,7 @@ def _start_metrics(cfg: config_mod.Config, port_key: str = "metrics_port", sourc
         return None, None
     import socket
 
-    from . import metrics
+    from .watch import metrics
 
     collector = metrics.JobMetrics(list, cfg.node or "", cfg.stall_timeout_s)
     try:
@@ -644,7 +646,7 @@ def _print(text: str) -> None:
 
 def cmd_reports(args: argparse.Namespace) -> int:
     """``dlwatch reports [DIR]``: report folders, newest first."""
-    from . import browse
+    from .report import browse
 
     if args.dir and args.report_dir and os.path.abspath(args.dir) != os.path.abspath(args.report_dir):
         raise WatchdogError(f"reports: DIR {args.dir!r} and --report-dir {args.report_dir!r} differ: give one")
@@ -660,7 +662,7 @@ def cmd_reports(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """``dlwatch show REPORT``: the short summary again (as stderr got it), the whole report
     (``--full``), or its HTML page."""
-    from . import browse
+    from .report import browse
 
     if args.out and not args.html:
         raise ConfigError("--out", "goes with --html (the page it writes)", "command line")

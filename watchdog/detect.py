@@ -479,7 +479,7 @@ class ProgressTracker:
                     del table[pkey]
 
     def _update_lean(self, sample: Sample) -> bool:
-        """Fold in a lean sample (NOTE [ Lean ticks ] in watchdog/daemon.py: the same tuple of
+        """Fold in a lean sample (NOTE [ Lean ticks ] in watchdog/watch/watcher.py: the same tuple of
         process samples as the sample before, only the inside view's counts new) without the
         per-process pass, whose marks cannot move on samples that did not change; ``False``
         (nothing done) for any other sample, or when the measure would change or the job is
@@ -1798,7 +1798,7 @@ class Episode:
         else the loader-level one (:func:`prove_loader_idle`); main's verdict
         (:func:`confirm`); then :func:`assess`, unless the workers changed during the look (an
         epoch ended: the job moved). An early (batch-rhythm) look reports only a proof. A rank
-        (``stalled_peers`` given, from :meth:`~watchdog.ranks.JobWatcher.loader_stalls`)
+        (``stalled_peers`` given, from :meth:`~watchdog.watch.node_loop.JobWatcher.loader_stalls`)
         stalled outside its loader, unproven, waits for the first of those peers. A hang
         already reported is reported again only when this look could end it or proves it
         first. ``woke`` is :meth:`ProgressTracker.woke_during_stall`; ``now`` monotonic

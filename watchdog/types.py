@@ -42,7 +42,7 @@ class ProcessRole(TextEnum):
     STARTING = "worker_starting"  # a child of main young enough that it may become a worker
     FORKSERVER = "forkserver"
     OTHER = "other"
-    # Multi-rank jobs (watchdog.ranks): the launcher above the ranks (torchrun's elastic agent,
+    # Multi-rank jobs (watchdog.watch.node_loop): the launcher above the ranks (torchrun's elastic agent,
     # the process that called torch.multiprocessing.spawn), and each rank as the launcher's
     # sample sees it.
     LAUNCHER = "launcher"
@@ -1111,7 +1111,7 @@ _FIX_VALUES = {
 @dataclass(frozen=True)
 class Fix:
     """A fix that ``dlwatch verify`` can apply to the user's job with no edit to its code
-    (``watchdog.verify``; the job's recorder applies the loader part, ``_dlwatch_inside.apply``).
+    (``watchdog.commands.verify``; the job's recorder applies the loader part, ``_dlwatch_inside.apply``).
 
     ``loader`` holds ``(setting, value)`` pairs of :data:`FIX_LOADER_SETTINGS` for the
     ``DataLoader`` at the report's site (``multiprocessing_context`` as a start method name:
@@ -1274,7 +1274,7 @@ class Facts:
     (seconds) from ``/proc/PID/limits``.
     ``file_systems`` holds, for a file a failed write named (``disk_full``), ``(path, folder
     measured, bytes free to unprivileged users, size in bytes)`` from ``statvfs`` of its nearest
-    existing folder at diagnosis time (``watchdog.exit_look.file_system_figures``).
+    existing folder at diagnosis time (``watchdog.watch.exit_look.file_system_figures``).
     ``lock_files`` are the lock files in the job's folders whose first line names a holder pid
     (:class:`LockFile`, read at report time by ``watchdog.collect.lockfiles``).
     """

@@ -73,7 +73,7 @@ def reports(report_dir: str, advice: bool = False) -> List[str]:
 
 def load_report(folder: str) -> dict:
     """The ``report.json`` of a report folder, checked against its JSON Schema
-    (``watchdog/schema/report.schema.json``), :func:`check_termination_proof` and
+    (``watchdog/report/schema/report.schema.json``), :func:`check_termination_proof` and
     :func:`check_no_contradiction`: every real test that reads a report validates it, no test
     accepts a job ended without a proof, nor a first finding its own figures contradict."""
     path = os.path.join(folder, "report.json")

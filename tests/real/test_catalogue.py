@@ -27,7 +27,7 @@ def test_reproduction_is_diagnosed(name, tmp_path):
     assert outcome.status == "ok", (outcome.first, outcome.kinds, outcome.note)
     assert outcome.latency_s is not None and outcome.latency_s < 60
     for folder in reports(os.path.join(str(tmp_path), "reports")):
-        load_report(folder)  # every report written conforms to watchdog/schema/report.schema.json
+        load_report(folder)  # every report written conforms to watchdog/report/schema/report.schema.json
     if s.module == "probes.train" and outcome.report:
         # Every report of a probes.train job carries the inside view: batches, data wait, intervals.
         with open(os.path.join(outcome.report, "report.txt"), encoding="utf-8") as f:

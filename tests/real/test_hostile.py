@@ -16,9 +16,9 @@ import pytest
 
 from tests.real.conftest import SYSTEM_PY, as_user
 from tests.real.helpers import DLWATCH, kill_tree, reports, run_bounded, start, wait_for
-from watchdog import act
 from watchdog.collect import procfs
 from watchdog.types import ProcId
+from watchdog.watch import act
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="plays a second local user (needs root and useradd)"

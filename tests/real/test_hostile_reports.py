@@ -18,7 +18,7 @@ import pytest
 from tests.real.conftest import SYSTEM_PY, as_user
 from tests.real.helpers import DLWATCH, run_bounded
 from tests.unit.test_browse import _written
-from watchdog import browse, html
+from watchdog.report import browse, html
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="plays a second local user (needs root and useradd)"

@@ -46,7 +46,7 @@ def test_the_wheel_ships_the_probes_inside_the_watchdog_namespace(site):
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"watchdog"}, tops
     assert "watchdog/probes/train.py" in names and "watchdog/probes/cases/shm_removed.py" in names
-    assert "watchdog/bootstrap/_dlwatch_inside.py" in names and "watchdog/schema/report.schema.json" in names
+    assert "watchdog/bootstrap/_dlwatch_inside.py" in names and "watchdog/report/schema/report.schema.json" in names
 
 
 def test_an_installed_probe_job_is_the_watched_job_not_mistaken_for_dlwatch(site, tmp_path):

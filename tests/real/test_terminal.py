@@ -1,5 +1,5 @@
 """A job that reads its terminal works under ``dlwatch run`` as it does without it
-(watchdog/terminal.py): ``input()`` is answered, ``breakpoint()`` is continued, Ctrl-C reaches
+(watchdog/watch/terminal.py): ``input()`` is answered, ``breakpoint()`` is continued, Ctrl-C reaches
 the job and is not diagnosed as a crash. Each run is driven through a real pseudo-terminal
 (``pty.fork``: dlwatch is its session's leader and foreground group, as under a shell), bounded
 in time, and every process of the session is killed whatever happens."""

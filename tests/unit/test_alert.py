@@ -1,10 +1,10 @@
-"""Alert hooks (:mod:`watchdog.alert`): the command runs through ``/bin/sh`` with the report's
+"""Alert hooks (:mod:`watchdog.watch.alert`): the command runs through ``/bin/sh`` with the report's
 variables, and what the job's text holds (a NUL in its exception message) never stops it or
 the thread that runs it."""
 
 from __future__ import annotations
 
-from watchdog.alert import Alerts
+from watchdog.watch.alert import Alerts
 
 
 def test_a_nul_in_a_report_variable_reaches_the_command_escaped(tmp_path):

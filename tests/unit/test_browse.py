@@ -9,9 +9,10 @@ from typing import List
 import pytest
 
 from tests.unit.builders import MAIN_PID, hang_facts
-from watchdog import browse, html, report, writer
 from watchdog.diagnose import diagnose
 from watchdog.errors import ReportNotFound
+from watchdog.report import browse, html, writer
+from watchdog.report import document as report
 
 
 def _written(tmp_path):
@@ -224,7 +225,7 @@ def test_every_plot_puts_its_x_axis_at_the_same_place(tmp_path):
 
 
 def test_report_folders_name_their_node_so_nodes_sharing_a_report_dir_never_collide():
-    from watchdog import report as report_mod
+    from watchdog.report import document as report_mod
 
     wall = 1796180000.0  # 2026-12-02 02:53:20 UTC
     assert report_mod.folder_name(wall, 42, "node-b") == "20261202T025320Z-node-b-42"

@@ -159,8 +159,8 @@ def test_an_out_of_range_flag_points_to_the_commands_help(capfd):
 
 
 def test_show_names_a_folder_that_does_not_exist(tmp_path):
-    from watchdog import browse
     from watchdog.errors import ReportNotFound
+    from watchdog.report import browse
 
     for folder, why in ((tmp_path / "missing", "no such folder"), (tmp_path, "not a report folder")):
         try:

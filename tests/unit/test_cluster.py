@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from watchdog.cluster import RankRow, _of_this_run, first_stalled, judge, render
+from watchdog.commands.cluster import RankRow, _of_this_run, first_stalled, judge, render
 
 
 def _row(node, rank, last, since, up=True, folder="", timeout=None):
@@ -55,7 +55,7 @@ def test_a_report_of_an_earlier_run_on_the_same_node_is_not_this_runs():
 def test_a_bad_prometheus_url_is_one_line_naming_it_without_its_password():
     import pytest
 
-    from watchdog.cluster import ClusterError, _shown, query
+    from watchdog.commands.cluster import ClusterError, _shown, query
 
     assert _shown("http://alice:s3cret@prom:9090/") == "http://alice:…@prom:9090/"
     for url in ("ftp://prom", "prom:9090", "http://"):
@@ -69,8 +69,8 @@ def test_a_bad_prometheus_url_is_one_line_naming_it_without_its_password():
 def test_a_run_id_may_hold_what_torchrun_rdzv_ids_hold_but_nothing_that_breaks_the_query():
     import pytest
 
-    from watchdog.cluster import ClusterError, collect
     from watchdog.collect.discovery import RUN_ID_VALUE
+    from watchdog.commands.cluster import ClusterError, collect
 
     for run_id in ("job42", "slurm-1234.0", "alice@node-a", "team/exp-7", "a+b=c"):
         assert RUN_ID_VALUE.match(run_id), run_id
@@ -93,7 +93,7 @@ import urllib.parse  # noqa: E402
 
 import pytest  # noqa: E402
 
-from watchdog import cluster  # noqa: E402
+from watchdog.commands import cluster  # noqa: E402
 
 
 def _vector(series):
@@ -446,9 +446,9 @@ def test_the_endpoint_says_whether_main_waits_in_next_for_a_workers_batch():
 
     from tests.unit.builders import MAIN_PID, proc, sample
     from tests.unit.test_verify import loader_view
-    from watchdog.daemon import WatcherStatus
-    from watchdog.metrics import JobMetrics
     from watchdog.types import ROLE_MAIN, Frame
+    from watchdog.watch.metrics import JobMetrics
+    from watchdog.watch.watcher import WatcherStatus
 
     def served(waiting_since, worker):
         view = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))

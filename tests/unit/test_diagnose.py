@@ -1641,7 +1641,7 @@ def test_a_full_disk_names_its_file_systems_figures_from_statvfs_of_the_path_the
     # is measured, for real, at diagnosis time.
     import os
 
-    from watchdog.exit_look import file_system_figures
+    from watchdog.watch.exit_look import file_system_figures
 
     target = os.path.join(str(tmp_path), "cache", "shard-7", "x.bin")
     stderr = f"OSError: [Errno 28] No space left on device: '{target}'\n"
@@ -1673,7 +1673,7 @@ def test_a_full_disk_while_a_job_process_still_runs_reads_its_open_files_and_mea
     import sys
 
     from watchdog.collect import procfs
-    from watchdog.exit_look import JobTraces, _disk_full_look
+    from watchdog.watch.exit_look import JobTraces, _disk_full_look
 
     held = tmp_path / "log.txt"
     child = subprocess.Popen(

@@ -146,8 +146,10 @@ def test_the_alert_rules_of_the_docs_load_and_fire_with_and_without_a_rank(tmp_p
 
 def test_the_security_page_states_the_limits_the_code_has():
     """Each limit docs/security.md states beside its constant's name is the code's."""
-    from watchdog import browse, cluster, metrics, verify, writer
     from watchdog.collect import inside
+    from watchdog.commands import cluster, verify
+    from watchdog.report import browse, writer
+    from watchdog.watch import metrics
 
     text = " ".join(pages()["docs/security.md"].split())
     stated = {

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from tests.unit.builders import MAIN_PID, WORKER_PID, hang_facts, proc, sample
-from watchdog import report
 from watchdog.diagnose import diagnose
+from watchdog.report import document as report
 from watchdog.types import (
     ROLE_FORKSERVER,
     ROLE_WORKER,

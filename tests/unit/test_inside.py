@@ -12,8 +12,8 @@ import time
 import pytest
 
 from tests.unit.builders import MAIN_PID, proc, sample
-from watchdog import report
 from watchdog.collect import inside
+from watchdog.report import document as report
 from watchdog.types import ROLE_MAIN, Diagnosis, Facts
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")

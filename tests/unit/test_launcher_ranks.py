@@ -12,7 +12,7 @@ from watchdog.collect.discovery import (
     derive_rank,
     relaunched,
 )
-from watchdog.ranks import describe_rank
+from watchdog.watch.node_loop import describe_rank
 
 
 def test_torchruns_rank_is_kept_as_set_and_wins_over_an_outer_launchers():

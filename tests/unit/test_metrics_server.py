@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog import metrics
+from watchdog.watch import metrics
 
 # What a slow client sends, a byte at a time: a request never finished (no blank line).
 DRIP = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4096

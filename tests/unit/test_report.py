@@ -9,10 +9,11 @@ import stat
 import pytest
 
 from tests.unit.builders import MAIN_PID, WORKER_PID, fixture, hang_facts
-from watchdog import report, writer
 from watchdog.collect import pyspy
 from watchdog.diagnose import diagnose
 from watchdog.errors import ReportWriteError
+from watchdog.report import document as report
+from watchdog.report import writer
 from watchdog.types import Report
 
 
@@ -201,7 +202,7 @@ def test_locals_with_secret_looking_names_are_redacted():
 def test_the_html_page_says_what_a_dump_lost_while_its_stack_is_folded():
     import dataclasses
 
-    from watchdog import html
+    from watchdog.report import html
 
     (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
     facts = hang_facts([t], stacks_ok=False)
@@ -216,8 +217,8 @@ def test_the_html_page_says_what_a_dump_lost_while_its_stack_is_folded():
 
 
 def test_control_characters_from_the_job_are_escaped_in_report_txt_and_html():
-    from watchdog import html as html_page
-    from watchdog.report import printable
+    from watchdog.report import html as html_page
+    from watchdog.report.document import printable
 
     assert (
         printable("killed by signal: Bus error.\x00 \x1b[2J\tok\n")
@@ -244,7 +245,7 @@ def test_the_metrics_endpoint_bounds_its_connections_and_closes_idle_ones():
 
     import psutil
 
-    from watchdog import metrics
+    from watchdog.watch import metrics
 
     server = metrics.serve(0, metrics.JobMetrics(lambda: []))
     port = server.server_address[1]

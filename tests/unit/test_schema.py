@@ -1,4 +1,4 @@
-"""report.json against its committed JSON Schema (watchdog/schema/report.schema.json): the schema
+"""report.json against its committed JSON Schema (watchdog/report/schema/report.schema.json): the schema
 is a valid draft 2020-12 schema, and every kind of document ``report.build`` makes (hang with
 stacks, hang without them, crash, warning, exit) conforms once written as the writer writes it."""
 
@@ -23,9 +23,11 @@ from tests.unit.builders import (
     sample,
     thread,
 )
-from watchdog import __version__, report, writer
+from watchdog import __version__
 from watchdog.collect import inside, pyspy
 from watchdog.diagnose import diagnose
+from watchdog.report import document as report
+from watchdog.report import writer
 from watchdog.types import (
     MODE_CRASH,
     MODE_EXIT,

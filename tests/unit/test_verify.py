@@ -11,9 +11,9 @@ import os
 import pytest
 
 from tests.unit.builders import proc, sample
-from watchdog import verify
+from watchdog.commands import verify
+from watchdog.commands.verify import CONTROL, FIXED, Origin, RunResult, VerifyError
 from watchdog.types import ROLE_MAIN, Fix, LoaderView, ReportWritten
-from watchdog.verify import CONTROL, FIXED, Origin, RunResult, VerifyError
 
 
 def _origin(**kw) -> Origin:
@@ -536,7 +536,7 @@ def test_a_start_verify_cannot_reproduce_is_refused_or_said_before_any_run(tmp_p
 
 
 def test_the_prove_line_carries_the_flags_verify_needs_for_that_report():
-    from watchdog import report
+    from watchdog.report import document as report
 
     doc = {
         "diagnoses": [{"remedy_apply": {"loader": {"multiprocessing_context": "forkserver"}}}],

@@ -10,9 +10,9 @@ import threading
 import time
 
 from watchdog import config
-from watchdog.daemon import Watcher, WatcherStatus
 from watchdog.types import ROLE_LAUNCHER
-from watchdog.wake import Waker
+from watchdog.watch.wake import Waker
+from watchdog.watch.watcher import Watcher, WatcherStatus
 
 
 def _watcher(**kw) -> Watcher:
@@ -42,8 +42,8 @@ def test_roles_set_from_outside_name_processes_in_the_next_sample_and_examinatio
 def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node_loop_skips_that_rank_meanwhile():
     # NOTE [ One loop for the node ]: a rank's due examination starts once its tick is over,
     # in a thread of its own; the job's loop does not step that rank until it is over.
-    from watchdog.ranks import JobWatcher
     from watchdog.types import ProcId
+    from watchdog.watch.node_loop import JobWatcher
 
     w = _watcher(examine_apart=True, rank={"RANK": "1"})
     w.step()
@@ -172,8 +172,8 @@ def test_a_job_level_sample_reads_no_inside_view_of_the_ranks_it_borrowed_but_ta
     # watcher; the inside view of those pids is taken from the same watcher's latest sample,
     # and the folder is read for the other processes only.
     from watchdog.collect import inside
-    from watchdog.ranks import JobWatcher
     from watchdog.types import InsideView, ProcId, WorkerFetch
+    from watchdog.watch.node_loop import JobWatcher
 
     asked = []
 
@@ -207,8 +207,8 @@ def test_a_rank_whose_tick_blocks_is_left_to_it_and_the_other_ranks_are_still_st
     # D state) stops the stepper's thread, never the job's loop: the round is given up after
     # _STEP_WAIT_S, the next rounds step the other ranks, and the blocked one is stepped again
     # once its tick returns.
-    from watchdog import ranks
     from watchdog.types import ProcId
+    from watchdog.watch import node_loop as ranks
 
     monkeypatch.setattr(ranks, "_STEP_WAIT_S", 0.3)
     job = ranks.JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
@@ -242,7 +242,7 @@ def test_the_tree_ranks_are_looked_for_in_changes_when_a_launchers_child_runs_th
     # A launcher's child forked before it exec'd the rank's program has the launcher's name
     # (both "python") and no RANK yet: its new command line alone must make the ranks be looked
     # for again, or the rank goes unwatched until the next look (30 s: a short job's whole life).
-    from watchdog.ranks import JobWatcher
+    from watchdog.watch.node_loop import JobWatcher
 
     job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
     job.job.step()

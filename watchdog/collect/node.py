@@ -4,7 +4,7 @@ allocated pid.
 
 NOTE [ Node reads ]
 A node of 8 ranks has 8 samplers, ticking one after the other once a second (NOTE [ One loop
-for the node ] in watchdog/ranks.py). What they read of the node is the same for all of them:
+for the node ] in watchdog/watch/node_loop.py). What they read of the node is the same for all of them:
 the ranks of one job see one ``/dev/shm`` (a launcher's children share its mount namespace) and
 sit in one memory cgroup (a container's, a Slurm step's, a user's slice). Each reading is kept
 for ``max_age_s`` (half an interval for the ranks), so 8 ranks read the node once a tick

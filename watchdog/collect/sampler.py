@@ -33,7 +33,7 @@ Documentation/filesystems/proc.rst):
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
   kernel walks its page tables), the map count and the mapped data files: see
   :meth:`Sampler._due_full_info`.
-* Lean samples (NOTE [ Lean ticks ] in ``watchdog/daemon.py``): while the inside view shows the
+* Lean samples (NOTE [ Lean ticks ] in ``watchdog/watch/watcher.py``): while the inside view shows the
   loader delivering, the watcher asks for ``sample(lean=True)``: three reads (main's main
   thread's children, ``/dev/shm``, the host's available memory) and the last sample's
   processes again, the same objects; a full sample when main's children changed, at least
@@ -171,7 +171,7 @@ _SHORT_SHARE = 0.25
 
 
 # The memory reads (smaps_rollup and maps: ~4 + ~2 ms a torch process) of every sampler that
-# shares one MemoryReadBudget (the ranks of a job: watchdog.ranks) come at most this many a
+# shares one MemoryReadBudget (the ranks of a job: watchdog.watch.node_loop) come at most this many a
 # second together, beyond those memory_short() makes urgent: a node of 8 ranks x (1 + 8) reads
 # each of its 72 processes every ~2.4 min at worst instead of costing ~5 % of a core.
 NODE_MEMORY_READS_PER_S = 0.5
@@ -363,13 +363,13 @@ class Sampler:
         self.exits: Tuple[ExitRecord, ...] = ()
         self._zombies: Dict[ProcId, Optional[int]] = {}
         self._quota_value: Optional[float] = None
-        # pid -> role, set from outside (watchdog.ranks: the launcher and its ranks).
+        # pid -> role, set from outside (watchdog.watch.node_loop: the launcher and its ranks).
         self.role_overrides: Dict[int, ProcessRole] = {}
-        # Set from outside (watchdog.ranks): a process of the tree that another sampler watches
+        # Set from outside (watchdog.watch.node_loop): a process of the tree that another sampler watches
         # as its main (a rank) -> that sampler's latest processes, main first, or None (walked).
         self.borrow: Callable[[ProcId], Optional[Tuple[ProcessSample, ...]]] = lambda key: None
         self._relabelled: Dict[ProcId, Tuple[ProcessSample, ProcessSample]] = {}
-        # Set from outside (watchdog.ranks): the budget of memory reads this sampler shares with
+        # Set from outside (watchdog.watch.node_loop): the budget of memory reads this sampler shares with
         # the other ranks' (None: only its own per-call budget, _due_full_info).
         self.memory_budget: Optional[MemoryReadBudget] = None
         self._borrowed: Tuple[ProcessSample, ...] = ()  # the last walk's borrowed processes
@@ -377,7 +377,7 @@ class Sampler:
         self._census: Dict[ProcId, FdCensus] = {}  # the last fd census of a process near its limit
         # Main's memory cgroup at the last sample (read once a tick, for the sample and the watcher).
         self.memory_cgroup: Optional[cgroup.MemoryCgroup] = None
-        # Set from outside (watchdog.ranks): the node's readings, shared with the other ranks'
+        # Set from outside (watchdog.watch.node_loop): the node's readings, shared with the other ranks'
         # samplers (NOTE [ Node reads ]); its own, read at each call, by default.
         self.node = NodeReads()
 
@@ -449,7 +449,7 @@ class Sampler:
         main receives batches (the caller's condition, the inside view's counters) its workers
         work; what else may move (RSS, descriptors, a worker's state) is read at the next full
         sample, at most ``min(warning_interval_s, stall_timeout_s / 2)`` later (NOTE [ Lean
-        ticks ] in watchdog/daemon.py).
+        ticks ] in watchdog/watch/watcher.py).
 
         ``None`` when a full sample is needed: main's main thread has a child the last walk did
         not see, or lost one since the first lean sample after that walk; a process is young

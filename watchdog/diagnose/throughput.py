@@ -236,7 +236,7 @@ def open_wait_s(v: LoaderView, now: float) -> float:
 
 def _full(samples: Sequence[Sample]) -> List[Sample]:
     """The full samples of ``samples`` (a lean one holds the last one's processes, the same
-    tuple: NOTE [ Lean ticks ] in watchdog/daemon.py)."""
+    tuple: NOTE [ Lean ticks ] in watchdog/watch/watcher.py)."""
     out: List[Sample] = []
     for s in samples:
         if out and s.processes is out[-1].processes:

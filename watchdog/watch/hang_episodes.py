@@ -1,11 +1,11 @@
 """The hang episodes of one watched main, from a due stall to what became of its report: the
 examination (:func:`watchdog.collect.examine.look`), the decision (:class:`watchdog.detect.Episode`,
-pure), the closer look and report (:mod:`watchdog.hang_look`, :class:`watchdog.publish.Publisher`),
-ending the job when configured and proven (:func:`watchdog.act.terminate_tree`), and the
+pure), the closer look and report (:mod:`watchdog.watch.hang_look`, :class:`watchdog.watch.publish.Publisher`),
+ending the job when configured and proven (:func:`watchdog.watch.act.terminate_tree`), and the
 ``outcome.json`` of each hang report (resolved, terminated, or open when the job ended).
 
 NOTE [ Escalation ladder ] in daemon.py says when each step runs. The watch loop
-(:class:`watchdog.daemon.Watcher`) calls :meth:`HangEpisodes.moved` at each stalled tick,
+(:class:`watchdog.watch.watcher.Watcher`) calls :meth:`HangEpisodes.moved` at each stalled tick,
 :meth:`HangEpisodes.due` to know whether to look, :meth:`HangEpisodes.examine` when it is,
 and :meth:`HangEpisodes.job_ended` once the job is gone."""
 
@@ -17,15 +17,18 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import act, detect, report, writer
-from .collect import examine
-from .collect.sampler import Sampler
-from .config import Config
-from .diagnose import diagnose
-from .errors import ReportWriteError
+from .. import detect
+from ..collect import examine
+from ..collect.sampler import Sampler
+from ..config import Config
+from ..diagnose import diagnose
+from ..errors import ReportWriteError
+from ..report import document as report
+from ..report import writer
+from ..types import Evidence, InsideView, Sample, Stall
+from . import act
 from .exit_look import JobTraces
 from .hang_look import closer_look, hang_facts
-from .types import Evidence, InsideView, Sample, Stall
 
 # A stall dismissed for the same reason (numbers aside) is said again after this many seconds.
 DISMISSAL_REPEAT_S = 3600.0
@@ -188,7 +191,7 @@ class HangEpisodes:
     def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
         """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
         because it waits for another rank, ``peer`` (one line of
-        :meth:`~watchdog.ranks.JobWatcher.loader_stalls`)."""
+        :meth:`~watchdog.watch.node_loop.JobWatcher.loader_stalls`)."""
         root = self.job.sampler.root_pid
         self.job.say_once(
             "waits-for-peer",

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from .collect import procfs
+from ..collect import procfs
 
 # The stop signals that come from the terminal (the others, SIGSTOP, come from a person).
 TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)

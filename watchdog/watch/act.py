@@ -21,8 +21,8 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import psutil
 
-from .collect import procfs
-from .types import ProcId
+from ..collect import procfs
+from ..types import ProcId
 
 
 def same_process(proc: ProcId) -> bool:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from . import detect, frames
-from .collect import examine, pyspy
-from .collect.examine import CloserLook
-from .diagnose.hangs import ENCLOSING_LINES
-from .types import MODE_HANG, ROLE_FORKSERVER, ROLE_OTHER, Evidence, Facts, InsideView, Measure, Proof, Sample, Stall
+from .. import detect, frames
+from ..collect import examine, pyspy
+from ..collect.examine import CloserLook
+from ..diagnose.hangs import ENCLOSING_LINES
+from ..types import MODE_HANG, ROLE_FORKSERVER, ROLE_OTHER, Evidence, Facts, InsideView, Measure, Proof, Sample, Stall
 
 # Threads per process, and user frames per thread, whose enclosing lines are read.
 _THREADS, _FRAMES = 16, 6

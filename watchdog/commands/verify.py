@@ -47,11 +47,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
-from . import browse, children, redact, report, writer
-from .collect import launch, script
-from .errors import ReportWriteError, WatchdogError
-from .exits import Exit, of_signal
-from .types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
+from .. import children, redact
+from ..collect import launch, script
+from ..errors import ReportWriteError, WatchdogError
+from ..exits import Exit, of_signal
+from ..report import browse, writer
+from ..report import document as report
+from ..types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
 
 CONTROL, FIXED = "unchanged", "fixed"
 # The default bound: twice the batches the original's iterator delivered before it failed,
@@ -1022,13 +1024,13 @@ def add_parser(sub) -> None:
 
 
 def _positive_int(text: str) -> int:
-    from .argtypes import positive_int
+    from ..argtypes import positive_int
 
     return positive_int(text)
 
 
 def _positive_float(text: str) -> float:
-    from .argtypes import positive_float
+    from ..argtypes import positive_float
 
     return positive_float(text)
 

@@ -1,7 +1,7 @@
-"""Publish one report: build it (:func:`watchdog.report.build`), print its short summary, write
-it (:func:`watchdog.writer.write_with_fallback`: atomic, owner-only) and run the configured
+"""Publish one report: build it (:func:`watchdog.report.document.build`), print its short summary, write
+it (:func:`watchdog.report.writer.write_with_fallback`: atomic, owner-only) and run the configured
 ``on_*_exec`` command with its redacted ``DLWATCH_*`` variables. The wiring end of the pipeline:
-:class:`watchdog.daemon.Watcher` calls it for hangs, warnings, crashes and exits alike."""
+:class:`watchdog.watch.watcher.Watcher` calls it for hangs, warnings, crashes and exits alike."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import socket
 import time
 from typing import Callable, Dict, Optional, Sequence
 
-from . import __version__, redact, report, writer
+from .. import __version__, redact
+from ..collect import procfs
+from ..config import Config
+from ..errors import ReportWriteError
+from ..report import document as report
+from ..report import writer
+from ..types import MODE_CRASH, Diagnosis, Facts, Launch, ReportWritten
 from .alert import Alerts
-from .collect import procfs
-from .config import Config
-from .errors import ReportWriteError
-from .types import MODE_CRASH, Diagnosis, Facts, Launch, ReportWritten
 
 # Settings whose values are shell commands, which may carry a token: never written as they are.
 _COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")

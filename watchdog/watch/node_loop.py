@@ -1,6 +1,6 @@
-"""Multi-rank jobs: one :class:`~watchdog.daemon.Watcher` per training rank (``torchrun``'s
+"""Multi-rank jobs: one :class:`~watchdog.watch.watcher.Watcher` per training rank (``torchrun``'s
 ranks, a launcher's, ``torch.multiprocessing.spawn``'s), and the launcher watched for the report
-written after the job ends. Wiring only, like :mod:`watchdog.daemon`; ranks are found by
+written after the job ends. Wiring only, like :mod:`watchdog.watch.watcher`; ranks are found by
 :func:`watchdog.collect.discovery.find_ranks`."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
-from .collect import discovery, examine, procfs
-from .collect.inside import InsideReader
-from .collect.node import NodeReads
-from .collect.sampler import MemoryReadBudget
-from .config import Config
-from .daemon import Outcome, Watcher, WatcherStatus, log
-from .types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcessSample, ProcId, ReportWritten
+from ..collect import discovery, examine, procfs
+from ..collect.inside import InsideReader
+from ..collect.node import NodeReads
+from ..collect.sampler import MemoryReadBudget
+from ..config import Config
+from ..types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcessSample, ProcId, ReportWritten
 from .wake import Waker
+from .watcher import Outcome, Watcher, WatcherStatus, log
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went, was
 # renamed or ran another program: a launcher's child forked before it exec'd the rank's program
@@ -367,7 +367,7 @@ class JobWatcher:
 
     def metrics_view(self) -> List[WatcherStatus]:
         """What each rank's watcher last saw (the job's, when it has no ranks), for
-        :class:`~watchdog.metrics.JobMetrics`. Read from another thread: only the last values
+        :class:`~watchdog.watch.metrics.JobMetrics`. Read from another thread: only the last values
         each watcher stored."""
         watchers = list(self.ranks.values()) or [self.job]
         return [w.status() for w in watchers]
@@ -386,7 +386,7 @@ class JobWatcher:
     def run(self, until: Callable[[], Optional[str]] = lambda: None) -> Outcome:
         """Watch until the job ends; a single-process job also stops once it is terminated,
         and any job once ``until()`` gives a reason (``outcome.stopped``; checked after each
-        tick: a bounded run, :class:`~watchdog.verify.RunBound`). The ranks' examinations still
+        tick: a bounded run, :class:`~watchdog.commands.verify.RunBound`). The ranks' examinations still
         running are waited for (together at most one examination and its termination grace)
         before this returns."""
         if self.job.pyspy is None:

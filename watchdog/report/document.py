@@ -13,9 +13,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from tabulate import tabulate
 
-from . import frames, redact
-from .text import one_line, printable
-from .types import (
+from .. import frames, redact
+from ..text import one_line, printable
+from ..types import (
     ROLE_FORKSERVER,
     ROLE_MAIN,
     ROLE_WORKER,
@@ -33,7 +33,7 @@ from .types import (
     ThreadSample,
 )
 
-# report.json's version; its shape is watchdog/schema/report.schema.json. New optional keys may
+# report.json's version; its shape is watchdog/report/schema/report.schema.json. New optional keys may
 # come within a version; renaming or removing a key, or changing its type, bumps it.
 SCHEMA_VERSION = 2
 STACKS_HEADING = "Stacks (innermost frame first):"
@@ -482,7 +482,7 @@ def verify_flags(doc: dict) -> List[str]:
     ``prove:`` line works as printed: ``--all-loaders`` when the fix changes a DataLoader and the
     report names no site where main iterated one (no inside view); ``--yes`` when the job was
     watched by ``attach`` or read its stdin from a file, pipe or socket (verify refuses those
-    without it: :func:`watchdog.verify._check_rerunnable`)."""
+    without it: :func:`watchdog.commands.verify._check_rerunnable`)."""
     first = (doc.get("diagnoses") or [{}])[0]
     launch = (doc.get("job") or {}).get("launch") or {}
     main_pid = (doc.get("job") or {}).get("pid")

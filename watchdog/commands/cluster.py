@@ -1,6 +1,6 @@
 """``dlwatch cluster``: a job across nodes, as Prometheus has it from every node's sidecar.
 
-Each node's ``dlwatch run --metrics-port`` serves its ranks' series (:mod:`watchdog.metrics`);
+Each node's ``dlwatch run --metrics-port`` serves its ranks' series (:mod:`watchdog.watch.metrics`);
 Prometheus scrapes them all. This asks Prometheus's HTTP API for instant vectors
 (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) and prints
 one row per rank: node, local rank, state, cause, seconds since progress, batches, data wait
@@ -61,11 +61,11 @@ from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 import msgspec
 from tabulate import tabulate
 
-from . import redact
-from .argtypes import positive_float
-from .collect.discovery import RUN_ID_VALUE
-from .exits import Exit
-from .text import one_line
+from .. import redact
+from ..argtypes import positive_float
+from ..collect.discovery import RUN_ID_VALUE
+from ..exits import Exit
+from ..text import one_line
 
 # How far back a rank whose sidecar went down is still shown with its last values.
 LOOKBACK = "1h"

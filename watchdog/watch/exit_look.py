@@ -1,4 +1,4 @@
-"""The look at a job that ended: what a :class:`~watchdog.daemon.Watcher` keeps of the job
+"""The look at a job that ended: what a :class:`~watchdog.watch.watcher.Watcher` keeps of the job
 while it runs (every pid seen, its ``torch_shm_manager`` daemons, its memory cgroup and the
 OOM kills counted there when first seen), and, once it ended, the facts of its exit (a crash,
 ``/dev/shm`` leftovers, the inside view's data checks) and the processes that outlived it.
@@ -12,11 +12,10 @@ import os
 import time
 from typing import Callable, Container, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from . import act
-from .collect import cgroup, procfs
-from .collect.sampler import host_sample
-from .diagnose import diagnose
-from .types import (
+from ..collect import cgroup, procfs
+from ..collect.sampler import host_sample
+from ..diagnose import diagnose
+from ..types import (
     MODE_CRASH,
     MODE_EXIT,
     ROLE_OTHER,
@@ -28,6 +27,7 @@ from .types import (
     ProcId,
     Sample,
 )
+from . import act
 
 # Seconds to wait, after the job ends, for its torch_shm_manager daemons to remove its files.
 SHM_MANAGER_WAIT_S = 10.0
@@ -307,7 +307,7 @@ def _disk_full_look(
     the figures of the file systems of the paths the errors name, else of the regular files
     those processes have open (:func:`file_system_figures`): ``Facts.open_files`` and
     ``Facts.file_systems``; empty for any other crash."""
-    from .diagnose.crashes import enospc_errors, enospc_paths
+    from ..diagnose.crashes import enospc_errors, enospc_paths
 
     if not tail or not any(not shm for _, shm, _ in enospc_errors(tail)):
         return (), ()

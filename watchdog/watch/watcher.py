@@ -45,18 +45,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from . import act, detect
-from .alert import Alerts
-from .collect import discovery, procfs, pyspy
-from .collect.inside import InsideReader
-from .collect.sampler import THREADS_CPU_SHARE, Sampler, cpu_share
-from .collect.warning_stacks import WarningStacks
-from .config import Config
-from .diagnose import diagnose, throughput
-from .exit_look import JobTraces, exit_facts, exit_findings, survivors
-from .hang_episodes import HangEpisodes, JobHandles
-from .publish import Publisher
-from .types import (
+from .. import detect
+from ..collect import discovery, procfs, pyspy
+from ..collect.inside import InsideReader
+from ..collect.sampler import THREADS_CPU_SHARE, Sampler, cpu_share
+from ..collect.warning_stacks import WarningStacks
+from ..config import Config
+from ..diagnose import diagnose, throughput
+from ..types import (
     MODE_LIVE,
     SEVERITY_WARNING,
     Facts,
@@ -69,6 +65,11 @@ from .types import (
     Sample,
     Stall,
 )
+from . import act
+from .alert import Alerts
+from .exit_look import JobTraces, exit_facts, exit_findings, survivors
+from .hang_episodes import HangEpisodes, JobHandles
+from .publish import Publisher
 
 # Seconds between two warnings of the same kind (a new process set each epoch would repeat them).
 _WARNING_COOLDOWN_S = 600.0
@@ -217,7 +218,7 @@ class WatcherStatus:
 class Outcome:
     """What watching a job produced: report folders written, whether the job was ended for a
     hang (``terminated``), and why watching stopped before the job ended (``stopped``: the
-    reason a run's bound gave, :class:`~watchdog.verify.RunBound`; ``None``: it did not);
+    reason a run's bound gave, :class:`~watchdog.commands.verify.RunBound`; ``None``: it did not);
     ``resolved`` the hang reports among ``reports`` that resolved by themselves."""
 
     reports: List[str] = field(default_factory=list)
@@ -236,7 +237,7 @@ class Outcome:
 
 class Watcher:
     """Watches one job until it ends (or ``stop`` is set): the loop and its wiring; a due stall
-    goes to :class:`~watchdog.hang_episodes.HangEpisodes`, the job's end to :meth:`after_exit`.
+    goes to :class:`~watchdog.watch.hang_episodes.HangEpisodes`, the job's end to :meth:`after_exit`.
 
     Args:
         config: validated settings.
@@ -249,19 +250,19 @@ class Watcher:
         job_cmdline: the command that started the job, for reports written before main was seen.
         inside: reader of the job's own DataLoader records (``None``: no inside view).
         rank: the rank variables (``RANK``, ``WORLD_SIZE``, …) of the training process this
-            watcher watches as its main, under a multi-rank launcher (:class:`~watchdog.ranks.JobWatcher`).
+            watcher watches as its main, under a multi-rank launcher (:class:`~watchdog.watch.node_loop.JobWatcher`).
         examine: ``False`` samples only, for the job-level report after it ends (the launcher
             of a multi-rank job: its ranks have watchers of their own).
         alerts: runs ``on_*_exec`` after each report (shared by the watchers of one job).
-        peer_loaders: the other ranks' main iterators now (:meth:`~watchdog.ranks.JobWatcher.loaders_of_ranks`).
+        peer_loaders: the other ranks' main iterators now (:meth:`.node_loop.JobWatcher.loaders_of_ranks`).
         peers: the other ranks whose DataLoader is stalled now, one line each
-            (:meth:`~watchdog.ranks.JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
+            (:meth:`.node_loop.JobWatcher.loader_stalls`): a rank stalled outside its loader while another's
             loader is stuck is waiting for that rank, and says so instead of reporting a hang.
         launch: how the job was started, written into each report for ``dlwatch verify``.
         examine_apart: examine a due stall in a thread of its own, started at the end of the
             tick that found it (:attr:`examining` while it runs), instead of within the tick: a
             rank's watcher, stepped with the other ranks' by one loop
-            (:class:`~watchdog.ranks.JobWatcher`), which must not wait for its py-spy dumps.
+            (:class:`~watchdog.watch.node_loop.JobWatcher`), which must not wait for its py-spy dumps.
     """
 
     def __init__(
@@ -299,7 +300,7 @@ class Watcher:
             rank_vars=tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items())),
         )
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
-        # Set from outside (watchdog.ranks): the loaders and workers' sample counts of borrowed
+        # Set from outside (watchdog.watch.node_loop): the loaders and workers' sample counts of borrowed
         # pids, from the samples of the watchers that read them (see _full_view).
         self.borrowed_view: Callable[[Set[int]], Tuple[tuple, tuple]] = lambda pids: ((), ())
         self._examine_apart = examine_apart
@@ -402,7 +403,7 @@ class Watcher:
 
     def set_roles(self, roles: Dict[int, ProcessRole], examine: bool) -> None:
         """Name processes by pid in the samples from now on (``roles``: the launcher and the
-        ranks of a multi-rank job, :class:`~watchdog.ranks.JobWatcher`), and examine stalls or
+        ranks of a multi-rank job, :class:`~watchdog.watch.node_loop.JobWatcher`), and examine stalls or
         only sample (``examine``)."""
         self.sampler.role_overrides = dict(roles)
         self.examine = examine

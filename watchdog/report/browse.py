@@ -1,6 +1,6 @@
 """Reading reports back: ``dlwatch reports [DIR]`` lists them, ``dlwatch show REPORT`` prints
-one again (``--html`` renders it as one self-contained HTML page, see :mod:`watchdog.html`).
-Reads only what :mod:`watchdog.writer` wrote."""
+one again (``--html`` renders it as one self-contained HTML page, see :mod:`watchdog.report.html`).
+Reads only what :mod:`watchdog.report.writer` wrote."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from . import frames
-from .errors import ReportNotFound
-from .text import printable
+from .. import frames
+from ..errors import ReportNotFound
+from ..text import printable
 from .writer import OUTCOME_FILE, VERIFY_FILE
 
 # The files of a report folder a user may name instead of the folder itself.
@@ -340,7 +340,7 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
 
 
 def _text(fd: int, folder: str, full: bool) -> str:
-    from .report import short_summary
+    from .document import short_summary
 
     _load(fd, folder)
     try:
@@ -369,7 +369,7 @@ def _text(fd: int, folder: str, full: bool) -> str:
 
 def text(folder: str, full: bool = False) -> str:
     """The report again: its short summary as stderr got it when the report was written
-    (:func:`watchdog.report.short_summary`: the headline and its cause, where, fix, action and
+    (:func:`watchdog.report.document.short_summary`: the headline and its cause, where, fix, action and
     prove lines) and a line naming ``--full``; or, when ``full``, the whole ``report.txt``
     (evidence, processes, stacks). What became of a hang (``outcome.json``) and what ``dlwatch
     verify`` concluded (``verify.json``) follow the headline in both. Every control character
@@ -437,7 +437,7 @@ def _write_in(dir_fd: int, name: str, page: str, shown: str) -> None:
 
 
 def write_html(folder: str, out: Optional[str] = None) -> str:
-    """Render the report at ``folder`` as one HTML page (:mod:`watchdog.html`), written
+    """Render the report at ``folder`` as one HTML page (:mod:`watchdog.report.html`), written
     atomically to ``out`` (default ``FOLDER/report.html``, mode 0600); returns its path.
     The report is read, and the page written, through descriptors of the folders opened once
     (``O_DIRECTORY|O_NOFOLLOW``): a folder swapped for a link while the plots render does not

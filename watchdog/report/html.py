@@ -17,8 +17,8 @@ import io
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .report import STACKS_HEADING, headline
-from .text import printable
+from ..text import printable
+from .document import STACKS_HEADING, headline
 
 
 def _esc(text: str) -> str:
@@ -223,7 +223,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
 
 
 def _title(doc: dict) -> str:
-    """The report text's first line (:func:`watchdog.report.headline`: proven or suspected, the
+    """The report text's first line (:func:`watchdog.report.document.headline`: proven or suspected, the
     cause's kind and certainty, the rank, the job's state), or a shorter one of what a report
     of another version holds."""
     try:

@@ -16,9 +16,9 @@ import tempfile
 import time
 from typing import Callable, Optional
 
-from .collect import inside
-from .errors import ReportWriteError
-from .types import Report
+from ..collect import inside
+from ..errors import ReportWriteError
+from ..types import Report
 
 # How a folder dlwatch writes into is opened: once, never through a link; files are then made
 # relative to it (openat(2), renameat(2)), so that the folder's path swapped for a link
@@ -200,7 +200,7 @@ def _lexists(name: str, dir_fd: int) -> bool:
 
 
 OUTCOME_FILE = "outcome.json"
-# What the last `dlwatch verify` of a report concluded, in the report's folder (watchdog.verify).
+# What the last `dlwatch verify` of a report concluded, in the report's folder (watchdog.commands.verify).
 VERIFY_FILE = "verify.json"
 
 

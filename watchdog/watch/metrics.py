@@ -29,11 +29,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import redact
-from .types import ROLE_MAIN, ROLE_WORKER, Frame, LoaderView, ReportWritten, Sample
+from .. import redact
+from ..types import ROLE_MAIN, ROLE_WORKER, Frame, LoaderView, ReportWritten, Sample
 
 if TYPE_CHECKING:
-    from .daemon import WatcherStatus
+    from .watcher import WatcherStatus
 
 PREFIX = "dlwatch"
 MAX_REPORT_INFO = 256  # reports kept for dlwatch_report_info (the latest)
@@ -79,7 +79,7 @@ class JobMetrics(Collector):
 
     Args:
         watchers: returns, at scrape time, what each rank's watcher last saw
-            (:class:`~watchdog.daemon.WatcherStatus`: its rank variables, latest sample and
+            (:class:`~watchdog.watch.watcher.WatcherStatus`: its rank variables, latest sample and
             seconds since progress); one entry, with no rank, for a single-process job.
         node: the ``node`` label of every series (the ``node`` setting, else the host name).
         stall_timeout_s: the sidecar's ``stall_timeout_s``, served so that ``dlwatch cluster``
