@@ -10,6 +10,10 @@ batches of 32 small images, 1 ms of work per batch in the loop, as a light train
 ``in-process`` (``num_workers=0``, the same tiny batches: nothing but the loader's own Python,
 so the difference is the recorder's whole per-batch cost).
 
+Each loader's line says how busy the machine was during its runs (other processes' CPU time,
+:mod:`probes.bench.load`); at or above half its CPUs a cost above the noise is marked
+``withheld, busy machine``.
+
 Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag (one line).
 """
 
@@ -201,13 +205,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         estimate_s(len(names), args.rounds),
         f"{len(names)} loader(s) x {args.rounds} round(s) of two runs, about {ROUND_S:g} s a round",
     )
+    from .bench import load as load_mod
+
     results = []
-    for name in names:
+    for i, name in enumerate(names, 1):
+        print(f"hook-cost: [{i}/{len(names)}] {name}: {args.rounds} paired round(s) …", file=sys.stderr, flush=True)
+        meter = load_mod.LoadMeter()
         try:
-            results.append(measure(name, args.rounds, args.timeout))
+            r = measure(name, args.rounds, args.timeout)
         except RuntimeError as e:
             print(f"dlwatch: {e}", file=sys.stderr)
             return Exit.FAILED
+        busy = meter.stop()
+        r["machine_load"] = None if busy is None else vars(busy) | {"share": busy.share}
+        if load_mod.withheld(busy) and not r["added_is_noise"]:  # other processes could have made the gap
+            r["added"] = f"withheld, busy machine: {r['added']}"
+        print(f"hook-cost: {name}: {load_mod.busy_line(busy, 'its runs', verdict=False)}")
+        results.append(r)
     rows = [
         [
             r["loader"],

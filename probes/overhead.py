@@ -842,6 +842,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # SIGTERM (a CI timeout, kill PID) ends the probe through its finally blocks: every process
     # group it started is killed and its temporary folder removed.
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    from .bench.load import LoadMeter, busy_line
+
+    meter = LoadMeter()
     with tempfile.TemporaryDirectory(prefix="dlwatch-overhead-") as folder:
         try:
             for n in counts:
@@ -909,6 +912,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     machine = _machine_line(doc["machine"])
     print(machine)
+    busy = meter.stop()
+    doc["machine_load"] = None if busy is None else vars(busy) | {"share": busy.share}
+    print(
+        busy_line(busy, "the runs", verdict=False)
+        + "; the sidecar's CPU and ticks are its own, the job's throughput is not"
+    )
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

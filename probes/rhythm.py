@@ -237,7 +237,10 @@ def _measure(args, busy: Sequence[subprocess.Popen], rows: List[dict]) -> int:
     """Run the variants round by round, adding each iterator's row to ``rows`` as it is
     measured and saying on stderr which run starts and what it measured (a measurement of
     minutes is never silent); then print the table and write ``--json``."""
+    from .bench.load import LoadMeter, busy_line
+
     failed = 0
+    meter = LoadMeter()
     names = args.variants or list(VARIANTS)
     total, done = args.rounds * len(names), 0
     for round_ in range(1, args.rounds + 1):
@@ -262,6 +265,8 @@ def _measure(args, busy: Sequence[subprocess.Popen], rows: List[dict]) -> int:
                 flush=True,
             )
     _print_rows(rows, busy, args.json)
+    # The busy processes of --load are this probe's children, not yet waited for: they count as "other".
+    print(busy_line(meter.stop(), "the runs", verdict=False) + "; a busy machine lengthens the tails measured")
     return Exit.FAILED if failed else Exit.OK
 
 

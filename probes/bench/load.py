@@ -123,23 +123,27 @@ def summary(loads: Sequence[Tuple[float, int, float]]) -> Optional[Load]:
     return Load(sum(o * w for o, _, w in loads) / wall, max(m for _, m, _ in loads), wall)
 
 
-def busy_line(load: Optional[Load], what: str = "the run") -> str:
-    """``the machine was busy: other processes used 1.3 of 2 CPUs during the run (…)`` or its
-    quiet form; says when /proc could not be read."""
+def busy_line(load: Optional[Load], what: str = "the run", verdict: bool = True) -> str:
+    """``the machine was busy: other processes used 1.30 of 2 CPUs during the run (…)`` or its
+    quiet form (busy: at least :data:`BUSY_SHARE` of the CPUs); with ``verdict``, what that does
+    to the verdict (widened, or withheld at :data:`WITHHOLD_SHARE`). Says when /proc could not
+    be read."""
     if load is None:
-        return f"machine load: not measured (no /proc/stat): {what}'s verdict assumes a quiet machine"
+        return f"machine load: not measured (no /proc/stat): {what} may have shared the machine"
     state = "busy" if load.share >= BUSY_SHARE else "quiet"
     line = (
         f"the machine was {state}: other processes used {load.others_cpus:.2f} of {load.host_cpus} CPUs during {what}"
     )
+    if load.share < BUSY_SHARE:
+        return line + f" (under {BUSY_SHARE:.0%} of them)"
+    if not verdict:
+        return line + f" ({load.share:.0%} of them)"
     if load.share >= WITHHOLD_SHARE:
         return line + f" (at least {WITHHOLD_SHARE:.0%} of them: the verdict is withheld)"
-    if load.share >= BUSY_SHARE:
-        return line + (
-            f" (over {BUSY_SHARE:.0%} of them: each run's interval is widened by what they may have taken, "
-            "M / (M - their CPUs))"
-        )
-    return line + f" (under {BUSY_SHARE:.0%} of them)"
+    return line + (
+        f" (over {BUSY_SHARE:.0%} of them: each run's interval is widened by what they may have taken, "
+        "M / (M - their CPUs))"
+    )
 
 
 def withheld(load: Optional[Load]) -> bool:

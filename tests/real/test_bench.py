@@ -189,6 +189,10 @@ def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
     )  # generous: speed is the benchmark's
     assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"] and "ratio (median, min–max)" in out, out
     assert r["file_bytes"] > 5000 and r["record_bytes"] > 0  # the recorder ran and wrote
+    # issue #38: how busy the machine was is said, and noise is never printed as a cost
+    assert re.search(r"^hook-cost: in-process: the machine was (busy|quiet): other processes used", out, re.M), out
+    lo, hi = r["added_us_interval"]
+    assert r["added_is_noise"] == (not lo > 0) and (r["added"].startswith("within noise") or lo > 0), r
 
 
 @pytest.mark.parametrize(

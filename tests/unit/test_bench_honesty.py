@@ -94,6 +94,7 @@ def test_busy_line_says_how_many_cpus_others_used_and_what_it_does_to_the_verdic
     )
     assert "withheld" in load.busy_line(load.Load(1.5, 2, 10.0))
     assert "not measured" in load.busy_line(None)
+    assert load.busy_line(load.Load(1.5, 2, 10.0), verdict=False).endswith("(75% of them)")  # no verdict to withhold
     assert load.widening(None, 2) == 1.0 and load.widening(0.1, 2) == 1.0  # quiet: as measured
     assert abs(load.widening(0.5, 2) - 4 / 3) < 1e-9 and load.widening(1.9, 2) == 2.0  # capped at the withhold share
 
