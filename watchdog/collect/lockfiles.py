@@ -87,6 +87,17 @@ def holder_state(pid: int, written_wall: float, boot: Optional[float]) -> Tuple[
     return "alive", st.start_ticks
 
 
+def _real_uid(pid: int) -> Optional[int]:
+    """The real user id of ``pid`` (``Uid:`` of ``/proc/PID/status``, its first value), or
+    ``None`` when unreadable: whose files the job's lock files are."""
+    status = procfs.read_bytes(f"/proc/{pid}/status")
+    value = procfs.status_field(status, "Uid") if status else None
+    try:
+        return int(value.split()[0]) if value else None
+    except (ValueError, IndexError):
+        return None
+
+
 def _walk(root_fd: int, path: str) -> Optional[int]:
     """A descriptor of folder ``path`` (absolute, as the job sees it) opened from ``root_fd``
     one component at a time, never following a symbolic link; ``None`` when that fails."""
@@ -190,8 +201,10 @@ def find(sample: Sample, open_files: Iterable[Tuple[int, Sequence[str]]] = ()) -
     main = sample.main
     if main is None:
         return ()
+    uid = _real_uid(main.pid)
+    if uid is None:
+        return ()
     try:
-        uid = os.stat(f"/proc/{main.pid}").st_uid
         root_fd = os.open(f"/proc/{main.pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return ()
