@@ -119,4 +119,5 @@ def hang_facts(
         file_locks=closer.file_locks,
         chains=closer.chains,
         opening=closer.opening,
+        lock_files=closer.lock_files,
     )
