@@ -328,6 +328,28 @@ CASES: Tuple[Case, ...] = (
         remedy=("has ended", "can never end", "exited with code 1"),
         evidence=("has ended: it exited with code 1", "RuntimeError: could not prepare the shards"),
     ),
+    # Issue #34 section 2, waits on the dead: a soft lock file whose holder, a process of the job,
+    # was killed (its pid in the file); a spin on get_nowait() for a decoder that was killed.
+    Case(
+        "lock_file_holder_killed",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "time.sleep(POLL_S)",
+        remedy=("delete the file", "filelock.FileLock", "acquire(timeout="),
+        evidence=("-shards.lock names pid ", "was killed by signal 9 (SIGKILL)"),
+    ),
+    Case("healthy_lock_file_stale_broken", None, target="lock_file_holder_killed", args=("breaks_stale",)),
+    Case(
+        "decoder_killed_get_nowait",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "os.sched_yield()",
+        remedy=("queue.get(timeout=", "is_alive()"),
+        evidence=("gets from a queue without blocking", "was killed by signal 9 (SIGKILL)"),
+    ),
+    Case("healthy_decoder_spin_alive", None, target="decoder_killed_get_nowait", args=("healthy",)),
     Case(
         "worker_cache_oom_in_cgroup",
         "worker_killed",

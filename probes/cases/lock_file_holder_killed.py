@@ -1,0 +1,108 @@
+"""Target: a soft lock file guards the dataset's shards. A downloader process (started by main
+with ``multiprocessing``) takes it the way tox-dev/filelock's ``SoftFileLock`` does: it creates
+the file with ``O_CREAT | O_EXCL`` and writes its pid and host name into it, one a line; the
+release deletes the file. The downloader is killed with SIGKILL while it holds the lock (as the
+OOM killer kills; here it kills itself the same way), so the file stays. The DataLoader's
+workers take the same lock in ``__getitem__``, polling every 0.1 s, and never get it: only the
+holder's release would delete the file, and the holder is gone. Modelled on tox-dev/filelock#725
+(``SoftReadWriteLock`` blocks forever on a marker its holder left: filelock breaks a stale lock
+only when it can check the holder's pid on its own host, filelock#476 and #660; this hand-written
+lock, like a marker from another host, never does).
+
+Run: ``python -m probes.cases.lock_file_holder_killed [breaks_stale]``. The watchdog must report
+``worker_stuck``, suspected (a poll cannot be proven stuck from outside: the loop might give up,
+and anyone may delete the file), at the polling line, naming the lock file, the pid written in
+it and that this process of the job was killed by SIGKILL. With ``breaks_stale`` the poll breaks
+a lock whose holder has ended (filelock's rule: the pid is gone, or a zombie nobody reaped), the
+job finishes, and the watchdog must never report it.
+"""
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+LOCK = os.path.join(tempfile.gettempdir(), f"dlwatch-case-{os.getpid()}-shards.lock")
+BREAKS_STALE = sys.argv[1:] == ["breaks_stale"]
+POLL_S = 0.1
+
+
+def holder_ended(path: str) -> bool:
+    """Whether the pid written in ``path`` has ended: no such process, or a zombie."""
+    try:
+        with open(path) as f:
+            pid = int(f.readline())
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def acquire(path: str) -> None:
+    """Take the soft lock: create the file, or poll until it can be created."""
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if BREAKS_STALE and holder_ended(path):
+                try:
+                    os.unlink(path)  # break the stale lock, as filelock does on its own host
+                except FileNotFoundError:
+                    pass
+                continue
+            time.sleep(POLL_S)  # the poll: only the holder's release deletes the file
+            continue
+        os.write(fd, f"{os.getpid()}\n{socket.gethostname()}\n".encode())
+        os.close(fd)
+        return
+
+
+def release(path: str) -> None:
+    os.unlink(path)
+
+
+def download(path: str, held) -> None:
+    acquire(path)
+    held.set()
+    time.sleep(2.0)  # fetching the shards
+    os.kill(os.getpid(), signal.SIGKILL)  # no release: the lock file stays
+
+
+class LockedShards(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        acquire(LOCK)
+        try:
+            return torch.full((2,), float(i))
+        finally:
+            release(LOCK)
+
+
+def main():
+    ctx = mp.get_context("fork")
+    held = ctx.Event()
+    downloader = ctx.Process(target=download, args=(LOCK, held), name="shard-downloader")
+    downloader.start()
+    held.wait()
+    try:
+        for step, batch in enumerate(DataLoader(LockedShards(), batch_size=4, num_workers=2)):
+            print("step", step, batch.shape, flush=True)
+    finally:
+        try:
+            os.unlink(LOCK)
+        except FileNotFoundError:
+            pass
+    downloader.join()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
