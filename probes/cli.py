@@ -122,8 +122,8 @@ RUN_TIMES: Dict[str, str] = {
         "beside another, 3 runs each) about 2-4 min. It prints an estimate when it starts."
     ),
     "seed-check": (
-        "Run time on a 2-core VM: about 8 s a run; its 3 configurations x 3 repeats about 1-2 min. It prints "
-        "an estimate when it starts."
+        "Run time on a 2-core VM: about 8 s a run; its 3 configurations (2 without CUDA: pin_memory is not "
+        "measured there) x 3 repeats about 1-2 min. It prints an estimate when it starts."
     ),
     "rhythm": (
         "Run time on a 2-core VM: all 9 variants took 125 s for one round (about 14 s a variant); each "
