@@ -302,12 +302,12 @@ def _disk_full_look(
     traces: JobTraces, last: Sample, tail: str
 ) -> Tuple[Tuple[Tuple[int, Tuple[str, ...]], ...], Tuple[Tuple[str, str, int, int], ...]]:
     """For a crash whose stderr holds a failed write to a full file system other than
-    ``/dev/shm`` (:func:`~watchdog.diagnose.crashes.enospc_errors`), read now: the open files of
+    ``/dev/shm`` (:func:`~watchdog.collect.stderr_facts.enospc_errors`), read now: the open files of
     the job's processes still running (``/proc/PID/fd``, at most ``MAX_OPEN_FILES`` each) and
     the figures of the file systems of the paths the errors name, else of the regular files
     those processes have open (:func:`file_system_figures`): ``Facts.open_files`` and
     ``Facts.file_systems``; empty for any other crash."""
-    from ..diagnose.crashes import enospc_errors, enospc_paths
+    from ..collect.stderr_facts import enospc_errors, enospc_paths
 
     if not tail or not any(not shm for _, shm, _ in enospc_errors(tail)):
         return (), ()
