@@ -382,8 +382,8 @@ def errno_lines(text: str) -> Tuple[ErrnoLine, ...]:
 
 def is_loader_resource_error(line: str) -> bool:
     """Whether an exception line is one of the loader's resource errors that a rule of its own
-    explains (NOTE [ Errno classes ] in watchdog.diagnose.crashes): any EMFILE or ENOSPC, a bus
-    error, or ENOENT / ENOMEM on shared memory."""
+    explains (NOTE [ Errno classes ] in watchdog.diagnose.crashes.resources): any EMFILE or
+    ENOSPC, a bus error, or ENOENT / ENOMEM on shared memory."""
     if _SIGBUS.search(line):
         return True
     for e in errno_lines(line):
@@ -429,9 +429,9 @@ def _enospc(errors: Tuple[ErrnoLine, ...], blocks: List["TracebackBlock"]) -> Tu
 
 def enospc_errors(stderr: str) -> List[Tuple[str, bool, Optional["TracebackBlock"]]]:
     """``(line, on_shared_memory, traceback block or None)`` for each ENOSPC (28) error line
-    of ``stderr``, in order (NOTE [ Errno classes ] in watchdog.diagnose.crashes). A line names
-    its file or not: a ``/torch_…`` segment or a path under ``/dev/shm`` is shared memory,
-    another path a file system of its own. A line with no path (a plain ``file.write()``:
+    of ``stderr``, in order (NOTE [ Errno classes ] in watchdog.diagnose.crashes.resources). A
+    line names its file or not: a ``/torch_…`` segment or a path under ``/dev/shm`` is shared
+    memory, another path a file system of its own. A line with no path (a plain ``file.write()``:
     ``OSError: [Errno 28] No space left on device``) is shared memory only when its traceback
     runs through PyTorch's shared-memory code (``_SHM_FRAMES``); with a traceback that does
     not, it is the file the frame writes, on another file system; with no traceback at all it

@@ -27,5 +27,4 @@ matter:
 
 from __future__ import annotations
 
-from ...collect.stderr_facts import enospc_errors, enospc_paths  # noqa: F401  (watchdog.watch.exit_look's names)
 from . import exceptions, main_process, resources, start, timeout, workers  # noqa: F401  (register the rules)
