@@ -1336,19 +1336,34 @@ FEEDER_GRACE_S = 30.0
 _DELIBERATE_SIGNALS = frozenset({1, 2, 15})
 
 
+def mp_helper(sample: Sample, rec) -> bool:
+    """Whether exit record ``rec`` (:class:`~watchdog.types.ExitRecord`) is of a
+    ``multiprocessing`` process of the job: a child of main or of a worker that ran main's
+    command line (a fork) or multiprocessing's spawn or forkserver entry."""
+    main = sample.main
+    parents = {p.pid for p in sample.processes if p.role in (ROLE_MAIN, ROLE_WORKER)}
+    if main is None or rec.ppid not in parents:
+        return False
+    return rec.cmdline == main.cmdline or any("multiprocessing" in arg for arg in rec.cmdline)
+
+
 def ended_feeder(sample: Sample, stall: Stall) -> Optional[str]:
     """Why busy workers are not working on a sample (issue #34, "waits on the dead"): a process
     of the job other than main and its workers (a decoder, a producer: ``Sample.exits``) ended
     badly, killed by a signal the job does not send to end a helper on purpose (SIGKILL, the OOM
     killer's; SIGSEGV) or exiting with a non-zero code, no earlier than ``FEEDER_GRACE_S``
-    before the stall began. A worker that spins on ``get_nowait()`` for what such a process put
-    burns a core and never returns a sample: from outside it looks like a long computation, and
-    without this the busy-stall ceiling alone (``busy_stall_timeout_s``) would report it. The
+    before the stall began; and a ``multiprocessing`` process of the job (a child of main or of a
+    worker running main's command line, as a fork does, or multiprocessing's spawn or forkserver
+    entry), the only kind that feeds a multiprocessing queue: a ``git`` or ``nvidia-smi`` that
+    main ran and that failed says nothing of the loader. A worker that spins on ``get_nowait()``
+    for what such a process put burns a core and never returns a sample: from outside it looks
+    like a long computation, and without this the busy-stall ceiling alone
+    (``busy_stall_timeout_s``) would report it. The
     sentence for the assessment, or ``None``. It makes the stall a suspected hang, never a proof:
     which queue or file the loop waits for is not read from outside."""
     began = sample.t_mono - stall.stall_s
     for rec in reversed(sample.exits):
-        if rec.ended_mono < began - FEEDER_GRACE_S:
+        if rec.ended_mono < began - FEEDER_GRACE_S or not mp_helper(sample, rec):
             continue
         if (rec.signal is not None and rec.signal not in _DELIBERATE_SIGNALS) or rec.exit_code:
             return (

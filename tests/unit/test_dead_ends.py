@@ -128,7 +128,7 @@ def _killed_record(now_wall: float, status=signal.SIGKILL) -> ExitRecord:
         ppid=MAIN_PID,
         role=ROLE_OTHER,
         name="python",
-        cmdline=("python", "train.py"),
+        cmdline=("python",),  # a fork of main (main's command line, as proc() builds it)
         last_seen_mono=18.0,
         last_seen_wall=now_wall - 12.0,
         ended_mono=19.0,
@@ -230,7 +230,7 @@ def test_a_spin_on_get_nowait_while_the_decoder_was_killed_names_the_decoder_and
     text = "\n".join(first.evidence)
     assert first.kind == "worker_stuck" and first.location == f"{DECODE}:57"
     assert "gets from a queue without blocking" in text and "decode.py:55" in text
-    assert "pid 2857 (python train.py)" in text and "was killed by signal 9 (SIGKILL)" in text
+    assert "pid 2857 (python)" in text and "was killed by signal 9 (SIGKILL)" in text
     assert "last seen alive 12 s before the examination" in text
     assert "queue.get(timeout=" in first.remedy and "is_alive()" in first.remedy and "dmesg" in first.remedy
 
@@ -253,8 +253,10 @@ def _busy(exits=(), cpu_per_s=0.9, state="S"):
     return _assess(lambda t: dataclasses.replace(_poller(t, cpu_per_s=cpu_per_s, io_per_s=0), exits=exits), state=state)
 
 
-def _record(ended_mono, status):
-    return dataclasses.replace(_killed_record(1e9 + 20.0, status), ended_mono=ended_mono, last_seen_mono=ended_mono - 1)
+def _record(ended_mono, status, cmdline=("python",), ppid=MAIN_PID):
+    """A helper's exit record; by default a fork of main (main's command line, as ``proc`` builds it)."""
+    rec = _killed_record(1e9 + 20.0, status)
+    return dataclasses.replace(rec, ended_mono=ended_mono, last_seen_mono=ended_mono - 1, cmdline=cmdline, ppid=ppid)
 
 
 def test_workers_that_burn_cpu_while_a_helper_was_killed_are_a_suspected_hang_not_a_slow_sample():
@@ -266,6 +268,8 @@ def test_workers_that_burn_cpu_while_a_helper_was_killed_are_a_suspected_hang_no
     )
     assert "suspected, not proven" in a.reason
     assert _busy((_record(3.0, 1 << 8),)).hang  # it exited with code 1 (a traceback on stderr)
+    spawned = ("python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)")
+    assert _busy((_record(2.0, signal.SIGKILL, cmdline=spawned, ppid=WORKER_PID),)).hang  # a worker's spawned child
 
 
 @pytest.mark.parametrize(
@@ -275,6 +279,8 @@ def test_workers_that_burn_cpu_while_a_helper_was_killed_are_a_suspected_hang_no
         ("ended cleanly", _record(2.0, 0)),
         ("no record of how it ended", _record(2.0, None)),
         ("ended long before the stall began", _record(-100.0, signal.SIGKILL)),
+        ("a program main ran, not a multiprocessing process", _record(2.0, 128 << 8, cmdline=("git", "describe"))),
+        ("not a child of main or a worker", _record(2.0, signal.SIGKILL, ppid=1)),
     ],
 )
 def test_a_helper_that_ended_on_purpose_cleanly_unknowably_or_long_before_changes_nothing(why, rec):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .. import frames
+from ..detect import mp_helper
 from ..types import ExitRecord, Facts, Frame, LockFile
 from .common import polling_of, worker_views
 
@@ -174,9 +175,10 @@ def _in_non_blocking_get(t) -> bool:
 def spin_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
     """For workers ``pids`` whose loop thread, in the Dataset, gets from a queue without
     blocking (the line is read at or above the user's frame, or the stack is inside
-    ``get_nowait``) while a process of the job other than main and its workers has ended
-    (``Sample.exits``): the ended processes, newest first; ``None`` otherwise."""
-    exits = facts.sample.exits
+    ``get_nowait``) while a ``multiprocessing`` process of the job other than main and its
+    workers has ended (``Sample.exits``, :func:`detect.mp_helper`: what could feed a
+    multiprocessing queue): the ended processes, newest first; ``None`` otherwise."""
+    exits = [rec for rec in facts.sample.exits if mp_helper(facts.sample, rec)]
     if not exits:
         return None
     spins = []
