@@ -1,9 +1,12 @@
 """Settings: built-in defaults, a YAML file, then command-line overrides, validated once.
 
 The field definitions below are the one description of every setting: each field's type,
-range, default and ``description``. ``config.yaml`` (every key, its default, its description
-as the comment), the README settings table and the ``--help`` of the flags follow them; a test
-(``tests/unit/test_config.py``) checks all three.
+range, default and a one-line ``description`` (what it does, in which unit). ``config.yaml``
+(every key, its default, its description as the comment), the settings table of
+``docs/configuration.md`` (which also says why) and the ``--help`` of the flags follow them; a
+test (``tests/unit/test_config.py``) checks all three. Settings that belong together are
+grouped (``py_spy``, ``alerts``, ``metrics``); the old flat names of the moved or renamed ones
+(:data:`DEPRECATED`) are still read, with one line on stderr.
 
 Validation is msgspec's (https://jcristharif.com/msgspec/constraints.html, ``convert`` with
 ``strict=True``: no ``"1"`` for a number, no ``1`` for a boolean; ``forbid_unknown_fields``);
@@ -27,6 +30,7 @@ import os
 import re
 import reprlib
 import stat
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal, Optional
 
@@ -62,168 +66,25 @@ class PySpyConfig(_Settings, frozen=True):
     ] = None
     native: Annotated[
         bool,
-        Meta(description="include native (C/C++) frames; falls back to Python-only frames if native unwinding fails"),
+        Meta(description="include native (C/C++) frames; Python-only frames if native unwinding fails"),
     ] = True
     locals: Annotated[bool, Meta(description="include local variables (may hold secrets: off by default)")] = False
     timeout_s: Annotated[
         float,
-        Meta(
-            gt=0,
-            le=120,
-            description="seconds from a stall's detection by which every py-spy dump of it is over (one deadline for "
-            "all processes)",
-        ),
+        Meta(gt=0, le=120, description="seconds from a stall's detection by which all its py-spy dumps are over"),
     ] = 5.0
     at_warning: Annotated[
         bool,
-        Meta(
-            description="take a --nonblocking dump (the process is not paused) of the processes a warning names, so "
-            "that a later death with no traceback (an OOM kill) can say which line they were in"
-        ),
+        Meta(description="take a --nonblocking dump (no pause) of the processes a warning names"),
     ] = True
 
 
-class Config(_Settings, frozen=True):
-    """Every setting of the watchdog: a frozen object, ``cfg.py_spy.timeout_s``.
+class AlertsConfig(_Settings, frozen=True):
+    """The user's commands run after a report is written (``watchdog.watch.alert``). Frozen."""
 
-    Durations are in seconds (the ``_s`` suffix), sizes in bytes. Each field's ``description``
-    (:func:`describe`) says what it means; build one with :func:`load` or :func:`validate`.
-    """
-
-    interval_s: Annotated[
-        float,
-        Meta(ge=0.1, le=60, description="sampling period in seconds (cheap psutil and /proc reads, no ptrace)"),
-    ] = 1.0
-    stall_timeout_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            description="seconds with no progress of the iterating thread and every worker before a stall is examined",
-        ),
-    ] = 60.0
-    busy_stall_timeout_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            description="seconds the iterating thread may wait while workers burn CPU but send nothing (no I/O) "
-            "before that is examined and reported as a suspected hang (never by itself a reason to end the job)",
-        ),
-    ] = 300.0
-    stall_min_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            description="with the inside view: once main's iterator has 20 intervals between batches, a stall counts "
-            "after max(stall_min_s, stall_p99_factor x p99 interval) when that is below stall_timeout_s; only a "
-            "proven hang is reported that early",
-        ),
-    ] = 10.0
-    stall_p99_factor: Annotated[
-        float,
-        Meta(
-            ge=1,
-            description="k of the stall_min_s rule; `dlwatch probe rhythm` measured a healthy loader's longest "
-            "interval at up to 13.3 x its p99 (one pause on a loaded machine): 30 leaves a margin of 2.25; crossing "
-            "it only examines early, only a proof is reported before stall_timeout_s",
-        ),
-    ] = 30.0
-    on_hang: Annotated[
-        Literal["report", "terminate"],
-        Meta(
-            description="report | terminate: what to do about a DataLoader hang once its report is written "
-            "(terminate: only after the report of a proven hang, SIGTERM the job's processes, SIGKILL after "
-            "terminate_grace_s; a suspected hang, however long, is reported and left running unless "
-            "terminate_unproven_after_s is set)",
-        ),
-    ] = "report"
-    terminate_unproven_after_s: Annotated[
-        Optional[Annotated[float, Meta(gt=0)]],
-        Meta(
-            description="with on_hang=terminate, also end an UNPROVEN (suspected) DataLoader hang once no batch came "
-            "for this many seconds: it may end a healthy job that is only slow; even then never while a process "
-            "of the job moves (CPU or I/O: a lock holder, a child, a worker that computes) or a file lock the "
-            "loader waits on is held outside the job; null: off, only a proof ends a job",
-        ),
-    ] = None
-    terminate_outside_loader: Annotated[
-        bool,
-        Meta(
-            description="with on_hang=terminate, also end a job stalled outside its DataLoader (it may be waiting "
-            "legitimately)",
-        ),
-    ] = False
-    terminate_grace_s: Annotated[
-        float,
-        Meta(ge=0, le=600, description="seconds between SIGTERM and SIGKILL to the job's process group"),
-    ] = 10.0
-    report_dir: Annotated[
-        _Text,
-        Meta(
-            description="folder for report folders <UTC timestamp>-<node>-<pid>/ (created 0700; relative to the "
-            "working directory)",
-        ),
-    ] = "dlwatch-reports"
-    full_info_interval_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            description=(
-                "seconds between USS/PSS reads of a process while its memory moves; a still one is read 6x, "
-                "then up to 24x, less often, and not again (up to 96x) while its RSS, its virtual size and the "
-                "job's anonymous memory stand still (smaps_rollup costs 2-8 ms on a torch process)"
-            ),
-        ),
-    ] = 10.0
-    timeline_samples: Annotated[
-        int,
-        Meta(
-            ge=10,
-            le=100_000,
-            description="samples kept in the timeline ring buffer (600 x interval_s = 10 minutes by default)",
-        ),
-    ] = 600
-    cpu_progress_s: Annotated[
-        float,
-        Meta(gt=0, description="CPU seconds a watched thread must use since its last mark to count as progress"),
-    ] = 0.05
-    warning_interval_s: Annotated[
-        float,
-        Meta(
-            gt=0,
-            description="seconds between looks at the timeline for warnings (memory growth, fd/shm pressure, CPU)",
-        ),
-    ] = 5.0
-    stderr_tail_bytes: Annotated[
-        int,
-        Meta(
-            ge=0,
-            le=16 * 2**20,
-            description="bytes of the job's stderr kept for crash diagnosis (dlwatch run; every byte still reaches "
-            "you, through a pipe); 0: stderr left alone, no crash diagnosis",
-        ),
-    ] = 65536
-    hook: Annotated[
-        bool,
-        Meta(
-            description="dlwatch run: record the DataLoader's own view inside the job (batches, data wait, threads at "
-            "fork) through a sitecustomize on PYTHONPATH; false (or --no-hook): watch from outside only",
-        ),
-    ] = True
-    data_checks: Annotated[
-        bool,
-        Meta(
-            description="with the hook: warn when every worker of an IterableDataset replays the same stream, or "
-            "workers draw identical random numbers (one digest of each worker's first 32 records and RNG states; "
-            "false: off)",
-        ),
-    ] = True
     on_hang_exec: Annotated[
         Optional[_Text],
-        Meta(
-            description="shell command run after a hang report is written (/bin/sh -c), with DLWATCH_REPORT (the "
-            "folder), DLWATCH_KIND, DLWATCH_MODE, DLWATCH_SUMMARY, DLWATCH_ACTION, DLWATCH_JOB_PID and DLWATCH_RANK "
-            'in its environment; e.g. curl -d "$DLWATCH_SUMMARY" https://alerts.example/hook',
-        ),
+        Meta(description="shell command run after a hang report (/bin/sh -c, DLWATCH_* set); null: none"),
     ] = None
     on_crash_exec: Annotated[Optional[_Text], Meta(description="the same as on_hang_exec, after a crash report")] = None
     on_warning_exec: Annotated[
@@ -232,32 +93,123 @@ class Config(_Settings, frozen=True):
     ] = None
     exec_timeout_s: Annotated[
         float,
-        Meta(
-            gt=0,
-            le=3600,
-            description="seconds such a command may run before it is killed (its failure is logged and changes "
-            "nothing else)",
-        ),
+        Meta(gt=0, le=3600, description="seconds an alert command may run before it is killed with its children"),
     ] = 30.0
-    metrics_port: Annotated[
+
+
+class MetricsConfig(_Settings, frozen=True):
+    """The Prometheus endpoint (``watchdog.watch.metrics``). Frozen."""
+
+    port: Annotated[
         Optional[Annotated[int, Meta(ge=1, le=65535)]],
-        Meta(description="serve Prometheus metrics at http://metrics_addr:PORT/metrics; null: off"),
+        Meta(description="TCP port of http://ADDR:PORT/metrics (Prometheus); null: no endpoint"),
     ] = None
-    metrics_addr: Annotated[
+    addr: Annotated[
         _Text,
-        Meta(
-            description="address the metrics endpoint listens on: this host only by default; 0.0.0.0 (all "
-            "addresses) when a Prometheus elsewhere scrapes it through a port you publish on purpose"
-        ),
+        Meta(description="address the metrics endpoint listens on; 127.0.0.1: this host only"),
     ] = "127.0.0.1"
+
+
+class Config(_Settings, frozen=True):
+    """Every setting of the watchdog: a frozen object, ``cfg.py_spy.timeout_s``.
+
+    Durations are in seconds (the ``_s`` suffix), sizes in bytes. Each field's ``description``
+    (:func:`describe`) says in one line what it does and in which unit; why, and how it was
+    measured, is in ``docs/configuration.md``. Build one with :func:`load` or :func:`validate`.
+    """
+
+    interval_s: Annotated[
+        float,
+        Meta(ge=0.1, le=60, description="seconds between samples of the job's processes (psutil and /proc, no ptrace)"),
+    ] = 1.0
+    stall_timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="seconds with no progress (iterating thread, every worker) before a stall is examined"),
+    ] = 60.0
+    busy_stall_timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="seconds of waiting on busy workers that send nothing before it is a suspected hang"),
+    ] = 300.0
+    stall_min_s: Annotated[
+        float,
+        Meta(gt=0, description="with the inside view: the shortest stall, in seconds, the rhythm rule examines"),
+    ] = 10.0
+    stall_p99_factor: Annotated[
+        float,
+        Meta(ge=1, description="rhythm rule: a stall is examined after this many p99 batch intervals (a factor)"),
+    ] = 30.0
+    on_hang: Annotated[
+        Literal["report", "terminate"],
+        Meta(description="report | terminate: after a hang report, leave the job, or end it if the hang is proven"),
+    ] = "report"
+    terminate_unproven_after_s: Annotated[
+        Optional[Annotated[float, Meta(gt=0)]],
+        Meta(description="terminate: seconds with no batch before an unproven hang also ends the job; null: off"),
+    ] = None
+    terminate_outside_loader: Annotated[
+        bool,
+        Meta(description="on_hang=terminate: also end a job stalled outside its DataLoader"),
+    ] = False
+    terminate_grace_s: Annotated[
+        float,
+        Meta(ge=0, le=600, description="seconds between SIGTERM and SIGKILL when dlwatch ends the job's processes"),
+    ] = 10.0
+    report_dir: Annotated[
+        _Text,
+        Meta(description="folder the report folders are written in (made 0700; relative to the working directory)"),
+    ] = "dlwatch-reports"
+    memory_read_base_interval_s: Annotated[
+        float,
+        Meta(gt=0, description="seconds between USS/PSS reads of a process whose memory moves (the back-off's base)"),
+    ] = 10.0
+    timeline_samples: Annotated[
+        int,
+        Meta(ge=10, le=100_000, description="samples kept in the timeline (600 x interval_s = 10 minutes by default)"),
+    ] = 600
+    cpu_progress_s: Annotated[
+        float,
+        Meta(gt=0, description="CPU seconds a watched thread must use since its last mark to count as progress"),
+    ] = 0.05
+    warning_interval_s: Annotated[
+        float,
+        Meta(gt=0, description="seconds between looks for warnings (memory growth, fd/shm pressure, CPU)"),
+    ] = 5.0
+    stderr_tail_bytes: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=16 * 2**20,
+            description="bytes of the job's stderr kept for crash diagnosis (dlwatch run); 0: stderr left alone",
+        ),
+    ] = 65536
+    hook: Annotated[
+        bool,
+        Meta(description="dlwatch run: record the DataLoader's own view inside the job; false: outside only"),
+    ] = True
+    data_checks: Annotated[
+        bool,
+        Meta(description="with the hook: warn when workers replay one stream or draw the same random numbers"),
+    ] = True
     node: Annotated[
         Optional[_Text],
-        Meta(
-            description="the node label of every metrics series; null: this host's name (in a pod, set it to the "
-            "node's name from the downward API, spec.nodeName)"
-        ),
+        Meta(description="this node's name in report folders, reports and metrics; null: this host's name"),
     ] = None
     py_spy: Annotated[PySpyConfig, Meta(description="how stacks are taken (py-spy dump)")] = PySpyConfig()
+    alerts: Annotated[AlertsConfig, Meta(description="commands run after a report is written")] = AlertsConfig()
+    metrics: Annotated[MetricsConfig, Meta(description="the Prometheus endpoint (off by default)")] = MetricsConfig()
+
+
+DEPRECATED = {
+    "full_info_interval_s": "memory_read_base_interval_s",
+    "on_hang_exec": "alerts.on_hang_exec",
+    "on_crash_exec": "alerts.on_crash_exec",
+    "on_warning_exec": "alerts.on_warning_exec",
+    "exec_timeout_s": "alerts.exec_timeout_s",
+    "metrics_port": "metrics.port",
+    "metrics_addr": "metrics.addr",
+}
+"""Old top-level keys still read, each under its new dotted key (issue #36): a file that uses
+one gets one line on stderr naming the new keys (:func:`load`)."""
 
 
 # --- field descriptions --------------------------------------------------------------------
@@ -423,23 +375,89 @@ def _explain(message: str, dotted: str) -> str:
     return message if len(message) <= 2 * EXCERPT_CHARS else message[: 2 * EXCERPT_CHARS - 3] + "..."
 
 
+def upgrade(
+    data: Mapping[str, Any], source: str, lines: Mapping[str, int] | None = None
+) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """``(data, lines, renamed)``: ``data`` with every :data:`DEPRECATED` top-level key moved to
+    its new dotted key (``metrics_port: 9400`` becomes ``metrics: {port: 9400}``), ``lines``
+    with the new keys at the old keys' lines, and ``renamed`` mapping each new key given under
+    its old name to that old name. A mapping with no old key comes back as it was (copied).
+
+    Raises:
+        ConfigError: an old key and its new key are both given, or the new key's group
+            (``alerts``, ``metrics``) is given as something other than a mapping; naming the
+            old key, ``source`` and its line.
+    """
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    where = dict(lines or {})
+    renamed: dict[str, str] = {}
+    for old, new in DEPRECATED.items():
+        if old not in out:
+            continue
+        *parents, leaf = new.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(
+                    old, f"moved to {new}, but {part} is not a mapping (got {excerpt(node)})", _at(source, where, old)
+                )
+        if leaf in node:
+            raise ConfigError(old, f"the old name of {new}, which is set too: keep only {new}", _at(source, where, old))
+        node[leaf] = out.pop(old)
+        renamed[new] = old
+        if old in where:
+            where[new] = where[old]
+    return out, where, renamed
+
+
+def deprecation_line(source: str, renamed: Mapping[str, str], lines: Mapping[str, int] | None = None) -> str:
+    """The one line that says which old keys ``source`` used and their new names
+    (``renamed``: new dotted key -> old key, from :func:`upgrade`), without a newline."""
+    moves = ", ".join(
+        f"{old} -> {new}" + (f" (line {lines[old]})" if lines and old in lines else "")
+        for new, old in sorted(renamed.items(), key=lambda item: (lines or {}).get(item[1], 0))
+    )
+    return f"dlwatch: {source}: deprecated settings, read under their new names: {moves}"
+
+
+def _say(line: str) -> None:
+    """``line`` and a newline on stderr; a stderr that cannot be written is ignored."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def validate(data: Mapping[str, Any], source: str, lines: Mapping[str, int] | None = None) -> Config:
     """Build a :class:`Config` from a mapping of settings (nested: ``{"py_spy": {...}}``).
 
     ``source`` names where ``data`` came from (a file path, ``command line``); ``lines`` maps
-    dotted keys to their line in that file, when known.
+    dotted keys to their line in that file, when known. An old key (:data:`DEPRECATED`) is read
+    under its new name (:func:`upgrade`), silently here (:func:`load` says so), and an error
+    about its value names it as it was written.
 
     Raises:
         ConfigError: for an unknown key, a wrong type (strict: ``"1"`` is not a number, ``1``
-            not a boolean), an out-of-range or non-finite value: naming the first offending
-            key, ``source`` (``path:LINE`` when the line is known) and an excerpt of the value.
+            not a boolean), an out-of-range or non-finite value, an old key given with its new
+            one: naming the first offending key, ``source`` (``path:LINE`` when the line is
+            known) and an excerpt of the value.
     """
-    lines = lines or {}
     if not isinstance(data, Mapping):
         raise ConfigError(
-            "(top level)", f"expected a mapping of settings (got {excerpt(data)})", _at(source, lines, "")
+            "(top level)", f"expected a mapping of settings (got {excerpt(data)})", _at(source, lines or {}, "")
         )
-    data = dict(data)
+    data, lines, renamed = upgrade(data, source, lines)
+    try:
+        return _validate(data, source, lines)
+    except ConfigError as e:
+        if e.key not in renamed:
+            raise
+        raise ConfigError(renamed[e.key], str(e).split(f"{e.key}: ", 1)[-1], e.source) from None
+
+
+def _validate(data: dict[str, Any], source: str, lines: Mapping[str, int]) -> Config:
     _precheck(data, "", source, lines)
     try:
         return msgspec.convert(data, Config, strict=True)
@@ -674,7 +692,9 @@ def load(path: str | None, overrides: Mapping[str, Any], flags: Mapping[str, str
     ``overrides`` maps dotted keys (``"py_spy.native"``) to values already of the right type
     (``None``: not given). The file is validated alone first, so a bad value in it is blamed on
     the file and its line, never on a flag; a bad override is blamed on ``command line`` and
-    its flag, ``flags[key]`` (``"--interval"``), or its key when ``flags`` has none.
+    its flag, ``flags[key]`` (``"--interval"``), or its key when ``flags`` has none. A file
+    that uses old keys (:data:`DEPRECATED`) is read under the new ones, and one line on stderr
+    names them (:func:`deprecation_line`), once its values are found valid.
 
     Raises:
         ConfigError: the file cannot be read or parsed (see :func:`read_file`), a value is
@@ -684,14 +704,16 @@ def load(path: str | None, overrides: Mapping[str, Any], flags: Mapping[str, str
     data: dict[str, Any] = {}
     cfg = Config()
     if path is not None:
-        data, lines = read_file(path)
-        cfg = validate(data, _shown(path), lines)
+        raw, lines = read_file(path)
+        cfg = validate(raw, _shown(path), lines)
+        data, lines, renamed = upgrade(raw, _shown(path), lines)
         _check_pyspy_path(cfg, _at(_shown(path), lines, "py_spy.path"))
         _check_report_dir(cfg, _at(_shown(path), lines, "report_dir"))
+        if renamed:
+            _say(deprecation_line(_shown(path), renamed, lines))
     given = {k: v for k, v in overrides.items() if v is not None}
     if not given:
         return cfg
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for dotted, value in given.items():
         node = data
         *parents, leaf = dotted.split(".")

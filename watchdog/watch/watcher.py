@@ -290,8 +290,8 @@ class Watcher:
         self.rank = dict(rank) if rank else None
         self.examine = examine
         self.alerts = alerts or Alerts(
-            {k: getattr(config, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")},
-            config.exec_timeout_s,
+            {k: getattr(config.alerts, k) for k in ("on_hang_exec", "on_crash_exec", "on_warning_exec")},
+            config.alerts.exec_timeout_s,
             log,
         )
         self._status = WatcherStatus(
@@ -307,7 +307,7 @@ class Watcher:
         self._due_examination: Optional[Tuple[Sample, Stall]] = None
         self._examination: Optional[threading.Thread] = None
         self.outcome = Outcome()
-        self.sampler = Sampler(root_pid, config.full_info_interval_s)
+        self.sampler = Sampler(root_pid, config.memory_read_base_interval_s)
         self.tracker = detect.ProgressTracker(config.cpu_progress_s)
         self.births = detect.WorkerBirths()
         self.timeline: collections.deque = collections.deque(maxlen=config.timeline_samples)
