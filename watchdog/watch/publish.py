@@ -23,6 +23,17 @@ from .alert import Alerts
 _COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")
 
 
+def settings_shown(config: Config) -> dict:
+    """``config`` as a report shows it: every setting, the alert commands (``alerts.on_*_exec``,
+    which may carry a token) replaced by :data:`~watchdog.redact.REDACTED`."""
+    settings = config.as_dict()
+    alerts = settings.get("alerts") or {}
+    for key in _COMMAND_SETTINGS:
+        if alerts.get(key):
+            alerts[key] = redact.REDACTED
+    return settings
+
+
 class Publisher:
     """Writes the reports of one watched process (a job, or one rank of it).
 
@@ -96,10 +107,7 @@ class Publisher:
         if self.rank:
             suffix = "-".join(x for x in (f"rank{rank}", suffix) if x)
         job = self._job(facts)
-        settings = self.config.as_dict()
-        for key in _COMMAND_SETTINGS:
-            if settings.get(key):
-                settings[key] = redact.REDACTED
+        settings = settings_shown(self.config)
         info = {"version": __version__, "py_spy": self.pyspy_path, "settings": settings}
         main = facts.sample.main
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
