@@ -31,9 +31,11 @@ on threads that did not move between the reads, ``examine.stable_details``):
   descriptors, nothing else);
 * no process of the argument catches a timer signal (``procfs.timer_wakeup``), and the job has
   no other live process (one that holds a proxy could send the ``release()``);
-* a process of the job other than main, its workers and the manager has ended (its
-  :class:`~watchdog.types.ExitRecord`): the lock's holder is none of the live threads, all of
-  which wait; the ended process is named, with how and when it ended.
+* a process of the job other than main, its workers and the manager, seen alive after the
+  manager started, has ended (its :class:`~watchdog.types.ExitRecord`): whoever holds the lock
+  (a live process, all of which wait, or that one) can never release it; the ended process is
+  named, with how and when it ended (it is the likely holder, not a proven one: a Manager lock
+  keeps no owner to read).
 
 Then no live thread can send the ``release()`` the manager waits for: every thread of main,
 the workers and the manager waits for a thread of this same set. Anything else (a live thread
@@ -78,8 +80,11 @@ def _private_futex(d: ThreadSample) -> bool:
 
 
 # Kernel waits in which a thread may sit in one of PyTorch's own loader loops (detect.py's
-# _LOADER_WAIT_KINDS): a thread seen running, or whose wait changed between the two reads, is not.
-_LOOP_WAITS = frozenset({WaitKind.TIMED, WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.FUTEX_SHARED})
+# _LOADER_WAIT_KINDS), or a wait that changed between the two reads (``UNKNOWN``): such a loop
+# wakes at its timeout (main's 5 s poll in ``_try_get_data``) and waits again, and what else could
+# wake it (a batch, an index) comes only from threads of the argument, which did not move. A
+# thread seen running is none of these.
+_LOOP_WAITS = frozenset({WaitKind.TIMED, WaitKind.FD, WaitKind.FUTEX_PRIVATE, WaitKind.FUTEX_SHARED, WaitKind.UNKNOWN})
 
 
 def _in_loop(d: ThreadSample) -> bool:
@@ -113,6 +118,16 @@ def ended_others(sample: Sample, exits: Sequence[ExitRecord]) -> List[ExitRecord
     workers = {pid for v in sample.loaders for pid in v.workers}
     out = [r for r in exits if r.ident not in alive and r.pid not in workers]
     return sorted(out, key=lambda r: -r.ended_mono)
+
+
+def possible_holders(sample: Sample, manager: int) -> List[ExitRecord]:
+    """The ended processes of the job (:func:`ended_others`) that could have held a lock of
+    the manager ``manager``: seen alive after it started (within a second: ``create_time`` comes
+    from clock ticks); those that ended otherwise than cleanly first, then the newest."""
+    server = sample.process(manager)
+    born = server.create_time if server is not None else float("inf")
+    found = [r for r in ended_others(sample, sample.exits) if r.pid != manager and r.last_seen_wall >= born - 1.0]
+    return sorted(found, key=lambda r: r.exit_code == 0)
 
 
 def ended_text(r: ExitRecord, now_mono: Optional[float] = None, now_wall: Optional[float] = None) -> str:
@@ -161,7 +176,7 @@ def prove_manager_lock(
         return None  # another live process (a holder, a helper) might still release it
     if any(pid in wakeable for pid in members):
         return None
-    ended = [r for r in ended_others(sample, sample.exits) if r.pid != manager]
+    ended = possible_holders(sample, manager)
     if not ended:
         return None  # no process of the job ended: waits among the living are not this proof's
     st_of: Dict[int, Dict[int, ThreadStack]] = {}
@@ -255,8 +270,7 @@ def prove_manager_lock(
             frames.has_frame(t, frozenset({"serve_forever"}), MANAGERS_FILE)
             and top is not None
             and top.function.endswith("wait")
-            and d.wait is not None
-            and d.wait.kind in (WaitKind.TIMED, WaitKind.FUTEX_PRIVATE)
+            and _in_loop(d)  # it wakes every second (changed between the reads) and waits again
         ):
             links.append(
                 _link(
@@ -311,8 +325,8 @@ def prove_manager_lock(
     conclusion = (
         f"the multiprocessing.Manager lock the workers wait for is held, and no live process of the job can ever "
         f"release it: every thread of main, the workers and the manager (pid {manager}) waits with no timeout (or in "
-        f"a loop that releases nothing) for a thread of this same set; the lock's holder is none of them, and a "
-        f"process of the job has ended ({gone}): a Manager lock keeps no owner, so one its holder did not release "
-        "stays held"
+        f"a loop that releases nothing) for a thread of this same set, so whoever holds the lock, one of them or "
+        f"a process that has ended, can never release it; a process of the job that lived beside the manager has "
+        f"ended ({gone}): a Manager lock keeps no owner, so one its holder did not release stays held"
     )
     return Proof(ProofKind.WAITS_ON_DEAD, tuple(members), tuple(links), conclusion)

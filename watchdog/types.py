@@ -966,8 +966,11 @@ class Proof:
     """Why the job can never move by itself (NOTE [ Deadlock proof ] in detect.py).
 
     ``kind`` is ``kernel`` (every thread of ``pids`` waits, with no timeout, for something only
-    threads of that same set could do) or ``loader_idle`` (main waits inside the iterator for a
-    batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved).
+    threads of that same set could do), ``loader_idle`` (main waits inside the iterator for a
+    batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved) or
+    ``waits_on_dead`` (main, the workers and a Manager's server, ``pids``, wait for a lock that no
+    live process can release, and a process of the job has ended: NOTE [ Manager lock proof ] in
+    watchdog/dead_releaser.py).
     ``links`` are the argument's steps, one per thread or process; ``conclusion`` what follows.
     """
 

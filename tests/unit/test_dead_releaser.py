@@ -21,10 +21,12 @@ from watchdog.types import (
     ROLE_WORKER,
     Evidence,
     ExitRecord,
+    KernelWait,
     PipeEnds,
     ProcessStack,
     ProofKind,
     Trigger,
+    WaitKind,
 )
 
 
@@ -99,9 +101,12 @@ def test_the_dead_holder_is_said_as_the_kernel_left_it_or_not_at_all():
     assert proof is not None and NO_EXIT_RECORD in proof.conclusion and "was killed by signal" not in proof.conclusion
 
 
-def test_without_a_process_that_ended_it_stays_suspected():
+def test_without_a_process_that_ended_beside_the_manager_it_stays_suspected():
     smp, stacks, details = _job("manager_lock_holder_killed.json")
     assert _prove(dataclasses.replace(smp, exits=()), stacks, details) is None
+    # a helper that ended before the manager started never held its lock
+    later = tuple(dataclasses.replace(p, create_time=2e9) if p.role == ROLE_OTHER else p for p in smp.processes)
+    assert _prove(dataclasses.replace(smp, processes=later), stacks, details) is None
 
 
 def test_a_live_holder_leaves_it_unproven():
@@ -157,3 +162,21 @@ def test_the_proof_ends_the_job_under_on_hang_terminate():
     assert decision.assessment.hang and decision.assessment.proof is not None
     assert decision.assessment.proof.kind is ProofKind.WAITS_ON_DEAD
     assert decision.terminate and decision.termination.grounded and not decision.termination.unproven
+
+
+def test_a_loop_that_woke_between_the_two_reads_is_still_in_its_loop():
+    # The manager's serve_forever wakes every second and main's _try_get_data every 5 s: a wait
+    # that changed between the two reads (UNKNOWN in Evidence.stable) is that loop going round,
+    # not a thread that got away; a thread seen running is not.
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    changed = KernelWait(WaitKind.UNKNOWN, detail="changed between two reads")
+    woke = {
+        manager: tuple(dataclasses.replace(d, wait=changed) if d.tid == manager else d for d in details[manager]),
+        smp.main.pid: tuple(
+            dataclasses.replace(d, wait=changed) if d.tid == smp.main.pid else d for d in details[smp.main.pid]
+        ),
+    }
+    assert _prove(smp, stacks, {**details, **woke}) is not None
+    running = tuple(detail(d.tid, None, state="R") if d.tid == manager else d for d in details[manager])
+    assert _prove(smp, stacks, {**details, manager: running}) is None

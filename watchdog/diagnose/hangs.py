@@ -1599,9 +1599,8 @@ def _manager_remedy(facts: Facts, m: ManagerWait, at: str) -> str:
     who = f"the manager process (pid {m.server.pid})" if m.server is not None else "the manager process"
     proof = facts.proof
     if proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD:
-        gone = ", ".join(
-            f"pid {r.pid} {r.how()}" for r in dead_releaser.ended_others(facts.sample, facts.sample.exits)[:3]
-        )
+        ended = dead_releaser.possible_holders(facts.sample, m.server.pid) if m.server is not None else []
+        gone = ", ".join(f"pid {r.pid} {r.how()}" for r in ended[:3])
         return (
             f"The workers wait for a multiprocessing.Manager lock{at} that no live process of the job can release "
             f"(proven above), and a process of the job has ended ({gone or 'see the evidence'}): a process that dies "
