@@ -432,7 +432,7 @@ class JobWatcher:
         """The job-level look after the job ended (:meth:`Watcher.after_exit`), and the outcome
         of each rank's hang reports still open (``outcome.json``: ``job_ended`` with the job's
         exit code, or ``resolved`` when its loader had moved again since); then waits up to
-        ``exec_timeout_s`` for alert commands still running, or until ``interrupted()`` (a
+        ``alerts.exec_timeout_s`` for alert commands still running, or until ``interrupted()`` (a
         signal to dlwatch meanwhile)."""
         self.job.after_exit(exit_code, terminated, signalled)
         for w in self._all[1:]:  # the ranks' hang reports still open when the job ended (outcome.json)
@@ -441,4 +441,4 @@ class JobWatcher:
             except Exception:
                 w.internal_error("recording a rank's hang outcome")
             w.outcome.resolved = w.hangs.resolved_reports
-        self.alerts.wait(self.config.exec_timeout_s, interrupted)
+        self.alerts.wait(self.config.alerts.exec_timeout_s, interrupted)
