@@ -591,3 +591,13 @@ def test_a_start_method_fix_for_a_loop_at_the_top_level_without_a_main_guard_is_
     assert verify.fix_cannot_apply(_origin(module_sites=(f"{guarded}:4",)), forkserver) is None
     assert verify.fix_cannot_apply(_origin(module_sites=()), forkserver) is None  # in a function: main()
     assert verify.fix_cannot_apply(_origin(module_sites=(f"{tmp_path}/gone.py:3",)), forkserver) is None
+
+
+def test_a_report_from_before_the_rename_gives_its_memory_read_interval_to_the_runs_and_never_its_alerts():
+    old = _origin(settings={"full_info_interval_s": 2.0, "on_hang_exec": "page me", "exec_timeout_s": 5.0})
+    settings = verify._settings_for_runs(old)
+    assert settings["memory_read_base_interval_s"] == 2.0 and "full_info_interval_s" not in settings
+    new = _origin(settings={"memory_read_base_interval_s": 3.0, "alerts": {"on_hang_exec": "page me"}})
+    settings = verify._settings_for_runs(new)
+    assert settings["memory_read_base_interval_s"] == 3.0
+    assert "alerts" not in settings and "on_hang_exec" not in settings

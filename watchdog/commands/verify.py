@@ -49,6 +49,7 @@ from tabulate import tabulate
 
 from .. import children, redact
 from ..collect import launch, script
+from ..config import DEPRECATED
 from ..errors import ReportWriteError, WatchdogError
 from ..exits import Exit, of_signal
 from ..report import browse, writer
@@ -147,7 +148,7 @@ RUN_SETTINGS = (
     "stall_min_s",
     "stall_p99_factor",
     "cpu_progress_s",
-    "full_info_interval_s",
+    "memory_read_base_interval_s",
     "timeline_samples",
     "warning_interval_s",
     "stderr_tail_bytes",
@@ -568,6 +569,9 @@ def _settings_for_runs(origin: Origin) -> Dict[str, object]:
     beside dlwatch), the hook on, the report folder set per run. ``dlwatch run`` validates
     them (a bad value: the run fails and says so)."""
     out: Dict[str, object] = {k: origin.settings[k] for k in RUN_SETTINGS if k in origin.settings}
+    for old, new in DEPRECATED.items():  # a report written before a setting was renamed
+        if new in RUN_SETTINGS and old in origin.settings:
+            out.setdefault(new, origin.settings[old])
     pyspy = origin.settings.get("py_spy")
     if isinstance(pyspy, dict):
         out["py_spy"] = {k: pyspy[k] for k in RUN_PYSPY_SETTINGS if k in pyspy}
