@@ -15,6 +15,12 @@ from typing import Iterable, Optional
 
 from .types import Frame, ThreadStack
 
+# Lines above a user frame's line read with a hang's stacks (watchdog.watch.hang_look), where
+# the rules look for the ``with LOCK:`` or ``LOCK.acquire()`` that holds a lock around it
+# (watchdog.diagnose.hangs.holds_at) and the non-blocking get a worker spins on
+# (watchdog.diagnose.dead).
+ENCLOSING_LINES = 20
+
 # ``MP_STATUS_CHECK_INTERVAL`` in torch/utils/data/_utils/__init__.py: waiting loader loops
 # (main's _try_get_data, an idle worker's index_queue.get, the pin thread) wake this often.
 MP_STATUS_CHECK_INTERVAL_S = 5.0

@@ -36,8 +36,6 @@ from .common import polling_of, worker_views
 # supported from 0.9, likely from 0.7).
 LOCK_FILE_CONFIDENCE = 0.9
 SPIN_CONFIDENCE = 0.85
-# Lines above the user's frame read for the non-blocking get (ENCLOSING_LINES in hangs.py).
-_SPIN_LINES = 20
 _NON_BLOCKING_GET = re.compile(
     r"\.get_nowait\(\s*\)|\.get\(\s*(?:block\s*=\s*)?False\b|\.get\([^)]*\btimeout\s*=\s*0(?:\.0*)?\s*\)"
 )
@@ -156,11 +154,12 @@ def lock_file_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
 
 
 def _spin_line(facts: Facts, frame: Optional[Frame]) -> Optional[Tuple[int, str]]:
-    """The line at or up to ``_SPIN_LINES`` above ``frame`` (same file, as read at report time)
-    that gets from a queue without blocking, with its number; ``None`` when none does."""
+    """The line at or up to :data:`~watchdog.frames.ENCLOSING_LINES` above ``frame`` (same file,
+    as read at report time) that gets from a queue without blocking, with its number; ``None``
+    when none does."""
     if frame is None or frame.native:
         return None
-    for line in range(frame.line, max(0, frame.line - _SPIN_LINES), -1):
+    for line in range(frame.line, max(0, frame.line - frames.ENCLOSING_LINES), -1):
         text = facts.source(frame.file, line)
         if text is not None and _NON_BLOCKING_GET.search(text):
             return line, text.strip()

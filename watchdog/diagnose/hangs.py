@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from .. import dead_releaser, frames
 from ..collect.stderr_facts import parse_stderr, stderr_facts
@@ -22,6 +22,7 @@ from ..types import (
     ROLE_OTHER,
     ROLE_STARTING,
     SEVERITY_HANG,
+    ExitRecord,
     Facts,
     ForkRecord,
     Frame,
@@ -85,8 +86,6 @@ def fork_record_of(facts: Facts, pid: int) -> Optional[ForkRecord]:
 
 
 _LOCK_NAME = re.compile(r"\bwith\s+([A-Za-z_][\w.]*)\s*[:,]|([A-Za-z_][\w.]*)\.acquire\(")
-# Lines above a frame's line searched for the ``with LOCK:`` that encloses it (the daemon reads them).
-ENCLOSING_LINES = 20
 
 
 def lock_name(source: Optional[str]) -> Optional[str]:
@@ -112,8 +111,8 @@ def holds_at(facts: Facts, f: Frame, name: str) -> Optional[Tuple[int, str]]:
     """Whether frame ``f`` runs while holding the lock named ``name``: the line and text of a
     ``with NAME:`` enclosing ``f.line`` (indented less), or of a ``NAME.acquire()`` above it in
     the same block or an enclosing one with no ``NAME.release()`` between; ``None`` when neither
-    is found in the ``ENCLOSING_LINES`` raw source lines above (the daemon reads them) or the
-    scan reaches the start of ``f``'s function. ``f.line`` itself is not read: a thread waiting
+    is found in the :data:`~watchdog.frames.ENCLOSING_LINES` raw source lines above (the hang's
+    look reads them) or the scan reaches the start of ``f``'s function. ``f.line`` itself is not read: a thread waiting
     at ``with NAME:`` does not hold it yet."""
     here = facts.source_raw(f.file, f.line)
     if here is None:
@@ -121,7 +120,7 @@ def holds_at(facts: Facts, f: Frame, name: str) -> Optional[Tuple[int, str]]:
     enclosing = re.compile(r"^\s*with\s+" + re.escape(name) + r"\b")
     taken = re.compile(r".*\b" + re.escape(name) + r"\.acquire\(")
     given = re.compile(r".*\b" + re.escape(name) + r"\.release\(")
-    for line in range(f.line - 1, max(0, f.line - ENCLOSING_LINES) - 1, -1):
+    for line in range(f.line - 1, max(0, f.line - frames.ENCLOSING_LINES) - 1, -1):
         text = facts.source_raw(f.file, line)
         if text is None or not text.strip():
             continue
@@ -1667,11 +1666,19 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
             remedy=dead.remedy,
         )
     remedy = _stuck_remedy(facts, found.pids)
-    ended = ended_helpers(facts)
+    ended: List[Tuple[Union[ProcessSample, ExitRecord], float]] = list(ended_helpers(facts))
+    # ended before the timeline's first sample: their exit records remain (at most 64, the newest)
+    seen = {ProcId(p.pid, p.start_ticks) for p, _ in ended}
+    ended += [(r, facts.sample.t_mono - r.last_seen_mono) for r in ended_mod.older_records(facts, seen)]
     if ended:
-        records = ended_mod.records_of(facts, [p for p, _ in ended])
+        records = ended_mod.records_of(facts, [p for p, _ in ended if isinstance(p, ProcessSample)])
         named = ", ".join(
-            f"pid {p.pid} ({_cmd(p)})" + (f", which {r.how()}" if (r := ended_mod.exit_record(facts, p)) else "")
+            f"pid {p.pid} ({_cmd(p)})"
+            + (
+                f", which {r.how()}"
+                if (r := p if isinstance(p, ExitRecord) else ended_mod.exit_record(facts, p))
+                else ""
+            )
             for p, _ in ended[:3]
         )
         if facts.proof is None or facts.proof.kind is not ProofKind.WAITS_ON_DEAD:  # that remedy names it already
@@ -1685,7 +1692,7 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
     return Finding(**{**found.__dict__, "remedy": remedy})
 
 
-def _cmd(p: ProcessSample) -> str:
+def _cmd(p: Union[ProcessSample, ExitRecord]) -> str:
     """A process's command line for a line of ours: redacted, on one line, cut to 80 characters."""
     from .. import redact
     from ..text import one_line

@@ -10,7 +10,6 @@ from typing import List, Optional, Tuple
 from .. import detect, frames
 from ..collect import examine, pyspy
 from ..collect.examine import CloserLook
-from ..diagnose.hangs import ENCLOSING_LINES
 from ..types import MODE_HANG, ROLE_FORKSERVER, ROLE_OTHER, Evidence, Facts, InsideView, Measure, Proof, Sample, Stall
 
 # Threads per process, and user frames per thread, whose enclosing lines are read.
@@ -21,12 +20,13 @@ MANAGERS = 2
 
 def enclosing_lines(threads) -> List[Tuple[str, int]]:
     """Source lines to read for ``threads`` (records with ``frames``: a fork record's threads,
-    a worker's py-spy threads): each user frame's line and the ``ENCLOSING_LINES`` above it
+    a worker's py-spy threads): each user frame's line and the
+    :data:`~watchdog.frames.ENCLOSING_LINES` above it
     (``watchdog.diagnose.hangs.holds_at`` reads them)."""
     wanted = []
     for t in list(threads)[:_THREADS]:
         for f in [f for f in t.frames if frames.is_user(f)][:_FRAMES]:
-            wanted += [(f.file, line) for line in range(max(1, f.line - ENCLOSING_LINES), f.line + 1)]
+            wanted += [(f.file, line) for line in range(max(1, f.line - frames.ENCLOSING_LINES), f.line + 1)]
     return wanted
 
 
