@@ -54,3 +54,18 @@ def test_a_traceback_is_not_tied_when_another_process_could_have_printed_it():
     assert "exited with code 1" in text and "RuntimeError" not in text
     assert "RuntimeError" not in _line(_facts(0))  # a clean exit printed no traceback
     assert ended.helper_tracebacks(_facts(1 << 8, stderr=STDERR + STDERR))[0][1].exception.startswith("RuntimeError")
+
+
+def test_a_helper_that_ended_before_the_timeline_began_is_still_named_unless_it_finished_cleanly():
+    # The timeline keeps timeline_samples samples (10 minutes by default); the exit records stay.
+    killed = ExitRecord(PRODUCER, 777, MAIN_PID, ROLE_OTHER, "python", ("python",), 1.0, 1e9 + 1, 2.0, 1e9 + 2, 9)
+    clean = dataclasses.replace(killed, pid=PRODUCER + 1, start_ticks=778, status=0)
+    now = dataclasses.replace(
+        sample(900.0, [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])]), exits=(clean, killed)
+    )
+    facts = live_facts((now,))
+    assert ended_helpers(facts) == []  # the timeline never saw them
+    (old,) = ended.older_records(facts, set())
+    assert old is killed
+    text = ended.ended_line(facts, old, now.t_mono - old.last_seen_mono, [])
+    assert f"pid {PRODUCER} " in text and "was killed by signal 9 (SIGKILL)" in text and "899 s before" in text

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple, Union
 
 from .. import frames
 from ..collect.stderr_facts import TracebackBlock, stderr_facts
@@ -31,6 +31,11 @@ def exit_record(facts: Facts, p: ProcessSample) -> Optional[ExitRecord]:
     """The exit record of ``p`` (the same pid and start) in the latest sample, or ``None``."""
     key = ProcId(p.pid, p.start_ticks)
     return next((r for r in reversed(facts.sample.exits) if r.ident == key), None)
+
+
+def record_for(facts: Facts, p: Union[ProcessSample, ExitRecord]) -> Optional[ExitRecord]:
+    """``p`` itself when it is an exit record, else :func:`exit_record` of it."""
+    return p if isinstance(p, ExitRecord) else exit_record(facts, p)
 
 
 def helper_tracebacks(facts: Facts) -> List[Tuple[Optional[str], TracebackBlock]]:
@@ -75,15 +80,16 @@ def traceback_of(facts: Facts, record: Optional[ExitRecord], ended: Sequence[Exi
     )
 
 
-def ended_line(facts: Facts, p: ProcessSample, ago_s: float, ended: Sequence[ExitRecord]) -> str:
-    """One evidence line about ``p``, a process of the job that ended ``ago_s`` seconds before
-    the examination's sample: who, when, how (its :class:`ExitRecord`, else that none was kept),
-    and its traceback when one is tied to it (:func:`traceback_of`)."""
+def ended_line(facts: Facts, p: Union[ProcessSample, ExitRecord], ago_s: float, ended: Sequence[ExitRecord]) -> str:
+    """One evidence line about ``p`` (its last sample, or its exit record), a process of the job
+    that ended ``ago_s`` seconds before the examination's sample: who, when, how (its
+    :class:`ExitRecord`, else that none was kept), and its traceback when one is tied to it
+    (:func:`traceback_of`)."""
     from .. import redact
     from ..text import one_line
 
     cmd = one_line(" ".join(redact.cmdline(p.cmdline)) or p.name)[:80]
-    record = exit_record(facts, p)
+    record = record_for(facts, p)
     head = f"pid {p.pid} ({cmd}), a process of the job other than main and its workers, has ended"
     if record is None:
         line = (
@@ -98,6 +104,16 @@ def ended_line(facts: Facts, p: ProcessSample, ago_s: float, ended: Sequence[Exi
         )
     tb = traceback_of(facts, record, ended)
     return f"{line}; {tb}" if tb else line
+
+
+def older_records(facts: Facts, seen: Set[ProcId]) -> List[ExitRecord]:
+    """The exit records of the latest sample whose process is not in ``seen`` (the processes
+    the timeline still holds: it keeps ``timeline_samples`` samples, the records every one) and
+    that did not exit with code 0 (a helper that finished cleanly long ago is no suspect),
+    newest first, leaving out the DataLoader workers the inside view lists."""
+    workers = {pid for v in (facts.inside.loaders if facts.inside else ()) + facts.sample.loaders for pid in v.workers}
+    found = [r for r in facts.sample.exits if r.ident not in seen and r.exit_code != 0 and r.pid not in workers]
+    return sorted(found, key=lambda r: -r.ended_mono)
 
 
 def records_of(facts: Facts, processes: Sequence[ProcessSample]) -> List[ExitRecord]:

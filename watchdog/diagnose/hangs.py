@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from .. import dead_releaser, frames
 from ..collect.stderr_facts import parse_stderr, stderr_facts
@@ -22,6 +22,7 @@ from ..types import (
     ROLE_OTHER,
     ROLE_STARTING,
     SEVERITY_HANG,
+    ExitRecord,
     Facts,
     ForkRecord,
     Frame,
@@ -1665,11 +1666,14 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
             remedy=dead.remedy,
         )
     remedy = _stuck_remedy(facts, found.pids)
-    ended = ended_helpers(facts)
+    ended: List[Tuple[Union[ProcessSample, ExitRecord], float]] = list(ended_helpers(facts))
+    # ended before the timeline's first sample: their exit records remain (at most 64, the newest)
+    seen = {ProcId(p.pid, p.start_ticks) for p, _ in ended}
+    ended += [(r, facts.sample.t_mono - r.last_seen_mono) for r in ended_mod.older_records(facts, seen)]
     if ended:
-        records = ended_mod.records_of(facts, [p for p, _ in ended])
+        records = ended_mod.records_of(facts, [p for p, _ in ended if isinstance(p, ProcessSample)])
         named = ", ".join(
-            f"pid {p.pid} ({_cmd(p)})" + (f", which {r.how()}" if (r := ended_mod.exit_record(facts, p)) else "")
+            f"pid {p.pid} ({_cmd(p)})" + (f", which {r.how()}" if (r := ended_mod.record_for(facts, p)) else "")
             for p, _ in ended[:3]
         )
         if facts.proof is None or facts.proof.kind is not ProofKind.WAITS_ON_DEAD:  # that remedy names it already
@@ -1683,7 +1687,7 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
     return Finding(**{**found.__dict__, "remedy": remedy})
 
 
-def _cmd(p: ProcessSample) -> str:
+def _cmd(p: Union[ProcessSample, ExitRecord]) -> str:
     """A process's command line for a line of ours: redacted, on one line, cut to 80 characters."""
     from .. import redact
     from ..text import one_line
