@@ -1035,6 +1035,33 @@ class ReportWritten:
 
 
 @dataclass(frozen=True)
+class WatcherStatus:
+    """What a watcher (:class:`watchdog.watch.watcher.Watcher`) last saw, for the other ranks'
+    watchers and the metrics endpoint, which read it from other threads (``Watcher.status``).
+
+    ``rank`` is the rank's ``RANK`` ("" outside a multi-rank job) and ``root_pid`` the process it
+    watches as main; ``sample`` its latest sample (``None`` before the first); ``stall_s`` the
+    seconds since the loader path moved, at the last tick (``None``: no stall measured);
+    ``last_hang_kind`` the first diagnosis of its last hang report ("" before any) and
+    ``hang_in_loader`` whether that hang was in its DataLoader (main waiting for a batch);
+    ``delivered`` the batches main's iterators delivered while watched, by loader site
+    (:attr:`~watchdog.detect.ProgressTracker.delivered`)."""
+
+    rank: str = ""
+    root_pid: int = 0
+    rank_vars: Tuple[Tuple[str, str], ...] = ()  # the rank's torchrun variables (RANK_VARS)
+    sample: Optional[Sample] = None
+    stall_s: Optional[float] = None
+    last_hang_kind: str = ""
+    hang_in_loader: bool = False
+    delivered: Tuple[Tuple[Optional[Frame], int], ...] = ()  # ProgressTracker.delivered
+    # the input-bound verdict at the last look for warnings (a watchdog.diagnose.throughput.Judgement:
+    # types import no stage), and the workers' seconds by state (throughput.WorkerClock.totals)
+    input_verdict: Optional[Any] = None
+    worker_seconds: Tuple[Tuple[str, str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Launch:
     """How the watched job was started, so that ``dlwatch verify`` can start it again.
 

@@ -446,9 +446,8 @@ def test_the_endpoint_says_whether_main_waits_in_next_for_a_workers_batch():
 
     from tests.unit.builders import MAIN_PID, proc, sample
     from tests.unit.test_verify import loader_view
-    from watchdog.types import ROLE_MAIN, Frame
+    from watchdog.types import ROLE_MAIN, Frame, WatcherStatus
     from watchdog.watch.metrics import JobMetrics
-    from watchdog.watch.watcher import WatcherStatus
 
     def served(waiting_since, worker):
         view = replace(loader_view(MAIN_PID, 1, 5), site=Frame("main", "/job/train.py", 12, False))

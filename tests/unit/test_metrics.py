@@ -7,9 +7,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.unit.builders import MAIN_PID, WORKER_PID, proc, sample
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, ReportWritten
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, ReportWritten, WatcherStatus
 from watchdog.watch import metrics
-from watchdog.watch.watcher import WatcherStatus
 
 RANK_VARS = (("GROUP_RANK", "1"), ("LOCAL_RANK", "0"), ("RANK", "2"), ("TORCHELASTIC_RUN_ID", "job42"))
 

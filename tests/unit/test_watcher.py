@@ -10,9 +10,9 @@ import threading
 import time
 
 from watchdog import config
-from watchdog.types import ROLE_LAUNCHER
+from watchdog.types import ROLE_LAUNCHER, WatcherStatus
 from watchdog.watch.wake import Waker
-from watchdog.watch.watcher import Watcher, WatcherStatus
+from watchdog.watch.watcher import Watcher
 
 
 def _watcher(**kw) -> Watcher:

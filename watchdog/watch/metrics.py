@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import parse_qs
 
 import h11
@@ -30,10 +30,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .. import redact
-from ..types import ROLE_MAIN, ROLE_WORKER, Frame, LoaderView, ReportWritten, Sample
-
-if TYPE_CHECKING:
-    from .watcher import WatcherStatus
+from ..types import ROLE_MAIN, ROLE_WORKER, Frame, LoaderView, ReportWritten, Sample, WatcherStatus
 
 PREFIX = "dlwatch"
 MAX_REPORT_INFO = 256  # reports kept for dlwatch_report_info (the latest)
@@ -79,7 +76,7 @@ class JobMetrics(Collector):
 
     Args:
         watchers: returns, at scrape time, what each rank's watcher last saw
-            (:class:`~watchdog.watch.watcher.WatcherStatus`: its rank variables, latest sample and
+            (:class:`~watchdog.types.WatcherStatus`: its rank variables, latest sample and
             seconds since progress); one entry, with no rank, for a single-process job.
         node: the ``node`` label of every series (the ``node`` setting, else the host name).
         stall_timeout_s: the sidecar's ``stall_timeout_s``, served so that ``dlwatch cluster``
@@ -87,7 +84,7 @@ class JobMetrics(Collector):
     """
 
     def __init__(
-        self, watchers: Callable[[], List["WatcherStatus"]], node: str = "", stall_timeout_s: float = 0.0
+        self, watchers: Callable[[], List[WatcherStatus]], node: str = "", stall_timeout_s: float = 0.0
     ) -> None:
         self.watchers = watchers
         self.node = redact.value(node or socket.gethostname())

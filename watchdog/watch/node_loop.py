@@ -17,9 +17,19 @@ from ..collect.inside import InsideReader
 from ..collect.node import NodeReads
 from ..collect.sampler import MemoryReadBudget
 from ..config import Config
-from ..types import MODE_HANG, ROLE_LAUNCHER, ROLE_RANK, Launch, ProcessRole, ProcessSample, ProcId, ReportWritten
+from ..types import (
+    MODE_HANG,
+    ROLE_LAUNCHER,
+    ROLE_RANK,
+    Launch,
+    ProcessRole,
+    ProcessSample,
+    ProcId,
+    ReportWritten,
+    WatcherStatus,
+)
 from .wake import Waker
-from .watcher import Outcome, Watcher, WatcherStatus, log
+from .watcher import Outcome, Watcher, log
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went, was
 # renamed or ran another program: a launcher's child forked before it exec'd the rank's program

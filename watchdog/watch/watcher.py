@@ -56,7 +56,6 @@ from ..types import (
     MODE_LIVE,
     SEVERITY_WARNING,
     Facts,
-    Frame,
     InsideView,
     Launch,
     Measure,
@@ -64,6 +63,7 @@ from ..types import (
     ReportWritten,
     Sample,
     Stall,
+    WatcherStatus,
 )
 from . import act
 from .alert import Alerts
@@ -185,33 +185,6 @@ def say(text: str) -> None:
 def log(message: str) -> None:
     """One line on stderr, prefixed ``dlwatch:`` (see :func:`say`)."""
     say(f"dlwatch: {message}\n")
-
-
-@dataclass(frozen=True)
-class WatcherStatus:
-    """What a :class:`Watcher` last saw, for the other ranks' watchers and the metrics endpoint,
-    which read it from other threads (:meth:`Watcher.status`).
-
-    ``rank`` is the rank's ``RANK`` ("" outside a multi-rank job) and ``root_pid`` the process it
-    watches as main; ``sample`` its latest sample (``None`` before the first); ``stall_s`` the
-    seconds since the loader path moved, at the last tick (``None``: no stall measured);
-    ``last_hang_kind`` the first diagnosis of its last hang report ("" before any) and
-    ``hang_in_loader`` whether that hang was in its DataLoader (main waiting for a batch);
-    ``delivered`` the batches main's iterators delivered while watched, by loader site
-    (:attr:`~watchdog.detect.ProgressTracker.delivered`)."""
-
-    rank: str = ""
-    root_pid: int = 0
-    rank_vars: Tuple[Tuple[str, str], ...] = ()  # the rank's torchrun variables (RANK_VARS)
-    sample: Optional[Sample] = None
-    stall_s: Optional[float] = None
-    last_hang_kind: str = ""
-    hang_in_loader: bool = False
-    delivered: Tuple[Tuple[Optional[Frame], int], ...] = ()  # ProgressTracker.delivered
-    # the input-bound verdict at the last look for warnings, and the workers' seconds by state
-    # (watchdog.diagnose.throughput: Judgement, WorkerClock.totals)
-    input_verdict: Optional["throughput.Judgement"] = None
-    worker_seconds: Tuple[Tuple[str, str, float], ...] = ()
 
 
 @dataclass
