@@ -12,6 +12,7 @@ from typing import Optional
 from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, proc, sample
 from watchdog.diagnose import diagnose, throughput
 from watchdog.diagnose.throughput import Verdict, judge
+from watchdog.diagnose.worker_time import full_samples
 from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, LoaderView
 
 W1, W2 = WORKER_PID, WORKER_PID + 1
@@ -200,7 +201,7 @@ def test_lean_samples_count_for_the_wait_but_not_twice_for_the_workers_states():
     tl = timeline(0.5, cpu_share=0.95, state="R", wchan="0", workers=(W1,))
     lean = [dataclasses.replace(tl[t], t_mono=t + 0.5, processes=tl[t].processes) for t in range(len(tl) - 1)]
     mixed = sorted(tl + lean, key=lambda s: s.t_mono)
-    a, b = throughput.worker_times(throughput._full(tl)), throughput.worker_times(throughput._full(mixed))
+    a, b = throughput.worker_times(full_samples(tl)), throughput.worker_times(full_samples(mixed))
     assert [w.span_s for w in a] == [w.span_s for w in b] == [30.0]
 
 
@@ -213,3 +214,81 @@ def test_the_worker_clock_adds_each_look_once():
     got = {(w, s): v for w, s, v in clock.totals()}
     assert abs(got[("0", "cpu")] - 7.5) < 1e-6 and abs(got[("0", "io")] - 22.5) < 1e-6
     assert sum(got.values()) == 30.0
+
+
+def _stopped_from(tl, start: int, end: Optional[int] = None, main_in_next: bool = True):
+    """``tl`` with main and its workers stopped (state T, SIGSTOP) from second ``start`` to
+    ``end`` (to the last sample when ``None``): nothing delivered, the workers' CPU frozen, and
+    main stopped inside ``__next__`` waiting for worker 0's batch (``main_in_next``) or in its
+    step; after ``end`` the counters go on from where the stop left them."""
+    end = len(tl) - 1 if end is None else end
+    out = []
+    for t, s in enumerate(tl):
+        if t < start:
+            out.append(s)
+            continue
+        frozen = tl[start]
+        if t <= end:
+            procs = tuple(dataclasses.replace(p, state="T", wchan="do_signal_stop") for p in frozen.processes)
+            (v,) = frozen.loaders
+            if main_in_next:
+                v = dataclasses.replace(v, waiting_since=float(start), waiting_worker=0)
+            out.append(dataclasses.replace(s, processes=procs, loaders=(v,)))
+            continue
+        # after the stop: the same job, shifted by the stop's length (its wait grew by it when
+        # main was stopped inside __next__)
+        gap = end - start
+        back = tl[t - gap]
+        (v,) = back.loaders
+        v = dataclasses.replace(v, wait_s=v.wait_s + (gap if main_in_next else 0.0), last_batch=float(t))
+        procs = tuple(dataclasses.replace(p, state=tl[t].process(p.pid).state) for p in back.processes)
+        out.append(dataclasses.replace(s, processes=procs, loaders=(v,)))
+    return out
+
+
+def test_a_job_stopped_with_sigstop_inside_next_for_most_of_the_window_gets_no_verdict():
+    # a healthy job (2 % data wait) stopped at 15 s inside __next__, judged 30 s into the stop:
+    # the old code counted the stop as data wait (67 %) and the stopped workers as I/O-bound
+    tl = _stopped_from(timeline(0.02, cpu_share=0.1, seconds=45), 15)
+    j = judge(facts(tl))
+    assert not j.input_bound and j.verdict == Verdict.STOPPED, j
+    assert "stopped (SIGSTOP or a debugger) for 31 s of the last 45 s" in j.summary  # the pair it began in counts whole
+    assert "input_bound" not in [d.kind for d in diagnose(facts(tl))]
+
+
+def test_after_a_sigstop_the_rest_of_the_window_is_judged_without_the_stopped_time():
+    # stopped 15 s (inside __next__) of a 50 s window, then running again: judged on the 35 s
+    # it ran, the workers' time without the stop (no io nor idle while stopped)
+    tl = _stopped_from(timeline(0.02, cpu_share=0.1, seconds=50), 10, 25)
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.NOT_INPUT_BOUND, j
+    assert j.stopped_s >= 15 and j.span_s <= 35 and (j.wait_share or 0) < 0.05
+    assert all(w.stopped_s >= 15 and w.span_s <= 35 for w in j.workers)
+    assert (j.share("io") or 0) == 0 and abs((j.share("cpu") or 0) - 0.1) < 1e-6
+    assert any("less 16 s stopped" in e or "less 17 s stopped" in e for e in j.evidence), j.evidence
+    assert "input_bound" not in [d.kind for d in diagnose(facts(tl))]
+
+
+def test_a_job_stopped_in_its_step_is_not_judged_on_the_stopped_time_either():
+    tl = _stopped_from(timeline(0.3, cpu_share=0.95, state="R", wchan="0", seconds=50), 10, 25, main_in_next=False)
+    j = judge(facts(tl))
+    # still input-bound (30 % of the time it ran), not diluted by the stop to 20 %
+    assert j.verdict == Verdict.CPU_BOUND and abs((j.wait_share or 0) - 0.3) < 0.05, j
+
+
+def test_only_main_stopped_leaves_its_idle_workers_time_out_of_their_idle_share():
+    tl = timeline(0.02, cpu_share=0.0, seconds=40)
+    tl = [
+        dataclasses.replace(
+            s,
+            processes=tuple(
+                dataclasses.replace(p, state="T") if p.role == ROLE_MAIN and 10 <= t <= 30 else p for p in s.processes
+            ),
+        )
+        for t, s in enumerate(tl)
+    ]
+    (a, b) = throughput.worker_times(full_samples(tl))
+    assert a.span_s == 18.0 and abs(a.idle_s - 18.0) < 1e-6 and a.stopped_s == 22.0
+    clock = throughput.WorkerClock()
+    clock.update(tl)
+    assert sum(v for w, s, v in clock.totals() if w == "0") == 18.0  # the metric counts no stopped time

@@ -48,6 +48,12 @@ D of its time for data gets at most ``1 / (1 - D)`` times faster from the input 
 more than the usable CPUs allow, for CPU-bound workers). The warning (``input_bound``) needs
 ``MIN_SPAN_S`` seconds and ``MIN_BATCHES`` batches of the window: a sustained episode; the
 daemon writes it once per kind and set of processes (``_WARNING_COOLDOWN_S``).
+
+Time while main or a worker is stopped (SIGSTOP, a debugger: NOTE [ Stopped jobs ] in
+worker_time.py) is neither data wait nor the workers' time, and is not judged: the shares are of
+the rest of the window; a window stopped ``STOPPED_SHARE`` of its span or more (or whose rest is
+shorter than ``MIN_SPAN_S``) gets ``job_stopped``, no verdict. The worker accounting itself
+(cpu, runnable, io, idle) is in ``worker_time.py``.
 """
 
 from __future__ import annotations
@@ -61,14 +67,41 @@ from ..types import (
     Facts,
     Fix,
     LoaderView,
-    ProcessSample,
-    ProcId,
     Sample,
     TextEnum,
 )
 from .common import DOC_MULTI_PROCESS_LOADING, DOC_PIN_MEMORY
 from .engine import Finding, rule
 from .live import usable_cpus
+from .worker_time import (
+    IDLE_WCHANS,
+    STATES,
+    WorkerClock,
+    WorkerTime,
+    full_samples,
+    job_stopped,
+    overlap,
+    stopped_pairs,
+    worker_ids,
+    worker_times,
+    workers_cpus,
+)
+
+__all__ = [
+    "IDLE_WCHANS",
+    "STATES",
+    "Judgement",
+    "Verdict",
+    "WorkerClock",
+    "WorkerTime",
+    "input_bound",
+    "judge",
+    "main_waits",
+    "open_wait_s",
+    "worker_ids",
+    "worker_times",
+    "workers_cpus",
+]
 
 # Seconds of timeline judged (a sliding window ending at the latest sample).
 WINDOW_S = 60.0
@@ -91,17 +124,16 @@ MULTI_THREAD_CPUS = 1.2
 # A worker runs PyTorch's result-queue feeder beside its main thread; this many threads or more
 # hold an intra-op (OpenMP) pool.
 INTRA_OP_THREADS = 4
-# Wait channels of a worker asleep in a poll: PyTorch's wait for indices (poll_schedule_timeout,
-# do_sys_poll, do_select, ep_poll, as /proc/PID/wchan names them).
-IDLE_WCHANS = ("poll", "select")
-
-STATES = ("cpu", "runnable", "io", "idle")
+# A window stopped (NOTE [ Stopped jobs ] in worker_time.py) this share of its span or more gets
+# no verdict.
+STOPPED_SHARE = 0.5
 
 
 class Verdict(TextEnum):
     """What :func:`judge` concluded; the value is what reports, ``dlwatch status`` and JSON show."""
 
     NEEDS_INSIDE_VIEW = "needs_inside_view"
+    STOPPED = "job_stopped"
     TOO_EARLY = "not_enough_batches"
     NOT_INPUT_BOUND = "not_input_bound"
     SLIGHTLY = "slightly_input_bound"
@@ -128,39 +160,9 @@ INPUT_BOUND = frozenset(
 
 
 @dataclass(frozen=True)
-class WorkerTime:
-    """Where one worker's wall time went over a span (seconds): ``cpu_s`` the CPU its threads
-    used (may exceed ``span_s`` with intra-op threads), and the wall time split into
-    ``running_s`` (CPU, at most the span), ``runnable_s``, ``io_s`` and ``idle_s`` (see NOTE [
-    Input-bound verdict ]); ``runq_read`` whether the run-queue wait was read at two samples;
-    ``threads_running`` the most of its threads seen running at once (0: never read);
-    ``io_bytes`` bytes it passed to read/write calls (``rchar + wchar``, its queues' pipes
-    included)."""
-
-    pid: int
-    worker_id: str
-    span_s: float
-    cpu_s: float
-    running_s: float
-    runnable_s: float
-    io_s: float
-    idle_s: float
-    runq_read: bool = False
-    threads_running: int = 0
-    io_bytes: int = 0
-    threads: int = 0
-
-    def share(self, state: str) -> float:
-        """The share (0..1) of the span in ``state`` (one of :data:`STATES`)."""
-        if self.span_s <= 0:
-            return 0.0
-        value = {"cpu": self.running_s, "runnable": self.runnable_s, "io": self.io_s, "idle": self.idle_s}[state]
-        return value / self.span_s
-
-
-@dataclass(frozen=True)
 class Judgement:
-    """One verdict (:class:`Verdict`) with its figures: ``span_s`` the window judged,
+    """One verdict (:class:`Verdict`) with its figures: ``span_s`` the seconds judged (the
+    window less ``stopped_s``, the time main or a worker was stopped: NOTE [ Stopped jobs ]),
     ``batches`` main delivered in it, ``wait_share`` main's data wait (0..1), ``epoch_share``
     the part of that wait spent on iterators' first batches, ``main_cpus`` main's CPU use (CPUs),
     ``workers`` each worker's time, ``usable`` the CPUs the job may use and ``usable_how`` how
@@ -184,6 +186,7 @@ class Judgement:
     remedy: str = ""
     fix: Optional[Fix] = None
     confidence: float = 0.0
+    stopped_s: float = 0.0
 
     @property
     def input_bound(self) -> bool:
@@ -203,6 +206,7 @@ class Judgement:
             "verdict": str(self.verdict),
             "summary": self.summary,
             "window_s": round(self.span_s, 1),
+            "stopped_s": round(self.stopped_s, 1),
             "batches": self.batches,
             "data_wait_share": None if self.wait_share is None else round(self.wait_share, 3),
             "epoch_start_share": None if self.epoch_share is None else round(self.epoch_share, 3),
@@ -234,141 +238,33 @@ def open_wait_s(v: LoaderView, now: float) -> float:
     return max(0.0, now - v.waiting_since)
 
 
-def _full(samples: Sequence[Sample]) -> List[Sample]:
-    """The full samples of ``samples`` (a lean one holds the last one's processes, the same
-    tuple: NOTE [ Lean ticks ] in watchdog/watch/watcher.py)."""
-    out: List[Sample] = []
-    for s in samples:
-        if out and s.processes is out[-1].processes:
-            continue
-        out.append(s)
-    return out
-
-
-def _idle(p: ProcessSample) -> bool:
-    return p.state in ("S", "I") and bool(p.wchan) and any(w in (p.wchan or "") for w in IDLE_WCHANS)
-
-
-def _blocked_class(p: ProcessSample) -> Optional[str]:
-    """``io``, ``idle`` or ``None`` (running: not known) for the state ``p`` was seen in."""
-    if p.state == "R":
-        return None
-    return "idle" if _idle(p) else "io"
-
-
-def worker_ids(sample: Sample) -> Dict[int, str]:
-    """pid -> worker id (the inside view's order of a loader's workers, else their start order)."""
-    ids: Dict[int, str] = {}
-    for v in sample.loaders:
-        for i, pid in enumerate(v.workers):
-            ids.setdefault(pid, str(i))
-    workers = sorted(sample.workers, key=lambda p: (p.create_time, p.pid))
-    for i, p in enumerate(workers):
-        ids.setdefault(p.pid, str(i))
-    return ids
-
-
-def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[WorkerTime, ...]:
-    """Each worker's time over consecutive pairs of the full samples ``full`` whose later one
-    is after ``since`` (``time.monotonic()`` seconds), see NOTE [ Input-bound verdict ]."""
-    acc: Dict[ProcId, Dict[str, float]] = {}
-    runq: Dict[ProcId, List[Tuple[float, float]]] = {}
-    ids: Dict[int, str] = {}
-    threads: Dict[ProcId, int] = {}
-    counts: Dict[ProcId, int] = {}
-    for a, b in zip(full, full[1:]):
-        if b.t_mono <= since:
-            continue
-        dt = b.t_mono - a.t_mono
-        if dt <= 0:
-            continue
-        workers = b.workers
-        if any(p.pid not in ids for p in workers):
-            ids.update(worker_ids(b))
-        for pb in workers:
-            pa = a.process(pb.pid)
-            if pa is None or pa.start_ticks != pb.start_ticks:
-                continue
-            key = pb.ident
-            d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "unknown": 0.0})
-            cpu = max(0.0, pb.cpu_s - pa.cpu_s)
-            running = min(cpu, dt)
-            d["span"] += dt
-            d["cpu"] += cpu
-            d["running"] += running
-            where = _blocked_class(pb) or _blocked_class(pa) or "unknown"
-            d[where] += dt - running
-            io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
-            d["io_bytes"] = d.get("io_bytes", 0.0) + max(0, io)
-            for t, p in ((a.t_mono, pa), (b.t_mono, pb)):
-                seen = runq.setdefault(key, [])
-                if p.runq_wait_s is not None and (not seen or seen[-1][0] < t):
-                    seen.append((t, p.runq_wait_s))
-            counts[key] = max(counts.get(key, 0), pb.num_threads)
-            if pb.threads:
-                threads[key] = max(threads.get(key, 0), sum(1 for t in pb.threads if t.state == "R"))
-    out = []
-    for key, d in acc.items():
-        span = d["span"]
-        rest = span - d["running"]
-        points = runq.get(key, [])
-        runnable, read = 0.0, False
-        if len(points) >= 2 and points[-1][0] > points[0][0]:
-            share = max(0.0, points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
-            runnable, read = min(rest, share * span), True
-        # the runnable wait is taken from time not seen blocked first, then from the rest alike
-        left = runnable
-        take = min(left, d["unknown"])
-        d["unknown"] -= take
-        left -= take
-        blocked = d["io"] + d["idle"]
-        if left > 0 and blocked > 0:
-            d["io"] -= left * d["io"] / blocked
-            d["idle"] -= left * d["idle"] / blocked
-        if d["unknown"] > 0:  # running at both ends, yet short of the span: blocked in between
-            if d["io"] + d["idle"] > 0:
-                io_share = d["io"] / (d["io"] + d["idle"])
-                d["io"] += d["unknown"] * io_share
-                d["idle"] += d["unknown"] * (1 - io_share)
-            else:
-                d["io"] += d["unknown"]
-        out.append(
-            WorkerTime(
-                pid=key.pid,
-                worker_id=ids.get(key.pid, "?"),
-                span_s=span,
-                cpu_s=d["cpu"],
-                running_s=d["running"],
-                runnable_s=runnable,
-                io_s=max(0.0, d["io"]),
-                idle_s=max(0.0, d["idle"]),
-                runq_read=read,
-                threads_running=threads.get(key, 0),
-                io_bytes=int(d.get("io_bytes", 0)),
-                threads=counts.get(key, 0),
-            )
-        )
-    return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
-
-
 @dataclass
 class _Waits:
     wait_s: float = 0.0
     epoch_s: float = 0.0
     batches: int = 0
     views: List[LoaderView] = field(default_factory=list)
+    stopped_wait_s: float = 0.0
 
 
 def main_waits(samples: Sequence[Sample], main_pid: int) -> _Waits:
     """Main's data wait over ``samples`` (every sample: lean ones carry the counters): per
     iterator of main, its wait (``wait_s`` and the wait in progress) at its last sight less
-    that at its first (0 for one created in the window); ``epoch_s`` the part spent on the
-    first batch of iterators created in the window (workers started for it); ``views`` each
-    iterator as last seen."""
+    that at its first (0 for one created in the window), less what it gained over stopped
+    pairs of samples (``stopped_wait_s``: main stopped inside ``__next__``, or a worker
+    stopped; NOTE [ Stopped jobs ] in worker_time.py); ``epoch_s`` the part spent on the first
+    batch of iterators created in the window (workers started for it); ``views`` each iterator
+    as last seen."""
     t0 = samples[0].t_mono
     first: Dict[Tuple[int, float], Tuple[float, int]] = {}
     last: Dict[Tuple[int, float], Tuple[float, int, LoaderView, float]] = {}
-    for s in samples:
+    before: Dict[Tuple[int, float], Tuple[float, int]] = {}
+    stopped_gain: Dict[Tuple[int, float], float] = {}
+    stopped_opening: Dict[Tuple[int, float], float] = {}
+    seen = [job_stopped(s) for s in samples]
+    for i, s in enumerate(samples):
+        stopped = i > 0 and (seen[i] or seen[i - 1])
+        now: Dict[Tuple[int, float], Tuple[float, int]] = {}
         for v in s.loaders:
             if v.pid != main_pid:
                 continue
@@ -376,23 +272,29 @@ def main_waits(samples: Sequence[Sample], main_pid: int) -> _Waits:
             w = v.wait_s + open_wait_s(v, s.t_mono)
             first.setdefault(key, (w, v.batches))
             last[key] = (w, v.batches, v, s.t_mono)
+            now[key] = (w, v.batches)
+            if stopped:
+                prev = before.get(key)
+                base = prev[0] if prev is not None else (0.0 if v.created >= t0 else w)
+                gain = max(0.0, w - base)
+                stopped_gain[key] = stopped_gain.get(key, 0.0) + gain
+                if prev is None or prev[1] == 0:  # still waiting for its first batch
+                    stopped_opening[key] = stopped_opening.get(key, 0.0) + gain
+        before.update(now)
     out = _Waits()
     for key, (w, n, v, t) in last.items():
         w0, n0 = first[key]
         new = v.created >= t0
-        gained = w - (0.0 if new else w0)
-        out.wait_s += max(0.0, gained)
+        stop = stopped_gain.get(key, 0.0)
+        gained = max(0.0, w - (0.0 if new else w0) - stop)
+        out.wait_s += gained
+        out.stopped_wait_s += stop
         out.batches += max(0, n - (0 if new else n0))
         out.views.append(v)
         if new and _workers_setting(v):
             opening = v.first_batch_s if v.first_batch_s is not None else open_wait_s(v, t)
-            out.epoch_s += min(max(0.0, gained), opening)
+            out.epoch_s += min(gained, max(0.0, opening - stopped_opening.get(key, 0.0)))
     return out
-
-
-def workers_cpus(workers: Sequence[WorkerTime]) -> float:
-    """The CPUs the workers used together: each one's CPU seconds over its own span."""
-    return sum(w.cpu_s / w.span_s for w in workers if w.span_s > 0)
 
 
 def _workers_setting(v: LoaderView) -> int:
@@ -448,7 +350,20 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
                 "--inside`",
             )
     waits = main_waits(samples, main.pid)
-    span = samples[-1].t_mono - samples[0].t_mono
+    window = samples[-1].t_mono - samples[0].t_mono
+    stops = stopped_pairs(samples)
+    stopped = overlap(stops, samples[0].t_mono, samples[-1].t_mono)
+    span = window - stopped  # the time judged: the window less stopped time (NOTE [ Stopped jobs ])
+    if stopped > 0 and (stopped >= STOPPED_SHARE * window or span < min_span_s):
+        paused = " (it is stopped now)" if job_stopped(samples[-1]) else ""
+        return Judgement(
+            Verdict.STOPPED,
+            f"no verdict: the job was stopped (SIGSTOP or a debugger) for {stopped:.0f} s of the last {window:.0f} s"
+            f"{paused}; a stopped process waits for no data, so that time is not judged",
+            span_s=span,
+            batches=waits.batches,
+            stopped_s=stopped,
+        )
     if span < min_span_s or waits.batches < min_batches:
         return Judgement(
             Verdict.TOO_EARLY,
@@ -456,7 +371,7 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
             span_s=span,
             batches=waits.batches,
         )
-    full = _full(samples)
+    full = full_samples(samples)
     workers = worker_times(full)
     usable, how = usable_cpus(facts)
     usable = usable or float(facts.host_cpus)
@@ -464,8 +379,9 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
     main_cpus = None
     if len(full) >= 2:
         m0, m1 = full[0].main, full[-1].main
-        if m0 is not None and m1 is not None and full[-1].t_mono > full[0].t_mono:
-            main_cpus = max(0.0, m1.cpu_s - m0.cpu_s) / (full[-1].t_mono - full[0].t_mono)
+        live = full[-1].t_mono - full[0].t_mono - overlap(stops, full[0].t_mono, full[-1].t_mono)
+        if m0 is not None and m1 is not None and live > 0:
+            main_cpus = max(0.0, m1.cpu_s - m0.cpu_s) / live
     settings = [v for v in waits.views if v.batches or v.waiting_since is not None] or waits.views
     nw = max((_workers_setting(v) for v in settings), default=None)
     epoch = waits.epoch_s / waits.wait_s if waits.wait_s > 0 else 0.0
@@ -481,10 +397,16 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
         usable=usable,
         usable_how=how,
         num_workers=nw,
+        stopped_s=stopped,
     )
     rate = waits.batches / span
+    judged = (
+        f"the last {span:.0f} s"
+        if not stopped
+        else f"{span:.0f} s (the last {window:.0f} s less {stopped:.0f} s stopped)"
+    )
     head = (
-        f"main waited for data {_pct(d)} of the last {span:.0f} s ({waits.batches} batches, {rate:.1f}/s); its step "
+        f"main waited for data {_pct(d)} of {judged} ({waits.batches} batches, {rate:.1f}/s); its step "
         f"ran the rest" + (f", main used {main_cpus:.2f} CPU" if main_cpus is not None else "")
     )
     evidence = [head]
@@ -708,28 +630,3 @@ def input_bound(facts: Facts) -> Optional[Finding]:
         # no ``fix``: ``dlwatch verify`` proves a fix by a hang or crash that stops, not by a
         # throughput ratio; the setting is in the remedy (and in ``dlwatch status --json``)
     )
-
-
-@dataclass
-class WorkerClock:
-    """Each worker's seconds by state (:data:`STATES`), summed over the job's life by worker id,
-    for ``dlwatch_worker_seconds_total``: :meth:`update` at each look for warnings adds the time
-    since the last one, from the timeline's full samples."""
-
-    seconds: Dict[Tuple[str, str], float] = field(default_factory=dict)
-    mark: float = float("-inf")
-
-    def update(self, timeline: Sequence[Sample]) -> None:
-        """Add the workers' time between full samples of ``timeline`` after the last update."""
-        full = _full([s for s in timeline if s.t_mono >= self.mark])
-        if len(full) < 2:
-            return
-        for w in worker_times(full, self.mark):
-            for state, value in (("cpu", w.running_s), ("runnable", w.runnable_s), ("io", w.io_s), ("idle", w.idle_s)):
-                key = (w.worker_id, state)
-                self.seconds[key] = self.seconds.get(key, 0.0) + value
-        self.mark = full[-1].t_mono
-
-    def totals(self) -> Tuple[Tuple[str, str, float], ...]:
-        """``(worker id, state, seconds)``, sorted."""
-        return tuple((k[0], k[1], v) for k, v in sorted(self.seconds.items()))

@@ -1,0 +1,243 @@
+"""Where each DataLoader worker's wall time goes, from samples already taken (issue #38): the
+accounting behind the input-bound verdict (``watchdog/diagnose/throughput.py``, NOTE [
+Input-bound verdict ]) and ``dlwatch_worker_seconds_total``.
+
+NOTE [ Stopped jobs ]
+A process stopped by SIGSTOP (or SIGTSTP, SIGTTIN, SIGTTOU: state ``T``) or stopped by a tracer
+(state ``t``; proc(5), ``/proc/PID/stat`` field 3) waits for nobody's data: a job paused by an
+operator or a debugger. A pair of consecutive samples at either of which main or a worker was
+seen stopped is *stopped time*: it is no wall time of any worker's (no cpu, runnable, io or
+idle), no data wait of main's and no part of the span a share is taken of. The sample sees the
+state at its instant, so a stop that begins or ends between two samples costs the whole pair
+(at most one sampling interval each side): a verdict errs towards less time judged, never towards
+a stop taken for a wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..types import ProcessSample, ProcId, Sample
+
+# Wait channels of a worker asleep in a poll: PyTorch's wait for indices (poll_schedule_timeout,
+# do_sys_poll, do_select, ep_poll, as /proc/PID/wchan names them).
+IDLE_WCHANS = ("poll", "select")
+# The states of a stopped process (proc(5)): stopped by a signal, stopped by a tracer.
+STOPPED_STATES = ("T", "t")
+
+STATES = ("cpu", "runnable", "io", "idle")
+
+
+def job_stopped(sample: Sample) -> bool:
+    """Whether ``sample`` saw main or a worker stopped (NOTE [ Stopped jobs ])."""
+    main = sample.main
+    if main is not None and main.state in STOPPED_STATES:
+        return True
+    return any(p.state in STOPPED_STATES for p in sample.workers)
+
+
+def stopped_pairs(samples: Sequence[Sample]) -> List[Tuple[float, float]]:
+    """``(start, end)`` (``time.monotonic()`` seconds) of each pair of consecutive ``samples``
+    that is stopped time (NOTE [ Stopped jobs ])."""
+    seen = [job_stopped(s) for s in samples]
+    return [
+        (a.t_mono, b.t_mono)
+        for (a, b), x, y in zip(zip(samples, samples[1:]), seen, seen[1:])
+        if (x or y) and b.t_mono > a.t_mono
+    ]
+
+
+def overlap(pairs: Sequence[Tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of the intervals ``pairs`` (not overlapping each other) within ``[start, end]``."""
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in pairs)
+
+
+@dataclass(frozen=True)
+class WorkerTime:
+    """Where one worker's wall time went over a span (seconds): ``cpu_s`` the CPU its threads
+    used (may exceed ``span_s`` with intra-op threads), and the wall time split into
+    ``running_s`` (CPU, at most the span), ``runnable_s``, ``io_s`` and ``idle_s`` (see NOTE [
+    Input-bound verdict ]); ``runq_read`` whether the run-queue wait was read at two samples;
+    ``threads_running`` the most of its threads seen running at once (0: never read);
+    ``io_bytes`` bytes it passed to read/write calls (``rchar + wchar``, its queues' pipes
+    included); ``stopped_s`` the stopped time left out of the span (NOTE [ Stopped jobs ])."""
+
+    pid: int
+    worker_id: str
+    span_s: float
+    cpu_s: float
+    running_s: float
+    runnable_s: float
+    io_s: float
+    idle_s: float
+    runq_read: bool = False
+    threads_running: int = 0
+    io_bytes: int = 0
+    threads: int = 0
+    stopped_s: float = 0.0
+
+    def share(self, state: str) -> float:
+        """The share (0..1) of the span in ``state`` (one of :data:`STATES`)."""
+        if self.span_s <= 0:
+            return 0.0
+        value = {"cpu": self.running_s, "runnable": self.runnable_s, "io": self.io_s, "idle": self.idle_s}[state]
+        return value / self.span_s
+
+
+def full_samples(samples: Sequence[Sample]) -> List[Sample]:
+    """The full samples of ``samples`` (a lean one holds the last one's processes, the same
+    tuple: NOTE [ Lean ticks ] in watchdog/watch/watcher.py)."""
+    out: List[Sample] = []
+    for s in samples:
+        if out and s.processes is out[-1].processes:
+            continue
+        out.append(s)
+    return out
+
+
+def _idle(p: ProcessSample) -> bool:
+    return p.state in ("S", "I") and bool(p.wchan) and any(w in (p.wchan or "") for w in IDLE_WCHANS)
+
+
+def _blocked_class(p: ProcessSample) -> Optional[str]:
+    """``io``, ``idle`` or ``None`` (running: not known) for the state ``p`` was seen in."""
+    if p.state == "R":
+        return None
+    return "idle" if _idle(p) else "io"
+
+
+def worker_ids(sample: Sample) -> Dict[int, str]:
+    """pid -> worker id (the inside view's order of a loader's workers, else their start order)."""
+    ids: Dict[int, str] = {}
+    for v in sample.loaders:
+        for i, pid in enumerate(v.workers):
+            ids.setdefault(pid, str(i))
+    workers = sorted(sample.workers, key=lambda p: (p.create_time, p.pid))
+    for i, p in enumerate(workers):
+        ids.setdefault(p.pid, str(i))
+    return ids
+
+
+def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[WorkerTime, ...]:
+    """Each worker's time over consecutive pairs of the full samples ``full`` whose later one
+    is after ``since`` (``time.monotonic()`` seconds), see NOTE [ Input-bound verdict ] in
+    watchdog/diagnose/throughput.py; stopped time (NOTE [ Stopped jobs ]) is left out."""
+    acc: Dict[ProcId, Dict[str, float]] = {}
+    stops: Dict[ProcId, List[Tuple[float, float]]] = {}
+    runq: Dict[ProcId, List[Tuple[float, float]]] = {}
+    ids: Dict[int, str] = {}
+    threads: Dict[ProcId, int] = {}
+    counts: Dict[ProcId, int] = {}
+    for a, b in zip(full, full[1:]):
+        if b.t_mono <= since:
+            continue
+        dt = b.t_mono - a.t_mono
+        if dt <= 0:
+            continue
+        workers = b.workers
+        if any(p.pid not in ids for p in workers):
+            ids.update(worker_ids(b))
+        stopped = job_stopped(a) or job_stopped(b)
+        for pb in workers:
+            pa = a.process(pb.pid)
+            if pa is None or pa.start_ticks != pb.start_ticks:
+                continue
+            key = pb.ident
+            d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "unknown": 0.0})
+            if stopped:
+                d["stopped"] = d.get("stopped", 0.0) + dt
+                stops.setdefault(key, []).append((a.t_mono, b.t_mono))
+                continue
+            cpu = max(0.0, pb.cpu_s - pa.cpu_s)
+            running = min(cpu, dt)
+            d["span"] += dt
+            d["cpu"] += cpu
+            d["running"] += running
+            where = _blocked_class(pb) or _blocked_class(pa) or "unknown"
+            d[where] += dt - running
+            io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
+            d["io_bytes"] = d.get("io_bytes", 0.0) + max(0, io)
+            for t, p in ((a.t_mono, pa), (b.t_mono, pb)):
+                seen = runq.setdefault(key, [])
+                if p.runq_wait_s is not None and (not seen or seen[-1][0] < t):
+                    seen.append((t, p.runq_wait_s))
+            counts[key] = max(counts.get(key, 0), pb.num_threads)
+            if pb.threads:
+                threads[key] = max(threads.get(key, 0), sum(1 for t in pb.threads if t.state == "R"))
+    out = []
+    for key, d in acc.items():
+        span = d["span"]
+        if span <= 0:  # seen only while stopped
+            continue
+        rest = span - d["running"]
+        points = runq.get(key, [])
+        runnable, read = 0.0, False
+        live = points[-1][0] - points[0][0] - overlap(stops.get(key, ()), points[0][0], points[-1][0]) if points else 0
+        if len(points) >= 2 and live > 0:
+            share = max(0.0, points[-1][1] - points[0][1]) / live  # the run queue does not grow while stopped
+            runnable, read = min(rest, share * span), True
+        # the runnable wait is taken from time not seen blocked first, then from the rest alike
+        left = runnable
+        take = min(left, d["unknown"])
+        d["unknown"] -= take
+        left -= take
+        blocked = d["io"] + d["idle"]
+        if left > 0 and blocked > 0:
+            d["io"] -= left * d["io"] / blocked
+            d["idle"] -= left * d["idle"] / blocked
+        if d["unknown"] > 0:  # running at both ends, yet short of the span: blocked in between
+            if d["io"] + d["idle"] > 0:
+                io_share = d["io"] / (d["io"] + d["idle"])
+                d["io"] += d["unknown"] * io_share
+                d["idle"] += d["unknown"] * (1 - io_share)
+            else:
+                d["io"] += d["unknown"]
+        out.append(
+            WorkerTime(
+                pid=key.pid,
+                worker_id=ids.get(key.pid, "?"),
+                span_s=span,
+                cpu_s=d["cpu"],
+                running_s=d["running"],
+                runnable_s=runnable,
+                io_s=max(0.0, d["io"]),
+                idle_s=max(0.0, d["idle"]),
+                runq_read=read,
+                threads_running=threads.get(key, 0),
+                io_bytes=int(d.get("io_bytes", 0)),
+                threads=counts.get(key, 0),
+                stopped_s=d.get("stopped", 0.0),
+            )
+        )
+    return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
+
+
+def workers_cpus(workers: Sequence[WorkerTime]) -> float:
+    """The CPUs the workers used together: each one's CPU seconds over its own span."""
+    return sum(w.cpu_s / w.span_s for w in workers if w.span_s > 0)
+
+
+@dataclass
+class WorkerClock:
+    """Each worker's seconds by state (:data:`STATES`), summed over the job's life by worker id,
+    for ``dlwatch_worker_seconds_total``: :meth:`update` at each look for warnings adds the time
+    since the last one, from the timeline's full samples."""
+
+    seconds: Dict[Tuple[str, str], float] = field(default_factory=dict)
+    mark: float = float("-inf")
+
+    def update(self, timeline: Sequence[Sample]) -> None:
+        """Add the workers' time between full samples of ``timeline`` after the last update."""
+        full = full_samples([s for s in timeline if s.t_mono >= self.mark])
+        if len(full) < 2:
+            return
+        for w in worker_times(full, self.mark):
+            for state, value in (("cpu", w.running_s), ("runnable", w.runnable_s), ("io", w.io_s), ("idle", w.idle_s)):
+                key = (w.worker_id, state)
+                self.seconds[key] = self.seconds.get(key, 0.0) + value
+        self.mark = full[-1].t_mono
+
+    def totals(self) -> Tuple[Tuple[str, str, float], ...]:
+        """``(worker id, state, seconds)``, sorted."""
+        return tuple((k[0], k[1], v) for k, v in sorted(self.seconds.items()))
