@@ -228,7 +228,7 @@ def _spin_thread():
 def test_a_spin_on_get_nowait_while_the_decoder_was_killed_names_the_decoder_and_how_it_ended():
     first = diagnose(_facts(_spin_thread(), SPIN_SOURCES))[0]
     text = "\n".join(first.evidence)
-    assert first.kind == "worker_stuck" and first.location == f"{DECODE}:57"
+    assert first.kind == "worker_stuck" and first.location == f"{DECODE}:55"  # the line to change, not the yield
     assert "gets from a queue without blocking" in text and "decode.py:55" in text
     assert "pid 2857 (python)" in text and "was killed by signal 9 (SIGKILL)" in text
     assert "last seen alive 12 s before the examination" in text

@@ -47,11 +47,14 @@ _ENDED = {"gone": "no process has that pid now", "zombie": "that process has end
 @dataclass(frozen=True)
 class DeadEnd:
     """What :func:`dead_end` adds to a ``worker_stuck`` finding: the cause's ``confidence``,
-    ``evidence`` lines, and the ``remedy`` said before the rule's own."""
+    ``evidence`` lines, the ``remedy``, and the ``location`` (``file:line``) to point at when
+    another line than the stack's is the one to change (a spin's non-blocking get, wherever in
+    its loop the stack caught it)."""
 
     confidence: float
     evidence: Tuple[str, ...]
     remedy: str
+    location: Optional[str] = None
 
 
 def _clock(wall: float) -> str:
@@ -216,7 +219,7 @@ def spin_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
         f"spin. Fix why it ended{why}; in the loop, get with a timeout (queue.get(timeout=<seconds>)) and check that "
         "the producer is alive (Process.is_alive()) between tries, raising when it is not. " + BOUND_THE_WAIT
     )
-    return DeadEnd(SPIN_CONFIDENCE, tuple(lines), remedy)
+    return DeadEnd(SPIN_CONFIDENCE, tuple(lines), remedy, f"{v.user.file}:{line}")
 
 
 def dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:

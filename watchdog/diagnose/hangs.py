@@ -1664,6 +1664,7 @@ def worker_stuck(facts: Facts) -> Optional[Finding]:
             confidence=max(found.confidence, dead.confidence),
             evidence=found.evidence + dead.evidence,
             remedy=dead.remedy,
+            location=dead.location or found.location,
         )
     remedy = _stuck_remedy(facts, found.pids)
     ended: List[Tuple[Union[ProcessSample, ExitRecord], float]] = list(ended_helpers(facts))
