@@ -70,7 +70,7 @@ def release(path: str) -> None:
 def download(path: str, held) -> None:
     acquire(path)
     held.set()
-    time.sleep(2.0)  # fetching the shards
+    time.sleep(3.0)  # fetching the shards (main has long started the workers: none reaps it)
     os.kill(os.getpid(), signal.SIGKILL)  # no release: the lock file stays
 
 
