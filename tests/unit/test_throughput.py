@@ -97,7 +97,8 @@ def test_cpu_bound_workers_with_cpus_to_spare_get_more_workers_and_a_bound_from_
     assert j.gain is not None and abs(j.gain - 1.9 / 0.95) < 1e-6
     (d,) = [d for d in diagnose(facts(tl)) if d.kind == "input_bound"]
     assert d.severity == "warning" and "CPU-bound" in d.summary and "at most 2.00x faster" in d.summary
-    assert "num_workers=2" in d.remedy and d.fix is None  # verify proves hangs and crashes, not throughput
+    assert "num_workers=2" in d.remedy and d.fix is not None  # dlwatch verify proves it by throughput
+    assert dict(d.fix.loader) == {"num_workers": 2}
     assert any("main waited for data 60 %" in e for e in d.evidence)
 
 

@@ -55,6 +55,7 @@ from ..exits import Exit, of_signal
 from ..report import browse, writer
 from ..report import document as report
 from ..types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
+from . import throughput_ab
 
 CONTROL, FIXED = "unchanged", "fixed"
 # The default bound: twice the batches the original's iterator delivered before it failed,
@@ -77,6 +78,11 @@ MAX_RUNS = 50
 SUMMARY_FILE = "run-summary.json"
 # Where each run's own output (the job's stdout and stderr, and dlwatch run's lines) goes.
 OUTPUT_FILE = "output.log"
+SPEED_SAFETY = (
+    "dlwatch verify starts your program again, {n} time(s), as you ({user}) in {cwd}: whatever it does besides "
+    "training (writing checkpoints, logging to a service, changing data) happens again. Each run is ended after its "
+    "batches are counted."
+)
 SAFETY = (
     "dlwatch verify starts your program again, {n} time(s), as you ({user}) in {cwd}: whatever it does besides "
     "training (writing checkpoints, logging to a service, changing data) happens again. Each run is ended once it "
@@ -268,8 +274,14 @@ def origin_of(folder: str) -> Origin:
 
 def _origin(folder: str, doc: dict) -> Origin:
     mode = doc.get("mode")
-    if mode not in ("hang", "crash"):
-        raise VerifyError(folder, f"a {mode!s} report: verify proves the fix of a hang or a crash")
+    heads = doc.get("diagnoses")
+    head = heads[0] if isinstance(heads, list) and heads and isinstance(heads[0], dict) else {}
+    if mode not in ("hang", "crash") and not (mode == "live" and head.get("kind") in throughput_ab.KINDS):
+        raise VerifyError(
+            folder,
+            f"a {mode!s} report: verify proves the fix of a hang or a crash, or the change an input_bound warning "
+            "names (by throughput)",
+        )
     first = doc["diagnoses"][0]
     kind = _text(first["kind"], "diagnoses[0].kind")
     job = doc.get("job") or {}
@@ -388,6 +400,9 @@ class RunBound:
         self.batch_size: Optional[int] = None
         self.settings: Dict[str, object] = {}
         self.hung = ""
+        # (seconds since ``started``, batches delivered) at each sample whose count grew: the
+        # throughput path's rate past its warm-up (watchdog.commands.throughput_ab)
+        self.progress: List[Tuple[float, int]] = []
 
     @property
     def delivered(self) -> int:
@@ -411,6 +426,10 @@ class RunBound:
                 self.settings = settings
                 size = settings.get("batch_size")
                 self.batch_size = size if isinstance(size, int) else None
+        delivered = self.delivered
+        if delivered and (not self.progress or delivered > self.progress[-1][1]):
+            self.progress.append((round(sample.t_mono - self.started, 3), delivered))
+            self.progress = throughput_ab.thin(self.progress)
 
     def reported(self, written: ReportWritten) -> None:
         """A report was written (``JobWatcher.on_report``): a hang ends the run."""
@@ -432,7 +451,8 @@ class RunBound:
         (``stopped``; ``None``: it ended by itself or was ended for a proven hang), the
         batches delivered, samples per second after the first batch, the first batch's
         latency and the run's length (seconds), the loader's settings as the job's recorder
-        saw them, and the report folders written."""
+        saw them, the report folders written, and ``progress``: ``[seconds since the start,
+        batches delivered]`` at each sample whose count grew."""
         elapsed = now - self.started
         rate = None
         if self.batch_size and self.delivered > 1 and self.first_batch_s is not None and elapsed > self.first_batch_s:
@@ -447,6 +467,7 @@ class RunBound:
             "elapsed_s": round(elapsed, 1),
             "loader_settings": self.settings,
             "reports": list(reports),
+            "progress": [list(p) for p in self.progress],
         }
 
 
@@ -479,6 +500,11 @@ class RunResult:
     applied: Optional[bool]
     reports: Tuple[str, ...]
     error: str = ""  # a run that failed with no report: the last line of its output (redacted)
+    # The throughput path (watchdog.commands.throughput_ab): (seconds, batches) at each sample
+    # whose count grew, and other processes' CPUs in use on average during the run, of host_cpus.
+    progress: Tuple[Tuple[float, int], ...] = ()
+    others_cpus: Optional[float] = None
+    host_cpus: Optional[int] = None
 
     @property
     def failed(self) -> bool:
@@ -660,11 +686,13 @@ def run_one(
     settings_path: str,
     command: Sequence[str],
     max_run_s: float,
+    measure_load: bool = False,
 ) -> RunResult:
     """Start one run (:func:`run_argv`, in its own folder under ``folder``, in the working
     directory ``cwd`` that :func:`trusted_place` checked) and wait for it, ending its process
     group after ``max_run_s`` seconds whatever happens. Its output (the job's stdout and stderr,
-    and dlwatch's lines) goes to ``OUTPUT_FILE`` there."""
+    and dlwatch's lines) goes to ``OUTPUT_FILE`` there. ``measure_load``: note other processes'
+    CPU use meanwhile (:class:`~watchdog.commands.throughput_ab.LoadMeter`)."""
     run_dir = os.path.join(folder, f"{variant}-{index}")
     os.makedirs(run_dir, mode=0o700, exist_ok=False)
     summary_path = os.path.join(run_dir, SUMMARY_FILE)
@@ -703,8 +731,12 @@ def run_one(
     configured = origin.settings.get("terminate_grace_s")
     grace = float(configured) if isinstance(configured, (int, float)) and not isinstance(configured, bool) else 10.0
     timed_out = False
+    meter = throughput_ab.LoadMeter() if measure_load else None
     try:
-        proc.wait(max_run_s)
+        if meter is None:
+            proc.wait(max_run_s)
+        else:
+            throughput_ab.wait_measuring(proc, max_run_s, meter)
     except subprocess.TimeoutExpired:
         timed_out = True
         children.end_tree(proc, min(grace, 600.0))
@@ -718,6 +750,7 @@ def run_one(
     docs = [d for d in (_read_report(f) for f in browse.folders(run_dir)) if d is not None]
     outcome, kind = ("timed out", "") if timed_out and summary is None else _outcome(summary, docs)
     s = summary or {}
+    others, host = meter.stop() if meter is not None else (None, None)
     error = _last_line(os.path.join(run_dir, OUTPUT_FILE)) if outcome in ("crashed", "failed") and not docs else ""
     return RunResult(
         variant=variant,
@@ -732,6 +765,9 @@ def run_one(
         applied=_applied(fix, variant, summary),
         reports=tuple(browse.folders(run_dir)),
         error=error,
+        progress=throughput_ab.parse_progress(s.get("progress")),
+        others_cpus=None if others is None else round(others, 3),
+        host_cpus=host,
     )
 
 
@@ -997,11 +1033,17 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--runs",
         type=_positive_int,
-        default=DEFAULT_RUNS,
+        default=None,
         metavar="N",
-        help=f"runs of each variant ({DEFAULT_RUNS}: the fewest that can prove a fix, p = 1/64 < {ALPHA:g})",
+        help=f"runs of each variant ({DEFAULT_RUNS}: the fewest that can prove a fix, p = 1/64 < {ALPHA:g}; for an "
+        f"input_bound warning, pairs of runs: {throughput_ab.DEFAULT_PAIRS})",
     )
-    p.add_argument("--batches", type=_positive_int, metavar="K", help="end each run after K batches")
+    p.add_argument(
+        "--batches",
+        type=_positive_int,
+        metavar="K",
+        help=f"end each run after K batches (input_bound: K measured after {throughput_ab.WARMUP_BATCHES} of warm-up)",
+    )
     p.add_argument("--seconds", type=_positive_float, metavar="S", help="end each run after S seconds")
     p.add_argument(
         "--max-run-s",
@@ -1023,6 +1065,19 @@ def add_parser(sub) -> None:
     p.add_argument("--only", action="store_true", help="apply only the --fix items, not the report's fix")
     p.add_argument("--dry-run", action="store_true", help="print each run's command and changes; start nothing")
     p.add_argument("--json", metavar="PATH", help="write the runs and the verdict as JSON")
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="input_bound, a num_workers change: double it rung by rung up to the usable CPUs while each rung gains",
+    )
+    p.add_argument(
+        "--busy-limit",
+        type=_share,
+        default=throughput_ab.WITHHOLD_SHARE,
+        metavar="SHARE",
+        help="input_bound: withhold the verdict when other processes used this share of the CPUs or more during the "
+        f"runs (0 to 1; {throughput_ab.WITHHOLD_SHARE:g}; 1: never)",
+    )
     p.add_argument("--yes", action="store_true", help="re-run a job whose report came from `dlwatch attach`")
     p.set_defaults(cmd=[])  # what follows `--`: the command to run instead of the report's (split off by the CLI)
 
@@ -1031,6 +1086,16 @@ def _positive_int(text: str) -> int:
     from ..argtypes import positive_int
 
     return positive_int(text)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share in (0, 1]")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -1236,13 +1301,19 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         raise VerifyError(f"--json {args.json}", "must name a file in a folder that exists")
     shown = _shown(fix)  # what is printed and written: secret-named variables redacted
     shown_command = shlex.join(redact.cmdline(command))
-    bound = bound_of(origin, args.batches, args.seconds)
-    runs = plan(origin, fix, args.runs, bound, args.all_loaders)
+    by_speed = origin.kind in throughput_ab.KINDS  # proven by throughput (NOTE [ Throughput A/B ])
+    if by_speed:
+        speed = throughput_ab.bound_for(origin.failed_at_batch, origin.ran_s, args.batches, args.seconds)
+        bound: Tuple[Optional[int], Optional[float]] = (speed.batches, speed.seconds)
+        runs = plan(origin, fix, args.runs or throughput_ab.DEFAULT_PAIRS, bound, args.all_loaders)
+    else:
+        bound = bound_of(origin, args.batches, args.seconds)
+        runs = plan(origin, fix, args.runs or DEFAULT_RUNS, bound, args.all_loaders)
     uid_name = _user_name()
     if args.dry_run:
         say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {cwd}:")
     else:
-        say(SAFETY.format(n=len(runs), user=uid_name, cwd=cwd))
+        say((SPEED_SAFETY if by_speed else SAFETY).format(n=len(runs), user=uid_name, cwd=cwd))
     newest = f" (--last{' ' + args.last if args.last else ''}: the newest of {len(found)})" if last else ""
     say(f"report: {folder} ({origin.kind}, {origin.mode}){newest}; fix: {shown.describe()}")
     for line in differences(origin):
@@ -1260,6 +1331,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
             say(f"{variant} {i}: {changes + ' ' if changes else ''}{shlex.join(argv)}{limit}")
         say(f"(VERIFY: a new verify-<UTC time>-<pid>-<random>/ folder beside the report, 0700; cwd {cwd})")
         return Exit.OK
+    if by_speed:
+        return verify_throughput(args, origin, fix, cwd, command, speed, say)
     out = _verify_folder(folder)
     settings_path = os.path.join(out, "settings.yaml")
     _write_settings(settings_path, _settings_for_runs(origin))
@@ -1316,6 +1389,187 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     except ReportWriteError as e:
         say(f"dlwatch: {e}")
     return Exit.OK if judged.holds else Exit.FAILED
+
+
+def _rung_runs(
+    origin: Origin, base: Optional[Fix], fix: Fix, runs: int, bound: Tuple[Optional[int], Optional[float]], every: bool
+) -> List[Tuple[str, int, List[str], Dict[str, str]]]:
+    """:func:`plan` for a rung of the throughput path: ``fix`` in the fixed runs, ``base`` (the
+    last change that gained; ``None``: none, the job as it is) in the others."""
+    out = plan(origin, fix, runs, bound, every)
+    if base is None:
+        return out
+    base_env = plan(origin, base, 1, bound, every)[1][3]
+    return [(v, i, a, dict(base_env) if v == CONTROL else e) for v, i, a, e in out]
+
+
+def _speed_run(r: RunResult, warmup: int) -> throughput_ab.Run:
+    """``r`` as the throughput statistics see it: its rate past ``warmup`` batches, and why it
+    does not count (it failed, reached ``--max-run-s``, or did not have the change applied)."""
+    measured = throughput_ab.rate_past_warmup(r.progress, warmup)
+    problem = ""
+    if r.failed:
+        problem = f"{r.outcome}" + (f" ({r.kind})" if r.kind else "") + (f": {r.error}" if r.error else "")
+    elif r.outcome == "timed out":
+        problem = "reached --max-run-s before its bound: give a larger --max-run-s or fewer --batches"
+    elif r.applied is False:
+        problem = (
+            "did not have the change applied (the recorder saw the loader's own settings: its site differs from "
+            "the report's, or the hook did not load; try --all-loaders)"
+        )
+    return throughput_ab.Run(
+        "B" if r.variant == FIXED else "A",
+        r.index,
+        None if measured is None else measured[0] / measured[1],
+        r.others_cpus,
+        r.host_cpus,
+        problem,
+    )
+
+
+def verify_throughput(
+    args: argparse.Namespace,
+    origin: Origin,
+    fix: Fix,
+    cwd: str,
+    command: Sequence[str],
+    bound: throughput_ab.Bound,
+    say=print,
+) -> int:
+    """The throughput path of ``dlwatch verify`` for an ``input_bound`` warning (NOTE [
+    Throughput A/B ]): alternating runs without and with ``fix``, each ended at ``bound``;
+    with ``--ladder`` and a ``num_workers`` change, rung after rung while each gains. Writes
+    ``verify.json`` as the failure path does, with ``throughput`` (and ``rungs``). Returns 0
+    when a gain is shown, else 1; 128 + N when stopped by a signal."""
+    out = _verify_folder(origin.folder)
+    settings_path = os.path.join(out, "settings.yaml")
+    _write_settings(settings_path, _settings_for_runs(origin))
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = dict(fix.loader).get("num_workers")
+    only_workers = len(fix.loader) == 1 and isinstance(workers, int) and not (fix.env or fix.sharing_strategy)
+    climb = bool(getattr(args, "ladder", False))
+    ladder = throughput_ab.ladder_candidates(workers, usable) if climb and only_workers else None  # type: ignore[arg-type]
+    if climb and ladder is None:
+        say("note: --ladder climbs num_workers only; the change has other parts: one A/B of it")
+    pairs = args.runs or throughput_ab.DEFAULT_PAIRS
+    say(
+        f"each run: {bound.warmup} batches of warm-up, then {bound.measured} measured (or {bound.seconds:g} s); "
+        f"{pairs} pair(s) of runs, without then with the change"
+        + (f"; the ladder: num_workers {', '.join(map(str, ladder))} (up to {usable} usable CPUs)" if ladder else "")
+    )
+    rungs: List[dict] = []
+    steps: List[Tuple[int, str]] = []  # the ladder's (num_workers, state) so far
+    all_results: List[RunResult] = []
+    base: Optional[Fix] = None
+    current = fix
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            k = len(rungs) + 1
+            where = os.path.join(out, f"rung-{k}") if ladder else out
+            if ladder:
+                os.makedirs(where, mode=0o700)
+                against = _shown(base).describe() if base else "the job as it is"
+                say(f"rung {k}: {_shown(current).describe()} against {against}")
+            runs = _rung_runs(origin, base, current, pairs, (bound.batches, bound.seconds), args.all_loaders)
+            results: List[RunResult] = []
+            for variant, i, run_args, env in runs:
+                say(f"run {len(results) + 1}/{len(runs)}: {variant} {i} …")
+                r = run_one(
+                    origin, cwd, variant, i, run_args, env, current, where, settings_path, command, args.max_run_s, True
+                )
+                results.append(r)
+                seen = _speed_run(r, bound.warmup)
+                say(
+                    f"  {r.outcome}"
+                    + (f" ({r.kind})" if r.kind else "")
+                    + f", {r.batches} batches"
+                    + (
+                        f", {seen.rate:.3g} batches/s past the first {bound.warmup}"
+                        if seen.rate
+                        else ", rate not measured"
+                    )
+                    + (f"; others used {r.others_cpus:.2f} CPUs" if r.others_cpus is not None else "")
+                    + f"; its output: {os.path.join(where, f'{variant}-{i}', OUTPUT_FILE)}"
+                )
+            all_results += results
+            what = _shown(current).describe()
+            judged = throughput_ab.judge(
+                [_speed_run(r, bound.warmup) for r in results],
+                what,
+                getattr(args, "busy_limit", None) or throughput_ab.WITHHOLD_SHARE,
+            )
+            say("")
+            say(table(results))
+            say(judged.load_line)
+            say(judged.line)
+            rungs.append(
+                {"fix": _shown(current).as_dict(), "base": _shown(base).as_dict() if base else None, **judged.as_dict()}
+            )
+            if ladder is None:
+                break
+            steps.append((ladder[k - 1], judged.state))
+            best, climb = throughput_ab.ladder_pick(steps)
+            if not climb or k >= len(ladder):
+                break
+            base, current = current, Fix(loader=(("num_workers", ladder[k]),))
+    except _Stopped as e:
+        say(f"dlwatch: verify stopped by {signal.Signals(e.signum).name}; the run in progress was ended ({out})")
+        return of_signal(e.signum)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if ladder is not None:
+        best, _ = throughput_ab.ladder_pick(steps)
+        chosen = None if best is None else Fix(loader=(("num_workers", best),))
+        line = (
+            f"the ladder: num_workers={best} is the last that gained ({len(rungs)} rung(s)); the last rung: "
+            f"{rungs[-1]['line']}"
+            if best is not None
+            else f"the ladder: the first rung showed no gain: {rungs[0]['line']}"
+        )
+    else:
+        chosen = fix if rungs[0]["state"] == throughput_ab.GAIN else None
+        line = str(rungs[0]["line"])
+    change = change_of(chosen, origin) if chosen is not None else None
+    if ladder is not None:
+        say(line)
+    if change:
+        say(f"make it permanent: {change}")
+    say(f"runs and their reports: {out}")
+    doc = {
+        "report": origin.folder,
+        "kind": origin.kind,
+        "fix": _shown(fix).as_dict(),
+        "bound": {"batches": bound.batches, "seconds": bound.seconds, "warmup_batches": bound.warmup},
+        "runs": [dataclasses.asdict(r) for r in all_results],
+        "holds": chosen is not None,
+        "verdict": line,
+        "p_value": None,
+        "change": change,
+        "cost": None,
+        "throughput": rungs[_last_gain(rungs) if chosen is not None else -1],
+        "rungs": rungs if ladder is not None else None,
+        "folder": out,
+    }
+    try:
+        writer.write_json(os.path.join(out, writer.VERIFY_FILE), redact.document(doc))
+        writer.write_verify(origin.folder, redact.document(doc))
+        if args.json:
+            writer.write_json(os.path.abspath(args.json), redact.document(doc))
+    except ReportWriteError as e:
+        say(f"dlwatch: {e}")
+    return Exit.OK if chosen is not None else Exit.FAILED
+
+
+def _last_gain(rungs: Sequence[dict]) -> int:
+    """The index of the last rung that gained in the unbroken run of gains from the first."""
+    last = 0
+    for i, rung in enumerate(rungs):
+        if rung["state"] != throughput_ab.GAIN:
+            break
+        last = i
+    return last
 
 
 class _Stopped(BaseException):

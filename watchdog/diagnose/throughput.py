@@ -627,6 +627,5 @@ def input_bound(facts: Facts) -> Optional[Finding]:
         remedy=j.remedy or "See the evidence: no setting of the DataLoader is named.",
         pids=(main.pid,) + tuple(p.pid for p in facts.sample.workers),
         docs=docs,
-        # no ``fix``: ``dlwatch verify`` proves a fix by a hang or crash that stops, not by a
-        # throughput ratio; the setting is in the remedy (and in ``dlwatch status --json``)
+        fix=j.fix,  # proven by throughput: ``dlwatch verify`` (watchdog.commands.throughput_ab)
     )
