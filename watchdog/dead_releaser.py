@@ -130,17 +130,14 @@ def possible_holders(sample: Sample, manager: int) -> List[ExitRecord]:
     return sorted(found, key=lambda r: r.exit_code == 0)
 
 
-def ended_text(r: ExitRecord, now_mono: Optional[float] = None, now_wall: Optional[float] = None) -> str:
-    """``pid 123 (python3) was killed by signal 9 (SIGKILL); last seen at 12:00:01 UTC, found
-    ended at 12:00:02 UTC (40 s before this look)``."""
-    now_mono = time.monotonic() if now_mono is None else now_mono
+def ended_text(r: ExitRecord, now_mono: float) -> str:
+    """How and when ``r``'s process ended, for a proof's line: ``was killed by signal 9
+    (SIGKILL); last seen alive at 12:00:01 UTC, found ended at 12:00:02 UTC (40 s before this
+    look)`` (``now_mono``: the look's sample, ``time.monotonic()`` seconds)."""
     ago = max(0.0, now_mono - r.ended_mono)
     stamp = time.strftime("%H:%M:%S", time.gmtime(r.last_seen_wall))
     found = time.strftime("%H:%M:%S", time.gmtime(r.ended_wall))
-    return (
-        f"pid {r.pid} ({r.name}) {r.how()}; last seen alive at {stamp} UTC, found ended at {found} UTC "
-        f"({ago:.0f} s before this look)"
-    )
+    return f"{r.how()}; last seen alive at {stamp} UTC, found ended at {found} UTC ({ago:.0f} s before this look)"
 
 
 def prove_manager_lock(
@@ -318,9 +315,8 @@ def prove_manager_lock(
             )
         else:
             return None
-    now_mono, now_wall = sample.t_mono, sample.wall
     for r in ended[:3]:
-        links.append(ProofLink(r.pid, None, "ended", ended_text(r, now_mono, now_wall)))
+        links.append(ProofLink(r.pid, None, f"ended process ({r.name})", ended_text(r, sample.t_mono)))
     gone = "; ".join(f"pid {r.pid} {r.how()}" for r in ended[:3])
     conclusion = (
         f"the multiprocessing.Manager lock the workers wait for is held, and no live process of the job can ever "
