@@ -30,6 +30,7 @@ TOP_LEVEL = {
     "states": "leaves",
     "text": "leaves",
     "children": "leaves",
+    "safefiles": "leaves",
     "detect": "detect",
     "dead_releaser": "detect",  # a proof of a wait on the dead: moves into detect/ with it
     "cli": "commands",

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Dict, Iterable, List, Mapping, NamedTuple, Op
 
 import msgspec
 
+from ..safefiles import private_dir, safe_parent
 from ..types import (
     ForkRecord,
     Frame,
@@ -317,31 +318,6 @@ class HookFolder:
     path: str
     dev: int
     ino: int
-
-
-def private_dir(path: str) -> Optional[os.stat_result]:
-    """``lstat`` of ``path`` when it is a directory (not a link) of this user closed to others."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
-        return st
-    return None
-
-
-def safe_parent(path: str) -> bool:
-    """Whether nobody else can swap what ``path`` names: its parent is a directory of this
-    user's or root's that neither group nor others can write, or that has the sticky bit
-    (``/tmp``: only an entry's owner may rename or remove it; unlink(2), rename(2)). A folder of
-    this user's that others can write (0777 without the sticky bit) is not safe: anyone may
-    rename what it holds."""
-    try:
-        st = os.lstat(os.path.dirname(path) or ".")
-    except OSError:
-        return False
-    closed = not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX)
-    return stat.S_ISDIR(st.st_mode) and st.st_uid in (os.getuid(), 0) and closed
 
 
 def is_hook_folder(path: str) -> bool:

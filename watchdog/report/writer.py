@@ -16,8 +16,8 @@ import tempfile
 import time
 from typing import Callable, Optional
 
-from ..collect import inside
 from ..errors import ReportWriteError
+from ..safefiles import private_dir, safe_parent
 from ..types import Report
 
 # How a folder dlwatch writes into is opened: once, never through a link; files are then made
@@ -50,7 +50,7 @@ def _default_dir_usable(report_dir: str) -> None:
     used only as :func:`fallback_dir` uses its folder: a directory (not a link) of this user
     that neither group nor others can write, whose parent nobody else can rename entries of
     (this user's own and not world-writable, or a sticky root folder:
-    :func:`watchdog.collect.inside.safe_parent`). It is made (0700) when missing.
+    :func:`watchdog.safefiles.safe_parent`). It is made (0700) when missing.
 
     Raises:
         ReportWriteError: it is a link, another user's, open to others, or in a folder another
@@ -75,7 +75,7 @@ def _default_dir_usable(report_dir: str) -> None:
         mode = 0o002
     # Anyone may rename entries of a world-writable folder unless it is sticky (safe_parent
     # looks at its owner only); a group-writable one is its owner's choice of users (umask 002).
-    if (mode & 0o002 and not mode & stat.S_ISVTX) or not inside.safe_parent(os.path.abspath(report_dir)):
+    if (mode & 0o002 and not mode & stat.S_ISVTX) or not safe_parent(os.path.abspath(report_dir)):
         raise ReportWriteError(
             os.path.abspath(report_dir),
             "not used: another user can rename it (the working directory is not yours, or open to all and not sticky)",
@@ -275,7 +275,7 @@ def fallback_dir(base: Optional[str] = None) -> str:
         os.mkdir(path, 0o700)
     except OSError:
         pass  # there already (ours or another's), or base is not writable: checked next
-    if inside.private_dir(path) is not None and inside.safe_parent(path):
+    if private_dir(path) is not None and safe_parent(path):
         return path
     try:
         return tempfile.mkdtemp(prefix=FALLBACK_NAME + "-", dir=base)
