@@ -58,7 +58,7 @@ def test_no_secret_of_the_job_reaches_any_file_hook_or_stream_dlwatch_writes(tmp
     script.write_text(JOB)
     hook_out = tmp_path / "hook.env"
     config = tmp_path / "dlwatch.yaml"
-    config.write_text(f"py_spy:\n  locals: true\non_hang_exec: 'env | grep ^DLWATCH_ > {hook_out}'\n")
+    config.write_text(f"py_spy:\n  locals: true\nalerts:\n  on_hang_exec: 'env | grep ^DLWATCH_ > {hook_out}'\n")
     env = {
         **os.environ,
         "HF_TOKEN": SECRETS["env by name"],
