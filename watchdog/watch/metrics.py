@@ -130,13 +130,13 @@ class JobMetrics(Collector):
         rss = GaugeMetricFamily(f"{PREFIX}_process_resident_memory_bytes", "RSS of a process of the job", labels=labels)
         pss = GaugeMetricFamily(
             f"{PREFIX}_process_proportional_memory_bytes",
-            "PSS of a process of the job (read every full_info_interval_s): each page shared with other processes "
+            "PSS of a process of the job (read as USS is): each page shared with other processes "
             "counted in equal parts, so that a sum over main and its forked workers counts each page once",
             labels=labels,
         )
         uss = GaugeMetricFamily(
             f"{PREFIX}_process_unique_memory_bytes",
-            "USS of a process of the job (read every full_info_interval_s)",
+            "USS of a process of the job (read every memory_read_base_interval_s, less often while it stands still)",
             labels=labels,
         )
         fds = GaugeMetricFamily(
