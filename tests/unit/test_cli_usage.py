@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from watchdog import argtypes, cli
+from watchdog.commands import run as run_cmd
 from watchdog.exits import Exit
 
 
@@ -76,26 +77,26 @@ def _exec_error(program: str) -> OSError:
 
 def test_a_script_whose_interpreter_is_missing_names_it_as_bash_does(tmp_path):
     script = _script(tmp_path / "job.sh", b"#!/nonexistent-dlwatch/python9 -u")
-    assert cli.start_failure(script, _exec_error(script), os.defpath) == (
+    assert run_cmd.start_failure(script, _exec_error(script), os.defpath) == (
         "bad interpreter /nonexistent-dlwatch/python9: No such file or directory",
         Exit.NOT_FOUND,  # bash: 127 for ENOENT, "bad interpreter" included
     )
     crlf = _script(tmp_path / "crlf.sh", b"#!/bin/sh\r")  # saved with Windows line ends
-    why, code = cli.start_failure(crlf, _exec_error(crlf), os.defpath)
+    why, code = run_cmd.start_failure(crlf, _exec_error(crlf), os.defpath)
     assert why == "bad interpreter '/bin/sh\\r': No such file or directory" and code == Exit.NOT_FOUND
     # Found on PATH: the same, for the file PATH found.
-    why, code = cli.start_failure("job.sh", _exec_error(script), str(tmp_path))
+    why, code = run_cmd.start_failure("job.sh", _exec_error(script), str(tmp_path))
     assert why.startswith("bad interpreter /nonexistent-dlwatch/python9") and code == Exit.NOT_FOUND
 
 
 def test_an_interpreter_that_cannot_be_executed_is_126_and_named(tmp_path):
     not_executable = _script(tmp_path / "data.txt", b"plain text", 0o644)
     script = _script(tmp_path / "job.sh", b"#!" + not_executable.encode())
-    assert cli.start_failure(script, _exec_error(script), os.defpath) == (
+    assert run_cmd.start_failure(script, _exec_error(script), os.defpath) == (
         f"bad interpreter {not_executable}: Permission denied",
         Exit.CANNOT_EXECUTE,
     )
-    assert cli.start_failure(not_executable, _exec_error(not_executable), os.defpath) == (
+    assert run_cmd.start_failure(not_executable, _exec_error(not_executable), os.defpath) == (
         "Permission denied",
         Exit.CANNOT_EXECUTE,
     )
@@ -103,12 +104,12 @@ def test_an_interpreter_that_cannot_be_executed_is_126_and_named(tmp_path):
 
 def test_a_missing_command_or_file_is_127(tmp_path):
     missing = str(tmp_path / "nope")
-    assert cli.start_failure(missing, _exec_error(missing), os.defpath) == (
+    assert run_cmd.start_failure(missing, _exec_error(missing), os.defpath) == (
         "No such file or directory",
         Exit.NOT_FOUND,
     )
     name = "no-such-command-dlwatch"
-    assert cli.start_failure(name, FileNotFoundError(2, "No such file or directory"), str(tmp_path)) == (
+    assert run_cmd.start_failure(name, FileNotFoundError(2, "No such file or directory"), str(tmp_path)) == (
         "command not found",
         Exit.NOT_FOUND,
     )

@@ -17,9 +17,10 @@ import yaml
 
 from tests.unit.builders import ROOT
 from watchdog import cli, config
+from watchdog.commands import parser as parser_mod
 from watchdog.errors import ConfigError
 
-# Flags that set a setting to false (the others are in cli._OVERRIDES).
+# Flags that set a setting to false (the others are in watchdog.commands.parser.OVERRIDES).
 NEGATIONS = {"--no-native": "py_spy.native", "--no-hook": "hook"}
 FLOAT_KEYS = [k for k in config.all_keys() if config._field_type(k).__origin__ is float]
 
@@ -96,7 +97,7 @@ def _readme_table():
 def test_readme_table_lists_every_setting_with_its_default_flag_and_description():
     rows = _readme_table()
     assert set(rows) == set(config.all_keys())
-    flag_of = {key: flag for flag, (key, _) in cli._OVERRIDES.items()}
+    flag_of = {key: flag for flag, (key, _) in parser_mod.OVERRIDES.items()}
     flag_of.update({key: flag for flag, key in NEGATIONS.items()})
     for key, (option, default, meaning) in rows.items():
         assert yaml.safe_load(default) == _default(key), f"docs/configuration.md default of {key}: {default}"
@@ -110,7 +111,7 @@ def test_each_flag_help_names_its_key_and_gives_its_description():
     parser = cli.build_parser()
     run = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
     flags = {opt: action for action in run._actions for opt in action.option_strings}
-    expected = {flag: key for flag, (key, _) in cli._OVERRIDES.items()} | NEGATIONS
+    expected = {flag: key for flag, (key, _) in parser_mod.OVERRIDES.items()} | NEGATIONS
     for flag, key in expected.items():
         text = flags[flag].help % {}  # argparse %-formats help: a stray % would fail here
         assert key in text and config.describe(key) in text, (flag, text)
