@@ -349,7 +349,7 @@ def test_a_1_gib_sparse_report_json_is_refused_unread(tmp_path):
     (tmp_path / "r").mkdir()
     folder = _plant(tmp_path / "r", "20300101T000000Z-big-1", {"report.json": "SPARSE", "report.txt": "x"})
     code = (
-        "import re, sys; from watchdog import browse; "
+        "import re, sys; from watchdog.report import browse; "
         "table, n = browse.listing(sys.argv[1]); "
         "print(n, re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
         "print(table)"
