@@ -188,9 +188,9 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
         out.append((title, buf.getvalue()))
 
     figure("CPU", "% of one core", [(k, v["cpu"], "-") for k, v in procs.items()])
-    # USS is read every full_info_interval_s: a point per read, not a line held between reads.
+    # USS is read every memory_read_base_interval_s or less often: a point per read, not a line held between reads.
     figure(
-        "Memory (USS: dots, read every full_info_interval_s)",
+        "Memory (USS: dots, read every memory_read_base_interval_s or less often)",
         "MiB",
         [(f"{k} RSS", v["rss"], "-") for k, v in procs.items()]
         + [(f"{k} USS", _changes(v["uss"]), "o") for k, v in procs.items()],

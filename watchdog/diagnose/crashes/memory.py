@@ -194,7 +194,7 @@ def memory_remedy(facts: Facts, pids: Sequence[int], limit: Optional[float]) -> 
 def memory_age(facts: Facts, pid: int) -> str:
     """How old the slow-cadence memory figures (USS, private dirty) of ``pid``'s last sample
     were when it was last seen: ``" (USS and private dirty read 18 s before)"``, or ``""`` when
-    they were read at that sample or never. They are read every ``full_info_interval_s``, and
+    they were read at that sample or never. They are read every ``memory_read_base_interval_s`` or less often, and
     less often while a process's memory stays still (watchdog.collect.sampler), so a figure
     quoted at a kill may predate the growth that caused it."""
     for s in reversed(facts.timeline):
