@@ -4,6 +4,8 @@ the thread that runs it."""
 
 from __future__ import annotations
 
+import time
+
 from watchdog.watch.alert import Alerts
 
 
@@ -25,3 +27,26 @@ def test_a_command_that_cannot_run_is_one_line_and_changes_nothing(tmp_path):
     alerts.fire("hang", {})  # no on_hang_exec: nothing runs
     alerts.wait(1.0)
     assert len(said) == 1
+
+
+def test_a_command_past_exec_timeout_is_killed_with_its_children(tmp_path):
+    import psutil
+
+    pidfile = tmp_path / "child"
+    said = []
+    alerts = Alerts({"on_hang_exec": f"sleep 60 & echo $! > {pidfile}; wait"}, 1.0, said.append)
+    alerts.fire("hang", {})
+    alerts.wait(20.0)
+    child = int(pidfile.read_text())
+    try:
+        assert len(said) == 1 and "ran longer than exec_timeout_s (1 s) and was killed" in said[0], said
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the command's child outlived its kill"
+            time.sleep(0.05)
+    finally:
+        try:
+            if psutil.Process(child).name() == "sleep":
+                psutil.Process(child).kill()
+        except psutil.Error:
+            pass

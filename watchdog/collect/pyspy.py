@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from .. import redact
+from .. import children, redact
 from ..errors import PTRACE_REMEDY
 from ..types import Frame, ProcessStack, StackFailure, ThreadStack
 from ..types import StackFailureKind as Kind
@@ -177,28 +177,6 @@ def _continue_if_left_stopped(pid: int) -> str:
     return ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group ``proc`` leads (it was started with ``start_new_session``),
-    then reap ``proc`` within :data:`REAP_S` seconds."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        proc.communicate(timeout=REAP_S)
-    except (subprocess.TimeoutExpired, ValueError, OSError):
-        for stream in (proc.stdout, proc.stderr):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=REAP_S)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def _run(cmd: List[str], deadline: float) -> Optional[Tuple[int, str, str]]:
     """Run ``cmd`` in a new session until it exits or ``deadline`` (``time.monotonic()``
     seconds) passes; ``(exit code, stdout, stderr)``, or ``None`` when the deadline came first:
@@ -217,10 +195,10 @@ def _run(cmd: List[str], deadline: float) -> Optional[Tuple[int, str, str]]:
     try:
         out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        children.kill_group(proc, REAP_S)  # its whole group, then reaped
         return None
     except BaseException:
-        _kill_group(proc)
+        children.kill_group(proc, REAP_S)  # its whole group, then reaped
         raise
     return proc.returncode, out, err
 

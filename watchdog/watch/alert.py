@@ -13,6 +13,8 @@ import subprocess
 import threading
 from typing import Callable, Dict, List, Mapping, Optional
 
+from .. import children
+
 # Bytes of a command's stderr kept for the log line when it fails.
 _STDERR_KEPT = 4096
 # Report modes -> the setting whose command runs for them.
@@ -80,11 +82,8 @@ class Alerts:
         try:
             code = proc.wait(self.timeout_s)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # its whole session: children too
-            except OSError:
-                pass
-            proc.wait()
+            children.signal_group(proc, signal.SIGKILL)  # its whole session: children too
+            proc.wait()  # stderr stays the drain thread's: not read here
             self.log(
                 f"{setting} ran longer than exec_timeout_s ({self.timeout_s:g} s) and was killed, with its children"
             )
