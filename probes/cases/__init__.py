@@ -2,7 +2,9 @@
 controls that must never be reported. Each is a target: a plain script that never imports
 ``watchdog``, run as ``python -m probes.cases.NAME``; its docstring cites the reports it is
 modelled on and says what the watchdog must conclude. ``CASES`` is the index the tests and
-``dlwatch probe repro`` read: the verdict each case must get.
+``dlwatch probe repro`` read: the verdict each case must get, and which case stands for a
+failure kind in ``probe repro``'s catalogue (``repro_as``) where no ``probes.train`` fault
+reproduces it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class Case:
     and ``mode`` ``None``) may get performance advice (``input_bound``: a slow-data toy job is
     input-bound), never anything else; with ``mode`` ``quiet`` it may get no report at all. For a
     ``warning``, ``remedy`` and ``evidence`` words are looked for in that warning (its summary
-    and evidence)."""
+    and evidence). ``repro_as`` names the scenario this case is in ``dlwatch probe repro``'s
+    catalogue (``probes.repro.SCENARIOS``): the failure kind it stands for there, its ``kind``
+    or one of ``also``; one case at most per kind."""
 
     name: str
     kind: Optional[str]
@@ -56,6 +60,11 @@ class Case:
     memory_limit: Optional[int] = None
     shm_size: Optional[str] = None
     also: Tuple[str, ...] = ()
+    repro_as: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.repro_as is not None and self.repro_as != self.kind and self.repro_as not in self.also:
+            raise ValueError(f"case {self.name}: repro_as {self.repro_as!r} is neither its kind nor among also")
 
     @property
     def module(self) -> str:
@@ -90,7 +99,7 @@ CASES: Tuple[Case, ...] = (
         evidence=("already held when the worker began",),
         remedy=("before the iterator is created",),
     ),
-    Case("lock_order_in_worker", "worker_deadlock", "hang", "proven"),
+    Case("lock_order_in_worker", "worker_deadlock", "hang", "proven", repro_as="worker_deadlock"),
     # Issue #34 section 2: cycles across processes through file locks, proven from /proc/locks.
     Case(
         "flock_cycle_two_workers",
@@ -194,7 +203,14 @@ CASES: Tuple[Case, ...] = (
         evidence=("was killed by signal 9 (SIGKILL)", "no live process of the job can ever release it"),
         remedy=("multiprocessing.Manager lock", "!no process feeds"),
     ),
-    Case("main_join_prefetch_thread", "main_thread_deadlock", "hang", "proven", "self.thread.join()"),
+    Case(
+        "main_join_prefetch_thread",
+        "main_thread_deadlock",
+        "hang",
+        "proven",
+        "self.thread.join()",
+        repro_as="main_thread_deadlock",
+    ),
     Case(
         "signal_handler_takes_loop_lock",
         "main_thread_deadlock",
@@ -286,7 +302,7 @@ CASES: Tuple[Case, ...] = (
         remedy=("set_forkserver_preload",),
         evidence=("the forkserver (pid", "metrics-flusher (tid"),
     ),
-    Case("loader_timeout_slow_batch", "loader_timeout", "crash"),
+    Case("loader_timeout_slow_batch", "loader_timeout", "crash", repro_as="loader_timeout"),
     Case(
         "dataset_exception_len_lies",
         "dataset_error",
@@ -294,6 +310,7 @@ CASES: Tuple[Case, ...] = (
         location="name = self.frames[i]",
         remedy=("dataset[784] (the sample that raised)",),
         evidence=("the sample that raised: index 784",),
+        repro_as="dataset_error",
     ),
     Case(
         "collate_object_field",
@@ -302,6 +319,7 @@ CASES: Tuple[Case, ...] = (
         location="DataLoader(Rows()",
         remedy=("collate_fn([dataset[i] for i in range(0, 4)])", "!num_workers=0 (or dataset[i]"),
         evidence=("PyTorch's call of collate_fn",),
+        repro_as="collate_error",
     ),
     Case(
         "worker_init_fn_raises",
@@ -309,6 +327,7 @@ CASES: Tuple[Case, ...] = (
         "crash",
         location='os.environ["SHARD_ID"]',
         remedy=("worker_init_fn(0)", "!num_workers=0 (or dataset[i]"),
+        repro_as="worker_init_error",
     ),
     Case(
         "worker_segfault_mid_epoch",
@@ -317,7 +336,7 @@ CASES: Tuple[Case, ...] = (
         location="ctypes.string_at(0)",
         evidence=("the segmentation fault hit in __getitem__",),
     ),
-    Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
+    Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv(", repro_as="worker_exec"),
     Case("worker_init_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
         "ready_marker_producer_died",
@@ -385,6 +404,7 @@ CASES: Tuple[Case, ...] = (
         warnings=("main_memory_growth",),
         evidence=("OOM kill(s)", "main grew steadily"),
         timeout_s=180.0,
+        repro_as="main_killed",
     ),
     Case(
         "memmap_truncated_under_workers",
@@ -400,6 +420,7 @@ CASES: Tuple[Case, ...] = (
         "crash",
         remedy=("corrupt sample 1337", "!dmesg", "!OOM"),
         evidence=("exited with code 1, no signal",),
+        repro_as="worker_exited",
     ),
     Case("worker_os_exit_zero", "worker_exited", "crash", remedy=("os._exit(0)", "!dmesg")),
     Case("spawn_dataset_under_main_guard", "worker_start_failed", "crash", remedy=("top level", "Frames")),
@@ -417,6 +438,7 @@ CASES: Tuple[Case, ...] = (
         location="f.write(blob)",
         remedy=("!--shm-size",),
         needs_mount=True,
+        repro_as="disk_full",
     ),
     Case("main_log_disk_full", "disk_full", "crash", location="log.write(", needs_mount=True),
     Case("nested_pool_in_worker", "worker_start_failed", "crash"),
@@ -451,8 +473,15 @@ CASES: Tuple[Case, ...] = (
         evidence=("persistent_workers=True",),
     ),
     Case("spawn_without_main_guard", "worker_start_failed", "crash"),
-    Case("shm_removed", "shm_removed", "crash"),
-    Case("shm_leaked_after_kill", "main_killed", "crash", also=("shm_leaked",), remedy=("scheduler",)),
+    Case("shm_removed", "shm_removed", "crash", repro_as="shm_removed"),
+    Case(
+        "shm_leaked_after_kill",
+        "main_killed",
+        "crash",
+        also=("shm_leaked",),
+        remedy=("scheduler",),
+        repro_as="shm_leaked",  # main_killed first, shm_leaked among the findings
+    ),
     Case(
         "map_count_exhausted",
         "map_count_exhausted",
@@ -460,6 +489,7 @@ CASES: Tuple[Case, ...] = (
         settings=(("memory_read_base_interval_s", 2.0), ("warning_interval_s", 2.0)),
         timeout_s=170.0,
         warnings=("map_count_pressure",),
+        repro_as="map_count_exhausted",
     ),
     Case(
         "copy_on_read_index",
@@ -468,9 +498,9 @@ CASES: Tuple[Case, ...] = (
         settings=(("memory_read_base_interval_s", 1.0), ("warning_interval_s", 2.0)),
     ),
     Case("taskset_one_cpu", "cpu_affinity_narrowed", "warning", settings=(("warning_interval_s", 2.0),)),
-    Case("uneven_shards_mp_spawn", "uneven_batches", "hang", "suspected"),
-    Case("iterable_not_sharded", "iterable_replicated", "warning"),
-    Case("rng_copied_into_workers", "rng_duplicated", "warning"),
+    Case("uneven_shards_mp_spawn", "uneven_batches", "hang", "suspected", repro_as="uneven_batches"),
+    Case("iterable_not_sharded", "iterable_replicated", "warning", repro_as="iterable_replicated"),
+    Case("rng_copied_into_workers", "rng_duplicated", "warning", repro_as="rng_duplicated"),
     Case("healthy_iterable_sharded", None),
     # Issue #35 section 4: true-looking warnings on healthy jobs (sharded streams that begin alike,
     # a one-time load in main before the loader, an allocator plateau in workers).
@@ -588,6 +618,7 @@ CASES: Tuple[Case, ...] = (
         settings=(("warning_interval_s", 2.0),),
         evidence=("CPU-bound",),
         remedy=("num_workers=",),
+        repro_as="input_bound",
     ),
     Case(
         "input_bound_io_workers",
@@ -616,6 +647,11 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_step_bound", None, "quiet", settings=(("warning_interval_s", 2.0),), timeout_s=90.0),
 )
 BY_NAME = {c.name: c for c in CASES}
+REPRO_AS = {c.repro_as: c.name for c in CASES if c.repro_as is not None}
+"""The catalogue scenarios of ``dlwatch probe repro`` that a case runs: scenario name (the
+failure kind) -> case name."""
+if len(REPRO_AS) != sum(c.repro_as is not None for c in CASES):
+    raise ValueError("two cases stand for the same kind in probe repro's catalogue")
 
 
 # For each kind whose rule declares a mechanical fix (``remedy_apply`` in the report), the
