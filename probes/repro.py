@@ -297,30 +297,12 @@ SCENARIOS: Tuple[Scenario, ...] = (
         (("warning_interval_s", 2.0),),
     ),
 )
-_CASE_SCENARIOS = {
-    "worker_deadlock": "lock_order_in_worker",
-    "main_thread_deadlock": "main_join_prefetch_thread",
-    "loader_timeout": "loader_timeout_slow_batch",
-    "dataset_error": "dataset_exception_len_lies",
-    "collate_error": "collate_object_field",
-    "worker_init_error": "worker_init_fn_raises",
-    "worker_exec": "worker_execs_program",
-    "main_killed": "main_keeps_graphs_oom",
-    "shm_leaked": "shm_leaked_after_kill",  # main_killed first, shm_leaked among the findings
-    "shm_removed": "shm_removed",
-    "map_count_exhausted": "map_count_exhausted",
-    "iterable_replicated": "iterable_not_sharded",
-    "uneven_batches": "uneven_shards_mp_spawn",
-    "rng_duplicated": "rng_copied_into_workers",
-    "worker_exited": "worker_sys_exit_corrupt_sample",
-    "disk_full": "worker_cache_disk_full",
-    "input_bound": "input_bound_cpu_few_workers",
-}
+# The kinds a case reproduces in the catalogue: probes.cases marks each (Case.repro_as).
 SCENARIOS = (
     SCENARIOS
     + tuple(
         Scenario(**{**from_case(cases.BY_NAME[target]).__dict__, "name": kind})
-        for kind, target in _CASE_SCENARIOS.items()
+        for kind, target in cases.REPRO_AS.items()
     )
     + (
         Scenario(
