@@ -1237,6 +1237,30 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """What a diagnosis rule found (``watchdog.diagnose.engine``); the engine adds kind,
+    severity and certainty and makes it a :class:`Diagnosis`.
+
+    ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or figure;
+    ``location`` is the ``file:line`` in the user's code, when known; ``contradiction`` names a
+    measured figure that disagrees with this finding (it then ranks last, with its confidence
+    cut to ``CONTRADICTED_CONFIDENCE`` of its own, and says so); ``fix`` is the remedy as
+    ``dlwatch verify`` can apply it, declared by the rule beside its remedy text (``None``: the
+    remedy is a change to the code).
+    """
+
+    confidence: float
+    summary: str
+    evidence: Tuple[str, ...]
+    remedy: str
+    pids: Tuple[int, ...]
+    location: Optional[str] = None
+    docs: Tuple[str, ...] = ()
+    contradiction: Optional[str] = None
+    fix: Optional[Fix] = None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """One finding: what happened, the evidence, and what to change.
 

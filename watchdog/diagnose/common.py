@@ -26,6 +26,7 @@ from ..types import (
     MODE_HANG,
     EarlierStack,
     Facts,
+    Finding,
     Fix,
     Frame,
     HangVerdict,
@@ -40,7 +41,6 @@ from ..types import (
     ThreadStack,
     WaitLink,
 )
-from .engine import Finding
 
 # The fixes that start workers without fork, as ``dlwatch verify`` applies them at the loader.
 FORKSERVER = Fix(loader=(("multiprocessing_context", "forkserver"),))

@@ -2,9 +2,9 @@
 
 A rule is a function ``(Facts) -> Finding | None`` declared with :func:`rule`: its kind, its
 severity, its rank and the modes it applies to. The engine calls a rule only in its modes and
-turns its :class:`Finding` into a :class:`~watchdog.types.Diagnosis`, filling in kind, severity
-and certainty. Every fired rule is listed; ``unknown`` is added when no hang or crash rule
-fired during a hang.
+turns its :class:`~watchdog.types.Finding` into a :class:`~watchdog.types.Diagnosis`, filling in
+kind, severity and certainty. Every fired rule is listed; the fallback ``unknown``
+(:func:`unknown`, here) is added when no hang or crash rule fired during a hang.
 
 NOTE [ Rule ranks ]
 When several rules fire, the one that explains the others comes first; then higher
@@ -58,40 +58,18 @@ from ..types import (
     SEVERITY_WARNING,
     Diagnosis,
     Facts,
-    Fix,
+    Finding,
     Mode,
     ProofKind,
     Severity,
 )
+from .common import DOC_MULTI_PROCESS_LOADING, describe, hang_of, location, quiet_text, waiting_main, worker_views
 
 ALL_MODES = frozenset({MODE_HANG, MODE_CRASH, MODE_LIVE})
 # Added to the rank of a finding that a measured figure contradicts; its confidence is
 # multiplied by CONTRADICTED_CONFIDENCE.
 CONTRADICTED_PENALTY = 1000
 CONTRADICTED_CONFIDENCE = 0.4
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a rule found; the engine adds kind, severity and certainty.
-
-    ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or figure;
-    ``location`` is the ``file:line`` in the user's code, when known; ``contradiction`` names a
-    measured figure that disagrees with this finding (it then ranks last, with its confidence
-    cut to ``CONTRADICTED_CONFIDENCE`` of its own, and says so); ``fix`` is the remedy as
-    ``dlwatch verify`` can apply it, declared by the rule beside its remedy text (``None``: the
-    remedy is a change to the code).
-    """
-
-    confidence: float
-    summary: str
-    evidence: Tuple[str, ...]
-    remedy: str
-    pids: Tuple[int, ...]
-    location: Optional[str] = None
-    docs: Tuple[str, ...] = ()
-    contradiction: Optional[str] = None
-    fix: Optional[Fix] = None
 
 
 RuleFn = Callable[[Facts], Optional[Finding]]
@@ -150,11 +128,40 @@ def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
     )
 
 
+def unknown(facts: Facts) -> Finding:
+    """The fallback when no hang or crash rule fired during a hang: the stall and every stack
+    are attached."""
+    stall, v = hang_of(facts)
+    evidence = [waiting_main(facts) if v.in_loader else f"main pid {stall.main_pid}: {v.reason}"]
+    for view in worker_views(facts):
+        evidence.append(
+            f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, "
+            f"{quiet_text(facts, view.pid)}"
+            + (f", at {describe(facts, view.pid, view.user or view.top)}" if view.user or view.top else "")
+        )
+    if facts.pyspy_problem:
+        evidence.append(facts.pyspy_problem)
+    user = next((view.user for view in worker_views(facts) if view.user is not None), None)
+    return Finding(
+        confidence=0.2,
+        summary=(
+            f"The job made no progress for {stall.stall_s:.0f} s and no known cause matched; every stack is attached."
+        ),
+        evidence=tuple(evidence),
+        remedy="Read the stacks below (main's iterating thread first, then each worker's innermost frames).",
+        pids=(stall.main_pid,) + tuple(w.pid for w in facts.sample.workers),
+        location=location(user),
+        docs=(DOC_MULTI_PROCESS_LOADING,),
+    )
+
+
+# The fallback, ranked after every hang rule; never in RULES: it runs only when none fired.
+UNKNOWN = Rule("unknown", SEVERITY_HANG, 99, frozenset({MODE_HANG}), unknown)
+
+
 def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
     """Run every rule of ``facts.mode``; the findings, most likely first. Never empty for a
-    hang (``unknown`` is the fallback); may be empty for a crash or a live look."""
-    from . import hangs  # the fallback rule lives there
-
+    hang (:func:`unknown` is the fallback); may be empty for a crash or a live look."""
     fired = []
     for r in RULES:
         if facts.mode not in r.modes:
@@ -166,6 +173,5 @@ def diagnose(facts: Facts) -> Tuple[Diagnosis, ...]:
     fired.sort(key=lambda x: (x[0], x[1]))
     out = tuple(d for _, _, d in fired)
     if facts.mode == MODE_HANG and not any(d.severity != SEVERITY_WARNING for d in out):
-        f = hangs.unknown(facts)
-        out = (_diagnosis(facts, Rule("unknown", SEVERITY_HANG, 99, frozenset({MODE_HANG}), hangs.unknown), f),) + out
+        out = (_diagnosis(facts, UNKNOWN, unknown(facts)),) + out
     return out

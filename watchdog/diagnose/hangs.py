@@ -51,7 +51,6 @@ from .common import (
     chain_remedy,
     chain_text,
     describe,
-    hang_of,
     kernel_wait,
     location,
     lock_holders,
@@ -2087,30 +2086,4 @@ def stall_outside_loader(facts: Facts) -> Optional[Finding]:
         pids=(pid,),
         location=location(user),
         docs=("https://pytorch.org/docs/stable/distributed.html",) if collective is not None else (),
-    )
-
-
-def unknown(facts: Facts) -> Finding:
-    """The fallback when no rule matched: the stall and every stack are attached."""
-    stall, v = hang_of(facts)
-    evidence = [waiting_main(facts) if v.in_loader else f"main pid {stall.main_pid}: {v.reason}"]
-    for view in worker_views(facts):
-        evidence.append(
-            f"worker pid {view.pid}: state {view.proc.state}, wchan {view.proc.wchan}, {view.activity.value}, "
-            f"{quiet_text(facts, view.pid)}"
-            + (f", at {describe(facts, view.pid, view.user or view.top)}" if view.user or view.top else "")
-        )
-    if facts.pyspy_problem:
-        evidence.append(facts.pyspy_problem)
-    user = next((view.user for view in worker_views(facts) if view.user is not None), None)
-    return Finding(
-        confidence=0.2,
-        summary=(
-            f"The job made no progress for {stall.stall_s:.0f} s and no known cause matched; every stack is attached."
-        ),
-        evidence=tuple(evidence),
-        remedy="Read the stacks below (main's iterating thread first, then each worker's innermost frames).",
-        pids=(stall.main_pid,) + tuple(w.pid for w in facts.sample.workers),
-        location=location(user),
-        docs=(DOC_MULTI_PROCESS_LOADING,),
     )
