@@ -217,7 +217,7 @@ def test_the_worker_clock_adds_each_look_once():
     assert sum(got.values()) == 30.0
 
 
-def _stopped_from(tl, start: int, end: Optional[int] = None, main_in_next: bool = True):
+def stopped_from(tl, start: int, end: Optional[int] = None, main_in_next: bool = True):
     """``tl`` with main and its workers stopped (state T, SIGSTOP) from second ``start`` to
     ``end`` (to the last sample when ``None``): nothing delivered, the workers' CPU frozen, and
     main stopped inside ``__next__`` waiting for worker 0's batch (``main_in_next``) or in its
@@ -250,7 +250,7 @@ def _stopped_from(tl, start: int, end: Optional[int] = None, main_in_next: bool 
 def test_a_job_stopped_with_sigstop_inside_next_for_most_of_the_window_gets_no_verdict():
     # a healthy job (2 % data wait) stopped at 15 s inside __next__, judged 30 s into the stop:
     # the old code counted the stop as data wait (67 %) and the stopped workers as I/O-bound
-    tl = _stopped_from(timeline(0.02, cpu_share=0.1, seconds=45), 15)
+    tl = stopped_from(timeline(0.02, cpu_share=0.1, seconds=45), 15)
     j = judge(facts(tl))
     assert not j.input_bound and j.verdict == Verdict.STOPPED, j
     assert "stopped (SIGSTOP or a debugger) for 31 s of the last 45 s" in j.summary  # the pair it began in counts whole
@@ -260,7 +260,7 @@ def test_a_job_stopped_with_sigstop_inside_next_for_most_of_the_window_gets_no_v
 def test_after_a_sigstop_the_rest_of_the_window_is_judged_without_the_stopped_time():
     # stopped 15 s (inside __next__) of a 50 s window, then running again: judged on the 35 s
     # it ran, the workers' time without the stop (no io nor idle while stopped)
-    tl = _stopped_from(timeline(0.02, cpu_share=0.1, seconds=50), 10, 25)
+    tl = stopped_from(timeline(0.02, cpu_share=0.1, seconds=50), 10, 25)
     j = judge(facts(tl))
     assert j.verdict == Verdict.NOT_INPUT_BOUND, j
     assert j.stopped_s >= 15 and j.span_s <= 35 and (j.wait_share or 0) < 0.05
@@ -271,7 +271,7 @@ def test_after_a_sigstop_the_rest_of_the_window_is_judged_without_the_stopped_ti
 
 
 def test_a_job_stopped_in_its_step_is_not_judged_on_the_stopped_time_either():
-    tl = _stopped_from(timeline(0.3, cpu_share=0.95, state="R", wchan="0", seconds=50), 10, 25, main_in_next=False)
+    tl = stopped_from(timeline(0.3, cpu_share=0.95, state="R", wchan="0", seconds=50), 10, 25, main_in_next=False)
     j = judge(facts(tl))
     # still input-bound (30 % of the time it ran), not diluted by the stop to 20 %
     assert j.verdict == Verdict.CPU_BOUND and abs((j.wait_share or 0) - 0.3) < 0.05, j

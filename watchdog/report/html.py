@@ -6,7 +6,10 @@ read it: the plots are PNGs inside the page. The plots need matplotlib (the ``[h
 Plots, against seconds since the first sample, with the stall window shaded: CPU use of each
 process (% of one core), RSS and USS, open fds against RLIMIT_NOFILE, ``/dev/shm`` use (the
 whole machine's, labelled so: the file system is shared by every process, not only the job's),
-and, with the inside view, each iterator's batches and data wait.
+and, with the inside view, each iterator's batches and data wait. Above them, where the step time
+goes over the timeline's last minute (``watchdog/report/step_time.py``): main's data wait
+against the rest, the workers' cpu, runnable, io and idle, stacked to 100 %, with a table of the
+same figures.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ..text import printable
+from . import step_time
 from .document import STACKS_HEADING, headline
 
 
@@ -45,6 +49,7 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
 .plots img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0; }
 details { margin: 0.4em 0; } summary { cursor: pointer; font-weight: 600; }
 .note { color: #8a6d3b; }
+table { border-collapse: collapse; font-size: 13px; } td, th { padding: 0.15em 0.6em; text-align: left; }
 """
 
 
@@ -274,6 +279,7 @@ def render(
     parts.append('<h2>Evidence</h2><ul id="evidence">')
     parts += [f"<li>{_esc(line)}</li>" for line in first.get("evidence", [])]
     parts.append("</ul>")
+    parts += _step_time_section(doc)
     parts.append('<h2>Timeline</h2><div class="plots" id="plots">')
     try:
         images = plots(doc)
@@ -298,6 +304,40 @@ def render(
         parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _step_time_section(doc: dict) -> List[str]:
+    """The section "Where the step time goes" (:mod:`watchdog.report.step_time`): a table of
+    each part's share and seconds, and the stacked bars when matplotlib is there; nothing when
+    the timeline holds neither main's data wait nor a worker."""
+    st = step_time.step_time(doc)
+    if st is None:
+        return []
+    out = [
+        '<h2>Where the step time goes</h2><div class="plots" id="step-time">',
+        f"<p>Over the last {_esc(f'{st.window_s:.0f}')} s of the timeline, from the states and CPU time each "
+        "sample saw (the run queue is not in the report: runnable is time seen running without a CPU).</p>",
+        '<table id="step-time-figures"><tr><th>process</th><th>part</th><th>share</th><th>seconds</th>'
+        "<th>what it is</th></tr>",
+    ]
+    rows = [("main", st.main)] if any(v for _, v in st.main) else []
+    if st.n_workers:
+        rows.append((f"workers ({st.n_workers}, summed)", st.workers))
+    for who, parts in rows:
+        seconds = dict(parts)
+        for part, share in step_time.StepTime.shares(parts):
+            out.append(
+                f"<tr><td>{_esc(who)}</td><td>{_esc(part)}</td><td>{_esc(f'{100 * share:.0f} %')}</td>"
+                f"<td>{_esc(f'{seconds[part]:.1f}')}</td><td>{_esc(step_time.MEANING[part])}</td></tr>"
+            )
+    out.append("</table>")
+    try:
+        data = base64.b64encode(step_time.plot(st)).decode("ascii")
+        out.append(f'<img alt="{_esc("Where the step time goes")}" src="data:image/png;base64,{data}">')
+    except ImportError:
+        out.append('<p class="note">The plot needs matplotlib: pip install ".[html]" in dlwatch\'s clone.</p>')
+    out.append("</div>")
+    return out
 
 
 def _stack_blocks(stacks: str) -> List[str]:
