@@ -84,3 +84,65 @@ def test_memory_is_never_a_sum_of_rss():
     memory_column = next(t for t in table["targets"] if "memory" in t["expr"])
     for expr in (panel["targets"][0]["expr"], memory_column["expr"]):
         assert expr.startswith("sum by") and "dlwatch_process_proportional_memory_bytes" in expr, expr
+
+
+def _input_panels(dashboard: dict):
+    by_series = {}
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            for name in ("dlwatch_worker_seconds_total", "dlwatch_input_verdict"):
+                if name in target["expr"]:
+                    by_series[name] = (panel, target["expr"])
+    return by_series
+
+
+def test_the_input_bound_series_have_their_panels():
+    """The workers' time by state, stacked as shares of their wall time per rank, and the
+    verdict by rank (issue #38, docs/input-bound.md)."""
+    with open(PATH, encoding="utf-8") as f:
+        panels = _input_panels(json.load(f))
+    workers, expr = panels["dlwatch_worker_seconds_total"]
+    assert "by (node, rank, local_rank, state)" in expr and "ignoring(state) group_left" in expr
+    assert workers["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert workers["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    verdict, expr = panels["dlwatch_input_verdict"]
+    assert (
+        "verdict" in re.findall(r"by \(([^)]*)\)", expr)[0] and "{{verdict}}" in verdict["targets"][0]["legendFormat"]
+    )
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+def test_the_workers_state_panel_gives_each_states_share_per_rank_in_promtool(tmp_path):
+    """The query evaluated by Prometheus's own engine (``promtool test rules``) on two workers
+    of rank 0 whose counters grow 0.75 s/s computing and 0.25 s/s idle (one) and 1 s/s in io
+    (the other): cpu 0.375, idle 0.125, io 0.5 of their time."""
+    with open(PATH, encoding="utf-8") as f:
+        _, expr = _input_panels(json.load(f))["dlwatch_worker_seconds_total"]
+    rules = {"groups": [{"name": "g", "rules": [{"record": "share", "expr": _filled(expr)}]}]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    labels = 'node="n1", run_id="r", rank="0", local_rank="0"'
+    series = [
+        (f'dlwatch_worker_seconds_total{{{labels}, worker_id="0", state="cpu"}}', "0+45x10"),
+        (f'dlwatch_worker_seconds_total{{{labels}, worker_id="0", state="idle"}}', "0+15x10"),
+        (f'dlwatch_worker_seconds_total{{{labels}, worker_id="1", state="io"}}', "0+60x10"),
+    ]
+    kept = 'node="n1", rank="0", local_rank="0"'  # run_id is summed away, as the other panels do
+    expected = [
+        {"labels": f'share{{{kept}, state="{state}"}}', "value": value}
+        for state, value in (("cpu", 0.375), ("idle", 0.125), ("io", 0.5))
+    ]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": [],
+                "promql_expr_test": [{"expr": "share", "eval_time": "5m", "exp_samples": expected}],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    check = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
