@@ -465,13 +465,31 @@ class WorkerFailure:
 
 
 @dataclass(frozen=True)
+class ProcessEnd:
+    """How a process that ``multiprocessing`` started (not a DataLoader worker) ended, as it
+    recorded itself (the inside view, ``_on_mp_end`` in the recorder): ``name`` its
+    ``Process.name``, ``code`` the exit code ``BaseProcess._bootstrap`` returns (0, a
+    ``SystemExit`` code, 1 after an uncaught exception), ``exception`` that exception's
+    ``Type: message`` (``None`` without one), ``at_mono`` when (``time.monotonic()`` seconds).
+    Written by the job: text the report shows is made printable there."""
+
+    pid: int
+    name: Optional[str]
+    code: Optional[int]
+    exception: Optional[str]
+    at_mono: Optional[float]
+
+
+@dataclass(frozen=True)
 class InsideView:
     """What the job's processes recorded about their DataLoaders at one instant: ``loaders``
     per live iterator, ``forks`` per iterator that forked workers, ``rng`` per worker that
     recorded its random generators, ``fetches`` per process that fetched samples, ``execs`` per
     worker that exec'd another program, ``failures`` per batch a worker failed to fetch,
     ``recording`` the pids whose recorder runs (it wrote its record when installed, and has not
-    stopped), and ``note`` saying why the view is empty or partial (``None`` when it is fine)."""
+    stopped), ``ends`` how each process that ``multiprocessing`` started (not a worker) and that
+    ended said it ended (:class:`ProcessEnd`), and ``note`` saying why the view is empty or
+    partial (``None`` when it is fine)."""
 
     loaders: Tuple[LoaderView, ...] = ()
     forks: Tuple[ForkRecord, ...] = ()
@@ -481,6 +499,7 @@ class InsideView:
     execs: Tuple[WorkerExec, ...] = ()
     recording: Tuple[int, ...] = ()
     failures: Tuple[WorkerFailure, ...] = ()
+    ends: Tuple[ProcessEnd, ...] = ()
 
 
 # Signal names for exit records (signal(7)); any other number is shown as a number.

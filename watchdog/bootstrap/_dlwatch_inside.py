@@ -5,6 +5,8 @@ where it was created and its settings, batches delivered, the time main spent in
 ``__next__``, a histogram of the intervals between batches, and the batch index (and the worker
 that owns it) that main is waiting for; and, when the iterator forks its workers, every thread of
 the forking process with its Python stack.
+In a process that ``multiprocessing`` started (not a DataLoader worker): how it ended, its exit
+code and uncaught exception (``_on_mp_end``), so that a wait on it can name how it died.
 
 How it stays out of the job's way:
 
@@ -87,6 +89,7 @@ MAX_FAILED = 8  # failed batches a worker records
 FIRST_RECORDS = 32  # records of each worker's stream fingerprinted (an IterableDataset with several workers)
 FIRST_CHECK_BATCHES = 2 * FIRST_RECORDS  # batches per worker after which that check gives up
 MAX_FAILED_INDICES = 64  # sample indices recorded of a failed batch
+MAX_ENDED_TEXT = 300  # characters kept of the exception line (and name) of a process that ended
 
 # samples reached for (reads of the fetcher's dataset or iterator), when last (ns)
 FETCH = struct.Struct("<QQ")
@@ -277,6 +280,7 @@ class _Process(object):
         self.fetch = None  # the mmap of <pid>.fetch, once this process fetches samples
         self.fetched = 0
         self.failed = []  # in a worker: the batches whose fetch raised (_on_exception_wrapped)
+        self.ended = None  # in a multiprocessing.Process other than a worker: how it ended (_on_mp_end)
 
     def fetched_one(self):
         """The fetcher reached for a sample: count it in ``<pid>.fetch`` (two stores, no system
@@ -332,6 +336,7 @@ class _Process(object):
             "worker": self.worker,
             "exec": self.exec_,
             "failed": self.failed,
+            "ended": self.ended,
         }
         for record in self.iterators:
             workers = self.workers.get(record["id"])
@@ -1012,6 +1017,67 @@ def _after_fork_in_child():
         pass
 
 
+class _Anchor(object):
+    """What multiprocessing's after-fork registry keeps a weak reference to (``_ANCHOR``)."""
+
+
+_ANCHOR = _Anchor()
+
+
+def _after_mp_start(_anchor):
+    """In a process that ``multiprocessing`` started, once ``current_process()`` is that process
+    (``BaseProcess._bootstrap`` runs the after-fork hooks then, CPython's
+    Lib/multiprocessing/process.py): have its end recorded (:func:`_on_mp_end`), unless it is a
+    DataLoader worker (its target ``_worker_loop``: PyTorch says how those end). A finalizer of
+    ``multiprocessing.util``, never a wrapper: no frame of ours is on any stack of the job."""
+    try:
+        import multiprocessing
+        from multiprocessing import util
+
+        target = getattr(multiprocessing.current_process(), "_target", None)
+        if getattr(target, "__name__", None) == "_worker_loop":
+            return
+        util.Finalize(None, _on_mp_end, exitpriority=100)
+    except Exception:
+        pass
+
+
+def _on_mp_end():
+    """Record how this multiprocessing process ends, in its ``<pid>.json`` (``ended``): its name,
+    the exit code ``_bootstrap`` will return (0, a ``SystemExit`` code, or 1 for an uncaught
+    exception) and that exception's ``Type: message`` (``MAX_ENDED_TEXT`` characters). It runs in
+    ``util._exit_function``, which ``_bootstrap`` calls in the ``finally:`` around ``self.run()``,
+    where ``sys.exc_info()`` is the exception leaving ``run()``. A process killed by a signal or
+    ended by ``os._exit`` records nothing. Never raises (a finalizer that raises is printed)."""
+    try:
+        if _DISABLED is not None or _FOLDER is None:
+            return
+        import multiprocessing
+
+        exc = sys.exc_info()[1]
+        text = None
+        if exc is None:
+            code = 0
+        elif isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        else:
+            code = 1
+            try:
+                text = ("%s: %s" % (type(exc).__name__, exc))[:MAX_ENDED_TEXT]
+            except Exception:
+                text = type(exc).__name__[:MAX_ENDED_TEXT]
+        st = _state()
+        st.ended = {
+            "name": str(multiprocessing.current_process().name)[:MAX_ENDED_TEXT],
+            "code": code,
+            "exception": text,
+            "ns": time.monotonic_ns(),
+        }
+        st.write_json()
+    except BaseException:
+        pass
+
+
 def _at_exit():
     st = _STATE
     if st is not None and st.pid == os.getpid() and _DISABLED is None:
@@ -1049,6 +1115,9 @@ def install(module):
         wrapper.where = _Attribute("where", on_set=_on_exception_wrapped)
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
     atexit.register(_at_exit)
+    from multiprocessing import util as mp_util
+
+    mp_util.register_after_fork(_ANCHOR, _after_mp_start)
     _apply_fix(module)
 
 

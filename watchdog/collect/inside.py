@@ -36,6 +36,7 @@ from ..types import (
     Frame,
     InsideView,
     LoaderView,
+    ProcessEnd,
     RngCheck,
     ThreadAtFork,
     WorkerExec,
@@ -178,6 +179,16 @@ class _ExecDoc(TypedDict, total=False):
     ns: Optional[int]
 
 
+_EndedText = Annotated[str, msgspec.Meta(max_length=FORMAT.MAX_ENDED_TEXT)]
+
+
+class _EndedDoc(TypedDict, total=False):
+    name: Optional[_EndedText]
+    code: Optional[int]
+    exception: Optional[_EndedText]
+    ns: Optional[int]
+
+
 class _RecordDoc(TypedDict, total=False):
     """A ``<pid>.json`` as the recorder writes it (``_Process.write_json``); unknown keys are
     skipped. ``failed`` entries are checked one by one (:func:`failure_records`)."""
@@ -190,6 +201,7 @@ class _RecordDoc(TypedDict, total=False):
     iterators: Optional[Annotated[List[_IteratorDoc], msgspec.Meta(max_length=FORMAT.MAX_ITERATORS)]]
     worker: Optional[_WorkerDoc]
     exec: Optional[_ExecDoc]
+    ended: Optional[_EndedDoc]
     failed: Optional[
         Annotated[
             List[
@@ -604,6 +616,23 @@ def exec_record(pid: int, doc: Optional[dict]) -> Optional[WorkerExec]:
     return WorkerExec(pid, str(e["path"]), frames)
 
 
+def end_record(pid: int, doc: Optional[dict]) -> Optional[ProcessEnd]:
+    """How a multiprocessing process other than a worker said it ended (``ended`` in its JSON,
+    the recorder's ``_on_mp_end``), or ``None``."""
+    e = (doc or {}).get("ended")
+    if not isinstance(e, dict):
+        return None
+    ns = _int(e.get("ns"))
+    name, exception = e.get("name"), e.get("exception")
+    return ProcessEnd(
+        pid,
+        name if isinstance(name, str) else None,
+        _int(e.get("code")),
+        exception if isinstance(exception, str) else None,
+        ns / 1e9 if ns is not None else None,
+    )
+
+
 def _int(value) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -660,17 +689,19 @@ class _Retired(NamedTuple):
     problem: Optional[str] = None
     failures: Tuple[WorkerFailure, ...] = ()
     weight: int = 0  # its record's _weight
+    ends: Tuple[ProcessEnd, ...] = ()
 
 
 def _records(pid: int, doc: Optional[dict]) -> _Retired:
     """What the view takes from the record ``doc`` of ``pid``: its fork records, RNG check,
-    exec and failures."""
-    check, became = rng_check(pid, doc), exec_record(pid, doc)
+    exec, failures and how it ended."""
+    check, became, end = rng_check(pid, doc), exec_record(pid, doc), end_record(pid, doc)
     return _Retired(
         fork_records(pid, doc),
         (check,) if check else (),
         (became,) if became else (),
         failures=failure_records(pid, doc),
+        ends=(end,) if end else (),
     )
 
 
@@ -893,6 +924,7 @@ class InsideReader:
         fetches: List[WorkerFetch] = []
         execs: List[WorkerExec] = []
         failures: List[WorkerFailure] = []
+        ends: List[ProcessEnd] = []
         recording: List[int] = []
         if counters and self._names is not None:
             # a lean tick: only the named pids' files of the last listing (the folder holds
@@ -926,6 +958,7 @@ class InsideReader:
             rng.extend(retired.rng)
             execs.extend(retired.execs)
             failures.extend(retired.failures)
+            ends.extend(retired.ends)
         # whose files are read: the job's processes (NOTE [ What the job writes ]); at a rank's
         # tick, its own (the sampler's pids, which a lean tick does not add to _job)
         job = wanted if wanted is not None and not forks else (self._job if self._given else None)
@@ -955,6 +988,7 @@ class InsideReader:
                 rng.extend(derived[1].rng)
                 execs.extend(derived[1].execs)
                 failures.extend(derived[1].failures)
+                ends.extend(derived[1].ends)
                 continue
             if wanted is not None and pid not in wanted:
                 continue
@@ -986,6 +1020,7 @@ class InsideReader:
             execs=tuple(execs),
             recording=tuple(recording),
             failures=tuple(failures),
+            ends=tuple(ends),
         )
 
     def _retire_due(self, names: List[str], wanted: Optional[Set[int]], caller: Optional[int]) -> bool:

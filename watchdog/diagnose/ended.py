@@ -1,15 +1,17 @@
 """How a process of the job other than main and its workers ended, in words (issue #34, section
 2, "waits on the dead"): which process, when it was last seen and found ended, how it ended (its
 exit code or signal from the sampler's exit record, :class:`~watchdog.types.ExitRecord`, or that
-no record was kept), and the traceback it printed on the stderr dlwatch keeps, when one can be
-told apart.
+no record was kept; what a process that ``multiprocessing`` started recorded itself as it ended,
+the inside view's :class:`~watchdog.types.ProcessEnd`: its exit code and uncaught exception), and
+the traceback it printed on the stderr dlwatch keeps, when one can be told apart.
 
 A process started with ``multiprocessing`` that raises prints ``Process <name>:`` and then its
 traceback, and exits with code 1 (``BaseProcess._bootstrap`` in CPython's
-Lib/multiprocessing/process.py). Its pid is not in that text, so a traceback is tied to an exit
-record only when nothing else could have printed it: the stderr holds exactly one traceback of a
-multiprocessing process that is not a DataLoader worker, and exactly one ended process exited
-with code 1 (or left no record). The sentence then says that it rests on that.
+Lib/multiprocessing/process.py). Its pid is not in that text, so a traceback is tied to a
+process by the exception line that process recorded itself, else only when nothing else could
+have printed it: the stderr holds exactly one traceback of a multiprocessing process that is not
+a DataLoader worker, and exactly one ended process exited with code 1 (or left no record). The
+sentence then says that it rests on that.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import List, Optional, Sequence, Set, Tuple, Union
 
 from .. import frames
 from ..collect.stderr_facts import TracebackBlock, stderr_facts
-from ..types import ExitRecord, Facts, ProcessSample, ProcId
+from ..types import ExitRecord, Facts, ProcessEnd, ProcessSample, ProcId
 
 # multiprocessing's header above the traceback of a process that raised (process.py _bootstrap).
 _PROCESS_HEADER = re.compile(r"^Process (.+):\s*\nTraceback \(most recent call last\):", re.M)
@@ -80,28 +82,62 @@ def traceback_of(facts: Facts, record: Optional[ExitRecord], ended: Sequence[Exi
     )
 
 
+def inside_end(facts: Facts, pid: int, last_seen_mono: float) -> Optional[ProcessEnd]:
+    """How ``pid`` said it ended (the inside view's :class:`~watchdog.types.ProcessEnd`, written
+    by a process that ``multiprocessing`` started as it ended), when it said so after it was last
+    seen alive (a record of an earlier process with that pid is not its own), or ``None``."""
+    ends = facts.inside.ends if facts.inside is not None else ()
+    return next(
+        (e for e in reversed(ends) if e.pid == pid and e.at_mono is not None and e.at_mono >= last_seen_mono - 1.0),
+        None,
+    )
+
+
+def _own_words(facts: Facts, end: ProcessEnd) -> str:
+    """What ``end`` says, with the frame its traceback on stderr ends in when one has that very
+    exception line: ``it recorded, as it ended, exit code 1 after an uncaught RuntimeError: …``."""
+    from ..text import one_line
+
+    who = f" (as Process {one_line(end.name)[:80]})" if end.name else ""
+    if end.exception is None:
+        return f"it recorded, as it ended{who}, exit code {end.code}"
+    exception = one_line(end.exception)[:300]
+    block = next((b for _, b in helper_tracebacks(facts) if b.exception == end.exception.strip()), None)
+    user = block.user() if block is not None else None
+    where = (
+        f"; its traceback on the job's stderr ends in {user.function} at {frames.short_path(user.file)}:{user.line}"
+        if user is not None
+        else ""
+    )
+    return f"it recorded, as it ended{who}, exit code {end.code} after an uncaught {exception}{where}"
+
+
 def ended_line(facts: Facts, p: Union[ProcessSample, ExitRecord], ago_s: float, ended: Sequence[ExitRecord]) -> str:
     """One evidence line about ``p`` (its last sample, or its exit record), a process of the job
     that ended ``ago_s`` seconds before the examination's sample: who, when, how (its
-    :class:`ExitRecord`, else that none was kept), and its traceback when one is tied to it
-    (:func:`traceback_of`)."""
+    :class:`ExitRecord`, else that none was kept), what it recorded itself as it ended (the
+    inside view: :func:`inside_end`), and its traceback on stderr when one is tied to it
+    (its own record names the exception; else :func:`traceback_of`)."""
     from .. import redact
     from ..text import one_line
 
     cmd = one_line(" ".join(redact.cmdline(p.cmdline)) or p.name)[:80]
     record = record_for(facts, p)
+    end = inside_end(facts, p.pid, facts.sample.t_mono - ago_s)
     head = f"pid {p.pid} ({cmd}), a process of the job other than main and its workers, has ended"
     if record is None:
-        line = (
-            f"{head}: no record of how (its traceback, if it printed one, is in the job's stderr); last seen "
-            f"{ago_s:.0f} s before the examination"
-        )
+        line = f"{head}: last seen {ago_s:.0f} s before the examination"
     else:
+        how = record.how() if record.status is not None or end is None else "ended (its parent reaped it first)"
         line = (
-            f"{head}: it {record.how()}; last seen alive at "
+            f"{head}: it {how}; last seen alive at "
             f"{time.strftime('%H:%M:%S', time.gmtime(record.last_seen_wall))} UTC ({ago_s:.0f} s before the "
             f"examination), found ended at {time.strftime('%H:%M:%S', time.gmtime(record.ended_wall))} UTC"
         )
+    if end is not None:
+        return f"{line}; {_own_words(facts, end)}"
+    if record is None:
+        line += "; no record of how (its traceback, if it printed one, is in the job's stderr)"
     tb = traceback_of(facts, record, ended)
     return f"{line}; {tb}" if tb else line
 
