@@ -1,10 +1,13 @@
 """Hand-built records for the unit tier: samples, threads, kernel waits and facts, plus the
-captured fixtures under ``tests/fixtures``. Nothing here starts a process."""
+captured fixtures under ``tests/fixtures``; the jobs the detection tests share (main waiting
+for a batch, a worker that polls, a loader's inside view) and the tracker fed with them.
+Nothing here starts a process."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 from watchdog.collect import pyspy, waits
 from watchdog.types import (
@@ -12,14 +15,17 @@ from watchdog.types import (
     ROLE_MAIN,
     ROLE_WORKER,
     Facts,
+    Frame,
     HangVerdict,
     HostSample,
+    LoaderView,
     ProcessSample,
     ProcessStack,
     Sample,
     Stall,
     ThreadSample,
     ThreadStack,
+    WorkerFetch,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -176,12 +182,135 @@ def oversubscribed_timeline():
     return tuple(s(float(t)) for t in range(10))
 
 
-def track(make, seconds=20):
-    """A :class:`~watchdog.detect.ProgressTracker` fed ``make(t)`` for t = 0 … ``seconds`` (one
-    sample a second), and its stall at the last one."""
+def track(make, seconds=20, tracker=None):
+    """A :class:`~watchdog.detect.ProgressTracker` (``tracker``, else a fresh one counting 0.05
+    CPU seconds as progress) fed ``make(t)`` for t = 0 … ``seconds`` (one sample a second), and
+    its stall at the last one."""
     from watchdog import detect
 
-    tracker = detect.ProgressTracker(cpu_progress_s=0.05)
+    tracker = tracker if tracker is not None else detect.ProgressTracker(cpu_progress_s=0.05)
     for t in range(seconds + 1):
         tracker.update(make(float(t)))
     return tracker, tracker.stall(make(float(seconds)))
+
+
+def track_procs(tracker, seconds, procs):
+    """The stall ``tracker`` measures after one sample a second of ``procs(i)`` (the processes
+    at second ``i``, an int) for i = 0 … ``seconds``."""
+    return track(lambda t: sample(t, procs(int(t))), seconds, tracker)[1]
+
+
+# --- main waiting for a batch, and the workers it waits on -----------------------------------
+
+
+def main_native_threads() -> Tuple[ThreadStack, ...]:
+    """Main's threads in the captured py-spy dump of a main waiting in the DataLoader's
+    ``__next__`` (native frames: ``pyspy_main_native.json``)."""
+    return pyspy.parse_dump(fixture("pyspy_main_native.json"))
+
+
+def in_next(reason: str = "waits") -> HangVerdict:
+    """The verdict on main whose stack (:func:`main_native_threads`) waits in the iterator."""
+    return HangVerdict("dataloader", True, reason, main_native_threads()[0])
+
+
+def waiting_pair(worker_syscall: Optional[str], t: float = 30.0, worker_ppid: int = 1) -> Sample:
+    """Main in PyTorch's idle poll and one forked worker whose only thread waits in
+    ``worker_syscall`` (a ``/proc/PID/task/TID/syscall`` line), at ``t``."""
+    worker = proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork", ppid=worker_ppid)
+    return sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), worker])
+
+
+def pair_details(worker_syscall: Optional[str]) -> Dict[int, Tuple[ThreadSample, ...]]:
+    """The examination's thread details of :func:`waiting_pair`: main idle, the worker in ``worker_syscall``."""
+    return {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
+
+
+def loader_view(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1) -> LoaderView:
+    """An inside view of a loader of ``pid`` with two workers, ``intervals`` batch intervals
+    whose p99 is ``p99`` seconds, main waiting in ``__next__`` since ``since`` (``None``: not
+    waiting) for a batch of worker ``worker`` (-1: the epoch ended)."""
+    return LoaderView(
+        pid=pid,
+        iterator=1,
+        kind="_MultiProcessingDataLoaderIter",
+        site=None,
+        settings=(("num_workers", 2),),
+        dataset_type="DS",
+        iterable=False,
+        workers=(WORKER_PID, WORKER_PID + 1),
+        worker_exitcodes=(),
+        created=0.0,
+        batches=intervals + 1,
+        wait_s=1.0,
+        epoch=0,
+        first_batch_s=0.5,
+        waiting_since=since,
+        waiting_idx=intervals + 1,
+        waiting_worker=worker,
+        last_batch=since,
+        intervals=intervals,
+        interval_p50_s=p99 / 2,
+        interval_p99_s=p99,
+    )
+
+
+def waiting_view(batches=3, waiting_since=5.0, worker=0) -> LoaderView:
+    """Main's loader (:func:`loader_view`, one worker) after ``batches`` batches, waiting in
+    ``__next__`` since ``waiting_since`` for a batch of worker ``worker``."""
+    view = loader_view(intervals=2, p99=0.1, since=waiting_since, worker=worker)
+    return dataclasses.replace(view, batches=batches, workers=(WORKER_PID,), last_batch=1.0)
+
+
+def polling_worker(t: float, cpu_per_s: float = 0.02, io_per_s: int = 4096) -> ProcessSample:
+    """At second ``t``: a forked worker that sleeps and wakes 50 times a second, using
+    ``cpu_per_s`` CPU seconds and reading ``io_per_s`` bytes a second (a lock file, a database page)."""
+    i = int(t)
+    return proc(
+        WORKER_PID,
+        ROLE_WORKER,
+        [thread(WORKER_PID, cpu=cpu_per_s * t, vol=50 * i, io=io_per_s * i, syscall=SLEEP)],
+        "fork",
+        cpu=cpu_per_s * t,
+        read_chars=io_per_s * i,
+    )
+
+
+def poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None, cpu=None) -> Sample:
+    """At second ``t``, with the inside view: main waiting in ``__next__`` (``view``, else
+    :func:`waiting_view`) and :func:`polling_worker` (its CPU seconds ``cpu`` when given, else
+    ``cpu_per_s`` x ``t``), whose count of samples reached for is ``samples`` (``fetches``
+    False: no count recorded)."""
+    cpu_per_s = cpu_per_s if cpu is None else cpu / max(t, 1e-9)
+    smp = sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), polling_worker(t, cpu_per_s, io_per_s)])
+    return dataclasses.replace(
+        smp,
+        loaders=(view or waiting_view(),),
+        fetches=(WorkerFetch(WORKER_PID, samples, 1.0),) if fetches else (),
+    )
+
+
+def sleeping_stack(pid: int, line: int, file: str = "/job/data.py") -> ProcessStack:
+    """A process whose one thread sleeps (``clock_nanosleep``) in ``__getitem__`` at ``file:line``."""
+    frames = (Frame("clock_nanosleep", "libc.so.6", 0, True), Frame("__getitem__", file, line, False))
+    return ProcessStack(pid, (ThreadStack(pid, "MainThread", False, False, frames),), True, None, "", 0.1)
+
+
+def assess_tracked(make, verdict: HangVerdict, details, seconds=20, trigger=None):
+    """:func:`watchdog.detect.assess` of the stall :func:`track` measures on ``make`` after
+    ``seconds``, at ``trigger`` (default the stall timeout), with ``verdict`` on main, no
+    stacks, ``details`` (pid -> thread details) and the worker's thread seen to wake."""
+    from watchdog import detect
+
+    _, st = track(make, seconds)
+    return detect.assess(
+        trigger or detect.TRIGGER_STALL,
+        make(float(seconds)),
+        st,
+        verdict,
+        {},
+        details,
+        None,
+        {(WORKER_PID, WORKER_PID)},
+        5.0,
+    )

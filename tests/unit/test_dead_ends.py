@@ -248,9 +248,12 @@ def test_a_spin_with_no_helper_ended_or_no_non_blocking_get_claims_no_dead_feede
 
 
 def _busy(exits=(), cpu_per_s=0.9, state="S"):
-    from tests.unit.test_batch_measure import _assess, _poller
+    from tests.unit.builders import SLEEP, WORKER_PID, assess_tracked, detail, in_next, poller
 
-    return _assess(lambda t: dataclasses.replace(_poller(t, cpu_per_s=cpu_per_s, io_per_s=0), exits=exits), state=state)
+    def make(t):
+        return dataclasses.replace(poller(t, cpu_per_s=cpu_per_s, io_per_s=0), exits=exits)
+
+    return assess_tracked(make, in_next(), {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)})
 
 
 def _record(ended_mono, status, cmdline=("python",), ppid=MAIN_PID):

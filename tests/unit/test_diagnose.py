@@ -789,7 +789,7 @@ def test_a_lock_the_forking_thread_acquired_above_the_loop_is_inherited():
 
 
 def _first_fetch_view(forking, samples, batch_size=4):
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
     from watchdog.types import WorkerFetch
 
     view = _fork_view(forking)
@@ -821,7 +821,7 @@ def test_a_lock_held_before_a_worker_s_first_batch_was_held_by_the_forking_threa
 
 
 def test_ranks_whose_loaders_ran_out_at_different_counts_are_uneven_batches():
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
 
     own = dataclasses.replace(_loader(intervals=4, since=None, worker=0), batches=5)  # mid-epoch, in backward()
     peer = dataclasses.replace(_loader(pid=MAIN_PID + 100, intervals=3, since=50.0, worker=-1), batches=4)  # epoch over
@@ -1171,7 +1171,7 @@ def test_without_a_stack_a_killed_worker_is_located_at_its_datasets_getitem_from
     from watchdog.types import InsideView
 
     def view(code):
-        from tests.unit.test_detect import _loader
+        from tests.unit.builders import loader_view as _loader
 
         return dataclasses.replace(
             _loader(), site=Frame("main", "/home/user/train/train.py", 40, False), dataset_code=code
@@ -1234,7 +1234,7 @@ def test_memory_series_has_one_point_per_change_per_process_and_tells_a_reused_p
 
 
 def _inside_exit_codes(pids, codes):
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
     from watchdog.types import InsideView
 
     return InsideView(loaders=(dataclasses.replace(_loader(), workers=tuple(pids), worker_exitcodes=tuple(codes)),))
@@ -1420,7 +1420,7 @@ def test_where_is_never_a_compiled_modules_relative_source_path():
 def test_loader_timeout_measures_the_workers_cpu_before_the_timeout_fired_not_before_the_jobs_exit():
     # Workers compute until the timeout fires at t=15 (main waited from t=10, timeout=5), then
     # sit idle while the job takes 8 s more to exit (a teardown): the window is before t=15.
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
     from watchdog.types import InsideView
 
     def s(t):
@@ -1489,7 +1489,7 @@ def _oom_timeline(worker_rss_mib, main_alive_after=True, limit=1 << 30, usage=No
 
 
 def _sequential_view(waiting_idx, waiting_worker, batch_size=4, p50=0.04):
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
 
     return dataclasses.replace(
         _loader(worker=waiting_worker),
@@ -1550,7 +1550,7 @@ def test_one_samples_sudden_allocation_is_a_step_named_with_its_batch_not_a_per_
 def _persistent_views(count, same_site=True, persistent=True):
     """``count`` iterators of main, two workers each (WORKER_PID + 2k, + 2k + 1), created at one
     line (``same_site``) or each at its own."""
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
 
     return tuple(
         dataclasses.replace(
@@ -1610,7 +1610,7 @@ def test_an_index_error_in_a_later_epoch_of_persistent_workers_names_their_stale
     # Captured: probes/cases/dataset_extended_after_persistent_workers.py; main extended the
     # sample list from 600 to 640 after epoch 0; worker 1 failed at index 600 in epoch 1 (75
     # batches of 8 in epoch 0, then 75 more before the failing one).
-    from tests.unit.test_detect import _loader
+    from tests.unit.builders import loader_view as _loader
     from watchdog.types import InsideView, WorkerFailure
 
     def facts(persistent=True, epoch=1):
