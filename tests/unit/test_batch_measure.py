@@ -16,62 +16,31 @@ from tests.unit.builders import (
     MAIN_PID,
     SLEEP,
     WORKER_PID,
+    assess_tracked,
     detail,
     fixture,
     hang_facts,
-    proc,
-    sample,
-    thread,
+    in_next,
+    poller,
+    sleeping_stack,
     track,
+    waiting_view,
 )
 from watchdog import detect
 from watchdog.collect import inside, procfs, pyspy
 from watchdog.diagnose import diagnose
 from watchdog.types import (
-    ROLE_MAIN,
-    ROLE_WORKER,
     FileLock,
     Frame,
-    HangVerdict,
     LoaderWork,
     Measure,
     Polling,
-    ProcessStack,
-    ThreadStack,
     WorkerFetch,
 )
 
 
-def _view(batches=3, waiting_since=5.0, worker=0):
-    from tests.unit.test_detect import _loader
-
-    view = _loader(intervals=2, p99=0.1, since=waiting_since, worker=worker)
-    return dataclasses.replace(view, batches=batches, workers=(WORKER_PID,), last_batch=1.0)
-
-
-def _poller(t, samples=7, cpu_per_s=0.02, io_per_s=4096, fetches=True, view=None, cpu=None):
-    """Main waiting in __next__, one worker that sleeps and wakes 50 times a second (its CPU
-    seconds ``cpu`` when given, else ``cpu_per_s`` × ``t``)."""
-    i = int(t)
-    cpu_per_s = cpu_per_s if cpu is None else cpu / max(t, 1e-9)
-    worker = proc(
-        WORKER_PID,
-        ROLE_WORKER,
-        [thread(WORKER_PID, cpu=cpu_per_s * t, vol=50 * i, io=io_per_s * i, syscall=SLEEP)],
-        "fork",
-        cpu=cpu_per_s * t,
-    )
-    worker = dataclasses.replace(worker, read_chars=io_per_s * i)
-    smp = sample(t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), worker])
-    return dataclasses.replace(
-        smp,
-        loaders=(view or _view(),),
-        fetches=(WorkerFetch(WORKER_PID, samples, 1.0),) if fetches else (),
-    )
-
-
 def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_under_activity():
-    tracker, st = track(_poller)
+    tracker, st = track(poller)
     assert tracker.measure == Measure.BATCHES and st.measure == "batches"
     assert st.stall_s == pytest.approx(20.0)
     assert dict(st.progress_age_s)[WORKER_PID] == pytest.approx(20.0)
@@ -80,16 +49,16 @@ def test_a_worker_that_polls_forever_is_a_stall_under_the_batch_measure_but_not_
     assert st.work_window_s == pytest.approx(10.0)
     assert work[1] == pytest.approx(0.2) and work[2] == 10 * 4096
     # The same job without the workers' sample counts: its wake-ups are progress, as before.
-    tracker, st = track(lambda t: _poller(t, fetches=False))
+    tracker, st = track(lambda t: poller(t, fetches=False))
     assert tracker.measure == Measure.ACTIVITY and st.stall_s < 2.0
 
 
 def test_a_sample_reached_for_or_a_batch_received_restarts_the_clock():
-    _, st = track(lambda t: _poller(t, samples=int(t) // 4))
+    _, st = track(lambda t: poller(t, samples=int(t) // 4))
     assert st.stall_s == pytest.approx(0.0)  # the 20th second raised the count
-    _, st = track(lambda t: _poller(t, samples=7 + (t >= 15)))
+    _, st = track(lambda t: poller(t, samples=7 + (t >= 15)))
     assert st.stall_s == pytest.approx(5.0)
-    _, st = track(lambda t: _poller(t, view=_view(batches=3 + (t >= 12))))
+    _, st = track(lambda t: poller(t, view=waiting_view(batches=3 + (t >= 12))))
     assert st.stall_s == pytest.approx(8.0)
 
 
@@ -97,7 +66,7 @@ def test_delivered_batches_add_up_every_epochs_iterator_and_never_count_one_twic
     site, val = Frame("<module>", "/job/train.py", 12, False), Frame("<module>", "/job/train.py", 30, False)
 
     def it(iterator, batches, where=site):
-        return dataclasses.replace(_view(batches=batches), iterator=iterator, site=where)
+        return dataclasses.replace(waiting_view(batches=batches), iterator=iterator, site=where)
 
     tracker = detect.ProgressTracker(cpu_progress_s=0.05)
     views = [
@@ -109,58 +78,48 @@ def test_delivered_batches_add_up_every_epochs_iterator_and_never_count_one_twic
         (it(2, 10), it(3, 4, val)),  # the first iterator's slot reused: its batches stay counted
     ]
     for t, loaders in enumerate(views):
-        tracker.update(dataclasses.replace(_poller(float(t)), loaders=loaders))
+        tracker.update(dataclasses.replace(poller(float(t)), loaders=loaders))
     assert dict(tracker.delivered) == {site: 35, val: 4}
 
 
 def test_main_outside_next_or_at_an_epochs_end_is_not_under_the_batch_measure():
-    assert detect.batch_measure(_poller(1.0))
-    assert not detect.batch_measure(_poller(1.0, view=_view(waiting_since=None)))
-    assert not detect.batch_measure(_poller(1.0, view=_view(worker=-1)))
-    assert not detect.batch_measure(_poller(1.0, fetches=False))
+    assert detect.batch_measure(poller(1.0))
+    assert not detect.batch_measure(poller(1.0, view=waiting_view(waiting_since=None)))
+    assert not detect.batch_measure(poller(1.0, view=waiting_view(worker=-1)))
+    assert not detect.batch_measure(poller(1.0, fetches=False))
 
 
 def test_the_clock_starts_when_main_begins_to_wait_not_before():
     def make(t):
-        return _poller(t, view=_view(waiting_since=15.0 if t >= 15 else None))
+        return poller(t, view=waiting_view(waiting_since=15.0 if t >= 15 else None))
 
     _, st = track(make)
     assert st.measure == "batches" and st.stall_s == pytest.approx(5.0)
 
 
 def _assess(make, seconds=20, state="S", trigger=detect.TRIGGER_STALL):
-    tracker, st = track(make, seconds)
-    smp = make(float(seconds))
-    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    verdict = HangVerdict("dataloader", True, "waits", main_threads[0])
-    details = {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)}
-    return detect.assess(trigger, smp, st, verdict, {}, details, None, {(WORKER_PID, WORKER_PID)}, 5.0)
+    return assess_tracked(make, in_next(), {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)}, seconds, trigger)
 
 
 def test_a_poller_is_a_suspected_hang_however_often_it_wakes():
-    a = _assess(_poller)
+    a = _assess(poller)
     assert a.hang and a.proof is None and "no worker reached for a new sample" in a.reason
 
 
 def test_a_burst_when_main_began_to_wait_is_not_work_on_a_sample_still_under_way():
     # The workers fetched their first samples in the stall's first 3 s (a CPU and I/O burst), then only wait.
     def make(t):
-        return _poller(t, cpu=0.9 * min(t, 3.0), io_per_s=0)
+        return poller(t, cpu=0.9 * min(t, 3.0), io_per_s=0)
 
     assert _assess(make).hang
 
 
 def test_a_worker_that_computes_or_reads_during_the_stall_is_slow_not_stuck():
-    assert not _assess(lambda t: _poller(t, cpu_per_s=0.9)).hang
-    assert not _assess(lambda t: _poller(t, io_per_s=4 << 20)).hang
+    assert not _assess(lambda t: poller(t, cpu_per_s=0.9)).hang
+    assert not _assess(lambda t: poller(t, io_per_s=4 << 20)).hang
     # a quarter of a core (eight workers on two cores) with its thread running when read
-    assert not _assess(lambda t: _poller(t, cpu_per_s=0.25), state="R").hang
-    assert _assess(lambda t: _poller(t, cpu_per_s=0.25), state="S").hang
-
-
-def _stack(pid, line, file="/job/data.py"):
-    frames = (Frame("clock_nanosleep", "libc.so.6", 0, True), Frame("__getitem__", file, line, False))
-    return ProcessStack(pid, (ThreadStack(pid, "MainThread", False, False, frames),), True, None, "", 0.1)
+    assert not _assess(lambda t: poller(t, cpu_per_s=0.25), state="R").hang
+    assert _assess(lambda t: poller(t, cpu_per_s=0.25), state="S").hang
 
 
 def _reads(vol0, vol1, syscall0=SLEEP, syscall1=SLEEP):
@@ -171,14 +130,15 @@ def _reads(vol0, vol1, syscall0=SLEEP, syscall1=SLEEP):
 
 
 def test_polling_needs_the_same_user_line_in_both_stacks_and_a_wake_between():
-    first = {WORKER_PID: _stack(WORKER_PID, 31)}
-    (p,) = detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *_reads(10, 30), 2.0)
+    first = {WORKER_PID: sleeping_stack(WORKER_PID, 31)}
+    same, moved = {WORKER_PID: sleeping_stack(WORKER_PID, 31)}, {WORKER_PID: sleeping_stack(WORKER_PID, 40)}
+    (p,) = detect.polling(first, same, *_reads(10, 30), 2.0)
     assert (p.pid, p.frame.line, p.wakes, p.gap_s) == (WORKER_PID, 31, 20, 2.0)
-    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 40)}, *_reads(10, 30), 2.0) == ()  # it moved on
-    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *_reads(10, 10), 2.0) == ()  # asleep
+    assert detect.polling(first, moved, *_reads(10, 30), 2.0) == ()  # it moved on
+    assert detect.polling(first, same, *_reads(10, 10), 2.0) == ()  # asleep
     # In the same untimed lock wait at both reads: blocked, whatever the switch counts say.
     locked = _reads(10, 18, LOCK_UNTIMED, LOCK_UNTIMED)
-    assert detect.polling(first, {WORKER_PID: _stack(WORKER_PID, 31)}, *locked, 2.0) == ()
+    assert detect.polling(first, same, *locked, 2.0) == ()
 
 
 def test_proc_locks_lines_parse_and_waiters_are_skipped():
@@ -273,17 +233,17 @@ def test_the_report_names_the_polling_line_and_the_locks_holder_and_gives_no_tim
 
 
 def test_the_busy_stall_ceiling_spares_a_worker_that_reads_its_sample_but_not_one_that_only_burns_cpu():
-    reads = _assess(lambda t: _poller(t, io_per_s=1 << 20), seconds=300, trigger=detect.TRIGGER_BUSY)
+    reads = _assess(lambda t: poller(t, io_per_s=1 << 20), seconds=300, trigger=detect.TRIGGER_BUSY)
     assert not reads.hang and "reading a sample" in reads.reason
-    spins = _assess(lambda t: _poller(t, cpu_per_s=1.0, io_per_s=0), seconds=300, trigger=detect.TRIGGER_BUSY)
+    spins = _assess(lambda t: poller(t, cpu_per_s=1.0, io_per_s=0), seconds=300, trigger=detect.TRIGGER_BUSY)
     assert spins.hang
 
 
 def test_the_work_window_is_never_shorter_than_one_sampling_interval():
     tracker = detect.ProgressTracker(cpu_progress_s=0.05)
     for t in range(0, 61, 15):  # interval_s = 15
-        tracker.update(_poller(float(t), cpu_per_s=0.9))
-    st = tracker.stall(_poller(60.0, cpu_per_s=0.9))
+        tracker.update(poller(float(t), cpu_per_s=0.9))
+    st = tracker.stall(poller(60.0, cpu_per_s=0.9))
     assert st.work_window_s >= 15.0
     (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
     assert work[1] == pytest.approx(0.9 * st.work_window_s)
@@ -295,13 +255,13 @@ def test_a_lean_sample_folds_in_like_a_full_one_from_the_counts_alone():
     # where a full pass over the same (unchanged) processes ends.
     def feed(lean):
         tracker = detect.ProgressTracker(0.5)
-        first = _poller(0.0, samples=1)
+        first = poller(0.0, samples=1)
         tracker.update(first)
         for t in range(1, 8):
-            smp = _poller(float(t), samples=1 + min(t, 4), cpu=0.0)  # counts rise until t=4, then stop
+            smp = poller(float(t), samples=1 + min(t, 4), cpu=0.0)  # counts rise until t=4, then stop
             procs = first.processes if lean else tuple(dataclasses.replace(p) for p in first.processes)
             tracker.update(dataclasses.replace(smp, processes=procs))
-        return tracker, tracker.stall(dataclasses.replace(_poller(7.0, samples=5, cpu=0.0), processes=procs))
+        return tracker, tracker.stall(dataclasses.replace(poller(7.0, samples=5, cpu=0.0), processes=procs))
 
     (lean, lean_stall), (full, full_stall) = feed(True), feed(False)
     assert lean.last_batch_mono == full.last_batch_mono == 4.0
@@ -310,16 +270,16 @@ def test_a_lean_sample_folds_in_like_a_full_one_from_the_counts_alone():
     assert dict(lean_stall.progress_age_s)[WORKER_PID] == pytest.approx(3.0)
     # a lean sample whose counts rose: no stall (the watcher then skips measuring it)
     tracker = detect.ProgressTracker(0.5)
-    first = _poller(0.0, samples=1)
+    first = poller(0.0, samples=1)
     tracker.update(first)
-    rose = dataclasses.replace(_poller(1.0, samples=2, cpu=0.0), processes=first.processes)
+    rose = dataclasses.replace(poller(1.0, samples=2, cpu=0.0), processes=first.processes)
     tracker.update(rose)
     assert tracker.last_batch_mono == rose.t_mono and tracker.stall(rose).stall_s == 0.0
     # a lean sample that would change the measure (main left __next__) is folded in whole
     tracker = detect.ProgressTracker(0.5)
-    first = _poller(0.0)
+    first = poller(0.0)
     tracker.update(first)
-    tracker.update(dataclasses.replace(_poller(1.0, view=_view(waiting_since=None)), processes=first.processes))
+    tracker.update(dataclasses.replace(poller(1.0, view=waiting_view(waiting_since=None)), processes=first.processes))
     assert tracker.measure == Measure.ACTIVITY
 
 
@@ -357,7 +317,7 @@ def test_samples_without_threads_leave_the_wake_ups_of_a_stall_to_samples_with_t
     # started as happening within its first second.
     tracker = detect.ProgressTracker(0.5)
     for t in range(7):
-        smp = _poller(float(t), samples=1 + min(t, 5))  # counts rise until t=5, then stop
+        smp = poller(float(t), samples=1 + min(t, 5))  # counts rise until t=5, then stop
         if 1 <= t <= 5:
             smp = dataclasses.replace(
                 smp,
@@ -365,7 +325,7 @@ def test_samples_without_threads_leave_the_wake_ups_of_a_stall_to_samples_with_t
                 threads_read=False,
             )
         tracker.update(smp)
-    st = tracker.stall(_poller(6.0, samples=6))
+    st = tracker.stall(poller(6.0, samples=6))
     assert st.stall_s == pytest.approx(1.0)
     (work,) = [w for w in st.loader_work if w[0] == WORKER_PID]
     assert work[3] == pytest.approx(50 * st.work_window_s)  # the worker wakes 50 times a second

@@ -18,10 +18,16 @@ from tests.unit.builders import (
     WORKER_PID,
     detail,
     fixture,
+    fork_lock_thread,
+    loader_view,
+    main_native_threads,
+    pair_details,
     proc,
     sample,
     stall,
     thread,
+    track_procs,
+    waiting_pair,
 )
 from watchdog import detect
 from watchdog.collect import pyspy
@@ -44,15 +50,9 @@ from watchdog.types import (
 )
 
 
-def _run(tracker, seconds, make):
-    for i in range(seconds + 1):
-        tracker.update(sample(float(i), make(i)))
-    return tracker.stall(sample(float(seconds), make(seconds)))
-
-
 def test_pytorch_idle_polls_and_busy_background_threads_are_not_loader_progress():
     tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-    stall = _run(
+    stall = track_procs(
         tracker,
         12,
         lambda i: [
@@ -96,7 +96,7 @@ def test_wakes_from_the_users_timed_waits_are_progress_under_the_activity_measur
     # unreadable: the activity measure; with it readable, see test_main_wait_measure.)
     for syscall in (SLEEP, SOCKET_POLL_30S):
         tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-        stall = _run(
+        stall = track_procs(
             tracker,
             12,
             lambda i, syscall=syscall: [
@@ -117,7 +117,7 @@ def test_ambiguous_timed_futex_wakes_count_only_once_the_examination_trusts_them
         ]
 
     tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-    assert _run(tracker, 8, make).stall_s == pytest.approx(8.0)
+    assert track_procs(tracker, 8, make).stall_s == pytest.approx(8.0)
     assert (WORKER_PID, WORKER_PID) in tracker.woke_during_stall(sample(8.0, make(8)))
     sig = make(0)[1].threads[0].wait.signature
     tracker.trust_timed_waits([(ProcId(WORKER_PID, 0), WORKER_PID, sig)])
@@ -140,11 +140,11 @@ def test_worker_children_and_starting_workers_are_the_loaders_progress_but_other
             ),
         ]
 
-    busy_child = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_WORKER_CHILD))
+    busy_child = track_procs(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_WORKER_CHILD))
     assert busy_child.stall_s < 1.0 and dict(busy_child.progress_age_s)[WORKER_PID] < 1.0
-    starting = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_STARTING))
+    starting = track_procs(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_STARTING))
     assert starting.stall_s < 1.0
-    summary_writer = _run(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_OTHER))
+    summary_writer = track_procs(detect.ProgressTracker(0.05), 10, lambda i: make(i, ROLE_OTHER))
     assert summary_writer.stall_s == pytest.approx(10.0) and summary_writer.tree_quiet_s < 1.0
 
 
@@ -190,7 +190,7 @@ def test_a_worker_whose_every_thread_waits_on_a_private_futex_becomes_a_proof_ca
         ]
 
     tracker = detect.ProgressTracker(0.05)
-    st = _run(tracker, 6, make)
+    st = track_procs(tracker, 6, make)
     assert dict(st.stuck_s)[WORKER_PID] == pytest.approx(6.0)
     assert detect.due_trigger(st, 5.0, 300.0, float("-inf"), 6.0) == detect.TRIGGER_PROOF
     assert detect.due_trigger(st, 10.0, 300.0, float("-inf"), 6.0) is None
@@ -269,27 +269,20 @@ def test_the_loader_idle_proof_needs_every_worker_idle_and_main_waiting():
 
 
 def _exam(worker_syscall, worker_stack, woke=frozenset(), tree_quiet=20.0, proof=None, verdict_kind="dataloader"):
-    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    smp = sample(
-        30.0,
-        [
-            proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]),
-            proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork"),
-        ],
-    )
+    main_threads = main_native_threads()
     st = stall(s=20.0, tree_quiet_s=tree_quiet) if tree_quiet != 20.0 else stall(s=20.0)
     verdict = HangVerdict(verdict_kind, True, "waits", main_threads[0])
     stacks = {
         MAIN_PID: ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0),
         WORKER_PID: ProcessStack(WORKER_PID, worker_stack, False, None, "", 0.0),
     }
-    details = {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
+    details = pair_details(worker_syscall)
+    smp = waiting_pair(worker_syscall)
     return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, stacks, details, proof, set(woke), 5.0)
 
 
 def _sleeping_worker():
-    (t,) = pyspy.parse_dump(fixture("pyspy_worker_fork_lock_native.json"))
-    return (t,)
+    return (fork_lock_thread(),)
 
 
 def test_a_users_timed_wait_that_woke_is_dismissed_and_trusted():
@@ -333,34 +326,6 @@ def test_confirm_without_stack_uses_proc_wait_state():
     assert detect.confirm(10, None, details, worker_count=0).kind == "outside_loader"
 
 
-def _loader(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1):
-    from watchdog.types import LoaderView
-
-    return LoaderView(
-        pid=pid,
-        iterator=1,
-        kind="_MultiProcessingDataLoaderIter",
-        site=None,
-        settings=(("num_workers", 2),),
-        dataset_type="DS",
-        iterable=False,
-        workers=(WORKER_PID, WORKER_PID + 1),
-        worker_exitcodes=(),
-        created=0.0,
-        batches=intervals + 1,
-        wait_s=1.0,
-        epoch=0,
-        first_batch_s=0.5,
-        waiting_since=since,
-        waiting_idx=intervals + 1,
-        waiting_worker=worker,
-        last_batch=since,
-        intervals=intervals,
-        interval_p50_s=p99 / 2,
-        interval_p99_s=p99,
-    )
-
-
 def _with_loaders(*loaders):
     import dataclasses
 
@@ -368,19 +333,19 @@ def _with_loaders(*loaders):
 
 
 def test_the_batch_rhythm_rule_needs_enough_intervals_a_waiting_main_and_a_worker_that_owns_the_batch():
-    assert detect.rhythm(_with_loaders(_loader()), 60.0, 10.0, 10.0).timeout_s == 10.0  # max(10, 10 x 20 ms)
-    assert detect.rhythm(_with_loaders(_loader(p99=2.0)), 60.0, 10.0, 10.0).timeout_s == 20.0
-    assert detect.rhythm(_with_loaders(_loader(p99=40.0)), 60.0, 10.0, 10.0) is None  # slower than stall_timeout_s
-    assert detect.rhythm(_with_loaders(_loader(intervals=19)), 60.0, 10.0, 10.0) is None
-    assert detect.rhythm(_with_loaders(_loader(since=None)), 60.0, 10.0, 10.0) is None  # main is not in __next__
-    assert detect.rhythm(_with_loaders(_loader(worker=-1)), 60.0, 10.0, 10.0) is None  # an epoch ended
-    assert detect.rhythm(_with_loaders(_loader(pid=WORKER_PID)), 60.0, 10.0, 10.0) is None  # not main's iterator
-    two = detect.rhythm(_with_loaders(_loader(p99=0.5), _loader(p99=3.0)), 60.0, 10.0, 10.0)
+    assert detect.rhythm(_with_loaders(loader_view()), 60.0, 10.0, 10.0).timeout_s == 10.0  # max(10, 10 x 20 ms)
+    assert detect.rhythm(_with_loaders(loader_view(p99=2.0)), 60.0, 10.0, 10.0).timeout_s == 20.0
+    assert detect.rhythm(_with_loaders(loader_view(p99=40.0)), 60.0, 10.0, 10.0) is None  # slower than stall_timeout_s
+    assert detect.rhythm(_with_loaders(loader_view(intervals=19)), 60.0, 10.0, 10.0) is None
+    assert detect.rhythm(_with_loaders(loader_view(since=None)), 60.0, 10.0, 10.0) is None  # main is not in __next__
+    assert detect.rhythm(_with_loaders(loader_view(worker=-1)), 60.0, 10.0, 10.0) is None  # an epoch ended
+    assert detect.rhythm(_with_loaders(loader_view(pid=WORKER_PID)), 60.0, 10.0, 10.0) is None  # not main's iterator
+    two = detect.rhythm(_with_loaders(loader_view(p99=0.5), loader_view(p99=3.0)), 60.0, 10.0, 10.0)
     assert two.timeout_s == 30.0 and "p99 3000 ms" in two.criterion  # the most patient iterator
 
 
 def test_the_batch_rhythm_trigger_counts_from_the_later_of_entering_next_and_the_last_progress():
-    rule = detect.rhythm(_with_loaders(_loader(since=105.0)), 60.0, 10.0, 10.0)
+    rule = detect.rhythm(_with_loaders(loader_view(since=105.0)), 60.0, 10.0, 10.0)
     quiet = stall(quiet_since_mono=100.0, s=20.0)
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 114.0, rule) is None
     assert detect.due_trigger(quiet, 60.0, 300.0, float("-inf"), 115.0, rule) == detect.TRIGGER_RHYTHM
@@ -531,11 +496,13 @@ def test_the_tracker_measures_run_queue_wait_over_the_stalls_window():
             ),
         ]
 
-    st = _run(tracker, 30, procs)
+    st = track_procs(tracker, 30, procs)
     (work,) = [w for w in st.loader_work if w.pid == WORKER_PID]
     assert work.runq_wait_s == pytest.approx(0.9 * st.work_window_s)
     # not read at the window's start: unknown, never taken as zero
     tracker = detect.ProgressTracker(cpu_progress_s=0.05)
-    st = _run(tracker, 30, lambda i: [dataclasses.replace(p, runq_wait_s=None) if i < 29 else p for p in procs(i)])
+    st = track_procs(
+        tracker, 30, lambda i: [dataclasses.replace(p, runq_wait_s=None) if i < 29 else p for p in procs(i)]
+    )
     (work,) = [w for w in st.loader_work if w.pid == WORKER_PID]
     assert work.runq_wait_s is None

@@ -7,21 +7,21 @@ from __future__ import annotations
 import dataclasses
 
 from tests.unit.builders import (
-    IDLE_POLL,
     LOCK_UNTIMED,
     MAIN_PID,
     SLEEP,
     WORKER_PID,
     detail,
     fixture,
-    proc,
+    main_native_threads,
+    pair_details,
     sample,
     stall,
-    thread,
+    waiting_pair,
 )
 from watchdog import detect
 from watchdog.collect import pyspy
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, Evidence, PipeEnds, ProcessStack
+from watchdog.types import Evidence, PipeEnds, ProcessStack
 
 
 def _episode(terminate=False):
@@ -113,14 +113,12 @@ def test_one_episode_one_report_until_a_stall_at_that_place_lasts_twice_the_long
 def _looked(worker_syscall, worker_frames="pyspy_worker_fork_lock_native.json", workers_after=True, main_stack=True):
     """A sample with main waiting in the DataLoader's __next__ (the native fixture) and one
     worker whose only thread waits in ``worker_syscall``, and the Evidence of a look at it."""
-    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    worker = proc(WORKER_PID, ROLE_WORKER, [thread(WORKER_PID, syscall=worker_syscall)], "fork", ppid=MAIN_PID)
-    smp = sample(30.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)]), worker])
+    smp = waiting_pair(worker_syscall, worker_ppid=MAIN_PID)
     after = smp if workers_after else sample(30.5, [smp.processes[0]])
-    details = {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
+    details = pair_details(worker_syscall)
     stacks = {WORKER_PID: ProcessStack(WORKER_PID, pyspy.parse_dump(fixture(worker_frames)), False, None, "", 0.0)}
     if main_stack:
-        stacks[MAIN_PID] = ProcessStack(MAIN_PID, main_threads, False, None, "", 0.0)
+        stacks[MAIN_PID] = ProcessStack(MAIN_PID, main_native_threads(), False, None, "", 0.0)
     ev = Evidence(
         details, details, {MAIN_PID: (WORKER_PID,), WORKER_PID: ()}, PipeEnds({}, {}, {}, True), stacks, {}, (), after
     )

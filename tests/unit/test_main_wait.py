@@ -15,16 +15,19 @@ from tests.unit.builders import (
     MAIN_PID,
     SLEEP,
     WORKER_PID,
+    assess_tracked,
     detail,
-    fixture,
+    in_next,
+    pair_details,
+    polling_worker,
     proc,
     sample,
+    sleeping_stack,
     thread,
     track,
 )
 from watchdog import detect
-from watchdog.collect import pyspy
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, HangVerdict, KernelWait, Measure, ProcId, WaitKind
+from watchdog.types import ROLE_MAIN, HangVerdict, KernelWait, Measure, ProcId, WaitKind
 
 # A busy main: between two samples it ran (its thread is running at the read).
 RUNNING = "running"
@@ -34,14 +37,7 @@ def _job(t, main_io=0, main_cpu=0.0, main_syscall=IDLE_POLL, cpu_per_s=0.02, io_
     """Main waiting (from outside: a 5 s poll, no I/O) and one worker that sleeps and wakes 50
     times a second, reading a few KiB a second (a lock file, a database page)."""
     i = int(t)
-    worker = proc(
-        WORKER_PID,
-        ROLE_WORKER,
-        [thread(WORKER_PID, cpu=cpu_per_s * t, vol=50 * i, io=io_per_s * i, syscall=SLEEP)],
-        "fork",
-        cpu=cpu_per_s * t,
-        read_chars=io_per_s * i,
-    )
+    worker = polling_worker(t, cpu_per_s, io_per_s)
     state = "R" if main_syscall == RUNNING else "S"
     main = proc(
         MAIN_PID,
@@ -106,36 +102,18 @@ def test_a_batch_that_comes_after_a_long_wait_says_the_loader_moved():
 
 
 def _assess(make, verdict, seconds=20, trigger=detect.TRIGGER_STALL):
-    _, st = track(make, seconds)
-    smp = make(float(seconds))
-    details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
-    return detect.assess(
-        dataclasses.replace(st, trigger=trigger).trigger or "",
-        smp,
-        st,
-        verdict,
-        {},
-        details,
-        None,
-        {(WORKER_PID, WORKER_PID)},
-        5.0,
-    )
-
-
-def _in_next():
-    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
-    return HangVerdict("dataloader", True, "waits", main_threads[0])
+    return assess_tracked(make, verdict, pair_details(SLEEP), seconds, trigger)
 
 
 def test_a_poller_seen_from_outside_is_a_suspected_hang_when_mains_stack_is_in_the_iterator():
-    a = _assess(_job, _in_next())
+    a = _assess(_job, in_next())
     assert a.hang and a.proof is None
     assert "main waited for a batch in the DataLoader iterator for 20 s without reading a byte" in a.reason
 
 
 def test_workers_that_compute_or_read_are_a_slow_batch_seen_from_outside_too():
-    assert not _assess(lambda t: _job(t, cpu_per_s=0.9), _in_next()).hang
-    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), _in_next()).hang
+    assert not _assess(lambda t: _job(t, cpu_per_s=0.9), in_next()).hang
+    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), in_next()).hang
 
 
 def test_without_mains_stack_in_the_iterator_the_activity_checks_decide():
@@ -149,15 +127,13 @@ def test_without_mains_stack_in_the_iterator_the_activity_checks_decide():
 
 
 def test_the_busy_stall_ceiling_applies_to_a_worker_that_polls_from_outside_too():
-    a = _assess(_job, _in_next(), seconds=30, trigger=detect.TRIGGER_BUSY)
+    a = _assess(_job, in_next(), seconds=30, trigger=detect.TRIGGER_BUSY)
     assert a.hang and "busy_stall_timeout_s" in a.reason
-    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), _in_next(), trigger=detect.TRIGGER_BUSY).hang
+    assert not _assess(lambda t: _job(t, io_per_s=4 << 20), in_next(), trigger=detect.TRIGGER_BUSY).hang
 
 
 def _sleeper_stack():
-    from tests.unit.test_batch_measure import _stack
-
-    return {WORKER_PID: _stack(WORKER_PID, 20)}
+    return {WORKER_PID: sleeping_stack(WORKER_PID, 20)}
 
 
 def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_not():
@@ -172,7 +148,7 @@ def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_
     _, st = track(slow)
     details = {WORKER_PID: (detail(WORKER_PID, SLEEP),), MAIN_PID: (detail(MAIN_PID, IDLE_POLL),)}
     woke = {(WORKER_PID, WORKER_PID)}
-    a = detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
+    a = detect.assess("stall_timeout", slow(20.0), st, in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert not a.hang and "woke 3 time(s) in the last 10 s" in a.reason and "/job/data.py:20" in a.reason
     # It woke between the examination's two reads (its stable wait unknown) and sleeps again:
     # still a timed waiter, from the second read (a sample boundary fell in the 0.25 s gap).
@@ -180,13 +156,13 @@ def test_a_sample_that_sleeps_seconds_is_slow_from_outside_but_a_fast_poller_is_
     changed = {WORKER_PID: (unknown,), MAIN_PID: details[MAIN_PID]}
     _, st = track(slow)
     a = detect.assess(
-        "stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), changed, None, woke, 5.0, latest=details
+        "stall_timeout", slow(20.0), st, in_next(), _sleeper_stack(), changed, None, woke, 5.0, latest=details
     )
     assert not a.hang and "woke 3 time(s)" in a.reason
-    assert detect.assess("stall_timeout", slow(20.0), st, _in_next(), _sleeper_stack(), changed, None, woke, 5.0).hang
+    assert detect.assess("stall_timeout", slow(20.0), st, in_next(), _sleeper_stack(), changed, None, woke, 5.0).hang
     # 50 wakes a second at the same line: a poller, reported
     _, st = track(_job)
-    a = detect.assess("stall_timeout", _job(20.0), st, _in_next(), _sleeper_stack(), details, None, woke, 5.0)
+    a = detect.assess("stall_timeout", _job(20.0), st, in_next(), _sleeper_stack(), details, None, woke, 5.0)
     assert a.hang and a.proof is None
 
 
