@@ -134,7 +134,11 @@ def test_each_flag_help_names_its_key_and_gives_its_description():
         ({"on_hang": "kill"}, "on_hang"),
         ({"report_dir": ""}, "report_dir"),
         ({"report_dir": "a\x00b"}, "report_dir"),
-        ({"metrics_port": 65536}, "metrics_port"),
+        ({"metrics_port": 65536}, "metrics_port"),  # an old key: named as written
+        ({"metrics": {"port": 65536}}, "metrics.port"),
+        ({"metrics": {"prot": 1}}, "metrics.prot"),
+        ({"alerts": {"exec_timeout_s": 0}}, "alerts.exec_timeout_s"),
+        ({"alerts": "x"}, "alerts"),
         ({"py_spy": 3}, "py_spy"),
         ({"py_spy": {"timeout_s": 121}}, "py_spy.timeout_s"),
         ({1: 2}, "1"),
