@@ -8,7 +8,7 @@ sample and main with torch's default intra-op threads, as users' jobs run) warms
 for SIGUSR1 and counts its batches for ``--seconds``. In the watched run, ``dlwatch attach --pid
 JOB --interval I`` starts during the warm-up (``--warmup`` seconds, and at least three ticks),
 so its start-up is left out: its imports, and the first two USS reads of each process
-(``full_info_interval_s`` apart), after which a process whose memory holds still is read six
+(``memory_read_base_interval_s`` apart), after which a process whose memory holds still is read six
 times less often, then less and less. The start-up is measured apart: the sidecar's CPU when its
 first tick is logged (imports, the target's checks, the first sample).
 Measured, over the window:
