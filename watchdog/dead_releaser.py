@@ -122,11 +122,19 @@ def ended_others(sample: Sample, exits: Sequence[ExitRecord]) -> List[ExitRecord
 
 def possible_holders(sample: Sample, manager: int) -> List[ExitRecord]:
     """The ended processes of the job (:func:`ended_others`) that could have held a lock of
-    the manager ``manager``: seen alive after it started (within a second: ``create_time`` comes
-    from clock ticks); those that ended otherwise than cleanly first, then the newest."""
+    the manager ``manager``: started after it, or seen alive after it started; those that ended
+    otherwise than cleanly first, then the newest. Empty when the manager is not in ``sample``."""
     server = sample.process(manager)
-    born = server.create_time if server is not None else float("inf")
-    found = [r for r in ended_others(sample, sample.exits) if r.pid != manager and r.last_seen_wall >= born - 1.0]
+    if server is None:
+        return []
+    found = [
+        r
+        for r in ended_others(sample, sample.exits)
+        if r.pid != manager
+        # started after it (start times in clock ticks: exact), or seen alive after it started
+        # (wall clocks: within a second, create_time rests on the boot time)
+        and (r.start_ticks >= server.start_ticks or r.last_seen_wall >= server.create_time - 1.0)
+    ]
     return sorted(found, key=lambda r: r.exit_code == 0)
 
 

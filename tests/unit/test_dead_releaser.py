@@ -105,7 +105,10 @@ def test_without_a_process_that_ended_beside_the_manager_it_stays_suspected():
     smp, stacks, details = _job("manager_lock_holder_killed.json")
     assert _prove(dataclasses.replace(smp, exits=()), stacks, details) is None
     # a helper that ended before the manager started never held its lock
-    later = tuple(dataclasses.replace(p, create_time=2e9) if p.role == ROLE_OTHER else p for p in smp.processes)
+    later = tuple(
+        dataclasses.replace(p, create_time=2e9, start_ticks=10**12) if p.role == ROLE_OTHER else p
+        for p in smp.processes
+    )
     assert _prove(dataclasses.replace(smp, processes=later), stacks, details) is None
 
 
