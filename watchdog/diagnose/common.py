@@ -308,14 +308,14 @@ class WorkerView:
         return self.proc.pid
 
 
-_VIEWS: List[Tuple[Facts, Tuple[WorkerView, ...]]] = []
-
-
 def worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
-    """Every worker of the sample as a :class:`WorkerView` (computed once per facts)."""
-    for known, views in _VIEWS:
-        if known is facts:
-            return views
+    """Every worker of the sample as a :class:`WorkerView`, computed once per facts and kept
+    with them (:meth:`~watchdog.types.Facts.derived`): nothing is kept between two facts, nor
+    shared by the threads that examine several ranks at once."""
+    return facts.derived(_make_worker_views)
+
+
+def _make_worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
     proven_pids = set(facts.proof.pids) if facts.proof is not None and facts.proof.kind is ProofKind.KERNEL else set()
     out = []
     for w in facts.sample.workers:
@@ -343,9 +343,7 @@ def worker_views(facts: Facts) -> Tuple[WorkerView, ...]:
                 user=frames.innermost_user(loop) if loop is not None else None,
             )
         )
-    views = tuple(out)
-    _VIEWS[:] = [(facts, views)]
-    return views
+    return tuple(out)
 
 
 def loader_stalled_on(facts: Facts, view: WorkerView) -> bool:
@@ -520,26 +518,20 @@ def written(p: ProcessSample) -> Optional[int]:
 
 def memory_points(facts: Facts, w) -> List[Tuple[float, float]]:
     """``(t_mono, bytes written)`` of process ``w`` over the timeline (:func:`written`), one
-    point per change (:func:`memory_series`)."""
-    return list(memory_series(facts.timeline).get((w.pid, w.start_ticks), ()))
+    point per change (:func:`memory_series`, computed once per facts and kept with them: the
+    rules of one look ask for one process after another). A new list: the caller may change it."""
+    return list(facts.derived(_timeline_series).get((w.pid, w.start_ticks), ()))
 
 
-# The last timeline memory_series() went through, and what it found: the rules of one look at
-# a timeline ask for one process after another. One tuple, replaced whole (rank watchers'
-# threads may look at once).
-_SERIES: Tuple[object, Dict[Tuple[int, int], List[Tuple[float, float]]]] = (None, {})
+def _timeline_series(facts: Facts) -> Dict[Tuple[int, int], List[Tuple[float, float]]]:
+    return memory_series(facts.timeline)
 
 
 def memory_series(timeline: Sequence) -> Dict[Tuple[int, int], List[Tuple[float, float]]]:
     """``(t_mono, bytes written)`` points of every process of ``timeline`` (samples, oldest
     first), keyed by ``(pid, start_ticks)`` (that process, not another under its pid), one
     point per change of :func:`written`: one pass over the timeline, a sample object seen at
-    the sample before (the sampler keeps a process's unchanged sample) skipped. The result of
-    the last timeline is kept: do not change the lists."""
-    global _SERIES
-    cached = _SERIES
-    if cached[0] is timeline:
-        return cached[1]
+    the sample before (the sampler keeps a process's unchanged sample) skipped."""
     series: Dict[Tuple[int, int], List[Tuple[float, float]]] = {}
     last: Dict[Tuple[int, int], Optional[int]] = {}
     seen: Dict[Tuple[int, int], ProcessSample] = {}
@@ -553,7 +545,6 @@ def memory_series(timeline: Sequence) -> Dict[Tuple[int, int], List[Tuple[float,
             if value is not None and value != last.get(key):
                 series.setdefault(key, []).append((s.t_mono, float(value)))
                 last[key] = value
-    _SERIES = (timeline, series)
     return series
 
 
