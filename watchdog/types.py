@@ -1281,28 +1281,55 @@ class Finding:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """One finding: what happened, the evidence, and what to change.
+    """One finding as the engine ranked it: the rule's :class:`Finding` with the rule's ``kind``
+    and ``severity`` (``watchdog.diagnose.engine``) and the hang's ``certainty``.
 
-    ``confidence`` is in [0, 1]; ``evidence`` lines each name a process, frame or metric;
-    ``location`` is the ``file:line`` in the user's code where it applies, when known.
-    ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock proof ] in
-    detect.py), empty for crashes and warnings: it is the hang's (the job cannot move), never the
-    cause's; how sure the finding is of its cause is ``confidence`` alone (a proven hang may have
-    a suspected cause; reports word it with ``report.cause_certainty``). ``fix`` is the remedy as ``dlwatch verify``
-    can apply it (:class:`Fix`), ``None`` when it needs a change to the code.
+    The finding's fields read through: ``confidence`` in [0, 1], ``summary``, ``evidence``
+    lines that each name a process, frame or metric, ``remedy``, ``pids``, ``location`` (the
+    ``file:line`` in the user's code where it applies, when known), ``docs``, and ``fix`` (the
+    remedy as ``dlwatch verify`` can apply it, :class:`Fix`, ``None`` when it needs a change to
+    the code). ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock
+    proof ] in detect.py), empty for crashes and warnings: it is the hang's (the job cannot
+    move), never the cause's; how sure the finding is of its cause is ``confidence`` alone (a
+    proven hang may have a suspected cause; reports word it with ``report.cause_certainty``).
     """
 
     kind: str
     severity: Severity
-    confidence: float
-    summary: str
-    evidence: Tuple[str, ...]
-    remedy: str
-    pids: Tuple[int, ...]
-    location: Optional[str] = None
-    docs: Tuple[str, ...] = ()
+    finding: Finding
     certainty: str = ""
-    fix: Optional[Fix] = None
+
+    @property
+    def confidence(self) -> float:
+        return self.finding.confidence
+
+    @property
+    def summary(self) -> str:
+        return self.finding.summary
+
+    @property
+    def evidence(self) -> Tuple[str, ...]:
+        return self.finding.evidence
+
+    @property
+    def remedy(self) -> str:
+        return self.finding.remedy
+
+    @property
+    def pids(self) -> Tuple[int, ...]:
+        return self.finding.pids
+
+    @property
+    def location(self) -> Optional[str]:
+        return self.finding.location
+
+    @property
+    def docs(self) -> Tuple[str, ...]:
+        return self.finding.docs
+
+    @property
+    def fix(self) -> Optional[Fix]:
+        return self.finding.fix
 
 
 @dataclass(frozen=True)

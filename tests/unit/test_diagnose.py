@@ -1392,7 +1392,10 @@ def test_no_remedy_contradicts_a_figure_of_the_same_report(name):
 
 def test_the_consistency_check_sees_copy_on_read_led_while_persistent_iterators_were_alive():
     facts = _kept_alive_facts(6)
-    lead = dataclasses.replace(diagnose(facts)[0], remedy="Lower what each worker holds: copy-on-read of …")
+    first = diagnose(facts)[0]
+    lead = dataclasses.replace(
+        first, finding=dataclasses.replace(first.finding, remedy="Lower what each worker holds: copy-on-read of …")
+    )
     assert _contradictions(facts, [lead])
 
 

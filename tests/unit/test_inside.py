@@ -14,7 +14,7 @@ import pytest
 from tests.unit.builders import MAIN_PID, proc, sample
 from watchdog.collect import inside
 from watchdog.report import document as report
-from watchdog.types import ROLE_MAIN, Diagnosis, Facts
+from watchdog.types import ROLE_MAIN, Diagnosis, Facts, Finding
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")
 FMT = inside.FORMAT
@@ -98,7 +98,7 @@ def test_the_report_shows_batches_data_wait_and_the_threads_at_fork():
     last = max(v.last_batch for v in view.loaders)
     s = sample(last + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
     facts = Facts(mode="live", sample=s, timeline=(s,), inside=view)
-    found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
+    found = [Diagnosis("unknown", "warning", Finding(0.1, "placeholder", (), "", ()))]
     rep = report.build(
         facts, found, {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None}, 0.0, "report", None, {}
     )
@@ -238,7 +238,7 @@ def test_a_generator_copied_into_workers_and_drawn_from_is_duplicated_randomness
 def test_the_full_report_text_holds_every_thread_at_fork_with_its_stack():
     view = inside.InsideReader(FIXTURE).read()
     s = sample(max(v.last_batch for v in view.loaders) + 5.0, [proc(MAIN_PID, ROLE_MAIN, [])])
-    found = [Diagnosis("unknown", "warning", 0.1, "placeholder", (), "", ())]
+    found = [Diagnosis("unknown", "warning", Finding(0.1, "placeholder", (), "", ()))]
     rep = report.build(
         Facts(mode="crash", sample=s, timeline=(s,), inside=view, exit_code=1),
         found,

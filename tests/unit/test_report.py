@@ -228,7 +228,10 @@ def test_control_characters_from_the_job_are_escaped_in_report_txt_and_html():
     facts = hang_facts([t])
     facts = dataclasses.replace(facts, stderr_tail="RuntimeError: DataLoader worker (pid 7) is killed by signal\x00\n")
     diags = [
-        dataclasses.replace(d, evidence=d.evidence + ("stderr: killed\x00 \x1b]0;title\x07",)) for d in diagnose(facts)
+        dataclasses.replace(
+            d, finding=dataclasses.replace(d.finding, evidence=d.evidence + ("stderr: killed\x00 \x1b]0;title\x07",))
+        )
+        for d in diagnose(facts)
     ]
     job = {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}
     rep = report.build(facts, diags, job, 1.8e9, "report", None, {})

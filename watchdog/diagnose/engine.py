@@ -47,7 +47,7 @@ A unit test checks that this table and the registered rules agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple
 
 from ..types import (
@@ -112,20 +112,15 @@ def certainty(facts: Facts, severity: Severity, pids: Tuple[int, ...]) -> str:
 
 
 def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
-    evidence = f.evidence + ((f"contradicted by a measurement: {f.contradiction}",) if f.contradiction else ())
-    return Diagnosis(
-        kind=r.kind,
-        severity=r.severity,
-        confidence=round(f.confidence * (CONTRADICTED_CONFIDENCE if f.contradiction else 1.0), 3),
-        summary=f.summary,
-        evidence=evidence,
-        remedy=f.remedy,
-        pids=f.pids,
-        location=f.location,
-        docs=f.docs,
-        certainty=certainty(facts, r.severity, f.pids),
-        fix=f.fix,
-    )
+    """``f`` as rule ``r`` ranks it: its confidence rounded to 3 places and, when a measurement
+    contradicts it, cut to ``CONTRADICTED_CONFIDENCE`` of its own with an evidence line that
+    says so."""
+    confidence = round(f.confidence * (CONTRADICTED_CONFIDENCE if f.contradiction else 1.0), 3)
+    if f.contradiction:
+        f = replace(f, evidence=f.evidence + (f"contradicted by a measurement: {f.contradiction}",))
+    if confidence != f.confidence:
+        f = replace(f, confidence=confidence)
+    return Diagnosis(r.kind, r.severity, f, certainty(facts, r.severity, f.pids))
 
 
 def unknown(facts: Facts) -> Finding:
