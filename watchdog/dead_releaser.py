@@ -189,6 +189,8 @@ def prove_manager_lock(
         st = stacks.get(pid)
         if st is None or not st.ok or not details.get(pid):
             return None
+        if {t.tid for t in st.threads} - {d.tid for d in details[pid]}:
+            return None  # a thread that started after the reads: something moves
         st_of[pid] = {t.tid: t for t in st.threads}
     links: List[ProofLink] = []
     worker_pids = tuple(w.pid for w in workers)
@@ -196,9 +198,12 @@ def prove_manager_lock(
     for pid in worker_pids:
         for d in details[pid]:
             t = st_of[pid].get(d.tid)
-            if t is not None and frames.is_resource_sharer(t):
-                continue
             method = frames.manager_call(t) if t is not None else None
+            if t is not None and frames.is_resource_sharer(t) and _in_loop(d):
+                links.append(
+                    _link(pid, d, t, "multiprocessing's resource-sharer thread", "it only hands out descriptors")
+                )
+                continue
             if method is not None and _untimed_read(d):
                 method = {"__enter__": "acquire", "__exit__": "release"}.get(method, method)
                 calls += 1
@@ -293,7 +298,7 @@ def prove_manager_lock(
     for d in details[main.pid]:
         t = st_of[main.pid].get(d.tid)
         key = (main.pid, d.tid)
-        if t is not None and frames.is_resource_sharer(t):
+        if t is not None and frames.is_resource_sharer(t) and _in_loop(d):
             links.append(
                 _link(main.pid, d, t, "multiprocessing's resource-sharer thread", "it only hands out descriptors")
             )

@@ -183,3 +183,12 @@ def test_a_loop_that_woke_between_the_two_reads_is_still_in_its_loop():
     assert _prove(smp, stacks, {**details, **woke}) is not None
     running = tuple(detail(d.tid, None, state="R") if d.tid == manager else d for d in details[manager])
     assert _prove(smp, stacks, {**details, manager: running}) is None
+
+
+def test_a_thread_the_reads_did_not_see_leaves_it_unproven():
+    # py-spy's stack holds a thread that /proc did not list at the two reads: it started since.
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    main = smp.main.pid
+    assert _prove(smp, stacks, details) is not None
+    fewer = {**details, main: details[main][:-1]}
+    assert _prove(smp, stacks, fewer) is None
