@@ -11,7 +11,7 @@ import pytest
 from tests.unit.builders import MAIN_PID, hang_facts
 from watchdog.diagnose import diagnose
 from watchdog.errors import ReportNotFound
-from watchdog.report import browse, html, writer
+from watchdog.report import browse, html, rendering, writer
 from watchdog.report import document as report
 
 
@@ -53,8 +53,8 @@ def _after_headline(text: str) -> List[str]:
 def test_show_prints_the_summary_and_refuses_a_folder_that_is_not_a_report(tmp_path):
     folder = _written(tmp_path)
     summary = browse.text(folder)
-    assert summary.startswith("dlwatch: job hung") and report.STACKS_HEADING not in summary
-    assert report.STACKS_HEADING in browse.text(folder, full=True)
+    assert summary.startswith("dlwatch: job hung") and rendering.STACKS_HEADING not in summary
+    assert rendering.STACKS_HEADING in browse.text(folder, full=True)
     with pytest.raises(ReportNotFound):
         browse.text(str(tmp_path))
 
@@ -64,9 +64,8 @@ def test_show_prints_the_short_summary_stderr_got_and_full_the_whole_report(tmp_
     whole = browse.text(folder, full=True)
     short = browse.text(folder)
     # what stderr got when the report was written, and one line naming --full
-    assert (
-        short == report.short_summary(whole) + f"  more:   dlwatch show --full {folder} (evidence, processes, stacks)\n"
-    )
+    more = f"  more:   dlwatch show --full {folder} (evidence, processes, stacks)\n"
+    assert short == rendering.short_summary(whole) + more
     assert "Evidence:" not in short and "Processes (" not in short and len(short.splitlines()) < 20
     assert "Evidence:" in whole and "Processes (" in whole and len(whole.splitlines()) > 40
     with open(os.path.join(folder, "report.txt"), encoding="utf-8") as f:

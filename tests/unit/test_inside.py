@@ -14,6 +14,7 @@ import pytest
 from tests.unit.builders import MAIN_PID, proc, sample
 from watchdog.collect import inside
 from watchdog.report import document as report
+from watchdog.report import rendering
 from watchdog.types import ROLE_MAIN, Diagnosis, Facts, Finding
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "inside")
@@ -150,7 +151,7 @@ def test_pin_memory_without_an_accelerator_is_said_to_do_nothing():
         view.loaders[0], settings=(("pin_memory", True), ("num_workers", 2)), pin_memory_effective=False
     )
     doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {}, loader.last_batch + 1.0)
-    text = "\n".join(report.status_lines(doc))
+    text = "\n".join(rendering.status_lines(doc))
     assert "pin_memory=True does nothing here" in text and "nothing is pinned" in text
     assert doc["inside_view"]["loaders"][0]["pin_memory_effective"] is False
 
@@ -162,7 +163,7 @@ def test_cuda_host_allocator_figures_are_shown_when_the_job_recorded_them():
     stats = (("allocated_bytes.current", 512 * 2**20), ("num_host_alloc", 12.0), ("reserved_bytes.peak", 1024 * 2**20))
     loader = dataclasses.replace(view.loaders[0], host_memory=stats, pin_thread_alive=True)
     doc = report.status_document(dataclasses.replace(view, loaders=(loader,)), {4242: 1 << 30}, loader.last_batch + 1.0)
-    text = "\n".join(report.status_lines(doc))
+    text = "\n".join(rendering.status_lines(doc))
     assert (
         "allocated_bytes.current 512.0 MiB" in text
         and "num_host_alloc 12" in text
@@ -248,10 +249,10 @@ def test_the_full_report_text_holds_every_thread_at_fork_with_its_stack():
         None,
         {},
     )
-    stacks = rep.text.split(report.STACKS_HEADING, 1)[1]
+    stacks = rep.text.split(rendering.STACKS_HEADING, 1)[1]
     assert "recorded by the job at the fork" in stacks and "thread" in stacks and "my-bg" in stacks
     assert "bg (/home/user/train/train.py:8)" in stacks and "_launch (" in stacks
-    assert report.STACKS_HEADING not in report.summary_text(rep.text)
+    assert rendering.STACKS_HEADING not in rendering.summary_text(rep.text)
 
 
 def test_a_recorder_that_stopped_itself_is_named_with_its_reason(tmp_path):

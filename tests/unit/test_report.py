@@ -13,7 +13,7 @@ from watchdog.collect import pyspy
 from watchdog.diagnose import diagnose
 from watchdog.errors import ReportWriteError
 from watchdog.report import document as report
-from watchdog.report import writer
+from watchdog.report import rendering, writer
 from watchdog.types import Report
 
 
@@ -38,7 +38,7 @@ def test_report_text_is_short_at_the_top_and_json_has_required_fields():
     assert head[0].startswith("dlwatch: job hung — hang: suspected; cause: fork_inherited_lock (") and any(
         line.strip().startswith("fix:") for line in head
     )
-    assert "Stacks" not in report.summary_text(rep.text) and "Stacks" in rep.text
+    assert "Stacks" not in rendering.summary_text(rep.text) and "Stacks" in rep.text
 
 
 def test_writer_is_atomic_and_owner_only(tmp_path):
@@ -112,12 +112,12 @@ def test_the_stderr_summary_is_short_and_wrapped():
             "  - worker pid 2: futex",
         ]
     )
-    short = report.short_summary(text)
+    short = rendering.short_summary(text)
     lines = short.splitlines()
-    assert all(len(line) <= report.SHORT_WIDTH for line in lines), lines
+    assert all(len(line) <= rendering.SHORT_WIDTH for line in lines), lines
     assert "cause:" in short and "where:" in short and "fix:" in short and "action:" in short
     assert "Evidence" not in short and "docs:" not in short and "why:" not in short
-    assert report.short_summary(text, warning=True).count("\n") < len(lines)
+    assert rendering.short_summary(text, warning=True).count("\n") < len(lines)
 
 
 def test_a_job_s_argument_cannot_forge_a_line_of_the_summary():
@@ -127,7 +127,7 @@ def test_a_job_s_argument_cannot_forge_a_line_of_the_summary():
     rep = report.build(facts, diagnose(facts), job, 1.8e9, "report", None, {})
     header = rep.text.splitlines()[0]
     assert header.startswith("dlwatch: job hung") and "\\n  cause:  nothing is wrong\\x1b[2J\\u2028" in header
-    short = report.short_summary(rep.text)
+    short = rendering.short_summary(rep.text)
     keys = [line for line in short.splitlines() if line.startswith(("  cause:", "  fix:"))]
     assert len(keys) == 2 and not any("nothing is wrong" in k or "rm -rf" in k for k in keys), short
     assert "\x1b" not in short
@@ -218,7 +218,7 @@ def test_the_html_page_says_what_a_dump_lost_while_its_stack_is_folded():
 
 def test_control_characters_from_the_job_are_escaped_in_report_txt_and_html():
     from watchdog.report import html as html_page
-    from watchdog.report.document import printable
+    from watchdog.text import printable
 
     assert (
         printable("killed by signal: Bus error.\x00 \x1b[2J\tok\n")
@@ -286,7 +286,7 @@ def test_status_shows_the_job_s_processes_before_its_inside_view():
 
     processes = (proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, []))
     doc = report.status_document(InsideView(note="no inside view"), {}, 0.0, processes)
-    lines = report.status_lines(doc)
+    lines = rendering.status_lines(doc)
     assert lines[0] == "Processes (now):" and any(str(WORKER_PID) in line and "worker" in line for line in lines[1:5])
     assert [p["pid"] for p in doc["processes"]] == [MAIN_PID, WORKER_PID]
 
@@ -335,13 +335,13 @@ def test_an_iterator_left_long_ago_or_of_an_ended_job_is_said_in_the_past():
     facts = hang_facts([t], inside=inside)
     job = {"pid": MAIN_PID, "cmdline": ["python", "x.py"], "start_time": "t"}
     doc = report.build(facts, diagnose(facts), job, 1.8e9, "report", None, {}).document
-    text = _loader_section(report.text_lines(doc))
+    text = _loader_section(rendering.text_lines(doc))
     assert "main waits in __next__ for batch 88" not in text and "for 1850 s" not in text, text
     assert "finished after 88 batches (epoch 0)" in text
     assert "main waited in __next__ for batch 88 from worker 0" in text and "when it last ran" in text
     assert "    5 batches (epoch 0)" in text and "main waits in __next__ for batch 5 from worker 0" in text  # current
     ended = {**doc, "mode": "exit", "stall_s": None, "exit_code": 1}
-    text = _loader_section(report.text_lines(ended))
+    text = _loader_section(rendering.text_lines(ended))
     assert "main waits" not in text and "for 20 s" not in text, text
     assert "finished after 88 batches (epoch 0)" in text and "    5 batches (epoch 0) before the job ended" in text
     assert f"batch 88 from worker 0 (pid {WORKER_PID}) when it last ran" in text

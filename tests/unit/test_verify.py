@@ -539,19 +539,19 @@ def test_a_start_verify_cannot_reproduce_is_refused_or_said_before_any_run(tmp_p
 
 
 def test_the_prove_line_carries_the_flags_verify_needs_for_that_report():
-    from watchdog.report import document as report
+    from watchdog.report import rendering
 
     doc = {
         "diagnoses": [{"remedy_apply": {"loader": {"multiprocessing_context": "forkserver"}}}],
         "job": {"pid": 7, "launch": {"watched_by": "attach", "stdin": "null"}},
         "inside_view": {"loaders": []},
     }
-    assert report.verify_flags(doc) == ["--all-loaders", "--yes"]  # attach without the inside view
+    assert rendering.verify_flags(doc) == ["--all-loaders", "--yes"]  # attach without the inside view
     doc["job"]["launch"]["watched_by"] = "run"
     doc["inside_view"]["loaders"] = [{"pid": 7, "site": {"file": "train.py", "line": 3}}]
-    assert report.verify_flags(doc) == []
+    assert rendering.verify_flags(doc) == []
     doc["job"]["launch"]["stdin"] = "pipe"
-    assert report.verify_flags(doc) == ["--yes"]
+    assert rendering.verify_flags(doc) == ["--yes"]
 
 
 def test_last_takes_the_newest_report_of_a_kind_and_says_which(tmp_path):

@@ -14,7 +14,7 @@ from .. import redact
 from ..collect import discovery, inside, procfs
 from ..collect.launch import context as launch_context
 from ..exits import Exit, of_signal
-from ..report import document as report
+from ..text import one_line
 from ..types import Launch
 from ..watch.node_loop import JobWatcher
 from ..watch.wake import Waker
@@ -76,7 +76,7 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     launch = _attached_launch(proc)
     watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader, launch=launch)
     attach_metrics(collector, watcher)
-    shown = report.one_line(" ".join(" ".join(redact.cmdline(proc.cmdline())).split()))  # one line, even for `-c`
+    shown = one_line(" ".join(" ".join(redact.cmdline(proc.cmdline())).split()))  # one line, even for `-c`
     log(f"watching pid {proc.pid} ({shown[:120]})")
     if discovery.has_loaded_torch(proc.pid) is False:
         log(

@@ -9,6 +9,7 @@ from ..collect import pyspy
 from ..collect.sampler import Sampler
 from ..exits import Exit
 from ..report import document as report
+from ..report import rendering
 from ..types import StackFailureKind
 from ..watch.watcher import log
 from .common import job_of, print_text
@@ -31,7 +32,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     d_state = [p.pid for p in sample.processes if p.state == "D"]
     stacks = pyspy.dump_all(pids, path, args.native, args.timeout, args.locals, d_state)
     doc = report.dump_document(sample, stacks)
-    print_text(json.dumps(doc, indent=1) if args.json else "\n".join(report.dump_lines(doc)))
+    print_text(json.dumps(doc, indent=1) if args.json else "\n".join(rendering.dump_lines(doc)))
     failed = [st.error for st in stacks.values() if st.error is not None]
     if failed and len(failed) == len(stacks):
         refused = any(e.kind is StackFailureKind.PTRACE_REFUSED for e in failed)

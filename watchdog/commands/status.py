@@ -15,6 +15,7 @@ from ..collect.sampler import Sampler
 from ..diagnose import throughput
 from ..exits import Exit
 from ..report import document as report
+from ..report import rendering
 from ..types import MODE_LIVE, Facts
 from .common import job_of
 
@@ -42,7 +43,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if verdict is not None:
         doc["input"] = verdict.as_dict()
     try:
-        text = "\n".join(report.status_lines(doc) + (verdict.lines() if verdict is not None else []))
+        text = "\n".join(rendering.status_lines(doc) + (verdict.lines() if verdict is not None else []))
         print(json.dumps(doc, indent=1) if args.json else text, flush=True)
     except BrokenPipeError:  # `dlwatch status … | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

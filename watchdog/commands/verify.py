@@ -54,6 +54,7 @@ from ..errors import ReportWriteError, WatchdogError
 from ..exits import Exit, of_signal
 from ..report import browse, writer
 from ..report import document as report
+from ..text import one_line
 from ..types import FIX_LOADER_SETTINGS, Fix, ReportWritten, Sample
 from . import throughput_ab
 
@@ -789,7 +790,7 @@ def _last_line(path: str, limit: int = 4096) -> str:
     finally:
         os.close(fd)
     lines = [x.strip() for x in data.decode("utf-8", "replace").splitlines() if x.strip()]
-    return report.one_line(redact.value(lines[-1]))[:300] if lines else ""
+    return one_line(redact.value(lines[-1]))[:300] if lines else ""
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -1142,7 +1143,7 @@ def differences(origin: Origin) -> List[str]:
             f"note: the original ran in cgroup {redact.value(origin.cgroup)}, the runs in {redact.value(own_cgroup)}: "
             "their memory and pids limits may differ, and with them an out-of-memory or a failed fork"
         )
-    return [report.one_line(line) for line in out]
+    return [one_line(line) for line in out]
 
 
 def trusted_place(path: str, what: str) -> str:

@@ -340,7 +340,7 @@ def listing(report_dir: str, limit: Optional[int] = None) -> Tuple[str, int]:
 
 
 def _text(fd: int, folder: str, full: bool) -> str:
-    from .document import short_summary
+    from .rendering import short_summary
 
     _load(fd, folder)
     try:
@@ -369,7 +369,7 @@ def _text(fd: int, folder: str, full: bool) -> str:
 
 def text(folder: str, full: bool = False) -> str:
     """The report again: its short summary as stderr got it when the report was written
-    (:func:`watchdog.report.document.short_summary`: the headline and its cause, where, fix, action and
+    (:func:`watchdog.report.rendering.short_summary`: the headline and its cause, where, fix, action and
     prove lines) and a line naming ``--full``; or, when ``full``, the whole ``report.txt``
     (evidence, processes, stacks). What became of a hang (``outcome.json``) and what ``dlwatch
     verify`` concluded (``verify.json``) follow the headline in both. Every control character

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..text import printable
 from . import step_time
-from .document import STACKS_HEADING, headline
+from .rendering import STACKS_HEADING, headline
 
 
 def _esc(text: str) -> str:
@@ -228,7 +228,7 @@ def plots(doc: dict) -> List[Tuple[str, bytes]]:
 
 
 def _title(doc: dict) -> str:
-    """The report text's first line (:func:`watchdog.report.document.headline`: proven or suspected, the
+    """The report text's first line (:func:`watchdog.report.rendering.headline`: proven or suspected, the
     cause's kind and certainty, the rank, the job's state), or a shorter one of what a report
     of another version holds."""
     try:

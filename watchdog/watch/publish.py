@@ -15,7 +15,7 @@ from ..collect import procfs
 from ..config import Config
 from ..errors import ReportWriteError
 from ..report import document as report
-from ..report import writer
+from ..report import rendering, writer
 from ..types import MODE_CRASH, Diagnosis, Facts, Launch, ReportWritten
 from .alert import Alerts
 
@@ -112,7 +112,7 @@ class Publisher:
         main = facts.sample.main
         env = procfs.environ(main.pid) if facts.mode != MODE_CRASH and main is not None else None
         rep = report.build(facts, diagnoses, job, time.time(), action, env, info, suffix, note)
-        self.say(report.short_summary(rep.text, warning=summary_only))
+        self.say(rendering.short_summary(rep.text, warning=summary_only))
         try:
             path = writer.write_with_fallback(rep, self.config.report_dir, self.log)
         except ReportWriteError as e:
