@@ -14,7 +14,7 @@ import pytest
 
 from tests.unit.builders import WORKER_PID, fixture
 from watchdog import frames, redact, states
-from watchdog.collect import procfs, pyspy, waits
+from watchdog.collect import memory_plan, procfs, pyspy, waits
 from watchdog.errors import ProcError, ProcessGone
 from watchdog.types import ProcId, StackFailureKind, WaitKind
 
@@ -352,7 +352,7 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
     other = [_entry(1, 100 * 2**20, role="other")]
     assert s._due_full_info(other, 2.0) == []  # only main and workers
     # a process read at t=0 that was still is due after 6 x 10 s, unless its RSS moved
-    s._full = {ProcId(7, 7): sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)}
+    s._full = {ProcId(7, 7): memory_plan.MemoryRead(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)}
     s._last_t = 29.0
     assert s._due_full_info([_entry(7, 100 * 2**20)], 30.0) == []
     assert len(s._due_full_info([_entry(7, 140 * 2**20)], 30.0)) == 1  # RSS +40 MiB: due at 10 s
@@ -363,9 +363,9 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
 def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_back_a_first_read():
     from watchdog.collect import sampler as sampler_mod
 
-    budget = sampler_mod.MemoryReadBudget(rate_per_s=0.5, burst=2.0)
+    budget = memory_plan.MemoryReadBudget(rate_per_s=0.5, burst=2.0)
     ranks = [sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0) for _ in range(2)]
-    read = sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 10.0)
+    read = memory_plan.MemoryRead(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 10.0)
     for r, s in enumerate(ranks):
         s.memory_budget = budget
         s._full = {ProcId(100 * r + i, 900): read for i in range(10)}
@@ -379,7 +379,7 @@ def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_ba
     fresh = _entry(999, 100 * 2**20, create_time=999.0)  # never read: read at once, the budget spent
     assert ranks[0]._due_full_info([fresh] + overdue[0], 60.0) == [fresh]
     with pytest.raises(ValueError):
-        sampler_mod.MemoryReadBudget(rate_per_s=0.0)
+        memory_plan.MemoryReadBudget(rate_per_s=0.0)
 
 
 def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tick_beyond_the_budget():
@@ -387,7 +387,7 @@ def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tic
     from watchdog.types import HostSample
 
     s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0)
-    read = sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)
+    read = memory_plan.MemoryRead(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0)
     s._full = {ProcId(p, 900): read for p in range(10, 20)}
     growing = [_entry(p, 180 * 2**20, create_time=900.0) for p in range(10, 16)]
     still = [_entry(p, 100 * 2**20, create_time=900.0) for p in range(16, 20)]
@@ -397,11 +397,11 @@ def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tic
     assert s._due_full_info(growing + still, 51.0) == growing  # all six, though the budget is one
     # short: under a quarter of the cgroup's limit left; the host's total when there is no limit
     limited = HostSample(None, None, 20 << 30, mem_total_bytes=24 << 30, mem_limit_bytes=640 << 20)
-    assert sampler_mod.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=600 << 20))
-    assert not sampler_mod.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=300 << 20))
-    assert not sampler_mod.memory_short(HostSample(None, None, 20 << 30, mem_total_bytes=24 << 30))
-    assert sampler_mod.memory_short(HostSample(None, None, 2 << 30, mem_total_bytes=24 << 30))
-    assert not sampler_mod.memory_short(HostSample(None, None, 2 << 30))  # nothing to compare with
+    assert memory_plan.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=600 << 20))
+    assert not memory_plan.memory_short(dataclasses.replace(limited, mem_cgroup_usage_bytes=300 << 20))
+    assert not memory_plan.memory_short(HostSample(None, None, 20 << 30, mem_total_bytes=24 << 30))
+    assert memory_plan.memory_short(HostSample(None, None, 2 << 30, mem_total_bytes=24 << 30))
+    assert not memory_plan.memory_short(HostSample(None, None, 2 << 30))  # nothing to compare with
 
 
 def test_a_young_process_is_read_again_a_second_after_each_read_while_its_mappings_form():
@@ -410,8 +410,8 @@ def test_a_young_process_is_read_again_a_second_after_each_read_while_its_mappin
     s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0)
     young, old = _entry(8, 100 * 2**20, create_time=997.0), _entry(9, 100 * 2**20, create_time=900.0)
     s._full = {
-        ProcId(8, 997): sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
-        ProcId(9, 900): sampler_mod._Full(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
+        ProcId(8, 997): memory_plan.MemoryRead(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
+        ProcId(9, 900): memory_plan.MemoryRead(50.0, 8 * 2**20, None, 400, None, 100 * 2**20, 60.0),
     }
     s._last_t = 50.0
     assert s._due_full_info([young, old], 51.5) == [young]  # 3 s old: its files are being mapped now
@@ -426,7 +426,7 @@ def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_f
     s = sampler_mod.Sampler(me.pid, full_info_interval_s=10.0)
     key = ProcId(me.pid, procfs.start_ticks(me.pid))
     uss, rss = me.memory_full_info().uss, me.memory_info().rss
-    s._full = {key: sampler_mod._Full(0.0, uss, None, None, None, rss, 10.0)}
+    s._full = {key: memory_plan.MemoryRead(0.0, uss, None, None, None, rss, 10.0)}
     intervals = []
     for _ in range(4):
         last = s._full[key]
@@ -445,7 +445,7 @@ def test_a_still_process_is_read_half_as_often_after_each_still_read_down_to_a_f
     assert intervals == [60.0, 120.0, 240.0, 240.0]
     # memory that moved brings the cadence back to full_info_interval_s
     last = s._full[key]
-    s._full[key] = sampler_mod._Full(last.at, last.uss + 200 * 2**20, None, None, None, rss, last.interval)
+    s._full[key] = memory_plan.MemoryRead(last.at, last.uss + 200 * 2**20, None, None, None, rss, last.interval)
     s._read_full_info([dict(entry)], last.at + last.interval)
     assert s._full[key].interval == 10.0
 
@@ -459,7 +459,7 @@ def test_a_process_is_not_read_again_while_its_rss_and_virtual_size_and_the_jobs
 
     s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 10_000.0)
     key, rss, vsize, anon = ProcId(7, 900), 100 * 2**20, 2 << 30, 500 << 20
-    read = sampler_mod._Full(0.0, 8 * 2**20, None, 400, None, rss, 60.0, vsize=vsize, job_anon=anon)
+    read = memory_plan.MemoryRead(0.0, 8 * 2**20, None, 400, None, rss, 60.0, vsize=vsize, job_anon=anon)
     s._full = {key: read}
     s._last_t = 99.0
     entry = _entry(7, rss, create_time=900.0)
@@ -479,7 +479,7 @@ def test_a_process_is_not_read_again_while_its_rss_and_virtual_size_and_the_jobs
     assert due(now=65.0, anon_now=anon + 40 * 2**20) == 1
     assert due(anon_now=None) == 1  # the job's anonymous memory unknown
     assert len(s._due_full_info([_entry(7, rss + 40 * 2**20, create_time=900.0)], 100.0, anon)) == 1  # RSS
-    assert due(now=sampler_mod._GATED_MAX_FACTOR * 10.0 + 1) == 1  # the ceiling
+    assert due(now=memory_plan.GATED_MAX_FACTOR * 10.0 + 1) == 1  # the ceiling
     s._full = {key: dataclasses.replace(read, pinned=1 << 20)}
     assert due() == 1  # CUDA pinned memory grows in neither
     s._full = {key: dataclasses.replace(read, uss=None)}
@@ -512,13 +512,13 @@ def test_a_process_is_not_read_again_while_its_rss_and_virtual_size_and_the_jobs
 
 
 def test_still_memory_is_judged_against_the_slowest_growth_the_rules_warn_about():
-    from watchdog.collect.sampler import _Full, _still
+    from watchdog.collect.memory_plan import MemoryRead, still
 
-    last = _Full(0.0, 100 * 2**20, None, 400, None, 0, 10.0)
-    assert _still(last, 100 * 2**20 + 2**20, 401, None, 10.0)  # +1 MiB in 10 s: noise
-    assert not _still(last, 100 * 2**20 + 12 * 2**20, 400, None, 10.0)  # 1.2 MiB/s: growth
-    assert not _still(last, 100 * 2**20, 600, None, 10.0)  # +200 mappings
-    assert _still(last, None, None, None, 10.0)  # unreadable: nothing to learn
+    last = MemoryRead(0.0, 100 * 2**20, None, 400, None, 0, 10.0)
+    assert still(last, 100 * 2**20 + 2**20, 401, None, 10.0)  # +1 MiB in 10 s: noise
+    assert not still(last, 100 * 2**20 + 12 * 2**20, 400, None, 10.0)  # 1.2 MiB/s: growth
+    assert not still(last, 100 * 2**20, 600, None, 10.0)  # +200 mappings
+    assert still(last, None, None, None, 10.0)  # unreadable: nothing to learn
 
 
 def test_fd_kinds_and_a_census_of_this_process(tmp_path):

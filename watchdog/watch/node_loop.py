@@ -14,8 +14,8 @@ import psutil
 
 from ..collect import discovery, examine, procfs
 from ..collect.inside import InsideReader
+from ..collect.memory_plan import MemoryReadBudget
 from ..collect.node import NodeReads
-from ..collect.sampler import MemoryReadBudget
 from ..config import Config
 from ..types import (
     MODE_HANG,
