@@ -186,8 +186,23 @@ def test_a_poll_on_a_lock_file_whose_holder_was_killed_names_the_file_the_pid_an
     assert "lock file /tmp/shards.lock names pid 2857 as its holder" in text
     assert "was killed by signal 9 (SIGKILL)" in text and "never deleted the file" in text
     assert first.confidence == pytest.approx(0.9)  # strongly supported; the hang itself stays suspected
+    assert "polls in code that takes a soft lock: /job/shards.py:36: `fd = os.open(path, os.O_CREAT" in text
     assert "delete the file" in first.remedy and "filelock.FileLock" in first.remedy
     assert "/tmp/shards.lock" in first.remedy and "acquire(timeout=" in first.remedy
+
+
+def test_the_cause_is_strongly_supported_only_when_the_poll_is_seen_taking_a_soft_lock():
+    # Without the O_EXCL create near the poll, the file is named but the tie is not seen: likely.
+    sources = {k: v for k, v in POLL_SOURCES.items() if k[1] != 36}
+    first = diagnose(_facts(_poll_thread(), sources, lock=_lock()))[0]
+    assert "names pid 2857" in "\n".join(first.evidence) and first.confidence == pytest.approx(0.8)
+    assert "shows no soft lock" in "\n".join(first.evidence)
+    # tox-dev/filelock's acquire loop in the stack ties it as well as the create does.
+    lib = Frame("BaseFileLock.acquire", "/venv/lib/python3.11/site-packages/filelock/_api.py", 380, False)
+    thread = _worker_thread((lib, Frame("LockedShards.__getitem__", SHARDS, 70, False)))
+    first = diagnose(_facts(thread, sources, lock=_lock()))[0]
+    assert first.confidence == pytest.approx(0.9)
+    assert "polls inside filelock (filelock/_api.py:380 in BaseFileLock.acquire)" in "\n".join(first.evidence)
 
 
 def test_a_lock_files_holder_gone_without_a_record_is_still_named_when_the_timeline_saw_it():

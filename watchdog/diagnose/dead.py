@@ -35,6 +35,9 @@ from .common import polling_of, worker_views
 # non-blocking get while a helper of the job ended (CAUSE_WORDS in report.py: strongly
 # supported from 0.9, likely from 0.7).
 LOCK_FILE_CONFIDENCE = 0.9
+# The same without a sign in the worker's stack or code that its poll takes a soft lock.
+UNTIED_LOCK_CONFIDENCE = 0.8
+_SOFT_LOCK = re.compile(r"\bO_EXCL\b|\bSoftFileLock\(")
 SPIN_CONFIDENCE = 0.85
 _NON_BLOCKING_GET = re.compile(
     r"\.get_nowait\(\s*\)|\.get\(\s*(?:block\s*=\s*)?False\b|\.get\([^)]*\btimeout\s*=\s*0(?:\.0*)?\s*\)"
@@ -145,6 +148,13 @@ def lock_file_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
     if first is None:
         return None
     lock, how = first
+    site = soft_lock_site(facts, pids)
+    lines = lines[:3] + [
+        site
+        if site is not None
+        else "which file the workers poll for is not read from outside, and their code near the poll shows no soft "
+        "lock (no O_EXCL create, no filelock frame)"
+    ]
     remedy = (
         f"The workers poll to take the lock file {lock.path}, and its holder, pid {lock.pid}, {how}: it will never "
         "delete the file, nothing else releases a soft lock, so the poll can only end if someone deletes it. "
@@ -153,7 +163,34 @@ def lock_file_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
         "holder (filelock's SoftFileLock does so on the same host), and acquire with a timeout "
         "(lock.acquire(timeout=<seconds>) raises). " + BOUND_THE_WAIT
     )
-    return DeadEnd(LOCK_FILE_CONFIDENCE, tuple(lines[:3]), remedy)
+    return DeadEnd(LOCK_FILE_CONFIDENCE if site is not None else UNTIED_LOCK_CONFIDENCE, tuple(lines), remedy)
+
+
+def soft_lock_site(facts: Facts, pids: Sequence[int]) -> Optional[str]:
+    """Where a polling worker of ``pids`` takes a soft lock, as its stack and source show it:
+    a frame of tox-dev/filelock, else a line at or up to ``ENCLOSING_LINES`` above its user frame
+    that creates a file exclusively (``O_EXCL``) or builds a filelock lock; ``None`` when neither
+    is seen (the poll may wait for something else than the lock file)."""
+    for v in worker_views(facts):
+        if v.pid not in pids or v.loop is None or polling_of(facts, v.pid) is None:
+            continue
+        lib = next((f for f in v.loop.frames if not f.native and "/filelock/" in f.file.replace("\\", "/")), None)
+        if lib is not None:
+            return (
+                f"worker pid {v.pid} polls inside filelock ({frames.short_path(lib.file)}:{lib.line} in "
+                f"{lib.function}): a soft lock's acquire"
+            )
+        u = v.user
+        if u is None or u.native:
+            continue
+        for line in range(u.line, max(0, u.line - frames.ENCLOSING_LINES), -1):
+            text = facts.source(u.file, line)
+            if text is not None and _SOFT_LOCK.search(text):
+                return (
+                    f"worker pid {v.pid} polls in code that takes a soft lock: {frames.short_path(u.file)}:{line}: "
+                    f"`{text.strip()}`"
+                )
+    return None
 
 
 def _spin_line(facts: Facts, frame: Optional[Frame]) -> Optional[Tuple[int, str]]:
