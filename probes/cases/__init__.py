@@ -356,7 +356,7 @@ CASES: Tuple[Case, ...] = (
         "suspected",
         "time.sleep(POLL_S)",
         remedy=("delete the file", "filelock.FileLock", "acquire(timeout="),
-        evidence=("-shards.lock names pid ", "was killed by signal 9 (SIGKILL)"),
+        evidence=("-shards.lock names pid ", "was killed by signal 9 (SIGKILL)", "takes a soft lock"),
     ),
     Case("healthy_lock_file_stale_broken", None, target="lock_file_holder_killed", args=("breaks_stale",)),
     Case(
