@@ -170,3 +170,31 @@ def test_show_names_a_folder_that_does_not_exist(tmp_path):
             assert why in str(e) and str(folder) in str(e)
         else:
             raise AssertionError(folder)
+
+
+def test_help_imports_no_command_and_no_watcher():
+    # Each command's module is imported when it runs: `dlwatch … --help` (and a usage error)
+    # builds the parser only, without the watch loop, detection or diagnosis behind the commands.
+    import re
+    import sys
+
+    from tests.unit.builders import ROOT
+
+    for argv in (["--help"], ["run", "--help"], ["attach", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "watchdog", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert done.returncode == 0 and done.stdout.startswith("usage: dlwatch"), done.stderr[-2000:]
+        imported = set(re.findall(r"\|\s+(watchdog(?:\.\w+)*)\s*$", done.stderr, re.M))
+        assert "watchdog.commands.parser" in imported, sorted(imported)
+        heavy = sorted(
+            m
+            for m in imported
+            if m.startswith(("watchdog.watch", "watchdog.detect", "watchdog.diagnose"))
+            or m in {f"watchdog.commands.{c}" for c in ("run", "attach", "status", "dump", "show", "reports")}
+        )
+        assert not heavy, (argv, heavy)
