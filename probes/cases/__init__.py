@@ -369,6 +369,7 @@ CASES: Tuple[Case, ...] = (
         evidence=("gets from a queue without blocking", "was killed by signal 9 (SIGKILL)"),
     ),
     Case("healthy_decoder_spin_alive", None, target="decoder_killed_get_nowait", args=("healthy",)),
+    Case("healthy_helper_stopped_while_computing", None),
     Case(
         "lock_file_holder_killed_attach",
         "worker_stuck",
