@@ -58,8 +58,12 @@ class JobRun:
     ``received`` and set the wakers; the forwarder thread signals the job's group."""
 
     def __init__(self, args: argparse.Namespace, cfg: config_mod.Config) -> None:
-        """Raises:
-        ConfigError: ``args.cmd`` holds no command."""
+        """Take the parsed ``args`` (the job's command after ``--``, the bound flags) and the
+        settings ``cfg``; nothing is started yet.
+
+        Raises:
+            ConfigError: ``args.cmd`` holds no command.
+        """
         self.args = args
         self.cfg = cfg
         self.cmd: List[str] = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -81,7 +85,14 @@ class JobRun:
         self.bound: Optional[RunBound] = None  # made when watching starts
 
     def run(self) -> int:
-        """All phases in order; the exit code."""
+        """Every phase in order: catch signals, start the job, reap it and forward signals on two
+        threads, watch it, then after its end diagnose, clean up, say how it ended and write the
+        summary. The job's exit code (128 + N after signal N); 124 (:attr:`Exit.TERMINATED`) when
+        dlwatch ended it as hung; 0 when it was ended at its bound; 126/127 when it could not start.
+
+        Raises:
+            ConfigError: the metrics port cannot be served (before the job starts).
+        """
         if not self.cmd[0]:
             log("cannot start '': command not found")
             return Exit.NOT_FOUND
