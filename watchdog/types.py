@@ -950,8 +950,11 @@ class ProofKind(TextEnum):
     KERNEL = "kernel"
     LOADER_IDLE = "loader_idle"
     # A wait whose only possible releaser has ended (NOTE [ Manager lock proof ] in
-    # watchdog/dead_releaser.py): main, the workers and the manager can never move.
+    # watchdog/manager_proof.py): main, the workers and the manager can never move.
     WAITS_ON_DEAD = "waits_on_dead"
+    # A cycle through a multiprocessing.Manager among the living (NOTE [ Manager lock proof ] in
+    # watchdog/manager_proof.py): main, the workers and the manager wait for one another.
+    MANAGER_CYCLE = "manager_cycle"
 
 
 @dataclass(frozen=True)
@@ -986,10 +989,11 @@ class Proof:
 
     ``kind`` is ``kernel`` (every thread of ``pids`` waits, with no timeout, for something only
     threads of that same set could do), ``loader_idle`` (main waits inside the iterator for a
-    batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved) or
+    batch while every worker, ``pids``, sits idle in PyTorch's loop and nothing moved),
     ``waits_on_dead`` (main, the workers and a Manager's server, ``pids``, wait for a lock that no
-    live process can release, and a process of the job has ended: NOTE [ Manager lock proof ] in
-    watchdog/dead_releaser.py).
+    live process can release, and a process of the job has ended) or ``manager_cycle`` (the same
+    wait with no process of the job ended: the holder is one of them; NOTE [ Manager lock proof ]
+    in watchdog/manager_proof.py).
     ``links`` are the argument's steps, one per thread or process; ``conclusion`` what follows.
     """
 
