@@ -107,7 +107,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from . import dead_releaser, frames, states
+from . import dead_releaser, frames, manager_proof, states
 from .collect.waits import LOCK_CALLS, READ_CALLS, WRITE_CALLS
 from .types import (
     LOADER_ROLES,
@@ -1620,7 +1620,9 @@ def termination(
     waiting_for_data = verdict.confirmed_by_stack and verdict.in_loader and not in_bounded_shutdown(verdict)
     bound_s = shutdown_bound_s(sample, stall_timeout_s)
     unproven = False
-    if main_proven or (proof is not None and proof.kind in (ProofKind.LOADER_IDLE, ProofKind.WAITS_ON_DEAD)):
+    if main_proven or (
+        proof is not None and proof.kind in (ProofKind.LOADER_IDLE, ProofKind.WAITS_ON_DEAD, ProofKind.MANAGER_CYCLE)
+    ):
         grounded, note = True, "proven: the job cannot move"
     elif proof is not None and (waiting_for_data or stall.stall_s >= bound_s):
         grounded, note = True, "proven: workers can never run again and main waits for their data"
@@ -1809,7 +1811,8 @@ class Episode:
         """Decide on an examination of ``stall`` (due in ``sample``) from what it read.
 
         The kernel proof over ``evidence.stable`` (:func:`prove`, kept when it covers main or a
-        worker), else a Manager lock whose holder ended (``dead_releaser.prove_manager_lock``),
+        worker), else a Manager lock whose holder ended (``dead_releaser.prove_manager_lock``)
+        or a cycle through a Manager (``manager_proof.prove_manager_cycle``),
         else the loader-level one (:func:`prove_loader_idle`); main's verdict
         (:func:`confirm`); then :func:`assess`, unless the workers changed during the look (an
         epoch ended: the job moved). An early (batch-rhythm) look reports only a proof. A rank
@@ -1840,9 +1843,13 @@ class Episode:
         )
         verdict = confirm(main.pid, stacks.get(main.pid), evidence.details.get(main.pid, ()), len(sample.workers))
         early = stall.trigger == TRIGGER_RHYTHM
-        if proof is None:  # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in dead_releaser.py)
+        if proof is None:  # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py)
             proof = dead_releaser.prove_manager_lock(
                 sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable
+            )
+        if proof is None:  # a cycle through a Manager among the living (the same NOTE)
+            proof = manager_proof.prove_manager_cycle(
+                sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable, role_words(sample)
             )
         if proof is None:
             timeout = min(self.stall_timeout_s, stall.stall_s) if early else self.stall_timeout_s

@@ -314,3 +314,51 @@ def assess_tracked(make, verdict: HangVerdict, details, seconds=20, trigger=None
         {(WORKER_PID, WORKER_PID)},
         5.0,
     )
+
+
+def manager_job(name: str, status: Optional[int] = 9):
+    """``(sample, stacks, details)`` of a job captured from a ``probes/cases`` Manager case
+    (``tests/fixtures/NAME``: each process's py-spy JSON and ``/proc/PID/task/TID/syscall``
+    lines): main, its workers (the processes whose stacks run ``_worker_loop``), the manager
+    and any other live process (role ``other``), and, for a zombie, an exit record with
+    ``status`` (``None``: its parent reaped it before a sample saw it). Main's loader view lists
+    the workers in pid order (worker 0 first)."""
+    import json
+
+    from watchdog.types import ROLE_OTHER, ExitRecord
+
+    doc = json.loads(fixture(name))
+    main_pid = doc["processes"][0]["pid"]
+    procs, stacks, details, exits = [], {}, {}, []
+    for p in doc["processes"]:
+        if p["state"] == "Z":
+            exits.append(
+                ExitRecord(
+                    p["pid"],
+                    p["start_ticks"],
+                    main_pid,
+                    ROLE_OTHER,
+                    "python",
+                    ("python",),
+                    25.0,
+                    1e9 + 25,
+                    26.0,
+                    1e9 + 26,
+                    status,
+                )
+            )
+            continue
+        threads = pyspy.parse_dump(p["pyspy"])
+        stacks[p["pid"]] = ProcessStack(p["pid"], threads, True, None, "", 0.1)
+        details[p["pid"]] = tuple(detail(int(tid), line) for tid, line in sorted(p["syscalls"].items()))
+        if p["pid"] == main_pid:
+            role = ROLE_MAIN
+        elif "_worker_loop" in p["pyspy"]:
+            role = ROLE_WORKER
+        else:
+            role = ROLE_OTHER
+        procs.append(proc(p["pid"], role, [], method="fork" if role == ROLE_WORKER else None, ppid=p["ppid"]))
+    workers = tuple(sorted(p.pid for p in procs if p.role == ROLE_WORKER))
+    view = dataclasses.replace(loader_view(main_pid), workers=workers)
+    smp = dataclasses.replace(sample(30.0, procs), exits=tuple(exits), loaders=(view,))
+    return smp, stacks, details

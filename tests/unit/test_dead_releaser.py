@@ -1,5 +1,5 @@
 """Waits on the dead, proven (issue #34, section 2; NOTE [ Manager lock proof ] in
-watchdog/dead_releaser.py): a ``multiprocessing.Manager()`` lock whose holder was SIGKILLed,
+watchdog/manager_proof.py): a ``multiprocessing.Manager()`` lock whose holder was SIGKILLed,
 from the stacks and ``/proc/PID/task/TID/syscall`` lines captured from
 ``probes/cases/manager_lock_holder_killed.py`` and its healthy twin (holder alive), and what
 each step needs: without any of them the hang stays suspected."""
@@ -7,13 +7,11 @@ each step needs: without any of them the hang stays suspected."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
-from tests.unit.builders import LOCK_TIMED, SLEEP, detail, fixture, proc, sample, stall
+from tests.unit.builders import LOCK_TIMED, SLEEP, detail, manager_job, stall
 from watchdog import dead_releaser, detect
-from watchdog.collect import pyspy
 from watchdog.types import (
     NO_EXIT_RECORD,
     ROLE_MAIN,
@@ -23,7 +21,6 @@ from watchdog.types import (
     ExitRecord,
     KernelWait,
     PipeEnds,
-    ProcessStack,
     ProofKind,
     Trigger,
     WaitKind,
@@ -31,43 +28,7 @@ from watchdog.types import (
 
 
 def _job(name: str, status=9):
-    """``(sample, stacks, details, roles)`` of a captured job: main, its workers (the two
-    processes whose stacks iterate the Dataset), the manager and, for a zombie, an exit record
-    with ``status`` (``None``: its parent reaped it before a sample saw it)."""
-    doc = json.loads(fixture(name))
-    main_pid = doc["processes"][0]["pid"]
-    procs, stacks, details, exits = [], {}, {}, []
-    for p in doc["processes"]:
-        if p["state"] == "Z":
-            exits.append(
-                ExitRecord(
-                    p["pid"],
-                    p["start_ticks"],
-                    main_pid,
-                    ROLE_OTHER,
-                    "python",
-                    ("python",),
-                    25.0,
-                    1e9 + 25,
-                    26.0,
-                    1e9 + 26,
-                    status,
-                )
-            )
-            continue
-        threads = pyspy.parse_dump(p["pyspy"])
-        stacks[p["pid"]] = ProcessStack(p["pid"], threads, True, None, "", 0.1)
-        details[p["pid"]] = tuple(detail(int(tid), line) for tid, line in sorted(p["syscalls"].items()))
-        text = json.dumps(p["pyspy"])
-        if p["pid"] == main_pid:
-            role = ROLE_MAIN
-        elif "_worker_loop" in text:
-            role = ROLE_WORKER
-        else:
-            role = ROLE_OTHER
-        procs.append(proc(p["pid"], role, [], method="fork" if role == ROLE_WORKER else None, ppid=p["ppid"]))
-    smp = dataclasses.replace(sample(30.0, procs), exits=tuple(exits))
-    return smp, stacks, details
+    return manager_job(name, status)
 
 
 def _prove(smp, stacks, details, wakeable=None):

@@ -33,6 +33,7 @@ TOP_LEVEL = {
     "safefiles": "leaves",
     "detect": "detect",
     "dead_releaser": "detect",  # a proof of a wait on the dead: moves into detect/ with it
+    "manager_proof": "detect",  # the Manager wait checker both Manager proofs share, and the cycle proof
     "cli": "commands",
     "__main__": "commands",
 }

@@ -1,0 +1,193 @@
+"""Cycles across processes through a ``multiprocessing.Manager``, proven (issue #34, section 2;
+NOTE [ Manager lock proof ] in watchdog/manager_proof.py), from the stacks and
+``/proc/PID/task/TID/syscall`` lines captured from ``probes/cases/manager_lock_never_released.py``
+(main keeps the lock and waits in ``__next__``), ``manager_lock_order_two_workers.py`` (worker 0
+inside ``with self.a:`` waits for ``self.b``, worker 1 inside ``with self.b:`` for ``self.a``) and
+the healthy twin ``healthy_manager_lock_main_holds_briefly.py`` (a thread of main holds the lock
+and sleeps, then releases): what each step needs, and that without any of them the hang stays
+suspected."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.unit.builders import LOCK_TIMED, SLEEP, detail, manager_job, stall
+from watchdog import dead_releaser, detect, manager_proof
+from watchdog.types import (
+    ROLE_MAIN,
+    ROLE_OTHER,
+    ROLE_WORKER,
+    Evidence,
+    ExitRecord,
+    KernelWait,
+    PipeEnds,
+    ProofKind,
+    Trigger,
+    WaitKind,
+)
+
+NEVER = "manager_lock_never_released.json"
+AB = "manager_lock_order_two_workers.json"
+BRIEF = "manager_lock_main_holds_briefly.json"
+
+
+def _prove(smp, stacks, details, wakeable=None):
+    return manager_proof.prove_manager_cycle(
+        smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {}, detect.role_words(smp)
+    )
+
+
+def _pid(smp, role):
+    return next(p.pid for p in smp.processes if p.role == role)
+
+
+def test_main_keeping_the_lock_while_it_waits_for_the_workers_is_a_proven_cycle():
+    smp, stacks, details = manager_job(NEVER)
+    proof = _prove(smp, stacks, details)
+    assert proof is not None and proof.kind is ProofKind.MANAGER_CYCLE
+    main, manager = smp.main.pid, _pid(smp, ROLE_OTHER)
+    w0, w1 = smp.loaders[0].workers
+    assert set(proof.pids) == {p.pid for p in smp.processes}
+    # every thread of main, the workers and the manager is a step of the argument
+    assert {(link.pid, link.tid) for link in proof.links if link.tid is not None} == {
+        (pid, d.tid) for pid, threads in details.items() for d in threads
+    }
+    text = proof.conclusion
+    assert "no process of the job can move" in text
+    # the cycle, named: main in __next__ for both workers' batch, each worker's wait with its line
+    batch = f"main (pid {main}) waits in __next__ (PyTorch's loop, no timeout) for the batch of worker 0 (pid {w0})"
+    assert f"{batch} and worker 1 (pid {w1})" in text
+    assert f"worker 0 (pid {w0}) waits at " in text and f"worker 1 (pid {w1}) waits at " in text
+    assert "manager_lock_never_released.py:31 (SharedCacheDataset.__getitem__) for the manager's answer" in text
+    assert "its proxy's acquire()" in text and f"the manager (pid {manager}) runs those acquire() calls" in text
+    # what is proven (nobody can move) apart from who likely holds it (never proven)
+    assert "who holds it is not proven: main is the likely holder" in text
+    assert "lock-order cycle" not in text
+    assert sum("waits in it, on a lock" in link.wait for link in proof.links_of(manager)) == 2
+
+
+def test_two_workers_taking_two_manager_locks_in_opposite_orders_are_a_proven_cycle():
+    smp, stacks, details = manager_job(AB)
+    proof = _prove(smp, stacks, details)
+    assert proof is not None and proof.kind is ProofKind.MANAGER_CYCLE
+    w0, w1 = smp.loaders[0].workers
+    text = proof.conclusion
+    # named from both stacks: each worker at its own `with` line
+    at = "probes/cases/manager_lock_order_two_workers.py"
+    assert f"worker 0 (pid {w0}) waits at " in text and f"{at}:49 (TwoLockDataset.__getitem__)" in text
+    assert f"worker 1 (pid {w1}) waits at " in text and f"{at}:54 (TwoLockDataset.__getitem__)" in text
+    assert text.index(f"pid {w0}) waits at") < text.index(f"{at}:49") < text.index(f"pid {w1}) waits at")
+    assert "the waits are at different lines" in text and "a lock-order cycle" in text
+
+
+def test_a_thread_of_main_that_holds_the_lock_and_sleeps_leaves_it_unproven():
+    # The healthy twin: the same waits in main's iterating thread, the workers and the manager,
+    # but a thread of main holds the lock in time.sleep and will release it.
+    smp, stacks, details = manager_job(BRIEF)
+    assert any("prepare" == t.name for t in stacks[smp.main.pid].threads)
+    assert _prove(smp, stacks, details) is None
+    assert dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), {}) is None
+    # without that thread (as if it ended) the rest is the cycle: the sleeping thread alone kept it unproven
+    main = smp.main.pid
+    tid = next(t.tid for t in stacks[main].threads if t.name == "prepare")
+    st = dataclasses.replace(stacks[main], threads=tuple(t for t in stacks[main].threads if t.tid != tid))
+    fewer = {**details, main: tuple(d for d in details[main] if d.tid != tid)}
+    assert _prove(smp, {**stacks, main: st}, fewer) is not None
+
+
+@pytest.mark.parametrize("case", [NEVER, AB])
+@pytest.mark.parametrize("who", ["main", "worker", "manager"])
+def test_any_live_thread_that_could_still_run_leaves_it_unproven(case, who):
+    smp, stacks, details = manager_job(case)
+    pid = _pid(smp, {"main": ROLE_MAIN, "worker": ROLE_WORKER, "manager": ROLE_OTHER}[who])
+    assert _prove(smp, stacks, details) is not None
+    last = details[pid][-1]
+    details = {**details, pid: details[pid][:-1] + (detail(last.tid, SLEEP),)}  # a thread in time.sleep
+    assert _prove(smp, stacks, details) is None
+
+
+@pytest.mark.parametrize("case", [NEVER, AB])
+def test_a_timed_acquire_in_the_manager_ends_by_itself(case):
+    smp, stacks, details = manager_job(case)
+    manager = _pid(smp, ROLE_OTHER)
+    timed = tuple(detail(d.tid, LOCK_TIMED) if d.wait.kind is WaitKind.FUTEX_PRIVATE else d for d in details[manager])
+    assert _prove(smp, stacks, {**details, manager: timed}) is None
+
+
+def test_a_missing_stack_a_timer_signal_or_another_live_process_leave_it_unproven():
+    smp, stacks, details = manager_job(NEVER)
+    manager = _pid(smp, ROLE_OTHER)
+    assert _prove(smp, {k: v for k, v in stacks.items() if k != manager}, details) is None
+    worker = _pid(smp, ROLE_WORKER)
+    assert _prove(smp, {k: v for k, v in stacks.items() if k != worker}, details) is None
+    assert _prove(smp, stacks, details, wakeable={smp.main.pid: "catches SIGALRM"}) is None
+    other = dataclasses.replace(smp.process(manager), pid=99999, ppid=smp.main.pid)  # a helper, alive
+    assert _prove(dataclasses.replace(smp, processes=smp.processes + (other,)), stacks, details) is None
+    # a thread py-spy shows that the /proc reads did not list started since: something moves
+    main = smp.main.pid
+    assert _prove(smp, stacks, {**details, main: details[main][:-1]}) is None
+
+
+def test_a_process_that_ended_beside_the_manager_makes_it_the_dead_releasers_proof():
+    # Not a cycle among the living: the ended process is the likely holder (waits_on_dead).
+    smp, stacks, details = manager_job(NEVER)
+    gone = ExitRecord(99999, 10**12, smp.main.pid, ROLE_OTHER, "python", ("python",), 1.0, 2e9, 2.0, 2e9, 9)
+    dead = dataclasses.replace(smp, exits=(gone,))
+    assert _prove(dead, stacks, details) is None
+    proof = dead_releaser.prove_manager_lock(dead, stacks, details, detect.loader_waits(dead, stacks), {})
+    assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
+
+
+def test_a_loop_that_woke_between_the_two_reads_is_still_in_its_loop():
+    smp, stacks, details = manager_job(AB)
+    manager, main = _pid(smp, ROLE_OTHER), smp.main.pid
+    changed = KernelWait(WaitKind.UNKNOWN, detail="changed between two reads")
+    woke = {
+        pid: tuple(dataclasses.replace(d, wait=changed) if d.tid == pid else d for d in details[pid])
+        for pid in (manager, main)
+    }
+    assert _prove(smp, stacks, {**details, **woke}) is not None
+    # ... but a worker's proxy read that changed is not a wait the proof can rest on
+    worker = _pid(smp, ROLE_WORKER)
+    moved = tuple(dataclasses.replace(d, wait=changed) for d in details[worker])
+    assert _prove(smp, stacks, {**details, worker: moved}) is None
+
+
+def test_the_cycle_ends_the_job_under_on_hang_terminate():
+    smp, stacks, details = manager_job(NEVER)
+    evidence = Evidence(
+        details=details,
+        stable=details,
+        children={p.pid: () for p in smp.processes},
+        pipes=PipeEnds({}, {}, {}, True),
+        stacks=stacks,
+        wakeable={},
+        file_locks=(),
+        after=smp,
+    )
+    workers = tuple(w.pid for w in smp.workers)
+    episode = detect.Episode(5.0, 300.0, terminate=True)
+    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    assert decision.assessment.hang and decision.assessment.proof is not None
+    assert decision.assessment.proof.kind is ProofKind.MANAGER_CYCLE
+    assert decision.terminate and decision.termination.grounded and not decision.termination.unproven
+
+
+def test_the_healthy_twin_is_never_ended_under_on_hang_terminate():
+    smp, stacks, details = manager_job(BRIEF)
+    evidence = Evidence(
+        details=details,
+        stable=details,
+        children={p.pid: () for p in smp.processes},
+        pipes=PipeEnds({}, {}, {}, True),
+        stacks=stacks,
+        wakeable={},
+        file_locks=(),
+        after=smp,
+    )
+    workers = tuple(w.pid for w in smp.workers)
+    episode = detect.Episode(5.0, 300.0, terminate=True)
+    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    assert decision.assessment.proof is None and not decision.terminate
