@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
+from .. import children, redact
 from .. import config as config_mod
-from .. import redact
 from ..collect import inside
 from ..collect.launch import context as launch_context
 from ..collect.stderr_tail import StderrTail
@@ -204,10 +204,8 @@ class JobRun:
         assert proc is not None
         while True:
             while self.pending:
-                try:
-                    os.killpg(proc.pid, self.pending.pop(0))
-                except OSError:
-                    pass
+                # to its group only while it is unreaped: the group's number is still its own
+                children.signal_group(proc, self.pending.pop(0))
             if self.ended.is_set():
                 return
             self.forward_wake.wait(0.5)
