@@ -6,6 +6,7 @@ same for real are probes/cases/lock_file_holder_killed.py and decoder_killed_get
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -55,9 +56,18 @@ def test_a_lock_files_pid_and_host_are_parsed_and_nothing_else_is_taken():
         assert lockfiles.parse(bad) is None, bad
 
 
-def _job_sample(folder_file: str):
-    """A sample whose main is this test's process (its cwd, TMPDIR and root are real)."""
-    return sample(0.0, [proc(os.getpid(), ROLE_MAIN, [])]), [(os.getpid(), (folder_file,))]
+@contextlib.contextmanager
+def _job_in(folder):
+    """A sample whose main is a real process working in ``folder`` (its cwd and TMPDIR), and
+    its open files (a data file there): only that folder is looked in. Killed after."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], cwd=folder, env={"TMPDIR": str(folder)}
+    )
+    try:
+        yield sample(0.0, [proc(job.pid, ROLE_MAIN, [])]), [(job.pid, (str(folder / "data.bin"),))]
+    finally:
+        job.kill()
+        job.wait(30)
 
 
 def test_find_reads_lock_files_in_the_jobs_folders_and_says_what_their_pid_is_now(tmp_path):
@@ -76,8 +86,8 @@ def test_find_reads_lock_files_in_the_jobs_folders_and_says_what_their_pid_is_no
         os.utime(tmp_path / "reused.lock", (1e9, 1e9))  # written long before this process started
         (tmp_path / "elsewhere.lock").write_text(f"{gone.pid}\nanother-host-xyz\n")
         (tmp_path / "notes.txt").write_text(f"{gone.pid}\n")  # not a lock file's name
-        smp, open_files = _job_sample(str(tmp_path / "data.bin"))
-        found = {os.path.basename(x.path): x for x in lockfiles.find(smp, open_files)}
+        with _job_in(tmp_path) as (smp, open_files):
+            found = {os.path.basename(x.path): x for x in lockfiles.find(smp, open_files)}
     finally:
         zombie.wait()
     assert found["gone.lock"].holder == "gone" and found["gone.lock"].pid == gone.pid
@@ -98,17 +108,17 @@ def test_find_never_follows_a_link_never_opens_a_fifo_and_skips_what_the_jobs_us
     (tmp_path / "big.lock").write_text("1\n" + "x" * 4096)
     os.link(secret, tmp_path / "hardlink.lock")
     (tmp_path / "linked_dir").symlink_to("/etc")
-    smp, open_files = _job_sample(str(tmp_path / "data.bin"))
-    open_files.append((os.getpid(), (str(tmp_path / "linked_dir" / "x"),)))  # a folder through a link
-    started = time.monotonic()
-    found = {os.path.basename(x.path) for x in lockfiles.find(smp, open_files)}
-    assert time.monotonic() - started < 30
-    assert not found & {"link.lock", "fifo.lock", "big.lock", "hardlink.lock"}
-    if os.geteuid() == 0:
-        other = tmp_path / "other.lock"
-        other.write_text("1\n")
-        os.chown(other, 65534, 65534)  # another user's file in the job's folder
-        assert "other.lock" not in {os.path.basename(x.path) for x in lockfiles.find(smp, open_files)}
+    with _job_in(tmp_path) as (smp, open_files):
+        open_files.append((smp.main.pid, (str(tmp_path / "linked_dir" / "x"),)))  # a folder through a link
+        started = time.monotonic()
+        found = {os.path.basename(x.path) for x in lockfiles.find(smp, open_files)}
+        assert time.monotonic() - started < 30
+        assert not found & {"link.lock", "fifo.lock", "big.lock", "hardlink.lock"}
+        if os.geteuid() == 0:
+            other = tmp_path / "other.lock"
+            other.write_text("1\n")
+            os.chown(other, 65534, 65534)  # another user's file in the job's folder
+            assert "other.lock" not in {os.path.basename(x.path) for x in lockfiles.find(smp, open_files)}
 
 
 # --- the finding -------------------------------------------------------------------------------
@@ -321,3 +331,15 @@ def test_a_spinning_worker_runnable_on_a_loaded_machine_is_burning_cpu_not_quiet
     assert runnable_spin(dataclasses.replace(facts, stall=idle), WORKER_PID) is None
     reads = dataclasses.replace(st, loader_work=(LoaderWork(WORKER_PID, 1.0, 1 << 20, 0, 8.0),))
     assert runnable_spin(dataclasses.replace(facts, stall=reads), WORKER_PID) is None
+
+
+def test_many_live_locks_never_crowd_out_a_stale_one(tmp_path):
+    (tmp_path / "data.bin").write_bytes(b"x")
+    for i in range(lockfiles.MAX_FILES + 8):  # newer than the stale one, their holder alive
+        (tmp_path / f"live-{i}.lock").write_text(f"{os.getpid()}\n")
+    stale = tmp_path / "stale.lock"
+    stale.write_text("4194303\n")  # the highest pid: no process has it here
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    with _job_in(tmp_path) as (smp, open_files):
+        found = lockfiles.find(smp, open_files)
+    assert len(found) == lockfiles.MAX_FILES and found[0].path == str(stale) and found[0].holder == "gone"

@@ -31,9 +31,10 @@ from . import procfs
 
 # Names a lock file ends with (filelock's ``<file>.lock``, ``.lck``, a pid file's ``.pid``).
 SUFFIXES = (".lock", ".lck", ".pid")
-# Entries of one folder looked at, and lock files kept in all (the newest first).
+# Entries of one folder looked at, and lock files kept in all (those whose holder is not alive
+# first, then the newest: many live locks of other jobs in /tmp must not crowd out a stale one).
 MAX_ENTRIES = 4096
-MAX_FILES = 16
+MAX_FILES = 32
 # Bytes a lock file may have to be read (filelock's marker is under 100).
 MAX_BYTES = 512
 # Folders looked in at most: the working directories, the temporary folder, open files' folders.
@@ -194,10 +195,11 @@ def folders(sample: Sample, open_files: Iterable[Tuple[int, Sequence[str]]] = ()
 
 
 def find(sample: Sample, open_files: Iterable[Tuple[int, Sequence[str]]] = ()) -> Tuple[LockFile, ...]:
-    """The lock files in the job's folders (:func:`folders`) whose first line is a pid, newest
-    first, at most :data:`MAX_FILES` (:class:`~watchdog.types.LockFile`, each with what its pid
-    is now). Empty when main is gone or its root cannot be opened; never raises for a file or
-    folder that changes or vanishes meanwhile."""
+    """The lock files in the job's folders (:func:`folders`) whose first line is a pid, those
+    whose holder is not alive first, then the newest, at most :data:`MAX_FILES`
+    (:class:`~watchdog.types.LockFile`, each with what its pid is now). Empty when main is gone
+    or its root cannot be opened; never raises for a file or folder that changes or vanishes
+    meanwhile."""
     main = sample.main
     if main is None:
         return ()
@@ -228,4 +230,4 @@ def find(sample: Sample, open_files: Iterable[Tuple[int, Sequence[str]]] = ()) -
                 os.close(dir_fd)
     finally:
         os.close(root_fd)
-    return tuple(sorted(found.values(), key=lambda x: -x.written_wall)[:MAX_FILES])
+    return tuple(sorted(found.values(), key=lambda x: (x.holder in ("alive", "reused"), -x.written_wall))[:MAX_FILES])
