@@ -22,13 +22,14 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-LOCK = os.path.join(tempfile.gettempdir(), f"dlwatch-case-{os.getpid()}-shards.lock")
+# In the working directory (the test's own folder under probes.repro: a job ended with SIGKILL
+# leaves its lock file behind, as a real one does, and nowhere shared).
+LOCK = os.path.abspath(f"dlwatch-case-{os.getpid()}-shards.lock")
 BREAKS_STALE = sys.argv[1:] == ["breaks_stale"]
 POLL_S = 0.1
 
@@ -93,7 +94,9 @@ def main():
     downloader.start()
     held.wait()
     try:
-        for step, batch in enumerate(DataLoader(LockedShards(), batch_size=4, num_workers=2)):
+        batches = iter(DataLoader(LockedShards(), batch_size=4, num_workers=2))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # ended (SIGTERM): remove the file; main only
+        for step, batch in enumerate(batches):
             print("step", step, batch.shape, flush=True)
     finally:
         try:
