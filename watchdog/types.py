@@ -942,7 +942,6 @@ class Polling:
     gap_s: float
 
 
-@dataclass(frozen=True)
 class ProofKind(TextEnum):
     """Which argument a :class:`Proof` makes (NOTE [ Deadlock proof ] in detect.py); the value
     is what report.json shows."""
