@@ -50,8 +50,9 @@ def test_the_interval_is_students_on_the_mean_log_ratio():
     assert iv.low == pytest.approx(math.exp(mean - 2.776 * sd / math.sqrt(5)))
     assert iv.high == pytest.approx(math.exp(mean + 2.776 * sd / math.sqrt(5)))
     assert ab.interval(logs[:1]) is None  # one pair says nothing
-    wide = ab.interval(logs, math.log(1.1))
-    assert wide is not None and wide.low == pytest.approx(iv.low / 1.1) and wide.high == pytest.approx(iv.high * 1.1)
+    wide = ab.interval(logs, 1.5)  # the half-width, in log units, times 1.5
+    assert wide is not None and wide.widened_by == 1.5
+    assert math.log(wide.high / wide.ratio) == pytest.approx(1.5 * math.log(iv.high / iv.ratio))
 
 
 def test_a_clear_gain_is_a_gain_and_a_step_bound_job_gains_nothing():
@@ -75,23 +76,32 @@ def test_a_gain_inside_the_noise_is_not_claimed():
 
 
 def test_a_busy_machine_is_said_widens_the_interval_and_withholds_at_the_limit():
+    assert ab.widening(None) == 1.0 and ab.widening(0.05) == 1.0
+    assert ab.widening(0.2) == pytest.approx(1.25) and ab.widening(0.9) == pytest.approx(2.0)  # capped
     quiet = ab.judge(_runs(QUIET_A, QUIET_B, [(0.05, 0.05)] * 5), "num_workers=2")
-    assert quiet.load_line.startswith("the machine was quiet: other processes used 0.05 of 2 CPUs")
-    # the others' load differs inside each pair by 0.4 of 2 CPUs: each end moves out
-    uneven = [(0.2, 0.6), (0.6, 0.2), (0.2, 0.6), (0.6, 0.2), (0.2, 0.6)]
-    busy = ab.judge(_runs(QUIET_A, QUIET_B, uneven), "num_workers=2")
+    assert (
+        quiet.load_line == "the machine was quiet: other processes used 0.05 of 2 CPUs on average during the runs (2%)"
+    )
+    assert quiet.interval is not None and quiet.interval.widened_by == 1.0 and "widened" not in quiet.line
+    # others at 0.4 of 2 CPUs (20 %), unevenly: the half-width grows 1.25x
+    busy = ab.judge(_runs(QUIET_A, QUIET_B, [(0.2, 0.6), (0.6, 0.2)] * 2 + [(0.4, 0.4)]), "num_workers=2")
     assert busy.load_line.startswith("the machine was busy: other processes used 0.40 of 2 CPUs on average")
-    assert "widened" in busy.load_line and "widened by 1.29x" in busy.line
+    assert (
+        busy.load_line.endswith("; the interval is widened 1.25x") and "widened 1.25x for the others' load" in busy.line
+    )
     assert busy.interval is not None and quiet.interval is not None
-    assert busy.interval.low < quiet.interval.low and busy.interval.high > quiet.interval.high
-    assert busy.state == ab.GAIN  # a 1.9x gain survives it
-    # the same load during both runs of each pair moves both alike: no widening
-    even = ab.judge(_runs(QUIET_A, QUIET_B, [(0.6, 0.6)] * 5), "num_workers=2")
-    assert even.interval is not None and even.interval.widened_by == 1.0
+    half = math.log(busy.interval.high / busy.interval.ratio)
+    assert half == pytest.approx(1.25 * math.log(quiet.interval.high / quiet.interval.ratio))
+    assert busy.interval.low < quiet.interval.low and busy.state == ab.GAIN  # a 1.9x gain survives it
     held = ab.judge(_runs(QUIET_A, QUIET_B, [(1.2, 1.2)] * 5), "num_workers=2")
     assert held.state == ab.WITHHELD and not held.holds and held.line.startswith("withheld: the machine was busy (60%")
     assert "1.90x" in held.line  # the figures are still given
-    assert ab.judge(_runs(QUIET_A, QUIET_B, [(1.2, 1.2)] * 5), "n", busy_limit=1.0).state == ab.GAIN
+    judged_anyway = ab.judge(_runs(QUIET_A, QUIET_B, [(1.2, 1.2)] * 5), "n", busy_limit=1.0)
+    assert judged_anyway.state == ab.GAIN and judged_anyway.interval.widened_by == pytest.approx(2.0)
+    # a noisy gain that a quiet machine would call a gain is noise once widened on a busy one
+    a, b = (8.0, 7.0, 9.0, 7.5, 8.5), (10.0, 7.6, 10.2, 9.1, 8.9)
+    assert ab.judge(_runs(a, b), "n").state == ab.GAIN
+    assert ab.judge(_runs(a, b, [(0.8, 0.8)] * 5), "n").state == ab.NOISE
 
 
 def test_a_run_that_failed_or_did_not_have_the_change_proves_nothing_and_too_few_pairs_say_nothing():

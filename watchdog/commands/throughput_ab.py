@@ -16,10 +16,14 @@ Student t-interval on their mean, exponentiated: the geometric mean ratio with i
 (:func:`interval`; W. S. Gosset ("Student"), "The probable error of a mean", Biometrika 6, 1908;
 ratios of paired runs with their confidence interval, as T. Kalibera and R. Jones recommend in
 "Rigorous benchmarking in reasonable time", ISMM 2013). Pairing adjacent runs cancels a load on
-the machine that changes slowly; a load that changes between the two runs of a pair widens the
-interval twice: through the spread of the log-ratios, and by :func:`pair_bias` (how much the
-other processes' CPU use, which differed between the pair's runs, could have moved that pair's
-ratio, if the job's speed followed the CPUs left to it). The change **gains** only when the
+the machine that changes slowly; a load that changes between the two runs of a pair shows in
+the spread of the log-ratios, hence in the interval. On a busy machine the spread itself is
+less to be trusted (the load need not vary at random), so the interval's half-width is
+multiplied by :func:`widening`, ``1 / (1 - s)`` for others' share ``s`` of the CPUs (from
+``BUSY_SHARE``; at most ``1 / (1 - WITHHOLD_SHARE)``, the factor ``dlwatch probe bench`` also
+uses). Other processes' CPU use is not subtracted or modelled per run: the runs' own demand
+changes it (a job with more workers leaves the others less), so it is no independent measure of
+the conditions. The change **gains** only when the
 interval's low end is above 1, **slows** the job when its high end is below 1, and is
 **within the noise** otherwise; fewer than two measured pairs say nothing.
 
@@ -185,23 +189,20 @@ class Run:
     problem: str = ""
 
 
-def pair_bias(a: Run, b: Run) -> float:
-    """How far (in log units) other processes could have moved the ratio of the pair ``a``,
-    ``b``: ``|ln((M - o_a) / (M - o_b))|`` for ``o`` of ``M`` CPUs kept busy by them during
-    each run (the job as fast as the CPUs left to it; ``o`` capped at 95 % of ``M``); 0 without a
-    measurement. The same load during both runs moves both alike: no bias."""
-    if a.others_cpus is None or b.others_cpus is None or not (a.host_cpus or b.host_cpus):
-        return 0.0
-    m = float(max(a.host_cpus or 0, b.host_cpus or 0))
-    left_a, left_b = (m - min(o, 0.95 * m) for o in (a.others_cpus, b.others_cpus))
-    return abs(math.log(left_a / left_b))
+def widening(share: Optional[float]) -> float:
+    """The factor on the interval's half-width for other processes' ``share`` (0..1) of the
+    CPUs during the runs: ``1 / (1 - share)`` from ``BUSY_SHARE`` on, at most ``1 / (1 -
+    WITHHOLD_SHARE)`` (2.0); 1.0 below it or without a measurement."""
+    if share is None or share < BUSY_SHARE:
+        return 1.0
+    return 1.0 / (1.0 - min(share, WITHHOLD_SHARE))
 
 
 @dataclass(frozen=True)
 class Interval:
     """The ratio B/A (geometric mean over ``n`` pairs) and its ``confidence`` interval
-    ``low``..``high``; ``widened_by`` the factor each end was moved out by for the others' load
-    (1.0: not), ``sd`` the standard deviation of the log-ratios."""
+    ``low``..``high``; ``widened_by`` the factor on its half-width (in log units) for the
+    others' load (1.0: not), ``sd`` the standard deviation of the log-ratios."""
 
     ratio: float
     low: float
@@ -212,17 +213,18 @@ class Interval:
     confidence: float = CONFIDENCE
 
 
-def interval(log_ratios: Sequence[float], widen_log: float = 0.0) -> Optional[Interval]:
+def interval(log_ratios: Sequence[float], widen: float = 1.0) -> Optional[Interval]:
     """Student's t-interval (95 %) on the mean of ``log_ratios`` (each ``ln(B_i / A_i)`` of one
-    pair), each end moved out by ``widen_log``, exponentiated; ``None`` with fewer than two.
-    Raises nothing."""
+    pair), its half-width multiplied by ``widen`` (at least 1), exponentiated; ``None`` with
+    fewer than two. Raises nothing."""
     n = len(log_ratios)
     if n < 2:
         return None
     mean = sum(log_ratios) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in log_ratios) / (n - 1))
-    half = t975(n - 1) * sd / math.sqrt(n) + max(0.0, widen_log)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, sd, math.exp(max(0.0, widen_log)))
+    widen = max(1.0, widen)
+    half = t975(n - 1) * sd / math.sqrt(n) * widen
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, sd, widen)
 
 
 @dataclass(frozen=True)
@@ -304,14 +306,14 @@ def load_line(load: Optional[Load], limit: float) -> str:
     if load.share >= limit:
         return line + f"; at --busy-limit {limit:g} or more the verdict is withheld"
     if load.share >= BUSY_SHARE:
-        return line + "; the interval is widened where that load differed between the runs of a pair"
+        return line + f"; the interval is widened {widening(load.share):.2f}x"
     return line
 
 
 def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) -> Judgement:
     """Judge alternating runs (:class:`Run`, arm ``A`` then ``B`` for each index): pairs with a
-    rate on both sides give the log-ratios; the interval (:func:`interval`) is widened by the
-    mean :func:`pair_bias`. ``what`` names the change in the line. A run with a ``problem``
+    rate on both sides give the log-ratios; the interval (:func:`interval`) is widened by
+    :func:`widening` of the others' share. ``what`` names the change in the line. A run with a ``problem``
     makes the verdict ``cannot`` (said with the run), as do fewer than two measured pairs; the
     machine busy at ``busy_limit`` (a share of its CPUs) or more makes it ``withheld``."""
     by = {(r.arm, r.index): r for r in runs}
@@ -334,8 +336,7 @@ def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) ->
         )
     measured = [(a, b) for a, b in pairs if a.rate and b.rate]
     logs = [math.log((b.rate or 1.0) / (a.rate or 1.0)) for a, b in measured]
-    bias = sum(pair_bias(a, b) for a, b in measured) / len(measured) if measured else 0.0
-    iv = interval(logs, bias)
+    iv = interval(logs, widening(None if load is None else load.share))
     if iv is None:
         return Judgement(
             CANNOT,
@@ -350,7 +351,7 @@ def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) ->
     figures = (
         f"{iv.ratio:.2f}x the batches/s (95 % interval {iv.low:.2f}-{iv.high:.2f}x, a t-interval on the "
         f"log-ratios of {iv.n} alternating pairs"
-        + (f", widened by {iv.widened_by:.2f}x for the others' load" if iv.widened_by > 1.005 else "")
+        + (f", widened {iv.widened_by:.2f}x for the others' load" if iv.widened_by > 1.005 else "")
         + f"); median {_median(rates_a):.3g} batches/s without, {_median(rates_b):.3g} with"
     )
     if load is not None and load.share >= busy_limit:
