@@ -171,3 +171,22 @@ def test_no_stage_parses_another_stages_sentences():
             continue
         found += [f"{rel}: {p}" for p in PARSING_PROSE if p in text]
     assert not found, found
+
+
+def test_every_package_is_shipped():
+    """Each folder of watchdog/ (and probes/, shipped as watchdog.probes) with an ``__init__.py``
+    is listed in setup.cfg's ``packages``: a missing one installs a dlwatch that cannot import
+    it (the wheel leaves it out; an editable install hides that)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    listed = set(cfg["options"]["packages"].split())
+    found = set()
+    for top, name in ((PACKAGE, "watchdog"), (os.path.join(ROOT, "probes"), "watchdog.probes")):
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            if "__init__.py" in files:
+                rel = os.path.relpath(folder, top)
+                found.add(name if rel == "." else name + "." + rel.replace(os.sep, "."))
+    assert found - listed == set(), f"add to setup.cfg [options] packages: {sorted(found - listed)}"
