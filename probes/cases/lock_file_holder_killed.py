@@ -34,15 +34,20 @@ BREAKS_STALE = sys.argv[1:] == ["breaks_stale"]
 POLL_S = 0.1
 
 
-def holder_ended(path: str) -> bool:
-    """Whether the pid written in ``path`` has ended: no such process, or a zombie."""
+def stale_inode(path: str):
+    """The inode of ``path`` when the pid written in it has ended (no such process, or a zombie),
+    else ``None``: a file still empty (its holder created it and has not written yet) is held."""
     try:
         with open(path) as f:
             pid = int(f.readline())
+            inode = os.fstat(f.fileno()).st_ino
+    except (OSError, ValueError):
+        return None
+    try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, ValueError, IndexError):
-        return True
+            return inode if f.read().rsplit(b")", 1)[1].split()[0] == b"Z" else None
+    except FileNotFoundError:
+        return inode
 
 
 def acquire(path: str) -> None:
@@ -51,9 +56,11 @@ def acquire(path: str) -> None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            if BREAKS_STALE and holder_ended(path):
+            stale = stale_inode(path) if BREAKS_STALE else None
+            if stale is not None:
                 try:
-                    os.unlink(path)  # break the stale lock, as filelock does on its own host
+                    if os.stat(path).st_ino == stale:  # the same file, not a new holder's
+                        os.unlink(path)  # break the stale lock, as filelock does on its own host
                 except FileNotFoundError:
                     pass
                 continue
@@ -65,7 +72,10 @@ def acquire(path: str) -> None:
 
 
 def release(path: str) -> None:
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:  # a breaker took it for stale in the instant between its two checks
+        pass
 
 
 def download(path: str, held) -> None:
