@@ -191,7 +191,13 @@ CASES: Tuple[Case, ...] = (
         "hang",
         "proven",
         "with self.lock:  # the manager's lock",
-        remedy=("multiprocessing.Manager lock", "acquire(timeout=", "!no process feeds", "!Nothing puts"),
+        remedy=(
+            "multiprocessing.Manager lock",
+            "main likely took the lock",
+            "acquire(timeout=",
+            "!no process feeds",
+            "!Nothing puts",
+        ),
         evidence=(
             "to the manager process, pid",
             "waits for a threading.Lock, at multiprocessing/managers.py",
@@ -207,7 +213,14 @@ CASES: Tuple[Case, ...] = (
         "hang",
         "proven",
         evidence=("no process of the job can move", "a lock-order cycle"),
-        remedy=("!no process feeds",),
+        remedy=(
+            "worker 0 (pid",
+            "holds self.a (taken at line",
+            "and waits for self.b; worker 1 (pid",
+            "holds self.b",
+            "one global order",
+            "!no process feeds",
+        ),
     ),
     Case("healthy_manager_lock_same_order", None, target="manager_lock_order_two_workers", args=("same",)),
     Case(

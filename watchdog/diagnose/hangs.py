@@ -1608,6 +1608,8 @@ def _manager_remedy(facts: Facts, m: ManagerWait, at: str) -> str:
             "acquire with a timeout (lock.acquire(timeout=<seconds>) through the proxy returns False) so that the "
             "others fail loudly instead of waiting forever. " + _BOUND_THE_WAIT
         )
+    if proof is not None and proof.kind is ProofKind.MANAGER_CYCLE:
+        return _manager_cycle_remedy(facts, who, at)
     if m.method in ("acquire", "__enter__") or m.holder == "python_lock":
         return (
             f"The workers wait for a multiprocessing.Manager lock{at}: {who} runs their acquire() and waits, because "
@@ -1632,6 +1634,70 @@ def _manager_remedy(facts: Facts, m: ManagerWait, at: str) -> str:
     return (
         f"The workers' {m.method}() through a multiprocessing.Manager proxy{at} has not returned: {who} serves it; its "
         "stack below shows what it waits for. Give the call a timeout where the method takes one. " + _BOUND_THE_WAIT
+    )
+
+
+def manager_lock_cycle(facts: Facts) -> Optional[str]:
+    """The lock-order cycle of workers waiting at ``with X:`` (or ``X.acquire()``) through a
+    Manager proxy while their source shows them inside a ``with Y:`` (:func:`holds_at`) of a
+    lock another of them waits for: "worker 0 (pid A) holds self.a (taken at line 45) and waits
+    for self.b; worker 1 …", or ``None`` unless every such worker holds what another waits for.
+    Read from the stacks and the source (a Manager lock keeps no owner), never proven."""
+    waiting: Dict[int, Tuple[Frame, str]] = {}
+    for v in worker_views(facts):
+        if v.user is None or manager_wait(facts, v) is None:
+            continue
+        name = lock_name(facts.source_raw(v.user.file, v.user.line))
+        if name is not None:
+            waiting[v.pid] = (v.user, name)
+    parts = []
+    for pid, (at, name) in sorted(waiting.items()):
+        held = next(
+            (
+                (theirs, taken[0])
+                for other, (_, theirs) in sorted(waiting.items())
+                if other != pid and theirs != name and (taken := holds_at(facts, at, theirs)) is not None
+            ),
+            None,
+        )
+        if held is None:
+            return None
+        parts.append(f"{_worker_word(facts, pid)} holds {held[0]} (taken at line {held[1]}) and waits for {name}")
+    return "; ".join(parts) if len(parts) >= 2 else None
+
+
+def _manager_cycle_remedy(facts: Facts, who: str, at: str) -> str:
+    """For workers in a proven cycle through a Manager (NOTE [ Manager lock proof ] in
+    manager_proof.py): the lock-order cycle when the source shows one, else main as the likely
+    holder when it is the only client not waiting in a proxy call."""
+    proven = (
+        f"No process of the job can move (proven above: main, the workers and {who} wait for one another, and no "
+        "other process of the job lives). A Manager lock keeps no owner, so who holds it is read from the code, "
+        "not proven: "
+    )
+    timeout = (
+        "acquire with a timeout (lock.acquire(timeout=<seconds>) through the proxy returns False) so that a wait "
+        "fails loudly instead of hanging. " + _BOUND_THE_WAIT
+    )
+    cycle = manager_lock_cycle(facts)
+    if cycle is not None:
+        return (
+            proven + f"by the workers' stacks and source, a lock-order cycle through the manager: {cycle}. Take the "
+            "Manager locks in one global order in every worker and in main (always the first, then the second), or "
+            "use one lock; " + timeout
+        )
+    main = facts.sample.main
+    stack = facts.stack(main.pid) if main is not None else None
+    if stack is not None and stack.ok and not any(frames.manager_call(t) is not None for t in stack.threads):
+        return (
+            proven + f"the workers wait for a multiprocessing.Manager lock{at}, and main, the only client not itself "
+            "waiting in a call to the manager, now waits in __next__ for their batch: main likely took the lock and "
+            "did not release it before iterating (an early return or an exception path left it held). Release it "
+            "on every path (`with lock:`, or release in a finally: block), and " + timeout
+        )
+    return (
+        proven + f"the workers wait for a multiprocessing.Manager lock{at} that a client of this set holds. Release "
+        "it on every path (`with lock:`, or release in a finally: block), and " + timeout
     )
 
 
