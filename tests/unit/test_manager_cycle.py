@@ -10,17 +10,21 @@ suspected."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
-from tests.unit.builders import LOCK_TIMED, SLEEP, detail, manager_job, stall
+from tests.unit.builders import LOCK_TIMED, ROOT, SLEEP, detail, manager_job, stall
 from watchdog import dead_releaser, detect, manager_proof
+from watchdog.diagnose import engine
 from watchdog.types import (
     ROLE_MAIN,
     ROLE_OTHER,
     ROLE_WORKER,
     Evidence,
     ExitRecord,
+    Facts,
+    HangVerdict,
     KernelWait,
     PipeEnds,
     ProofKind,
@@ -191,3 +195,45 @@ def test_the_healthy_twin_is_never_ended_under_on_hang_terminate():
     episode = detect.Episode(5.0, 300.0, terminate=True)
     decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
     assert decision.assessment.proof is None and not decision.terminate
+
+
+def _diagnosed(name):
+    """The first diagnosis of the captured job ``name`` with its cycle proof, and the case's
+    source lines (as the hang's closer look reads them) under the paths its stacks name."""
+    smp, stacks, details = manager_job(name)
+    proof = _prove(smp, stacks, details)
+    main = smp.main.pid
+    iterating = next(t for t in stacks[main].threads if t.tid == main)
+    files = {f.file for st in stacks.values() for t in st.threads for f in t.frames if "probes/cases/" in f.file}
+    sources = []
+    for file in files:
+        with open(os.path.join(ROOT, "probes", "cases", os.path.basename(file)), encoding="utf-8") as f:
+            sources += [((file, i), text.rstrip("\n")) for i, text in enumerate(f, 1)]
+    facts = Facts(
+        mode="hang",
+        sample=smp,
+        timeline=(smp,),
+        stall=stall(main, tuple(w.pid for w in smp.workers), s=6.0),
+        verdict=HangVerdict("dataloader", True, "test", iterating),
+        stacks=tuple(stacks.items()),
+        thread_details=tuple(details.items()),
+        proof=proof,
+        source_lines=tuple(sources),
+    )
+    return engine.diagnose(facts)[0]
+
+
+def test_the_remedy_names_the_lock_order_cycle_from_the_workers_source():
+    first = _diagnosed(AB)
+    assert first.kind == "worker_stuck" and first.certainty == "proven"
+    assert "No process of the job can move" in first.remedy and "not proven" in first.remedy
+    assert "worker 0 (pid" in first.remedy and "holds self.a (taken at line 45) and waits for self.b" in first.remedy
+    assert "holds self.b (taken at line 51) and waits for self.a" in first.remedy
+    assert "one global order" in first.remedy and "main likely took" not in first.remedy
+
+
+def test_the_remedy_names_main_as_the_likely_holder_when_only_main_is_outside_the_manager():
+    first = _diagnosed(NEVER)
+    assert first.kind == "worker_stuck" and first.certainty == "proven"
+    assert "main likely took the lock and did not release it before iterating" in first.remedy
+    assert "lock-order cycle" not in first.remedy and "no process feeds" not in first.remedy
