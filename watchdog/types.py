@@ -1282,6 +1282,11 @@ class Finding:
     fix: Optional[Fix] = None
 
 
+# Warning kinds whose change ``dlwatch verify`` proves by a throughput A/B on the job (its
+# remedy_apply run with and without, alternating), rather than by a failure that stops.
+THROUGHPUT_FIX_KINDS = frozenset({"input_bound"})
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """One finding as the engine ranked it: the rule's :class:`Finding` with the rule's ``kind``

@@ -50,8 +50,10 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..types import THROUGHPUT_FIX_KINDS
+
 # The report kinds whose change verify proves by throughput rather than by a failure that stops.
-KINDS = frozenset({"input_bound"})
+KINDS = THROUGHPUT_FIX_KINDS
 # Batches of each run not measured: the workers' start, imports, the first prefetch.
 WARMUP_BATCHES = 10
 # The measured batches of a run by default: what the original delivered in this many seconds,

@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from .. import frames
 from ..text import one_line, printable
-from ..types import Frame
+from ..types import THROUGHPUT_FIX_KINDS, Frame
 
 STACKS_HEADING = "Stacks (innermost frame first):"
 
@@ -374,7 +374,7 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     if (
         folder
         and first.get("remedy_apply")
-        and doc["mode"] in ("hang", "crash")
+        and (doc["mode"] in ("hang", "crash") or (doc["mode"] == "live" and first["kind"] in THROUGHPUT_FIX_KINDS))
         and (job.get("launch") or {}).get("command")
     ):
         yield "  prove:  " + " ".join(["dlwatch verify", *verify_flags(doc), folder])
