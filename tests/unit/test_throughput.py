@@ -293,3 +293,91 @@ def test_only_main_stopped_leaves_its_idle_workers_time_out_of_their_idle_share(
     clock = throughput.WorkerClock()
     clock.update(tl)
     assert sum(v for w, s, v in clock.totals() if w == "0") == 18.0  # the metric counts no stopped time
+
+
+# NOTE [ Threads wanting a CPU ]: oversubscription is the job's own threads in state R (running or
+# runnable) against the usable CPUs, whatever other processes do; 2 usable CPUs here, so the line
+# is OVERSUBSCRIBED_DEMAND x 2 = 3 threads on average.
+
+
+def with_threads(tl, running, main_running=lambda t: False, pool=6):
+    """``tl`` with its threads read: each worker holds ``pool`` threads, ``running(t, i)`` of
+    them (worker ``i`` at second ``t``) in state R, the rest asleep; main one thread, in state R
+    where ``main_running(t)``."""
+    from tests.unit.builders import thread
+
+    out = []
+    for t, s in enumerate(tl):
+        procs = []
+        for p in s.processes:
+            if p.role == ROLE_WORKER:
+                r = running(t, p.pid - W1)
+                threads = [thread(p.pid + 100 * k, state="R" if k < r else "S") for k in range(pool)]
+            else:
+                threads = [thread(p.pid, state="R" if main_running(t) else "S")]
+            procs.append(dataclasses.replace(p, threads=tuple(threads), num_threads=len(threads)))
+        out.append(dataclasses.replace(s, processes=tuple(procs)))
+    return out
+
+
+def test_intra_op_workers_beside_other_load_are_oversubscribed_by_their_own_runnable_threads():
+    # the failure seen on a loaded 2-CPU machine: three workers with four intra-op threads each got
+    # 1.05 CPUs; CPU used plus the main threads' run-queue share was 2.35, under the old 2.5 line
+    # (workers_cpu_bound), while 2 to 4 threads of each worker were runnable at every sample
+    tl = timeline(0.5, cpu_share=0.35, state="R", wchan="0", runq_share=0.4, workers=(W1, W2, W2 + 1))
+    tl = with_threads(tl, lambda t, i: 2 + 2 * ((t + i) % 2))
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.OVERSUBSCRIBED, j.summary
+    assert j.wanting is not None and j.wanting.by_threads and abs(j.wanting.mean - 9.0) < 0.2
+    assert "torch.set_num_threads(1)" in j.remedy
+    assert any("threads wanting a CPU at once (running or runnable): 9.0 on average" in e for e in j.evidence)
+
+
+def test_a_well_sized_job_beside_other_load_is_cpu_bound_not_oversubscribed():
+    # two single-threaded workers and main on 2 CPUs, other processes holding half of them: CPU
+    # used plus run-queue share reached 2.5 (the old line: "fewer workers"), yet only 2.6 of the
+    # job's own threads want a CPU at once
+    tl = timeline(0.4, cpu_share=0.5, state="R", wchan="0", runq_share=0.5, main_cpu=0.5)
+    tl = with_threads(tl, lambda t, i: 1, main_running=lambda t: t % 5 < 3, pool=2)
+    j = judge(facts(tl))
+    assert j.verdict == Verdict.CPU_BOUND, j.summary
+    assert j.wanting is not None and abs(j.wanting.mean - 2.6) < 0.1
+    assert any("other processes compete" in e and "2.6 on average" in e for e in j.evidence), j.evidence
+
+
+def test_the_line_is_the_mean_count_of_runnable_threads_against_the_usable_cpus():
+    # three single-threaded CPU-bound workers on 2 CPUs; at three of the 31 samples main is
+    # runnable too (or one worker is not): 3.10 on average is over the line of 3, 2.90 under it
+    def tl(extra):
+        base = timeline(0.5, cpu_share=0.6, state="R", wchan="0", runq_share=0.35, workers=(W1, W2, W2 + 1))
+        at = (5, 15, 25)
+        return with_threads(
+            base,
+            lambda t, i: 0 if extra < 0 and i == 0 and t in at else 1,
+            main_running=lambda t: extra > 0 and t in at,
+            pool=2,
+        )
+
+    over, under = judge(facts(tl(1))), judge(facts(tl(-1)))
+    assert over.verdict == Verdict.OVERSUBSCRIBED and "num_workers=1" in over.remedy
+    assert under.verdict == Verdict.CPU_BOUND
+    assert over.wanting is not None and abs(over.wanting.mean - 96 / 31) < 1e-9
+    assert under.wanting is not None and abs(under.wanting.mean - 90 / 31) < 1e-9
+
+
+def test_threads_not_read_count_each_process_state_and_stopped_samples_not_at_all():
+    from watchdog.diagnose.worker_time import threads_wanting_cpu
+
+    tl = timeline(0.5, cpu_share=0.9, state="R", wchan="0", seconds=10)  # no thread read: processes
+    got = threads_wanting_cpu(full_samples(tl))
+    assert got is not None and not got.by_threads and got.mean == 2.0 and got.samples == 11
+    assert "a lower bound" in got.describe()
+    read = with_threads(tl, lambda t, i: 3)
+    got = threads_wanting_cpu(full_samples(read))
+    assert got is not None and got.by_threads and got.mean == 6.0 and got.peak == 6
+    stopped = [
+        dataclasses.replace(s, processes=tuple(dataclasses.replace(p, state="T") for p in s.processes)) if t >= 6 else s
+        for t, s in enumerate(read)
+    ]
+    got = threads_wanting_cpu(full_samples(stopped))
+    assert got is not None and got.samples == 6

@@ -28,13 +28,28 @@ The verdict, from the data-wait share D (``INPUT_BOUND_SHARE`` and up is input-b
   again at each epoch) are at least ``EPOCH_START_SHARE`` of the wait: ``persistent_workers=True``;
 * ``loading_in_main``: ``num_workers=0``, main loads its own batches;
 * ``cpu_oversubscribed``: the workers wait runnable ``RUNNABLE_SHARE`` of their time or more
-  while the job's own demand for CPUs (the workers' CPU use and run-queue share, and main's CPU
-  use) is at least ``OVERSUBSCRIBED_DEMAND`` times the usable CPUs: fewer workers, or one
-  intra-op thread per worker when a worker runs several (several running at once, more than
-  ``MULTI_THREAD_CPUS`` CPUs, or ``INTRA_OP_THREADS`` threads or more: an intra-op pool);
+  while the job's own threads that want a CPU at once (main's and the workers' threads in state
+  R, running or runnable, averaged over the window's samples: NOTE [ Threads wanting a CPU ] in
+  worker_time.py) number at least ``OVERSUBSCRIBED_DEMAND`` times the usable CPUs (affinity,
+  cgroup quota): fewer workers, or one intra-op thread per worker when a worker runs several
+  (several running at once, more than ``MULTI_THREAD_CPUS`` CPUs, or ``INTRA_OP_THREADS``
+  threads or more: an intra-op pool). The count is the job's own: other processes' load makes
+  its threads wait longer but not more of them want a CPU, so it neither turns a job's own
+  oversubscription into "CPU-bound" (as CPU used plus run-queue share did: under other load the
+  job gets less CPU, and the run-queue wait of intra-op threads was never read) nor makes a
+  job of as many single-threaded workers as CPUs look oversubscribed (its count is at most the
+  usable CPUs plus main, which waits ``INPUT_BOUND_SHARE`` or more of its time: under 1.5 times
+  the usable CPUs from 2 CPUs on). The margin, measured on this project's 2-CPU VM, 3 runs
+  without and 3 beside 8 busy loops (docs/performance.md, "Input-bound verdicts under load"):
+  ``input_bound_oversubscribed`` (four workers of four intra-op threads) counted 4.2 to 5.5
+  threads against the line of 3, at least 1.4 times over it (its workers waited runnable 49 to
+  53 % of their time, twice ``RUNNABLE_SHARE``); ``input_bound_cpu_few_workers`` (one CPU-bound
+  worker, waiting runnable 29 to 69 % for the others' CPUs) counted 1.0 to 1.1, 2.7 times under
+  it, and got ``workers_cpu_bound``;
 * ``workers_cpu_bound``: the workers compute (or wait runnable for a CPU that other processes
-  hold) ``CPU_BOUND_SHARE`` of their time or more: more
-  workers up to the usable CPUs, or cheaper transforms when they are all used;
+  hold: then the job's own threads wanting a CPU are stated, under the line) ``CPU_BOUND_SHARE``
+  of their time or more: more workers up to the usable CPUs, or cheaper transforms when they are
+  all used;
 * ``workers_io_bound``: the workers are busy (cpu + runnable) less than ``IO_BUSY_MAX`` of their
   time and blocked in the Dataset more than idle: more workers than CPUs help, or prefetch;
 * ``pin_memory_thread``: the workers are mostly idle while main waits and PyTorch pins memory
@@ -76,12 +91,14 @@ from .live import usable_cpus
 from .worker_time import (
     IDLE_WCHANS,
     STATES,
+    Wanting,
     WorkerClock,
     WorkerTime,
     full_samples,
     job_stopped,
     overlap,
     stopped_pairs,
+    threads_wanting_cpu,
     worker_ids,
     worker_times,
     workers_cpus,
@@ -115,7 +132,9 @@ INPUT_BOUND_SHARE = 0.2
 # The causes (shares of the workers' wall time, averaged over the workers).
 CPU_BOUND_SHARE = 0.6
 RUNNABLE_SHARE = 0.25
-OVERSUBSCRIBED_DEMAND = 1.25
+# The job's own threads wanting a CPU at once (mean count, NOTE [ Threads wanting a CPU ]) at
+# this multiple of the usable CPUs or more is oversubscription: half again as many as CPUs.
+OVERSUBSCRIBED_DEMAND = 1.5
 IO_BUSY_MAX = 0.5
 EPOCH_START_SHARE = 0.5
 # A worker's CPU use above this many CPUs (or more than one thread running at a sample) runs
@@ -166,8 +185,9 @@ class Judgement:
     ``batches`` main delivered in it, ``wait_share`` main's data wait (0..1), ``epoch_share``
     the part of that wait spent on iterators' first batches, ``main_cpus`` main's CPU use (CPUs),
     ``workers`` each worker's time, ``usable`` the CPUs the job may use and ``usable_how`` how
-    that was known, ``num_workers`` the setting, ``gain`` the most the input side can speed the
-    job up (``None``: no bound, main does nothing else), and the words: ``summary``,
+    that was known, ``num_workers`` the setting, ``wanting`` how many of the job's own threads
+    wanted a CPU at once (NOTE [ Threads wanting a CPU ] in worker_time.py), ``gain`` the most the
+    input side can speed the job up (``None``: no bound, main does nothing else), and the words: ``summary``,
     ``evidence``, ``remedy``, ``fix`` (what ``dlwatch verify`` can apply)."""
 
     verdict: Verdict
@@ -187,6 +207,7 @@ class Judgement:
     fix: Optional[Fix] = None
     confidence: float = 0.0
     stopped_s: float = 0.0
+    wanting: Optional[Wanting] = None
 
     @property
     def input_bound(self) -> bool:
@@ -213,6 +234,7 @@ class Judgement:
             "main_cpus": None if self.main_cpus is None else round(self.main_cpus, 2),
             "workers": {s: None if self.share(s) is None else round(self.share(s) or 0.0, 3) for s in STATES},
             "usable_cpus": self.usable,
+            "threads_wanting_cpu": None if self.wanting is None else round(self.wanting.mean, 2),
             "num_workers": self.num_workers,
             "speedup_at_most": None if self.gain is None else round(self.gain, 2),
             "evidence": list(self.evidence),
@@ -398,6 +420,7 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
         usable_how=how,
         num_workers=nw,
         stopped_s=stopped,
+        wanting=threads_wanting_cpu(full),
     )
     rate = waits.batches / span
     judged = (
@@ -517,12 +540,12 @@ def _cause(
     running_at_once = max(w.threads_running for w in workers)
     pool = max(w.threads for w in workers)
     threaded = running_at_once > 1 or worker_cpus / n > MULTI_THREAD_CPUS or pool >= INTRA_OP_THREADS
-    demand = worker_cpus + sum(w.share("runnable") for w in workers) + main_cpus
-    if runnable >= RUNNABLE_SHARE and demand >= OVERSUBSCRIBED_DEMAND * usable:
+    wanting = base.wanting  # the job's own threads in state R at once (NOTE [ Threads wanting a CPU ])
+    if runnable >= RUNNABLE_SHARE and wanting is not None and wanting.mean >= OVERSUBSCRIBED_DEMAND * usable:
         extra = (
-            f"the job's own demand: {demand:.2f} CPU(s) (used, and waited for runnable) for {usable:g} usable; "
-            f"workers of {pool} thread(s), up to {running_at_once or '?'} running at once, {worker_cpus / n:.2f} "
-            "CPU each",
+            f"the job's own threads wanting a CPU at once (running or runnable): {wanting.describe()}, for "
+            f"{usable:g} usable CPU(s); workers of {pool} thread(s), up to {running_at_once or '?'} running at once, "
+            f"{worker_cpus / n:.2f} CPU each",
         )
         if threaded:
             return verdict(
@@ -550,7 +573,8 @@ def _cause(
         busy_elsewhere = (
             (
                 f"the workers also waited runnable for a CPU {_pct(runnable)} of their time while the job used "
-                f"{job_cpus:.2f} of {usable:g} CPU(s): other processes compete for them",
+                f"{job_cpus:.2f} of {usable:g} CPU(s): other processes compete for them (the job's own threads "
+                f"wanting a CPU at once: {wanting.describe() if wanting else 'not read'})",
             )
             if runnable >= RUNNABLE_SHARE
             else ()

@@ -11,6 +11,28 @@ idle), no data wait of main's and no part of the span a share is taken of. The s
 state at its instant, so a stop that begins or ends between two samples costs the whole pair
 (at most one sampling interval each side): a verdict errs towards less time judged, never towards
 a stop taken for a wait.
+
+NOTE [ Threads wanting a CPU ]
+A job oversubscribes its CPUs when its own threads that want one at once (running, or runnable
+on a run queue: state ``R``) outnumber the CPUs it may use. That count is the job's own: other
+processes' load makes the job's threads wait longer on the run queue, and takes CPU time from
+them, but it does not make more of them want a CPU (a thread that computes is ``R`` on an idle
+machine and on a loaded one alike). Time-based figures do not have that property: CPU used plus
+the main thread's run-queue wait (``/proc/PID/schedstat`` is read for each process's main
+thread only) shrinks under other load (the job gets less CPU) and leaves out the run-queue wait
+of every other thread, the intra-op pool's threads included, so a job of three workers with
+four intra-op threads each on 2 CPUs measured 2.47 "CPUs of demand" beside other work, under
+a 2.5 threshold, while 3.4 to 4.9 of its threads were ``R`` on average in such runs. The count
+is not the pool's size either: a pool thread that finished its chunk sleeps (state ``S``) at
+the pool's barrier until the slowest sibling gets a CPU, so the more the CPUs are contended, the
+closer the count falls to one thread per busy worker. The count is taken at
+the full samples that read threads (:func:`threads_wanting_cpu`; the watcher reads them while
+the tree keeps half its usable CPUs busy, and at least every ``stall_timeout_s / 4``: NOTE [
+Thread reads ] in watchdog/collect/sampler.py), each thread's state from ``/proc/PID/task/TID/stat``;
+a window with fewer such samples than ``THREAD_SAMPLES_MIN`` counts each process's own state
+(its main thread's), a lower bound, so it errs towards not calling a job oversubscribed. A
+sample is an instant: the mean over a window's samples (15 or so in the first 20 s of a window
+at the default interval) estimates the mean count.
 """
 
 from __future__ import annotations
@@ -211,6 +233,52 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
             )
         )
     return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
+
+
+# NOTE [ Threads wanting a CPU ]: a window needs this many full samples that read threads to
+# count its threads; with fewer, each process's own state (its main thread's) is counted.
+THREAD_SAMPLES_MIN = 3
+
+
+@dataclass(frozen=True)
+class Wanting:
+    """How many of the job's own threads wanted a CPU at once (NOTE [ Threads wanting a CPU ]):
+    ``mean`` over ``samples`` full samples, ``peak`` the most at one, ``by_threads`` whether
+    each thread's state was counted (else each process's: a lower bound)."""
+
+    mean: float
+    peak: int
+    samples: int
+    by_threads: bool
+
+    def describe(self) -> str:
+        """The figure as the evidence says it."""
+        what = "threads" if self.by_threads else "processes (threads not read: a lower bound)"
+        return f"{self.mean:.1f} on average, up to {self.peak}, in state R ({what}, {self.samples} samples)"
+
+
+def threads_wanting_cpu(full: Sequence[Sample]) -> Optional[Wanting]:
+    """The job's own demand for CPUs over the full samples ``full``, see NOTE [ Threads wanting
+    a CPU ]: the mean count of main's and its workers' threads in state ``R`` (running or
+    runnable, proc(5) ``/proc/PID/task/TID/stat`` field 3) at the samples that read threads,
+    when there are ``THREAD_SAMPLES_MIN`` or more; else of the processes in state ``R`` (the
+    main thread of each: a lower bound). Samples where a process was stopped are left out.
+    ``None`` when no sample is left."""
+    live = [s for s in full if s.main is not None and not job_stopped(s)]
+    read = [s for s in live if s.threads_read and any(p.threads for p in _own(s))]
+    by_threads = len(read) >= THREAD_SAMPLES_MIN
+    counts = [
+        sum(sum(1 for t in p.threads if t.state == "R") if by_threads else int(p.state == "R") for p in _own(s))
+        for s in (read if by_threads else live)
+    ]
+    if not counts:
+        return None
+    return Wanting(sum(counts) / len(counts), max(counts), len(counts), by_threads)
+
+
+def _own(s: Sample) -> List[ProcessSample]:
+    """Main and the workers of ``s``: the processes whose threads the job runs itself."""
+    return [p for p in ((s.main,) + tuple(s.workers)) if p is not None]
 
 
 def workers_cpus(workers: Sequence[WorkerTime]) -> float:
