@@ -1,8 +1,11 @@
-"""Target: three workers on a small machine, each raising its intra-op threads to 4 in
-``worker_init_fn`` (``torch.set_num_threads(4)``: PyTorch sets 1 in each worker, a copied
-snippet raises it again) and running parallel tensor ops on each sample: twelve busy threads
-and main share the usable CPUs, so each worker waits runnable for a CPU much of its time
-(pytorch/pytorch#101850-style reports of loaders that get slower with more threads).
+"""Target: four workers (the common ``num_workers=4``) on a small machine, each raising its
+intra-op threads to 4 in ``worker_init_fn`` (``torch.set_num_threads(4)``: PyTorch sets 1 in
+each worker, a copied snippet raises it again) and running parallel tensor ops on each sample:
+sixteen threads and main share the usable CPUs, so each worker waits runnable for a CPU much of
+its time (pytorch/pytorch#101850-style reports of loaders that get slower with more threads).
+On 2 CPUs, 4 to 6 of the job's own threads want a CPU at once on average (intra-op threads
+that finished their chunk sleep at the pool's barrier), whatever else the machine runs
+(docs/performance.md, "Input-bound verdicts under load").
 
 Run: ``python -m probes.cases.input_bound_oversubscribed [SECONDS]`` (90 by default). The
 watchdog must warn ``input_bound``: CPU oversubscribed, one intra-op thread per worker.
@@ -33,7 +36,7 @@ def threads(_worker_id):
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 90.0
     end = time.monotonic() + seconds
-    loader = DataLoader(Augment(), batch_size=2, num_workers=3, worker_init_fn=threads)
+    loader = DataLoader(Augment(), batch_size=2, num_workers=4, worker_init_fn=threads)
     for step, _batch in enumerate(loader):
         time.sleep(0.005)  # the training step
         if step % 20 == 0:
