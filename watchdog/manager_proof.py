@@ -425,7 +425,7 @@ def prove_manager_cycle(
     conclusion = (
         f"no process of the job can move: every thread of main, the workers and the manager (pid {closed.manager}) "
         "waits with no timeout (or in a loop that releases nothing) for a thread of this same set, and no other "
-        "process of the job lives or has ended since the manager started, so no client can ever send the release() "
-        f"the manager waits for: {cycle_text(closed, sample, words)}"
+        "process of the job lives, so no client can ever send the release() the manager waits for (and none that "
+        f"lived beside the manager is known to have ended): {cycle_text(closed, sample, words)}"
     )
     return Proof(ProofKind.MANAGER_CYCLE, closed.members, closed.links, conclusion)
