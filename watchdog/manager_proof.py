@@ -387,13 +387,16 @@ def cycle_text(closed: ClosedWait, sample: Sample, words: Mapping[int, str]) -> 
     cycle = "; ".join(parts)
     idle = [pid for pid in [main.pid] + workers if pid not in calling]
     lines = {(c.at.file, c.at.line) for c in closed.calls if c.at is not None}
-    main_only = main.pid in idle and all(c.method == "acquire" for c in closed.calls)
+    acquiring = all(c.method == "acquire" for c in closed.calls)
+    main_only = idle == [main.pid] and acquiring
     holder = "which client holds it is not known"
     if main_only:
         holder = (
             "main is the likely holder: it is the only client of this set that is not itself waiting to acquire (a "
             "lock it took and did not release before iterating: an early return, an exception path)"
         )
+    elif idle and acquiring:
+        holder = f"the likely holder is one of the clients not waiting to acquire: {', '.join(who(p) for p in idle)}"
     if len(lines) > 1:
         holder = (
             "the waits are at different lines: each client may hold, from an enclosing `with` or acquire(), a lock "

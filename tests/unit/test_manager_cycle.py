@@ -14,8 +14,9 @@ import os
 
 import pytest
 
-from tests.unit.builders import LOCK_TIMED, ROOT, SLEEP, detail, manager_job, stall
+from tests.unit.builders import IDLE_POLL, LOCK_TIMED, ROOT, SLEEP, detail, fixture, manager_job, stall
 from watchdog import dead_releaser, detect, manager_proof
+from watchdog.collect import pyspy
 from watchdog.diagnose import engine
 from watchdog.types import (
     ROLE_MAIN,
@@ -237,3 +238,20 @@ def test_the_remedy_names_main_as_the_likely_holder_when_only_main_is_outside_th
     assert first.kind == "worker_stuck" and first.certainty == "proven"
     assert "main likely took the lock and did not release it before iterating" in first.remedy
     assert "lock-order cycle" not in first.remedy and "no process feeds" not in first.remedy
+
+
+def test_main_is_named_the_likely_holder_only_when_every_other_client_waits_to_acquire():
+    # Worker 1 idle in PyTorch's loop (waiting for an index) could hold the lock from an earlier
+    # sample as well as main: both are named, main alone is not.
+    smp, stacks, details = manager_job(NEVER)
+    w1 = smp.loaders[0].workers[1]
+    idle = tuple(
+        dataclasses.replace(t, tid=w1) for t in pyspy.parse_dump(fixture("pyspy_worker_idle.json")) if t.tid == 5905
+    )
+    stacks = {**stacks, w1: dataclasses.replace(stacks[w1], threads=idle)}
+    details = {**details, w1: (detail(w1, IDLE_POLL),)}
+    proof = _prove(smp, stacks, details)
+    assert proof is not None
+    main = smp.main.pid
+    assert "main is the likely holder" not in proof.conclusion
+    assert f"one of the clients not waiting to acquire: main (pid {main}), worker 1 (pid {w1})" in proof.conclusion

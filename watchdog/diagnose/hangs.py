@@ -1688,7 +1688,8 @@ def _manager_cycle_remedy(facts: Facts, who: str, at: str) -> str:
         )
     main = facts.sample.main
     stack = facts.stack(main.pid) if main is not None else None
-    if stack is not None and stack.ok and not any(frames.manager_call(t) is not None for t in stack.threads):
+    others_wait = all(manager_wait(facts, v) is not None for v in worker_views(facts))
+    if others_wait and stack is not None and stack.ok and not any(frames.manager_call(t) for t in stack.threads):
         return (
             proven + f"the workers wait for a multiprocessing.Manager lock{at}, and main, the only client not itself "
             "waiting in a call to the manager, now waits in __next__ for their batch: main likely took the lock and "
