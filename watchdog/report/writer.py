@@ -27,8 +27,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _write_file(path: str, text: str, dir_fd: Optional[int] = None) -> None:
+    """Create ``path`` (in ``dir_fd``) and write ``text`` as UTF-8; a character UTF-8 cannot
+    encode (a surrogate: the undecodable bytes of a process name the job chose) is written as
+    its ``\\udcNN`` escape, never raised. Raises OSError when the file cannot be made."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
