@@ -420,7 +420,8 @@ def _write_in(dir_fd: int, name: str, page: str, shown: str) -> None:
     except OSError as e:
         raise ReportNotFound(shown, f"cannot write there: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # a lone surrogate (a process name that is not UTF-8, in report.json) is written escaped
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(page)
             f.flush()
             os.fsync(f.fileno())
