@@ -37,6 +37,7 @@ def prove_manager_lock(
     details: Mapping[int, Sequence[ThreadSample]],
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
+    peers: Mapping[int, Tuple[Optional[int], ...]],
 ) -> Optional[Proof]:
     """A Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py): the
     :func:`~watchdog.manager_proof.closed_wait` of main, the workers and the manager, and a
@@ -50,11 +51,13 @@ def prove_manager_lock(
         loader: ``detect.loader_waits``: the threads in PyTorch's own waits for the loader's
             other side, with the pids that alone can end them.
         wakeable: pid to why it might wake itself from a timer signal.
+        peers: ``Evidence.manager_peers`` (who holds the other end of each of the manager's
+            connections).
 
     Returns a :class:`~watchdog.types.Proof` of kind ``waits_on_dead`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait and the ended process(es).
     """
-    closed = manager_proof.closed_wait(sample, stacks, details, loader, wakeable)
+    closed = manager_proof.closed_wait(sample, stacks, details, loader, wakeable, peers)
     if closed is None:
         return None
     ended = possible_holders(sample, closed.manager)

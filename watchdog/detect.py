@@ -1845,11 +1845,17 @@ class Episode:
         early = stall.trigger == TRIGGER_RHYTHM
         if proof is None:  # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py)
             proof = dead_releaser.prove_manager_lock(
-                sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable
+                sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable, evidence.manager_peers
             )
         if proof is None:  # a cycle through a Manager among the living (the same NOTE)
             proof = manager_proof.prove_manager_cycle(
-                sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable, role_words(sample)
+                sample,
+                stacks,
+                evidence.stable,
+                loader_waits(sample, stacks),
+                evidence.wakeable,
+                evidence.manager_peers,
+                role_words(sample),
             )
         if proof is None:
             timeout = min(self.stall_timeout_s, stall.stall_s) if early else self.stall_timeout_s

@@ -25,9 +25,14 @@ on threads that did not move between the reads, ``examine.stable_details``):
   ``FUTEX_PRIVATE_FLAG``), and a manager thread releases a lock only for a client's
   ``release()`` request; there are at least as many as the client threads that wait;
 * every other manager thread waits for its client's next request (a read with no timeout), for
-  a new connection (``accept`` with no timeout: a connection is served only after the
-  authkey's handshake, and only the job's processes inherit the authkey,
-  ``current_process().authkey``) or loops in ``serve_forever``;
+  a new connection (``accept`` with no timeout) or loops in ``serve_forever``;
+* the other end of each of the manager's connections is held by a process of this set (the
+  peer of each connected Unix socket, sock_diag(7), and who holds it in ``/proc/PID/fd``:
+  ``collect.sockets.peer_holders``): a client outside the job that knows the address and the
+  authkey (CPython docs, "Using a remote manager") could send the ``release()``; a connection
+  that is not a Unix socket (a TCP manager) or a peer table that cannot be read fails the step.
+  A new connection is served only after the authkey's handshake, and every live process of the
+  job is in the set;
 * main's threads wait in PyTorch's own loop for those workers' batch (no ``timeout`` set:
   ``loader_waits`` in detect.py), in a proxy call, or on a private futex (its queue feeder
   threads: only a thread of main can wake them), or are multiprocessing's resource-sharer
@@ -194,6 +199,7 @@ def closed_wait(
     details: Mapping[int, Sequence[ThreadSample]],
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
+    peers: Mapping[int, Tuple[Optional[int], ...]],
 ) -> Optional[ClosedWait]:
     """The argument of NOTE [ Manager lock proof ] up to "no live thread can send the
     ``release()``", or ``None`` when any step fails.
@@ -206,6 +212,9 @@ def closed_wait(
         loader: ``detect.loader_waits``: the threads in PyTorch's own waits for the loader's
             other side, with the pids that alone can end them.
         wakeable: pid to why it might wake itself from a timer signal.
+        peers: ``Evidence.manager_peers``: for a Manager server, the pid holding the other end
+            of each of its connected sockets (``collect.sockets.peer_holders``); the manager's
+            must be there, each a process of the set (a client outside the job could release).
     """
     main = sample.main
     workers = sample.workers
@@ -219,6 +228,9 @@ def closed_wait(
         return None  # another live process (a holder, a helper) might still release it
     if any(pid in wakeable for pid in members):
         return None
+    clients = peers.get(manager)
+    if clients is None or any(pid not in members for pid in clients):
+        return None  # a connection whose other end no process of the set holds: a client outside the job
     st_of: Dict[int, Dict[int, ThreadStack]] = {}
     for pid in members:
         st = stacks.get(pid)
@@ -328,8 +340,8 @@ def closed_wait(
                     d,
                     t,
                     "waits for a new connection",
-                    "a connection is served only after the authkey handshake, and only the job's processes inherit "
-                    "the authkey: all of them are in this set",
+                    "a new client's request is served only after the authkey handshake, and every client the "
+                    "manager has now is a process of this set (the peers of its sockets)",
                 )
             )
         elif (
@@ -411,6 +423,7 @@ def prove_manager_cycle(
     details: Mapping[int, Sequence[ThreadSample]],
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
+    peers: Mapping[int, Tuple[Optional[int], ...]],
     words: Mapping[int, str],
 ) -> Optional[Proof]:
     """A cycle through a Manager among the living (NOTE [ Manager lock proof ]): the
@@ -422,7 +435,7 @@ def prove_manager_cycle(
     Returns a :class:`~watchdog.types.Proof` of kind ``manager_cycle`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait, its conclusion the cycle
     (:func:`cycle_text`)."""
-    closed = closed_wait(sample, stacks, details, loader, wakeable)
+    closed = closed_wait(sample, stacks, details, loader, wakeable, peers)
     if closed is None or possible_holders(sample, closed.manager):
         return None
     conclusion = (

@@ -914,7 +914,10 @@ class Evidence:
     process might wake itself (a timer signal it catches, POSIX timers); ``file_locks`` the
     locks others hold on files a lock-waiting thread has open; ``after`` the job's sample once
     the look was over (workers that came or went mean the job moved); ``lock_holds`` who can
-    release the lock each stable ``flock``/``fcntl`` wait (pid, fd) waits for (:class:`LockHold`)."""
+    release the lock each stable ``flock``/``fcntl`` wait (pid, fd) waits for (:class:`LockHold`);
+    ``manager_peers`` for each Manager server read, the pid of the job holding the other end of
+    each of its connected sockets (``None``: no process of the job, or not a Unix socket;
+    ``collect.sockets.peer_holders``), absent when not read."""
 
     details: Mapping[int, Tuple[ThreadSample, ...]]
     stable: Mapping[int, Tuple[ThreadSample, ...]]
@@ -926,6 +929,7 @@ class Evidence:
     after: Sample
     gap_s: float = 0.25
     lock_holds: Mapping[Tuple[int, int], LockHold] = field(default_factory=dict)
+    manager_peers: Mapping[int, Tuple[Optional[int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,16 @@ def _job(name: str, status=9):
     return manager_job(name, status)
 
 
-def _prove(smp, stacks, details, wakeable=None):
-    return dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {})
+def _peers(smp):
+    """Every connection of the manager has its other end in main or a worker (as read live)."""
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    return {manager: (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
+
+
+def _prove(smp, stacks, details, wakeable=None, peers=None):
+    return dead_releaser.prove_manager_lock(
+        smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {}, _peers(smp) if peers is None else peers
+    )
 
 
 def test_a_manager_lock_whose_holder_was_killed_is_proven_and_names_the_dead():
@@ -119,6 +127,7 @@ def test_the_proof_ends_the_job_under_on_hang_terminate():
         wakeable={},
         file_locks=(),
         after=smp,
+        manager_peers=_peers(smp),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -153,3 +162,13 @@ def test_a_thread_the_reads_did_not_see_leaves_it_unproven():
     assert _prove(smp, stacks, details) is not None
     fewer = {**details, main: details[main][:-1]}
     assert _prove(smp, stacks, fewer) is None
+
+
+def test_a_connection_of_the_manager_held_outside_the_job_leaves_it_unproven():
+    # A client outside the job (a remote-manager client that knows the address and authkey)
+    # could release the lock: its end of a connection is held by no process of the set.
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    assert _prove(smp, stacks, details) is not None
+    assert _prove(smp, stacks, details, peers={manager: (smp.main.pid, None)}) is None
+    assert _prove(smp, stacks, details, peers={}) is None  # the peers were not read

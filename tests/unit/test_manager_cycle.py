@@ -38,9 +38,20 @@ AB = "manager_lock_order_two_workers.json"
 BRIEF = "manager_lock_main_holds_briefly.json"
 
 
-def _prove(smp, stacks, details, wakeable=None):
+def _peers(smp):
+    """Every connection of the manager has its other end in main or a worker (as read live)."""
+    return {_pid(smp, ROLE_OTHER): (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
+
+
+def _prove(smp, stacks, details, wakeable=None, peers=None):
     return manager_proof.prove_manager_cycle(
-        smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {}, detect.role_words(smp)
+        smp,
+        stacks,
+        details,
+        detect.loader_waits(smp, stacks),
+        wakeable or {},
+        _peers(smp) if peers is None else peers,
+        detect.role_words(smp),
     )
 
 
@@ -93,7 +104,10 @@ def test_a_thread_of_main_that_holds_the_lock_and_sleeps_leaves_it_unproven():
     smp, stacks, details = manager_job(BRIEF)
     assert any("prepare" == t.name for t in stacks[smp.main.pid].threads)
     assert _prove(smp, stacks, details) is None
-    assert dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), {}) is None
+    assert (
+        dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), {}, _peers(smp))
+        is None
+    )
     # without that thread (as if it ended) the rest is the cycle: the sleeping thread alone kept it unproven
     main = smp.main.pid
     tid = next(t.tid for t in stacks[main].threads if t.name == "prepare")
@@ -141,7 +155,7 @@ def test_a_process_that_ended_beside_the_manager_makes_it_the_dead_releasers_pro
     gone = ExitRecord(99999, 10**12, smp.main.pid, ROLE_OTHER, "python", ("python",), 1.0, 2e9, 2.0, 2e9, 9)
     dead = dataclasses.replace(smp, exits=(gone,))
     assert _prove(dead, stacks, details) is None
-    proof = dead_releaser.prove_manager_lock(dead, stacks, details, detect.loader_waits(dead, stacks), {})
+    proof = dead_releaser.prove_manager_lock(dead, stacks, details, detect.loader_waits(dead, stacks), {}, _peers(dead))
     assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
 
 
@@ -171,6 +185,7 @@ def test_the_cycle_ends_the_job_under_on_hang_terminate():
         wakeable={},
         file_locks=(),
         after=smp,
+        manager_peers=_peers(smp),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -191,6 +206,7 @@ def test_the_healthy_twin_is_never_ended_under_on_hang_terminate():
         wakeable={},
         file_locks=(),
         after=smp,
+        manager_peers=_peers(smp),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -255,3 +271,14 @@ def test_main_is_named_the_likely_holder_only_when_every_other_client_waits_to_a
     main = smp.main.pid
     assert "main is the likely holder" not in proof.conclusion
     assert f"one of the clients not waiting to acquire: main (pid {main}), worker 1 (pid {w1})" in proof.conclusion
+
+
+@pytest.mark.parametrize("case", [NEVER, AB])
+def test_a_client_outside_the_job_or_a_tcp_connection_leaves_it_unproven(case):
+    # tests/real/test_hostile_manager.py: a remote-manager client outside the job holds the lock
+    # and releases it later; its end of its connection is held by no process of the set.
+    smp, stacks, details = manager_job(case)
+    manager = _pid(smp, ROLE_OTHER)
+    assert _prove(smp, stacks, details) is not None
+    assert _prove(smp, stacks, details, peers={manager: _peers(smp)[manager] + (None,)}) is None
+    assert _prove(smp, stacks, details, peers={}) is None  # not read: not accounted for

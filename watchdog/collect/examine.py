@@ -39,7 +39,7 @@ from ..types import (
     WaitKind,
     WaitLink,
 )
-from . import chain, lockfiles, procfs, pyspy
+from . import chain, lockfiles, procfs, pyspy, sockets
 from .waits import LOCK_CALLS
 
 # Seconds between the two reads of every thread's wait that a proof compares.
@@ -145,8 +145,10 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
     deadline = time.monotonic() + timeout_s / 2
     quick = pyspy.dump_all(live, pyspy_path, False, timeout_s, disk_sleep=d_state, deadline=deadline)
     servers = manager_servers(sample, quick, stopped)
-    if servers:  # NOTE [ Manager lock proof ] in watchdog/dead_releaser.py needs the manager's stack
+    peers = {}
+    if servers:  # NOTE [ Manager lock proof ] in watchdog/manager_proof.py needs the manager's stack and clients
         quick = {**quick, **pyspy.dump_all(servers, pyspy_path, False, timeout_s, deadline=deadline)}
+        peers = {srv: held for srv in servers if (held := sockets.peer_holders(srv, pids)) is not None}
     wakeable = {pid: why for pid in pids for why in [procfs.timer_wakeup(pid)] if why}
     lock_waiters = [
         pid
@@ -164,6 +166,7 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
         after=resample(),
         gap_s=STABLE_GAP_S,
         lock_holds=chain.lock_holds(stable, sample.main.start_ticks if sample.main else None) if lock_waiters else {},
+        manager_peers=peers,
     )
 
 
