@@ -12,16 +12,14 @@ takes the lock, works for ``HOLD_S`` seconds and releases it; the DataLoader's w
 request (an untimed read) and every thread of the job waits for a thread of the job: the closed
 wait holds, yet the holder is alive and releases; the job ends by itself with code 0.
 
-The fix (manager_proof.closed_wait): a manager thread waiting for "its client's next request"
-(and each busy serving thread's client) is a step only when the connection's peer is a process
-of the set (the peer of its socket: UNIX_DIAG_PEER of sock_diag(7) for AF_UNIX, /proc/net/tcp's
-remote address against the members' sockets for TCP); otherwise the proof fails.
+The check (manager_proof.closed_wait, collect.sockets.peer_holders): the other end of each of
+the manager's connections must be held by a process of the set (the peer of its Unix socket,
+UNIX_DIAG_PEER of sock_diag(7), found in the members' /proc/PID/fd); a connection that is not a
+Unix socket (TCP) cannot be told and fails the proof.
 
 Every process here runs in its own session, bounded, and is killed whatever happens."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.real.helpers import DLWATCH, PY, TERMINATE_AFTER_4_S, kill_tree, load_report, reports, start
 
@@ -89,12 +87,6 @@ print("released", flush=True)
 HOLD_S = 35
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="manager_proof.closed_wait takes a manager thread's untimed read as 'only its client, a process of "
-    "this set, sends one' without checking the connection's peer: a live outside client holding the lock is "
-    "missed and the healthy job is ended (fix belongs to the proofs helper's manager_proof/dead_releaser)",
-)
 def test_a_manager_lock_held_outside_the_job_is_never_ended_as_proven(short_tmp_path):
     job = short_tmp_path / "job.py"
     job.write_text(JOB)
