@@ -4,7 +4,7 @@ it, then releases it and exits; the DataLoader's workers wait in the proxy's ``a
 manager's serving threads wait in the lock) until it does. No batch comes for 20 s, but the
 holder is alive and will release: slow, not stuck. The manager's wait graph is the same as in
 the killed-holder case; only the holder's being alive tells them apart (NOTE [ Manager lock
-proof ] in watchdog/dead_releaser.py: a live process that could release leaves it unproven).
+proof ] in watchdog/detect/manager_proof.py: a live process that could release leaves it unproven).
 
 Run: ``python -m probes.cases.healthy_manager_lock_holder_alive [HOLD_S]``. The watchdog may
 report a suspected hang but must never prove it nor end it (``on_hang: terminate``): the job

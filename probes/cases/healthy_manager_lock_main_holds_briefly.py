@@ -5,7 +5,7 @@ holds it, then releases it; meanwhile main's iterating thread waits in the DataL
 proxy, for the manager's answer (its serving threads wait in the lock's ``acquire``). Main, the
 workers and the manager wait on each other as in the never-released case, but one live thread
 (the preparation, asleep with a timeout) will release: slow, not stuck (NOTE [ Manager lock
-proof ] in watchdog/dead_releaser.py: a live thread that could still release leaves it
+proof ] in watchdog/detect/manager_proof.py: a live thread that could still release leaves it
 unproven).
 
 Run: ``python -m probes.cases.healthy_manager_lock_main_holds_briefly [HOLD_S]``. The watchdog may

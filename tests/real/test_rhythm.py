@@ -1,4 +1,4 @@
-"""The batch-rhythm stall rule (NOTE [ Batch rhythm ] in watchdog/detect.py) on real jobs: a
+"""The batch-rhythm stall rule (NOTE [ Batch rhythm ] in watchdog/detect/progress.py) on real jobs: a
 fast loader that deadlocks is reported long before stall_timeout_s, and a slow, irregular,
 healthy loader is never reported."""
 

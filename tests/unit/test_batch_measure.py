@@ -1,4 +1,4 @@
-"""The batch measure (NOTE [ Hang criterion ] in watchdog/detect.py): with the inside view and
+"""The batch measure (NOTE [ Hang criterion ] in watchdog/detect/progress.py): with the inside view and
 main waiting in ``__next__``, the loader moves only when a batch comes or a worker reaches for a
 new sample; threads that poll, retry or wake are no progress. Also the polling look, the
 ``/proc/locks`` reader, the recorder's fetch counter and the report's wording."""

@@ -1,5 +1,5 @@
 """Waits on the dead, proven (issue #34, section 2; NOTE [ Manager lock proof ] in
-watchdog/manager_proof.py): a ``multiprocessing.Manager()`` lock whose holder was SIGKILLed,
+watchdog/detect/manager_proof.py): a ``multiprocessing.Manager()`` lock whose holder was SIGKILLed,
 from the stacks and ``/proc/PID/task/TID/syscall`` lines captured from
 ``probes/cases/manager_lock_holder_killed.py`` and its healthy twin (holder alive), and what
 each step needs: without any of them the hang stays suspected."""
@@ -11,7 +11,8 @@ import dataclasses
 import pytest
 
 from tests.unit.builders import LOCK_TIMED, SLEEP, detail, manager_job, stall
-from watchdog import dead_releaser, detect
+from watchdog import detect
+from watchdog.detect import dead_releaser
 from watchdog.types import (
     NO_EXIT_RECORD,
     ROLE_MAIN,

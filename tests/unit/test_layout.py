@@ -31,9 +31,6 @@ TOP_LEVEL = {
     "text": "leaves",
     "children": "leaves",
     "safefiles": "leaves",
-    "detect": "detect",
-    "dead_releaser": "detect",  # a proof of a wait on the dead: moves into detect/ with it
-    "manager_proof": "detect",  # the Manager wait checker both Manager proofs share, and the cycle proof
     "cli": "commands",
     "__main__": "commands",
 }
@@ -143,10 +140,10 @@ def test_no_module_borrows_another_modules_private_names():
     "rel, source",
     [
         ("collect/procfs.py", "from ..diagnose import hangs\n"),
-        ("detect.py", "from .watch.watcher import Watcher\n"),
+        ("detect/progress.py", "from ..watch.watcher import Watcher\n"),
         ("report/writer.py", "from ..commands import verify\n"),
         ("types.py", "from . import detect\n"),
-        ("diagnose/hangs.py", "from watchdog.report import document\n"),
+        ("diagnose/hangs/stuck.py", "from watchdog.report import document\n"),
     ],
 )
 def test_a_planted_upward_import_is_caught(rel, source):

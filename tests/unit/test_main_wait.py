@@ -1,4 +1,4 @@
-"""The main-wait measure (NOTE [ Hang criterion ] in watchdog/detect.py): without the inside view
+"""The main-wait measure (NOTE [ Hang criterion ] in watchdog/detect/progress.py): without the inside view
 (``dlwatch attach`` with no hook), main's iterating thread sitting in a wait like the
 DataLoader's 5 s batch poll while its process moves no byte is the stall, whatever the workers
 do; a worker that polls forever is then reported, and one that works on a sample is not."""

@@ -1,5 +1,5 @@
 """Cycles across processes through a ``multiprocessing.Manager``, proven (issue #34, section 2;
-NOTE [ Manager lock proof ] in watchdog/manager_proof.py), from the stacks and
+NOTE [ Manager lock proof ] in watchdog/detect/manager_proof.py), from the stacks and
 ``/proc/PID/task/TID/syscall`` lines captured from ``probes/cases/manager_lock_never_released.py``
 (main keeps the lock and waits in ``__next__``), ``manager_lock_order_two_workers.py`` (worker 0
 inside ``with self.a:`` waits for ``self.b``, worker 1 inside ``with self.b:`` for ``self.a``) and
@@ -15,8 +15,9 @@ import os
 import pytest
 
 from tests.unit.builders import IDLE_POLL, LOCK_TIMED, ROOT, SLEEP, detail, fixture, manager_job, stall
-from watchdog import dead_releaser, detect, manager_proof
+from watchdog import detect
 from watchdog.collect import pyspy
+from watchdog.detect import dead_releaser, manager_proof
 from watchdog.diagnose import engine
 from watchdog.types import (
     ROLE_MAIN,

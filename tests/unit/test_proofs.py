@@ -1,4 +1,4 @@
-"""Proofs across processes (NOTE [ Deadlock proof ] in watchdog/detect.py, issue #34 section 2):
+"""Proofs across processes (NOTE [ Deadlock proof ] in watchdog/detect/proof.py, issue #34 section 2):
 who can release a file lock (``collect.chain.lock_holds``, read from real processes holding real
 locks), and :func:`watchdog.detect.prove` on captured waits: a cycle through file locks is
 proven and named, a lock whose holder can still run proves nothing, and PyTorch's own loader

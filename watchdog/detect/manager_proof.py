@@ -34,7 +34,7 @@ on threads that did not move between the reads, ``examine.stable_details``):
   A new connection is served only after the authkey's handshake, and every live process of the
   job is in the set;
 * main's threads wait in PyTorch's own loop for those workers' batch (no ``timeout`` set:
-  ``loader_waits`` in detect.py), in a proxy call, or on a private futex (its queue feeder
+  ``loader_waits`` in detect/proof.py), in a proxy call, or on a private futex (its queue feeder
   threads: only a thread of main can wake them), or are multiprocessing's resource-sharer
   thread (it hands out descriptors, nothing else);
 * no process of the argument catches a timer signal (``procfs.timer_wakeup``), and the job has
@@ -64,9 +64,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import frames
-from .collect.waits import READ_CALLS
-from .types import (
+from .. import frames
+from ..collect.waits import READ_CALLS
+from ..types import (
     ROLE_MAIN,
     ROLE_WORKER,
     ExitRecord,
@@ -96,7 +96,7 @@ def _private_futex(d: ThreadSample) -> bool:
     return w is not None and w.kind is WaitKind.FUTEX_PRIVATE
 
 
-# Kernel waits in which a thread may sit in one of PyTorch's own loader loops (detect.py's
+# Kernel waits in which a thread may sit in one of PyTorch's own loader loops (detect/proof.py's
 # _LOADER_WAIT_KINDS), or a wait that changed between the two reads (``UNKNOWN``): such a loop
 # wakes at its timeout (main's 5 s poll in ``_try_get_data``) and waits again, and what else could
 # wake it (a batch, an index) comes only from threads of the argument, which did not move. A

@@ -1,7 +1,7 @@
 """Waits on the dead, proven (issue #34, section 2): a ``multiprocessing.Manager()`` lock whose
 holder has ended, so that no live process of the job can ever release it.
 
-The argument is NOTE [ Manager lock proof ] in watchdog/manager_proof.py: every thread of main,
+The argument is NOTE [ Manager lock proof ] in watchdog/detect/manager_proof.py: every thread of main,
 the workers and the manager waits for a thread of that same set (``manager_proof.closed_wait``),
 and a process of the job other than these, seen alive after the manager started, has ended (its
 :class:`~watchdog.types.ExitRecord`): whoever holds the lock (a live process, all of which wait,
@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Mapping, Optional, Sequence, Tuple
 
+from ..types import ExitRecord, ProcessStack, Proof, ProofKind, ProofLink, Sample, ThreadSample
 from . import manager_proof
 from .manager_proof import ended_others, possible_holders
-from .types import ExitRecord, ProcessStack, Proof, ProofKind, ProofLink, Sample, ThreadSample
 
 __all__ = ["ended_others", "ended_text", "possible_holders", "prove_manager_lock"]
 
