@@ -16,7 +16,8 @@ only names ending in :data:`SUFFIXES` are looked at, at most :data:`MAX_ENTRIES`
 file is read only when it is a regular file (``lstat``, then ``fstat`` of the descriptor: the
 same inode), with one link, owned by the job's user, at most :data:`MAX_BYTES` bytes, opened
 ``O_NOFOLLOW | O_NONBLOCK`` through the folder's descriptor; and only a pid and a host name
-parsed from it leave this module (anything else in the file is never shown)."""
+parsed from it leave this module (anything else in the file is never shown); a file's path is
+shown on one line (line breaks and control characters written as escapes, watchdog.text)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import socket
 import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ..text import one_line
 from ..types import LockFile, Sample
 from . import procfs
 
@@ -157,7 +159,9 @@ def _scan(dir_fd: int, shown: str, uid: int, boot: Optional[float]) -> List[Lock
                 pid, host = parsed
                 state, ticks = holder_state(pid, read[1], boot)
                 elsewhere = host is not None and host != here
-                found.append(LockFile(os.path.join(shown, entry.name), pid, host, read[1], state, ticks, elsewhere))
+                # the job chose the names: shown on one line, a break never starts a line of the report
+                path = one_line(os.path.join(shown, entry.name))
+                found.append(LockFile(path, pid, host, read[1], state, ticks, elsewhere))
     except OSError:
         pass
     return found
