@@ -36,7 +36,9 @@ def dump_lines(doc: dict) -> List[str]:
     each thread's frames, innermost first."""
     lines: List[str] = []
     for p in doc["processes"]:
-        lines.append(f"pid {p['pid']} ({p['role']}, {p['name']}): state {p['state']}, wchan {p['wchan'] or '-'}")
+        lines.append(
+            f"pid {p['pid']} ({p['role']}, {one_line(p['name'])}): state {p['state']}, wchan {p['wchan'] or '-'}"
+        )
         kernel = {t["tid"]: t for t in p["threads_proc"]}
         for line in _stack_lines(p, limit=60):
             lines.append(line)
@@ -121,7 +123,8 @@ def _stack_lines(entry: dict, limit: int = 40) -> Iterable[str]:
     if stack.get("lost"):
         yield f"    (Python frames only: {stack['lost']})"
     for t in stack["threads"]:
-        yield f"    thread {t['os_thread_id']} {t['thread_name'] or ''}{' [py-spy: idle]' if not t['active'] else ''}"
+        name = one_line(t["thread_name"] or "")  # the job names its threads: never a line break
+        yield f"    thread {t['os_thread_id']} {name}{' [py-spy: idle]' if not t['active'] else ''}"
         for f in t["frames"][:limit]:
             if f["native"]:
                 yield f"        {f['name']} ({frames.short_path(f['filename'])})"
@@ -260,7 +263,7 @@ def _inside_lines(view: Optional[dict], ended: bool = False) -> Iterable[str]:
         )
         for t in r["threads"]:
             yield (
-                f"    {t['name'] or '?'} (tid {t['native_id']}{', forking' if t['forking'] else ''}): "
+                f"    {one_line(t['name'] or '?')} (tid {t['native_id']}{', forking' if t['forking'] else ''}): "
                 f"{_at(t['frames'])}"
             )
 
@@ -427,7 +430,7 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     for p in doc["processes"]:
         if p["stack"] is None and forks:
             continue
-        yield f"  pid {p['pid']} ({p['role']}, {p['name']}):"
+        yield f"  pid {p['pid']} ({p['role']}, {one_line(p['name'])}):"
         yield from _stack_lines(p)
     for r in forks:
         yield (
@@ -435,6 +438,6 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
             f"{', '.join(map(str, r['workers'])) or '?'} (recorded by the job at the fork):"
         )
         for t in r["threads"]:
-            yield f"    thread {t['native_id']} {t['name'] or ''}{' (forking)' if t['forking'] else ''}"
+            yield f"    thread {t['native_id']} {one_line(t['name'] or '')}{' (forking)' if t['forking'] else ''}"
             for f in t["frames"][:40]:
                 yield f"        {f['function']} ({frames.short_path(f['file'])}:{f['line']})"
