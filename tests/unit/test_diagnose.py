@@ -1052,6 +1052,9 @@ def test_a_worker_killed_by_sigabrt_or_sigterm_gets_its_own_cause_not_memory_adv
     assert any("stderr: python: decoder.c:42" in e for e in first.evidence) and "Memory" not in first.remedy
     term = diagnose(_crash("RuntimeError: DataLoader worker (pid 2847) is killed by signal: Terminated.\n"))[0]
     assert "the OOM killer never sends it" in term.remedy
+    # the signal by number and name, as exit records say it, not strsignal's word alone
+    assert "killed by signal 15 (SIGTERM: Terminated)" in term.summary + " ".join(term.evidence), term.summary
+    assert "killed by signal 6 (SIGABRT: Aborted)" in first.summary + " ".join(first.evidence), first.summary
 
 
 def test_dev_shm_filled_by_batches_main_keeps_is_not_told_to_raise_shm_size():
@@ -1261,7 +1264,7 @@ def test_workers_that_exited_with_code_0_are_worker_exited_by_the_inside_views_e
     assert any("the inside view: exit code 0" in e for e in first.evidence), first.evidence
     # a negative returncode is a signal: the same bare message is then a kill, named
     killed = diagnose(_crash(stderr, inside=_inside_exit_codes((18512,), (-9,))))[0]
-    assert killed.kind == "worker_killed" and "killed by signal Killed" in killed.summary, killed.summary
+    assert killed.kind == "worker_killed" and "killed by signal 9 (SIGKILL: Killed)" in killed.summary, killed.summary
     # with neither, nothing is claimed: no "killed", no OOM
     unknown = diagnose(_crash(stderr))[0]
     assert unknown.kind == "worker_killed" and "killed" not in unknown.summary and "OOM killer" not in unknown.remedy

@@ -77,19 +77,23 @@ def verify_flags(doc: dict) -> List[str]:
 
 
 _SHORT_KEYS = ("cause:", "where:", "fix:", "action:", "stacks:", "prove:")
+# A warning's short summary: what it found, where and what to change (the job runs on: no
+# action, no stacks).
+_WARNING_KEYS = ("cause:", "where:", "fix:", "prove:")
 
 
 def short_summary(text: str, warning: bool = False) -> str:
     """What goes to stderr when a report is written: its first line and the ``cause``,
     ``where``, ``fix``, ``action`` (and ``stacks``, when py-spy could not read them, and
     ``prove``, when the fix can be applied by ``dlwatch verify``) lines, each
-    wrapped to ``SHORT_WIDTH`` characters; a warning gets its first line and cause only. The
-    report file holds the rest."""
+    wrapped to ``SHORT_WIDTH`` characters; a warning gets its first line, ``cause``, ``where``,
+    ``fix`` and ``prove`` (stderr is what an engineer reads first). The report file holds the
+    rest."""
     import textwrap
 
     lines = text.splitlines()
     keep = [lines[0]] + [
-        line for line in lines[1:10] if line.strip().startswith(_SHORT_KEYS[:1] if warning else _SHORT_KEYS)
+        line for line in lines[1:10] if line.strip().startswith(_WARNING_KEYS if warning else _SHORT_KEYS)
     ]
     out = []
     for line in keep:

@@ -213,7 +213,11 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     avail = max_over_timeline(facts, lambda s: -s.host.mem_left_bytes)
     if avail is not None:
         evidence.append(f"lowest memory left to the job seen: {mib(-avail)}{exit_clause(facts)}")
-    how = f"killed by signal {signal_name}" if signal_name else "ended (PyTorch recorded no exit code or signal)"
+    how = (
+        f"killed by signal {signal_label(signal_name)}"
+        if signal_name
+        else "ended (PyTorch recorded no exit code or signal)"
+    )
     if oom:
         how += " by the OOM killer"
     seen = any(facts.last_seen(pid) is not None for pid in pids)
@@ -376,3 +380,16 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
         or err.location,
         docs=(DOC_MULTI_PROCESS_LOADING, DOC_MULTIPROCESSING),
     )
+
+
+def signal_label(description: str) -> str:
+    """``"11 (SIGSEGV: Segmentation fault)"``: the number and name (as exit records say it) of
+    the signal whose description (``strsignal(3)``, what PyTorch's SIGCHLD handler prints in "is
+    killed by signal: Killed.", torch/csrc/DataLoader.cpp) is ``description``; the description
+    alone when no signal of this system has it."""
+    import signal
+
+    for sig in signal.Signals:
+        if signal.strsignal(sig) == description:
+            return f"{int(sig)} ({sig.name}: {description})"
+    return description
