@@ -220,7 +220,7 @@ def _inside_lines(view: Optional[dict], ended: bool = False) -> Iterable[str]:
             f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
         )
         wait = "-" if v["data_wait_fraction"] is None else f"{v['data_wait_fraction']:.0%}"
-        count = f"{v['batches']} batches (epoch {v['epoch']})"
+        count = f"{v['batches']} batch{'' if v['batches'] == 1 else 'es'} (epoch {v['epoch']})"
         if past:
             count = f"finished after {count}" if left else f"{count} before the job ended"
         line = (
