@@ -633,8 +633,16 @@ def end_record(pid: int, doc: Optional[dict]) -> Optional[ProcessEnd]:
     )
 
 
+# The job writes its records: an integer it gives is taken only within 64 bits (JSON has no
+# bound, and one past a float's range made a timestamp's ``ns / 1e9`` raise OverflowError).
+_INT_LIMIT = 1 << 63
+
+
 def _int(value) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """``value`` when it is an integer (not a bool) within 64 bits, else ``None``."""
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and -_INT_LIMIT <= value < _INT_LIMIT else None
+    )
 
 
 def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
