@@ -604,3 +604,61 @@ def test_a_report_from_before_the_rename_gives_its_memory_read_interval_to_the_r
     settings = verify._settings_for_runs(new)
     assert settings["memory_read_base_interval_s"] == 3.0
     assert "alerts" not in settings and "on_hang_exec" not in settings
+
+
+def _suspected(index: int, kind: str = "unknown", certainty: str = "suspected", outcome: str = "hung"):
+    """A fixed run that ended in a hang report of ``kind`` with that ``certainty``."""
+    return dataclasses.replace(
+        _run(FIXED, outcome, 16, kind, index=index), certainty=certainty, reports=(f"/r/v/fixed-{index}/x-hang",)
+    )
+
+
+def test_a_fixed_run_ended_by_a_suspected_stall_of_another_kind_is_inconclusive_never_a_failed_fix():
+    # The first user's trial (the README demo's verify on a loaded machine): control 3/3
+    # fork_inherited_lock; fixed runs 2 ended, 1 a 6 s suspected stall of kind unknown (its
+    # workers still starting). The code before said "the fix does not hold ... 1 failed (unknown)".
+    control = [_run(CONTROL, "hung", 0, index=i) for i in (1, 2, 3)]
+    fixed = [_run(FIXED, "ended", 48, index=1), _suspected(2), _run(FIXED, "ended", 48, index=3)]
+    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    assert "does not hold" not in v.line and v.line.startswith("the fix holds (one-sided p=0.035)")
+    assert "2/3 run(s) ran to their end" in v.line
+    assert "1 fixed run(s) inconclusive: a suspected stall of another kind (unknown)" in v.line
+    assert "(its report: /r/v/fixed-2/x-hang)" in v.line
+    # one run fewer in the test: 3/3 against 0/2
+    assert v.holds and v.p_value == pytest.approx(verify.boschloo_one_sided(3, 3, 0, 2))
+    # two controls against one judged fixed run prove nothing, and say so without blaming the fix
+    v = verify.verdict(_origin(), _origin().fix, control[:2] + fixed[:2])
+    assert not v.holds and v.line.startswith("not proven (one-sided p=") and "inconclusive" in v.line
+    assert "suspected" in verify.table(control + fixed) and "hung (unknown, suspected)" in verify.table(fixed)
+
+
+def test_a_fixed_run_that_fails_as_the_report_did_or_proven_or_crashed_still_means_the_fix_does_not_hold():
+    control = [_run(CONTROL, "hung", 0, index=i) for i in (1, 2, 3)]
+    ended = [_run(FIXED, "ended", 48, index=i) for i in (1, 2)]
+    for failed in (
+        _suspected(3, kind="fork_inherited_lock"),  # the report's own kind, suspected
+        _suspected(3, certainty="proven"),  # another kind, but proven
+        _suspected(3, certainty=""),  # a hang whose report says no certainty
+        _suspected(3, kind="worker_start_failed", certainty="", outcome="crashed"),
+    ):
+        v = verify.verdict(_origin(), _origin().fix, control + ended + [failed])
+        assert v.line.startswith("the fix does not hold") and "inconclusive" not in v.line, failed
+    # a suspected stall of another kind in the control is no failure as the report did either
+    v = verify.verdict(_origin(), _origin().fix, [dataclasses.replace(_run(CONTROL, "hung", 0, "unknown"))] + ended[:1])
+    assert "did not hang as the report did" in v.line
+
+
+def test_fixed_runs_that_were_all_inconclusive_prove_nothing():
+    control = [_run(CONTROL, "hung", 0, index=i) for i in (1, 2, 3)]
+    v = verify.verdict(_origin(), _origin().fix, control + [_suspected(i) for i in (1, 2, 3)])
+    assert not v.holds and v.line.startswith("not proven") and "no fixed run could be judged" in v.line
+    assert "does not hold" not in v.line
+
+
+def test_a_hang_reports_certainty_is_read_from_its_stall():
+    proven = {"mode": "hang", "diagnoses": [{"kind": "x"}], "stall": {"certainty": "proven"}}
+    suspected = {"mode": "hang", "diagnoses": [{"kind": "unknown"}], "stall": {"certainty": "suspected"}}
+    warning = {"mode": "live", "diagnoses": [{"kind": "input_bound"}], "stall": None}
+    assert verify._certainty([warning, suspected]) == "suspected"
+    assert verify._certainty([proven]) == "proven"
+    assert verify._certainty([warning, {"mode": "hang", "stall": {"certainty": 3}}]) == ""

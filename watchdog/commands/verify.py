@@ -481,7 +481,9 @@ class RunResult:
     report's ``kind``, the job's ``exit_code``, the figures of its summary, whether the fix
     was seen applied (``applied``: the recorder saw the loader settings changed; ``None``
     when there is nothing to see), its report folders, and, for a run that failed with no
-    report, the last line of its output (``error``)."""
+    report, the last line of its output (``error``). ``certainty`` is the hang report's
+    (``stall.certainty`` in ``report.json``: ``proven`` or ``suspected``; ``""`` for a run that
+    did not hang, or whose hang report says neither)."""
 
     @property
     def before_first_batch(self) -> bool:
@@ -506,6 +508,7 @@ class RunResult:
     progress: Tuple[Tuple[float, int], ...] = ()
     others_cpus: Optional[float] = None
     host_cpus: Optional[int] = None
+    certainty: str = ""
 
     @property
     def failed(self) -> bool:
@@ -653,6 +656,26 @@ def _outcome(summary: Optional[dict], docs: List[dict]) -> Tuple[str, str]:
     return "crashed", crash or f"exit code {summary.get('exit_code')}"
 
 
+def _certainty(docs: List[dict]) -> str:
+    """The first hang report's certainty (``stall.certainty``: ``proven`` or ``suspected``), or
+    ``""`` when no hang report says one."""
+    for d in docs:
+        stall = d.get("stall") if d.get("mode") == "hang" else None
+        value = stall.get("certainty") if isinstance(stall, dict) else None
+        if value in ("proven", "suspected"):
+            return value
+    return ""
+
+
+def inconclusive(r: RunResult, origin: Origin) -> bool:
+    """Whether run ``r`` ended in a *suspected* hang whose first diagnosis is not the report's
+    kind (``unknown``, most often: a stall nothing explains, such as workers still starting on
+    a loaded machine): no evidence that the run fails as the original did, nor that it passes
+    (NOTE in docs/verify.md, "Verdict"). A proven hang, a crash, or a hang of the report's own
+    kind is a failure whatever its certainty."""
+    return r.outcome == "hung" and r.certainty == "suspected" and r.kind != origin.kind
+
+
 def _applied(fix: Fix, variant: str, summary: Optional[dict]) -> Optional[bool]:
     """Whether the recorder saw the fix's loader settings (``None``: nothing to check)."""
     if variant != FIXED or not fix.loader or summary is None:
@@ -769,6 +792,7 @@ def run_one(
         progress=throughput_ab.parse_progress(s.get("progress")),
         others_cpus=None if others is None else round(others, 3),
         host_cpus=host,
+        certainty=_certainty(docs) if outcome == "hung" else "",
     )
 
 
@@ -851,11 +875,24 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
     (:func:`boschloo_one_sided`) of the control's failures against the fixed runs' is below
     ``ALPHA``, whatever the runs' count: one failed control and one passing fixed run prove
     nothing. A control run counts as failed only when it failed as the report did (the
-    report's kind); a fixed run in which the fix was not seen applied proves nothing.
+    report's kind); a fixed run in which the fix was not seen applied proves nothing. A fixed
+    run that ended in a suspected hang of another kind (:func:`inconclusive`) is neither a pass
+    nor a failure: it is said as such and left out of the test (one run fewer), so it can never
+    make the fix "not hold"; a proven hang, a crash, or a hang of the report's kind does.
     ``own_command``: the runs ran the command given after ``--``, not the report's."""
     control = [r for r in results if r.variant == CONTROL]
-    fixed = [r for r in results if r.variant == FIXED]
+    unclear = [r for r in results if r.variant == FIXED and inconclusive(r, origin)]
+    fixed = [r for r in results if r.variant == FIXED and not inconclusive(r, origin)]
     c_fail, f_fail = sum(r.failed and r.kind == origin.kind for r in control), sum(r.failed for r in fixed)
+    total_fixed = len(fixed) + len(unclear)
+    unclear_text = ""
+    if unclear:
+        kinds = ", ".join(sorted({r.kind or "?" for r in unclear}))
+        unclear_text = (
+            f"; {len(unclear)} fixed run(s) inconclusive: a suspected stall of another kind ({kinds}), not the "
+            f"report's ({origin.kind}) and not proven, is no evidence either way and is not counted"
+            + (f" (its report: {unclear[0].reports[0]})" if unclear[0].reports else "")
+        )
     c_other = sorted({r.kind or r.outcome for r in control if r.failed and r.kind != origin.kind})
     point = f"batch {origin.failed_at_batch}" if origin.failed_at_batch is not None else "its failure"
     what = fix.describe()
@@ -899,15 +936,15 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
             False,
             f"not proven: the control did not {failed_as} as the report did ({origin.kind}) in {len(control)} run(s)"
             + (f"; it failed otherwise ({', '.join(c_other)})" if c_other else "")
-            + f" ({advice}); with {what} {len(fixed) - f_fail}/{len(fixed)} passed",
+            + f" ({advice}); with {what} {len(fixed) - f_fail}/{total_fixed} passed{unclear_text}",
             None,
             None,
         )
-    unapplied = [r for r in fixed if r.applied is False]
+    unapplied = [r for r in fixed + unclear if r.applied is False]
     if unapplied:
         return Verdict(
             False,
-            f"not proven: the fix ({what}) was not seen applied in {len(unapplied)} of {len(fixed)} fixed run(s) "
+            f"not proven: the fix ({what}) was not seen applied in {len(unapplied)} of {total_fixed} fixed run(s) "
             "(the recorder saw the loader's own settings: its site differs from the report's, or the hook did not "
             "load; try --all-loaders)",
             None,
@@ -921,7 +958,7 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
         head, detail = f"passed {_batches_range(passed)}", original
     else:
         head, detail = "passed", original
-    fixed_text = f"with {what} {len(passed)}/{len(fixed)} run(s) {head} ({detail})"
+    fixed_text = f"with {what} {len(passed)}/{total_fixed} run(s) {head} ({detail}){unclear_text}"
     if f_fail:
         f_kinds = sorted({r.kind for r in fixed if r.failed and r.kind})
         first = next(r for r in fixed if r.failed)
@@ -935,6 +972,14 @@ def verdict(origin: Origin, fix: Fix, results: Sequence[RunResult], own_command:
         return Verdict(
             False,
             f"the fix does not hold: {fixed_text}; {f_fail} failed ({', '.join(f_kinds) or '?'}); {control_text}{why}",
+            None,
+            None,
+        )
+    if not fixed:
+        return Verdict(
+            False,
+            f"not proven: {fixed_text}; {control_text}; no fixed run could be judged: run verify again, "
+            "on a less loaded machine or with more --runs",
             None,
             None,
         )
@@ -997,7 +1042,7 @@ def table(results: Sequence[RunResult]) -> str:
         [
             r.variant,
             r.index,
-            r.outcome + (f" ({r.kind})" if r.kind else ""),
+            r.outcome + (f" ({r.kind}{', suspected' if r.certainty == 'suspected' else ''})" if r.kind else ""),
             "-" if r.batches is None else r.batches,
             "-" if r.samples_per_s is None else f"{r.samples_per_s:g}",
             "-" if r.first_batch_s is None else f"{r.first_batch_s:.2f}",
@@ -1347,6 +1392,11 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
             say(
                 f"  {result.outcome}"
                 + (f" ({result.kind})" if result.kind else "")
+                + (
+                    ", suspected: inconclusive (a stall of another kind than the report's, not counted)"
+                    if variant == FIXED and inconclusive(result, origin)
+                    else ""
+                )
                 + f", {result.batches} batches; its output: {os.path.join(out, f'{variant}-{i}', OUTPUT_FILE)}"
             )
     except _Stopped as e:
