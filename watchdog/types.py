@@ -917,7 +917,9 @@ class Evidence:
     release the lock each stable ``flock``/``fcntl`` wait (pid, fd) waits for (:class:`LockHold`);
     ``manager_peers`` for each Manager server read, the pid of the job holding the other end of
     each of its connected sockets (``None``: no process of the job, or not a Unix socket;
-    ``collect.sockets.peer_holders``), absent when not read."""
+    ``collect.sockets.peer_holders``), absent when not read; ``manager_listeners`` for each
+    Manager server read, the descriptors of its listening sockets at multiprocessing's own
+    private address (``collect.sockets.private_listeners``)."""
 
     details: Mapping[int, Tuple[ThreadSample, ...]]
     stable: Mapping[int, Tuple[ThreadSample, ...]]
@@ -930,6 +932,7 @@ class Evidence:
     gap_s: float = 0.25
     lock_holds: Mapping[Tuple[int, int], LockHold] = field(default_factory=dict)
     manager_peers: Mapping[int, Tuple[Optional[int], ...]] = field(default_factory=dict)
+    manager_listeners: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,21 @@ def _peers(smp):
     return {manager: (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
 
 
-def _prove(smp, stacks, details, wakeable=None, peers=None):
+def _listeners(smp, details):
+    """The manager's accepter waits on a listener at multiprocessing's own private address."""
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    return {manager: tuple(d.wait.fd for d in details[manager] if d.wait.syscall in ("accept", "accept4"))}
+
+
+def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
     return dead_releaser.prove_manager_lock(
-        smp, stacks, details, detect.loader_waits(smp, stacks), wakeable or {}, _peers(smp) if peers is None else peers
+        smp,
+        stacks,
+        details,
+        detect.loader_waits(smp, stacks),
+        wakeable or {},
+        _peers(smp) if peers is None else peers,
+        _listeners(smp, details) if listeners is None else listeners,
     )
 
 
@@ -129,6 +141,7 @@ def test_the_proof_ends_the_job_under_on_hang_terminate():
         file_locks=(),
         after=smp,
         manager_peers=_peers(smp),
+        manager_listeners=_listeners(smp, details),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -173,3 +186,13 @@ def test_a_connection_of_the_manager_held_outside_the_job_leaves_it_unproven():
     assert _prove(smp, stacks, details) is not None
     assert _prove(smp, stacks, details, peers={manager: (smp.main.pid, None)}) is None
     assert _prove(smp, stacks, details, peers={}) is None  # the peers were not read
+
+
+def test_a_listener_at_a_chosen_address_leaves_it_unproven():
+    # tests/real/test_hostile_manager_gate.py: a manager served at a chosen address and authkey
+    # lets an outside process connect later and release; only multiprocessing's own private
+    # listener keeps new clients to the job.
+    smp, stacks, details = _job("manager_lock_holder_killed.json")
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    assert _prove(smp, stacks, details, listeners={manager: ()}) is None
+    assert _prove(smp, stacks, details, listeners={}) is None

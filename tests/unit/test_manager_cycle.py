@@ -44,7 +44,13 @@ def _peers(smp):
     return {_pid(smp, ROLE_OTHER): (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
 
 
-def _prove(smp, stacks, details, wakeable=None, peers=None):
+def _listeners(smp, details):
+    """The manager's accepter waits on a listener at multiprocessing's own private address."""
+    manager = _pid(smp, ROLE_OTHER)
+    return {manager: tuple(d.wait.fd for d in details[manager] if d.wait.syscall in ("accept", "accept4"))}
+
+
+def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
     return manager_proof.prove_manager_cycle(
         smp,
         stacks,
@@ -52,6 +58,7 @@ def _prove(smp, stacks, details, wakeable=None, peers=None):
         detect.loader_waits(smp, stacks),
         wakeable or {},
         _peers(smp) if peers is None else peers,
+        _listeners(smp, details) if listeners is None else listeners,
         detect.role_words(smp),
     )
 
@@ -106,7 +113,9 @@ def test_a_thread_of_main_that_holds_the_lock_and_sleeps_leaves_it_unproven():
     assert any("prepare" == t.name for t in stacks[smp.main.pid].threads)
     assert _prove(smp, stacks, details) is None
     assert (
-        dead_releaser.prove_manager_lock(smp, stacks, details, detect.loader_waits(smp, stacks), {}, _peers(smp))
+        dead_releaser.prove_manager_lock(
+            smp, stacks, details, detect.loader_waits(smp, stacks), {}, _peers(smp), _listeners(smp, details)
+        )
         is None
     )
     # without that thread (as if it ended) the rest is the cycle: the sleeping thread alone kept it unproven
@@ -156,7 +165,9 @@ def test_a_process_that_ended_beside_the_manager_makes_it_the_dead_releasers_pro
     gone = ExitRecord(99999, 10**12, smp.main.pid, ROLE_OTHER, "python", ("python",), 1.0, 2e9, 2.0, 2e9, 9)
     dead = dataclasses.replace(smp, exits=(gone,))
     assert _prove(dead, stacks, details) is None
-    proof = dead_releaser.prove_manager_lock(dead, stacks, details, detect.loader_waits(dead, stacks), {}, _peers(dead))
+    proof = dead_releaser.prove_manager_lock(
+        dead, stacks, details, detect.loader_waits(dead, stacks), {}, _peers(dead), _listeners(dead, details)
+    )
     assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
 
 
@@ -187,6 +198,7 @@ def test_the_cycle_ends_the_job_under_on_hang_terminate():
         file_locks=(),
         after=smp,
         manager_peers=_peers(smp),
+        manager_listeners=_listeners(smp, details),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -208,6 +220,7 @@ def test_the_healthy_twin_is_never_ended_under_on_hang_terminate():
         file_locks=(),
         after=smp,
         manager_peers=_peers(smp),
+        manager_listeners=_listeners(smp, details),
     )
     workers = tuple(w.pid for w in smp.workers)
     episode = detect.Episode(5.0, 300.0, terminate=True)
@@ -283,3 +296,11 @@ def test_a_client_outside_the_job_or_a_tcp_connection_leaves_it_unproven(case):
     assert _prove(smp, stacks, details) is not None
     assert _prove(smp, stacks, details, peers={manager: _peers(smp)[manager] + (None,)}) is None
     assert _prove(smp, stacks, details, peers={}) is None  # not read: not accounted for
+
+
+@pytest.mark.parametrize("case", [NEVER, AB])
+def test_a_listener_at_a_chosen_address_leaves_it_unproven(case):
+    # tests/real/test_hostile_manager_gate.py: a process outside the job that knows a chosen
+    # address and authkey can connect later and release.
+    smp, stacks, details = manager_job(case)
+    assert _prove(smp, stacks, details, listeners={_pid(smp, ROLE_OTHER): ()}) is None

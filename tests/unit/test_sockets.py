@@ -68,3 +68,22 @@ def test_a_tcp_connection_cannot_be_told_and_counts_as_outside():
 def test_an_unreadable_process_gives_none():
     assert sockets.socket_inodes(2**22 + 12345) is None
     assert sockets.peer_holders(2**22 + 12345, []) is None
+
+
+def test_a_managers_own_listener_is_private_and_a_chosen_address_is_not(short_tmp_path):
+    # multiprocessing.Manager() listens at <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX (0700);
+    # BaseManager(address=<chosen path>) does not: anyone told the path and key may connect.
+    import multiprocessing as mp
+    from multiprocessing.managers import BaseManager
+
+    ctx = mp.get_context("fork")
+    own = ctx.Manager()
+    chosen = BaseManager(address=str(short_tmp_path / "chosen.sock"), authkey=b"feed", ctx=ctx)
+    chosen.start()
+    try:
+        assert len(sockets.private_listeners(own._process.pid)) == 1
+        assert sockets.private_listeners(chosen._process.pid) == ()
+        assert sockets.private_listeners(os.getpid()) == ()  # listens nowhere
+    finally:
+        own.shutdown()
+        chosen.shutdown()

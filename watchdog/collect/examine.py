@@ -145,10 +145,11 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
     deadline = time.monotonic() + timeout_s / 2
     quick = pyspy.dump_all(live, pyspy_path, False, timeout_s, disk_sleep=d_state, deadline=deadline)
     servers = manager_servers(sample, quick, stopped)
-    peers = {}
+    peers, listeners = {}, {}
     if servers:  # NOTE [ Manager lock proof ] in watchdog/manager_proof.py needs the manager's stack and clients
         quick = {**quick, **pyspy.dump_all(servers, pyspy_path, False, timeout_s, deadline=deadline)}
         peers = {srv: held for srv in servers if (held := sockets.peer_holders(srv, pids)) is not None}
+        listeners = {srv: sockets.private_listeners(srv) for srv in servers}
     wakeable = {pid: why for pid in pids for why in [procfs.timer_wakeup(pid)] if why}
     lock_waiters = [
         pid
@@ -167,6 +168,7 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
         gap_s=STABLE_GAP_S,
         lock_holds=chain.lock_holds(stable, sample.main.start_ticks if sample.main else None) if lock_waiters else {},
         manager_peers=peers,
+        manager_listeners=listeners,
     )
 
 

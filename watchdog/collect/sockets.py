@@ -14,7 +14,9 @@ one (a TCP manager) or a table that could not be read leaves the proof unmade.
 from __future__ import annotations
 
 import os
+import re
 import socket
+import stat
 import struct
 from typing import Dict, Iterable, Optional, Tuple
 
@@ -148,3 +150,57 @@ def unix_inodes() -> frozenset:
     except OSError:
         return frozenset()
     return frozenset(out)
+
+
+# multiprocessing's own address for a listener it picks (``connection.arbitrary_address``:
+# ``tempfile.mktemp(prefix="listener-", dir=util.get_temp_dir())``, the folder from
+# ``tempfile.mkdtemp(prefix="pymp-")``, made 0700).
+_PRIVATE_PATH = re.compile(r"^/.+/pymp-[A-Za-z0-9_]+/listener-[A-Za-z0-9_]+$")
+_SO_ACCEPTCON = 0x10000  # the Flags column of a listening socket in /proc/net/unix
+
+
+def private_listeners(pid: int) -> Tuple[int, ...]:
+    """The descriptors of ``pid``'s listening Unix sockets bound where multiprocessing puts a
+    listener whose address it chose (``<tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX``), in a folder
+    that is a real directory of mode 0700 owned by ``pid``'s user: no other user can connect to
+    it, and only the job was told the address. A chosen path, an abstract name, a folder another
+    user could enter, or anything unreadable is left out (empty tuple)."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        names = os.listdir(folder)
+    except OSError:
+        return ()
+    listening: Dict[int, str] = {}
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            next(f, None)
+            for line in f:
+                fields = line.split(None, 7)
+                if len(fields) == 8 and fields[6].isdigit():
+                    try:
+                        flags = int(fields[3], 16)
+                    except ValueError:
+                        continue
+                    if flags & _SO_ACCEPTCON:
+                        listening[int(fields[6])] = fields[7].rstrip("\n")
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        try:
+            target = os.readlink(os.path.join(folder, name))
+        except OSError:
+            continue
+        if not (target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit()):
+            continue
+        path = listening.get(int(target[8:-1]))
+        if path is None or not _PRIVATE_PATH.match(path):
+            continue
+        try:
+            st = os.lstat(os.path.dirname(path))
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == uid and name.isdigit():
+            out.append(int(name))
+    return tuple(sorted(out))

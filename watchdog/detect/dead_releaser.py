@@ -38,6 +38,7 @@ def prove_manager_lock(
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
     peers: Mapping[int, Tuple[Optional[int], ...]],
+    listeners: Mapping[int, Tuple[int, ...]],
 ) -> Optional[Proof]:
     """A Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py): the
     :func:`~watchdog.manager_proof.closed_wait` of main, the workers and the manager, and a
@@ -53,11 +54,12 @@ def prove_manager_lock(
         wakeable: pid to why it might wake itself from a timer signal.
         peers: ``Evidence.manager_peers`` (who holds the other end of each of the manager's
             connections).
+        listeners: ``Evidence.manager_listeners`` (its listeners at multiprocessing's own address).
 
     Returns a :class:`~watchdog.types.Proof` of kind ``waits_on_dead`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait and the ended process(es).
     """
-    closed = manager_proof.closed_wait(sample, stacks, details, loader, wakeable, peers)
+    closed = manager_proof.closed_wait(sample, stacks, details, loader, wakeable, peers, listeners)
     if closed is None:
         return None
     ended = possible_holders(sample, closed.manager)

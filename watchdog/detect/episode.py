@@ -205,7 +205,13 @@ class Episode:
         early = stall.trigger == TRIGGER_RHYTHM
         if proof is None:  # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py)
             proof = dead_releaser.prove_manager_lock(
-                sample, stacks, evidence.stable, loader_waits(sample, stacks), evidence.wakeable, evidence.manager_peers
+                sample,
+                stacks,
+                evidence.stable,
+                loader_waits(sample, stacks),
+                evidence.wakeable,
+                evidence.manager_peers,
+                evidence.manager_listeners,
             )
         if proof is None:  # a cycle through a Manager among the living (the same NOTE)
             proof = manager_proof.prove_manager_cycle(
@@ -215,6 +221,7 @@ class Episode:
                 loader_waits(sample, stacks),
                 evidence.wakeable,
                 evidence.manager_peers,
+                evidence.manager_listeners,
                 role_words(sample),
             )
         if proof is None:

@@ -25,7 +25,13 @@ on threads that did not move between the reads, ``examine.stable_details``):
   ``FUTEX_PRIVATE_FLAG``), and a manager thread releases a lock only for a client's
   ``release()`` request; there are at least as many as the client threads that wait;
 * every other manager thread waits for its client's next request (a read with no timeout), for
-  a new connection (``accept`` with no timeout) or loops in ``serve_forever``;
+  a new connection (``accept`` with no timeout) on a listener at multiprocessing's own private
+  address (``<tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX``, ``connection.arbitrary_address`` in a
+  ``util.get_temp_dir`` folder of mode 0700 owned by the job's user: only the job was told it,
+  and the key of its handshake is main's inherited ``current_process().authkey``;
+  ``collect.sockets.private_listeners``; a chosen address and authkey, CPython docs "Using a
+  remote manager", lets any process that knows them connect later and release) or loops in
+  ``serve_forever``;
 * the other end of each of the manager's connections is held by a process of this set (the
   peer of each connected Unix socket, sock_diag(7), and who holds it in ``/proc/PID/fd``:
   ``collect.sockets.peer_holders``): a client outside the job that knows the address and the
@@ -200,6 +206,7 @@ def closed_wait(
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
     peers: Mapping[int, Tuple[Optional[int], ...]],
+    listeners: Mapping[int, Tuple[int, ...]],
 ) -> Optional[ClosedWait]:
     """The argument of NOTE [ Manager lock proof ] up to "no live thread can send the
     ``release()``", or ``None`` when any step fails.
@@ -215,6 +222,9 @@ def closed_wait(
         peers: ``Evidence.manager_peers``: for a Manager server, the pid holding the other end
             of each of its connected sockets (``collect.sockets.peer_holders``); the manager's
             must be there, each a process of the set (a client outside the job could release).
+        listeners: ``Evidence.manager_listeners``: for a Manager server, the descriptors of its
+            listening sockets at multiprocessing's own private address
+            (``collect.sockets.private_listeners``); the accepter must wait on one of them.
     """
     main = sample.main
     workers = sample.workers
@@ -333,6 +343,7 @@ def closed_wait(
             and d.wait is not None
             and d.wait.kind is WaitKind.FD
             and d.wait.syscall in _ACCEPT_CALLS
+            and d.wait.fd in listeners.get(manager, ())
         ):
             links.append(
                 _link(
@@ -340,8 +351,9 @@ def closed_wait(
                     d,
                     t,
                     "waits for a new connection",
-                    "a new client's request is served only after the authkey handshake, and every client the "
-                    "manager has now is a process of this set (the peers of its sockets)",
+                    "it listens at multiprocessing's own private address (a pymp- folder of mode 0700 that only the "
+                    "job was told), a new client is served only after the authkey handshake (the key main's "
+                    "processes inherit), and every client the manager has now is a process of this set",
                 )
             )
         elif (
@@ -424,6 +436,7 @@ def prove_manager_cycle(
     loader: Mapping[Tuple[int, int], Tuple[int, ...]],
     wakeable: Mapping[int, str],
     peers: Mapping[int, Tuple[Optional[int], ...]],
+    listeners: Mapping[int, Tuple[int, ...]],
     words: Mapping[int, str],
 ) -> Optional[Proof]:
     """A cycle through a Manager among the living (NOTE [ Manager lock proof ]): the
@@ -435,7 +448,7 @@ def prove_manager_cycle(
     Returns a :class:`~watchdog.types.Proof` of kind ``manager_cycle`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait, its conclusion the cycle
     (:func:`cycle_text`)."""
-    closed = closed_wait(sample, stacks, details, loader, wakeable, peers)
+    closed = closed_wait(sample, stacks, details, loader, wakeable, peers, listeners)
     if closed is None or possible_holders(sample, closed.manager):
         return None
     conclusion = (
