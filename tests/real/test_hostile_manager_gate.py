@@ -15,18 +15,17 @@ process outside the job is connected, every thread of the job waits for a thread
 the accepter waits in ``accept``: the closed wait holds, yet the job is healthy and ends by
 itself with code 0.
 
-The fix (detect/manager_proof.closed_wait): the accepter is a step of the argument only when
-the manager listens where only the job could have learnt the key: its listening Unix socket's
-path is multiprocessing's own (``<tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX``,
-``multiprocessing.util.get_temp_dir`` and ``connection.arbitrary_address``, a folder made 0700)
-and not a chosen address (read from ``/proc/net/unix`` for the listening socket's inode); any
-other listener (a chosen path, an abstract name, TCP) leaves the hang suspected.
+The check (detect/manager_proof.closed_wait, collect.sockets.private_listeners): the accepter
+is a step of the argument only when the manager listens where only the job could have learnt
+the key: its listening Unix socket's path is multiprocessing's own
+(``<tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX``, ``multiprocessing.util.get_temp_dir`` and
+``connection.arbitrary_address``, a folder made 0700) and not a chosen address (read from
+``/proc/net/unix`` for the listening socket's inode); any other listener (a chosen path, an
+abstract name, TCP) leaves the hang suspected.
 
 Every process here runs in its own session, bounded, and is killed whatever happens."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.real.helpers import DLWATCH, PY, TERMINATE_AFTER_4_S, kill_tree, load_report, reports, start
 
@@ -93,12 +92,6 @@ print("opened", flush=True)
 GATE_S = 35
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="manager_proof.closed_wait takes the accepter's wait as 'served only after the authkey handshake' "
-    "whatever the manager's address and authkey: a remote-manager client outside the job that connects later "
-    "can release the lock, and the healthy job is ended (fix belongs to the proofs helper's manager_proof)",
-)
 def test_a_manager_gate_opened_by_an_outside_process_that_connects_later_is_never_ended(short_tmp_path):
     job = short_tmp_path / "job.py"
     job.write_text(JOB)
