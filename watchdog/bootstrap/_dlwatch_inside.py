@@ -42,7 +42,7 @@ little-endian uint32 counts), ``<pid>.json``, and, in a process that fetches sam
 DataLoader worker), ``<pid>.fetch`` (``FETCH`` fields: how many times the fetcher reached for a
 sample, and when last). That count is the sidecar's measure of a worker's progress: a worker
 that polls, sleeps or retries inside one sample never raises it (NOTE [ Hang criterion ] in
-``watchdog/detect.py``). It is kept on every read of ``_BaseDatasetFetcher.dataset`` (map-style:
+``watchdog/detect/progress.py``). It is kept on every read of ``_BaseDatasetFetcher.dataset`` (map-style:
 once a sample, twice more per batch) and of ``_IterableDatasetFetcher.dataset_iter``
 (iterable-style: once a sample), whether or not the data checks are on. Times are ``CLOCK_MONOTONIC`` nanoseconds
 (``time.monotonic_ns``), comparable with the sidecar's ``time.monotonic``.

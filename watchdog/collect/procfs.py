@@ -467,7 +467,7 @@ def ppid_map() -> Dict[int, int]:
 
 def may_be_stuck(wait: Optional[KernelWait]) -> bool:
     """Whether a thread in ``wait`` leaves its process a candidate for NOTE [ Deadlock proof ]
-    in ``watchdog/detect.py``: an untimed wait on a private futex, or ``accept`` (which the
+    in ``watchdog/detect/proof.py``: an untimed wait on a private futex, or ``accept`` (which the
     proof sets aside as multiprocessing's resource-sharer thread)."""
     return wait is not None and (
         wait.kind is WaitKind.FUTEX_PRIVATE or (wait.kind is WaitKind.FD and wait.syscall in ("accept", "accept4"))
@@ -503,7 +503,7 @@ class ThreadReader:
     are kept without reading ``io``, ``syscall`` or ``children``. For a thread that ran:
 
     * ``io`` (``rchar + wchar``) is read for the *judged* threads only (the loader path of
-      NOTE [ Hang criterion ] in ``watchdog/detect.py``: main's iterating thread, every thread of
+      NOTE [ Hang criterion ] in ``watchdog/detect/progress.py``: main's iterating thread, every thread of
       a worker); the others get ``io_bytes=None``;
     * ``syscall`` is read when the state does not decide the wait (S, D) and either the thread
       is judged and did no I/O since the previous call (a thread whose I/O moved made progress

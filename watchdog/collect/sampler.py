@@ -56,7 +56,7 @@ the newest).
 
 NOTE [ Thread reads ]
 Per-thread counters and waits are what judges a stall: which thread waits where, whether it
-woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect.py``). While
+woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect/``). While
 the inside view shows main receiving batches, there is no stall to judge: a full sample then
 reads no thread (``sample(threads=False)``, the watcher's choice: it asks for threads at the
 first tick that counted no batch, so a stall is judged from per-thread reads as before, and

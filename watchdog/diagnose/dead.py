@@ -11,7 +11,7 @@ facts dlwatch read itself, never from the job's word:
   in a loop that catches ``queue.Empty``) while a process of the job other than main and its
   workers (a decoder, a producer) has ended: nothing it fed will come.
 
-Neither is a proof (NOTE [ Deadlock proof ] in detect.py): from outside, which file or queue
+Neither is a proof (NOTE [ Deadlock proof ] in detect/proof.py): from outside, which file or queue
 the loop waits for is not read (locals are off by default), the loop may give up, and anyone
 may delete a lock file. So the hang stays suspected; the cause is said with the confidence its
 evidence carries (``strongly supported`` when the lock file names a process of this job that

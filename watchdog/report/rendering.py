@@ -310,7 +310,7 @@ def _process_table(processes: Sequence[dict]) -> Iterable[str]:
 
 
 # How sure a report is of a cause, by its confidence: a cause is never "proven" by the kernel's view,
-# which proves only that the job cannot move (NOTE [ Deadlock proof ] in detect.py).
+# which proves only that the job cannot move (NOTE [ Deadlock proof ] in detect/proof.py).
 CAUSE_WORDS = ((0.9, "strongly supported"), (0.7, "likely"), (0.0, "suspected"))
 
 

@@ -43,7 +43,7 @@ def closer_look(
     """:func:`examine.look_closer` at main, the workers and a forkserver that forked them (its
     threads are those at the fork), with the enclosing lines of the threads main had at each
     fork and of each worker's threads; the polling look first under the batch and main-wait
-    measures when nothing is proven (NOTE [ Hang criterion ] in detect.py). ``deadline``
+    measures when nothing is proven (NOTE [ Hang criterion ] in detect/progress.py). ``deadline``
     (``time.monotonic()`` seconds) bounds the py-spy runs."""
     main = sample.main
     pids = ([main.pid] if main is not None else []) + [w.pid for w in sample.workers]

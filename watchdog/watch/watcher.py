@@ -7,7 +7,7 @@ stage's failure is caught here, logged once, and watching goes on; no signal is 
 NOTE [ Escalation ladder ]
 1. Every ``interval_s``: cheap psutil and ``/proc`` reads (no ptrace), including each loader
    thread's kernel wait (``/proc/PID/task/TID/syscall``).
-2. When a trigger comes due (NOTE [ Hang criterion ] in detect.py): every thread's wait is read
+2. When a trigger comes due (NOTE [ Hang criterion ] in detect/progress.py): every thread's wait is read
    twice, 0.25 s apart; Python-only py-spy dumps of main and the workers; the holders of pipes
    that threads wait on. :func:`detect.assess` then proves the hang (NOTE [ Deadlock proof ]),
    reports it as suspected, or dismisses it (the stall clock restarts).
@@ -15,7 +15,7 @@ NOTE [ Escalation ladder ]
    the report is written.
 4. With ``on_hang: terminate`` the job's own processes (its tree, and its process group under
    ``dlwatch run``) get SIGTERM, then SIGKILL after ``terminate_grace_s``, only when the hang is
-   proven (NOTE [ Deadlock proof ] in detect.py); outside the loader only when
+   proven (NOTE [ Deadlock proof ] in detect/proof.py); outside the loader only when
    ``terminate_outside_loader`` is true or main itself is proven stuck. A suspected hang is
    reported and left alone, however long it lasts (``busy_stall_timeout_s`` only examines and
    reports). The opt-in ``terminate_unproven_after_s`` also ends an unproven loader stall
@@ -145,7 +145,7 @@ def _batch_counts(loaders) -> Tuple[Tuple[int, int], ...]:
 def criterion(
     trigger: detect.Trigger, rule: Optional[detect.Rhythm], measure: Measure, cfg: Config, has_loaders: bool
 ) -> str:
-    """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect.py):
+    """Which stall rule fired, and why, for the report (NOTE [ Batch rhythm ] in detect/progress.py):
     ``trigger`` as :meth:`detect.Episode.due` gave it, ``rule`` the loader's rhythm when one
     was measured, ``measure`` the tracker's measure of progress, ``has_loaders`` whether the
     inside view saw an iterator in the latest sample."""
