@@ -13,11 +13,13 @@ directories (``/proc/PID/cwd``), its temporary folder and the folders of the fil
 workers have open, each walked from the job's root (``/proc/MAIN/root``) one component at a
 time with ``O_NOFOLLOW`` (a symbolic link is not followed: the folder is skipped); in a folder
 only names ending in :data:`SUFFIXES` are looked at, at most :data:`MAX_ENTRIES` entries; a
-file is read only when it is a regular file (``lstat``, then ``fstat`` of the descriptor: the
-same inode), with one link, owned by the job's user, at most :data:`MAX_BYTES` bytes, opened
-``O_NOFOLLOW | O_NONBLOCK`` through the folder's descriptor; and only a pid and a host name
-parsed from it leave this module (anything else in the file is never shown); a file's path is
-shown on one line (line breaks and control characters written as escapes, watchdog.text)."""
+file is read only when it is a regular file with one link, owned by the job's user, at most
+:data:`MAX_BYTES` bytes, checked on an ``O_PATH | O_NOFOLLOW`` descriptor taken through the
+folder's descriptor and only then that same file opened for reading (``/proc/self/fd``): a node
+swapped in after the check (a FIFO, a device bind-mounted in the job's own namespace) is never
+opened; and only a pid and a host name parsed from it leave this module (anything else in the
+file is never shown); a file's path is shown on one line (line breaks and control characters
+written as escapes, watchdog.text)."""
 
 from __future__ import annotations
 
@@ -44,7 +46,10 @@ MAX_FOLDERS = 12
 # The highest pid Linux allows (PID_MAX_LIMIT on 64-bit: 2**22).
 PID_LIMIT = 1 << 22
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# A lock file is resolved once (O_PATH: no open of the node itself), checked, then that same file
+# reopened for reading through /proc/self/fd (a magic link to it: O_NOFOLLOW would refuse it).
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_REOPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -123,14 +128,26 @@ def _walk(root_fd: int, path: str) -> Optional[int]:
 
 def _read_one(dir_fd: int, name: str, uid: int) -> Optional[Tuple[bytes, float]]:
     """The bytes and modification time of lock file ``name`` in ``dir_fd`` when it passes the
-    module's checks (a regular file with one link, owned by ``uid``, small), else ``None``."""
+    module's checks (a regular file with one link, owned by ``uid``, small), else ``None``.
+
+    The name is resolved once, to an ``O_PATH`` descriptor (open(2): nothing is opened for
+    reading, no device's open runs); the checks are made on it (fstat) and only that very file
+    is then opened for reading, through ``/proc/self/fd`` (proc(5)). A node the job puts at the
+    name after the check (a FIFO renamed over it, a device bind-mounted over it in a mount
+    namespace of its own) is never opened by root."""
     try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_nlink != 1 or st.st_size > MAX_BYTES:
-            return None
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+        path_fd = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
+    try:
+        st = os.fstat(path_fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_nlink != 1 or st.st_size > MAX_BYTES:
+            return None
+        fd = os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
+    except OSError:
+        return None
+    finally:
+        os.close(path_fd)
     try:
         again = os.fstat(fd)
         if (again.st_ino, again.st_dev) != (st.st_ino, st.st_dev) or not stat.S_ISREG(again.st_mode):
