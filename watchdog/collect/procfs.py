@@ -881,28 +881,95 @@ def environ(pid: int) -> Optional[Dict[str, str]]:
     return redact.env(env)
 
 
+# The most of one source file read for its lines, in characters (a job's frame may name any file).
+MAX_SOURCE_BYTES = 8 << 20
+
+
+def _credentials(pid: int) -> Optional[Tuple[int, Set[int]]]:
+    """The real uid and the gids (real and supplementary) of ``pid`` (``Uid:``, ``Gid:``,
+    ``Groups:`` of ``/proc/PID/status``), or ``None`` when unreadable."""
+    status = read_bytes(f"/proc/{pid}/status")
+    if not status:
+        return None
+    try:
+        uid = int((status_field(status, "Uid") or b"").split()[0])
+        gids = {int((status_field(status, "Gid") or b"").split()[0])}
+        gids.update(int(g) for g in (status_field(status, "Groups") or b"").split())
+    except (ValueError, IndexError):
+        return None
+    return uid, gids
+
+
+def _may_read(st: os.stat_result, uid: int, gids: Set[int]) -> bool:
+    """Whether a process of real uid ``uid`` and groups ``gids`` may read a file of ``st`` by
+    its mode bits (owner, then group, then others: path_resolution(7)); root may."""
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    if st.st_gid in gids:
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
+
+
+def _open_source(path: str, uid: int, gids: Set[int]) -> Optional[int]:
+    """A descriptor open for reading on ``path`` when it is a regular file the job's user may
+    read, else ``None``. The path is resolved once without following its last link
+    (``O_PATH|O_NOFOLLOW``: no device's or FIFO's open runs), checked (fstat), and only that
+    same file opened for reading (``/proc/self/fd``)."""
+    try:
+        path_fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(path_fd)
+        if not stat.S_ISREG(st.st_mode) or not _may_read(st, uid, gids):
+            return None
+        return os.open(f"/proc/self/fd/{path_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(path_fd)
+
+
 def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
     """The source text of each ``(file, line)`` in ``wanted`` (indentation kept, trailing
     whitespace removed), as the target sees the
     file (through ``/proc/PID/root``, so paths inside a container resolve). Each file is read
-    once; unreadable ones are left out."""
+    once; unreadable ones are left out.
+
+    The job names these files (a frame's ``co_filename`` is whatever its code was compiled
+    with), so a file is read only when it is a regular file that the job's own user may read
+    (its mode bits for ``pid``'s real uid and groups), opened without following its last link
+    and never for a FIFO or a device (:func:`_open_source`), at most :data:`MAX_SOURCE_BYTES`
+    characters of it."""
     by_file: Dict[str, set] = {}
     for file, line in wanted:
         if line > 0 and file.startswith("/"):
             by_file.setdefault(file, set()).add(line)
     out: Dict[Tuple[str, int], str] = {}
+    creds = _credentials(pid) if by_file else None
+    if creds is None:
+        return out
     for file, lines in by_file.items():
         for path in (f"/proc/{pid}/root{file}", file):
+            fd = _open_source(path, *creds)
+            if fd is None:
+                continue
+            read = 0
             try:
-                with open(path, encoding="utf-8", errors="replace") as f:
+                with os.fdopen(fd, encoding="utf-8", errors="replace") as f:  # lines as Python counts them
                     for i, text in enumerate(f, 1):
+                        read += len(text)
+                        if read > MAX_SOURCE_BYTES:
+                            break
                         if i in lines:
                             out[(file, i)] = text.rstrip()
                         if i >= max(lines):
                             break
-                break
             except OSError:
                 continue
+            break
     return out
 
 
