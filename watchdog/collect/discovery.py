@@ -518,11 +518,9 @@ def torch_names_workers(pid: int) -> Optional[bool]:
     if lib is None:
         return None
     for path in (f"/proc/{pid}/root{lib}/torch/version.py", f"{lib}/torch/version.py"):
-        try:
-            with open(path, encoding="utf-8") as f:
-                m = _TORCH_VERSION.search(f.read())
-        except OSError:
-            continue
+        # the job chose what it maps, so this path too: read only as its user could, never a FIFO
+        text = procfs.read_as_job(pid, path)
+        m = _TORCH_VERSION.search(text) if text is not None else None
         if m:
             return (int(m.group(1)), int(m.group(2))) >= (2, 5)
     return None

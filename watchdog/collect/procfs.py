@@ -932,6 +932,23 @@ def _open_source(path: str, uid: int, gids: Set[int]) -> Optional[int]:
         os.close(path_fd)
 
 
+def read_as_job(pid: int, path: str, limit: int = 1 << 16) -> Optional[str]:
+    """The first ``limit`` bytes of ``path`` as text (UTF-8, errors replaced) when it is a
+    regular file that ``pid``'s user may read (:func:`_open_source`: its last link not
+    followed, never a FIFO's or a device's open), else ``None``: for a file whose path the job
+    chose."""
+    creds = _credentials(pid)
+    fd = _open_source(path, *creds) if creds is not None else None
+    if fd is None:
+        return None
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def source_lines(pid: int, wanted) -> Dict[Tuple[str, int], str]:
     """The source text of each ``(file, line)`` in ``wanted`` (indentation kept, trailing
     whitespace removed), as the target sees the
