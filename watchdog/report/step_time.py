@@ -1,6 +1,7 @@
 """Where the step time goes, for the HTML report (``dlwatch show --html``, issue #38): over the
 last ``WINDOW_S`` seconds of a report's timeline (the input-bound verdict's own window, NOTE [
-Input-bound verdict ] in watchdog/diagnose/throughput.py), main's time split between waiting
+Input-bound verdict ] in watchdog/diagnose/throughput.py: from the sample before main's first
+iterator when that is later), main's time split between waiting
 for data inside ``__next__`` and the rest (its step), and the DataLoader workers' time split
 between cpu, runnable, io and idle; time while main or a worker was stopped (state ``T``/``t``:
 NOTE [ Stopped jobs ] in watchdog/diagnose/worker_time.py) is its own part, ``stopped``.
@@ -96,6 +97,11 @@ def _procs(sample: dict) -> Dict[int, dict]:
     return {int(_num(p.get("pid"))): p for p in procs if p.get("role") in (ROLE_MAIN, ROLE_WORKER)}
 
 
+def _main_pid(sample: dict) -> Optional[int]:
+    mains = [pid for pid, p in _procs(sample).items() if p.get("role") == ROLE_MAIN]
+    return mains[0] if mains else None
+
+
 def _waits(sample: dict, main_pid: Optional[int]) -> Dict[Tuple[float, float], float]:
     """``(pid, iterator) -> seconds main spent in __next__`` (the wait in progress included)."""
     out: Dict[Tuple[float, float], float] = {}
@@ -130,6 +136,10 @@ def _step_time(doc: dict, window_s: float) -> Optional[StepTime]:
     times = [_num(s.get("t_mono")) for s in timeline]
     start = times[-1] - window_s
     picked = [(t, s) for t, s in zip(times, timeline) if t >= start]
+    # from the sample before main's first iterator, as the verdict judges (throughput.since_first_iterator)
+    made = [i for i, (_, s) in enumerate(picked) if _waits(s, _main_pid(s))]
+    if made and made[0] >= 2:
+        picked = picked[made[0] - 1 :]
     main_part = dict.fromkeys(MAIN_PARTS, 0.0)
     worker_part = dict.fromkeys(WORKER_PARTS, 0.0)
     workers: set = set()
@@ -149,8 +159,8 @@ def _step_time(doc: dict, window_s: float) -> Optional[StepTime]:
                 worker_part["stopped"] += dt * len(pairs)
             else:
                 # signed, so that a wait in progress handed over to the total when its batch comes is
-                # counted once; before main's first iterator, all its time is "the rest" (as the
-                # verdict counts it)
+                # counted once; in the interval in which main made its first iterator, the time
+                # before it is "the rest" (as the verdict counts it)
                 seen_main_wait = seen_main_wait or bool(waits)
                 gain = sum(w - waits_before.get(k, 0.0) for k, w in waits.items())
                 wait = min(dt, max(0.0, gain))
