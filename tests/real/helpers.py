@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -112,6 +113,49 @@ def check_no_contradiction(doc: dict, where: str) -> None:
     alive = [v for v in kept if any(c is None for c in v.get("worker_exitcodes") or [None])]
     assert not (len(alive) >= 3 and "numpy arrays" in first.get("remedy", "")), (
         f"{where}: copy-on-read advice first with {len(alive)} persistent iterators alive"
+    )
+    if first.get("kind") == "input_bound":
+        check_data_wait_figures(first, loaders, where)
+
+
+_HEADLINE = re.compile(r"main waited for data (\d+) % of the (?:last )?(\d+) s")
+
+
+def check_data_wait_figures(finding: dict, loaders: list, where: str) -> None:
+    """Fail when an ``input_bound`` finding's headline ("main waited for data D % of the S s
+    ...") contradicts the loader section of the same report (``inside_view.loaders``: each
+    iterator's ``wait_s``, its ``data_wait_fraction`` of the time from its creation to its last
+    batch, and ``last_batch_age_s``, from which its age follows): when every iterator of main was
+    made within the S s, the span must not begin more than a sampling interval before the first
+    (set-up time counted as "its step": "54 % of the last 21 s" beside "data wait 85%" for the
+    same batches), and main's wait D x S must hold what those iterators waited. A headline with
+    stopped time (its span is the window less the stop) is not checked."""
+    evidence = finding.get("evidence") or []
+    m = _HEADLINE.search(evidence[0]) if evidence else None
+    if m is None or "stopped" in evidence[0]:
+        return
+    share, span = int(m.group(1)) / 100, float(m.group(2))
+    pids = finding.get("pids") or []
+    made = []  # (seconds since it was made, its wait)
+    for v in loaders:
+        if pids and v.get("pid") != pids[0]:
+            continue
+        fraction, wait, age = v.get("data_wait_fraction"), v.get("wait_s"), v.get("last_batch_age_s")
+        if not fraction or wait is None or age is None:
+            return  # an iterator of unknown age: nothing to hold the span to
+        made.append((age + wait / fraction, wait))
+    slack = 3.0  # a sampling interval, and the rounding of S to seconds
+    if not made or max(a for a, _ in made) > span + slack:
+        return  # an iterator older than the window: its wait is partly before it
+    first_made = max(a for a, _ in made)
+    assert span <= first_made + slack, (
+        f"{where}: the data wait is judged over {span:g} s, {span - first_made:.0f} s before main's first iterator "
+        f"was made ({first_made:.1f} s ago): set-up time counted as its step: {evidence[0]}"
+    )
+    waited = sum(w for _, w in made)
+    assert share * span >= waited - (0.01 * span + 0.5 * share + 1.0), (
+        f"{where}: the headline's wait ({share:.0%} of {span:g} s) is less than the {waited:.1f} s main waited "
+        f"in the iterators made within it: {evidence[0]}"
     )
 
 
