@@ -101,6 +101,7 @@ from .worker_time import (
     threads_wanting_cpu,
     worker_ids,
     worker_times,
+    workers_at_once,
     workers_cpus,
 )
 
@@ -114,7 +115,9 @@ __all__ = [
     "input_bound",
     "judge",
     "main_waits",
+    "needs_inside_view_text",
     "open_wait_s",
+    "since_first_iterator",
     "worker_ids",
     "worker_times",
     "workers_cpus",
@@ -267,6 +270,7 @@ class _Waits:
     batches: int = 0
     views: List[LoaderView] = field(default_factory=list)
     stopped_wait_s: float = 0.0
+    new_iterators: int = 0
 
 
 def main_waits(samples: Sequence[Sample], main_pid: int) -> _Waits:
@@ -314,9 +318,35 @@ def main_waits(samples: Sequence[Sample], main_pid: int) -> _Waits:
         out.batches += max(0, n - (0 if new else n0))
         out.views.append(v)
         if new and _workers_setting(v):
+            out.new_iterators += 1
             opening = v.first_batch_s if v.first_batch_s is not None else open_wait_s(v, t)
             out.epoch_s += min(gained, max(0.0, opening - stopped_opening.get(key, 0.0)))
     return out
+
+
+def since_first_iterator(samples: Sequence[Sample], main_pid: int) -> Tuple[List[Sample], bool]:
+    """``samples`` from the last one before the first that holds an iterator of main
+    (``main_pid``), and whether any were left out: the time before main made its first
+    DataLoader iterator (imports, building the model and the Dataset) is no step of a training
+    loop and no time it could wait for data, and counted as "its step" it diluted the data-wait
+    share (54 % of the last 21 s, while the one iterator in them waited 85 % of its 13 s).
+    An iterator is in every sample after it was made (the inside view keeps ended ones), so
+    a window that begins after main's first iterator keeps all its samples. The sample before is
+    kept: the iterator was made between the two."""
+    for i, s in enumerate(samples):
+        if any(v.pid == main_pid for v in s.loaders):
+            return (list(samples[i - 1 :]), True) if i >= 2 else (list(samples), False)
+    return list(samples), False
+
+
+def needs_inside_view_text(pid: int) -> str:
+    """The no-verdict line of a job that records no inside view: how to watch one that does.
+    Each ``dlwatch`` command quoted parses (tests/unit/test_quoted_commands.py)."""
+    return (
+        "no verdict: it needs the inside view (main's time in __next__), which this job does not record; "
+        "watch it with `dlwatch run -- python train.py`, or start it with `env $(dlwatch hook-env) python "
+        f"train.py` and watch it with `dlwatch attach --pid {pid}` (its pid)"
+    )
 
 
 def _workers_setting(v: LoaderView) -> int:
@@ -365,12 +395,8 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
     samples = [s for s in samples if s.main is not None and s.main.pid == main.pid]
     if not any(s.loaders for s in samples):
         if any(s.workers for s in samples) or facts.inside is None or not any(s.loaders for s in facts.timeline):
-            return Judgement(
-                Verdict.NEEDS_INSIDE_VIEW,
-                "no verdict: it needs the inside view (main's time in __next__), which this job does not record; "
-                "watch it with `dlwatch run` or start it with `env $(dlwatch hook-env) ...` and `dlwatch attach "
-                "--inside`",
-            )
+            return Judgement(Verdict.NEEDS_INSIDE_VIEW, needs_inside_view_text(main.pid))
+    samples, setup = since_first_iterator(samples, main.pid)
     waits = main_waits(samples, main.pid)
     window = samples[-1].t_mono - samples[0].t_mono
     stops = stopped_pairs(samples)
@@ -423,11 +449,8 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
         wanting=threads_wanting_cpu(full),
     )
     rate = waits.batches / span
-    judged = (
-        f"the last {span:.0f} s"
-        if not stopped
-        else f"{span:.0f} s (the last {window:.0f} s less {stopped:.0f} s stopped)"
-    )
+    last = f"the {window:.0f} s since its first DataLoader iterator" if setup else f"the last {window:.0f} s"
+    judged = last if not stopped else f"{span:.0f} s ({last} less {stopped:.0f} s stopped)"
     head = (
         f"main waited for data {_pct(d)} of {judged} ({waits.batches} batches, {rate:.1f}/s); its step "
         f"ran the rest" + (f", main used {main_cpus:.2f} CPU" if main_cpus is not None else "")
@@ -435,12 +458,26 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
     evidence = [head]
     if workers:
         j = base
+        at_once = workers_at_once(workers)
+        count = f"{len(workers)} worker process(es)"
+        if at_once is not None and len(workers) > max(1, nw or 0) and at_once < len(workers) - 0.5:
+            count += f" in turn, {at_once:.1f} at once on average (started again for each iterator)"
+        runq = (
+            ""
+            if all(w.runq_read for w in workers)
+            else " (run queue not read for all: time seen in state R without a CPU)"
+        )
         evidence.append(
-            f"{len(workers)} worker process(es): CPU {_pct(j.share('cpu'))}, runnable waiting for a CPU "
-            f"{_pct(j.share('runnable'))}{'' if all(w.runq_read for w in workers) else ' (run queue not read)'}, "
+            f"{count}: CPU {_pct(j.share('cpu'))}, runnable waiting for a CPU {_pct(j.share('runnable'))}{runq}, "
             f"blocked in the Dataset (I/O, sleep, lock) {_pct(j.share('io'))}, idle waiting for indices "
             f"{_pct(j.share('idle'))} of their time; {workers_cpus(workers):.2f} CPU(s) in all, "
             f"of {usable:g} usable ({how})"
+        )
+    if waits.epoch_s > 0 and waits.wait_s > 0:
+        again = "" if waits.new_iterators < 2 else ", workers started again for each"
+        evidence.append(
+            f"first batches of iterators started in the window: {waits.epoch_s:.1f} s, {_pct(epoch)} of the wait "
+            f"({waits.new_iterators} iterator(s) started{again})"
         )
     if d < NOT_BOUND_SHARE:
         return replace(
@@ -510,10 +547,6 @@ def _cause(
             Fix(loader=(("num_workers", suggested),)),
         )
     if waits.epoch_s > 0 and (base.epoch_share or 0.0) >= EPOCH_START_SHARE:
-        extra = (
-            f"first batches of iterators started in the window: {waits.epoch_s:.1f} s, {_pct(base.epoch_share)} "
-            "of the wait (workers started again for each epoch)",
-        )
         if not persistent:
             return verdict(
                 Verdict.EPOCH_STARTS,
@@ -522,14 +555,12 @@ def _cause(
                 "persistent_workers=True keeps the workers (and what they set up) across epochs; or make "
                 "worker_init_fn and the Dataset's setup cheaper.",
                 Fix(loader=(("persistent_workers", True),)),
-                extra=extra,
             )
         return verdict(
             Verdict.EPOCH_STARTS,
             "epoch starts dominate: most of the wait is for new iterators' first batches (new DataLoaders or "
             "iterators are made while persistent workers are kept)",
             "Keep one DataLoader and iterate it again each epoch, rather than making a new one.",
-            extra=extra,
         )
     if not workers:
         return verdict(Verdict.WORKERS_IDLE, "its workers were not seen long enough to tell why", "", confidence=0.4)
@@ -567,7 +598,16 @@ def _cause(
             Fix(loader=(("num_workers", fewer),)) if fewer < nw else None,
             extra=extra,
         )
-    if cpu + runnable >= CPU_BOUND_SHARE:  # runnable: wants a CPU, which other processes hold
+    busy = cpu + runnable  # runnable: wants a CPU, which other processes may hold
+    io_bound = busy < IO_BUSY_MAX and io >= idle
+    # "idle while main waits" only when idle is the workers' largest share: not the verdict left over
+    idle_leads = idle >= busy and idle >= io
+    if busy >= CPU_BOUND_SHARE or (not io_bound and not idle_leads):
+        doing = f"{_pct(cpu)} of their time computing" + (
+            f", {_pct(runnable)} runnable waiting for a CPU" if runnable >= 0.05 else ""
+        )
+        if busy < CPU_BOUND_SHARE:  # busy most of the time, blocked in the Dataset the rest
+            doing += f", {_pct(io)} blocked in the Dataset"
         room = usable - main_cpus
         more = max(nw + 1, int(room + 0.5))
         busy_elsewhere = (
@@ -583,8 +623,7 @@ def _cause(
             g = room / worker_cpus if gain is None else min(gain, room / worker_cpus)
             return verdict(
                 Verdict.CPU_BOUND,
-                f"the workers are CPU-bound ({_pct(cpu)} of their time computing) and use {worker_cpus:.2f} of the "
-                f"{room:.2f} CPU(s) main leaves",
+                f"the workers are CPU-bound ({doing}) and use {worker_cpus:.2f} of the {room:.2f} CPU(s) main leaves",
                 f"More workers, up to the usable CPUs: num_workers={more}; or cheaper transforms (decode smaller, "
                 "move augmentation to the GPU).",
                 Fix(loader=(("num_workers", more),)),
@@ -593,14 +632,13 @@ def _cause(
             )
         return verdict(
             Verdict.CPU_BOUND,
-            f"the workers are CPU-bound ({_pct(cpu)} of their time computing) and the usable CPUs are used: "
-            f"{job_cpus:.2f} of {usable:g}",
+            f"the workers are CPU-bound ({doing}) and the usable CPUs are used: {job_cpus:.2f} of {usable:g}",
             "Cheaper transforms (decode smaller images, cache decoded samples, move augmentation to the GPU) or "
             "more CPUs; more workers would only share the same CPUs.",
             None,
             extra=busy_elsewhere,
         )
-    if cpu + runnable < IO_BUSY_MAX and io >= idle:
+    if io_bound:
         more = max(nw + 1, 2 * nw)
         rate = sum(w.io_bytes for w in workers) / base.span_s
         return verdict(

@@ -2,6 +2,28 @@
 accounting behind the input-bound verdict (``watchdog/diagnose/throughput.py``, NOTE [
 Input-bound verdict ]) and ``dlwatch_worker_seconds_total``.
 
+NOTE [ Worker time ]
+Each worker's wall time between two consecutive full samples at which it was seen, the same
+process at both (its ``start_ticks``), goes to **cpu** (the CPU seconds of its threads, ``stat``
+utime + stime, at most the wall time), and the rest by the state it was seen in (``stat`` field
+3 and ``/proc/PID/wchan``, proc(5)): at the later sample, or at the earlier one when running
+then. Seen in state ``R`` at both ends, it wanted a CPU at both instants, and a thread in ``R``
+that is not running waits on a run queue: the rest is **runnable**. A CPU-bound worker on a
+loaded machine is ``R`` at nearly every sample while getting a fraction of a CPU; this rest was
+once counted as blocked in the Dataset whenever its run queue was read at fewer than two samples
+(``/proc/PID/schedstat`` is read only at samples that read threads), which is the rule for a
+worker started again each epoch (``persistent_workers=False``) on a busy machine: a pure-CPU
+``__getitem__`` read "blocked 49 %" and got the "batches in transit" verdict. Asleep in a poll
+(``IDLE_WCHANS``: PyTorch's wait for indices), the rest is **idle**; in any other sleep or state
+``D`` (a read, a sleep, a lock), **io**. Where its run queue was read at two samples or more,
+a run-queue wait beyond the time seen in ``R`` was spent runnable between samples that saw it
+blocked, and is moved from its blocked time (io and idle alike). A worker born within a pair
+(its start-up at each epoch, before its first sample) has no time in it, and one that ended
+within a pair (seen a zombie, state ``Z``, or dead, ``X``, at its end) has only its CPU seconds
+of it: the wait for its parent to reap it is no wait in the Dataset. The workers' CPUs together
+(:func:`workers_cpus`) are their CPU seconds over the time any of them was counted, so workers
+started one after another (one per epoch) count as one.
+
 NOTE [ Stopped jobs ]
 A process stopped by SIGSTOP (or SIGTSTP, SIGTTIN, SIGTTOU: state ``T``) or stopped by a tracer
 (state ``t``; proc(5), ``/proc/PID/stat`` field 3) waits for nobody's data: a job paused by an
@@ -47,6 +69,8 @@ from ..types import ProcessSample, ProcId, Sample
 IDLE_WCHANS = ("poll", "select")
 # The states of a stopped process (proc(5)): stopped by a signal, stopped by a tracer.
 STOPPED_STATES = ("T", "t")
+# The states of a process that has ended (proc(5)): a zombie its parent has not reaped yet, dead.
+ENDED_STATES = ("Z", "X")
 
 STATES = ("cpu", "runnable", "io", "idle")
 
@@ -83,7 +107,10 @@ class WorkerTime:
     Input-bound verdict ]); ``runq_read`` whether the run-queue wait was read at two samples;
     ``threads_running`` the most of its threads seen running at once (0: never read);
     ``io_bytes`` bytes it passed to read/write calls (``rchar + wchar``, its queues' pipes
-    included); ``stopped_s`` the stopped time left out of the span (NOTE [ Stopped jobs ])."""
+    included); ``stopped_s`` the stopped time left out of the span (NOTE [ Stopped jobs ]);
+    ``intervals`` the ``(start, end)`` (``time.monotonic()`` seconds) of the time counted, runs
+    of consecutive pairs of samples, for :func:`workers_cpus` (workers started one after another,
+    one per epoch, use one worker's CPUs, not their sum)."""
 
     pid: int
     worker_id: str
@@ -98,6 +125,7 @@ class WorkerTime:
     io_bytes: int = 0
     threads: int = 0
     stopped_s: float = 0.0
+    intervals: Tuple[Tuple[float, float], ...] = ()
 
     def share(self, state: str) -> float:
         """The share (0..1) of the span in ``state`` (one of :data:`STATES`)."""
@@ -123,7 +151,8 @@ def _idle(p: ProcessSample) -> bool:
 
 
 def _blocked_class(p: ProcessSample) -> Optional[str]:
-    """``io``, ``idle`` or ``None`` (running: not known) for the state ``p`` was seen in."""
+    """``io``, ``idle`` or ``None`` (running or runnable: state ``R``) for the state ``p`` was
+    seen in."""
     if p.state == "R":
         return None
     return "idle" if _idle(p) else "io"
@@ -143,11 +172,13 @@ def worker_ids(sample: Sample) -> Dict[int, str]:
 
 def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[WorkerTime, ...]:
     """Each worker's time over consecutive pairs of the full samples ``full`` whose later one
-    is after ``since`` (``time.monotonic()`` seconds), see NOTE [ Input-bound verdict ] in
-    watchdog/diagnose/throughput.py; stopped time (NOTE [ Stopped jobs ]) is left out."""
+    is after ``since`` (``time.monotonic()`` seconds), see NOTE [ Worker time ]; stopped time
+    (NOTE [ Stopped jobs ]) is left out, and so is a worker's time before its first sample and
+    after it ended."""
     acc: Dict[ProcId, Dict[str, float]] = {}
     stops: Dict[ProcId, List[Tuple[float, float]]] = {}
     runq: Dict[ProcId, List[Tuple[float, float]]] = {}
+    spans: Dict[ProcId, List[Tuple[float, float]]] = {}
     ids: Dict[int, str] = {}
     threads: Dict[ProcId, int] = {}
     counts: Dict[ProcId, int] = {}
@@ -163,20 +194,26 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
         stopped = job_stopped(a) or job_stopped(b)
         for pb in workers:
             pa = a.process(pb.pid)
-            if pa is None or pa.start_ticks != pb.start_ticks:
+            # started within the pair (its start-up is no sample's), another process with the
+            # same pid, or ended before it: none of this pair's time is this worker's
+            if pa is None or pa.start_ticks != pb.start_ticks or pa.state in ENDED_STATES:
                 continue
             key = pb.ident
-            d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "unknown": 0.0})
+            d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "seen_r": 0.0})
             if stopped:
                 d["stopped"] = d.get("stopped", 0.0) + dt
                 stops.setdefault(key, []).append((a.t_mono, b.t_mono))
                 continue
             cpu = max(0.0, pb.cpu_s - pa.cpu_s)
             running = min(cpu, dt)
-            d["span"] += dt
             d["cpu"] += cpu
             d["running"] += running
-            where = _blocked_class(pb) or _blocked_class(pa) or "unknown"
+            _extend(spans.setdefault(key, []), a.t_mono, b.t_mono)
+            if pb.state in ENDED_STATES:  # it ended within the pair: its CPU is all it spent of it
+                d["span"] += running
+                continue
+            d["span"] += dt
+            where = _blocked_class(pb) or _blocked_class(pa) or "seen_r"
             d[where] += dt - running
             io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
             d["io_bytes"] = d.get("io_bytes", 0.0) + max(0, io)
@@ -192,29 +229,22 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
         span = d["span"]
         if span <= 0:  # seen only while stopped
             continue
-        rest = span - d["running"]
+        # time seen in state R at both ends of a pair without using a CPU wanted one: runnable
+        runnable = d["seen_r"]
         points = runq.get(key, [])
-        runnable, read = 0.0, False
+        read = False
         live = points[-1][0] - points[0][0] - overlap(stops.get(key, ()), points[0][0], points[-1][0]) if points else 0
         if len(points) >= 2 and live > 0:
             share = max(0.0, points[-1][1] - points[0][1]) / live  # the run queue does not grow while stopped
-            runnable, read = min(rest, share * span), True
-        # the runnable wait is taken from time not seen blocked first, then from the rest alike
-        left = runnable
-        take = min(left, d["unknown"])
-        d["unknown"] -= take
-        left -= take
-        blocked = d["io"] + d["idle"]
-        if left > 0 and blocked > 0:
-            d["io"] -= left * d["io"] / blocked
-            d["idle"] -= left * d["idle"] / blocked
-        if d["unknown"] > 0:  # running at both ends, yet short of the span: blocked in between
-            if d["io"] + d["idle"] > 0:
-                io_share = d["io"] / (d["io"] + d["idle"])
-                d["io"] += d["unknown"] * io_share
-                d["idle"] += d["unknown"] * (1 - io_share)
-            else:
-                d["io"] += d["unknown"]
+            read = True
+            # a run-queue wait read beyond the time seen in R was spent runnable between samples
+            # that saw the worker blocked: taken from its blocked time alike
+            blocked = d["io"] + d["idle"]
+            more = min(blocked, max(0.0, share * span - runnable))
+            if more > 0:
+                d["io"] -= more * d["io"] / blocked
+                d["idle"] -= more * d["idle"] / blocked
+                runnable += more
         out.append(
             WorkerTime(
                 pid=key.pid,
@@ -230,9 +260,19 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
                 io_bytes=int(d.get("io_bytes", 0)),
                 threads=counts.get(key, 0),
                 stopped_s=d.get("stopped", 0.0),
+                intervals=tuple(spans.get(key, ())),
             )
         )
     return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
+
+
+def _extend(runs: List[Tuple[float, float]], start: float, end: float) -> None:
+    """Add ``[start, end]`` to ``runs`` (sorted, not overlapping), joining it to the last run
+    when it begins where that ends."""
+    if runs and runs[-1][1] == start:
+        runs[-1] = (runs[-1][0], end)
+    else:
+        runs.append((start, end))
 
 
 # NOTE [ Threads wanting a CPU ]: a window needs this many full samples that read threads to
@@ -282,8 +322,34 @@ def _own(s: Sample) -> List[ProcessSample]:
 
 
 def workers_cpus(workers: Sequence[WorkerTime]) -> float:
-    """The CPUs the workers used together: each one's CPU seconds over its own span."""
-    return sum(w.cpu_s / w.span_s for w in workers if w.span_s > 0)
+    """The CPUs the workers used together (CPU seconds per second): their CPU seconds over the
+    time at least one of them was counted (the union of their ``intervals``), so that workers
+    started one after another (``persistent_workers=False``: new ones each epoch) count as the
+    one at a time they are; each one's CPU over its own span, summed, when no intervals are
+    known."""
+    live = _union_s([r for w in workers for r in w.intervals])
+    if live <= 0:
+        return sum(w.cpu_s / w.span_s for w in workers if w.span_s > 0)
+    return sum(w.cpu_s for w in workers) / live
+
+
+def workers_at_once(workers: Sequence[WorkerTime]) -> Optional[float]:
+    """How many workers were counted at once on average over the time any was (``None``: no
+    intervals known): 1.0 for one worker per epoch, ``num_workers`` for persistent ones."""
+    runs = [r for w in workers for r in w.intervals]
+    live = _union_s(runs)
+    return None if live <= 0 else sum(b - a for a, b in runs) / live
+
+
+def _union_s(runs: Sequence[Tuple[float, float]]) -> float:
+    """Seconds covered by the intervals ``runs`` (which may overlap)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(runs):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 @dataclass
