@@ -594,6 +594,9 @@ CASES: Tuple[Case, ...] = (
     Case("healthy_socket_timeout_attach", None, target="healthy_socket_timeout", attach=True),
     Case("healthy_flock_download", None, timeout_s=150.0),
     Case("healthy_forkserver_preload", None),
+    # A first user's trial: forkserver workers that start slowly (a CPU-heavy import, each epoch)
+    # on a loaded machine were reported "cause: unknown, nothing else moved" (workers starting).
+    Case("healthy_forkserver_slow_worker_start", None, timeout_s=240.0),
     Case("healthy_terminal_prompt", None),
     Case("healthy_main_joins_threads", None),
     Case("healthy_slow_worker_shutdown", None),

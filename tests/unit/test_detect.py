@@ -506,3 +506,67 @@ def test_the_tracker_measures_run_queue_wait_over_the_stalls_window():
     )
     (work,) = [w for w in st.loader_work if w.pid == WORKER_PID]
     assert work.runq_wait_s is None
+
+
+# --- a first user's trial: workers still starting on a loaded machine are the loader moving ---
+
+
+STARTING_PIDS = (2901, 2902)
+
+
+def _activity_stall_with_starting_workers(cpu, runq_wait, state, no_delivery_s=6.0):
+    """An examination under the activity measure (no worker counts samples yet) at the start of
+    an epoch of forkserver workers: main waits in the iterator, two ``worker_starting`` children
+    of the forkserver used ``cpu`` s of CPU and waited ``runq_wait`` s runnable for a CPU in the
+    10 s window, their state ``state``; nothing else in the job moved for the whole 6 s stall."""
+    from watchdog.types import ROLE_STARTING
+
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    starting = [
+        proc(pid, ROLE_STARTING, [thread(pid, cpu=1.1, syscall="running", state=state)], "forkserver", status=state)
+        for pid in STARTING_PIDS
+    ]
+    smp = sample(60.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID)])] + starting)
+    work = (LoaderWork(MAIN_PID, 0.01, 0, 2, 0.0),) + tuple(
+        LoaderWork(pid, cpu, 0, 1, runq_wait) for pid in STARTING_PIDS
+    )
+    st = stall(
+        s=6.0,
+        worker_pids=(),
+        measure=Measure.ACTIVITY,
+        trigger=detect.TRIGGER_STALL,
+        loader_work=work,
+        work_window_s=10.0,
+        tree_quiet_s=6.0,
+        no_delivery_s=no_delivery_s,
+    )
+    verdict = HangVerdict("dataloader", True, "w", main_threads[0])
+    details = {pid: (detail(pid, "running", state=state),) for pid in STARTING_PIDS}
+    return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, {}, details, None, set(), 5.0)
+
+
+def test_workers_still_starting_on_a_loaded_machine_are_the_loader_moving_never_a_hang():
+    # The demo's verify, fixed runs (forkserver) at load 9-17 on 2 CPUs: both new workers were
+    # worker_starting in state R, under BUSY_SHARE of a core, and the stall was reported
+    # "hang: suspected; cause: unknown ... nothing else in the job moved".
+    a = _activity_stall_with_starting_workers(cpu=0.2, runq_wait=8.5, state="R")
+    assert not a.hang, a.reason
+    assert a.reason.startswith("workers starting: worker_starting pid 2901 (forkserver) used 0.20 s")
+    assert "waited 8.5 s runnable for a CPU" in a.reason
+    # runnable all along but read asleep at the examination: the run-queue wait decides
+    assert not _activity_stall_with_starting_workers(cpu=0.05, runq_wait=9.0, state="S").hang
+    # a share of a core, whatever the state
+    assert not _activity_stall_with_starting_workers(cpu=1.0, runq_wait=0.0, state="S").hang
+
+
+def test_a_worker_start_that_waits_is_still_a_suspected_hang():
+    # A start blocked on a lock or a pipe (the forkserver inherited a held lock) neither uses a
+    # CPU nor waits for one.
+    a = _activity_stall_with_starting_workers(cpu=0.0, runq_wait=0.0, state="S")
+    assert a.hang and a.proof is None and "nothing else in the job moved" in a.reason
+    a = _activity_stall_with_starting_workers(cpu=0.01, runq_wait=0.2, state="S")
+    assert a.hang, a.reason
+    # its figures agree with main's wait: the stall counts from the loader's last move (a
+    # starting worker's import read a file 6 s ago), the batch has been awaited for 52 s
+    a = _activity_stall_with_starting_workers(cpu=0.0, runq_wait=0.0, state="S", no_delivery_s=52.2)
+    assert "no progress for 6 s (no batch for 52 s) and nothing else in the job moved" in a.reason

@@ -14,6 +14,7 @@ from ..collect.waits import LOCK_CALLS
 from ..types import (
     LOADER_ROLES,
     ROLE_MAIN,
+    ROLE_STARTING,
     ROLE_WORKER,
     FileLock,
     Frame,
@@ -204,6 +205,16 @@ def assess(
     held = lock_holder_moving(sample, stall, details, locks) if proof is None else None
     if held is not None:
         return Assessment(False, verdict, held, None, entries)
+    starting = starting_workers(sample, stall, details) if proof is None else []
+    if starting:
+        return Assessment(
+            False,
+            verdict,
+            f"workers starting: {starting[0]}: the loader is moving (a spawn or forkserver worker imports "
+            "torch and the Dataset's modules before its loop), not stuck",
+            None,
+            entries,
+        )
     if measure == Measure.MAIN_WAIT and proof is None:
         slow = _slow_waker(stall, [(p.pid, d.tid, user) for p, d, _, user in timed])
         if slow is not None:
@@ -240,13 +251,51 @@ def assess(
             None,
             entries,
         )
+    # The stall is counted from the loader's last progress (a worker's I/O or CPU, a wake): it
+    # may be far shorter than main's wait for a batch, which the report shows beside it.
+    waited = f" (no batch for {stall.no_delivery_s:.0f} s)" if stall.no_delivery_s >= stall.stall_s + 1.0 else ""
     return Assessment(
         True,
         verdict,
-        f"the loader made no progress for {stall.stall_s:.0f} s and nothing else in the job moved",
+        f"the loader made no progress for {stall.stall_s:.0f} s{waited} and nothing else in the job moved",
         None,
         entries,
     )
+
+
+def starting_workers(sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]]) -> List[str]:
+    """The workers still starting (role ``worker_starting``: a spawn or forkserver child not yet
+    named ``pt_data_worker``, unpickling the Dataset and re-importing torch and its modules,
+    which takes seconds, more on a loaded machine) that worked in the stall's last
+    ``work_window_s``, one sentence each: ``BUSY_SHARE`` of a core or more; runnable (on a CPU,
+    or waiting on a run queue for one: ``LoaderWork.runq_wait_s`` from ``/proc/PID/schedstat``,
+    as :func:`working` counts it) for ``RUNNABLE_SHARE`` of the window or more; or any CPU used
+    with the process or a thread in state R at the examination's reads. On a machine loaded far
+    past its cores such a start gets a few percent of a CPU, under the progress marks' CPU
+    threshold, but it waits for a CPU, not for an event: the loader is moving. A start that
+    waits (a lock inherited by the forkserver, a pipe nobody writes) uses no CPU and is not
+    runnable, and is left to the other checks; a starting worker is one for at most
+    ``WORKER_START_WINDOW_S`` (watchdog/collect/discovery.py)."""
+    out = []
+    span = max(stall.work_window_s, 1e-6)
+    for w in stall.loader_work:
+        p = sample.process(w.pid)
+        if p is None or p.role != ROLE_STARTING:
+            continue
+        share = w.cpu_s / span
+        waited = w.runq_wait_s or 0.0
+        running = p.state == "R" or any(d.state == "R" for d in (details.get(w.pid) or p.threads))
+        if share >= BUSY_SHARE or share + waited / span >= RUNNABLE_SHARE or (running and w.cpu_s > 0):
+            line = (
+                f"worker_starting pid {w.pid}" + (f" ({p.start_method})" if p.start_method else "") + f" used "
+                f"{w.cpu_s:.2f} s of CPU in the last {stall.work_window_s:.0f} s"
+            )
+            if waited >= 0.05 * span:
+                line += f" and waited {waited:.1f} s runnable for a CPU (/proc/PID/schedstat)"
+            if running:
+                line += ", state R"
+            out.append(line)
+    return out
 
 
 def working(
