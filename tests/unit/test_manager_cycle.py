@@ -88,6 +88,7 @@ def test_main_keeping_the_lock_while_it_waits_for_the_workers_is_a_proven_cycle(
     assert "its proxy's acquire()" in text and f"the manager (pid {manager}) runs those acquire() calls" in text
     # what is proven (nobody can move) apart from who likely holds it (never proven)
     assert "who holds it is not proven: main is the likely holder" in text
+    assert "or a process of the job that took it and ended before a sample saw it" in text
     assert "lock-order cycle" not in text
     assert sum("waits in it, on a lock" in link.wait for link in proof.links_of(manager)) == 2
 
@@ -267,6 +268,8 @@ def test_the_remedy_names_main_as_the_likely_holder_when_only_main_is_outside_th
     first = _diagnosed(NEVER)
     assert first.kind == "worker_stuck" and first.certainty == "proven"
     assert "main likely took the lock and did not release it before iterating" in first.remedy
+    # a holder that took the lock and exited between two samples is never seen: it is named as possible
+    assert "ended before a sample saw it" in first.remedy
     assert "lock-order cycle" not in first.remedy and "no process feeds" not in first.remedy
 
 

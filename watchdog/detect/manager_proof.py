@@ -417,7 +417,9 @@ def cycle_text(closed: ClosedWait, sample: Sample, words: Mapping[int, str]) -> 
     if main_only:
         holder = (
             "main is the likely holder: it is the only client of this set that is not itself waiting to acquire (a "
-            "lock it took and did not release before iterating: an early return, an exception path)"
+            "lock it took and did not release before iterating: an early return, an exception path); or a process "
+            "of the job that took it and ended before a sample saw it (dlwatch sees a process that lives through "
+            "one sample, every interval_s)"
         )
     elif idle and acquiring:
         holder = f"the likely holder is one of the clients not waiting to acquire: {', '.join(who(p) for p in idle)}"

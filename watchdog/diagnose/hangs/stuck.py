@@ -569,8 +569,10 @@ def _manager_cycle_remedy(facts: Facts, who: str, at: str) -> str:
         return (
             proven + f"the workers wait for a multiprocessing.Manager lock{at}, and main, the only client not itself "
             "waiting in a call to the manager, now waits in __next__ for their batch: main likely took the lock and "
-            "did not release it before iterating (an early return or an exception path left it held). Release it "
-            "on every path (`with lock:`, or release in a finally: block), and " + timeout
+            "did not release it before iterating (an early return or an exception path left it held), unless a "
+            "process of the job took it and ended before a sample saw it (dlwatch sees a process that lives "
+            "through one sample: look for a helper process that exits while holding it). Release it on every "
+            "path (`with lock:`, or release in a finally: block), and " + timeout
         )
     return (
         proven + f"the workers wait for a multiprocessing.Manager lock{at} that a client of this set holds. Release "
