@@ -157,6 +157,18 @@ def _signal_note(code: int) -> str:
     return ""
 
 
+def _data_wait(v: dict) -> str:
+    """An iterator's data wait as the loader section says it: over its own life, creation to
+    its last batch (``LoaderView.data_wait_fraction``), with its seconds, so that it is not
+    read as the input-bound verdict's share of its window."""
+    fraction, wait = v["data_wait_fraction"], v["wait_s"]
+    if fraction is None:
+        return "-"
+    if fraction <= 0 or not isinstance(wait, (int, float)):
+        return f"{fraction:.0%} of the time from its creation to its last batch"
+    return f"{fraction:.0%} of the time from its creation to its last batch ({wait:.1f} of {wait / fraction:.1f} s)"
+
+
 def _ms(s: Optional[float]) -> str:
     if s is None:
         return "-"
@@ -219,7 +231,7 @@ def _inside_lines(view: Optional[dict], ended: bool = False) -> Iterable[str]:
         yield (
             f"  {where} (pid {v['pid']}, iterator {v['iterator']}, {v['kind']}): {settings} dataset={v['dataset_type']}"
         )
-        wait = "-" if v["data_wait_fraction"] is None else f"{v['data_wait_fraction']:.0%}"
+        wait = _data_wait(v)
         count = f"{v['batches']} batch{'' if v['batches'] == 1 else 'es'} (epoch {v['epoch']})"
         if past:
             count = f"finished after {count}" if left else f"{count} before the job ended"
