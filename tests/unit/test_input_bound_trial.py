@@ -238,3 +238,19 @@ def test_the_html_step_time_judges_the_same_span_as_the_verdict_after_main_s_set
     assert st is not None and abs(st.window_s - j.span_s) < 1e-6, (st.window_s, j.span_s)
     main = dict(step_time.StepTime.shares(st.main))
     assert abs(main["data wait"] - (j.wait_share or 0)) < 0.01, (main, j.wait_share)
+
+
+def test_the_loader_section_says_what_its_data_wait_is_a_share_of():
+    # "214 batches (epoch 0); data wait 85%" beside "54 % of the last 21 s": two figures read as one
+    from tests.real.helpers import check_no_contradiction
+    from watchdog.report import document as report
+
+    tl = epochs_timeline(seconds=29, setup_s=8, wait_share=0.85)
+    f = facts(tl)
+    found = [d for d in diagnose(f) if d.kind == "input_bound"]
+    job = {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": "t"}
+    built = report.build(f, found, job, 1.8e9, "report", None, {}, suffix="warning-input_bound")
+    lines = [x for x in built.text.splitlines() if "; data wait " in x]
+    assert lines and all("of the time from its creation to its last batch (8.5 of 10.0 s)" in x for x in lines[:2])
+    assert any("since its first DataLoader iterator" in x for x in built.text.splitlines()), built.text
+    check_no_contradiction(built.document, "report.json")
