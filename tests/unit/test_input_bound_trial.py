@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -32,7 +32,7 @@ CPU_SHARE = 0.33  # of a CPU the worker gets beside other processes' load
 
 
 def loader(iterator: int, created: float, batches: int, wait_s: float, last: Optional[float], worker: int, **kw):
-    fields = dict(
+    fields: Dict[str, Any] = dict(
         pid=MAIN_PID,
         iterator=iterator,
         kind="_MultiProcessingDataLoaderIter",
@@ -235,7 +235,8 @@ def test_the_html_step_time_judges_the_same_span_as_the_verdict_after_main_s_set
     doc = report.build(f, found, job, 1.8e9, "report", None, {}, suffix="warning-input_bound").document
     st = step_time.step_time(doc)
     j = judge(f)
-    assert st is not None and abs(st.window_s - j.span_s) < 1e-6, (st.window_s, j.span_s)
+    assert st is not None
+    assert abs(st.window_s - j.span_s) < 1e-6, (st.window_s, j.span_s)
     main = dict(step_time.StepTime.shares(st.main))
     assert abs(main["data wait"] - (j.wait_share or 0)) < 0.01, (main, j.wait_share)
 

@@ -47,7 +47,9 @@ def _texts(path: str) -> List[Tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             skip.update(id(v) for v in node.values)
-            out.append((node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "1" for v in node.values)))
+            out.append(
+                (node.lineno, "".join(str(v.value) if isinstance(v, ast.Constant) else "1" for v in node.values))
+            )
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             out.append((node.lineno, node.value))
     return out
