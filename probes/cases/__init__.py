@@ -368,6 +368,14 @@ CASES: Tuple[Case, ...] = (
     Case("worker_execs_program", "worker_exec", "hang", "suspected", "os.execv(", repro_as="worker_exec"),
     Case("worker_init_execs_program", "worker_exec", "hang", "suspected", "os.execv("),
     Case(
+        "mp_lock_left_held",
+        "worker_stuck",
+        "hang",
+        "suspected",
+        "self.lock.acquire()",
+        remedy=("a lock shared between processes", "release it on every path", "not re-entrant"),
+    ),
+    Case(
         "ready_marker_producer_died",
         "worker_stuck",
         "hang",

@@ -21,6 +21,7 @@ from ...types import (
     ProcessSample,
     ProcId,
     ProofKind,
+    WaitKind,
 )
 from .. import ended as ended_mod
 from ..common import (
@@ -456,6 +457,22 @@ def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
                 "(a download, a preparation), this is slow, not stuck; if it is stuck or died holding it, find it, "
                 "release in a finally: block, and acquire with a timeout (acquire(timeout=<seconds>) returns False). "
                 + _BOUND_THE_WAIT
+            )
+    for v in views:
+        # a lock taken in the job's own code (`with self.lock:`, `lock.acquire()`): a
+        # multiprocessing.Lock or Semaphore is acquired in C (SemLock), so no Python frame names
+        # its kind; the line and the shared futex do (futex(2): no FUTEX_PRIVATE_FLAG)
+        w = v.loop_detail.wait if v.loop_detail is not None else None
+        name = lock_name(facts.source_raw(v.user.file, v.user.line)) if v.user is not None else None
+        if name is not None and w is not None and w.kind is WaitKind.FUTEX_SHARED:
+            at = f" at {frames.short_path(v.user.file)}:{v.user.line}" if v.user is not None else ""
+            return (
+                f"The workers wait{at} for {name}, a lock shared between processes (a multiprocessing.Lock or "
+                "Semaphore: the kernel keeps no holder of it), that a process of the job took and has not released "
+                f"{_for_so_far(facts)}(which one cannot be read from outside): a worker or main that returned or "
+                "raised while holding it (release it on every path: `with lock:`, or release in a finally: block), "
+                "or one that takes it twice (a multiprocessing.Lock is not re-entrant: use multiprocessing.RLock); "
+                "acquire with a timeout (acquire(timeout=<seconds>) returns False) to fail loudly. " + _BOUND_THE_WAIT
             )
     return (
         (
