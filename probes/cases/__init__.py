@@ -705,6 +705,27 @@ CASES: Tuple[Case, ...] = (
         evidence=("epoch starts dominate",),
         remedy=("persistent_workers=True",),
     ),
+    # A new-user trial (loaded 2-CPU VM): one CPU-bound worker started again each epoch was called
+    # "blocked in the Dataset 49 %" and "idle ... in transit"; with persistent workers, CPU-bound.
+    Case(
+        "input_bound_cpu_epochs",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        args=("60", "40", "0"),
+        evidence=("CPU-bound",),
+        remedy=("num_workers=", "!Return tensors"),
+    ),
+    Case(
+        "input_bound_cpu_epochs_persistent",
+        "input_bound",
+        "warning",
+        target="input_bound_cpu_epochs",
+        settings=(("warning_interval_s", 2.0),),
+        args=("60", "40", "1"),
+        evidence=("CPU-bound",),
+        remedy=("num_workers=", "!Return tensors"),
+    ),
     Case("healthy_step_bound", None, "quiet", settings=(("warning_interval_s", 2.0),), timeout_s=90.0),
 )
 BY_NAME = {c.name: c for c in CASES}
