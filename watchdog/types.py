@@ -57,7 +57,7 @@ ROLE_FORKSERVER = ProcessRole.FORKSERVER
 ROLE_OTHER = ProcessRole.OTHER
 ROLE_LAUNCHER = ProcessRole.LAUNCHER
 ROLE_RANK = ProcessRole.RANK
-# Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect.py).
+# Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect/progress.py).
 LOADER_ROLES = frozenset({ROLE_MAIN, ROLE_WORKER, ROLE_WORKER_CHILD, ROLE_STARTING})
 
 
@@ -737,7 +737,7 @@ class LoaderWork(NamedTuple):
 
 
 class Measure(TextEnum):
-    """What counts as the loader's progress in a stall (NOTE [ Hang criterion ] in detect.py);
+    """What counts as the loader's progress in a stall (NOTE [ Hang criterion ] in detect/progress.py);
     the value is what report.json shows.
 
     ``BATCHES``: the inside view shows main in ``__next__``: a batch main received, or a
@@ -753,7 +753,7 @@ class Measure(TextEnum):
 
 
 class Trigger(TextEnum):
-    """What led to an examination of a stall (NOTE [ Hang criterion ] in detect.py)."""
+    """What led to an examination of a stall (NOTE [ Hang criterion ] in detect/progress.py)."""
 
     STALL = "stall_timeout"  # no progress for stall_timeout_s
     PROOF = "proof"  # a process's every thread in an untimed private-futex wait for stall_timeout_s
@@ -763,7 +763,7 @@ class Trigger(TextEnum):
 
 @dataclass(frozen=True)
 class Stall:
-    """The detector's view of the loader's progress (see NOTE [ Hang criterion ] in detect.py).
+    """The detector's view of the loader's progress (see NOTE [ Hang criterion ] in detect/progress.py).
 
     ``stall_s`` is how long the loader path has made no progress, since ``quiet_since_mono``
     (``time.monotonic()``). ``progress_age_s`` maps pid to the seconds since that process's
@@ -888,7 +888,7 @@ class PipeEnds:
 @dataclass(frozen=True)
 class LockHold:
     """Who can release the file lock a thread waits for in ``flock``/``fcntl`` (NOTE [ Deadlock
-    proof ] in detect.py): ``path`` is the waiter's descriptor's target, ``locks`` the locks held
+    proof ] in detect/proof.py): ``path`` is the waiter's descriptor's target, ``locks`` the locks held
     on that file as ``/proc/locks`` shows them (``POSIX WRITE``, ``FLOCK READ``), ``holders``
     every process that can release one (a POSIX lock's owning process; for an ``flock`` or OFD
     lock, every process with a descriptor of the lock's open file description: its
@@ -908,7 +908,7 @@ class Evidence:
 
     ``details`` is every thread's ``/proc`` detail at the second of two reads
     ``gap_s`` seconds apart, and ``stable`` the same with the wait of every thread that changed
-    between them made ``UNKNOWN`` (NOTE [ Deadlock proof ] in detect.py). ``children`` maps a
+    between them made ``UNKNOWN`` (NOTE [ Deadlock proof ] in detect/proof.py). ``children`` maps a
     process to its children in the sample; ``pipes`` the holders of the pipes stable threads
     wait on; ``stacks`` the Python-only py-spy dumps of main and the workers; ``wakeable`` why a
     process might wake itself (a timer signal it catches, POSIX timers); ``file_locks`` the
@@ -950,7 +950,7 @@ class Polling:
 
 
 class ProofKind(TextEnum):
-    """Which argument a :class:`Proof` makes (NOTE [ Deadlock proof ] in detect.py); the value
+    """Which argument a :class:`Proof` makes (NOTE [ Deadlock proof ] in detect/proof.py); the value
     is what report.json shows."""
 
     KERNEL = "kernel"
@@ -991,7 +991,7 @@ class ProofLink:
 
 @dataclass(frozen=True)
 class Proof:
-    """Why the job can never move by itself (NOTE [ Deadlock proof ] in detect.py).
+    """Why the job can never move by itself (NOTE [ Deadlock proof ] in detect/proof.py).
 
     ``kind`` is ``kernel`` (every thread of ``pids`` waits, with no timeout, for something only
     threads of that same set could do), ``loader_idle`` (main waits inside the iterator for a
@@ -1304,7 +1304,7 @@ class Diagnosis:
     ``file:line`` in the user's code where it applies, when known), ``docs``, and ``fix`` (the
     remedy as ``dlwatch verify`` can apply it, :class:`Fix`, ``None`` when it needs a change to
     the code). ``certainty`` is ``proven`` or ``suspected`` for a hang finding (NOTE [ Deadlock
-    proof ] in detect.py), empty for crashes and warnings: it is the hang's (the job cannot
+    proof ] in detect/proof.py), empty for crashes and warnings: it is the hang's (the job cannot
     move), never the cause's; how sure the finding is of its cause is ``confidence`` alone (a
     proven hang may have a suspected cause; reports word it with ``report.cause_certainty``).
     """

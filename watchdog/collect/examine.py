@@ -1,6 +1,6 @@
 """The I/O of an examination: everything read from the job when a stall comes due, and the
 closer look taken once it is judged a hang. Reads and dumps only; what they mean is decided by
-:meth:`watchdog.detect.Episode.conclude` (NOTE [ Escalation ladder ] in daemon.py).
+:meth:`watchdog.detect.Episode.conclude` (NOTE [ Escalation ladder ] in watch/watcher.py).
 
 Two looks, both bounded by one deadline (``time.monotonic()`` seconds):
 
@@ -59,7 +59,7 @@ def stable_details(first: Details, second: Details) -> Dict[int, Tuple[ThreadSam
     """``second`` with the wait of every thread that changed since ``first`` (another system
     call or arguments, more voluntary context switches, or absent from one read) made
     ``UNKNOWN``: a proof rests only on threads that were asleep, unmoved, across both reads
-    (NOTE [ Deadlock proof ] in detect.py)."""
+    (NOTE [ Deadlock proof ] in detect/proof.py)."""
     out = {}
     for pid, threads in second.items():
         before = {d.tid: d for d in first.get(pid, ())}

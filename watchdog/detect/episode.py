@@ -82,7 +82,7 @@ class Episode:
     """The hang-episode policy of one watched main, pure (the clock is passed in): when an
     examination is due, what it concludes, what was already reported, when a stall counts as
     resolved, and whether a new look at the same hang is reported (NOTE [ Escalation ladder ]
-    in daemon.py).
+    in watch/watcher.py).
 
     Args:
         stall_timeout_s, busy_stall_timeout_s: the configured timeouts, in seconds.

@@ -4,7 +4,7 @@ pure), the closer look and report (:mod:`watchdog.watch.hang_look`, :class:`watc
 ending the job when configured and proven (:func:`watchdog.watch.act.terminate_tree`), and the
 ``outcome.json`` of each hang report (resolved, terminated, or open when the job ended).
 
-NOTE [ Escalation ladder ] in daemon.py says when each step runs. The watch loop
+NOTE [ Escalation ladder ] in watch/watcher.py says when each step runs. The watch loop
 (:class:`watchdog.watch.watcher.Watcher`) calls :meth:`HangEpisodes.moved` at each stalled tick,
 :meth:`HangEpisodes.due` to know whether to look, :meth:`HangEpisodes.examine` when it is,
 and :meth:`HangEpisodes.job_ended` once the job is gone."""
