@@ -6,19 +6,25 @@ reads and the job's recorder already counts (no read and nothing per batch of it
 
 * main's **data wait**: the share of the window main spent inside ``__next__`` of its
   iterators (the inside view's ``wait_s`` per iterator, plus the wait in progress for a batch a
-  worker owns: :func:`open_wait_s`). Without the inside view (``dlwatch attach`` without the
-  recorder, ``--no-hook``) there is no verdict: it says so rather than guess.
+  worker owns: :func:`open_wait_s`). The window begins at the sample before main's first
+  iterator when that is later (:func:`since_first_iterator`): the job's set-up before its first
+  DataLoader (imports, the model, the Dataset) is neither its step nor a wait for data, and
+  counted as its step it made the headline "54 % of the last 21 s" beside the report's loader
+  section "data wait 85%" for the same 214 batches. The loader section's figure is another
+  one, each iterator's wait over its own life (creation to last batch), and says so; the
+  HTML report's step-time section starts where the verdict does (watchdog/report/step_time.py).
+  Without the inside view (``dlwatch attach`` without the recorder, ``--no-hook``) there is no
+  verdict: it says so, and how to start the job with the recorder, rather than guess.
 * each DataLoader worker's time, split between **cpu** (CPU seconds of its threads, ``stat``
-  utime + stime, at most the wall time), **runnable** (waiting on a run queue for a CPU:
-  ``/proc/PID/schedstat``'s second field for its main thread, read at samples that read
-  threads), **io** (blocked inside the Dataset: state D, or asleep in anything but a poll: a
-  read, a sleep, a lock) and **idle** (asleep in a poll: PyTorch's worker loop waits for its next
-  indices in ``index_queue.get(timeout=5.0)``, a ``poll(2)`` on the queue's pipe, whose kernel
-  wait channel is ``poll_schedule_timeout``/``do_sys_poll``; /proc/PID/wchan, proc(5)). Wall
-  time between two full samples that is neither cpu nor runnable goes to the state the worker
-  was seen in at the later sample (the earlier, when running then). ``delayacct_blkio_ticks``
-  (``stat`` field 42) is not used: it is 0 unless ``kernel.task_delayacct`` is on, and it is
-  off by default.
+  utime + stime, at most the wall time), **runnable** (wanting a CPU: seen in state R without
+  using one, and ``/proc/PID/schedstat``'s second field for its main thread where read), **io**
+  (blocked inside the Dataset: state D, or asleep in anything but a poll: a read, a sleep, a
+  lock) and **idle** (asleep in a poll: PyTorch's worker loop waits for its next indices in
+  ``index_queue.get(timeout=5.0)``, a ``poll(2)`` on the queue's pipe, whose kernel wait
+  channel is ``poll_schedule_timeout``/``do_sys_poll``; /proc/PID/wchan, proc(5)): NOTE [ Worker
+  time ] in worker_time.py. Workers started one after another (new ones each epoch) use one
+  worker's CPUs, not their sum (:func:`workers_cpus`). ``delayacct_blkio_ticks`` (``stat`` field
+  42) is not used: it is 0 unless ``kernel.task_delayacct`` is on, and it is off by default.
 
 The verdict, from the data-wait share D (``INPUT_BOUND_SHARE`` and up is input-bound):
 
@@ -52,11 +58,21 @@ The verdict, from the data-wait share D (``INPUT_BOUND_SHARE`` and up is input-b
   all used;
 * ``workers_io_bound``: the workers are busy (cpu + runnable) less than ``IO_BUSY_MAX`` of their
   time and blocked in the Dataset more than idle: more workers than CPUs help, or prefetch;
-* ``pin_memory_thread``: the workers are mostly idle while main waits and PyTorch pins memory
-  (``pin_memory`` with an accelerator: the inside view's ``pin_memory_effective``); without
-  one, ``pin_memory`` is never named;
+* between the two lines, or busy under ``IO_BUSY_MAX`` yet more than idle, when idle is not
+  the workers' largest share: ``workers_cpu_bound`` with the blocked share stated (busy most of
+  their time, blocked the rest: more workers help either way);
+* ``pin_memory_thread``: idle is the workers' largest share (at least their busy and their
+  blocked time) while main waits, and PyTorch pins memory (``pin_memory`` with an accelerator:
+  the inside view's ``pin_memory_effective``); without one, ``pin_memory`` is never named;
 * ``workers_idle``: the same without a pin-memory thread: the batch is in transit (large
-  pickled batches through the result queue), not named further.
+  pickled batches through the result queue), not named further. It was once the verdict left
+  over, and told a job whose workers were idle 0 % of their time (busy 51 %, "blocked" 49 %)
+  to return tensors from a Dataset that returned 16 floats.
+
+Where iterators were started again in the window (workers started for each epoch) or their
+first batches are ``EPOCH_START_NOTED`` of the wait or more, the evidence says that share
+whatever the verdict: the trial's job of one CPU-bound worker started each epoch spent 4 to 6 %
+of its wait on first batches, so CPU-bound (more workers), not ``epoch_starts``.
 
 Each states its figures and the gain the input side can give at most: a job that waits a share
 D of its time for data gets at most ``1 / (1 - D)`` times faster from the input side (and no
@@ -140,6 +156,9 @@ RUNNABLE_SHARE = 0.25
 OVERSUBSCRIBED_DEMAND = 1.5
 IO_BUSY_MAX = 0.5
 EPOCH_START_SHARE = 0.5
+# The first batches' share of the wait is stated from this share on, or when iterators were
+# started again in the window (workers started for each epoch), whatever the verdict.
+EPOCH_START_NOTED = 0.1
 # A worker's CPU use above this many CPUs (or more than one thread running at a sample) runs
 # intra-op threads of its own.
 MULTI_THREAD_CPUS = 1.2
@@ -473,7 +492,7 @@ def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -
             f"{_pct(j.share('idle'))} of their time; {workers_cpus(workers):.2f} CPU(s) in all, "
             f"of {usable:g} usable ({how})"
         )
-    if waits.epoch_s > 0 and waits.wait_s > 0:
+    if waits.epoch_s > 0 and waits.wait_s > 0 and (waits.new_iterators >= 2 or epoch >= EPOCH_START_NOTED):
         again = "" if waits.new_iterators < 2 else ", workers started again for each"
         evidence.append(
             f"first batches of iterators started in the window: {waits.epoch_s:.1f} s, {_pct(epoch)} of the wait "
