@@ -570,3 +570,23 @@ def test_a_worker_start_that_waits_is_still_a_suspected_hang():
     # starting worker's import read a file 6 s ago), the batch has been awaited for 52 s
     a = _activity_stall_with_starting_workers(cpu=0.0, runq_wait=0.0, state="S", no_delivery_s=52.2)
     assert "no progress for 6 s (no batch for 52 s) and nothing else in the job moved" in a.reason
+
+
+def test_main_importing_at_its_start_on_a_loaded_machine_is_computing_never_a_hang():
+    # The case above beside busy loops: main, still importing torch (no iterator yet, state R),
+    # got 0.04 s of CPU in 3 s and was reported stall_outside_loader, "nothing else in the job
+    # moved"; it had waited 2.9 s of the 3 runnable for a CPU.
+    main_threads = pyspy.parse_dump(fixture("pyspy_main_native.json"))
+    smp = sample(60.0, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, syscall="running", state="R")], status="R")])
+
+    def judged(runq_wait):
+        work = (LoaderWork(MAIN_PID, 0.04, 0, 1, runq_wait),)
+        st = stall(s=5.6, worker_pids=(), measure=Measure.ACTIVITY, loader_work=work, work_window_s=3.0)
+        verdict = HangVerdict("outside_loader", True, "not in a loader", main_threads[0])
+        details = {MAIN_PID: (detail(MAIN_PID, "running", state="R"),)}
+        return detect.assess(detect.TRIGGER_STALL, smp, st, verdict, {}, details, None, set(), 5.0)
+
+    a = judged(2.9)
+    assert not a.hang and "waited 2.9 s runnable for a CPU" in a.reason and "computing, slow" in a.reason
+    # asleep and hardly ever runnable: still suspected
+    assert judged(0.05).hang

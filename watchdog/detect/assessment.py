@@ -251,6 +251,18 @@ def assess(
             None,
             entries,
         )
+    busy = working(sample, stall, details)
+    if busy:
+        # On a machine loaded far past its cores a loader process that computes (main importing
+        # torch at start, a worker's long sample) gets under the marks' CPU threshold, but it is
+        # runnable all along: the same rule as under the batch measure (NOTE [ Run-queue wait ]).
+        return Assessment(
+            False,
+            verdict,
+            f"no progress by the marks for {stall.stall_s:.0f} s, but {busy[0]}: computing, slow, not stuck",
+            None,
+            entries,
+        )
     # The stall is counted from the loader's last progress (a worker's I/O or CPU, a wake): it
     # may be far shorter than main's wait for a batch, which the report shows beside it.
     waited = f" (no batch for {stall.no_delivery_s:.0f} s)" if stall.no_delivery_s >= stall.stall_s + 1.0 else ""
@@ -535,7 +547,7 @@ def polling(
 
 @dataclass(frozen=True)
 class Termination:
-    """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in watch/watcher.py).
+    """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in daemon.py).
 
     ``grounded`` is True when the evidence holds for the whole job: a proof that main can never
     run again, a worker proof while main's stack shows it waiting for that data (or once the
