@@ -362,3 +362,47 @@ def manager_job(name: str, status: Optional[int] = 9):
     view = dataclasses.replace(loader_view(main_pid), workers=workers)
     smp = dataclasses.replace(sample(30.0, procs), exits=tuple(exits), loaders=(view,))
     return smp, stacks, details
+
+
+def manager_peers(smp: Sample):
+    """Every connection of the manager (the job's ``other`` process) has its other end in main
+    or a worker (as read live)."""
+    from watchdog.types import ROLE_OTHER
+
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    assert smp.main is not None
+    return {manager: (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
+
+
+def manager_listeners(smp: Sample, details):
+    """The manager's accepter waits on a listener at multiprocessing's own private address."""
+    from watchdog.types import ROLE_OTHER
+
+    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
+    return {manager: tuple(d.wait.fd for d in details[manager] if d.wait.syscall in ("accept", "accept4"))}
+
+
+def concluded_under_terminate(smp: Sample, stacks, details):
+    """The decision of an episode under ``--on-hang terminate`` (5 s stall timeout) at 31 s on
+    a Manager job ``(smp, stacks, details)`` from :func:`manager_job`: both reads alike, no
+    children, no pipes, nothing wakeable, no file locks, the manager's peers and listeners as
+    :func:`manager_peers` and :func:`manager_listeners` give them, a 6 s stall."""
+    from watchdog import detect
+    from watchdog.types import Evidence, PipeEnds, Trigger
+
+    evidence = Evidence(
+        details=details,
+        stable=details,
+        children={p.pid: () for p in smp.processes},
+        pipes=PipeEnds({}, {}, {}, True),
+        stacks=stacks,
+        wakeable={},
+        file_locks=(),
+        after=smp,
+        manager_peers=manager_peers(smp),
+        manager_listeners=manager_listeners(smp, details),
+    )
+    workers = tuple(w.pid for w in smp.workers)
+    assert smp.main is not None
+    episode = detect.Episode(5.0, 300.0, terminate=True)
+    return episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)

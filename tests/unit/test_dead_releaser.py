@@ -10,7 +10,15 @@ import dataclasses
 
 import pytest
 
-from tests.unit.builders import LOCK_TIMED, SLEEP, detail, manager_job, stall
+from tests.unit.builders import (
+    LOCK_TIMED,
+    SLEEP,
+    concluded_under_terminate,
+    detail,
+    manager_job,
+    manager_listeners,
+    manager_peers,
+)
 from watchdog import detect
 from watchdog.detect import dead_releaser
 from watchdog.types import (
@@ -18,30 +26,15 @@ from watchdog.types import (
     ROLE_MAIN,
     ROLE_OTHER,
     ROLE_WORKER,
-    Evidence,
     ExitRecord,
     KernelWait,
-    PipeEnds,
     ProofKind,
-    Trigger,
     WaitKind,
 )
 
 
 def _job(name: str, status=9):
     return manager_job(name, status)
-
-
-def _peers(smp):
-    """Every connection of the manager has its other end in main or a worker (as read live)."""
-    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
-    return {manager: (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
-
-
-def _listeners(smp, details):
-    """The manager's accepter waits on a listener at multiprocessing's own private address."""
-    manager = next(p.pid for p in smp.processes if p.role == ROLE_OTHER)
-    return {manager: tuple(d.wait.fd for d in details[manager] if d.wait.syscall in ("accept", "accept4"))}
 
 
 def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
@@ -51,8 +44,8 @@ def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
         details,
         detect.loader_waits(smp, stacks),
         wakeable or {},
-        _peers(smp) if peers is None else peers,
-        _listeners(smp, details) if listeners is None else listeners,
+        manager_peers(smp) if peers is None else peers,
+        manager_listeners(smp, details) if listeners is None else listeners,
     )
 
 
@@ -131,21 +124,7 @@ def test_unknown_stacks_or_a_timer_signal_leave_it_unproven():
 
 def test_the_proof_ends_the_job_under_on_hang_terminate():
     smp, stacks, details = _job("manager_lock_holder_killed.json")
-    evidence = Evidence(
-        details=details,
-        stable=details,
-        children={p.pid: () for p in smp.processes},
-        pipes=PipeEnds({}, {}, {}, True),
-        stacks=stacks,
-        wakeable={},
-        file_locks=(),
-        after=smp,
-        manager_peers=_peers(smp),
-        manager_listeners=_listeners(smp, details),
-    )
-    workers = tuple(w.pid for w in smp.workers)
-    episode = detect.Episode(5.0, 300.0, terminate=True)
-    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    decision = concluded_under_terminate(smp, stacks, details)
     assert decision.assessment.hang and decision.assessment.proof is not None
     assert decision.assessment.proof.kind is ProofKind.WAITS_ON_DEAD
     assert decision.terminate and decision.termination.grounded and not decision.termination.unproven

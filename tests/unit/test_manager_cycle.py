@@ -14,7 +14,19 @@ import os
 
 import pytest
 
-from tests.unit.builders import IDLE_POLL, LOCK_TIMED, ROOT, SLEEP, detail, fixture, manager_job, stall
+from tests.unit.builders import (
+    IDLE_POLL,
+    LOCK_TIMED,
+    ROOT,
+    SLEEP,
+    concluded_under_terminate,
+    detail,
+    fixture,
+    manager_job,
+    manager_listeners,
+    manager_peers,
+    stall,
+)
 from watchdog import detect
 from watchdog.collect import pyspy
 from watchdog.detect import dead_releaser, manager_proof
@@ -23,31 +35,17 @@ from watchdog.types import (
     ROLE_MAIN,
     ROLE_OTHER,
     ROLE_WORKER,
-    Evidence,
     ExitRecord,
     Facts,
     HangVerdict,
     KernelWait,
-    PipeEnds,
     ProofKind,
-    Trigger,
     WaitKind,
 )
 
 NEVER = "manager_lock_never_released.json"
 AB = "manager_lock_order_two_workers.json"
 BRIEF = "manager_lock_main_holds_briefly.json"
-
-
-def _peers(smp):
-    """Every connection of the manager has its other end in main or a worker (as read live)."""
-    return {_pid(smp, ROLE_OTHER): (smp.main.pid,) + tuple(w.pid for w in smp.workers)}
-
-
-def _listeners(smp, details):
-    """The manager's accepter waits on a listener at multiprocessing's own private address."""
-    manager = _pid(smp, ROLE_OTHER)
-    return {manager: tuple(d.wait.fd for d in details[manager] if d.wait.syscall in ("accept", "accept4"))}
 
 
 def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
@@ -57,8 +55,8 @@ def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
         details,
         detect.loader_waits(smp, stacks),
         wakeable or {},
-        _peers(smp) if peers is None else peers,
-        _listeners(smp, details) if listeners is None else listeners,
+        manager_peers(smp) if peers is None else peers,
+        manager_listeners(smp, details) if listeners is None else listeners,
         detect.role_words(smp),
     )
 
@@ -115,7 +113,13 @@ def test_a_thread_of_main_that_holds_the_lock_and_sleeps_leaves_it_unproven():
     assert _prove(smp, stacks, details) is None
     assert (
         dead_releaser.prove_manager_lock(
-            smp, stacks, details, detect.loader_waits(smp, stacks), {}, _peers(smp), _listeners(smp, details)
+            smp,
+            stacks,
+            details,
+            detect.loader_waits(smp, stacks),
+            {},
+            manager_peers(smp),
+            manager_listeners(smp, details),
         )
         is None
     )
@@ -167,7 +171,13 @@ def test_a_process_that_ended_beside_the_manager_makes_it_the_dead_releasers_pro
     dead = dataclasses.replace(smp, exits=(gone,))
     assert _prove(dead, stacks, details) is None
     proof = dead_releaser.prove_manager_lock(
-        dead, stacks, details, detect.loader_waits(dead, stacks), {}, _peers(dead), _listeners(dead, details)
+        dead,
+        stacks,
+        details,
+        detect.loader_waits(dead, stacks),
+        {},
+        manager_peers(dead),
+        manager_listeners(dead, details),
     )
     assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
 
@@ -189,21 +199,7 @@ def test_a_loop_that_woke_between_the_two_reads_is_still_in_its_loop():
 
 def test_the_cycle_ends_the_job_under_on_hang_terminate():
     smp, stacks, details = manager_job(NEVER)
-    evidence = Evidence(
-        details=details,
-        stable=details,
-        children={p.pid: () for p in smp.processes},
-        pipes=PipeEnds({}, {}, {}, True),
-        stacks=stacks,
-        wakeable={},
-        file_locks=(),
-        after=smp,
-        manager_peers=_peers(smp),
-        manager_listeners=_listeners(smp, details),
-    )
-    workers = tuple(w.pid for w in smp.workers)
-    episode = detect.Episode(5.0, 300.0, terminate=True)
-    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    decision = concluded_under_terminate(smp, stacks, details)
     assert decision.assessment.hang and decision.assessment.proof is not None
     assert decision.assessment.proof.kind is ProofKind.MANAGER_CYCLE
     assert decision.terminate and decision.termination.grounded and not decision.termination.unproven
@@ -211,21 +207,7 @@ def test_the_cycle_ends_the_job_under_on_hang_terminate():
 
 def test_the_healthy_twin_is_never_ended_under_on_hang_terminate():
     smp, stacks, details = manager_job(BRIEF)
-    evidence = Evidence(
-        details=details,
-        stable=details,
-        children={p.pid: () for p in smp.processes},
-        pipes=PipeEnds({}, {}, {}, True),
-        stacks=stacks,
-        wakeable={},
-        file_locks=(),
-        after=smp,
-        manager_peers=_peers(smp),
-        manager_listeners=_listeners(smp, details),
-    )
-    workers = tuple(w.pid for w in smp.workers)
-    episode = detect.Episode(5.0, 300.0, terminate=True)
-    decision = episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+    decision = concluded_under_terminate(smp, stacks, details)
     assert decision.assessment.proof is None and not decision.terminate
 
 
@@ -297,7 +279,7 @@ def test_a_client_outside_the_job_or_a_tcp_connection_leaves_it_unproven(case):
     smp, stacks, details = manager_job(case)
     manager = _pid(smp, ROLE_OTHER)
     assert _prove(smp, stacks, details) is not None
-    assert _prove(smp, stacks, details, peers={manager: _peers(smp)[manager] + (None,)}) is None
+    assert _prove(smp, stacks, details, peers={manager: manager_peers(smp)[manager] + (None,)}) is None
     assert _prove(smp, stacks, details, peers={}) is None  # not read: not accounted for
 
 
