@@ -194,3 +194,39 @@ def plant_report(reports_dir, command, cwd, kind: str, mode: str = "hang", fix=N
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
         json.dump(doc, f)
     return folder
+
+
+def run_beside_outsider(tmp, job_src: str, outsider_src: str, sock_name: str, outsider_s: int, what: str) -> None:
+    """Run ``job_src`` under ``dlwatch run`` (TERMINATE_AFTER_4_S) with a Manager address
+    ``tmp/sock_name`` as its argument, beside ``outsider_src``: a process that is NOT of the job
+    (started here, not by the job), given the address and ``outsider_s`` (seconds). Assert that
+    no report ended the job (``what`` names the healthy job in the message), that it ended by
+    itself with code 0 within ``outsider_s + 90`` seconds and printed ``step 3``. Both process
+    groups are killed whatever happens."""
+    job = tmp / "job.py"
+    job.write_text(job_src)
+    outsider = tmp / "outsider.py"
+    outsider.write_text(outsider_src)
+    addr = str(tmp / sock_name)
+    report_dir = str(tmp / "r")
+    out_path, err_path = tmp / "stdout", tmp / "stderr"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = start(
+            DLWATCH + ["run", *TERMINATE_AFTER_4_S, "--report-dir", report_dir, "--", PY, str(job), addr],
+            stdout=out,
+            stderr=err,
+        )
+    outsider_proc = start([PY, str(outsider), addr, str(outsider_s)])
+    try:
+        try:
+            code = proc.wait(timeout=outsider_s + 90)
+        except Exception:
+            code = None
+        docs = [load_report(f) for f in reports(report_dir)]
+        ended = [(d["stall"]["certainty"], d["action"], d["action_note"]) for d in docs if d["action"] == "terminate"]
+        assert not ended, f"{what} was ended: {ended}"
+        assert code == 0, (code, out_path.read_text()[-2000:], err_path.read_text()[-3000:])
+        assert "step 3" in out_path.read_text()
+    finally:
+        kill_tree(proc)
+        kill_tree(outsider_proc)

@@ -21,7 +21,7 @@ Every process here runs in its own session, bounded, and is killed whatever happ
 
 from __future__ import annotations
 
-from tests.real.helpers import DLWATCH, PY, TERMINATE_AFTER_4_S, kill_tree, load_report, reports, start
+from tests.real.helpers import run_beside_outsider
 
 JOB = """
 import sys, threading
@@ -88,30 +88,6 @@ HOLD_S = 35
 
 
 def test_a_manager_lock_held_outside_the_job_is_never_ended_as_proven(short_tmp_path):
-    job = short_tmp_path / "job.py"
-    job.write_text(JOB)
-    holder = short_tmp_path / "holder.py"
-    holder.write_text(HOLDER)
-    addr = str(short_tmp_path / "mgr.sock")
-    report_dir = str(short_tmp_path / "r")
-    out_path, err_path = short_tmp_path / "stdout", short_tmp_path / "stderr"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = start(
-            DLWATCH + ["run", *TERMINATE_AFTER_4_S, "--report-dir", report_dir, "--", PY, str(job), addr],
-            stdout=out,
-            stderr=err,
-        )
-    holder_proc = start([PY, str(holder), addr, str(HOLD_S)])
-    try:
-        try:
-            code = proc.wait(timeout=HOLD_S + 90)
-        except Exception:
-            code = None
-        docs = [load_report(f) for f in reports(report_dir)]
-        ended = [(d["stall"]["certainty"], d["action"], d["action_note"]) for d in docs if d["action"] == "terminate"]
-        assert not ended, f"a healthy job whose lock an outside process holds was ended: {ended}"
-        assert code == 0, (code, out_path.read_text()[-2000:], err_path.read_text()[-3000:])
-        assert "step 3" in out_path.read_text()
-    finally:
-        kill_tree(proc)
-        kill_tree(holder_proc)
+    run_beside_outsider(
+        short_tmp_path, JOB, HOLDER, "mgr.sock", HOLD_S, "a healthy job whose lock an outside process holds"
+    )

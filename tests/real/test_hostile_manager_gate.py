@@ -27,7 +27,7 @@ Every process here runs in its own session, bounded, and is killed whatever happ
 
 from __future__ import annotations
 
-from tests.real.helpers import DLWATCH, PY, TERMINATE_AFTER_4_S, kill_tree, load_report, reports, start
+from tests.real.helpers import run_beside_outsider
 
 JOB = """
 import sys, threading
@@ -93,30 +93,6 @@ GATE_S = 35
 
 
 def test_a_manager_gate_opened_by_an_outside_process_that_connects_later_is_never_ended(short_tmp_path):
-    job = short_tmp_path / "job.py"
-    job.write_text(JOB)
-    controller = short_tmp_path / "controller.py"
-    controller.write_text(CONTROLLER)
-    addr = str(short_tmp_path / "gate.sock")
-    report_dir = str(short_tmp_path / "r")
-    out_path, err_path = short_tmp_path / "stdout", short_tmp_path / "stderr"
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = start(
-            DLWATCH + ["run", *TERMINATE_AFTER_4_S, "--report-dir", report_dir, "--", PY, str(job), addr],
-            stdout=out,
-            stderr=err,
-        )
-    ctl = start([PY, str(controller), addr, str(GATE_S)])
-    try:
-        try:
-            code = proc.wait(timeout=GATE_S + 90)
-        except Exception:
-            code = None
-        docs = [load_report(f) for f in reports(report_dir)]
-        ended = [(d["stall"]["certainty"], d["action"], d["action_note"]) for d in docs if d["action"] == "terminate"]
-        assert not ended, f"a healthy job whose gate an outside process opens later was ended: {ended}"
-        assert code == 0, (code, out_path.read_text()[-2000:], err_path.read_text()[-3000:])
-        assert "step 3" in out_path.read_text()
-    finally:
-        kill_tree(proc)
-        kill_tree(ctl)
+    run_beside_outsider(
+        short_tmp_path, JOB, CONTROLLER, "gate.sock", GATE_S, "a healthy job whose gate an outside process opens later"
+    )
