@@ -406,3 +406,21 @@ def concluded_under_terminate(smp: Sample, stacks, details):
     assert smp.main is not None
     episode = detect.Episode(5.0, 300.0, terminate=True)
     return episode.conclude(evidence, smp, stall(smp.main.pid, workers, s=6.0, trigger=Trigger.STALL), set(), 31.0)
+
+
+def manager_reads(smp: Sample, stacks, details, wakeable=None, peers=None, listeners=None):
+    """The :class:`~watchdog.detect.manager_proof.ManagerReads` of a Manager job ``(smp,
+    stacks, details)`` from :func:`manager_job`: its loader waits, ``wakeable`` (default none)
+    and ``peers``/``listeners`` (default :func:`manager_peers` and :func:`manager_listeners`)."""
+    from watchdog import detect
+    from watchdog.detect import manager_proof
+
+    return manager_proof.ManagerReads(
+        smp,
+        stacks,
+        details,
+        detect.loader_waits(smp, stacks),
+        wakeable or {},
+        manager_peers(smp) if peers is None else peers,
+        manager_listeners(smp, details) if listeners is None else listeners,
+    )

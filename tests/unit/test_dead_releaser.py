@@ -16,10 +16,8 @@ from tests.unit.builders import (
     concluded_under_terminate,
     detail,
     manager_job,
-    manager_listeners,
-    manager_peers,
+    manager_reads,
 )
-from watchdog import detect
 from watchdog.detect import dead_releaser
 from watchdog.types import (
     NO_EXIT_RECORD,
@@ -38,15 +36,7 @@ def _job(name: str, status=9):
 
 
 def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
-    return dead_releaser.prove_manager_lock(
-        smp,
-        stacks,
-        details,
-        detect.loader_waits(smp, stacks),
-        wakeable or {},
-        manager_peers(smp) if peers is None else peers,
-        manager_listeners(smp, details) if listeners is None else listeners,
-    )
+    return dead_releaser.prove_manager_lock(manager_reads(smp, stacks, details, wakeable, peers, listeners))
 
 
 def test_a_manager_lock_whose_holder_was_killed_is_proven_and_names_the_dead():

@@ -23,8 +23,8 @@ from tests.unit.builders import (
     detail,
     fixture,
     manager_job,
-    manager_listeners,
     manager_peers,
+    manager_reads,
     stall,
 )
 from watchdog import detect
@@ -50,14 +50,7 @@ BRIEF = "manager_lock_main_holds_briefly.json"
 
 def _prove(smp, stacks, details, wakeable=None, peers=None, listeners=None):
     return manager_proof.prove_manager_cycle(
-        smp,
-        stacks,
-        details,
-        detect.loader_waits(smp, stacks),
-        wakeable or {},
-        manager_peers(smp) if peers is None else peers,
-        manager_listeners(smp, details) if listeners is None else listeners,
-        detect.role_words(smp),
+        manager_reads(smp, stacks, details, wakeable, peers, listeners), detect.role_words(smp)
     )
 
 
@@ -111,18 +104,7 @@ def test_a_thread_of_main_that_holds_the_lock_and_sleeps_leaves_it_unproven():
     smp, stacks, details = manager_job(BRIEF)
     assert any("prepare" == t.name for t in stacks[smp.main.pid].threads)
     assert _prove(smp, stacks, details) is None
-    assert (
-        dead_releaser.prove_manager_lock(
-            smp,
-            stacks,
-            details,
-            detect.loader_waits(smp, stacks),
-            {},
-            manager_peers(smp),
-            manager_listeners(smp, details),
-        )
-        is None
-    )
+    assert dead_releaser.prove_manager_lock(manager_reads(smp, stacks, details)) is None
     # without that thread (as if it ended) the rest is the cycle: the sleeping thread alone kept it unproven
     main = smp.main.pid
     tid = next(t.tid for t in stacks[main].threads if t.name == "prepare")
@@ -170,15 +152,7 @@ def test_a_process_that_ended_beside_the_manager_makes_it_the_dead_releasers_pro
     gone = ExitRecord(99999, 10**12, smp.main.pid, ROLE_OTHER, "python", ("python",), 1.0, 2e9, 2.0, 2e9, 9)
     dead = dataclasses.replace(smp, exits=(gone,))
     assert _prove(dead, stacks, details) is None
-    proof = dead_releaser.prove_manager_lock(
-        dead,
-        stacks,
-        details,
-        detect.loader_waits(dead, stacks),
-        {},
-        manager_peers(dead),
-        manager_listeners(dead, details),
-    )
+    proof = dead_releaser.prove_manager_lock(manager_reads(dead, stacks, details))
     assert proof is not None and proof.kind is ProofKind.WAITS_ON_DEAD
 
 

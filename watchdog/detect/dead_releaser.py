@@ -12,9 +12,9 @@ the likely holder, not a proven one: a Manager lock keeps no owner to read).
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
-from ..types import ExitRecord, ProcessStack, Proof, ProofKind, ProofLink, Sample, ThreadSample
+from ..types import ExitRecord, Proof, ProofKind, ProofLink
 from . import manager_proof
 from .manager_proof import ended_others, possible_holders
 
@@ -31,35 +31,18 @@ def ended_text(r: ExitRecord, now_mono: float) -> str:
     return f"{r.how()}; last seen alive at {stamp} UTC, found ended at {found} UTC ({ago:.0f} s before this look)"
 
 
-def prove_manager_lock(
-    sample: Sample,
-    stacks: Mapping[int, ProcessStack],
-    details: Mapping[int, Sequence[ThreadSample]],
-    loader: Mapping[Tuple[int, int], Tuple[int, ...]],
-    wakeable: Mapping[int, str],
-    peers: Mapping[int, Tuple[Optional[int], ...]],
-    listeners: Mapping[int, Tuple[int, ...]],
-) -> Optional[Proof]:
+def prove_manager_lock(reads: manager_proof.ManagerReads) -> Optional[Proof]:
     """A Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py): the
     :func:`~watchdog.manager_proof.closed_wait` of main, the workers and the manager, and a
     process of the job that lived beside the manager has ended; ``None`` when any step fails.
 
-    Args:
-        sample: the job's sample (its processes, roles, loaders and ``exits``).
-        stacks: Python stacks by pid (main, the workers and the manager must be readable).
-        details: ``/proc`` thread details by pid, each wait kept only when unchanged between
-            two reads (``Evidence.stable``).
-        loader: ``detect.loader_waits``: the threads in PyTorch's own waits for the loader's
-            other side, with the pids that alone can end them.
-        wakeable: pid to why it might wake itself from a timer signal.
-        peers: ``Evidence.manager_peers`` (who holds the other end of each of the manager's
-            connections).
-        listeners: ``Evidence.manager_listeners`` (its listeners at multiprocessing's own address).
+    ``reads``: :class:`~watchdog.detect.manager_proof.ManagerReads`.
 
     Returns a :class:`~watchdog.types.Proof` of kind ``waits_on_dead`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait and the ended process(es).
     """
-    closed = manager_proof.closed_wait(sample, stacks, details, loader, wakeable, peers, listeners)
+    sample = reads.sample
+    closed = manager_proof.closed_wait(reads)
     if closed is None:
         return None
     ended = possible_holders(sample, closed.manager)

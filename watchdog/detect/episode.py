@@ -203,8 +203,8 @@ class Episode:
         )
         verdict = confirm(main.pid, stacks.get(main.pid), evidence.details.get(main.pid, ()), len(sample.workers))
         early = stall.trigger == TRIGGER_RHYTHM
-        if proof is None:  # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py)
-            proof = dead_releaser.prove_manager_lock(
+        if proof is None:
+            reads = manager_proof.ManagerReads(
                 sample,
                 stacks,
                 evidence.stable,
@@ -213,17 +213,10 @@ class Episode:
                 evidence.manager_peers,
                 evidence.manager_listeners,
             )
-        if proof is None:  # a cycle through a Manager among the living (the same NOTE)
-            proof = manager_proof.prove_manager_cycle(
-                sample,
-                stacks,
-                evidence.stable,
-                loader_waits(sample, stacks),
-                evidence.wakeable,
-                evidence.manager_peers,
-                evidence.manager_listeners,
-                role_words(sample),
-            )
+            # a Manager lock whose holder ended (NOTE [ Manager lock proof ] in manager_proof.py)
+            proof = dead_releaser.prove_manager_lock(reads)
+            if proof is None:  # a cycle through a Manager among the living (the same NOTE)
+                proof = manager_proof.prove_manager_cycle(reads, role_words(sample))
         if proof is None:
             timeout = min(self.stall_timeout_s, stall.stall_s) if early else self.stall_timeout_s
             proof = prove_loader_idle(verdict, sample, stacks, stall, timeout)

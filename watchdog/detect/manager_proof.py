@@ -68,7 +68,7 @@ live process, a stack or thread read missing) leaves the hang suspected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import frames
 from ..collect.waits import READ_CALLS
@@ -185,6 +185,36 @@ class ClosedWait:
     calls: Tuple[ProxyCall, ...]
 
 
+class ManagerReads(NamedTuple):
+    """What the Manager proofs (NOTE [ Manager lock proof ]) read of the job: the arguments of
+    :func:`closed_wait`, :func:`prove_manager_cycle` and
+    :func:`watchdog.detect.dead_releaser.prove_manager_lock`.
+
+    Attributes:
+        sample: the job's sample (its processes, roles, loaders and ``exits``).
+        stacks: Python stacks by pid (main, the workers and the manager must be readable).
+        details: ``/proc`` thread details by pid, each wait kept only when unchanged between
+            two reads (``Evidence.stable``).
+        loader: ``detect.loader_waits``: the threads in PyTorch's own waits for the loader's
+            other side, with the pids that alone can end them.
+        wakeable: pid to why it might wake itself from a timer signal.
+        peers: ``Evidence.manager_peers``: for a Manager server, the pid holding the other end
+            of each of its connected sockets (``collect.sockets.peer_holders``); the manager's
+            must be there, each a process of the set (a client outside the job could release).
+        listeners: ``Evidence.manager_listeners``: for a Manager server, the descriptors of its
+            listening sockets at multiprocessing's own private address
+            (``collect.sockets.private_listeners``); the accepter must wait on one of them.
+    """
+
+    sample: Sample
+    stacks: Mapping[int, ProcessStack]
+    details: Mapping[int, Sequence[ThreadSample]]
+    loader: Mapping[Tuple[int, int], Tuple[int, ...]]
+    wakeable: Mapping[int, str]
+    peers: Mapping[int, Tuple[Optional[int], ...]]
+    listeners: Mapping[int, Tuple[int, ...]]
+
+
 def _caller(t: ThreadStack) -> Optional[Frame]:
     """The job's frame that made ``t``'s proxy call: the first frame of the user's code outside
     the proxy (``MakeProxyType``'s methods have the file ``<string>``)."""
@@ -199,33 +229,10 @@ def _call(pid: int, d: ThreadSample, t: Optional[ThreadStack]) -> Optional[Proxy
     return ProxyCall(pid, d.tid, method, _caller(t))
 
 
-def closed_wait(
-    sample: Sample,
-    stacks: Mapping[int, ProcessStack],
-    details: Mapping[int, Sequence[ThreadSample]],
-    loader: Mapping[Tuple[int, int], Tuple[int, ...]],
-    wakeable: Mapping[int, str],
-    peers: Mapping[int, Tuple[Optional[int], ...]],
-    listeners: Mapping[int, Tuple[int, ...]],
-) -> Optional[ClosedWait]:
+def closed_wait(reads: ManagerReads) -> Optional[ClosedWait]:
     """The argument of NOTE [ Manager lock proof ] up to "no live thread can send the
-    ``release()``", or ``None`` when any step fails.
-
-    Args:
-        sample: the job's sample (its processes, roles and loaders).
-        stacks: Python stacks by pid (main, the workers and the manager must be readable).
-        details: ``/proc`` thread details by pid, each wait kept only when unchanged between
-            two reads (``Evidence.stable``).
-        loader: ``detect.loader_waits``: the threads in PyTorch's own waits for the loader's
-            other side, with the pids that alone can end them.
-        wakeable: pid to why it might wake itself from a timer signal.
-        peers: ``Evidence.manager_peers``: for a Manager server, the pid holding the other end
-            of each of its connected sockets (``collect.sockets.peer_holders``); the manager's
-            must be there, each a process of the set (a client outside the job could release).
-        listeners: ``Evidence.manager_listeners``: for a Manager server, the descriptors of its
-            listening sockets at multiprocessing's own private address
-            (``collect.sockets.private_listeners``); the accepter must wait on one of them.
-    """
+    ``release()``" over ``reads`` (:class:`ManagerReads`), or ``None`` when any step fails."""
+    sample, stacks, details, loader, wakeable, peers, listeners = reads
     main = sample.main
     workers = sample.workers
     if main is None or not workers or main.role != ROLE_MAIN:
@@ -431,26 +438,18 @@ def cycle_text(closed: ClosedWait, sample: Sample, words: Mapping[int, str]) -> 
     return f"{cycle}. A Manager lock keeps no owner, so who holds it is not proven: {holder}"
 
 
-def prove_manager_cycle(
-    sample: Sample,
-    stacks: Mapping[int, ProcessStack],
-    details: Mapping[int, Sequence[ThreadSample]],
-    loader: Mapping[Tuple[int, int], Tuple[int, ...]],
-    wakeable: Mapping[int, str],
-    peers: Mapping[int, Tuple[Optional[int], ...]],
-    listeners: Mapping[int, Tuple[int, ...]],
-    words: Mapping[int, str],
-) -> Optional[Proof]:
+def prove_manager_cycle(reads: ManagerReads, words: Mapping[int, str]) -> Optional[Proof]:
     """A cycle through a Manager among the living (NOTE [ Manager lock proof ]): the
     :func:`closed_wait` of main, the workers and the manager, when no process of the job that
     lived beside the manager has ended (that is :func:`watchdog.dead_releaser.prove_manager_lock`'s
     proof); ``None`` otherwise. ``words`` names each pid in the sentence (``detect.role_words``:
-    ``main``, ``worker 0``). The arguments are :func:`closed_wait`'s.
+    ``main``, ``worker 0``); ``reads`` is :func:`closed_wait`'s.
 
     Returns a :class:`~watchdog.types.Proof` of kind ``manager_cycle`` whose ``pids`` are main,
     the workers and the manager; its links name every thread's wait, its conclusion the cycle
     (:func:`cycle_text`)."""
-    closed = closed_wait(sample, stacks, details, loader, wakeable, peers, listeners)
+    sample = reads.sample
+    closed = closed_wait(reads)
     if closed is None or possible_holders(sample, closed.manager):
         return None
     conclusion = (
