@@ -939,8 +939,13 @@ def read_as_job(pid: int, path: str, limit: int = 1 << 16) -> Optional[str]:
     chose."""
     creds = _credentials(pid)
     fd = _open_source(path, *creds) if creds is not None else None
-    if fd is None:
-        return None
+    return None if fd is None else read_text_and_close(fd, limit)
+
+
+def read_text_and_close(fd: int, limit: int) -> Optional[str]:
+    """The first ``limit`` bytes read from the open descriptor ``fd`` (one ``read(2)``) as text
+    (UTF-8, errors replaced), ``None`` when the read fails (``OSError``); ``fd`` is closed
+    whatever happens."""
     try:
         return os.read(fd, limit).decode("utf-8", "replace")
     except OSError:

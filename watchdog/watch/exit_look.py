@@ -56,12 +56,7 @@ def _small_read(path: str, limit: int = 8192) -> Optional[str]:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    try:
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return procfs.read_text_and_close(fd, limit)
 
 
 def pids_limit(pid: int) -> Optional[Tuple[str, Optional[int]]]:
