@@ -7,7 +7,7 @@ still move by itself dismissed (:func:`assess`), and whether a reported hang may
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import frames, states
 from ..collect.waits import LOCK_CALLS
@@ -394,6 +394,17 @@ def ended_feeder(sample: Sample, stall: Stall) -> Optional[str]:
     return None
 
 
+def _lock_waiters(sample: Sample, details: Mapping[int, Sequence[ThreadSample]]) -> Iterator[int]:
+    """The pids, in order, of the job's loader processes (``LOADER_ROLES``) with a thread in
+    ``details`` waiting in ``flock``/``fcntl`` (``LOCK_CALLS``)."""
+    for pid, threads in sorted(details.items()):
+        p = sample.process(pid)
+        if p is None or p.role not in LOADER_ROLES:
+            continue
+        if any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
+            yield pid
+
+
 def lock_holder_moving(
     sample: Sample, stall: Stall, details: Mapping[int, Sequence[ThreadSample]], locks: Sequence[FileLock]
 ) -> Optional[str]:
@@ -407,12 +418,7 @@ def lock_holder_moving(
     still reports such a stall."""
     work = {w.pid: (w.cpu_s, w.io_bytes) for w in stall.loader_work}
     span = max(stall.work_window_s, 1e-6)
-    for pid, threads in sorted(details.items()):
-        p = sample.process(pid)
-        if p is None or p.role not in LOADER_ROLES:
-            continue
-        if not any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
-            continue
+    for pid in _lock_waiters(sample, details):
         for lock in locks:
             holder = sample.process(lock.holder) if lock.opener == pid and lock.holder is not None else None
             cpu_io = work.get(holder.pid) if holder is not None else None
@@ -599,12 +605,7 @@ def still_moving(
                 f"the last {stall.work_window_s:.0f} s{', a thread running' if running else ''})"
             )
     members = {p.pid for p in sample.processes}
-    for pid, threads in sorted(details.items()):
-        p = sample.process(pid)
-        if p is None or p.role not in LOADER_ROLES:
-            continue
-        if not any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
-            continue
+    for pid in _lock_waiters(sample, details):
         for lock in locks:
             if lock.opener == pid and lock.holder not in members:
                 who = f"pid {lock.holder}, outside the job" if lock.holder is not None else "an open file description"
