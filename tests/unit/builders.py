@@ -424,3 +424,28 @@ def manager_reads(smp: Sample, stacks, details, wakeable=None, peers=None, liste
         manager_peers(smp) if peers is None else peers,
         manager_listeners(smp, details) if listeners is None else listeners,
     )
+
+
+# A helper of the job (role ``other``, started at clock tick 777) that ends: see ended_helper_facts.
+HELPER_PID = WORKER_PID + 10
+
+
+def ended_helper_facts(status: Optional[int], others=(), **kw) -> Facts:
+    """Facts of a live look at a job (main, a worker) whose helper ``HELPER_PID`` lived through
+    the samples at 0 and 1 s and was found ended at 3 s: its exit record (seen alive at 1 s,
+    found ended at 2 s, wait status ``status``, ``None`` when not known) and ``others`` in the
+    last sample's ``exits``. ``kw`` go to :class:`~watchdog.types.Facts` (``stderr_tail``,
+    ``inside``)."""
+    from watchdog.types import ROLE_OTHER, ExitRecord
+
+    def s(t, alive):
+        procs = [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])]
+        if alive:
+            procs.append(proc(HELPER_PID, ROLE_OTHER, [], start_ticks=777))
+        return sample(t, procs)
+
+    record = ExitRecord(
+        HELPER_PID, 777, MAIN_PID, ROLE_OTHER, "python", ("python",), 1.0, 1e9 + 1, 2.0, 1e9 + 2, status
+    )
+    last = dataclasses.replace(s(3.0, False), exits=(record,) + tuple(others))
+    return live_facts((s(0.0, True), s(1.0, True), last), **kw)

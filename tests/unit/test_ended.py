@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.unit.builders import MAIN_PID, WORKER_PID, fixture, live_facts, proc, sample
+from tests.unit.builders import HELPER_PID, MAIN_PID, WORKER_PID, ended_helper_facts, fixture, live_facts, proc, sample
 from watchdog.diagnose import ended
 from watchdog.diagnose.hangs import ended_helpers
 from watchdog.types import NO_EXIT_RECORD, ROLE_MAIN, ROLE_OTHER, ROLE_WORKER, ExitRecord
 
-PRODUCER = WORKER_PID + 10
+PRODUCER = HELPER_PID
 STDERR = fixture("stderr_ready_marker_producer_died.txt")
 
 
 def _facts(status, stderr=STDERR, others=()):
-    def s(t, alive):
-        procs = [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])]
-        if alive:
-            procs.append(proc(PRODUCER, ROLE_OTHER, [], start_ticks=777))
-        return sample(t, procs)
-
-    record = ExitRecord(PRODUCER, 777, MAIN_PID, ROLE_OTHER, "python", ("python",), 1.0, 1e9 + 1, 2.0, 1e9 + 2, status)
-    last = dataclasses.replace(s(3.0, False), exits=(record,) + tuple(others))
-    return live_facts((s(0.0, True), s(1.0, True), last), stderr_tail=stderr)
+    return ended_helper_facts(status, others, stderr_tail=stderr)
 
 
 def _line(facts):

@@ -5,18 +5,17 @@ the wrong shape is refused; what the report says of a producer its parent reaped
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
 
-from tests.unit.builders import MAIN_PID, WORKER_PID, fixture, live_facts, proc, sample
+from tests.unit.builders import HELPER_PID, ended_helper_facts, fixture
 from watchdog.collect import inside
 from watchdog.diagnose import ended
 from watchdog.diagnose.hangs import ended_helpers
-from watchdog.types import ROLE_MAIN, ROLE_OTHER, ROLE_WORKER, ExitRecord, InsideView, ProcessEnd
+from watchdog.types import InsideView, ProcessEnd
 
 _JOB = """
 import importlib.util, multiprocessing as mp, os, sys
@@ -84,22 +83,12 @@ def test_an_end_record_of_another_shape_is_refused(ended_doc):
         inside.parse_record(json.dumps({"pid": 5, "ended": ended_doc}).encode())
 
 
-PRODUCER = WORKER_PID + 10
+PRODUCER = HELPER_PID
 
 
 def _facts(end: ProcessEnd, status=None):
-    def s(t, alive):
-        procs = [proc(MAIN_PID, ROLE_MAIN, []), proc(WORKER_PID, ROLE_WORKER, [])]
-        if alive:
-            procs.append(proc(PRODUCER, ROLE_OTHER, [], start_ticks=777))
-        return sample(t, procs)
-
-    record = ExitRecord(PRODUCER, 777, MAIN_PID, ROLE_OTHER, "python", ("python",), 1.0, 1e9 + 1, 2.0, 1e9 + 2, status)
-    last = dataclasses.replace(s(3.0, False), exits=(record,))
-    return live_facts(
-        (s(0.0, True), s(1.0, True), last),
-        stderr_tail=fixture("stderr_ready_marker_producer_died.txt"),
-        inside=InsideView(ends=(end,)),
+    return ended_helper_facts(
+        status, stderr_tail=fixture("stderr_ready_marker_producer_died.txt"), inside=InsideView(ends=(end,))
     )
 
 
