@@ -19,8 +19,9 @@ import psutil
 from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, reports, start, wait_for
 
 # The job: a 50 ms step, two workers of a cheap Dataset; the worker that loads sample MARK_AT
-# writes the marker file and sleeps 3 s, so that main waits in __next__ for that batch when the
-# test stops the job a second after the marker. It prints the longest __next__ call it saw.
+# writes the marker file and sleeps 10 s, so that main waits in __next__ for that batch when the
+# test stops the job a second after the marker (10 s, not 3: on a loaded machine the test itself
+# was once late by more than 2 s, and main had its batch before the stop). It prints the longest __next__ call it saw.
 JOB = """
 import os, sys, time
 import torch
@@ -37,7 +38,7 @@ class Cheap(Dataset):
         if i == MARK_AT:
             with open(MARKER, "w") as f:
                 f.write(str(os.getpid()))
-            time.sleep(3.0)
+            time.sleep(10.0)
         return torch.tensor(float(i))
 
 
