@@ -334,7 +334,6 @@ def _kinds_declaring_a_fix():
 
 def test_every_kind_that_declares_a_fix_has_a_scenario_that_proves_it():
     from probes import cases, repro
-
     from watchdog.commands import throughput_ab
 
     # a change proven by throughput (input_bound): tests/real/test_verify_throughput.py proves it
