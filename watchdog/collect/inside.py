@@ -9,75 +9,106 @@ rewritten on rare events). This module reads them at each tick: one
 ``scandir``, and per file one ``read`` of 5 KiB (``.bin``) or a ``stat`` (``.json``, parsed
 again only when it changed). For ``dlwatch attach`` the job opts in when it starts:
 ``PYTHONPATH=$(dlwatch hook-path) DLWATCH_HOOK_DIR=DIR``, and ``attach --hook-dir DIR`` reads it.
+
+The folder and the job's environment are made in :mod:`watchdog.collect.hook_folder`, the records
+decoded in :mod:`watchdog.collect.inside_records`; their public names are importable from here too.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
-import hmac
-import importlib.util
 import os
-import re
-import secrets
-import shutil
 import stat
-import tempfile
+import tempfile  # noqa: F401  (make_folder's temporary directory: tests set tempfile.tempdir through here)
 import threading
 import time
-from dataclasses import dataclass
-from typing import Annotated, Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, TypedDict, Union
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
-import msgspec
-
-from ..safefiles import private_dir, safe_parent
+from ..safefiles import safe_parent
 from ..types import (
     ForkRecord,
-    Frame,
     InsideView,
     LoaderView,
     ProcessEnd,
     RngCheck,
-    ThreadAtFork,
     WorkerExec,
     WorkerFailure,
     WorkerFetch,
 )
+from .hook_folder import (
+    BOOT_DIR,
+    FORMAT,
+    HOOK_PREFIX,
+    STALE_HOOK_S,
+    TOKEN_ENV,
+    TOKEN_FILE,
+    HookFolder,
+    folder_of,
+    hook_env,
+    is_hook_folder,
+    make_folder,
+    read_regular,
+    remove_folder,
+    sweep_stale_folders,
+)
+from .inside_records import (
+    RECORD_MAX_BYTES,
+    LoaderCache,
+    end_record,
+    exec_record,
+    failure_records,
+    fork_records,
+    loader_views,
+    parse_record,
+    percentile_s,
+    pid_of,
+    rng_check,
+)
 
-BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap")
-
-
-def read_regular(path: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of the regular file at ``path``, opened without following a
-    symbolic link and without blocking (the job writes this folder: a FIFO or a link to a device
-    there must not hang or steer the sidecar, which may run as root).
-
-    Raises:
-        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
-def _load_format():
-    """The recorder module itself, loaded by path under a private name: one definition of the
-    file format for writer and reader. It is standard-library only and does nothing on import."""
-    spec = importlib.util.spec_from_file_location(
-        "_dlwatch_inside_format", os.path.join(BOOT_DIR, "_dlwatch_inside.py")
-    )
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {BOOT_DIR}/_dlwatch_inside.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FORMAT = _load_format()
+__all__ = [
+    "BOOT_DIR",
+    "FORMAT",
+    "ForkRecord",
+    "HELD_MAX",
+    "HOOK_PREFIX",
+    "HookFolder",
+    "InsideReader",
+    "InsideView",
+    "LoaderCache",
+    "LoaderView",
+    "NOTE_PROBLEMS",
+    "ProcessEnd",
+    "RECORDS_MAX_WEIGHT",
+    "RECORD_MAX_BYTES",
+    "RETIRED_KEPT",
+    "RETIRED_MAX_WEIGHT",
+    "RETIRE_EVERY_S",
+    "RngCheck",
+    "STALE_HOOK_S",
+    "TOKEN_ENV",
+    "TOKEN_FILE",
+    "WorkerExec",
+    "WorkerFailure",
+    "WorkerFetch",
+    "end_record",
+    "exec_record",
+    "failure_records",
+    "folder_of",
+    "fork_records",
+    "hook_env",
+    "is_hook_folder",
+    "loader_views",
+    "make_folder",
+    "parse_record",
+    "percentile_s",
+    "pid_of",
+    "read_regular",
+    "remove_folder",
+    "rng_check",
+    "safe_parent",
+    "sweep_stale_folders",
+]
 
 
 # NOTE [ What the job writes ]: the recorder's files are written by the job, which a root
@@ -92,15 +123,12 @@ FORMAT = _load_format()
 # estimate of their Python objects, :func:`_weight`): past it, a new one is skipped and named.
 # Counter files (``.bin``, ``.fetch``) are opened only for the job's pids, under their one
 # canonical name (``123.bin``, never ``0123.bin``), and at most ``HELD_MAX`` stay open.
+# (``RECORD_MAX_BYTES`` and the typed decoding: watchdog/collect/inside_records.py.)
 
-# Bytes of one record read at most: a record of a busy job (16 iterators that each forked
-# workers while 21 threads ran 40 frames deep, dlwatch run of 2026-12-05) weighed 0.8 MiB; the
-# recorder's own bounds (MAX_ITERATORS, MAX_THREADS, MAX_FRAMES) allow about 3 MiB, which no
-# job near them was seen to reach.
-RECORD_MAX_BYTES = 2 << 20
 # Estimated bytes of Python objects (:func:`_weight`) of the records of live processes kept in
-# all, and of those of processes that ended (``_retired``): that busy job's record took 4.5 MiB
-# once parsed (tracemalloc; 7.4 MiB estimated), a usual one (2 iterators, 2 threads) some 30 KiB.
+# all, and of those of processes that ended (``_retired``): the busy job's record (of
+# RECORD_MAX_BYTES' comment) took 4.5 MiB once parsed (tracemalloc; 7.4 MiB estimated), a usual
+# one (2 iterators, 2 threads) some 30 KiB.
 RECORDS_MAX_WEIGHT = 64 << 20
 RETIRED_MAX_WEIGHT = 16 << 20
 # Counter files held open at most (the least recently read is closed; it is opened again when
@@ -109,134 +137,6 @@ HELD_MAX = 256
 # Problems named in a view's note at most (then how many more).
 NOTE_PROBLEMS = 8
 
-_Scalar = Union[None, bool, int, float, str]
-_MAX_WORKERS = 4096  # workers listed of one iterator
-
-
-class _FrameDoc(TypedDict, total=False):
-    file: Optional[str]
-    line: Optional[int]
-    function: Optional[str]
-
-
-class _ThreadDoc(TypedDict, total=False):
-    name: Optional[str]
-    ident: Optional[int]
-    native_id: Optional[int]
-    daemon: Optional[bool]
-    forking: Optional[bool]
-    stack: Optional[Annotated[List[_FrameDoc], msgspec.Meta(max_length=FORMAT.MAX_FRAMES)]]
-
-
-class _DatasetDoc(TypedDict, total=False):
-    type: Optional[str]
-    module: Optional[str]
-    code: Optional[_FrameDoc]
-
-
-class _CudaDoc(TypedDict, total=False):
-    host_memory_stats: Optional[Annotated[Dict[str, Union[int, float]], msgspec.Meta(max_length=256)]]
-    pin_thread_alive: Optional[bool]
-
-
-class _IteratorDoc(TypedDict, total=False):
-    id: int
-    slot: Optional[int]
-    kind: Optional[str]
-    created_ns: Optional[int]
-    created_wall: Optional[float]
-    forked_ns: Optional[int]
-    site: Optional[_FrameDoc]
-    settings: Optional[Annotated[Dict[str, _Scalar], msgspec.Meta(max_length=64)]]
-    pin_memory_effective: Optional[bool]
-    dataset: Optional[_DatasetDoc]
-    iterable: Optional[bool]
-    workers: Optional[Annotated[List[Optional[int]], msgspec.Meta(max_length=_MAX_WORKERS)]]
-    worker_exitcodes: Optional[Annotated[List[Optional[int]], msgspec.Meta(max_length=_MAX_WORKERS)]]
-    threads_at_fork: Optional[Annotated[List[_ThreadDoc], msgspec.Meta(max_length=FORMAT.MAX_THREADS)]]
-    os_threads_at_fork: Optional[Annotated[List[Tuple[int, str]], msgspec.Meta(max_length=4 * FORMAT.MAX_THREADS)]]
-    check_first_batches: Optional[bool]
-    check_error: Optional[str]
-    first_batches: Optional[Annotated[Dict[str, str], msgspec.Meta(max_length=_MAX_WORKERS)]]
-    cuda: Optional[_CudaDoc]
-
-
-_Digests = Annotated[Dict[str, str], msgspec.Meta(max_length=FORMAT.MAX_RNG_ATTRIBUTES + 2)]
-
-
-class _WorkerDoc(TypedDict, total=False):
-    id: Optional[int]
-    num_workers: Optional[int]
-    seed: Optional[int]
-    rng_start: Optional[_Digests]
-    rng_later: Optional[_Digests]
-    check_error: Optional[str]
-
-
-class _ExecDoc(TypedDict, total=False):
-    path: Optional[str]
-    stack: Optional[Annotated[List[_FrameDoc], msgspec.Meta(max_length=FORMAT.MAX_FRAMES)]]
-    ns: Optional[int]
-
-
-_EndedText = Annotated[str, msgspec.Meta(max_length=FORMAT.MAX_ENDED_TEXT)]
-
-
-class _EndedDoc(TypedDict, total=False):
-    name: Optional[_EndedText]
-    code: Optional[int]
-    exception: Optional[_EndedText]
-    ns: Optional[int]
-
-
-class _RecordDoc(TypedDict, total=False):
-    """A ``<pid>.json`` as the recorder writes it (``_Process.write_json``); unknown keys are
-    skipped. ``failed`` entries are checked one by one (:func:`failure_records`)."""
-
-    pid: Optional[int]
-    ppid: Optional[int]
-    python: Optional[str]
-    torch: Optional[str]
-    disabled: Optional[str]
-    iterators: Optional[Annotated[List[_IteratorDoc], msgspec.Meta(max_length=FORMAT.MAX_ITERATORS)]]
-    worker: Optional[_WorkerDoc]
-    exec: Optional[_ExecDoc]
-    ended: Optional[_EndedDoc]
-    failed: Optional[
-        Annotated[
-            List[
-                Dict[str, Union[_Scalar, Annotated[List[_Scalar], msgspec.Meta(max_length=FORMAT.MAX_FAILED_INDICES)]]]
-            ],
-            msgspec.Meta(max_length=FORMAT.MAX_FAILED),
-        ]
-    ]
-
-
-_RECORD = msgspec.json.Decoder(_RecordDoc)
-
-
-def parse_record(data: bytes) -> Dict[str, Any]:
-    """A ``<pid>.json`` record (``data``, at most ``RECORD_MAX_BYTES``) as plain dicts and
-    lists, each field the view uses of the type the recorder writes (``_RecordDoc``;
-    NOTE [ What the job writes ]). msgspec's typed decoder
-    (https://jcristharif.com/msgspec/usage.html#typed-decoding) stops at the first value of
-    another type, and its depth guard raises ``RecursionError`` on nesting deeper than the
-    interpreter's recursion limit (an unknown key's value is still walked).
-
-    Raises:
-        ValueError: not JSON, or not of that shape (the message says where), or too deep.
-    """
-    if len(data) > RECORD_MAX_BYTES:
-        raise ValueError(f"a record of more than {RECORD_MAX_BYTES >> 20} MiB")
-    try:
-        return _RECORD.decode(data)  # type: ignore[return-value]  # a TypedDict is a dict
-    except msgspec.ValidationError as e:
-        raise ValueError(f"malformed record ({e})") from None
-    except msgspec.DecodeError as e:
-        raise ValueError(str(e)) from None
-    except RecursionError:
-        raise ValueError("malformed record (nested too deep)") from None
-
 
 def _weight(data: bytes) -> int:
     """An estimate (bytes) of the Python objects a parsed record ``data`` holds, from its
@@ -244,431 +144,6 @@ def _weight(data: bytes) -> int:
     string object 49 bytes and up, a small dict 184, a list 56 and 8 a slot): a record of short
     strings weighs many times its size."""
     return len(data) + 28 * data.count(b'"') + 184 * data.count(b"{") + 56 * data.count(b"[") + 8 * data.count(b",")
-
-
-def pid_of(stem: str) -> Optional[int]:
-    """The pid a recorder's file name stem (``123`` of ``123.bin``) names, or ``None`` unless it
-    is written as the recorder writes it (ASCII digits, no leading zero): every pid has one
-    name per kind of file."""
-    if stem.isdigit() and stem.isascii() and (stem[0] != "0" or stem == "0"):
-        return int(stem)
-    return None
-
-
-def hook_env(
-    env: Mapping[str, str], folder: str, ancestor_pid: Optional[int], data_checks: bool = True
-) -> Dict[str, str]:
-    """``env`` with the bootstrap first on ``PYTHONPATH`` and the recorder's variables set.
-
-    Args:
-        env: the environment the job would get.
-        folder: the private folder the job's processes write to.
-        ancestor_pid: the pid whose descendants record (the watchdog's own); ``None``: every
-            process that inherits the variables records (the opt-in for ``attach``).
-        data_checks: ``False`` turns the recorder's data-correctness checks off.
-    """
-    out = dict(env)
-    path = out.get("PYTHONPATH")
-    out["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
-    out[FORMAT.ENV_DIR] = folder
-    out.pop(TOKEN_ENV, None)
-    token = _token_of(folder)
-    if token:
-        out[TOKEN_ENV] = token
-    out.pop(FORMAT.ENV_ANCESTOR, None)
-    out.pop(FORMAT.ENV_CHECKS, None)
-    if not data_checks:
-        out[FORMAT.ENV_CHECKS] = "0"
-    if ancestor_pid is not None:
-        out[FORMAT.ENV_ANCESTOR] = str(ancestor_pid)
-    return out
-
-
-# The job's proof that a hook folder is its own: ``make_folder`` writes a random token into the
-# folder (TOKEN_FILE, 0600, in a 0700 folder) and ``hook_env`` gives it to the job; ``folder_of``
-# takes a folder only from a job whose environment holds the same token. Another user's job can
-# name any ``/tmp/dlwatch-hook-*`` it sees, but cannot read that folder's token.
-TOKEN_ENV = "DLWATCH_HOOK_TOKEN"
-TOKEN_FILE = ".token"
-
-
-def _token_of(folder: str) -> Optional[str]:
-    try:
-        return read_regular(os.path.join(folder, TOKEN_FILE), 256).decode("ascii", "replace").strip() or None
-    except OSError:
-        return None
-
-
-def _raw_environ(pid: int, names: Iterable[str]) -> Dict[str, str]:
-    """The values of ``names`` in ``/proc/PID/environ``, unredacted (a token compared here,
-    never written anywhere)."""
-    wanted = {n.encode() for n in names}
-    out: Dict[str, str] = {}
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read(1 << 20)
-    except OSError:
-        return out
-    for item in data.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key in wanted:
-            out[key.decode()] = os.fsdecode(value)
-    return out
-
-
-# ``tempfile.mkdtemp(prefix=HOOK_PREFIX)`` names: the prefix and eight of its random characters.
-HOOK_PREFIX = "dlwatch-hook-"
-_HOOK_NAME = re.compile(re.escape(HOOK_PREFIX) + r"[a-z0-9_]{8}\Z")
-
-
-@dataclass(frozen=True)
-class HookFolder:
-    """A recorder folder and its identity when dlwatch made or accepted it: ``dev`` and
-    ``ino`` of the directory (``lstat``). Only a folder that still has that identity is ever
-    removed (:func:`remove_folder`)."""
-
-    path: str
-    dev: int
-    ino: int
-
-
-def is_hook_folder(path: str) -> bool:
-    """Whether ``path`` is a folder ``dlwatch hook-env`` or ``dlwatch run`` could have made:
-    named ``dlwatch-hook-XXXXXXXX``, a directory (not a link) of this user closed to others, in
-    a folder nobody else may rename entries of."""
-    return bool(_HOOK_NAME.match(os.path.basename(path))) and private_dir(path) is not None and safe_parent(path)
-
-
-def folder_of(pid: int) -> Optional[HookFolder]:
-    """The recorder folder a job started with ``env $(dlwatch hook-env) …`` names in its
-    environment (``DLWATCH_HOOK_DIR`` in ``/proc/PID/environ``), or ``None`` unless it is one
-    ``dlwatch hook-env`` made for this job: named ``dlwatch-hook-XXXXXXXX``, a directory (not a
-    link) of this user closed to others, in a folder nobody else may rename entries of, whose
-    token (``TOKEN_FILE``) the job's environment holds (``DLWATCH_HOOK_TOKEN``). The job
-    controls its environment; this is what keeps it from pointing a root dlwatch at ``/root``
-    or at another job's hook folder (which :func:`remove_folder` would then delete)."""
-    env = _raw_environ(pid, (FORMAT.ENV_DIR, TOKEN_ENV))
-    folder = env.get(FORMAT.ENV_DIR)
-    if not folder or not os.path.isabs(folder) or not _HOOK_NAME.match(os.path.basename(folder)):
-        return None
-    for path in (folder, f"/proc/{pid}/root{folder}"):
-        st = private_dir(path)
-        if st is not None and safe_parent(path):
-            token = _token_of(path)
-            if token is None or not hmac.compare_digest(token, env.get(TOKEN_ENV, "")):
-                return None  # not the folder made for this job
-            return HookFolder(path, st.st_dev, st.st_ino)
-    return None
-
-
-def make_folder() -> HookFolder:
-    """A new private folder (0700) for the recorder's files, in the temporary directory.
-
-    Raises:
-        OSError: the temporary directory cannot be written.
-    """
-    path = tempfile.mkdtemp(prefix=HOOK_PREFIX)
-    fd = os.open(os.path.join(path, TOKEN_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(secrets.token_hex(16))
-    st = os.lstat(path)
-    return HookFolder(path, st.st_dev, st.st_ino)
-
-
-# How old (seconds since its last change) a hook folder holding nothing but its token must be
-# before `dlwatch hook-env` sweeps it: made for a job that never started, or never recorded.
-STALE_HOOK_S = 86400.0
-
-
-def sweep_stale_folders(parent: Optional[str] = None, max_age_s: float = STALE_HOOK_S) -> List[str]:
-    """Remove the hook folders ``dlwatch hook-env`` left in ``parent`` (default: the temporary
-    directory ``make_folder`` uses) that hold nothing but their token and have not changed for
-    ``max_age_s`` seconds; returns their paths. Only a directory named ``dlwatch-hook-XXXXXXXX``
-    that is this user's and closed to others is touched (``lstat``, never through a link), in a
-    parent nobody else may rename entries of (:func:`safe_parent`); it is opened once
-    (``O_DIRECTORY|O_NOFOLLOW``), listed, its token file unlinked through that descriptor and
-    then the folder removed with rmdir(2), which removes only an empty folder. A folder a job
-    recorded into (files besides the token) is left for ``dlwatch attach`` to remove. Errors
-    are ignored: nothing is removed then."""
-    parent = parent or tempfile.gettempdir()
-    if not safe_parent(os.path.join(parent, HOOK_PREFIX)):
-        return []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return []
-    now, removed = time.time(), []
-    for name in names:
-        path = os.path.join(parent, name)
-        if not _HOOK_NAME.match(name):
-            continue
-        st = private_dir(path)
-        if st is None or now - st.st_mtime < max_age_s:
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
-                continue
-            entries = os.listdir(fd)
-            if entries not in ([], [TOKEN_FILE]):
-                continue
-            if entries and not stat.S_ISREG(os.stat(TOKEN_FILE, dir_fd=fd, follow_symlinks=False).st_mode):
-                continue
-            if entries:
-                os.unlink(TOKEN_FILE, dir_fd=fd)
-            os.rmdir(path)
-            removed.append(path)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed
-
-
-def remove_folder(folder: HookFolder) -> bool:
-    """Remove the recorder's folder and its files, only while ``folder.path`` still names the
-    directory dlwatch made or accepted (same ``dev`` and ``ino``, not a link, still this
-    user's and private); ``shutil.rmtree`` then removes it without following links (it works
-    from directory descriptors where the platform allows: ``shutil.rmtree.avoids_symlink_attacks``).
-    Returns whether it was removed; errors are ignored (it lives in /tmp)."""
-    st = private_dir(folder.path)
-    if st is None or (st.st_dev, st.st_ino) != (folder.dev, folder.ino):
-        return False
-    shutil.rmtree(folder.path, ignore_errors=True)
-    return not os.path.lexists(folder.path)
-
-
-def percentile_s(hist: Tuple[int, ...], q: float) -> Optional[float]:
-    """The ``q`` quantile (0..1) of a recorder histogram, as the upper bound of its bucket in
-    seconds, or ``None`` for an empty histogram."""
-    total = sum(hist)
-    if not total:
-        return None
-    rank = q * total
-    seen = 0
-    for i, n in enumerate(hist):
-        seen += n
-        if n and seen >= rank:
-            return FORMAT.bucket_bounds_s(i)[1]
-    return FORMAT.bucket_bounds_s(len(hist) - 1)[1]
-
-
-def _frame(d: Optional[dict]) -> Optional[Frame]:
-    if not d:
-        return None
-    return Frame(str(d.get("function")), str(d.get("file")), int(d.get("line") or 0), False)
-
-
-def _settings(d: Mapping[str, object]) -> Tuple[Tuple[str, object], ...]:
-    return tuple((str(k), v) for k, v in d.items() if isinstance(v, (bool, int, float, str)) or v is None)
-
-
-# (pid, iterator) -> (its JSON record, LoaderView's fields taken from it; its last histogram,
-# that histogram's (p50, p99)): what loader_views makes again only when the record or the
-# histogram is another one
-LoaderCache = Dict[Tuple[int, int], Tuple[object, Dict[str, Any], Tuple[int, ...], Tuple[Optional[float], ...]]]
-
-
-_INT = re.compile(r"-?[0-9]{1,19}")
-
-
-def _static_fields(pid: int, r: Mapping[str, Any]) -> Dict[str, Any]:
-    """The fields of a :class:`LoaderView` that its JSON record ``r`` decides."""
-    dataset = r.get("dataset") or {}
-    cuda = r.get("cuda") or {}
-    return dict(
-        pid=pid,
-        kind=str(r.get("kind") or "?"),
-        site=_frame(r.get("site")),
-        settings=_settings(r.get("settings") or {}),
-        dataset_type=dataset.get("type"),
-        iterable=bool(r.get("iterable")),
-        workers=tuple(int(p) for p in (r.get("workers") or []) if p),
-        dataset_code=_frame(dataset.get("code")),
-        worker_exitcodes=tuple(r.get("worker_exitcodes") or ()),
-        created=(r.get("created_ns") or 0) / 1e9,
-        pin_memory_effective=r.get("pin_memory_effective"),
-        host_memory=tuple(
-            (str(k), float(v))
-            for k, v in sorted((cuda.get("host_memory_stats") or {}).items())
-            if isinstance(v, (int, float))
-        ),
-        pin_thread_alive=cuda.get("pin_thread_alive"),
-        first_batches=tuple(
-            sorted((int(k), str(v)) for k, v in (r.get("first_batches") or {}).items() if _INT.fullmatch(str(k)))
-        ),
-    )
-
-
-def loader_views(
-    pid: int, doc: Optional[dict], slots: Iterable[dict], cache: Optional[LoaderCache] = None
-) -> Tuple[LoaderView, ...]:
-    """Join a process's JSON record and its counters into one :class:`LoaderView` per live
-    iterator (its slot's iterator id matches a record).
-
-    Args:
-        pid: the process that wrote them.
-        doc: the parsed ``<pid>.json`` (``None``: not written yet).
-        slots: ``read_slots``'s dicts. The recorder's ``CLOCK_MONOTONIC`` nanoseconds become
-            ``time.monotonic()`` seconds (the same clock on Linux).
-        cache: kept by the caller between calls (a reader reads every rank's loaders at every
-            tick): the fields taken from a record are made again only when it is another
-            object (the file changed), the percentiles only when the histogram changed.
-    """
-    records = {r.get("id"): r for r in (doc or {}).get("iterators") or () if isinstance(r, dict)}
-    cache = {} if cache is None else cache
-    out = []
-    for s in slots:
-        iterator = int(s["iterator"])
-        r = records.get(s["iterator"], {})
-        hist = tuple(s["hist"])
-        kept = cache.get((pid, iterator))
-        if kept is None or kept[0] is not r or kept[2] != hist:
-            static = kept[1] if kept is not None and kept[0] is r else _static_fields(pid, r)
-            quantiles = (
-                kept[3] if kept is not None and kept[2] == hist else (percentile_s(hist, 0.5), percentile_s(hist, 0.99))
-            )
-            kept = (r, static, hist, quantiles)
-            cache[(pid, iterator)] = kept
-        out.append(
-            LoaderView(
-                iterator=iterator,
-                batches=int(s["batches"]),
-                wait_s=s["wait_ns"] / 1e9,
-                epoch=int(s["epoch"]),
-                first_batch_s=s["first_ns"] / 1e9 if s["first_ns"] else None,
-                waiting_since=s["since_ns"] / 1e9 if s["since_ns"] else None,
-                waiting_idx=int(s["waiting_idx"]),
-                waiting_worker=int(s["waiting_worker"]),
-                last_batch=s["last_ns"] / 1e9 if s["last_ns"] else None,
-                intervals=sum(hist),
-                interval_p50_s=kept[3][0],
-                interval_p99_s=kept[3][1],
-                **kept[1],
-            )
-        )
-    seen = {v.iterator for v in out}
-    for key in [k for k in cache if k[0] == pid and k[1] not in seen]:
-        del cache[key]  # an iterator that ended (each epoch's, without persistent_workers)
-    return tuple(out)
-
-
-def fork_records(pid: int, doc: Optional[dict]) -> Tuple[ForkRecord, ...]:
-    """The threads at fork of each iterator in a process's JSON record that forked workers."""
-    out = []
-    for r in (doc or {}).get("iterators") or ():
-        threads = r.get("threads_at_fork") if isinstance(r, dict) else None
-        if not threads:
-            continue
-        out.append(
-            ForkRecord(
-                pid=pid,
-                iterator=int(r.get("id") or 0),
-                site=_frame(r.get("site")),
-                workers=tuple(int(p) for p in (r.get("workers") or []) if p),
-                threads=tuple(
-                    ThreadAtFork(
-                        name=t.get("name"),
-                        native_id=t.get("native_id"),
-                        daemon=t.get("daemon"),
-                        forking=bool(t.get("forking")),
-                        frames=tuple(
-                            fr for fr in (_frame(f) for f in reversed(t.get("stack") or [])) if fr is not None
-                        ),
-                    )
-                    for t in threads
-                ),
-                os_threads=tuple(
-                    (int(x[0]), str(x[1]))
-                    for x in (r.get("os_threads_at_fork") or [])
-                    if isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], int)
-                ),
-            )
-        )
-    return tuple(out)
-
-
-def rng_check(pid: int, doc: Optional[dict]) -> Optional[RngCheck]:
-    """A worker's record of its random generators (``worker`` in its JSON), or ``None``."""
-    w = (doc or {}).get("worker")
-    if doc is None or not isinstance(w, dict) or not w.get("rng_start"):
-        return None
-    worker_id = _int(w.get("id"))
-    return RngCheck(
-        pid=pid,
-        ppid=int(doc.get("ppid") or 0),
-        worker_id=-1 if worker_id is None else worker_id,
-        num_workers=int(w.get("num_workers") or 0),
-        start=tuple(sorted((str(k), str(v)) for k, v in w["rng_start"].items())),
-        later=tuple(sorted((str(k), str(v)) for k, v in (w.get("rng_later") or {}).items())),
-    )
-
-
-def exec_record(pid: int, doc: Optional[dict]) -> Optional[WorkerExec]:
-    """A worker's record of the program it exec'd (``exec`` in its JSON), or ``None``."""
-    e = (doc or {}).get("exec")
-    if not isinstance(e, dict) or not e.get("path"):
-        return None
-    frames = tuple(f for f in (_frame(d) for d in (e.get("stack") or [])[:64] if isinstance(d, dict)) if f)
-    return WorkerExec(pid, str(e["path"]), frames)
-
-
-def end_record(pid: int, doc: Optional[dict]) -> Optional[ProcessEnd]:
-    """How a multiprocessing process other than a worker said it ended (``ended`` in its JSON,
-    the recorder's ``_on_mp_end``), or ``None``."""
-    e = (doc or {}).get("ended")
-    if not isinstance(e, dict):
-        return None
-    ns = _int(e.get("ns"))
-    name, exception = e.get("name"), e.get("exception")
-    return ProcessEnd(
-        pid,
-        name if isinstance(name, str) else None,
-        _int(e.get("code")),
-        exception if isinstance(exception, str) else None,
-        ns / 1e9 if ns is not None else None,
-    )
-
-
-# The job writes its records: an integer it gives is taken only within 64 bits (JSON has no
-# bound, and one past a float's range made a timestamp's ``ns / 1e9`` raise OverflowError).
-_INT_LIMIT = 1 << 63
-
-
-def _int(value) -> Optional[int]:
-    """``value`` when it is an integer (not a bool) within 64 bits, else ``None``."""
-    return (
-        value if isinstance(value, int) and not isinstance(value, bool) and -_INT_LIMIT <= value < _INT_LIMIT else None
-    )
-
-
-def failure_records(pid: int, doc: Optional[dict]) -> Tuple[WorkerFailure, ...]:
-    """A worker's records of the batches it failed to fetch (``failed`` in its JSON; malformed
-    entries skipped)."""
-    out = []
-    for d in ((doc or {}).get("failed") or [])[:8]:
-        if not isinstance(d, dict) or _int(d.get("batch")) is None:
-            continue
-        raw = d.get("indices")
-        indices = tuple(raw[:64]) if isinstance(raw, list) and all(_int(i) is not None for i in raw) else None
-        exc = d.get("exception")
-        ns = _int(d.get("ns")) or 0
-        out.append(
-            WorkerFailure(
-                pid,
-                _int(d.get("worker")),
-                d["batch"],
-                indices,
-                _int(d.get("sample")),
-                str(exc)[:80] if exc else None,
-                ns / 1e9,
-                str(d["through"])[:120] if isinstance(d.get("through"), str) else None,
-            )
-        )
-    return tuple(out)
 
 
 # Records of ended processes kept after their files are removed (:meth:`InsideReader._retire`).
