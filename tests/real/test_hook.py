@@ -100,24 +100,24 @@ def test_the_jobs_own_sitecustomize_still_runs_and_its_errors_read_the_same(tmp_
     assert hooked == plain
 
 
-def test_dlwatch_run_no_hook_leaves_pythonpath_alone(tmp_path):
+def test_dlwatch_run_no_hook_leaves_pythonpath_alone(tmp_path, short_tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
+    # a TMPDIR of this test's own: hook folders that tests beside it make in /tmp are not its
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TMPDIR"] = str(short_tmp_path)
     code, out, err = _run(DLWATCH + ["run", "--no-hook", "--report-dir", str(tmp_path), "--", PY, str(script)], env)
     assert code == 0, err
     assert "PYTHONPATH=\n" in out
-    before = _hook_folders()
+    assert _hook_folders(short_tmp_path) == set()
     code, out, err = _run(DLWATCH + ["run", "--report-dir", str(tmp_path), "--", PY, str(script)], env)
     assert code == 0, err
     assert f"PYTHONPATH={inside.BOOT_DIR}\n" in out
-    assert _hook_folders() - before == set()  # removed when the job ended
+    assert _hook_folders(short_tmp_path) == set()  # removed when the job ended
 
 
-def _hook_folders():
-    import tempfile
-
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("dlwatch-hook-")}
+def _hook_folders(folder) -> set:
+    return {n for n in os.listdir(folder) if n.startswith("dlwatch-hook-")}
 
 
 RANKS = textwrap.dedent(
