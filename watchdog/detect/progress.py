@@ -31,8 +31,12 @@ fetcher). Threads' CPU, I/O and wake-ups are then no progress: they explain why 
 (a worker polling a lock file or a shared counter, a SQLite busy handler retrying an ``INSERT``)
 and decide at the examination whether a sample is being worked on (:func:`working`: a slow
 sample, dismissed) or the loader only waits (a suspected hang). Starting workers and workers'
-children still count by their work. A Dataset with ``__getitems__`` (a batched fetch) is
-reached for once per batch, not per sample: its progress is a batch begun.
+children still count by their work; at the examination, a starting worker (a spawn or
+forkserver child still importing) that used CPU or waited runnable for one is the loader moving
+(:func:`~watchdog.detect.assessment.starting_workers`: "workers starting", dismissed), and under
+every measure a loader process runnable for half the window (``/proc/PID/schedstat``) works.
+A Dataset with ``__getitems__`` (a batched fetch) is reached for once per batch, not per
+sample: its progress is a batch begun.
 
 Without the inside view, the *main-wait measure* (``Measure.MAIN_WAIT``,
 :meth:`ProgressTracker._main_waits`) is the batch measure seen from outside: main's iterating
