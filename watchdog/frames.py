@@ -475,3 +475,16 @@ def where(frame: Frame) -> str:
     if frame.native:
         return f"{frame.function} ({frame.file})"
     return f"{frame.file}:{frame.line}"
+
+
+# A get from a queue that never blocks (queue.Queue and multiprocessing.Queue: get_nowait(),
+# get(False), get(block=False), get(timeout=0)): the line a spinning consumer loops on.
+NON_BLOCKING_GET = re.compile(
+    r"\.get_nowait\(\s*\)|\.get\(\s*(?:block\s*=\s*)?False\b|\.get\([^)]*\btimeout\s*=\s*0(?:\.0*)?\s*\)"
+)
+
+
+def in_non_blocking_get(thread: ThreadStack) -> bool:
+    """Whether ``thread``'s stack is inside ``get_nowait`` of the standard library's queues
+    (Lib/queue.py, Lib/multiprocessing/queues.py)."""
+    return any(f.function == "get_nowait" and is_stdlib(f) for f in thread.frames)

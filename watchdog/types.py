@@ -919,7 +919,11 @@ class Evidence:
     each of its connected sockets (``None``: no process of the job, or not a Unix socket;
     ``collect.sockets.peer_holders``), absent when not read; ``manager_listeners`` for each
     Manager server read, the descriptors of its listening sockets at multiprocessing's own
-    private address (``collect.sockets.private_listeners``)."""
+    private address (``collect.sockets.private_listeners``); ``non_blocking_gets`` the workers whose
+    loop thread is inside a queue's ``get_nowait`` or whose innermost frame of the job's code is
+    at (or up to ``frames.ENCLOSING_LINES`` below) a line that gets from a queue without blocking
+    (``frames.NON_BLOCKING_GET``, read from the job's source as its user could): a spin, not a
+    computation."""
 
     details: Mapping[int, Tuple[ThreadSample, ...]]
     stable: Mapping[int, Tuple[ThreadSample, ...]]
@@ -933,6 +937,7 @@ class Evidence:
     lock_holds: Mapping[Tuple[int, int], LockHold] = field(default_factory=dict)
     manager_peers: Mapping[int, Tuple[Optional[int], ...]] = field(default_factory=dict)
     manager_listeners: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
+    non_blocking_gets: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

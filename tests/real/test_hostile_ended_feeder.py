@@ -3,14 +3,13 @@ its DataLoader workers compute long samples on a CPU must not be reported as hun
 workers are working, not spinning on what the helper was to feed (detect.ended_feeder, issue #34
 "waits on the dead"). The rule takes any multiprocessing process of the job that ended badly
 since the stall began as the reason busy workers are not working on a sample, whatever the
-workers' stacks show; it should hold only when a worker's stack shows the spin (a non-blocking
-get or a poll in a loop: dead.py's spin search), not a computation.
+workers' stacks show; it holds only when a worker's stack shows the spin (inside ``get_nowait``,
+or a non-blocking get at or above its frame in the job's source: ``Evidence.non_blocking_gets``),
+not a computation.
 
 The job is bounded (about 40 s) and killed whatever happens."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.real.helpers import DLWATCH, PY, TERMINATE_AFTER_4_S, kill_tree, load_report, reports, start
 
@@ -39,12 +38,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="detect.ended_feeder makes any badly ended multiprocessing helper the reason busy workers do not "
-    "deliver, without the workers' stacks showing a spin: a healthy computing job gets a hang report "
-    "(fix belongs to the proofs helper's detect/assessment.py)",
-)
 def test_a_failed_unrelated_helper_does_not_make_computing_workers_a_hang(short_tmp_path):
     job = short_tmp_path / "job.py"
     job.write_text(JOB)

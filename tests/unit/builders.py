@@ -296,10 +296,11 @@ def sleeping_stack(pid: int, line: int, file: str = "/job/data.py") -> ProcessSt
     return ProcessStack(pid, (ThreadStack(pid, "MainThread", False, False, frames),), True, None, "", 0.1)
 
 
-def assess_tracked(make, verdict: HangVerdict, details, seconds=20, trigger=None):
+def assess_tracked(make, verdict: HangVerdict, details, seconds=20, trigger=None, spinning=()):
     """:func:`watchdog.detect.assess` of the stall :func:`track` measures on ``make`` after
     ``seconds``, at ``trigger`` (default the stall timeout), with ``verdict`` on main, no
-    stacks, ``details`` (pid -> thread details) and the worker's thread seen to wake."""
+    stacks, ``details`` (pid -> thread details), the worker's thread seen to wake and
+    ``spinning`` the workers seen getting from a queue without blocking."""
     from watchdog import detect
 
     _, st = track(make, seconds)
@@ -313,6 +314,7 @@ def assess_tracked(make, verdict: HangVerdict, details, seconds=20, trigger=None
         None,
         {(WORKER_PID, WORKER_PID)},
         5.0,
+        spinning=spinning,
     )
 
 

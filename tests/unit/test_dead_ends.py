@@ -272,13 +272,14 @@ def test_a_spin_with_no_helper_ended_or_no_non_blocking_get_claims_no_dead_feede
 # --- a busy worker while a helper ended badly: examined as a hang, not as a slow sample ---------
 
 
-def _busy(exits=(), cpu_per_s=0.9, state="S"):
+def _busy(exits=(), cpu_per_s=0.9, state="S", spinning=True):
     from tests.unit.builders import SLEEP, WORKER_PID, assess_tracked, detail, in_next, poller
 
     def make(t):
         return dataclasses.replace(poller(t, cpu_per_s=cpu_per_s, io_per_s=0), exits=exits)
 
-    return assess_tracked(make, in_next(), {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)})
+    details = {WORKER_PID: (detail(WORKER_PID, SLEEP, state=state),)}
+    return assess_tracked(make, in_next(), details, spinning=(WORKER_PID,) if spinning else ())
 
 
 def _record(ended_mono, status, cmdline=("python",), ppid=MAIN_PID):
@@ -298,6 +299,13 @@ def test_workers_that_burn_cpu_while_a_helper_was_killed_are_a_suspected_hang_no
     assert _busy((_record(3.0, 1 << 8),)).hang  # it exited with code 1 (a traceback on stderr)
     spawned = ("python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)")
     assert _busy((_record(2.0, signal.SIGKILL, cmdline=spawned, ppid=WORKER_PID),)).hang  # a worker's spawned child
+
+
+def test_workers_that_compute_while_an_unrelated_helper_failed_are_a_slow_sample_not_a_hang():
+    # tests/real/test_hostile_ended_feeder.py: a metrics uploader exits 1 while the workers each
+    # compute a 12 s sample; no worker's stack or source shows a non-blocking get: they work
+    assert not _busy((_record(2.0, signal.SIGKILL),), spinning=False).hang
+    assert not _busy((_record(3.0, 1 << 8),), spinning=False).hang
 
 
 @pytest.mark.parametrize(

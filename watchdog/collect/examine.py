@@ -169,7 +169,35 @@ def look(sample: Sample, pyspy_path: Optional[str], timeout_s: float, resample) 
         lock_holds=chain.lock_holds(stable, sample.main.start_ticks if sample.main else None) if lock_waiters else {},
         manager_peers=peers,
         manager_listeners=listeners,
+        non_blocking_gets=non_blocking_gets(sample, quick),
     )
+
+
+def non_blocking_gets(sample: Sample, stacks: Mapping[int, ProcessStack]) -> Tuple[int, ...]:
+    """The workers of ``sample`` whose loop thread, in ``stacks``, is inside a queue's
+    ``get_nowait`` or whose innermost frame of the job's code is at, or up to
+    ``frames.ENCLOSING_LINES`` below, a line that gets from a queue without blocking
+    (``frames.NON_BLOCKING_GET``; the source read by ``procfs.source_lines``, as the job's user
+    could): a worker spinning for what another process was to put (issue #34, a decoder killed
+    while the workers spin on ``get_nowait()``), not one computing a sample."""
+    out = []
+    for p in sample.processes:
+        stack = stacks.get(p.pid)
+        if p.role != ROLE_WORKER or stack is None or not stack.ok:
+            continue
+        loop = frames.worker_loop_thread(stack.threads)
+        if loop is None:
+            continue
+        if frames.in_non_blocking_get(loop):
+            out.append(p.pid)
+            continue
+        user = frames.innermost_user(loop)
+        if user is None or user.native:
+            continue
+        wanted = [(user.file, line) for line in range(max(1, user.line - frames.ENCLOSING_LINES), user.line + 1)]
+        if any(frames.NON_BLOCKING_GET.search(text) for text in procfs.source_lines(p.pid, wanted).values()):
+            out.append(p.pid)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ still move by itself dismissed (:func:`assess`), and whether a reported hang may
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Collection, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import frames, states
 from ..collect.waits import LOCK_CALLS
@@ -132,6 +132,7 @@ def assess(
     stall_timeout_s: float,
     locks: Sequence[FileLock] = (),
     latest: Optional[Mapping[int, Sequence[ThreadSample]]] = None,
+    spinning: Collection[int] = (),
 ) -> Assessment:
     """Decide whether an examined stall is a hang (NOTE [ Hang criterion ]).
 
@@ -151,6 +152,9 @@ def assess(
             whose wait changed between them (``UNKNOWN`` in ``details``) and waits with a
             timeout in the job's code at the second is a timed waiter that just woke, which
             is what a slow sample looks like from outside (:func:`_slow_waker`).
+        spinning: the workers seen spinning on a queue without blocking
+            (``Evidence.non_blocking_gets``): only they make an ended helper
+            (:func:`ended_feeder`) the reason busy workers deliver nothing.
     """
     if proof is not None and (proof.kind is not ProofKind.KERNEL or stall.main_pid in proof.pids):
         return Assessment(True, verdict, f"proven: {proof.conclusion}", proof)
@@ -220,7 +224,7 @@ def assess(
         if slow is not None:
             return Assessment(False, verdict, slow, None, entries)
     if measure in (Measure.BATCHES, Measure.MAIN_WAIT):
-        return _assess_batches(sample, stall, verdict, details, proof, entries)
+        return _assess_batches(sample, stall, verdict, details, proof, entries, spinning)
     for p, d, _, user in timed:
         if (p.pid, d.tid) in woke:
             return Assessment(
@@ -459,17 +463,20 @@ def _assess_batches(
     details: Mapping[int, Sequence[ThreadSample]],
     proof: Optional[Proof],
     entries: Tuple[Tuple[ProcId, int, tuple], ...],
+    spinning: Collection[int] = (),
 ) -> Assessment:
     """:func:`assess` under the batch or main-wait measure: no batch came (and, with the
     inside view, no worker reached for a new sample) for the whole stall. A proof makes it
     proven; a loader process that worked (:func:`working`) makes it a slow sample, unless a
-    helper of the job ended badly meanwhile (:func:`ended_feeder`: a suspected hang); anything
+    worker spins on a queue without blocking (``spinning``) and a helper of the job ended badly
+    meanwhile (:func:`ended_feeder`: a suspected hang; workers that compute while an unrelated
+    helper failed are working); anything
     else (threads that sleep, poll, retry or block) is a suspected hang, however often they
     wake."""
     if proof is not None:
         return Assessment(True, verdict, f"proven: {proof.conclusion}", proof, entries)
     busy = working(sample, stall, details)
-    dead = ended_feeder(sample, stall) if busy else None
+    dead = ended_feeder(sample, stall) if busy and spinning else None
     if dead is not None:
         return Assessment(
             True,

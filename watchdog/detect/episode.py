@@ -232,6 +232,7 @@ class Episode:
             self.stall_timeout_s,
             evidence.file_locks,
             evidence.details,
+            evidence.non_blocking_gets,
         )
         if loader_members(evidence.after) != loader_members(sample):
             assessment = Assessment(False, verdict, "the job's workers changed during the examination: it moved")

@@ -39,9 +39,7 @@ LOCK_FILE_CONFIDENCE = 0.9
 UNTIED_LOCK_CONFIDENCE = 0.8
 _SOFT_LOCK = re.compile(r"\bO_EXCL\b|\bSoftFileLock\(")
 SPIN_CONFIDENCE = 0.85
-_NON_BLOCKING_GET = re.compile(
-    r"\.get_nowait\(\s*\)|\.get\(\s*(?:block\s*=\s*)?False\b|\.get\([^)]*\btimeout\s*=\s*0(?:\.0*)?\s*\)"
-)
+_NON_BLOCKING_GET = frames.NON_BLOCKING_GET
 BOUND_THE_WAIT = "DataLoader(..., timeout=<seconds>) makes main fail instead of hanging."
 # What a lock file's holder state says (LockFile.holder), for a line of ours.
 _ENDED = {"gone": "no process has that pid now", "zombie": "that process has ended (a zombie nobody reaped)"}
@@ -206,11 +204,6 @@ def _spin_line(facts: Facts, frame: Optional[Frame]) -> Optional[Tuple[int, str]
     return None
 
 
-def _in_non_blocking_get(t) -> bool:
-    """Whether a thread's stack is inside ``get_nowait`` (queue.py or multiprocessing/queues.py)."""
-    return any(f.function == "get_nowait" and frames.is_stdlib(f) for f in t.frames)
-
-
 def spin_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
     """For workers ``pids`` whose loop thread, in the Dataset, gets from a queue without
     blocking (the line is read at or above the user's frame, or the stack is inside
@@ -225,7 +218,7 @@ def spin_dead_end(facts: Facts, pids: Sequence[int]) -> Optional[DeadEnd]:
         if v.pid not in pids or v.loop is None:
             continue
         hit = _spin_line(facts, v.user)
-        if hit is None and _in_non_blocking_get(v.loop) and v.user is not None:
+        if hit is None and frames.in_non_blocking_get(v.loop) and v.user is not None:
             hit = (v.user.line, facts.source(v.user.file, v.user.line) or "")
         if hit is not None and v.user is not None:
             spins.append((v, hit))
