@@ -137,9 +137,10 @@ def check_data_wait_figures(finding: dict, loaders: list, where: str) -> None:
     share, span = int(m.group(1)) / 100, float(m.group(2))
     pids = finding.get("pids") or []
     made = []  # (seconds since it was made, its wait)
-    for v in loaders:
-        if pids and v.get("pid") != pids[0]:
-            continue
+    mains = [v for v in loaders if not pids or v.get("pid") == pids[0]]
+    if not mains or min(int(v.get("iterator") or 0) for v in mains) > 1:
+        return  # main's earlier iterators (epochs past) are not in the report: its first is older
+    for v in mains:
         fraction, wait, age = v.get("data_wait_fraction"), v.get("wait_s"), v.get("last_batch_age_s")
         if not fraction or wait is None or age is None:
             return  # an iterator of unknown age: nothing to hold the span to

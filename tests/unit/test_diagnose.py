@@ -1736,3 +1736,15 @@ def test_a_worker_that_exited_right_after_sending_a_batch_is_worker_exited_not_n
     assert first.kind == "worker_exited" and "exited with code 0" in first.summary, first.summary
     assert any("rebuild_storage_fd" in e for e in first.evidence) and "OOM" not in first.remedy
     assert not [d for d in diagnose(_crash(stderr)) if d.kind == "worker_exited"]  # no recorded end: no worker named
+
+
+def test_main_aborting_because_its_shared_memory_file_was_already_gone_is_shm_removed():
+    # probes/cases/shm_removed.py, one run in two: PyTorch's shm_unlink of a /torch_* segment a
+    # cleaner had deleted fails, and main aborts (exit 134) instead of printing ENOENT
+    stderr = (
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  could not unlink the shared memory file /torch_13329_2110464527_0\n"
+    )
+    first = diagnose(_crash(stderr))[0]
+    assert first.kind == "shm_removed", [d.kind for d in diagnose(_crash(stderr))]
+    assert any("could not unlink the shared memory file" in e for e in first.evidence)

@@ -557,6 +557,12 @@ def _start_failures(text: str, blocks: List[TracebackBlock]) -> Tuple[str, ...]:
     return tuple(lines)
 
 
+# PyTorch's shm_unlink of one of its /torch_* segments failed (c10::Error "could not unlink the
+# shared memory file /torch_…", aten/src/ATen/MapAllocator.cpp): the file was already gone,
+# removed underneath the job (the main process then aborts: terminate called after throwing).
+_SHM_UNLINK_FAILED = re.compile(r"could not unlink the shared memory file /torch_")
+
+
 @dataclass(frozen=True)
 class StderrFacts:
     """The job's stderr tail, parsed once (:func:`parse_stderr`). ``text`` is the tail itself;
@@ -592,6 +598,7 @@ class StderrFacts:
     native_signal: Optional[NativeSignal] = None
     lost_receive: Optional[str] = None
     assertions: Tuple[str, ...] = ()
+    unlink_failures: Tuple[str, ...] = ()
     start_failures: Tuple[str, ...] = ()
     cuda_fork: Tuple[str, ...] = ()
     timeout: Optional[LoaderTimeout] = None
@@ -654,6 +661,7 @@ def parse_stderr(text: str) -> StderrFacts:
         native_signal=NativeSignal(native.group(1), native.group(0)) if native else None,
         lost_receive=lost.group(0).splitlines()[-1] if lost else None,
         assertions=tuple(line.strip() for line in text.splitlines() if _ASSERTION.search(line)),
+        unlink_failures=tuple(line.strip() for line in text.splitlines() if _SHM_UNLINK_FAILED.search(line)),
         start_failures=_start_failures(text, blocks),
         cuda_fork=tuple(line.strip() for line in text.splitlines() if _CUDA_FORK.search(line)),
         timeout=LoaderTimeout(float(timed_out.group(1)), timed_out.group(0)) if timed_out else None,

@@ -193,9 +193,11 @@ def shm_exhausted(facts: Facts) -> Optional[Finding]:
 @rule("shm_removed", SEVERITY_CRASH, 1, CRASH_AND_HANG)
 def shm_removed(facts: Facts) -> Optional[Finding]:
     """A shared-memory file PyTorch still needed was deleted underneath the job: ENOENT (2) on a
-    ``/torch_*`` object (systemd-logind's ``RemoveIPC``, logind.conf(5); a ``/dev/shm`` cleaner)."""
+    ``/torch_*`` object, or PyTorch's own ``shm_unlink`` of one failing (the main process then
+    aborts; aten/src/ATen/MapAllocator.cpp) (systemd-logind's ``RemoveIPC``, logind.conf(5); a
+    ``/dev/shm`` cleaner)."""
     err = stderr_facts(facts)
-    lines = [e.line for e in err.errors if e.errno == 2 and e.shared_memory]
+    lines = [e.line for e in err.errors if e.errno == 2 and e.shared_memory] + list(err.unlink_failures)
     if not lines:
         return None
     total = max_over_timeline(facts, lambda s: s.host.shm_total_bytes)
@@ -203,7 +205,7 @@ def shm_removed(facts: Facts) -> Optional[Finding]:
     return Finding(
         confidence=0.85,
         summary="A shared-memory file of the job was deleted while still in use (No such file or directory on a "
-        "/torch_* object).",
+        "/torch_* object, or PyTorch could not unlink one it made).",
         evidence=tuple(f"stderr: {line}" for line in lines[-2:])
         + (f"/dev/shm: peak use seen {mib(peak)} of {mib(total)}: it was not full{exit_clause(facts)}",),
         remedy=(
