@@ -226,11 +226,12 @@ def pair_details(worker_syscall: Optional[str]) -> Dict[int, Tuple[ThreadSample,
     return {MAIN_PID: (detail(MAIN_PID, IDLE_POLL),), WORKER_PID: (detail(WORKER_PID, worker_syscall),)}
 
 
-def loader_view(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1) -> LoaderView:
+def loader_view(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1, **fields) -> LoaderView:
     """An inside view of a loader of ``pid`` with two workers, ``intervals`` batch intervals
     whose p99 is ``p99`` seconds, main waiting in ``__next__`` since ``since`` (``None``: not
-    waiting) for a batch of worker ``worker`` (-1: the epoch ended)."""
-    return LoaderView(
+    waiting) for a batch of worker ``worker`` (-1: the epoch ended); ``fields`` override any
+    of :class:`LoaderView`'s fields."""
+    view = LoaderView(
         pid=pid,
         iterator=1,
         kind="_MultiProcessingDataLoaderIter",
@@ -253,6 +254,7 @@ def loader_view(pid=MAIN_PID, intervals=50, p99=0.02, since=100.0, worker=1) -> 
         interval_p50_s=p99 / 2,
         interval_p99_s=p99,
     )
+    return dataclasses.replace(view, **fields) if fields else view
 
 
 def waiting_view(batches=3, waiting_since=5.0, worker=0) -> LoaderView:

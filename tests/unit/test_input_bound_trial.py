@@ -21,11 +21,11 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tests.unit.builders import MAIN_PID, live_facts, proc, sample
+from tests.unit.builders import MAIN_PID, live_facts, loader_view, proc, sample
 from watchdog.diagnose import diagnose
 from watchdog.diagnose.throughput import Verdict, judge
 from watchdog.diagnose.worker_time import full_samples, worker_times, workers_at_once, workers_cpus
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, LoaderView, Sample
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, Sample
 
 EPOCH_S = 10  # seconds an epoch lasts
 CPU_SHARE = 0.33  # of a CPU the worker gets beside other processes' load
@@ -33,19 +33,13 @@ CPU_SHARE = 0.33  # of a CPU the worker gets beside other processes' load
 
 def loader(iterator: int, created: float, batches: int, wait_s: float, last: Optional[float], worker: int, **kw):
     fields: Dict[str, Any] = dict(
-        pid=MAIN_PID,
         iterator=iterator,
-        kind="_MultiProcessingDataLoaderIter",
-        site=None,
         settings=(("num_workers", 1), ("persistent_workers", False)),
         dataset_type="Augment",
-        iterable=False,
         workers=(worker,),
-        worker_exitcodes=(),
         created=created,
         batches=batches,
         wait_s=wait_s,
-        epoch=0,
         first_batch_s=0.3 if batches else None,
         waiting_since=None,
         waiting_idx=batches,
@@ -56,7 +50,7 @@ def loader(iterator: int, created: float, batches: int, wait_s: float, last: Opt
         interval_p99_s=0.4,
     )
     fields.update(kw)
-    return LoaderView(**fields)
+    return loader_view(**fields)
 
 
 def epochs_timeline(seconds: int = 60, setup_s: int = 0, wait_share: float = 0.9) -> List[Sample]:

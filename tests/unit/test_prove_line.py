@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, proc, sample
+from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, loader_view, proc, sample
 from watchdog.diagnose import diagnose
 from watchdog.report import document, rendering
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, LoaderView
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView
 
 
 def _cpu_bound_timeline(seconds: int = 30):
@@ -18,12 +18,11 @@ def _cpu_bound_timeline(seconds: int = 30):
         w = proc(WORKER_PID, ROLE_WORKER, [], "fork", ppid=MAIN_PID, cpu=0.95 * t, status="R", cpu_affinity=2)
         w = dataclasses.replace(w, wchan="0", runq_wait_s=None, start_ticks=WORKER_PID)
         main = dataclasses.replace(proc(MAIN_PID, ROLE_MAIN, [], cpu=0.1 * t, cpu_affinity=2), start_ticks=1)
-        view = LoaderView(
-            pid=MAIN_PID, iterator=1, kind="_MultiProcessingDataLoaderIter", site=None,
-            settings=(("num_workers", 1), ("persistent_workers", False)), dataset_type="Images", iterable=False,
-            workers=(WORKER_PID,), worker_exitcodes=(), created=0.0, batches=2 * t, wait_s=0.6 * t, epoch=0,
-            first_batch_s=None, waiting_since=None, waiting_idx=2 * t, waiting_worker=-1, last_batch=float(t),
-            intervals=max(0, 2 * t - 1), interval_p50_s=0.1, interval_p99_s=0.2,
+        view = loader_view(
+            settings=(("num_workers", 1), ("persistent_workers", False)), dataset_type="Images",
+            workers=(WORKER_PID,), batches=2 * t, wait_s=0.6 * t, first_batch_s=None, waiting_since=None,
+            waiting_idx=2 * t, waiting_worker=-1, last_batch=float(t), intervals=max(0, 2 * t - 1),
+            interval_p50_s=0.1, interval_p99_s=0.2,
         )  # fmt: skip
         out.append(dataclasses.replace(sample(float(t), [main, w]), loaders=(view,)))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, proc, sample
+from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, loader_view, proc, sample
 from watchdog.diagnose import diagnose, throughput
 from watchdog.diagnose.throughput import Verdict, judge
 from watchdog.diagnose.worker_time import full_samples
@@ -21,19 +21,13 @@ W1, W2 = WORKER_PID, WORKER_PID + 1
 def view(t: float, batches: int, wait_s: float, workers=(W1, W2), iterator=1, created=0.0, **kw) -> LoaderView:
     settings = (("num_workers", len(workers)), ("persistent_workers", kw.pop("persistent", False)))
     fields = dict(
-        pid=MAIN_PID,
         iterator=iterator,
-        kind="_MultiProcessingDataLoaderIter",
-        site=None,
         settings=settings,
         dataset_type="Images",
-        iterable=False,
         workers=tuple(workers),
-        worker_exitcodes=(),
         created=created,
         batches=batches,
         wait_s=wait_s,
-        epoch=0,
         first_batch_s=None,
         waiting_since=None,
         waiting_idx=batches,
@@ -44,7 +38,7 @@ def view(t: float, batches: int, wait_s: float, workers=(W1, W2), iterator=1, cr
         interval_p99_s=0.2,
     )
     fields.update(kw)
-    return LoaderView(**fields)
+    return loader_view(**fields)
 
 
 def worker(pid: int, t: float, cpu_share: float, state: str, wchan: str, runq_share: Optional[float] = None, **kw):
