@@ -601,6 +601,14 @@ class Sample:
     # records ] in watchdog/collect/sampler.py), oldest first; the same tuple in every sample
     # until another ends.
     exits: Tuple[ExitRecord, ...] = ()
+    # Whether this is a lean sample: the last full sample's processes again, the same objects,
+    # after a check that main's children did not change (NOTE [ Lean ticks ] in
+    # watchdog/collect/read_plan.py).
+    lean: bool = False
+    # The inside view read with this sample (its loaders and fetches are the fields above), or
+    # ``None`` when none was read (an examination's samples; no recorder). Equal views of
+    # consecutive samples are one object.
+    inside: Optional[InsideView] = field(default=None, repr=False, compare=False)
     # {pid: process}, built at the first :meth:`process` call (rules that follow one process
     # through the whole timeline look up every sample).
     _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)
