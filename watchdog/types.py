@@ -122,6 +122,128 @@ class WaitKind(TextEnum):
     """Not readable (no permission, or the thread ended)."""
 
 
+class WaitOp(TextEnum):
+    """What a thread's system call does, decoded once from its name by :data:`WAIT_OPS` (the
+    one table of system calls by operation; :mod:`watchdog.collect.waits` builds its sets
+    from it): detect/ and diagnose/ test ``wait.op is WaitOp.READ``, never names."""
+
+    READ = "read"
+    """Reads a descriptor's data: read, readv, pread64, recvfrom, recvmsg."""
+    WRITE = "write"
+    """Writes a descriptor's data: write, writev, pwrite64, sendto, sendmsg."""
+    LOCK = "lock"
+    """Waits for a file lock: flock, fcntl (F_SETLKW), flock(2), fcntl(2)."""
+    ACCEPT = "accept"
+    """Waits for a connection on a listening socket: accept, accept4."""
+    CONNECT = "connect"
+    """Connects a socket."""
+    OPEN = "open"
+    """Opens a path (a FIFO with no writer blocks here): open, openat, creat, openat2."""
+    POLL = "poll"
+    """Waits for any of several descriptors: poll, ppoll, select, pselect6, epoll_wait…"""
+    FUTEX = "futex"
+    """Waits on a futex: futex, futex_waitv."""
+    SLEEP = "sleep"
+    """Sleeps: nanosleep, clock_nanosleep."""
+    CHILD = "child"
+    """Waits for a child to exit: wait4, waitid."""
+    SIGNAL = "signal"
+    """Waits for a signal: pause, rt_sigsuspend, rt_sigtimedwait."""
+    RESTART = "restart"
+    """restart_syscall(2): a timed wait the kernel restarted after a stop."""
+    OTHER = "other"
+    """Any other call, or none known."""
+
+
+# System call name -> operation (syscalls(2)); names not listed are WaitOp.OTHER.
+WAIT_OPS: Mapping[str, WaitOp] = {
+    **dict.fromkeys(("read", "readv", "pread64", "recvfrom", "recvmsg"), WaitOp.READ),
+    **dict.fromkeys(("write", "writev", "pwrite64", "sendto", "sendmsg"), WaitOp.WRITE),
+    **dict.fromkeys(("flock", "fcntl"), WaitOp.LOCK),
+    **dict.fromkeys(("accept", "accept4"), WaitOp.ACCEPT),
+    "connect": WaitOp.CONNECT,
+    **dict.fromkeys(("open", "openat", "creat", "openat2"), WaitOp.OPEN),
+    **dict.fromkeys(
+        ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2"), WaitOp.POLL
+    ),
+    **dict.fromkeys(("futex", "futex_waitv"), WaitOp.FUTEX),
+    **dict.fromkeys(("nanosleep", "clock_nanosleep"), WaitOp.SLEEP),
+    **dict.fromkeys(("wait4", "waitid"), WaitOp.CHILD),
+    **dict.fromkeys(("pause", "rt_sigsuspend", "rt_sigtimedwait"), WaitOp.SIGNAL),
+    "restart_syscall": WaitOp.RESTART,
+}
+
+
+def wait_op(syscall: Optional[str]) -> WaitOp:
+    """The operation of system call ``syscall`` (its name; ``None`` or an unknown name, such
+    as a bare number, gives :attr:`WaitOp.OTHER`)."""
+    return WAIT_OPS.get(syscall or "", WaitOp.OTHER)
+
+
+class FdKind(TextEnum):
+    """What a file descriptor's target (its ``/proc/PID/fd/N`` link, proc(5)) is, decoded once
+    by :meth:`FdTarget.decode`."""
+
+    PIPE = "pipe"
+    """``pipe:[INODE]``: an anonymous pipe (a FIFO opened by path reads as its path: FILE)."""
+    SOCKET = "socket"
+    """``socket:[INODE]``."""
+    FILE = "file"
+    """An absolute path outside ``/dev``, ``/proc`` and ``/sys``: a regular file, a folder, a
+    FIFO by name (``… (deleted)`` when unlinked)."""
+    DEVICE = "device"
+    """A path under ``/dev/`` (terminals ``/dev/pts/N`` and ``/dev/ttyN`` included, ``/dev/shm``
+    files too)."""
+    KERNEL = "kernel"
+    """A path under ``/proc/`` or ``/sys/``."""
+    ANON = "anon"
+    """``anon_inode:[eventfd]``, ``anon_inode:inotify``: a kernel object with no file."""
+    OTHER = "other"
+    """Anything else (``net:[N]``, ``mnt:[N]``, a relative text)."""
+
+
+@dataclass(frozen=True, **_SLOTS)
+class FdTarget:
+    """A file descriptor's target, decoded once where its link is read (``/proc/PID/fd/N``,
+    proc(5)): ``kind`` what it is, ``inode`` the number in ``pipe:[N]``/``socket:[N]`` (``None``
+    for the others), ``path`` the link's text as read, shown in reports unchanged."""
+
+    kind: FdKind
+    path: str
+    inode: Optional[int] = None
+
+    @classmethod
+    def decode(cls, text: str) -> "FdTarget":
+        """The record of link text ``text`` (``pipe:[123]``, ``socket:[45]``, ``/data/x.bin``,
+        ``/dev/pts/3``, ``anon_inode:[eventfd]``). Never raises: a malformed number gives
+        ``inode`` ``None`` and a text of no known shape :attr:`FdKind.OTHER`."""
+        for prefix, kind in (("pipe:[", FdKind.PIPE), ("socket:[", FdKind.SOCKET)):
+            if text.startswith(prefix):
+                number = text[len(prefix) : -1] if text.endswith("]") else ""
+                return cls(kind, text, int(number) if number.isdigit() else None)
+        if text.startswith("anon_inode:"):
+            return cls(FdKind.ANON, text)
+        if text.startswith("/dev/"):
+            return cls(FdKind.DEVICE, text)
+        if text.startswith(("/proc/", "/sys/")):
+            return cls(FdKind.KERNEL, text)
+        if text.startswith("/"):
+            return cls(FdKind.FILE, text)
+        return cls(FdKind.OTHER, text)
+
+    @property
+    def is_path(self) -> bool:
+        """Whether the target is a path in the file system (FILE, DEVICE, KERNEL)."""
+        return self.kind in (FdKind.FILE, FdKind.DEVICE, FdKind.KERNEL)
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def _fd_target(value: "FdTarget | str") -> FdTarget:
+    return value if isinstance(value, FdTarget) else FdTarget.decode(value)
+
+
 @dataclass(frozen=True, **_SLOTS)
 class KernelWait:
     """One thread's wait, decoded from its state letter and its ``syscall`` file.
@@ -146,6 +268,11 @@ class KernelWait:
         """What stays the same while a thread repeats the same wait (to recognise a loop of
         timed waits between two looks)."""
         return (self.kind, self.syscall, self.timeout_ms, self.futex_op, self.fd)
+
+    @property
+    def op(self) -> WaitOp:
+        """What the system call does (:data:`WAIT_OPS`; :attr:`WaitOp.OTHER` when none)."""
+        return wait_op(self.syscall)
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -1074,6 +1201,30 @@ class ReportWritten:
     severity: str = ""
     folder: str = ""
     rank_vars: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankId:
+    """Who one training rank is, made once when the rank is found
+    (:func:`watchdog.collect.discovery.find_ranks`'s variables): ``vars`` are its rank variables,
+    sorted by name (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, …, and ``RANK_SOURCE`` when a
+    launcher other than torchrun's named it), as strings."""
+
+    vars: Tuple[Tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, env: Dict[str, str]) -> "RankId":
+        """The rank whose variables are ``env`` (name -> value)."""
+        return cls(tuple(sorted((str(k), str(v)) for k, v in env.items())))
+
+    @property
+    def number(self) -> str:
+        """Its ``RANK`` ("" when none was given)."""
+        return self.as_dict().get("RANK", "")
+
+    def as_dict(self) -> Dict[str, str]:
+        """Its variables, name -> value (a report's ``job.rank``)."""
+        return dict(self.vars)
 
 
 @dataclass(frozen=True)
