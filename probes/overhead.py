@@ -17,9 +17,9 @@ Measured, over the window:
   threads, ``/proc/PID/task/TID/schedstat``, over the window's wall-clock time), and per
   watched process;
 * the tick's wall-clock time, p50 and p99, in ms (``DLWATCH_TICK_LOG``: ``dlwatch`` appends
-  each tick's timing to that file, see ``watchdog/watch/watcher.py``), and its CPU time;
+  each tick's timing to that file, see ``watchdog/watch/tick_log.py``), and its CPU time;
 * the share of lean ticks (their sample a stat per process, while the inside view shows
-  batches delivered: NOTE [ Lean ticks ] in ``watchdog/watch/watcher.py``);
+  batches delivered: NOTE [ Lean ticks ] in ``watchdog/collect/read_plan.py``);
 * the sidecar's read system calls per tick (``syscr`` in ``/proc/PID/io``): its ``/proc``
   reads, the part of its cost that a busy machine does not inflate;
 * the sidecar's peak RSS (``VmHWM`` in ``/proc/PID/status``), in bytes;
@@ -152,6 +152,102 @@ CHURN_JOB = textwrap.dedent(
     print(json.dumps({"epochs": epochs}), flush=True)
     """
 )
+
+# A node like users run (issue #36): under torchrun, each rank's Dataset reads a real .npy file per
+# sample (np.load, from files the probe wrote once to its private folder), its workers persist
+# across epochs (persistent_workers=True, a DistributedSampler with set_epoch), and each step
+# all-reduces the gradients (a DistributedDataParallel model, gloo on the CPU). The ranks agree on
+# the window with one more all-reduce a step (every rank has had SIGUSR1; rank 0's window is over),
+# so every rank makes the same number of steps and none waits forever for another.
+NODE_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    import numpy as np, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+    class Files(Dataset):
+        def __init__(self, paths, length):
+            self.paths, self.length = paths, length
+        def __len__(self):
+            return self.length
+        def __getitem__(self, i):
+            a = np.load(self.paths[i % len(self.paths)])  # a read from storage, per sample
+            x = torch.from_numpy(a[:256].copy())
+            for _ in range(4):  # a little decoding work
+                x = torch.sin(x) * 0.5 + 0.25
+            return x
+
+    workers, warmup_s, seconds, limit_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    data = sys.argv[5]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    paths = sorted(os.path.join(data, n) for n in os.listdir(data) if n.endswith(".npy"))
+    dataset = Files(paths, 32 * 16 * world)  # 16 batches a rank per epoch
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler, num_workers=workers, persistent_workers=workers > 0)
+    model = DistributedDataParallel(torch.nn.Linear(256, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    go = []
+    signal.signal(signal.SIGUSR1, lambda *_: go.append(time.perf_counter()))
+
+    def batches():
+        epoch = 0
+        while True:
+            sampler.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+
+    it = batches()
+    state = torch.zeros(2)
+
+    def step(stop=False):
+        opt.zero_grad()
+        model(next(it)).sum().backward()  # DDP all-reduces the gradients
+        opt.step()
+        state[0], state[1] = float(bool(go)), float(stop)
+        dist.all_reduce(state)
+        return state[0].item() == world, state[1].item() > 0
+
+    step()
+    sys.stdout.write("\\n" + json.dumps({"pid": os.getpid()}) + "\\n")  # one write: ranks share the pipe
+    sys.stdout.flush()
+    start = time.perf_counter()
+    while True:  # warm; then wait for the window
+        ready, _ = step()
+        if ready and time.perf_counter() - start >= warmup_s:
+            break
+        if time.perf_counter() - start > limit_s:
+            sys.exit(f"no SIGUSR1 within {limit_s:g} s")
+    t0, n = time.perf_counter(), 0
+    while True:
+        _, stop = step(rank == 0 and time.perf_counter() - t0 >= seconds)
+        n += 1
+        if stop:
+            break
+    sys.stdout.write("\\n" + json.dumps({"batches": n, "seconds": time.perf_counter() - t0}) + "\\n")
+    sys.stdout.flush()
+    os._exit(0)  # every rank after the same all-reduce; the workers die with their rank
+    """
+)
+
+NODE_FILES = 256  # .npy files the node's ranks read, each NODE_FILE_FLOATS float32 values
+NODE_FILE_FLOATS = 16384  # 64 KiB a file
+
+
+def write_node_files(folder: str, count: int = NODE_FILES) -> str:
+    """Write ``count`` ``.npy`` files (``NODE_FILE_FLOATS`` float32 each) to a new folder
+    ``node-data`` of ``folder`` (the probe's private temporary folder) and return its path."""
+    import numpy as np
+
+    data = os.path.join(folder, "node-data")
+    os.makedirs(data, mode=0o700, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for k in range(count):
+        np.save(os.path.join(data, f"{k:05d}.npy"), rng.standard_normal(NODE_FILE_FLOATS, dtype=np.float32))
+    return data
+
 
 _SETTLE_TICKS = 3  # ticks the sidecar makes before the window opens (start-up left out)
 _RUN_SLACK_S = 180.0  # seconds a run may take beyond its warm-up and window
@@ -320,6 +416,17 @@ def _start(
     return proc
 
 
+def _dlwatch_run(cmd: List[str], folder: str, name: str, interval_s: float) -> Tuple[subprocess.Popen, str]:
+    """``dlwatch run -- cmd`` (the job started by the sidecar, with its inside view), its
+    stdout (the job's) a pipe, writing its tick log to a file of ``folder``."""
+    log = os.path.join(folder, f"ticks-{name}.log")
+    env = child_env()
+    env["DLWATCH_TICK_LOG"] = log
+    dlwatch = [sys.executable, "-m", "watchdog", "run", "--interval", f"{interval_s:g}", "--stall-timeout", "600"]
+    dlwatch += ["--report-dir", os.path.join(folder, "reports"), "--"]
+    return _start(dlwatch + cmd, folder, name, env), log
+
+
 def _dlwatch(
     job_pid: int, folder: str, interval_s: float, extra: List[str], config: Optional[str] = None
 ) -> Tuple[subprocess.Popen, str]:
@@ -374,25 +481,54 @@ class Shape(NamedTuple):
     view's hook (``dlwatch hook-env``), as ``dlwatch run`` starts a job; ``io_ms``: each sample
     also sleeps that long, a read from storage (milliseconds); ``matmul``: each sample is a
     64 x 64 matmul and main keeps torch's default intra-op threads (a job like users run: more
-    threads, busier), instead of about 0.2 ms of elementwise work and one thread."""
+    threads, busier), instead of about 0.2 ms of elementwise work and one thread; ``node``: the
+    node job (``NODE_JOB``: ``.npy`` reads, persistent workers, a DDP all-reduce a step, always
+    under ``torchrun``); ``mode``: how the sidecar watches it, ``attach`` (``dlwatch attach`` to
+    the running job) or ``run`` (``dlwatch run`` starts the job, with its inside view)."""
 
     workers: int
     ranks: int = 1
     inside: bool = False
     io_ms: float = 0.0
     matmul: bool = False
+    node: bool = False
+    mode: str = "attach"
 
     @property
     def label(self) -> str:
-        """``1 + 8`` or ``8 x (1 + 8)``, with ``, matmul`` for that job."""
+        """``1 + 8`` or ``8 x (1 + 8)``, with ``, matmul``, ``, node`` and ``, run`` (the mode
+        when it is not ``attach``) for those."""
         one = f"1 + {self.workers}"
-        shape = one if self.ranks == 1 else f"{self.ranks} x ({one})"
-        return shape + ", matmul" if self.matmul else shape
+        shape = one if self.ranks == 1 and not self.node else f"{self.ranks} x ({one})"
+        shape += ", matmul" if self.matmul else ""
+        shape += ", node" if self.node else ""
+        return shape + (f", {self.mode}" if self.mode != "attach" else "")
 
 
 def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> List[str]:
     """The job's command line: ``JOB`` with its arguments, under ``torchrun --standalone`` for
-    several ranks (the script written to ``folder``)."""
+    several ranks (the script written to ``folder``); for a node, ``NODE_JOB`` under
+    ``torchrun`` reading the files of ``folder/node-data`` (:func:`write_node_files`)."""
+    if shape.node:
+        script = os.path.join(folder, "overhead_node.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(NODE_JOB)
+        data = os.path.join(folder, "node-data")
+        if not os.path.isdir(data):
+            write_node_files(folder)
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={shape.ranks}",
+            script,
+            str(shape.workers),
+            str(warmup_s),
+            str(seconds),
+            "600",
+            data,
+        ]
     args = [
         str(shape.workers),
         str(warmup_s),
@@ -424,13 +560,13 @@ def _descendants(pid: int) -> int:
 
 
 def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interval_s: float, folder: str) -> dict:
-    """One run of the job of ``shape``, watched by ``dlwatch attach`` (to ``torchrun`` for
-    several ranks) or not.
+    """One run of the job of ``shape``, watched (by ``dlwatch attach`` to the job, to
+    ``torchrun`` for several ranks; by ``dlwatch run`` starting it, in ``shape.mode`` run) or not.
 
     Returns batches per second (every rank's together) and, watched, the sidecar's figures over
     the window: ``cpu_s``, ``window_s``, ``cpu_fraction`` (of one core), ``tick_ms``
     (wall-clock per tick of one watcher: each rank has its own), ``tick_cpu_ms``, ``ticks``,
-    ``lean_ticks`` (those whose sample was lean, NOTE [ Lean ticks ] in watchdog/watch/watcher.py),
+    ``lean_ticks`` (those whose sample was lean, NOTE [ Lean ticks ] in watchdog/collect/read_plan.py),
     ``processes`` (watched: ranks and their workers), ``peak_rss_bytes`` and
     ``first_tick_cpu_s`` (the sidecar's CPU when its first tick was logged: its start-up) and
     ``startup_cpu_s`` (its CPU before the window: start-up and the warm-up's ticks).
@@ -442,21 +578,34 @@ def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interv
 
     workers = shape.workers
     deadline = time.monotonic() + warmup_s + seconds + _RUN_SLACK_S + workers * shape.ranks
-    hook = inside.make_folder() if shape.inside else None
+    by_run = watched and shape.mode == "run"
+    hook = inside.make_folder() if shape.inside and not by_run else None
     env = inside.hook_env(child_env(), hook.path, None) if hook is not None else None
-    job = _start(
-        _job_command(shape, warmup_s, seconds, folder),
-        folder,
-        f"job-{shape.ranks}x{workers}-{int(watched)}",
-        env,
-    )
+    name = f"job-{shape.ranks}x{workers}-{int(watched)}{'-run' if by_run else ''}"
     watcher: Optional[subprocess.Popen] = None
+    if by_run:  # the sidecar starts the job; the job's stdout is dlwatch's
+        watcher, log = _dlwatch_run(_job_command(shape, warmup_s, seconds, folder), folder, name, interval_s)
+        job = watcher
+    else:
+        job = _start(_job_command(shape, warmup_s, seconds, folder), folder, name, env)
     try:
         pids = [_read_json_line(job, deadline, "its first batch")["pid"] for _ in range(shape.ranks)]
-        pid = pids[0] if shape.ranks == 1 else job.pid
+        pid = pids[0] if shape.ranks == 1 and not shape.node else job.pid
         t_ready = time.monotonic()
-        out: dict = {"workers": workers, "ranks": shape.ranks, "inside": shape.inside, "watched": watched}
-        if watched:
+        out: dict = {
+            "workers": workers,
+            "ranks": shape.ranks,
+            "inside": shape.inside or by_run,
+            "node": shape.node,
+            "mode": shape.mode if watched else None,
+            "watched": watched,
+        }
+        if by_run:
+            assert watcher is not None
+            _wait_ticks(log, 1, watcher, job, deadline, poll_s=0.01)
+            out["first_tick_cpu_s"] = _cpu_s(watcher.pid)
+            _wait_ticks(log, _SETTLE_TICKS, watcher, job, deadline)
+        elif watched:
             watcher, log = _dlwatch(pid, folder, interval_s, ["--stall-timeout", "600"])
             _wait_ticks(log, 1, watcher, job, deadline, poll_s=0.01)
             out["first_tick_cpu_s"] = _cpu_s(watcher.pid)
@@ -466,7 +615,10 @@ def run_job(shape: Shape, watched: bool, seconds: float, warmup_s: float, interv
         r0 = _read_syscalls(watcher.pid) if watcher is not None else None
         w0 = time.time()
         out["startup_cpu_s"] = c0
-        processes = _descendants(job.pid) if shape.ranks > 1 else None
+        # dlwatch run's descendants include its own helpers: the tick log's count then.
+        processes = _descendants(job.pid) if (shape.ranks > 1 or shape.node) and not by_run else None
+        if by_run and (shape.ranks > 1 or shape.node):
+            processes = shape.ranks * (workers + 1)
         for rank in pids:
             os.kill(rank, signal.SIGUSR1)
         results = [_read_json_line(job, deadline, "its result") for _ in pids]
@@ -631,17 +783,22 @@ def run_churn(workers: int, seconds: float, interval_s: float, folder: str) -> d
         inside.remove_folder(hook)
 
 
-def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
-    """The figures for one job ``shape`` from its pairs (``(plain, watched)`` runs): medians
-    over pairs, the throughput ratio's spread, tick percentiles over every tick of every pair."""
+def summarize(shape: Shape, pairs: List[Tuple[Optional[dict], dict]]) -> dict:
+    """The figures for one job ``shape`` from its pairs (``(plain, watched)`` runs; ``plain``
+    ``None`` with ``--watched-only``): medians over pairs, the spread (least and greatest) of the
+    sidecar's CPU and of the throughput ratio, tick percentiles over every tick of every pair."""
     workers = shape.workers
     watched = [w for _p, w in pairs]
-    ratios = [w["batches_per_s"] / p["batches_per_s"] for p, w in pairs]
+    ratios = [w["batches_per_s"] / p["batches_per_s"] for p, w in pairs if p is not None]
+    plain = [p["batches_per_s"] for p, _w in pairs if p is not None]
     ticks = [ms for w in watched for ms in w["tick_ms"]]
-    cpu = statistics.median(w["cpu_fraction"] for w in watched)
+    cpus = [w["cpu_fraction"] for w in watched]
+    cpu = statistics.median(cpus)
     procs = max((w["processes"] or 0) for w in watched) or shape.ranks * (workers + 1)
     return {
         "shape": shape.label,
+        "mode": shape.mode,
+        "node": shape.node,
         "ranks": shape.ranks,
         "inside": shape.inside,
         "io_ms": shape.io_ms,
@@ -650,6 +807,8 @@ def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
         "processes": procs,
         "pairs": len(pairs),
         "cpu_fraction": cpu,
+        "cpu_fraction_min": min(cpus),
+        "cpu_fraction_max": max(cpus),
         "cpu_fraction_per_process": cpu / procs,
         "tick_p50_ms": _percentile(ticks, 0.5),
         "tick_p99_ms": _percentile(ticks, 0.99),
@@ -659,11 +818,11 @@ def summarize(shape: Shape, pairs: List[Tuple[dict, dict]]) -> dict:
         "peak_rss_bytes": max((w["peak_rss_bytes"] or 0) for w in watched) or None,
         "startup_cpu_s": statistics.median(w["startup_cpu_s"] for w in watched),
         "first_tick_cpu_s": _median_or_none([w.get("first_tick_cpu_s") for w in watched]),
-        "plain_batches_per_s": statistics.median(p["batches_per_s"] for p, _w in pairs),
+        "plain_batches_per_s": statistics.median(plain) if plain else None,
         "watched_batches_per_s": statistics.median(w["batches_per_s"] for w in watched),
-        "throughput_ratio": statistics.median(ratios),
-        "throughput_ratio_min": min(ratios),
-        "throughput_ratio_max": max(ratios),
+        "throughput_ratio": statistics.median(ratios) if ratios else None,
+        "throughput_ratio_min": min(ratios) if ratios else None,
+        "throughput_ratio_max": max(ratios) if ratios else None,
     }
 
 
@@ -687,10 +846,11 @@ def estimate_s(args) -> float:
     and a hang run; then ``--full-timeline`` and ``--churn``. Many workers or ranks start slower."""
     counts = [int(x) for x in args.workers.split(",")]
     total = 0.0
+    runs = (1 if args.watched_only else 2) * (2 if args.mode == "both" else 1)
     for n in counts:
-        start = RUN_START_S * max(1.0, n * args.ranks / 8)
-        total += args.pairs * 2 * (args.warmup + args.seconds + start)
-        if not args.no_hang and args.ranks == 1:
+        start = RUN_START_S * max(1.0, n * args.ranks / 8) * (3 if args.node else 1)  # torch.distributed, gloo
+        total += args.pairs * runs * (args.warmup + args.seconds + start)
+        if not args.no_hang and args.ranks == 1 and not args.node:
             total += HANG_RUN_S
     if args.full_timeline:
         total += args.timeline_samples * args.full_timeline_interval + RUN_START_S
@@ -716,15 +876,19 @@ def build_parser() -> Parser:
         help=f"paired runs (watched and unwatched, alternating order) per N, from 1 to {MAX_PAIRS}",
     )
     p.add_argument(
-        "--seconds", type=positive_seconds, default=20.0, help="seconds each run counts batches (above 0, up to a day)"
+        "--seconds",
+        type=positive_seconds,
+        default=None,
+        help="seconds each run counts batches (above 0, up to a day; default 20, with --node 90)",
     )
     p.add_argument(
         "--warmup",
         type=float_range(0.0, MAX_SECONDS),
-        default=20.0,
+        default=None,
         help=(
-            "seconds each run warms up before its window, at least until dlwatch ticked 3 times; "
-            "20 s covers its first two USS reads of each process (0 to a day)"
+            "seconds each run warms up before its window, counted from every rank's first batch, at least until "
+            "dlwatch ticked 3 times; 20 s covers its first two USS reads of each process (0 to a day; default 20, "
+            "with --node 60: the window of issue #36, t = 60 to 150 s)"
         ),
     )
     p.add_argument(
@@ -746,6 +910,26 @@ def build_parser() -> Parser:
         action="store_true",
         help="start the job with the inside view's hook (dlwatch hook-env), as dlwatch run does: the sidecar then "
         "counts batches and reads less while they flow",
+    )
+    p.add_argument(
+        "--node",
+        action="store_true",
+        help="the node job: under torchrun (--ranks ranks, 1 or more), each sample an np.load of a real .npy file "
+        "(written once to the probe's private folder), persistent_workers=True, and a DDP all-reduce (gloo) each "
+        "step; no hang run. A node of issue #36: --node --ranks 8 --workers 8",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("attach", "run", "both"),
+        default="attach",
+        help="how the sidecar watches the job: attach (dlwatch attach to the running job), run (dlwatch run "
+        "starts it, with its inside view), or both (each measured in its own pairs)",
+    )
+    p.add_argument(
+        "--watched-only",
+        action="store_true",
+        help="skip the unwatched runs: the sidecar's figures only, no throughput ratio (a loaded machine's "
+        "throughput says little)",
     )
     p.add_argument(
         "--io-ms",
@@ -820,7 +1004,12 @@ def _machine() -> dict:
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure and print the table; see the module docstring."""
     args = build_parser().parse_args(argv)  # each flag checked (its type), one line naming it
+    if args.seconds is None:
+        args.seconds = 90.0 if args.node else 20.0
+    if args.warmup is None:
+        args.warmup = 60.0 if args.node else 20.0
     counts = [int(x) for x in args.workers.split(",")]
+    modes = ["run", "attach"] if args.mode == "both" else [args.mode]
     say_estimate(
         "overhead",
         estimate_s(args),
@@ -848,21 +1037,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dlwatch-overhead-") as folder:
         try:
             for n in counts:
-                pairs = []
-                shape = Shape(n, args.ranks, args.inside, args.io_ms, args.matmul)
+                shapes = [Shape(n, args.ranks, args.inside, args.io_ms, args.matmul, args.node, m) for m in modes]
+                by_shape: Dict[Shape, List[Tuple[Optional[dict], dict]]] = {sh: [] for sh in shapes}
                 for k in range(args.pairs):
-                    order = (False, True) if k % 2 == 0 else (True, False)
-                    runs = {w: run_job(shape, w, args.seconds, args.warmup, args.interval, folder) for w in order}
-                    all_runs.extend(runs[w] for w in order)
-                    pairs.append((runs[False], runs[True]))
-                summary = summarize(shape, pairs)
-                if not args.no_hang and args.ranks == 1:
-                    hang = run_hang(n, args.interval, args.stall_timeout, folder)
-                    hangs.append(hang)
-                    summary["detect_to_report_s"] = hang["detect_to_report_s"]
-                results.append(summary)
-                rows.append(_row(summary))
-                print(f"dlwatch: measured {shape.label} processes", file=sys.stderr, flush=True)
+                    for shape in shapes if k % 2 == 0 else shapes[::-1]:  # both modes: alternating
+                        order = (True,) if args.watched_only else (False, True) if k % 2 == 0 else (True, False)
+                        runs = {w: run_job(shape, w, args.seconds, args.warmup, args.interval, folder) for w in order}
+                        all_runs.extend(runs[w] for w in order)
+                        by_shape[shape].append((runs.get(False), runs[True]))
+                        print(
+                            f"dlwatch: {shape.label}: sidecar {100 * runs[True]['cpu_fraction']:.2f} % of a core, "
+                            f"load {os.getloadavg()[0]:.1f}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                for shape in shapes:
+                    summary = summarize(shape, by_shape[shape])
+                    if not args.no_hang and args.ranks == 1 and not args.node and shape is shapes[-1]:
+                        hang = run_hang(n, args.interval, args.stall_timeout, folder)
+                        hangs.append(hang)
+                        summary["detect_to_report_s"] = hang["detect_to_report_s"]
+                    results.append(summary)
+                    rows.append(_row(summary))
+                    print(f"dlwatch: measured {shape.label} processes", file=sys.stderr, flush=True)
             if args.full_timeline:
                 doc["full_timeline"] = run_full_timeline(
                     max(counts), args.full_timeline_interval, args.timeline_samples, folder
@@ -952,9 +1149,15 @@ def _row(s: dict) -> list:
     def ms(x: Optional[float]) -> str:
         return "-" if x is None else f"{x:.2f}"
 
+    cpu = f"{100 * s['cpu_fraction']:.2f}"
+    if s.get("cpu_fraction_min") is not None and s.get("pairs", 1) > 1:
+        cpu += f" ({100 * s['cpu_fraction_min']:.2f}–{100 * s['cpu_fraction_max']:.2f})"
+    ratio = "-"
+    if s.get("throughput_ratio") is not None:
+        ratio = f"{s['throughput_ratio']:.3f} ({s['throughput_ratio_min']:.3f}–{s['throughput_ratio_max']:.3f})"
     return [
         s.get("shape") or f"1 + {s['workers']}",
-        f"{100 * s['cpu_fraction']:.2f}",
+        cpu,
         f"{100 * s['cpu_fraction_per_process']:.3f}",
         ms(s["tick_p50_ms"]),
         ms(s["tick_p99_ms"]),
@@ -962,8 +1165,8 @@ def _row(s: dict) -> list:
         "-" if s["reads_per_tick"] is None else f"{s['reads_per_tick']:.0f}",
         _mib(s["peak_rss_bytes"]),
         "-" if s.get("first_tick_cpu_s") is None else f"{s['first_tick_cpu_s']:.2f}",
-        f"{s['plain_batches_per_s']:.1f}",
-        f"{s['throughput_ratio']:.3f} ({s['throughput_ratio_min']:.3f}–{s['throughput_ratio_max']:.3f})",
+        "-" if s.get("plain_batches_per_s") is None else f"{s['plain_batches_per_s']:.1f}",
+        ratio,
         "-" if s.get("detect_to_report_s") is None else f"{s['detect_to_report_s']:.2f}",
     ]
 
