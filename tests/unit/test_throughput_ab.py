@@ -14,7 +14,7 @@ import time
 import pytest
 
 from watchdog.commands import throughput_ab as ab
-from watchdog.commands import verify
+from watchdog.commands import verify_runs
 
 # Recorded on this project's 2-CPU VM (2026-12-05): batches/s past the warm-up of
 # probes.cases.input_bound_cpu_few_workers, num_workers=1 (A) and 2 (B), alternating.
@@ -185,7 +185,7 @@ def test_the_bounded_run_records_where_its_count_grew():
     from watchdog.types import ROLE_MAIN
 
     started = time.monotonic()
-    bound = verify.RunBound(None, None, started)
+    bound = verify_runs.RunBound(None, None, started)
     for dt, batches in ((0.5, 0), (1.0, 3), (1.5, 3), (2.0, 9)):
         s = sample(started + dt, [proc(1, ROLE_MAIN, [])])
         bound.note(dataclasses.replace(s, loaders=(loader_view(1, iterator=1, batches=batches),)))

@@ -11,8 +11,9 @@ import os
 import pytest
 
 from tests.unit.builders import proc, sample
-from watchdog.commands import verify
-from watchdog.commands.verify import CONTROL, FIXED, Origin, RunResult, VerifyError
+from watchdog.commands import verify, verify_plan, verify_runs, verify_trust, verify_verdict
+from watchdog.commands.verify_plan import CONTROL, FIXED, Origin, VerifyError
+from watchdog.commands.verify_verdict import RunResult
 from watchdog.types import ROLE_MAIN, Fix, LoaderView, ReportWritten
 
 
@@ -100,52 +101,52 @@ def test_a_fix_goes_into_the_report_and_back_unchanged_and_refuses_settings_it_c
 
 
 def test_fix_flags_are_read_as_json_where_they_parse_and_an_unknown_key_names_the_flag():
-    fix = verify.parse_fix(
+    fix = verify_plan.parse_fix(
         ["num_workers=0", "pin_memory=false", "multiprocessing_context=spawn", "env.OMP_NUM_THREADS=1"]
     )
     assert dict(fix.loader) == {"num_workers": 0, "pin_memory": False, "multiprocessing_context": "spawn"}
     assert fix.env == (("OMP_NUM_THREADS", "1"),)
     with pytest.raises(VerifyError, match=r"--fix batch_size=8: unknown key 'batch_size'"):
-        verify.parse_fix(["batch_size=8"])
+        verify_plan.parse_fix(["batch_size=8"])
     with pytest.raises(VerifyError, match="KEY=VALUE"):
-        verify.parse_fix(["forkserver"])
+        verify_plan.parse_fix(["forkserver"])
     for bad in ("num_workers=abc", "num_workers=-1", "pin_memory=yes", "timeout=-5", "multiprocessing_context=bogus"):
         with pytest.raises(VerifyError, match=r"--fix: " + bad.split("=")[0]):
-            verify.parse_fix([bad])
+            verify_plan.parse_fix([bad])
     with pytest.raises(VerifyError, match="sharing_strategy='nope'"):
-        verify.parse_fix(["sharing_strategy=nope"])
-    merged = Fix(loader=(("multiprocessing_context", "forkserver"),)).merged(verify.parse_fix(["timeout=30"]))
+        verify_plan.parse_fix(["sharing_strategy=nope"])
+    merged = Fix(loader=(("multiprocessing_context", "forkserver"),)).merged(verify_plan.parse_fix(["timeout=30"]))
     assert dict(merged.loader) == {"multiprocessing_context": "forkserver", "timeout": 30}
 
 
 def test_runs_go_twice_as_far_as_the_original_at_least_fifty_batches_or_by_time_without_an_inside_view():
-    assert verify.bound_of(_origin(failed_at_batch=37), None, None) == (74, None)
-    assert verify.bound_of(_origin(failed_at_batch=3), None, None) == (verify.MIN_BATCHES, None)
-    assert verify.bound_of(_origin(failed_at_batch=None, ran_s=100.0), None, None) == (None, 200.0)
-    assert verify.bound_of(_origin(), 10, None) == (10, None)
+    assert verify_plan.bound_of(_origin(failed_at_batch=37), None, None) == (74, None)
+    assert verify_plan.bound_of(_origin(failed_at_batch=3), None, None) == (verify_plan.MIN_BATCHES, None)
+    assert verify_plan.bound_of(_origin(failed_at_batch=None, ran_s=100.0), None, None) == (None, 200.0)
+    assert verify_plan.bound_of(_origin(), 10, None) == (10, None)
 
 
 def test_the_runs_alternate_and_only_the_fixed_ones_get_the_fix_and_no_alert_fires():
-    runs = verify.plan(_origin(), Fix(loader=(("multiprocessing_context", "spawn"),)), 2, (74, None), False)
+    runs = verify_plan.plan(_origin(), Fix(loader=(("multiprocessing_context", "spawn"),)), 2, (74, None), False)
     assert [(v, i) for v, i, _, _ in runs] == [(CONTROL, 1), (FIXED, 1), (CONTROL, 2), (FIXED, 2)]
     assert all("DLWATCH_APPLY" not in env for v, _, _, env in runs if v == CONTROL)
     assert '"spawn"' in runs[1][3]["DLWATCH_APPLY"] and "/w/train.py:57" in runs[1][3]["DLWATCH_APPLY"]
     assert runs[0][2] == ["--stop-after-batches", "74"]
     origin = _origin(settings={**_origin().settings, "py_spy": {"path": "/tmp/evil", "timeout_s": 5.0}})
-    settings = verify._settings_for_runs(origin)
+    settings = verify_plan.settings_for_runs(origin)
     assert "on_hang_exec" not in settings and "report_dir" not in settings and settings["on_hang"] == "report"
     assert settings["py_spy"] == {"timeout_s": 5.0} and settings["stall_timeout_s"] == 6.0  # never the report's binary
 
 
 def test_batches_are_counted_over_every_iterator_of_main_and_a_hang_report_ends_the_run():
-    bound = verify.RunBound(10, None, started=0.0)
+    bound = verify_runs.RunBound(10, None, started=0.0)
     base = sample(1.0, [proc(1, ROLE_MAIN, [])])
     for batches in (3, 6):  # epoch 1's iterator, sampled twice
         bound.note(_with(base, [loader_view(1, iterator=1, batches=batches)]))
     assert bound.delivered == 6 and bound.reached(1.0) is None and bound.batch_size == 4
     bound.note(_with(base, [loader_view(1, iterator=2, batches=4), loader_view(2, iterator=1, batches=50)]))
     assert bound.delivered == 10 and bound.reached(1.0) == "batches"  # another process's loader does not count
-    timed = verify.RunBound(None, 5.0, started=0.0)
+    timed = verify_runs.RunBound(None, 5.0, started=0.0)
     assert timed.reached(4.0) is None and timed.reached(5.0) == "seconds"
     timed.reported(ReportWritten("warning", "cpu_oversubscribed"))
     assert timed.reached(1.0) is None
@@ -154,13 +155,13 @@ def test_batches_are_counted_over_every_iterator_of_main_and_a_hang_report_ends_
 
 
 def test_fishers_one_sided_p_value_matches_the_hypergeometric_tail():
-    assert verify.fisher_one_sided(5, 5, 0, 5) == pytest.approx(1 / math.comb(10, 5))
-    assert verify.fisher_one_sided(3, 10, 0, 10) == pytest.approx(math.comb(17, 10) / math.comb(20, 10))
-    assert verify.fisher_one_sided(2, 4, 2, 4) > 0.5
+    assert verify_verdict.fisher_one_sided(5, 5, 0, 5) == pytest.approx(1 / math.comb(10, 5))
+    assert verify_verdict.fisher_one_sided(3, 10, 0, 10) == pytest.approx(math.comb(17, 10) / math.comb(20, 10))
+    assert verify_verdict.fisher_one_sided(2, 4, 2, 4) > 0.5
 
 
 def test_the_fix_holds_when_every_control_hung_and_every_fixed_run_passed_the_hang_point():
-    v = verify.verdict(_origin(), _origin().fix, _runs(3))
+    v = verify_verdict.verdict(_origin(), _origin().fix, _runs(3))
     assert v.holds and v.p_value == pytest.approx(1 / 64)
     assert v.line.startswith(
         "the fix holds (one-sided p=0.016): with multiprocessing_context='forkserver' 3/3 run(s) passed batch 74"
@@ -170,7 +171,7 @@ def test_the_fix_holds_when_every_control_hung_and_every_fixed_run_passed_the_ha
 
 
 def test_a_control_that_did_not_fail_proves_nothing_and_says_to_run_more():
-    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")])
+    v = verify_verdict.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")])
     assert not v.holds and v.line.startswith(
         "not proven: the control did not hang as the report did (fork_inherited_lock) in 1 run(s)"
     )
@@ -178,16 +179,16 @@ def test_a_control_that_did_not_fail_proves_nothing_and_says_to_run_more():
 
 
 def test_one_failed_control_and_one_passing_fixed_run_prove_nothing_and_say_the_runs_needed():
-    v = verify.verdict(_origin(), _origin().fix, _runs(1))  # the no-op fix "proven" by one lucky run
+    v = verify_verdict.verdict(_origin(), _origin().fix, _runs(1))  # the no-op fix "proven" by one lucky run
     assert not v.holds and v.change is None and v.p_value == pytest.approx(0.25)
     assert "not proven (one-sided p=0.250, needs p < 0.05)" in v.line and "--runs 3 would prove it" in v.line
-    v = verify.verdict(_origin(), _origin().fix, _runs(2))
+    v = verify_verdict.verdict(_origin(), _origin().fix, _runs(2))
     assert not v.holds and v.p_value == pytest.approx(1 / 16)
 
 
 def test_a_control_that_failed_otherwise_is_not_the_reports_failure():
     results = _runs(3, kind="worker_stuck")  # every control hung, but not as the report did
-    v = verify.verdict(_origin(), _origin().fix, results)
+    v = verify_verdict.verdict(_origin(), _origin().fix, results)
     assert not v.holds and "did not hang as the report did (fork_inherited_lock)" in v.line
     assert "it failed otherwise (worker_stuck)" in v.line
 
@@ -204,10 +205,10 @@ def test_boschloos_p_value_matches_scipys_and_is_never_above_fishers():
         (1, 1, 3, 4): 0.53499,
         (5, 5, 1, 2): 0.14663,
     }.items():
-        p = verify.boschloo_one_sided(cf, cn, ff, fn)
+        p = verify_verdict.boschloo_one_sided(cf, cn, ff, fn)
         assert p == pytest.approx(expected, abs=2e-5), (cf, cn, ff, fn)
-        assert p <= verify.fisher_one_sided(cf, cn, ff, fn) + 1e-12
-    assert [verify.runs_needed(c, n) for c, n in [(1, 1), (1, 2), (3, 10), (0, 5)]] == [3, 6, 14, None]
+        assert p <= verify_verdict.fisher_one_sided(cf, cn, ff, fn) + 1e-12
+    assert [verify_verdict.runs_needed(c, n) for c, n in [(1, 1), (1, 2), (3, 10), (0, 5)]] == [3, 6, 14, None]
 
 
 def test_a_no_op_fix_of_a_job_that_fails_half_the_time_never_holds():
@@ -222,18 +223,18 @@ def test_a_no_op_fix_of_a_job_that_fails_half_the_time_never_holds():
             for i in range(1, n + 1)
             for v in (CONTROL, FIXED)
         ]
-        held += verify.verdict(_origin(), _origin().fix, runs).holds
-    assert held <= 500 * verify.ALPHA  # the test's size is at most alpha (the code before held 35 of 500)
+        held += verify_verdict.verdict(_origin(), _origin().fix, runs).holds
+    assert held <= 500 * verify_plan.ALPHA  # the test's size is at most alpha (the code before held 35 of 500)
 
 
 def test_a_fixed_run_that_still_hangs_means_the_fix_does_not_hold():
     results = [_run(CONTROL, "hung", 37, "worker_stuck"), _run(FIXED, "hung", 36, "worker_stuck")]
     results = [dataclasses.replace(r, kind="worker_stuck") for r in results]
-    v = verify.verdict(_origin(kind="worker_stuck"), _origin().fix, results)
+    v = verify_verdict.verdict(_origin(kind="worker_stuck"), _origin().fix, results)
     assert not v.holds and v.line.startswith("the fix does not hold") and "1 failed (worker_stuck)" in v.line
     assert "fails otherwise" not in v.line
     crashed = dataclasses.replace(_run(FIXED, "crashed", 0, "worker_start_failed"), reports=("/r/v/fixed-1/x-crash",))
-    v = verify.verdict(_origin(kind="worker_stuck"), _origin().fix, [results[0], crashed])
+    v = verify_verdict.verdict(_origin(kind="worker_stuck"), _origin().fix, [results[0], crashed])
     assert (
         "the fix itself fails otherwise (worker_start_failed): read that run's report (/r/v/fixed-1/x-crash)" in v.line
     )
@@ -242,67 +243,72 @@ def test_a_fixed_run_that_still_hangs_means_the_fix_does_not_hold():
 def test_a_fix_of_no_workers_is_seen_applied_without_a_start_method():
     fix = Fix(loader=(("multiprocessing_context", "forkserver"), ("num_workers", 0)))
     seen = {"loader_settings": {"num_workers": 0, "multiprocessing_context": None, "prefetch_factor": None}}
-    assert verify._applied(fix, FIXED, seen) is True
+    assert verify_verdict.fix_applied(fix, FIXED, seen) is True
 
 
 def test_a_healthy_command_given_instead_is_not_called_flaky():
-    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")], own_command=True)
+    v = verify_verdict.verdict(
+        _origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")], own_command=True
+    )
     assert "flaky" not in v.line and "not the report's" in v.line
 
 
 def test_a_fix_the_recorder_did_not_see_applied_proves_nothing():
     results = [_run(CONTROL, "hung", 37), _run(FIXED, "passed", applied=False)]
-    v = verify.verdict(_origin(), _origin().fix, results)
+    v = verify_verdict.verdict(_origin(), _origin().fix, results)
     assert not v.holds and "was not seen applied" in v.line and "--all-loaders" in v.line
 
 
 def test_a_flaky_control_gets_the_counts_and_a_p_value():
     control = [_run(CONTROL, "hung" if i < 3 else "passed", index=i) for i in range(10)]
     fixed = [_run(FIXED, "passed", index=i) for i in range(10)]
-    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    v = verify_verdict.verdict(_origin(), _origin().fix, control + fixed)
     assert not v.holds and "p=0.058" in v.line and "unchanged 3/10 hung" in v.line and "--runs 14" in v.line
     control = [_run(CONTROL, "hung" if i < 8 else "passed", index=i) for i in range(10)]
-    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    v = verify_verdict.verdict(_origin(), _origin().fix, control + fixed)
     assert v.holds and "one-sided p=<0.001" in v.line
 
 
 def test_the_cost_needs_three_runs_of_each_and_shows_the_spread():
-    assert verify._cost([_run(CONTROL, "passed", rate=42.0), _run(FIXED, "passed", rate=91.0)]) is None
+    assert verify_verdict.cost_line([_run(CONTROL, "passed", rate=42.0), _run(FIXED, "passed", rate=91.0)]) is None
     hung = [_run(CONTROL, "hung", rate=5.3, index=i) for i in range(3)]  # a hung run's rate measures the hang
-    assert verify._cost(hung + [_run(FIXED, "passed", rate=88.5, index=i) for i in range(3)]) is None
+    assert verify_verdict.cost_line(hung + [_run(FIXED, "passed", rate=88.5, index=i) for i in range(3)]) is None
     noisy = [_run(CONTROL, "passed", rate=r, index=i) for i, r in enumerate((42.0, 95.0, 60.0))]
     noisy += [_run(FIXED, "passed", rate=r, index=i) for i, r in enumerate((91.0, 50.0, 70.0))]
-    line = verify._cost(noisy)
+    line = verify_verdict.cost_line(noisy)
     assert "samples/s 60 (42–95) unchanged, 70 (50–91) with the fix (ranges overlap" in line and "x)" not in line
     apart = [_run(CONTROL, "passed", rate=r, index=i) for i, r in enumerate((40.0, 42.0, 44.0))]
     apart += [_run(FIXED, "passed", rate=r, index=i) for i, r in enumerate((80.0, 84.0, 88.0))]
-    assert "(2.00x)" in verify._cost(apart)
+    assert "(2.00x)" in verify_verdict.cost_line(apart)
 
 
 def test_a_run_is_judged_from_its_summary_and_reports():
     hang = {"mode": "hang", "diagnoses": [{"kind": "worker_stuck"}]}
     crash = {"mode": "crash", "diagnoses": [{"kind": "dataset_error"}]}
-    assert verify._outcome({"stopped": "hung", "hung": "worker_stuck"}, [hang]) == ("hung", "worker_stuck")
-    assert verify._outcome({"stopped": "batches", "exit_code": 143}, []) == ("passed", "")
-    assert verify._outcome({"stopped": None, "exit_code": 0}, []) == ("ended", "")
-    assert verify._outcome({"stopped": None, "exit_code": 1}, [crash]) == ("crashed", "dataset_error")
-    assert verify._outcome(None, []) == ("failed", "")
+    assert verify_verdict.outcome_of({"stopped": "hung", "hung": "worker_stuck"}, [hang]) == ("hung", "worker_stuck")
+    assert verify_verdict.outcome_of({"stopped": "batches", "exit_code": 143}, []) == ("passed", "")
+    assert verify_verdict.outcome_of({"stopped": None, "exit_code": 0}, []) == ("ended", "")
+    assert verify_verdict.outcome_of({"stopped": None, "exit_code": 1}, [crash]) == ("crashed", "dataset_error")
+    assert verify_verdict.outcome_of(None, []) == ("failed", "")
     seen = {"loader_settings": {"multiprocessing_context": "forkserver"}}
-    assert verify._applied(_origin().fix, FIXED, seen) is True
-    assert verify._applied(_origin().fix, FIXED, {"loader_settings": {"multiprocessing_context": "fork"}}) is False
-    assert verify._applied(Fix(sharing_strategy="file_system"), FIXED, seen) is None
+    assert verify_verdict.fix_applied(_origin().fix, FIXED, seen) is True
+    assert (
+        verify_verdict.fix_applied(_origin().fix, FIXED, {"loader_settings": {"multiprocessing_context": "fork"}})
+        is False
+    )
+    assert verify_verdict.fix_applied(Fix(sharing_strategy="file_system"), FIXED, seen) is None
 
 
 def test_a_job_that_cannot_be_rerun_as_it_ran_is_refused_with_the_reason(tmp_path):
     with pytest.raises(VerifyError, match="redacted"):
-        verify._check_rerunnable(_origin(cwd=str(tmp_path)), ["python", "train.py", "--token=<redacted>"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(tmp_path)), ["python", "train.py", "--token=<redacted>"], False)
     with pytest.raises(VerifyError, match="uid 12345"):
-        verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=12345), ["python"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(tmp_path), uid=12345), ["python"], False)
     with pytest.raises(VerifyError, match="--yes"):
-        verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], False)
-    verify._check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], True)
+        verify_trust.check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], False)
+    verify_trust.check_rerunnable(_origin(cwd=str(tmp_path), uid=None, watched_by="attach"), ["python"], True)
     with pytest.raises(VerifyError, match="pass it after --"):
-        verify._check_rerunnable(_origin(cwd=str(tmp_path)), [], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(tmp_path)), [], False)
 
 
 def _kinds_declaring_a_fix():
@@ -356,32 +362,32 @@ def test_a_report_that_is_a_link_a_fifo_or_writable_by_others_is_not_trusted_to_
     folder = _report_folder(tmp_path)
     os.chmod(folder, 0o777)
     with pytest.raises(VerifyError, match="writable by others"):
-        verify.read_report(folder)
+        verify_trust.read_report(folder)
     os.chmod(folder, 0o700)
     os.rename(os.path.join(folder, "report.json"), os.path.join(folder, "real.json"))
     os.symlink(os.path.join(folder, "real.json"), os.path.join(folder, "report.json"))
     with pytest.raises(VerifyError, match="a link is refused"):
-        verify.read_report(folder)
+        verify_trust.read_report(folder)
     os.unlink(os.path.join(folder, "report.json"))
     os.mkfifo(os.path.join(folder, "report.json"), 0o600)
     with pytest.raises(VerifyError, match="not a regular file"):
-        verify.read_report(folder)  # and it did not block on the FIFO
+        verify_trust.read_report(folder)  # and it did not block on the FIFO
     link = tmp_path / "link"
     link.symlink_to(folder)
     with pytest.raises(VerifyError, match="symbolic link"):
-        verify.read_report(str(link))
+        verify_trust.read_report(str(link))
 
 
 def test_a_malformed_report_is_one_line_naming_the_field(tmp_path):
     doc = {"mode": "hang", "diagnoses": [{"kind": "worker_stuck"}], "job": {"launch": {"command": "python x.py"}}}
     with pytest.raises(VerifyError, match="malformed: job.launch.command is not a list"):
-        verify.origin_of(_report_folder(tmp_path, doc))
+        verify_trust.origin_of(_report_folder(tmp_path, doc))
     doc["job"]["launch"]["command"] = ["py\0thon"]
     with pytest.raises(VerifyError, match="NUL"):
-        verify.origin_of(_report_folder(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path, doc))
+        verify_trust.origin_of(_report_folder(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path, doc))
     with pytest.raises(VerifyError, match="remedy_apply"):
         bad = {"mode": "hang", "diagnoses": [{"kind": "k", "remedy_apply": 5}]}
-        verify.origin_of(_report_folder(tmp_path / "c" if (tmp_path / "c").mkdir() is None else tmp_path, bad))
+        verify_trust.origin_of(_report_folder(tmp_path / "c" if (tmp_path / "c").mkdir() is None else tmp_path, bad))
 
 
 def test_the_verify_folder_is_never_made_where_another_user_could_move_it(tmp_path):
@@ -391,16 +397,16 @@ def test_the_verify_folder_is_never_made_where_another_user_could_move_it(tmp_pa
     folder = shared / "20261202T000000Z-1"
     folder.mkdir()
     with pytest.raises(VerifyError, match="another user could move or replace"):
-        verify._verify_folder(str(folder))
+        verify_trust.verify_folder(str(folder))
     os.chmod(shared, 0o1777)  # sticky, as /tmp: others cannot rename what is ours
-    made = verify._verify_folder(str(folder))
+    made = verify_trust.verify_folder(str(folder))
     assert os.path.basename(made).startswith("verify-") and oct(os.stat(made).st_mode & 0o777) == "0o700"
-    assert verify._verify_folder(str(folder)) != made  # a folder made first by anyone is never reused
+    assert verify_trust.verify_folder(str(folder)) != made  # a folder made first by anyone is never reused
 
 
 def test_secret_named_variables_of_a_fix_are_redacted_where_they_are_shown():
-    shown = verify._shown(
-        verify.parse_fix(["env.AWS_SECRET_ACCESS_KEY=abcd1234abcd1234abcd1234", "env.OMP_NUM_THREADS=1"])
+    shown = verify_plan.fix_as_shown(
+        verify_plan.parse_fix(["env.AWS_SECRET_ACCESS_KEY=abcd1234abcd1234abcd1234", "env.OMP_NUM_THREADS=1"])
     )
     assert dict(shown.env) == {"AWS_SECRET_ACCESS_KEY": "<redacted>", "OMP_NUM_THREADS": "1"}
     assert "abcd1234" not in shown.describe()
@@ -418,24 +424,24 @@ def _job_folder(tmp_path, mode=0o755):
 def test_a_working_directory_or_command_file_another_user_can_change_is_refused(tmp_path):
     os.chmod(tmp_path, 0o755)
     job = _job_folder(tmp_path)
-    cwd = verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    cwd = verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
     assert cwd == os.path.realpath(job)
     os.chmod(job, 0o1777)  # sticky and world-writable, as /tmp: anyone can drop a json.py there
     with pytest.raises(VerifyError, match="writable by others"):
-        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
     os.chmod(job, 0o775)  # group-writable counts too
     with pytest.raises(VerifyError, match="writable by others"):
-        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
     os.chmod(job, 0o755)
     os.chmod(job / "train.py", 0o666)  # the script itself
     with pytest.raises(VerifyError, match="the command's file 'train.py'"):
-        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
     os.chmod(job / "train.py", 0o644)
     os.chmod(tmp_path, 0o777)  # a folder above it where others can rename the job's folder
     with pytest.raises(VerifyError, match="writable by others"):
-        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
     os.chmod(tmp_path, 0o1777)  # ... unless it is sticky: then they cannot
-    assert verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+    assert verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives a folder to another uid (needs root)")
@@ -444,7 +450,7 @@ def test_a_working_directory_of_another_user_is_refused(tmp_path):
     job = _job_folder(tmp_path)
     os.chown(job, 65534, 65534)  # nobody's, as a folder re-made by another user
     with pytest.raises(VerifyError, match="belongs to uid 65534"):
-        verify._check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
+        verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), ["python", "train.py"], False)
 
 
 def test_a_job_started_as_another_user_is_refused(tmp_path):
@@ -452,11 +458,13 @@ def test_a_job_started_as_another_user_is_refused(tmp_path):
     job = _job_folder(tmp_path)
     for changer in ("runuser", "/usr/sbin/runuser", "sudo", "setpriv"):
         with pytest.raises(VerifyError, match="as another user"):
-            verify._check_rerunnable(_origin(cwd=str(job), uid=None), [changer, "-u", "bob", "python"], False)
+            verify_trust.check_rerunnable(_origin(cwd=str(job), uid=None), [changer, "-u", "bob", "python"], False)
 
 
 def test_each_run_starts_dlwatch_isolated_from_the_jobs_folder_and_pythonpath():
-    argv = verify.run_argv("/v/settings.yaml", "/v/fixed-1", ["--stop-after-batches", "50"], ["python", "train.py"])
+    argv = verify_runs.run_argv(
+        "/v/settings.yaml", "/v/fixed-1", ["--stop-after-batches", "50"], ["python", "train.py"]
+    )
     assert argv[:5] == [__import__("sys").executable, "-I", "-m", "watchdog", "run"]
     assert argv[-3:] == ["--", "python", "train.py"] and "/v/fixed-1/run-summary.json" in argv
 
@@ -493,7 +501,7 @@ def test_a_run_that_failed_by_itself_before_its_first_batch_is_said_as_such_not_
     early = dataclasses.replace(
         _run(FIXED, "crashed", 0, kind="exit code 1", applied=False), error="FileNotFoundError: data/train.bin"
     )
-    v = verify.verdict(_origin(), _origin().fix, [_run(CONTROL, "hung", 37), early])
+    v = verify_verdict.verdict(_origin(), _origin().fix, [_run(CONTROL, "hung", 37), early])
     assert not v.holds and "fixed run 1 failed by itself before its first batch" in v.line
     assert "FileNotFoundError: data/train.bin" in v.line and "--all-loaders" not in v.line
 
@@ -525,14 +533,14 @@ def test_a_start_verify_cannot_reproduce_is_refused_or_said_before_any_run(tmp_p
     job = _job_folder(tmp_path)
     piped = _origin(cwd=str(job), uid=None, stdin="pipe")
     with pytest.raises(VerifyError, match="standard input from a pipe"):
-        verify._check_rerunnable(piped, ["python", "train.py"], False)
-    assert verify._check_rerunnable(piped, ["python", "train.py"], True)
+        verify_trust.check_rerunnable(piped, ["python", "train.py"], False)
+    assert verify_trust.check_rerunnable(piped, ["python", "train.py"], True)
     elsewhere = _origin(cwd=str(job), uid=None, mount_ns="mnt:[1]")
     with pytest.raises(VerifyError, match="another mount namespace"):
-        verify._check_rerunnable(elsewhere, ["python", "train.py"], False)
+        verify_trust.check_rerunnable(elsewhere, ["python", "train.py"], False)
     same = _origin(cwd=str(job), uid=None, mount_ns=launch.mount_ns(), cgroup=launch.cgroup(), stdin="null")
-    assert verify._check_rerunnable(same, ["python", "train.py"], False) and verify.differences(same) == []
-    said = verify.differences(_origin(stdin="terminal", cgroup="/other.slice/job"))
+    assert verify_trust.check_rerunnable(same, ["python", "train.py"], False) and verify_trust.differences(same) == []
+    said = verify_trust.differences(_origin(stdin="terminal", cgroup="/other.slice/job"))
     assert said[0] == "note: the original had a terminal on stdin; the runs get /dev/null"
     assert "cgroup /other.slice/job" in said[1] and "memory and pids limits may differ" in said[1]
 
@@ -587,20 +595,20 @@ def test_a_start_method_fix_for_a_loop_at_the_top_level_without_a_main_guard_is_
     )
     forkserver = Fix(loader=(("multiprocessing_context", "forkserver"),))
     origin = _origin(sites=(f"{bare}:3",), module_sites=(f"{bare}:3",))
-    why = verify.fix_cannot_apply(origin, forkserver)
+    why = verify_trust.fix_cannot_apply(origin, forkserver)
     assert why and f"top level of {bare}:3" in why and "worker_init_fn" in why
-    assert verify.fix_cannot_apply(origin, Fix(loader=(("num_workers", 0),))) is None  # no re-import: it can
-    assert verify.fix_cannot_apply(_origin(module_sites=(f"{guarded}:4",)), forkserver) is None
-    assert verify.fix_cannot_apply(_origin(module_sites=()), forkserver) is None  # in a function: main()
-    assert verify.fix_cannot_apply(_origin(module_sites=(f"{tmp_path}/gone.py:3",)), forkserver) is None
+    assert verify_trust.fix_cannot_apply(origin, Fix(loader=(("num_workers", 0),))) is None  # no re-import: it can
+    assert verify_trust.fix_cannot_apply(_origin(module_sites=(f"{guarded}:4",)), forkserver) is None
+    assert verify_trust.fix_cannot_apply(_origin(module_sites=()), forkserver) is None  # in a function: main()
+    assert verify_trust.fix_cannot_apply(_origin(module_sites=(f"{tmp_path}/gone.py:3",)), forkserver) is None
 
 
 def test_a_report_from_before_the_rename_gives_its_memory_read_interval_to_the_runs_and_never_its_alerts():
     old = _origin(settings={"full_info_interval_s": 2.0, "on_hang_exec": "page me", "exec_timeout_s": 5.0})
-    settings = verify._settings_for_runs(old)
+    settings = verify_plan.settings_for_runs(old)
     assert settings["memory_read_base_interval_s"] == 2.0 and "full_info_interval_s" not in settings
     new = _origin(settings={"memory_read_base_interval_s": 3.0, "alerts": {"on_hang_exec": "page me"}})
-    settings = verify._settings_for_runs(new)
+    settings = verify_plan.settings_for_runs(new)
     assert settings["memory_read_base_interval_s"] == 3.0
     assert "alerts" not in settings and "on_hang_exec" not in settings
 
@@ -618,17 +626,19 @@ def test_a_fixed_run_ended_by_a_suspected_stall_of_another_kind_is_inconclusive_
     # workers still starting). The code before said "the fix does not hold ... 1 failed (unknown)".
     control = [_run(CONTROL, "hung", 0, index=i) for i in (1, 2, 3)]
     fixed = [_run(FIXED, "ended", 48, index=1), _suspected(2), _run(FIXED, "ended", 48, index=3)]
-    v = verify.verdict(_origin(), _origin().fix, control + fixed)
+    v = verify_verdict.verdict(_origin(), _origin().fix, control + fixed)
     assert "does not hold" not in v.line and v.line.startswith("the fix holds (one-sided p=0.035)")
     assert "2/3 run(s) ran to their end" in v.line
     assert "1 fixed run(s) inconclusive: a suspected stall of another kind (unknown)" in v.line
     assert "(its report: /r/v/fixed-2/x-hang)" in v.line
     # one run fewer in the test: 3/3 against 0/2
-    assert v.holds and v.p_value == pytest.approx(verify.boschloo_one_sided(3, 3, 0, 2))
+    assert v.holds and v.p_value == pytest.approx(verify_verdict.boschloo_one_sided(3, 3, 0, 2))
     # two controls against one judged fixed run prove nothing, and say so without blaming the fix
-    v = verify.verdict(_origin(), _origin().fix, control[:2] + fixed[:2])
+    v = verify_verdict.verdict(_origin(), _origin().fix, control[:2] + fixed[:2])
     assert not v.holds and v.line.startswith("not proven (one-sided p=") and "inconclusive" in v.line
-    assert "suspected" in verify.table(control + fixed) and "hung (unknown, suspected)" in verify.table(fixed)
+    assert "suspected" in verify_verdict.table(control + fixed) and "hung (unknown, suspected)" in verify_verdict.table(
+        fixed
+    )
 
 
 def test_a_fixed_run_that_fails_as_the_report_did_or_proven_or_crashed_still_means_the_fix_does_not_hold():
@@ -640,16 +650,18 @@ def test_a_fixed_run_that_fails_as_the_report_did_or_proven_or_crashed_still_mea
         _suspected(3, certainty=""),  # a hang whose report says no certainty
         _suspected(3, kind="worker_start_failed", certainty="", outcome="crashed"),
     ):
-        v = verify.verdict(_origin(), _origin().fix, control + ended + [failed])
+        v = verify_verdict.verdict(_origin(), _origin().fix, control + ended + [failed])
         assert v.line.startswith("the fix does not hold") and "inconclusive" not in v.line, failed
     # a suspected stall of another kind in the control is no failure as the report did either
-    v = verify.verdict(_origin(), _origin().fix, [dataclasses.replace(_run(CONTROL, "hung", 0, "unknown"))] + ended[:1])
+    v = verify_verdict.verdict(
+        _origin(), _origin().fix, [dataclasses.replace(_run(CONTROL, "hung", 0, "unknown"))] + ended[:1]
+    )
     assert "did not hang as the report did" in v.line
 
 
 def test_fixed_runs_that_were_all_inconclusive_prove_nothing():
     control = [_run(CONTROL, "hung", 0, index=i) for i in (1, 2, 3)]
-    v = verify.verdict(_origin(), _origin().fix, control + [_suspected(i) for i in (1, 2, 3)])
+    v = verify_verdict.verdict(_origin(), _origin().fix, control + [_suspected(i) for i in (1, 2, 3)])
     assert not v.holds and v.line.startswith("not proven") and "no fixed run could be judged" in v.line
     assert "does not hold" not in v.line
 
@@ -658,6 +670,6 @@ def test_a_hang_reports_certainty_is_read_from_its_stall():
     proven = {"mode": "hang", "diagnoses": [{"kind": "x"}], "stall": {"certainty": "proven"}}
     suspected = {"mode": "hang", "diagnoses": [{"kind": "unknown"}], "stall": {"certainty": "suspected"}}
     warning = {"mode": "live", "diagnoses": [{"kind": "input_bound"}], "stall": None}
-    assert verify._certainty([warning, suspected]) == "suspected"
-    assert verify._certainty([proven]) == "proven"
-    assert verify._certainty([warning, {"mode": "hang", "stall": {"certainty": 3}}]) == ""
+    assert verify_verdict.certainty_of([warning, suspected]) == "suspected"
+    assert verify_verdict.certainty_of([proven]) == "proven"
+    assert verify_verdict.certainty_of([warning, {"mode": "hang", "stall": {"certainty": 3}}]) == ""
