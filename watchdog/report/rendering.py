@@ -62,7 +62,7 @@ def verify_flags(doc: dict) -> List[str]:
     ``prove:`` line works as printed: ``--all-loaders`` when the fix changes a DataLoader and the
     report names no site where main iterated one (no inside view); ``--yes`` when the job was
     watched by ``attach`` or read its stdin from a file, pipe or socket (verify refuses those
-    without it: :func:`watchdog.commands.verify._check_rerunnable`)."""
+    without it: :func:`watchdog.commands.verify_trust.check_rerunnable`)."""
     first = (doc.get("diagnoses") or [{}])[0]
     launch = (doc.get("job") or {}).get("launch") or {}
     main_pid = (doc.get("job") or {}).get("pid")
