@@ -673,3 +673,33 @@ def test_a_hang_reports_certainty_is_read_from_its_stall():
     assert verify_verdict.certainty_of([warning, suspected]) == "suspected"
     assert verify_verdict.certainty_of([proven]) == "proven"
     assert verify_verdict.certainty_of([warning, {"mode": "hang", "stall": {"certainty": 3}}]) == ""
+
+
+# What a module that does I/O imports or calls: files, processes, signals, limits, clocks.
+_IO_MODULES = {"os", "subprocess", "signal", "resource", "shutil", "tempfile", "time", "socket", "pwd", "stat"}
+_IO_CALLS = {"open", "print", "input"}
+
+
+def _io_in(source: str) -> list:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in _IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in _IO_MODULES:
+            found.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in ("verify_runs", "verify_trust"):
+            found.append(node.module)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _IO_CALLS:
+            found.append(node.func.id + "()")
+    return found
+
+
+def test_the_plan_and_the_verdict_are_pure():
+    """verify's plan and verdict read no file, start nothing and import neither its runner nor
+    its trust checks: they are judged on hand-built runs, as here."""
+    for module in (verify_plan, verify_verdict):
+        with open(module.__file__, encoding="utf-8") as f:
+            assert _io_in(f.read()) == [], module.__name__
+    assert _io_in("import os\nfrom .verify_runs import run_one\nopen('x')\n") == ["os", "verify_runs", "open()"]
