@@ -163,9 +163,7 @@ WAIT_OPS: Mapping[str, WaitOp] = {
     **dict.fromkeys(("accept", "accept4"), WaitOp.ACCEPT),
     "connect": WaitOp.CONNECT,
     **dict.fromkeys(("open", "openat", "creat", "openat2"), WaitOp.OPEN),
-    **dict.fromkeys(
-        ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2"), WaitOp.POLL
-    ),
+    **dict.fromkeys(("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2"), WaitOp.POLL),
     **dict.fromkeys(("futex", "futex_waitv"), WaitOp.FUTEX),
     **dict.fromkeys(("nanosleep", "clock_nanosleep"), WaitOp.SLEEP),
     **dict.fromkeys(("wait4", "waitid"), WaitOp.CHILD),
@@ -178,70 +176,6 @@ def wait_op(syscall: Optional[str]) -> WaitOp:
     """The operation of system call ``syscall`` (its name; ``None`` or an unknown name, such
     as a bare number, gives :attr:`WaitOp.OTHER`)."""
     return WAIT_OPS.get(syscall or "", WaitOp.OTHER)
-
-
-class FdKind(TextEnum):
-    """What a file descriptor's target (its ``/proc/PID/fd/N`` link, proc(5)) is, decoded once
-    by :meth:`FdTarget.decode`."""
-
-    PIPE = "pipe"
-    """``pipe:[INODE]``: an anonymous pipe (a FIFO opened by path reads as its path: FILE)."""
-    SOCKET = "socket"
-    """``socket:[INODE]``."""
-    FILE = "file"
-    """An absolute path outside ``/dev``, ``/proc`` and ``/sys``: a regular file, a folder, a
-    FIFO by name (``… (deleted)`` when unlinked)."""
-    DEVICE = "device"
-    """A path under ``/dev/`` (terminals ``/dev/pts/N`` and ``/dev/ttyN`` included, ``/dev/shm``
-    files too)."""
-    KERNEL = "kernel"
-    """A path under ``/proc/`` or ``/sys/``."""
-    ANON = "anon"
-    """``anon_inode:[eventfd]``, ``anon_inode:inotify``: a kernel object with no file."""
-    OTHER = "other"
-    """Anything else (``net:[N]``, ``mnt:[N]``, a relative text)."""
-
-
-@dataclass(frozen=True, **_SLOTS)
-class FdTarget:
-    """A file descriptor's target, decoded once where its link is read (``/proc/PID/fd/N``,
-    proc(5)): ``kind`` what it is, ``inode`` the number in ``pipe:[N]``/``socket:[N]`` (``None``
-    for the others), ``path`` the link's text as read, shown in reports unchanged."""
-
-    kind: FdKind
-    path: str
-    inode: Optional[int] = None
-
-    @classmethod
-    def decode(cls, text: str) -> "FdTarget":
-        """The record of link text ``text`` (``pipe:[123]``, ``socket:[45]``, ``/data/x.bin``,
-        ``/dev/pts/3``, ``anon_inode:[eventfd]``). Never raises: a malformed number gives
-        ``inode`` ``None`` and a text of no known shape :attr:`FdKind.OTHER`."""
-        for prefix, kind in (("pipe:[", FdKind.PIPE), ("socket:[", FdKind.SOCKET)):
-            if text.startswith(prefix):
-                number = text[len(prefix) : -1] if text.endswith("]") else ""
-                return cls(kind, text, int(number) if number.isdigit() else None)
-        if text.startswith("anon_inode:"):
-            return cls(FdKind.ANON, text)
-        if text.startswith("/dev/"):
-            return cls(FdKind.DEVICE, text)
-        if text.startswith(("/proc/", "/sys/")):
-            return cls(FdKind.KERNEL, text)
-        if text.startswith("/"):
-            return cls(FdKind.FILE, text)
-        return cls(FdKind.OTHER, text)
-
-    @property
-    def is_path(self) -> bool:
-        """Whether the target is a path in the file system (FILE, DEVICE, KERNEL)."""
-        return self.kind in (FdKind.FILE, FdKind.DEVICE, FdKind.KERNEL)
-
-    def __str__(self) -> str:
-        return self.path
-
-
-def _fd_target(value: "FdTarget | str") -> FdTarget:
-    return value if isinstance(value, FdTarget) else FdTarget.decode(value)
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -312,6 +246,54 @@ class FdKind(TextEnum):
     ANON = "anon_inode"  # eventfd, epoll, timerfd, …
     DEVICE = "device"  # /dev/… (a GPU, a terminal)
     OTHER = "other"
+    KERNEL = "kernel"  # /proc/… or /sys/… (FdTarget.decode only; the census counts these as FILE)
+
+
+@dataclass(frozen=True, **_SLOTS)
+class FdTarget:
+    """A file descriptor's target, decoded once where its link is read (``/proc/PID/fd/N``,
+    proc(5)): ``kind`` what it is, ``inode`` the number in ``pipe:[N]``/``socket:[N]`` (``None``
+    for the others), ``path`` the link's text as read, shown in reports unchanged."""
+
+    kind: FdKind
+    path: str
+    inode: Optional[int] = None
+
+    @classmethod
+    def decode(cls, text: str) -> "FdTarget":
+        """The record of link text ``text`` (``pipe:[123]``, ``socket:[45]``, ``/data/x.bin``,
+        ``/dev/pts/3``, ``/dev/shm/torch_1_2``, ``anon_inode:[eventfd]``; proc(5)). Never raises:
+        a malformed number gives ``inode`` ``None``, a text of no known shape
+        :attr:`FdKind.OTHER`. ``/dev/shm/…`` and ``/memfd:…`` are SHM, other ``/dev/…`` DEVICE,
+        ``/proc/…`` and ``/sys/…`` KERNEL, any other absolute path FILE."""
+        for prefix, kind in (("pipe:", FdKind.PIPE), ("socket:", FdKind.SOCKET)):
+            if text.startswith(prefix):
+                number = text[len(prefix) + 1 : -1] if text[len(prefix) : len(prefix) + 1] == "[" else ""
+                return cls(kind, text, int(number) if number.isdigit() and text.endswith("]") else None)
+        if text.startswith("anon_inode:"):
+            return cls(FdKind.ANON, text)
+        if text.startswith(("/dev/shm/", "/memfd:")):
+            return cls(FdKind.SHM, text)
+        if text.startswith("/dev/"):
+            return cls(FdKind.DEVICE, text)
+        if text.startswith(("/proc/", "/sys/")):
+            return cls(FdKind.KERNEL, text)
+        if text.startswith("/"):
+            return cls(FdKind.FILE, text)
+        return cls(FdKind.OTHER, text)
+
+    @property
+    def is_path(self) -> bool:
+        """Whether the target is an absolute path (FILE, SHM, DEVICE, KERNEL), as opposed to a
+        pipe, socket or anonymous inode."""
+        return self.kind in (FdKind.FILE, FdKind.SHM, FdKind.DEVICE, FdKind.KERNEL)
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def _fd_target(value: "FdTarget | str") -> FdTarget:
+    return value if isinstance(value, FdTarget) else FdTarget.decode(value)
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -1010,14 +992,21 @@ class LockFile:
 @dataclass(frozen=True)
 class PipeEnds:
     """Who holds each end of the pipes that waiting threads read or write: ``targets`` maps
-    ``(pid, fd)`` to the fd's target (``pipe:[123]``); ``readers``/``writers`` map a pipe to the
-    pids holding its read/write end. ``complete`` is False when some process's descriptors could
-    not be read (another user's): then no pipe wait can be part of a proof."""
+    ``(pid, fd)`` to the fd's target (:class:`FdTarget`, decoded from ``pipe:[123]``; link text
+    given here is decoded on construction); ``readers``/``writers`` map a pipe (its link text,
+    ``FdTarget.path``) to the pids holding its read/write end. ``complete`` is False when some
+    process's descriptors could not be read (another user's): then no pipe wait can be part of
+    a proof."""
 
-    targets: Mapping[Tuple[int, int], str]
+    targets: Mapping[Tuple[int, int], FdTarget]
     readers: Mapping[str, Tuple[int, ...]]
     writers: Mapping[str, Tuple[int, ...]]
     complete: bool
+
+    def __post_init__(self) -> None:
+        # Targets given as link text (older captures, hand-built records) are decoded here.
+        if any(not isinstance(t, FdTarget) for t in self.targets.values()):
+            object.__setattr__(self, "targets", {k: _fd_target(t) for k, t in self.targets.items()})
 
 
 @dataclass(frozen=True)
@@ -1530,10 +1519,11 @@ class Facts:
     (``ProcessSample.mapped_files``), ``(path, size, inode)`` when the report was made
     (``None``: gone).
     ``host_cpus`` is the number of online CPUs of the host. ``open_files`` maps a pid to the
-    targets of its file descriptors (``/proc/PID/fd``), read at report time. ``proof`` is set
+    targets of its file descriptors (``/proc/PID/fd``, :class:`FdTarget`), read at report time. ``proof`` is set
     when the hang is proven (NOTE [ Deadlock proof ]); ``assessment`` says why the stall was
     judged a hang. ``fd_targets`` maps ``(pid, fd)`` to the target of a descriptor a thread
-    waits on; ``pipe_readers``/``pipe_writers`` map a pipe to the pids holding its read/write
+    waits on (:class:`FdTarget`; both take link text too, decoded on construction);
+    ``pipe_readers``/``pipe_writers`` map a pipe (its link text) to the pids holding its read/write
     end; ``worker_start_ticks`` maps a worker pid to its start time in clock ticks since boot
     (``stat`` field 22).
     ``inside`` is the job's own record of its DataLoaders (``None``: no hook, ``dlwatch attach``
@@ -1572,10 +1562,10 @@ class Facts:
     exit_code: Optional[int] = None
     oom_kills: Optional[int] = None
     host_cpus: int = 1
-    open_files: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()
+    open_files: Tuple[Tuple[int, Tuple[FdTarget, ...]], ...] = ()
     proof: Optional[Proof] = None
     assessment: str = ""
-    fd_targets: Tuple[Tuple[Tuple[int, int], str], ...] = ()
+    fd_targets: Tuple[Tuple[Tuple[int, int], FdTarget], ...] = ()
     pipe_readers: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
     pipe_writers: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
     worker_start_ticks: Tuple[Tuple[int, int], ...] = ()
@@ -1592,6 +1582,16 @@ class Facts:
     task_limits: Tuple[Tuple[str, Optional[int]], ...] = ()
     file_systems: Tuple[Tuple[str, str, int, int], ...] = ()
     lock_files: Tuple[LockFile, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Descriptor targets given as link text (captured fixtures, hand-built facts) are
+        # decoded here, once: consumers read FdTarget records only.
+        if any(not isinstance(t, FdTarget) for _, t in self.fd_targets):
+            object.__setattr__(self, "fd_targets", tuple((k, _fd_target(t)) for k, t in self.fd_targets))
+        if any(not isinstance(t, FdTarget) for _, ts in self.open_files for t in ts):
+            object.__setattr__(
+                self, "open_files", tuple((pid, tuple(_fd_target(t) for t in ts)) for pid, ts in self.open_files)
+            )
 
     def detail(self, pid: int, tid: int) -> Optional[ThreadSample]:
         """The ``/proc`` details of thread ``tid`` of ``pid``, or ``None``."""

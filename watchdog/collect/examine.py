@@ -29,6 +29,8 @@ from ..types import (
     ROLE_OTHER,
     ROLE_WORKER,
     Evidence,
+    FdKind,
+    FdTarget,
     FileLock,
     KernelWait,
     LockFile,
@@ -89,10 +91,10 @@ def pipe_ends(details: Details) -> PipeEnds:
     for pid, threads in details.items():
         for d in threads:
             if d.wait is not None and d.wait.fd is not None:
-                target = procfs.fd_target(pid, d.wait.fd)
-                if target:
+                target = procfs.read_fd_target(pid, d.wait.fd)
+                if target is not None:
                     targets[(pid, d.wait.fd)] = target
-    pipes = {t for t in targets.values() if t.startswith("pipe:")}
+    pipes = {t.path for t in targets.values() if t.kind is FdKind.PIPE}
     if not pipes:
         return PipeEnds(targets, {}, {}, True)
     readers, writers, complete = procfs.pipe_holders(pipes)
@@ -220,7 +222,7 @@ class CloserLook:
 
     stacks: Mapping[int, ProcessStack]
     source_lines: Tuple[Tuple[Tuple[str, int], str], ...]
-    open_files: Tuple[Tuple[int, Tuple[str, ...]], ...]
+    open_files: Tuple[Tuple[int, Tuple[FdTarget, ...]], ...]
     file_locks: Tuple[FileLock, ...]
     chains: Tuple[Tuple[WaitLink, ...], ...]
     worker_start_ticks: Tuple[Tuple[int, int], ...]
@@ -303,7 +305,7 @@ def look_closer(
         sources.update(procfs.source_lines(pid, wanted))
     for pid, wanted in more_sources:
         sources.update(procfs.source_lines(pid, wanted))
-    open_files = tuple((pid, procfs.open_files(pid)) for pid in pids)
+    open_files = tuple((pid, procfs.open_targets(pid)) for pid in pids)
     return CloserLook(
         stacks=stacks,
         source_lines=tuple(sources.items()),
@@ -320,5 +322,5 @@ def look_closer(
             for d in evidence.stable.get(w.pid, ())
             if (path := procfs.opening_path(w.pid, d.wait)) is not None
         ),
-        lock_files=lockfiles.find(sample, open_files),
+        lock_files=lockfiles.find(sample, tuple((pid, tuple(t.path for t in ts)) for pid, ts in open_files)),
     )

@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Literal, NamedTuple, Optional, Sequence
 
 from .. import redact
 from ..errors import ProcAccessDenied, ProcError, ProcessGone
-from ..types import FdCensus, FdKind, FileLock, KernelWait, ThreadSample, WaitKind
+from ..types import FdCensus, FdKind, FdTarget, FileLock, KernelWait, ThreadSample, WaitKind
 from . import waits
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -809,6 +809,13 @@ def fd_target(pid: int, fd: int) -> Optional[str]:
         return None
 
 
+def read_fd_target(pid: int, fd: int) -> Optional[FdTarget]:
+    """The target of ``pid``'s descriptor ``fd``, decoded (:meth:`FdTarget.decode`), or
+    ``None`` when the link cannot be read."""
+    target = fd_target(pid, fd)
+    return FdTarget.decode(target) if target else None
+
+
 def _access_mode(pid: int, fd: str) -> Optional[int]:
     text = _read(f"/proc/{pid}/fdinfo/{fd}")
     for line in (text or "").splitlines():
@@ -1007,6 +1014,11 @@ def open_files(pid: int, limit: int = 256) -> Tuple[str, ...]:
     return tuple(out)
 
 
+def open_targets(pid: int, limit: int = 256) -> Tuple[FdTarget, ...]:
+    """:func:`open_files`, each target decoded (:meth:`FdTarget.decode`)."""
+    return tuple(FdTarget.decode(t) for t in open_files(pid, limit))
+
+
 # Which argument of a file-opening system call is its path (open(2), openat(2), openat2(2)).
 _PATH_ARGUMENT = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}
 PATH_MAX = 4096
@@ -1135,18 +1147,10 @@ def fd_kind(target: str) -> FdKind:
     """The :class:`~watchdog.types.FdKind` of one ``/proc/PID/fd/N`` link target (proc(5)):
     ``socket:[…]``, ``pipe:[…]``, ``anon_inode:…``, ``/memfd:…`` and ``/dev/shm/…`` (PyTorch's
     shared storages: ``file_descriptor`` strategy files unlinked at once, shown ``(deleted)``),
-    other ``/dev/…``, else a path (a regular file)."""
-    if target.startswith("socket:"):
-        return FdKind.SOCKET
-    if target.startswith("pipe:"):
-        return FdKind.PIPE
-    if target.startswith("anon_inode:"):
-        return FdKind.ANON
-    if target.startswith(("/dev/shm/", "/memfd:")):
-        return FdKind.SHM
-    if target.startswith("/dev/"):
-        return FdKind.DEVICE
-    return FdKind.FILE if target.startswith("/") else FdKind.OTHER
+    other ``/dev/…``, else a path (a regular file: ``/proc`` and ``/sys`` ones too). The one
+    decoder is :meth:`~watchdog.types.FdTarget.decode`."""
+    kind = FdTarget.decode(target).kind
+    return FdKind.FILE if kind is FdKind.KERNEL else kind
 
 
 def fd_census(pid: int, now: float, limit: int = 4096) -> Optional[FdCensus]:

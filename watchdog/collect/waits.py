@@ -25,7 +25,7 @@ from __future__ import annotations
 import platform
 from typing import Dict, Optional, Sequence
 
-from ..types import KernelWait, WaitKind
+from ..types import WAIT_OPS, KernelWait, WaitKind, WaitOp
 
 # System call numbers by architecture: arch/x86/entry/syscalls/syscall_64.tbl and
 # include/uapi/asm-generic/unistd.h (arm64 and other new architectures).
@@ -110,30 +110,20 @@ _FUTEX_WAIT_CMDS = {
     13: "FUTEX_LOCK_PI2",
 }
 
-_FD_CALLS = frozenset(
-    {
-        "read",
-        "write",
-        "pread64",
-        "pwrite64",
-        "readv",
-        "writev",
-        "recvfrom",
-        "recvmsg",
-        "sendto",
-        "sendmsg",
-        "accept",
-        "accept4",
-        "connect",
-    }
-)
-_OPEN_CALLS = frozenset({"open", "openat"})
+
+def _calls(*ops: WaitOp) -> frozenset:
+    return frozenset(name for name, op in WAIT_OPS.items() if op in ops)
+
+
+# The sets below come from the one table of system calls by operation (types.WAIT_OPS).
+_FD_CALLS = _calls(WaitOp.READ, WaitOp.WRITE, WaitOp.ACCEPT, WaitOp.CONNECT)
+_OPEN_CALLS = _calls(WaitOp.OPEN)
 # System calls that read or write a descriptor's data (a wait in one is woken by the other end).
-READ_CALLS = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg"})
-WRITE_CALLS = frozenset({"write", "writev", "pwrite64", "sendto", "sendmsg"})
+READ_CALLS = _calls(WaitOp.READ)
+WRITE_CALLS = _calls(WaitOp.WRITE)
 # flock(fd, LOCK_EX) and fcntl(fd, F_SETLKW/F_OFD_SETLKW, …): a wait for a lock that another
 # open file holds on the same file (flock(2), fcntl(2)); /proc/locks names the holder.
-LOCK_CALLS = frozenset({"flock", "fcntl"})
+LOCK_CALLS = _calls(WaitOp.LOCK)
 _SLEEP_CALLS = frozenset({"nanosleep", "clock_nanosleep"})
 _SIGNAL_CALLS = frozenset({"pause", "rt_sigsuspend"})
 

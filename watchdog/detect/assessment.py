@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Collection, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import frames, states
-from ..collect.waits import LOCK_CALLS
 from ..types import (
     LOADER_ROLES,
     ROLE_MAIN,
@@ -33,6 +32,7 @@ from ..types import (
     Trigger,
     VerdictKind,
     WaitKind,
+    WaitOp,
 )
 from .progress import BUSY_SHARE, POLL_WAKES_PER_S, RUNNABLE_SHARE, TRIGGER_BUSY, WORK_IO_BYTES_PER_S
 
@@ -400,12 +400,12 @@ def ended_feeder(sample: Sample, stall: Stall) -> Optional[str]:
 
 def _lock_waiters(sample: Sample, details: Mapping[int, Sequence[ThreadSample]]) -> Iterator[int]:
     """The pids, in order, of the job's loader processes (``LOADER_ROLES``) with a thread in
-    ``details`` waiting in ``flock``/``fcntl`` (``LOCK_CALLS``)."""
+    ``details`` waiting in ``flock``/``fcntl`` (:attr:`WaitOp.LOCK`)."""
     for pid, threads in sorted(details.items()):
         p = sample.process(pid)
         if p is None or p.role not in LOADER_ROLES:
             continue
-        if any(d.wait is not None and d.wait.syscall in LOCK_CALLS for d in threads):
+        if any(d.wait is not None and d.wait.op is WaitOp.LOCK for d in threads):
             yield pid
 
 

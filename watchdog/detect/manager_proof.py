@@ -71,7 +71,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import frames
-from ..collect.waits import READ_CALLS
 from ..types import (
     ROLE_MAIN,
     ROLE_WORKER,
@@ -85,16 +84,16 @@ from ..types import (
     ThreadSample,
     ThreadStack,
     WaitKind,
+    WaitOp,
 )
 
 MANAGERS_FILE = "multiprocessing/managers.py"
-_ACCEPT_CALLS = frozenset({"accept", "accept4"})
 _SERVER_FUNCS = frozenset({"serve_forever", "serve_client", "accepter"})
 
 
 def _untimed_read(d: ThreadSample) -> bool:
     w = d.wait
-    return w is not None and w.kind is WaitKind.FD and w.syscall in READ_CALLS
+    return w is not None and w.kind is WaitKind.FD and w.op is WaitOp.READ
 
 
 def _private_futex(d: ThreadSample) -> bool:
@@ -349,7 +348,7 @@ def closed_wait(reads: ManagerReads) -> Optional[ClosedWait]:
             frames.has_frame(t, frozenset({"accepter"}), MANAGERS_FILE)
             and d.wait is not None
             and d.wait.kind is WaitKind.FD
-            and d.wait.syscall in _ACCEPT_CALLS
+            and d.wait.op is WaitOp.ACCEPT
             and d.wait.fd in listeners.get(manager, ())
         ):
             links.append(

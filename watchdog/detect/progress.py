@@ -85,6 +85,7 @@ from ..types import (
     ThreadSample,
     Trigger,
     WaitKind,
+    WaitOp,
 )
 
 # Voluntary switches one periodic wake-up may cost (measured: ~3 under GIL contention); used
@@ -150,7 +151,7 @@ class _MainWait:
 def _may_be_inert(t: ThreadSample) -> bool:
     """A thread waiting in accept(2), as multiprocessing's resource-sharer thread does; frames
     decide at the examination whether it really is that thread."""
-    return t.wait is not None and t.wait.kind is WaitKind.FD and t.wait.syscall in ("accept", "accept4")
+    return t.wait is not None and t.wait.kind is WaitKind.FD and t.wait.op is WaitOp.ACCEPT
 
 
 def _io_of(p: ProcessSample) -> Optional[int]:
@@ -314,7 +315,7 @@ class ProgressTracker:
         # Running for an instant at a read, unreadable for one read, or resuming an interrupted
         # wait (restart_syscall(2), after py-spy's ptrace stop of an examination) leaves the
         # wait as it was: only a byte moved, CPU used or another wait of main's ends it.
-        neutral = w is not None and (w.kind in (WaitKind.RUNNING, WaitKind.UNKNOWN) or w.syscall == "restart_syscall")
+        neutral = w is not None and (w.kind in (WaitKind.RUNNING, WaitKind.UNKNOWN) or w.op is WaitOp.RESTART)
         waits = w is not None and (
             (states.may_be_loader_idle_poll(w) and self._trusted.get(key) != w.signature) or neutral
         )

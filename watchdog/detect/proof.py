@@ -53,11 +53,11 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .. import frames, states
-from ..collect.waits import LOCK_CALLS, READ_CALLS, WRITE_CALLS
 from ..types import (
     ROLE_MAIN,
     ROLE_STARTING,
     ROLE_WORKER,
+    FdKind,
     HangVerdict,
     LockHold,
     PipeEnds,
@@ -69,12 +69,10 @@ from ..types import (
     Stall,
     ThreadSample,
     WaitKind,
+    WaitOp,
 )
 
 # --- proofs ---------------------------------------------------------------------------------
-
-
-_READS, _WRITES = READ_CALLS, WRITE_CALLS
 
 
 def _link(pid: int, d: ThreadSample, why: str, name: Optional[str] = None) -> ProofLink:
@@ -127,14 +125,14 @@ def prove(
         w = d.wait
         if pipes is None or not pipes.complete or w is None or w.fd is None:
             return None
-        target = pipes.targets.get((pid, w.fd), "")
-        return target if target.startswith("pipe:") else None
+        target = pipes.targets.get((pid, w.fd))
+        return target.path if target is not None and target.kind is FdKind.PIPE else None
 
     def pipe_ends(pid: int, d: ThreadSample) -> Tuple[Optional[str], str, Tuple[int, ...]]:
         """The pipe a thread reads or writes, the end that could wake it (``write`` for a
         reader), and the pids that hold that end."""
         pipe = pipe_of(pid, d)
-        end = "write" if d.wait is not None and d.wait.syscall in _READS else "read"
+        end = "write" if d.wait is not None and d.wait.op is WaitOp.READ else "read"
         if pipes is None or pipe is None:
             return pipe, end, ()
         return pipe, end, (pipes.writers if end == "write" else pipes.readers).get(pipe, ())
@@ -142,7 +140,7 @@ def prove(
     def lock_of(pid: int, d: ThreadSample) -> Optional[LockHold]:
         """Who can release the file lock the thread waits for, when all of them are known."""
         w = d.wait
-        if lock_holds is None or w is None or w.syscall not in LOCK_CALLS or w.fd is None:
+        if lock_holds is None or w is None or w.op is not WaitOp.LOCK or w.fd is None:
             return None
         hold = lock_holds.get((pid, w.fd))
         return hold if hold is not None and hold.complete and hold.holders else None
@@ -176,7 +174,7 @@ def prove(
             continue
         if w.kind is WaitKind.FUTEX_PRIVATE or (w.kind is WaitKind.CHILD and children.get(pid)):
             candidates.add((pid, tid))
-        elif w.kind is WaitKind.FD and w.syscall in _READS | _WRITES and pipe_of(pid, d):
+        elif w.kind is WaitKind.FD and w.op in (WaitOp.READ, WaitOp.WRITE) and pipe_of(pid, d):
             candidates.add((pid, tid))
         elif w.kind is WaitKind.FD and lock_of(pid, d) is not None:
             candidates.add((pid, tid))
@@ -284,9 +282,7 @@ def lock_cycle(
     for pid in stuck:
         for d in details.get(pid, ()):
             w = d.wait
-            hold = (
-                lock_holds.get((pid, w.fd)) if w is not None and w.fd is not None and w.syscall in LOCK_CALLS else None
-            )
+            hold = lock_holds.get((pid, w.fd)) if w is not None and w.fd is not None and w.op is WaitOp.LOCK else None
             if hold is not None and hold.complete and hold.path not in [h.path for h in waits.get(pid, [])]:
                 waits.setdefault(pid, []).append(hold)
     if not waits:

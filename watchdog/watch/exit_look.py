@@ -23,6 +23,7 @@ from ..types import (
     SEVERITY_WARNING,
     Diagnosis,
     Facts,
+    FdTarget,
     InsideView,
     ProcId,
     Sample,
@@ -288,7 +289,7 @@ def exit_facts(
         )
         if crashed
         else (),
-        open_files=opened,
+        open_files=tuple((pid, tuple(map(FdTarget.decode, ts))) for pid, ts in opened),
         file_systems=figures,
     )
 

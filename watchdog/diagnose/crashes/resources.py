@@ -266,7 +266,7 @@ def disk_full(facts: Facts) -> Optional[Finding]:
             + f" has {_size(free)} free of {_size(size)} now (statvfs at diagnosis time)"
         )
     for pid, targets in facts.open_files[:2]:
-        regular = [t for t in targets if t.startswith("/") and not t.startswith(("/dev/", "/proc/", "/sys/"))]
+        regular = [t.path for t in targets if t.kind is FdKind.FILE]
         if regular:
             evidence.append(f"pid {pid}, still running, has open: {', '.join(regular[:5])} (/proc/{pid}/fd)")
     fs = next(((folder, free, size) for p, folder, free, size in figures if p in named), None)

@@ -8,7 +8,6 @@ import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 from ... import frames
-from ...collect.waits import LOCK_CALLS
 from ...states import Activity
 from ...types import (
     SEVERITY_HANG,
@@ -17,6 +16,7 @@ from ...types import (
     ProofKind,
     ThreadStack,
     WaitKind,
+    WaitOp,
 )
 from ..common import (
     DOC_MULTI_PROCESS_LOADING,
@@ -209,7 +209,7 @@ def file_lock_cycle(facts: Facts) -> Optional[str]:
 
 def _file_lock_wait(v: WorkerView) -> bool:
     w = v.loop_detail.wait if v.loop_detail is not None else None
-    return w is not None and w.syscall in LOCK_CALLS
+    return w is not None and w.op is WaitOp.LOCK
 
 
 def _file_lock_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], Optional[Frame]]]:
@@ -334,12 +334,11 @@ def _main_threads_chain(facts: Facts, pid: int) -> Tuple[List[str], Optional[Fra
         wait = detail.wait.detail if detail is not None and detail.wait is not None else "unknown wait"
         target = ""
         if detail is not None and detail.wait is not None and detail.wait.fd is not None:
-            pipe = dict(facts.fd_targets).get((pid, detail.wait.fd))
-            if pipe:
-                readers = dict(facts.pipe_readers).get(pipe, ())
-                target = (
-                    f"; fd {detail.wait.fd} is {pipe}, read only by pid(s) {', '.join(map(str, readers)) or 'none'}"
-                )
+            fd_target = dict(facts.fd_targets).get((pid, detail.wait.fd))
+            if fd_target is not None and fd_target.path:
+                readers = dict(facts.pipe_readers).get(fd_target.path, ())
+                held = ", ".join(map(str, readers)) or "none"
+                target = f"; fd {detail.wait.fd} is {fd_target.path}, read only by pid(s) {held}"
         doing = f"waits for {HOLDER_TEXT[holder]}, at" if holder in HOLDER_TEXT else "is at"
         at = describe(facts, pid, top) + (
             f", called from {describe(facts, pid, user)}" if user is not None and user is not top else ""

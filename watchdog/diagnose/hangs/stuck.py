@@ -16,12 +16,15 @@ from ...types import (
     SEVERITY_HANG,
     ExitRecord,
     Facts,
+    FdKind,
+    FdTarget,
     Frame,
     LinkKind,
     ProcessSample,
     ProcId,
     ProofKind,
     WaitKind,
+    WaitOp,
 )
 from .. import ended as ended_mod
 from ..common import (
@@ -55,7 +58,7 @@ def _thread_wchan_family(facts: Facts, pid: int, tid: int) -> Optional[str]:
     return frames.wchan_family(d.wchan if d else None)
 
 
-def _fd_target(facts: Facts, v: WorkerView) -> Optional[str]:
+def _fd_target(facts: Facts, v: WorkerView) -> Optional[FdTarget]:
     w = v.loop_detail.wait if v.loop_detail is not None else None
     if w is None or w.fd is None:
         return None
@@ -67,8 +70,9 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         return None
     tid = v.loop.tid if v.loop is not None else v.pid
     family = _thread_wchan_family(facts, v.pid, tid)
-    target = _fd_target(facts, v) or ""
-    if target.startswith("socket:") or (v.loop is not None and frames.waits_on_mp_queue(v.loop)):
+    target = _fd_target(facts, v)
+    kind = target.kind if target is not None else None
+    if kind is FdKind.SOCKET or (v.loop is not None and frames.waits_on_mp_queue(v.loop)):
         return None  # a socket's peer, or a multiprocessing queue's feeder, is another process: worker_stuck
     # The loop thread's wait: set whenever the activity is FD_WAIT or the wait's fd has a target.
     wait = v.loop_detail.wait if v.loop_detail is not None else None
@@ -77,7 +81,11 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         or family in frames.IO_WCHAN_FAMILIES
         or (
             v.activity is Activity.FD_WAIT
-            and (target.startswith(("pipe:", "/")) or (wait is not None and wait.syscall in ("open", "openat")))
+            and (
+                kind is FdKind.PIPE
+                or (target is not None and target.is_path)
+                or (wait is not None and wait.op is WaitOp.OPEN)
+            )
         )
     )
     if not in_kernel_io:
@@ -89,12 +97,12 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
     if opening:
         fifo = " (a FIFO: open blocks until another process opens it for writing)" if family == "fifo_open" else ""
         lines.append(f"worker pid {v.pid}: it is opening {opening[0]}{fifo}")
-    if target and wait is not None:
-        lines.append(f"worker pid {v.pid}: it waits on fd {wait.fd}, which is {target}")
-        if target.startswith("pipe:"):
-            readers = dict(facts.pipe_readers).get(target, ())
-            writers = dict(facts.pipe_writers).get(target, ())
-            writing = wait.syscall in ("write", "writev", "sendto", "sendmsg", "pwrite64")
+    if target is not None and target.path and wait is not None:
+        lines.append(f"worker pid {v.pid}: it waits on fd {wait.fd}, which is {target.path}")
+        if target.kind is FdKind.PIPE:
+            readers = dict(facts.pipe_readers).get(target.path, ())
+            writers = dict(facts.pipe_writers).get(target.path, ())
+            writing = wait.op is WaitOp.WRITE
             others = [p for p in (readers if writing else writers) if p != v.pid]
             roles = {p.pid: p.role for p in facts.sample.processes}
             held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in others)
@@ -111,7 +119,7 @@ def _blocked_io_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[s
         lines.append(f"worker pid {v.pid}: no stack (py-spy unavailable)")
     lines += _chain_lines(facts, v.pid)
     files = dict(facts.open_files).get(v.pid, ())
-    regular = [f for f in files if f.startswith("/") and not f.startswith(("/dev/", "/proc/"))]
+    regular = [f.path for f in files if f.kind is FdKind.FILE]
     lines.append(
         f"worker pid {v.pid}: {quiet_text(facts, v.pid)}; open files: "
         f"{', '.join(regular[:8]) or 'none besides pipes and sockets'}"
@@ -138,12 +146,10 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
     if end is not None:
         return end
     views = [v for v in worker_views(facts) if v.pid in pids]
-    targets = [_fd_target(facts, v) or "" for v in views]
-    if any(t.startswith("pipe:") for t in targets):
+    targets = [_fd_target(facts, v) for v in views]
+    if any(t is not None and t.kind is FdKind.PIPE for t in targets):
         writing = any(
-            v.loop_detail is not None
-            and v.loop_detail.wait is not None
-            and v.loop_detail.wait.syscall in ("write", "writev")
+            v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.op is WaitOp.WRITE
             for v in views
         )
         if writing:
@@ -154,9 +160,7 @@ def _io_remedy(facts: Facts, pids: Tuple[int, ...]) -> str:
             )
         return "Nothing writes to the pipe this worker reads: check the process meant to feed it; read with a timeout."
     if any(
-        v.loop_detail is not None
-        and v.loop_detail.wait is not None
-        and v.loop_detail.wait.syscall in ("open", "openat")
+        v.loop_detail is not None and v.loop_detail.wait is not None and v.loop_detail.wait.op is WaitOp.OPEN
         for v in views
     ):
         paths = sorted({path for pid, _, path in facts.opening if pid in pids})
@@ -310,12 +314,12 @@ def _stuck_hit(facts: Facts, v: WorkerView) -> Optional[Tuple[float, List[str], 
                     f"{server} answers it)"
                 )
             elif frames.waits_on_mp_queue(v.loop):
-                writers = [p for p in dict(facts.pipe_writers).get(target or "", ()) if p != v.pid]
+                writers = [p for p in dict(facts.pipe_writers).get(target.path if target else "", ()) if p != v.pid]
                 doing = "waiting on a multiprocessing queue that no process feeds" + (
                     f" (its pipe's write end is held by pid(s) {', '.join(map(str, writers))})" if writers else ""
                 )
-            elif target:
-                doing += f" ({target})"
+            elif target is not None and target.path:
+                doing += f" ({target.path})"
             poll = polling_of(facts, v.pid)
             if poll is not None:
                 doing = f"polls (the same line in two stacks {poll.gap_s:g} s apart, {poll.wakes} wake-ups between)"
@@ -432,8 +436,12 @@ def _shared_wait_remedy(facts: Facts, views: List[WorkerView]) -> str:
         if manager is not None:
             return _manager_remedy(facts, manager, at)
         if frames.waits_on_mp_queue(v.loop):
-            target = _fd_target(facts, v) or ""
-            writers = [p for p in dict(facts.pipe_writers).get(target, ()) if p not in {w.pid for w in views}]
+            target = _fd_target(facts, v)
+            writers = [
+                p
+                for p in dict(facts.pipe_writers).get(target.path if target else "", ())
+                if p not in {w.pid for w in views}
+            ]
             roles = {p.pid: p.role for p in facts.sample.processes}
             held = ", ".join(f"{p} ({roles.get(p, 'outside the job')})" for p in writers)
             who = f": its write end is held by pid(s) {held}, and none of them puts" if held else ""
