@@ -5,7 +5,7 @@ holds it: leaves → collect → detect → diagnose → report → watch → co
 
     commands/  cli (the parser, ``dlwatch run|attach|dump|status|show|reports``), verify,
      │         cluster: what a user runs
-    watch/     node_loop.JobWatcher (one Watcher per rank, all stepped by one loop, each
+    watch/     node_loop.NodeLoop (one Watcher per rank, all stepped by one loop, each
      │         examination in a thread of its own); watcher.Watcher: every interval_s one
      │         tick; a due stall goes to hang_episodes (examine -> decide -> hang_look: closer
      │         look, Facts -> publish: write + alert -> act); exit_look: the job's end;

@@ -42,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .commands.cluster import cmd_cluster
 
         return cmd_cluster(args)
-    from .watch.watcher import log
+    from .watch.job import log
 
     if args.command == "verify":
         from .commands.common import print_text

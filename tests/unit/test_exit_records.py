@@ -13,6 +13,7 @@ import time
 import pytest
 
 from watchdog.collect import procfs
+from watchdog.collect.read_plan import ReadPlan
 from watchdog.collect.sampler import Sampler
 from watchdog.types import NO_EXIT_RECORD, ROLE_OTHER, ExitRecord
 
@@ -74,7 +75,7 @@ def test_a_zombie_keeps_its_exit_code_or_signal_and_a_reaped_helper_has_no_recor
         assert r.ppid == proc.pid and r.last_seen_mono <= r.ended_mono and r.ended_wall > 0
     again = sampler.sample()
     assert again.exits is later.exits  # nothing else ended: the same tuple, no new record
-    assert sampler.sample(lean=True).exits == later.exits
+    assert sampler.sample(ReadPlan(lean=True)).exits == later.exits
 
 
 def test_an_exit_status_is_trusted_only_with_the_access_the_kernel_asks():

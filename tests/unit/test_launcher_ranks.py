@@ -12,6 +12,7 @@ from watchdog.collect.discovery import (
     derive_rank,
     relaunched,
 )
+from watchdog.types import RankId
 from watchdog.watch.node_loop import describe_rank
 
 
@@ -67,10 +68,10 @@ def test_a_script_started_again_as_lightning_does_is_numbered_by_node_and_local_
 
 
 def test_the_log_says_where_a_rank_came_from_and_a_helper_is_no_rank():
-    assert describe_rank({"RANK": "1", "WORLD_SIZE": "2"}, 42) == "rank 1 of 2 (pid 42)"
-    slurm = describe_rank({"RANK": "1", "WORLD_SIZE": "2", "RANK_SOURCE": SOURCE_SLURM}, 42)
+    assert describe_rank(RankId.of({"RANK": "1", "WORLD_SIZE": "2"}), 42) == "rank 1 of 2 (pid 42)"
+    slurm = describe_rank(RankId.of({"RANK": "1", "WORLD_SIZE": "2", "RANK_SOURCE": SOURCE_SLURM}), 42)
     assert slurm.startswith("rank 1 of 2 (pid 42; from SLURM_PROCID")
     from watchdog.collect.discovery import SOURCE_HELPER
 
-    helper = describe_rank({"RANK": "child42", "RANK_SOURCE": SOURCE_HELPER}, 42)
+    helper = describe_rank(RankId.of({"RANK": "child42", "RANK_SOURCE": SOURCE_HELPER}), 42)
     assert helper.startswith("process 42 (") and "rank" not in helper.split("(")[0]

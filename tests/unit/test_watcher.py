@@ -1,6 +1,6 @@
 """The watch loop's public face, on this test process itself (nothing is started): what
 other threads read of a watcher (:meth:`Watcher.status`), and the roles and examination
-switch a job-level watcher sets (:meth:`Watcher.set_roles`)."""
+switch a job-level watcher is given by its node loop (:meth:`Sampler.set_roles`)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ import threading
 import time
 
 from watchdog import config
-from watchdog.types import ROLE_LAUNCHER, WatcherStatus
+from watchdog.types import ROLE_LAUNCHER, RankId, WatcherStatus
+from watchdog.watch.job import WatchedJob
 from watchdog.watch.wake import Waker
 from watchdog.watch.watcher import Watcher
 
 
-def _watcher(**kw) -> Watcher:
-    return Watcher(config.Config(), os.getpid(), None, lambda: False, **kw)
+def _job(inside=None) -> WatchedJob:
+    return WatchedJob(os.getpid(), None, lambda: False, inside=inside)
+
+
+def _watcher(inside=None, rank=None, **kw) -> Watcher:
+    return Watcher(config.Config(), _job(inside), RankId.of(rank) if rank else None, **kw)
 
 
 def test_the_status_is_a_frozen_snapshot_replaced_at_each_tick():
@@ -33,7 +38,8 @@ def test_the_status_is_a_frozen_snapshot_replaced_at_each_tick():
 
 def test_roles_set_from_outside_name_processes_in_the_next_sample_and_examination_can_be_turned_off():
     w = _watcher()
-    w.set_roles({os.getpid(): ROLE_LAUNCHER}, examine=False)
+    w.sampler.set_roles({os.getpid(): ROLE_LAUNCHER})
+    w.examine = False
     w.step()
     main = w.status().sample.main
     assert main is not None and main.role is ROLE_LAUNCHER and not w.examine
@@ -43,7 +49,7 @@ def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node
     # NOTE [ One loop for the node ]: a rank's due examination starts once its tick is over,
     # in a thread of its own; the job's loop does not step that rank until it is over.
     from watchdog.types import ProcId
-    from watchdog.watch.node_loop import JobWatcher
+    from watchdog.watch.node_loop import NodeLoop
 
     w = _watcher(examine_apart=True, rank={"RANK": "1"})
     w.step()
@@ -56,8 +62,8 @@ def test_an_examination_apart_runs_after_the_tick_in_its_own_thread_and_the_node
         w.hangs.last_kind, w.hangs.in_loader = "fork_inherited_lock", True  # as a report sets them
 
     w.hangs.examine = examine
-    w._due_examination = (sample, w.tracker.stall(sample))
-    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    w._apart.due = (sample, w.tracker.stall(sample))
+    job = NodeLoop(config.Config(), _job(), Waker())
     job.ranks[ProcId(os.getpid(), 1)] = w
     stepped = []
     real_step = w.step
@@ -111,7 +117,7 @@ def test_threads_are_asked_for_while_the_tree_keeps_half_its_usable_cpus_busy():
     # workers pinned to 2 CPUs used 6 s (0.3 of them: no thread reads while batches flow) or
     # 12 s of CPU (0.6: threads read, cpu_oversubscribed may need them).
     from tests.unit.builders import proc, sample, thread
-    from watchdog.collect.sampler import cpu_share
+    from watchdog.collect.read_plan import PlanState, after_sample, cpu_share
     from watchdog.types import ROLE_MAIN, ROLE_WORKER
 
     def at(t, cpu_each):
@@ -121,11 +127,13 @@ def test_threads_are_asked_for_while_the_tree_keeps_half_its_usable_cpus_busy():
             + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each) for p in (11, 12)],
         )
 
-    w = _watcher()
+    def busy(before, after):
+        return after_sample(after_sample(PlanState(), before, 64), after, 64).cpu_busy
+
     assert cpu_share(at(0.0, 0.0), at(10.0, 2.0), 2.0) == 0.3
-    assert not w._cpu_busy_since(at(0.0, 0.0), at(10.0, 2.0))
-    assert w._cpu_busy_since(at(0.0, 0.0), at(10.0, 4.0))
-    assert w._cpu_busy_since(None, at(10.0, 0.0))  # unknown: threads are read
+    assert not busy(at(0.0, 0.0), at(10.0, 2.0))
+    assert busy(at(0.0, 0.0), at(10.0, 4.0))
+    assert after_sample(PlanState(), at(10.0, 0.0), 64).cpu_busy  # unknown: threads are read
     assert cpu_share(at(0.0, 0.0), at(0.05, 1.0), 2.0) is None  # too close to measure
 
 
@@ -152,18 +160,18 @@ def test_a_lean_tick_reads_the_workers_counts_only_when_no_batch_reached_main(tm
             fmt.FETCH.pack_into(buf, 0, count, 1_000_000_000)
             buf.close()
 
-    w = _watcher(inside=inside.InsideReader(str(tmp_path)))
+    s = _watcher(inside=inside.InsideReader(str(tmp_path))).sampler.views
     now = sample(1.0, [proc(os.getpid(), ROLE_MAIN, [thread(os.getpid())]), proc(worker, ROLE_WORKER, [], "fork")])
     fetched(1)
-    first = w._inside_view([os.getpid(), worker], forks=False)  # a full read lists the folder
+    first = s.read([os.getpid(), worker], forks=False)  # a full read lists the folder
     assert first.loaders and first.fetches[0].samples == 1
-    w.timeline.append(dataclasses.replace(now, loaders=first.loaders, fetches=first.fetches))
+    s._view_sample = dataclasses.replace(now, loaders=first.loaders, fetches=first.fetches)
     slot.delivered()
     fetched(2)
-    moved = w._counters_view(now, os.getpid())
+    moved = s.counters_view(now)
     assert moved.loaders[0].batches == 1 and moved.fetches is first.fetches  # not read
-    w.timeline.append(dataclasses.replace(now, loaders=moved.loaders, fetches=moved.fetches))
-    still = w._counters_view(now, os.getpid())
+    s._view_sample = dataclasses.replace(now, loaders=moved.loaders, fetches=moved.fetches)
+    still = s.counters_view(now)
     assert still.loaders[0].batches == 1 and still.fetches[0].samples == 2  # read
 
 
@@ -173,7 +181,7 @@ def test_a_job_level_sample_reads_no_inside_view_of_the_ranks_it_borrowed_but_ta
     # and the folder is read for the other processes only.
     from watchdog.collect import inside
     from watchdog.types import InsideView, ProcId, WorkerFetch
-    from watchdog.watch.node_loop import JobWatcher
+    from watchdog.watch.node_loop import NodeLoop
 
     asked = []
 
@@ -190,14 +198,15 @@ def test_a_job_level_sample_reads_no_inside_view_of_the_ranks_it_borrowed_but_ta
     rank._status = dataclasses.replace(
         rank.status(), sample=dataclasses.replace(rank.status().sample, loaders=(loader,), fetches=())
     )
-    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker(), inside=Reader(str(tmp_path)))
+    job = NodeLoop(config.Config(), _job(Reader(str(tmp_path))), Waker())
     job.ranks[ProcId(os.getpid(), 1)] = rank
     assert job._borrowed_view({os.getpid()}) == ((loader,), ())
     assert job._borrowed_view({4_000_002}) == ((), ())
     sample = rank.status().sample
     launcher = dataclasses.replace(sample.main, pid=4_000_002)
-    job.job.sampler._borrowed = (sample.main,)
-    view = job.job._full_view(dataclasses.replace(sample, processes=(launcher, sample.main)))
+    view = job.job.sampler.views.full_view(
+        dataclasses.replace(sample, processes=(launcher, sample.main)), {os.getpid()}
+    )
     assert asked == [[4_000_002]]  # the launcher's files only
     assert view.loaders == (loader,) and view.fetches == (WorkerFetch(11, 3, None),)
 
@@ -211,7 +220,7 @@ def test_a_rank_whose_tick_blocks_is_left_to_it_and_the_other_ranks_are_still_st
     from watchdog.watch import node_loop as ranks
 
     monkeypatch.setattr(ranks, "_STEP_WAIT_S", 0.3)
-    job = ranks.JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    job = ranks.NodeLoop(config.Config(), _job(), Waker())
     stuck, other = _watcher(rank={"RANK": "0"}), _watcher(rank={"RANK": "1"})
     release, steps = threading.Event(), {"stuck": 0, "other": 0}
 
@@ -242,9 +251,9 @@ def test_the_tree_ranks_are_looked_for_in_changes_when_a_launchers_child_runs_th
     # A launcher's child forked before it exec'd the rank's program has the launcher's name
     # (both "python") and no RANK yet: its new command line alone must make the ranks be looked
     # for again, or the rank goes unwatched until the next look (30 s: a short job's whole life).
-    from watchdog.watch.node_loop import JobWatcher
+    from watchdog.watch.node_loop import NodeLoop
 
-    job = JobWatcher(config.Config(), os.getpid(), None, lambda: False, Waker())
+    job = NodeLoop(config.Config(), _job(), Waker())
     job.job.step()
     before = job._tree_now()
     sample = job.job.status().sample

@@ -1,6 +1,6 @@
 """The I/O of an examination: everything read from the job when a stall comes due, and the
 closer look taken once it is judged a hang. Reads and dumps only; what they mean is decided by
-:meth:`watchdog.detect.Episode.conclude` (NOTE [ Escalation ladder ] in watch/watcher.py).
+:meth:`watchdog.detect.Episode.conclude` (NOTE [ Escalation ladder ] in watch/hang_episodes.py).
 
 Two looks, both bounded by one deadline (``time.monotonic()`` seconds):
 

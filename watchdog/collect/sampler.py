@@ -33,12 +33,14 @@ Documentation/filesystems/proc.rst):
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
   kernel walks its page tables), the map count and the mapped data files: when, decided by
   :func:`watchdog.collect.memory_plan.due` from the last reads.
-* Lean samples (NOTE [ Lean ticks ] in ``watchdog/watch/watcher.py``): while the inside view shows the
-  loader delivering, the watcher asks for ``sample(lean=True)``: three reads (main's main
-  thread's children, ``/dev/shm``, the host's available memory) and the last sample's
-  processes again, the same objects; a full sample when main's children changed, at least
-  every ``min(warning_interval_s, stall_timeout_s / 2)`` and at the first tick that delivered
-  nothing.
+* Lean samples (NOTE [ Lean ticks ] in ``watchdog/collect/read_plan.py``): while the inside
+  view shows the loader delivering, the read plan asks for a lean one (``ReadPlan.lean``):
+  three reads (main's main thread's children, ``/dev/shm``, the host's available memory) and
+  the last sample's processes again, the same objects; a full sample when main's children
+  changed.
+* The inside view (``ReadPlan.inside``): every process's records at a full sample, main's
+  counters first at a lean one; the processes borrowed from the ranks' samplers are not read
+  again (``NodeShare``).
 
 NOTE [ Exit records ]
 A wait that only a process of the job could end (a producer that writes a marker, a Manager
@@ -58,19 +60,20 @@ NOTE [ Thread reads ]
 Per-thread counters and waits are what judges a stall: which thread waits where, whether it
 woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect/``). While
 the inside view shows main receiving batches, there is no stall to judge: a full sample then
-reads no thread (``sample(threads=False)``, the watcher's choice: it asks for threads at the
-first tick that counted no batch, so a stall is judged from per-thread reads as before, and
+reads no thread (``ReadPlan.threads`` false, the read plan's choice: it asks for threads at
+the first tick that counted no batch, so a stall is judged from per-thread reads as before, and
 always without the inside view). The one rule that reads threads while batches flow,
 ``cpu_oversubscribed`` (more runnable threads than usable CPUs), needs CPUs kept busy by the
-tree's threads: the watcher also asks for threads while the tree used at least
-``THREADS_CPU_SHARE`` of its usable CPUs between its last two full samples
-(:func:`cpu_share`). Each thread read costs two ``/proc`` reads; a rank of 1 + 8 processes
-runs 30 to 40 threads. Without thread reads, which thread forked is not known either: a walk
-then reads each process's main thread's children (where PyTorch forks its workers) and keeps
-the children the last walk found (so does every walk for a process whose threads are never
-read: the launcher, a process of another role); every thread's children are read at the walk of all of them
-(every ``_ALL_CHILDREN_EVERY_S``, and after a process of the tree ended), so a child forked by
-another thread while batches flow is seen within that time, and at once when they stop.
+tree's threads: the plan also asks for threads while the tree used at least
+``THREADS_CPU_SHARE`` of its usable CPUs between its last two full samples, and at least every
+``stall_timeout_s / 4`` (:mod:`watchdog.collect.read_plan`). Each thread read costs two
+``/proc`` reads; a rank of 1 + 8 processes runs 30 to 40 threads. Without thread reads,
+which thread forked is not known either: a walk then reads each process's main thread's
+children (where PyTorch forks its workers) and keeps the children the last walk found (so does
+every walk for a process whose threads are never read: the launcher, a process of another
+role); every thread's children are read at the walk of all of them (every
+``_ALL_CHILDREN_EVERY_S``, and after a process of the tree ended), so a child forked by another
+thread while batches flow is seen within that time, and at once when they stop.
 
 Costs measured on the development machine (a 2-vCPU VM shared with other jobs; Linux 6.18,
 torch 2.13): a ``/proc`` read 4–8 µs hot, but 10–20 times more for the first reads after the
@@ -85,7 +88,7 @@ import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import psutil
@@ -106,8 +109,11 @@ from ..types import (
     Sample,
 )
 from . import cgroup, discovery, memory_plan, procfs
+from .inside import InsideReader
 from .memory_plan import ANON_WINDOW, MemoryRead, MemoryReadBudget, memory_short
 from .node import NodeReads
+from .read_plan import PROCESSES, ReadPlan
+from .tick_view import TickViews
 
 # State letters kept as they are (psutil's statuses, mapped back); any other letter is "?".
 _STATES = frozenset("RSDTtZXI")
@@ -119,26 +125,6 @@ _MAX_MAP_COUNT_EVERY_S = 60.0
 # Seconds between walks that read every thread's children file, ran or not (a bound on how long
 # an orphan adopted by a subreaper thread of the job could go unseen; see Sampler.sample).
 _ALL_CHILDREN_EVERY_S = 30.0
-# NOTE [ Thread reads ]: while batches flow, threads are read only while the tree used this
-# share of its usable CPUs or more. cpu_oversubscribed (watchdog/diagnose/live.py) needs more
-# runnable threads than 1.5 x the usable CPUs: they keep the CPUs busy, so the tree uses about
-# all of them (less only where other processes take CPUs from the same set).
-THREADS_CPU_SHARE = 0.5
-
-
-def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[float]:
-    """The share of ``usable_cpus`` (CPUs, > 0) the processes of ``after`` used since
-    ``before`` (two full samples, ``before`` older): the CPU seconds each process present in
-    both gained (``stat`` utime + stime, every thread's), over the seconds between them and
-    ``usable_cpus``; ``None`` when they are not at least 0.1 s apart."""
-    span = after.t_mono - before.t_mono
-    if span < 0.1 or usable_cpus <= 0:
-        return None
-    was = {p.ident: p.cpu_s for p in before.processes}
-    used = sum(max(0.0, p.cpu_s - was[p.ident]) for p in after.processes if p.ident in was)
-    return used / span / usable_cpus
-
-
 # A process past this share of RLIMIT_NOFILE gets its descriptors counted by kind, at most
 # every FD_CENSUS_INTERVAL_S seconds.
 FD_CENSUS_SHARE = 0.5
@@ -189,6 +175,36 @@ class _Known:
     settled: bool = False
 
 
+def _no_borrow(key: ProcId) -> Optional[Tuple[ProcessSample, ...]]:
+    return None
+
+
+def _no_borrowed_view(pids: Set[int]) -> Tuple[tuple, tuple]:
+    return (), ()
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """What the samplers of one node's ranks share, given at construction (NOTE [ Node reads ]
+    in watchdog/collect/node.py; NOTE [ One loop for the node ] in watchdog/watch/node_loop.py).
+
+    Attributes:
+        reads: the node's readings (``/dev/shm``, memory, the memory cgroup, the last pid).
+        memory_budget: the budget of memory reads the ranks' samplers share (``None``: only
+            a sampler's own per-call budget).
+        borrow: a process of the tree that another sampler watches as its main (a rank) ->
+            that sampler's latest processes, main first, or ``None`` (walked): the job-level
+            sampler's, so that every process of the node is read once a tick.
+        borrowed_view: ``(loaders, fetches)`` of borrowed pids from their ranks' latest
+            samples, for the inside view.
+    """
+
+    reads: NodeReads = field(default_factory=NodeReads)
+    memory_budget: Optional[MemoryReadBudget] = None
+    borrow: Callable[[ProcId], Optional[Tuple[ProcessSample, ...]]] = _no_borrow
+    borrowed_view: Callable[[Set[int]], Tuple[tuple, tuple]] = _no_borrowed_view
+
+
 def _name(comm: str, cmdline: Tuple[str, ...]) -> str:
     """psutil's process name: the comm, or the command's base name when the comm is cut at 15
     bytes and the base name starts with it."""
@@ -210,13 +226,32 @@ class Sampler:
         root_pid: the job's root process (``dlwatch run``'s child, or ``attach``'s PID).
         full_info_interval_s: seconds between USS/PSS reads of one process while its memory
             moves (:meth:`_due_full_info`).
+        inside: the reader of the job's own DataLoader records, read with a sample whose plan
+            asks (``ReadPlan.inside``); ``None``: no inside view.
+        share: what this sampler shares with the other samplers of a node (:class:`NodeShare`);
+            ``None``: its own readings.
+        on_error: told ``where`` after an unexpected exception in a read that the sample goes
+            on without (the inside view), from within the ``except`` block.
         clock: ``time.time`` (seconds since the epoch), for the ages that roles depend on.
     """
 
-    def __init__(self, root_pid: int, full_info_interval_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        root_pid: int,
+        full_info_interval_s: float,
+        inside: Optional[InsideReader] = None,
+        share: Optional[NodeShare] = None,
+        on_error: Callable[[str], None] = lambda where: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.root_pid = root_pid
         self.full_info_interval_s = full_info_interval_s
         self.clock = clock
+        share = share or NodeShare()
+        self.node = share.reads
+        self.memory_budget = share.memory_budget
+        self._borrow = share.borrow
+        self.views = TickViews(inside, share.borrowed_view, on_error)
         self._root: Optional[psutil.Process] = None
         self._root_start = procfs.start_ticks(root_pid)  # the job's root, alive when watching begins
         self._main: Optional[psutil.Process] = None
@@ -228,7 +263,6 @@ class Sampler:
         self._short = False  # memory_short() at the last sample
         self._lean_kids: Optional[Set[int]] = None  # main's main thread's children at the first lean sample
         self._last_sample: Optional[Sample] = None
-        self.lean = False  # whether the last sample was a lean one (sample(lean=True))
         self._last_pid: Optional[int] = None
         self._full: Dict[ProcId, MemoryRead] = {}
         self._vsize: Dict[ProcId, int] = {}  # each process's virtual size at the last walk (bytes)
@@ -248,29 +282,19 @@ class Sampler:
         self.exits: Tuple[ExitRecord, ...] = ()
         self._zombies: Dict[ProcId, Optional[int]] = {}
         self._quota_value: Optional[float] = None
-        # pid -> role, set from outside (watchdog.watch.node_loop: the launcher and its ranks).
-        self.role_overrides: Dict[int, ProcessRole] = {}
-        # Set from outside (watchdog.watch.node_loop): a process of the tree that another sampler watches
-        # as its main (a rank) -> that sampler's latest processes, main first, or None (walked).
-        self.borrow: Callable[[ProcId], Optional[Tuple[ProcessSample, ...]]] = lambda key: None
+        # pid -> role (set_roles: the launcher and its ranks, watchdog.watch.node_loop).
+        self._role_overrides: Dict[int, ProcessRole] = {}
         self._relabelled: Dict[ProcId, Tuple[ProcessSample, ProcessSample]] = {}
-        # Set from outside (watchdog.watch.node_loop): the budget of memory reads this sampler shares with
-        # the other ranks' (None: only its own per-call budget, _due_full_info).
-        self.memory_budget: Optional[MemoryReadBudget] = None
         self._borrowed: Tuple[ProcessSample, ...] = ()  # the last walk's borrowed processes
         self._quota_read_at = float("-inf")
         self._census: Dict[ProcId, FdCensus] = {}  # the last fd census of a process near its limit
         # Main's memory cgroup at the last sample (read once a tick, for the sample and the watcher).
         self.memory_cgroup: Optional[cgroup.MemoryCgroup] = None
-        # Set from outside (watchdog.watch.node_loop): the node's readings, shared with the other ranks'
-        # samplers (NOTE [ Node reads ]); its own, read at each call, by default.
-        self.node = NodeReads()
 
-    @property
-    def borrowed_pids(self) -> Set[int]:
-        """The pids of the processes the last full sample took from other samplers
-        (:attr:`borrow`) instead of reading them."""
-        return {p.pid for p in self._borrowed}
+    def set_roles(self, roles: Dict[int, ProcessRole]) -> None:
+        """Name processes by pid in the samples from now on (``roles``: the launcher and the
+        ranks of a multi-rank job, :class:`~watchdog.watch.node_loop.NodeLoop`)."""
+        self._role_overrides = dict(roles)
 
     def _create_time(self, start_ticks: int) -> float:
         return start_ticks / procfs.CLK_TCK + self._boot
@@ -300,31 +324,32 @@ class Sampler:
         this sampler was made, or empty when it was gone already."""
         return [] if self._root_start is None else [ProcId(self.root_pid, self._root_start)]
 
-    def sample(self, lean: bool = False, threads: bool = True) -> Sample:
-        """One sample of the job now; processes that vanish meanwhile are left out, and so are
-        zombies (as psutil, whose command line read fails for them, left them out before).
+    def sample(self, plan: ReadPlan = PROCESSES) -> Sample:
+        """One sample of the job now, read as ``plan`` asks (:mod:`watchdog.collect.read_plan`);
+        processes that vanish meanwhile are left out, and so are zombies (as psutil, whose
+        command line read fails for them, left them out before).
 
-        With ``lean`` (the watcher's call: the inside view saw the loader deliver at the last
-        sample), a lean sample (:meth:`_lean`) when nothing can have changed in the tree; else,
-        and always without ``lean``, a full one. :attr:`lean` says which this was. Without
-        ``threads``, a full sample reads no process's threads (NOTE [ Thread reads ]): each
-        process's ``threads`` is empty and the sample's ``threads_read`` is ``False``."""
-        if lean:
-            quick = self._lean()
-            if quick is not None:
-                self.lean = True
-                self._last_sample = quick
-                return quick
-        self.lean = False
-        self._lean_kids = None
-        full = self._sample(threads)
-        self._last_sample = full
-        if not threads:
-            # the thread reader's children are those of its last read: the next walk with
-            # threads reads every thread's (a child forked meanwhile would be missing from a
-            # "cached" walk)
-            self._threads_stale = True
-        return full
+        With ``plan.lean`` (the loader delivered at the last tick), a lean sample (:meth:`_lean`)
+        when nothing can have changed in the tree; else a full one; ``Sample.lean`` says which.
+        Without ``plan.threads``, a full sample reads no process's threads (NOTE [ Thread
+        reads ]): each process's ``threads`` is empty and the sample's ``threads_read`` is
+        ``False``. With ``plan.inside``, the inside view is read with it (:meth:`TickViews.with_view`).
+        Never raises for the inside view: a failed read is told to ``on_error`` and the sample
+        has a view that says so."""
+        quick = self._lean() if plan.lean else None
+        if quick is not None:
+            self._last_sample = sample = quick
+        else:
+            self._lean_kids = None
+            self._last_sample = sample = self._sample(plan.threads)
+            if not plan.threads:
+                # the thread reader's children are those of its last read: the next walk with
+                # threads reads every thread's (a child forked meanwhile would be missing from a
+                # "cached" walk)
+                self._threads_stale = True
+        if plan.inside and sample.main is not None:
+            sample = self.views.with_view(sample, {p.pid for p in self._borrowed})
+        return sample
 
     def _lean(self) -> Optional[Sample]:
         """The last sample again, its process samples the same objects (the same tuple), from
@@ -334,7 +359,7 @@ class Sampler:
         main receives batches (the caller's condition, the inside view's counters) its workers
         work; what else may move (RSS, descriptors, a worker's state) is read at the next full
         sample, at most ``min(warning_interval_s, stall_timeout_s / 2)`` later (NOTE [ Lean
-        ticks ] in watchdog/watch/watcher.py).
+        ticks ] in watchdog/collect/read_plan.py).
 
         ``None`` when a full sample is needed: main's main thread has a child the last walk did
         not see, or lost one since the first lean sample after that walk; a process is young
@@ -368,7 +393,13 @@ class Sampler:
         if memory_short(host):
             return None
         return Sample(
-            time.monotonic(), time.time(), last.processes, host, threads_read=last.threads_read, exits=self.exits
+            time.monotonic(),
+            time.time(),
+            last.processes,
+            host,
+            threads_read=last.threads_read,
+            exits=self.exits,
+            lean=True,
         )
 
     def _sample(self, threads: bool = True) -> Sample:
@@ -502,7 +533,7 @@ class Sampler:
                 continue
             create_time = self._create_time(st.start_ticks)
             key = ProcId(pid, st.start_ticks)
-            borrowed = self.borrow(key) if pid != main_pid else None
+            borrowed = self._borrow(key) if pid != main_pid else None
             if borrowed:
                 self._borrowed += self._relabel(key, borrowed)
                 continue
@@ -517,7 +548,7 @@ class Sampler:
                 )
             facts.settled = discovery.settled(role.role, age)
             roles[pid] = role
-            name = self.role_overrides.get(pid, role.role)
+            name = self._role_overrides.get(pid, role.role)
             watched = name in (ROLE_MAIN, ROLE_WORKER)
             threaded = watched or name == ROLE_STARTING
             kids: Optional[Tuple[int, ...]]
@@ -554,10 +585,10 @@ class Sampler:
 
     def _relabel(self, key: ProcId, borrowed: Tuple[ProcessSample, ...]) -> Tuple[ProcessSample, ...]:
         """A rank's processes as this sampler names them: its main (first) under its
-        ``role_overrides`` role (``rank``), the others as the rank's sampler named them. The
+        role given by :meth:`set_roles` (``rank``), the others as the rank's sampler named them. The
         relabelled main is made once per sample object of it."""
         head, rest = borrowed[0], borrowed[1:]
-        role = self.role_overrides.get(head.pid, head.role)
+        role = self._role_overrides.get(head.pid, head.role)
         if role == head.role:
             return borrowed
         last = self._relabelled.get(key)

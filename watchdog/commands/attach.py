@@ -16,9 +16,9 @@ from ..collect.launch import context as launch_context
 from ..exits import Exit, of_signal
 from ..text import one_line
 from ..types import Launch
-from ..watch.node_loop import JobWatcher
+from ..watch.job import WatchedJob, log
+from ..watch.node_loop import NodeLoop
 from ..watch.wake import Waker
-from ..watch.watcher import log
 from .common import FORWARDED, attach_metrics, metrics_origin, start_metrics
 
 
@@ -74,7 +74,8 @@ def cmd_attach(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     )
     server, collector = start_metrics(cfg, *metrics_origin(args))
     launch = _attached_launch(proc)
-    watcher = JobWatcher(cfg, proc.pid, None, lambda: job_ended() or bool(stopped), wake, inside=reader, launch=launch)
+    job = WatchedJob(proc.pid, None, lambda: job_ended() or bool(stopped), inside=reader, launch=launch)
+    watcher = NodeLoop(cfg, job, wake)
     attach_metrics(collector, watcher)
     shown = one_line(" ".join(" ".join(redact.cmdline(proc.cmdline())).split()))  # one line, even for `-c`
     log(f"watching pid {proc.pid} ({shown[:120]})")

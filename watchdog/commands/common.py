@@ -13,8 +13,8 @@ from typing import Tuple
 from .. import config as config_mod
 from ..collect import discovery
 from ..errors import ConfigError, TargetError
-from ..watch.node_loop import JobWatcher
-from ..watch.watcher import log
+from ..watch.job import log
+from ..watch.node_loop import NodeLoop
 
 # The signals `run` forwards to its job and `attach` stops on.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -60,7 +60,7 @@ def metrics_origin(args: argparse.Namespace) -> Tuple[str, str]:
     return "metrics.port", args.config or "settings"
 
 
-def attach_metrics(collector, watcher: JobWatcher) -> None:
+def attach_metrics(collector, watcher: NodeLoop) -> None:
     """Let ``collector`` (from :func:`start_metrics`, or ``None``) read ``watcher``'s ranks and
     hear of its reports."""
     if collector is not None:

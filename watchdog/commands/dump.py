@@ -11,7 +11,7 @@ from ..exits import Exit
 from ..report import document as report
 from ..report import rendering
 from ..types import StackFailureKind
-from ..watch.watcher import log
+from ..watch.job import log
 from .common import job_of, print_text
 
 

@@ -8,7 +8,7 @@ import shlex
 
 from ..collect import inside
 from ..exits import Exit
-from ..watch.watcher import log
+from ..watch.job import log
 
 
 def cmd_hook_env() -> int:

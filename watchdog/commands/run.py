@@ -30,10 +30,10 @@ from ..errors import ConfigError, ReportWriteError
 from ..exits import Exit, of_signal
 from ..report import writer
 from ..types import Launch, ReportWritten
-from ..watch.node_loop import JobWatcher
+from ..watch.job import Outcome, WatchedJob, log
+from ..watch.node_loop import NodeLoop
 from ..watch.terminal import JobControl, wait_job
 from ..watch.wake import Waker
-from ..watch.watcher import Outcome, log
 from .common import FORWARDED, attach_metrics, metrics_origin, start_metrics
 from .verify_runs import RunBound
 
@@ -79,7 +79,7 @@ class JobRun:
         self.tail: Optional[StderrTail] = None
         self.proc: Optional[subprocess.Popen] = None
         self.control: Optional[JobControl] = None  # the terminal, shared with the job once it started
-        self.watcher: Optional[JobWatcher] = None
+        self.watcher: Optional[NodeLoop] = None
         self.outcome = Outcome()
         self.bounded = bool(args.stop_after_batches or args.stop_after_s or args.summary_json)
         self.bound: Optional[RunBound] = None  # made when watching starts
@@ -221,17 +221,16 @@ class JobRun:
             self.bound = RunBound(self.args.stop_after_batches, self.args.stop_after_s, time.monotonic())
         tail = self.tail
         try:
-            self.watcher = watcher = JobWatcher(
-                self.cfg,
+            job = WatchedJob(
                 proc.pid,
                 proc.pid,
                 self.ended.is_set,
-                self.wake,
                 stderr_tail=tail.text if tail else str,
-                job_cmdline=self.cmd,
+                cmdline=tuple(self.cmd),
                 inside=self.reader,
                 launch=Launch(tuple(self.cmd), os.getcwd(), os.getuid(), "run", *launch_context()),
             )
+            self.watcher = watcher = NodeLoop(self.cfg, job, self.wake)
             attach_metrics(self.collector, watcher)
             self.outcome = watcher.run(_bounded(watcher, self.bound) if self.bound else lambda: None)
             if self.outcome.stopped:
@@ -348,8 +347,8 @@ def _hook_folder(cfg: config_mod.Config) -> Tuple[Optional[inside.HookFolder], i
     return folder, inside.InsideReader(folder.path, retire=True)
 
 
-def _bounded(watcher: JobWatcher, bound: RunBound) -> Callable[[], Optional[str]]:
-    """The ``until`` of a bounded run (:meth:`JobWatcher.run`): counts the batches of the
+def _bounded(watcher: NodeLoop, bound: RunBound) -> Callable[[], Optional[str]]:
+    """The ``until`` of a bounded run (:meth:`NodeLoop.run`): counts the batches of the
     job watcher's latest sample and hears of hang reports (chained to ``on_report``)."""
     previous = watcher.on_report
 

@@ -560,7 +560,7 @@ def polling(
 
 @dataclass(frozen=True)
 class Termination:
-    """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in daemon.py).
+    """Whether a reported hang may end the job (NOTE [ Escalation ladder ] in watch/hang_episodes.py).
 
     ``grounded`` is True when the evidence holds for the whole job: a proof that main can never
     run again, a worker proof while main's stack shows it waiting for that data (or once the

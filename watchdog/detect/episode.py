@@ -82,7 +82,7 @@ class Episode:
     """The hang-episode policy of one watched main, pure (the clock is passed in): when an
     examination is due, what it concludes, what was already reported, when a stall counts as
     resolved, and whether a new look at the same hang is reported (NOTE [ Escalation ladder ]
-    in watch/watcher.py).
+    in watch/hang_episodes.py).
 
     Args:
         stall_timeout_s, busy_stall_timeout_s: the configured timeouts, in seconds.
@@ -176,7 +176,7 @@ class Episode:
         else the loader-level one (:func:`prove_loader_idle`); main's verdict
         (:func:`confirm`); then :func:`assess`, unless the workers changed during the look (an
         epoch ended: the job moved). An early (batch-rhythm) look reports only a proof. A rank
-        (``stalled_peers`` given, from :meth:`~watchdog.watch.node_loop.JobWatcher.loader_stalls`)
+        (``stalled_peers`` given, from :meth:`~watchdog.watch.node_loop.NodeLoop.loader_stalls`)
         stalled outside its loader, unproven, waits for the first of those peers. A hang
         already reported is reported again only when this look could end it or proves it
         first. ``woke`` is :meth:`ProgressTracker.woke_during_stall`; ``now`` monotonic

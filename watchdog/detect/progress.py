@@ -426,7 +426,7 @@ class ProgressTracker:
                     del table[pkey]
 
     def _update_lean(self, sample: Sample) -> bool:
-        """Fold in a lean sample (NOTE [ Lean ticks ] in watchdog/watch/watcher.py: the same tuple of
+        """Fold in a lean sample (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py: the same tuple of
         process samples as the sample before, only the inside view's counts new) without the
         per-process pass, whose marks cannot move on samples that did not change; ``False``
         (nothing done) for any other sample, or when the measure would change or the job is

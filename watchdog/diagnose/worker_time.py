@@ -137,7 +137,7 @@ class WorkerTime:
 
 def full_samples(samples: Sequence[Sample]) -> List[Sample]:
     """The full samples of ``samples`` (a lean one holds the last one's processes, the same
-    tuple: NOTE [ Lean ticks ] in watchdog/watch/watcher.py)."""
+    tuple: NOTE [ Lean ticks ] in watchdog/collect/read_plan.py)."""
     out: List[Sample] = []
     for s in samples:
         if out and s.processes is out[-1].processes:

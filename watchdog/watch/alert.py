@@ -14,6 +14,7 @@ import threading
 from typing import Callable, Dict, List, Mapping, Optional
 
 from .. import children
+from ..config import AlertsConfig
 
 # Bytes of a command's stderr kept for the log line when it fails.
 _STDERR_KEPT = 4096
@@ -40,6 +41,11 @@ class Alerts:
         self.timeout_s = timeout_s
         self.log = log
         self._threads: List[threading.Thread] = []
+
+    @classmethod
+    def of(cls, alerts: AlertsConfig, log: Callable[[str], None]) -> "Alerts":
+        """The alerts that the ``alerts:`` settings configure."""
+        return cls({k: getattr(alerts, k) for k in set(SETTING_OF_MODE.values())}, alerts.exec_timeout_s, log)
 
     def fire(self, mode: str, env: Mapping[str, str]) -> None:
         """Run the command for a report of ``mode`` (``hang``, ``crash``, ``live``, ``exit``),

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import time
 from typing import Callable, Container, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..collect import cgroup, procfs
 from ..collect.sampler import host_sample
+from ..collect.warning_stacks import WarningStacks
 from ..diagnose import diagnose
 from ..types import (
     MODE_CRASH,
@@ -334,6 +336,77 @@ def exit_findings(facts: Facts, warned: Container[str]) -> Optional[Tuple[Facts,
     if any(d.severity == SEVERITY_CRASH for d in found):
         return facts, found, "crash"
     return dataclasses.replace(facts, mode=MODE_EXIT), found, "exit"  # killed or ended, not a crash we can name
+
+
+# Seconds a crash report waits for a warning's stacks still being taken (WarningStacks).
+WARNING_STACKS_WAIT_S = 3.0
+
+
+class ExitLook:
+    """The report of a job that ended (:meth:`look`), from what was kept while it ran.
+
+    Args:
+        traces: what was kept of the job while it ran (:class:`JobTraces`).
+        stderr_tail: returns the last bytes of the job's stderr.
+        host_cpus: the host's CPUs.
+        warning_stacks: the stacks taken at warnings (``py_spy.at_warning``), quoted in a crash.
+        warned: the kinds warned of while the job ran (not reported again).
+        publish: ``publish(facts, diagnoses, action, kind)`` writes one report.
+        log: one ``dlwatch:`` line.
+    """
+
+    def __init__(
+        self,
+        traces: JobTraces,
+        stderr_tail: Callable[[], str],
+        host_cpus: int,
+        warning_stacks: WarningStacks,
+        warned: Container[str],
+        publish: Callable[..., Optional[str]],
+        log: Callable[[str], None],
+    ) -> None:
+        self.traces = traces
+        self._stderr_tail = stderr_tail
+        self._host_cpus = host_cpus
+        self._stacks = warning_stacks
+        self._warned = warned
+        self._publish = publish
+        self._log = log
+
+    def look(
+        self,
+        timeline: Sequence[Sample],
+        inside: Callable[[], InsideView],
+        exit_code: Optional[int],
+        terminated: bool,
+        signalled: Optional[int],
+    ) -> None:
+        """Look at the job that ended with ``exit_code`` (``timeline``: its samples, oldest
+        first; ``inside()`` reads the inside view as it left it): a non-zero ``exit_code`` is
+        diagnosed from the stderr tail and the timeline (a crash report when a crash rule
+        fires); after any exit the files the job left in ``/dev/shm`` are reported
+        (``shm_leaked``), and what the inside view saw of its data (``iterable_replicated``,
+        ``rng_duplicated``). Nothing is written when nothing is found. No crash is diagnosed
+        when the watchdog ended the job (``terminated``) or forwarded it the signal
+        ``signalled`` (SIGINT, SIGTERM, SIGHUP sent to ``dlwatch run``): its workers dying then
+        is what the signal did, not a fault to explain."""
+        leftovers = self.traces.shm_leftovers(self._log)
+        crashed = bool(exit_code) and not terminated and signalled is None
+        if bool(exit_code) and signalled is not None and not terminated:
+            name = signal.Signals(signalled).name
+            how = f"after the {name} dlwatch forwarded to it"
+            self._log(f"the job exited with code {exit_code} {how}: not diagnosed as a crash")
+        if terminated and not leftovers:
+            return
+        view = inside()
+        self._stacks.wait(WARNING_STACKS_WAIT_S)
+        facts = exit_facts(
+            self.traces, timeline, crashed, exit_code, leftovers, self._stderr_tail, view, self._host_cpus
+        )
+        found = exit_findings(dataclasses.replace(facts, earlier_stacks=self._stacks.taken()), self._warned)
+        if found is not None:
+            facts, diagnoses, kind = found
+            self._publish(facts, diagnoses, "none (the job had already exited)", kind)
 
 
 def survivors(last: Iterable) -> Optional[str]:

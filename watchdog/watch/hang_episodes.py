@@ -4,18 +4,47 @@ pure), the closer look and report (:mod:`watchdog.watch.hang_look`, :class:`watc
 ending the job when configured and proven (:func:`watchdog.watch.act.terminate_tree`), and the
 ``outcome.json`` of each hang report (resolved, terminated, or open when the job ended).
 
-NOTE [ Escalation ladder ] in watch/watcher.py says when each step runs. The watch loop
+NOTE [ Escalation ladder ] below says when each step runs. The watch loop
 (:class:`watchdog.watch.watcher.Watcher`) calls :meth:`HangEpisodes.moved` at each stalled tick,
 :meth:`HangEpisodes.due` to know whether to look, :meth:`HangEpisodes.examine` when it is,
-and :meth:`HangEpisodes.job_ended` once the job is gone."""
+and :meth:`HangEpisodes.job_ended` once the job is gone.
+
+NOTE [ Escalation ladder ]
+1. Every ``interval_s``: cheap psutil and ``/proc`` reads (no ptrace), including each loader
+   thread's kernel wait (``/proc/PID/task/TID/syscall``), as the tick's read plan asks
+   (:mod:`watchdog.collect.read_plan`: NOTE [ Lean ticks ], NOTE [ Thread reads ]).
+2. When a trigger comes due (NOTE [ Hang criterion ] in detect/progress.py): every thread's wait is read
+   twice, 0.25 s apart; Python-only py-spy dumps of main and the workers; the holders of pipes
+   that threads wait on. :func:`detect.assess` then proves the hang (NOTE [ Deadlock proof ]),
+   reports it as suspected, or dismisses it (the stall clock restarts).
+3. A hang: py-spy dumps main and every worker in parallel (native frames when configured), and
+   the report is written.
+4. With ``on_hang: terminate`` the job's own processes (its tree, and its process group under
+   ``dlwatch run``) get SIGTERM, then SIGKILL after ``terminate_grace_s``, only when the hang is
+   proven (NOTE [ Deadlock proof ] in detect/proof.py); outside the loader only when
+   ``terminate_outside_loader`` is true or main itself is proven stuck. A suspected hang is
+   reported and left alone, however long it lasts (``busy_stall_timeout_s`` only examines and
+   reports). The opt-in ``terminate_unproven_after_s`` also ends an unproven loader stall
+   without a batch for that long, but never while a process of the job moves or a worker
+   computes (``detect.still_moving``). The same
+   unchanged hang is not reported twice, except once more when a proof or the busy-stall
+   ceiling comes due after a suspected report; a suspected hang that resolves by itself is said
+   to, and one at the same place is reported again only once it lasts twice as long as the
+   longest that resolved (``detect.Episode``: one episode, one report).
+
+Under the batch and main-wait measures (NOTE [ Hang criterion ]) step 3 begins with a second
+Python-only dump of the workers 2 s after the first, to name a line a worker polls at; it also
+reads ``/proc/locks`` and follows each blocked worker's wait chain (``collect.chain``).
+"""
 
 from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .. import detect
 from ..collect import examine
@@ -25,10 +54,11 @@ from ..diagnose import diagnose
 from ..errors import ReportWriteError
 from ..report import document as report
 from ..report import writer
-from ..types import Evidence, InsideView, Sample, Stall
+from ..types import Evidence, RankId, Sample, Stall
 from . import act
 from .exit_look import JobTraces
 from .hang_look import closer_look, hang_facts
+from .job import WatchedJob
 
 # A stall dismissed for the same reason (numbers aside) is said again after this many seconds.
 DISMISSAL_REPEAT_S = 3600.0
@@ -44,11 +74,10 @@ class JobHandles:
     main threads seen at each worker's fork; ``traces`` what is kept for the job's end (its OOM
     kills); ``timeline()`` the
     loop's recent samples, oldest first; ``pyspy`` the py-spy binary's path (``None``: none).
-    ``own_group`` the process group to signal on terminate (``dlwatch run`` only);
-    ``job_ended()`` true once the job is gone; ``stderr_tail()`` its last stderr bytes.
-    ``rank`` the rank variables under a multi-rank launcher (``None``: none), ``peers()`` the
-    other ranks' loader stalls, one line each, ``peer_loaders()`` their main iterators.
-    ``inside_view(pids)`` reads the job's own records; ``publish(facts, diagnoses, action,
+    ``job`` the job's parameters (its process group to signal on terminate, ``job_ended()``,
+    ``stderr_tail()``); ``rank`` who the rank is under a multi-rank launcher (``None``: none),
+    ``peers()`` the other ranks' loader stalls, one line each, ``peer_loaders()`` their main
+    iterators; ``publish(facts, diagnoses, action,
     suffix, note=…)`` writes one report and returns its folder or ``None``;
     ``say_once(key, text, every_s=…)`` logs a line at most once per ``every_s`` seconds."""
 
@@ -58,17 +87,51 @@ class JobHandles:
     traces: JobTraces
     timeline: Callable[[], tuple]
     pyspy: Optional[str]
-    own_group: Optional[int]
-    job_ended: Callable[[], bool]
-    stderr_tail: Callable[[], str]
-    rank: Optional[Dict[str, str]]
+    job: WatchedJob
+    rank: Optional[RankId]
     peers: Callable[[], List[str]]
     peer_loaders: Callable[[], tuple]
-    inside_view: Callable[..., InsideView]
     publish: Callable[..., Optional[str]]
     say_once: Callable[..., None]
     log: Callable[[str], None]
     host_cpus: int
+
+
+class ApartExamination:
+    """One examination at a time in a thread of its own (a rank's, NOTE [ One loop for the
+    node ] in watch/node_loop.py): ``due`` is set by the tick that found a stall due, and
+    :meth:`start_due` starts ``examine(sample, stall)`` once that tick is over."""
+
+    def __init__(self, examine: Callable[[Sample, Stall], None], name: str) -> None:
+        self._examine = examine
+        self._name = name
+        self.due: Optional[Tuple[Sample, Stall]] = None
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the last examination started still runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start_due(self) -> None:
+        """Start the due examination, if any; without a thread to be had (RLIMIT_NPROC), run it
+        here: late rather than never."""
+        if self.due is None:
+            return
+        sample, stall = self.due
+        self.due = None
+        thread = threading.Thread(target=self._examine, args=(sample, stall), name=self._name, daemon=True)
+        try:
+            thread.start()
+            self._thread = thread
+        except RuntimeError:
+            self._examine(sample, stall)
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the running examination; whether none runs now."""
+        if self._thread is not None:
+            self._thread.join(max(0.0, timeout_s))
+        return not self.running
 
 
 class HangEpisodes:
@@ -191,11 +254,11 @@ class HangEpisodes:
     def waits_for_peer(self, peer: str, stall_s: float, where: str = "") -> None:
         """Say (once per ``10 x stall_timeout_s``) that this rank stalled ``stall_s`` seconds
         because it waits for another rank, ``peer`` (one line of
-        :meth:`~watchdog.watch.node_loop.JobWatcher.loader_stalls`)."""
+        :meth:`~watchdog.watch.node_loop.NodeLoop.loader_stalls`)."""
         root = self.job.sampler.root_pid
         self.job.say_once(
             "waits-for-peer",
-            f"rank {(self.job.rank or {}).get('RANK')} (pid {root}) stalled {stall_s:.0f} s"
+            f"rank {self.job.rank.number if self.job.rank else ''} (pid {root}) stalled {stall_s:.0f} s"
             + (f" {where}" if where else "")
             + f", waiting for another rank: {peer}; that rank's report has the cause",
             every_s=self.config.stall_timeout_s * 10,
@@ -253,7 +316,7 @@ class HangEpisodes:
         and end the job when ``decision`` says so."""
         cfg, job = self.config, self.job
         assessment = decision.assessment
-        view = job.inside_view([p.pid for p in sample.processes])
+        view = job.sampler.views.read([p.pid for p in sample.processes])
         closer = closer_look(sample, stall, evidence, assessment.proof, view, job.pyspy, cfg.py_spy, deadline)
         facts = hang_facts(
             sample,
@@ -264,10 +327,10 @@ class HangEpisodes:
             view,
             timeline=job.timeline(),
             main_threads_at_fork=job.births.as_tuple(),
-            stderr_tail=job.stderr_tail(),
+            stderr_tail=job.job.stderr_tail(),
             oom_kills=job.traces.oom_kills(),
             host_cpus=job.host_cpus,
-            rank=(job.rank or {}).get("RANK"),
+            rank=job.rank.number if job.rank else None,
             peer_loaders=job.peer_loaders(),
             pyspy_timeout_s=cfg.py_spy.timeout_s,
         )
@@ -303,7 +366,7 @@ class HangEpisodes:
                 f"on_hang=terminate ({ending_note}): ending the job's processes (grace {cfg.terminate_grace_s:g} s)"
             )
             members = job.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
-            ended = act.terminate_tree(members, cfg.terminate_grace_s, job.own_group, job.job_ended)
+            ended = act.terminate_tree(members, cfg.terminate_grace_s, job.job.own_group, job.job.job_ended)
             job.log(ended)
             self.terminated = True
             unproven = decision.termination is not None and decision.termination.unproven

@@ -13,23 +13,24 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import psutil
 
 from ..collect import discovery, examine, procfs
-from ..collect.inside import InsideReader
 from ..collect.memory_plan import MemoryReadBudget
 from ..collect.node import NodeReads
+from ..collect.sampler import NodeShare
 from ..config import Config
 from ..types import (
     MODE_HANG,
     ROLE_LAUNCHER,
     ROLE_RANK,
-    Launch,
     ProcessRole,
     ProcessSample,
     ProcId,
+    RankId,
     ReportWritten,
     WatcherStatus,
 )
+from .job import Outcome, WatchedJob, log
 from .wake import Waker
-from .watcher import Outcome, Watcher, log
+from .watcher import Watcher
 
 # A job's ranks are looked for again when the job's tree changed (a process came, went, was
 # renamed or ran another program: a launcher's child forked before it exec'd the rank's program
@@ -41,7 +42,7 @@ _RANK_DISCOVERY_S = 30.0
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
 # The job-level sample takes a rank's processes from the rank's own latest sample when that is at
-# most this many intervals old (JobWatcher._borrow).
+# most this many intervals old (NodeLoop._borrow).
 _BORROW_AGE_TICKS = 3
 # Seconds the job's loop waits for the ranks' ticks of one round (_RankStepper) before it goes
 # on without the rank whose tick has not returned (a read of /proc blocked in the kernel).
@@ -94,10 +95,11 @@ class _RankStepper:
             self._done.set()
 
 
-def describe_rank(env: Dict[str, str], pid: int) -> str:
-    """How the log names a rank found with ``env`` (:func:`discovery.find_ranks`): ``rank 1 of
-    2 (pid 42)``, with where its number came from when no torchrun-style ``RANK`` gave it
-    (``from SLURM_PROCID …``); a helper process (not a rank) as such."""
+def describe_rank(rank: RankId, pid: int) -> str:
+    """How the log names ``rank`` (found by :func:`discovery.find_ranks`), watched as main
+    ``pid``: ``rank 1 of 2 (pid 42)``, with where its number came from when no torchrun-style
+    ``RANK`` gave it (``from SLURM_PROCID …``); a helper process (not a rank) as such."""
+    env = rank.as_dict()
     source = env.get("RANK_SOURCE", "")
     if source == discovery.SOURCE_HELPER:
         return f"process {pid} ({source})"
@@ -111,7 +113,7 @@ def _ended_check(rank: ProcId) -> Callable[[], bool]:
     return procfs.ExitWatch(rank.pid, rank.start_ticks).ended
 
 
-class JobWatcher:
+class NodeLoop:
     """Watches a job that may run several training ranks (``torchrun``'s elastic agent, a
     launcher script): each process whose environment sets ``RANK`` is watched by a
     :class:`Watcher` of its own, as the main process of its DataLoader workers, and its reports
@@ -135,36 +137,22 @@ class JobWatcher:
     in the CPU's caches, and the interpreter switches no thread between them). The watchers
     read each other only through :meth:`Watcher.status`.
 
-    Args: as :class:`Watcher`.
+    Args:
+        config: validated settings.
+        job: the job's parameters (:class:`~watchdog.watch.job.WatchedJob`).
+        wake: what the loop sleeps on between ticks (a signal to dlwatch wakes it).
     """
 
-    def __init__(
-        self,
-        config: Config,
-        root_pid: int,
-        own_group: Optional[int],
-        job_ended: Callable[[], bool],
-        wake: Waker,
-        stderr_tail: Callable[[], str] = lambda: "",
-        job_cmdline: Optional[List[str]] = None,
-        inside: Optional[InsideReader] = None,
-        launch: Optional[Launch] = None,
-    ) -> None:
+    def __init__(self, config: Config, job: WatchedJob, wake: Waker) -> None:
         self.config = config
-        self._launch = launch
-        self.root_pid = root_pid
-        self.job_ended = job_ended
+        self.watched = job
         self.wake = wake
-        self._stderr_tail = stderr_tail
-        self._inside = inside
-        self.job = Watcher(config, root_pid, own_group, job_ended, stderr_tail, job_cmdline, inside, launch=launch)
-        self.alerts = self.job.alerts
-        self.job.sampler.borrow = self._borrow
-        self.job.borrowed_view = self._borrowed_view
-        self._memory_budget = MemoryReadBudget()  # the ranks' samplers read memory within it together
         # the node's readings, one for every rank's sampler and the job's (NOTE [ Node reads ])
-        self._node = NodeReads(max_age_s=config.interval_s / 2)
-        self.job.sampler.node = self._node
+        node = NodeReads(max_age_s=config.interval_s / 2)
+        # the ranks' samplers read memory within one budget together
+        self._rank_share = NodeShare(node, MemoryReadBudget())
+        self.job = Watcher(config, job, share=NodeShare(node, None, self._borrow, self._borrowed_view))
+        self.alerts = self.job.alerts
         self.on_report: Callable[[ReportWritten], None] = lambda written: None
         self.job.on_report = lambda *a: self.on_report(*a)
         self.ranks: Dict[ProcId, Watcher] = {}
@@ -245,7 +233,7 @@ class JobWatcher:
         self._next_discovery = now + _RANK_DISCOVERY_S
         owners = set(tree[1]) if tree is not None else set()
         try:
-            found = discovery.find_ranks(psutil.Process(self.root_pid), owners)
+            found = discovery.find_ranks(psutil.Process(self.watched.root_pid), owners)
         except psutil.Error:
             return
         for proc, env in found:
@@ -255,30 +243,25 @@ class JobWatcher:
             key = ProcId(proc.pid, start)
             if key in self.ranks:
                 continue
+            rank = RankId.of(env)
             w = Watcher(
                 self.config,
-                proc.pid,
-                None,
-                _ended_check(key),
-                self._stderr_tail,
-                None,
-                self._inside,
-                rank=env,
+                self.watched.rank(proc.pid, _ended_check(key)),
+                rank,
                 peers=functools.partial(self.loader_stalls, except_key=key),
                 peer_loaders=functools.partial(self.loaders_of_ranks, except_key=key),
                 alerts=self.alerts,
-                launch=self._launch,
                 examine_apart=True,
+                share=self._rank_share,
             )
-            w.sampler.memory_budget = self._memory_budget
-            w.sampler.node = self._node
             w.on_report = functools.partial(self._rank_reported, key)
             self.ranks[key] = w
             self._all.append(w)
-            log(f"watching {describe_rank(env, proc.pid)} and its DataLoader workers")
-        for key in [k for k, w in self.ranks.items() if w.job_ended() and not w.examining]:
+            log(f"watching {describe_rank(rank, proc.pid)} and its DataLoader workers")
+        for key in [k for k, w in self.ranks.items() if w.job.job_ended() and not w.examining]:
             del self.ranks[key]  # its reports stay in the outcome
-        self.job.set_roles(self._roles(found), examine=not self.ranks)
+        self.job.sampler.set_roles(self._roles(found))
+        self.job.examine = not self.ranks
 
     def _rank_reported(self, key: ProcId, written: ReportWritten) -> None:
         """A rank's report was written (called from its examination's thread, or the loop's for
@@ -296,7 +279,7 @@ class JobWatcher:
         for other_key, w in list(self.ranks.items()):
             stall_s = w.status().stall_s
             if other_key != key and stall_s is not None and stall_s >= self.config.stall_timeout_s / 2:
-                w.waits_for_peer(peer, stall_s)
+                w.hangs.waits_for_peer(peer, stall_s)
 
     def _step_ranks(self) -> None:
         """One tick of every rank's watcher, back to back in the stepper's thread (NOTE [ One
@@ -309,7 +292,7 @@ class JobWatcher:
         due = [
             w
             for w in self.ranks.values()
-            if id(w) not in blocked and not (w.examining or w.outcome.terminated or w.job_ended())
+            if id(w) not in blocked and not (w.examining or w.outcome.terminated or w.job.job_ended())
         ]
         if not due:
             return
@@ -335,7 +318,7 @@ class JobWatcher:
             return {}
         roles = {proc.pid: ROLE_RANK for proc, _env in found}
         try:
-            main = discovery.find_main(psutil.Process(self.root_pid))
+            main = discovery.find_main(psutil.Process(self.watched.root_pid))
         except psutil.Error:
             main = None
         if main is not None and main.pid not in roles:
@@ -402,7 +385,7 @@ class JobWatcher:
         if self.job.pyspy is None:
             log("py-spy not found (pip install py-spy, or set py_spy.path): reports will hold /proc facts only")
         try:
-            while not self.job_ended():
+            while not self.watched.job_ended():
                 try:
                     self._discover()
                 except Exception:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from .. import __version__, redact
 from ..collect import procfs
@@ -16,8 +16,9 @@ from ..config import Config
 from ..errors import ReportWriteError
 from ..report import document as report
 from ..report import rendering, writer
-from ..types import MODE_CRASH, Diagnosis, Facts, Launch, ReportWritten
+from ..types import MODE_CRASH, Diagnosis, Facts, RankId, ReportWritten
 from .alert import Alerts
+from .job import WatchedJob
 
 # Settings whose values are shell commands, which may carry a token: never written as they are.
 _COMMAND_SETTINGS = ("on_hang_exec", "on_crash_exec", "on_warning_exec")
@@ -39,40 +40,38 @@ class Publisher:
 
     Args:
         config: validated settings (``report_dir``, the ``on_*_exec`` commands).
-        root_pid: the job's root process, named in every report.
-        job_cmdline: the command that started the job, for a report written before main was seen.
-        rank: the rank variables (``RANK``, …) of a multi-rank job's rank, or ``None``.
+        job: the job's parameters (:class:`~watchdog.watch.job.WatchedJob`): its root process,
+            named in every report; the command that started it, for a report written before
+            main was seen; how it was started (``job.launch`` in ``report.json``, its command
+            redacted), for ``dlwatch verify`` (``None``: not known).
+        rank: who a multi-rank job's rank is (its variables: ``RANK``, …), or ``None``.
         alerts: runs ``on_*_exec`` after each report.
         pyspy_path: the py-spy binary found (``None``: none), named in the report.
         say: writes the short summary (stderr); ``log``: one ``dlwatch:`` line.
         on_report: called with a :class:`~watchdog.types.ReportWritten` after each report written.
-        launch: how the job was started (``job.launch`` in ``report.json``, its command
-            redacted), for ``dlwatch verify``; ``None``: not known.
     """
 
     def __init__(
         self,
         config: Config,
-        root_pid: int,
-        job_cmdline: Sequence[str],
-        rank: Optional[Dict[str, str]],
+        job: WatchedJob,
+        rank: Optional[RankId],
         alerts: Alerts,
         pyspy_path: Optional[str],
         say: Callable[[str], None],
         log: Callable[[str], None],
         on_report: Callable[[ReportWritten], None],
-        launch: Optional[Launch] = None,
     ) -> None:
         self.config = config
-        self.root_pid = root_pid
-        self.job_cmdline = list(job_cmdline)
+        self.root_pid = job.root_pid
+        self.job_cmdline = list(job.cmdline)
         self.rank = rank
         self.alerts = alerts
         self.pyspy_path = pyspy_path
         self.say = say
         self.log = log
         self.on_report = on_report
-        self.launch = launch
+        self.launch = job.launch
 
     def _job(self, facts: Facts) -> dict:
         main = facts.sample.main
@@ -82,8 +81,8 @@ class Publisher:
             job = {"pid": main.pid, "cmdline": list(main.cmdline), "start_time": report.utc_iso(main.create_time)}
         job["root_pid"] = self.root_pid
         job["node"] = self.config.node or socket.gethostname()
-        if self.rank:
-            job["rank"] = dict(self.rank)
+        if self.rank is not None:
+            job["rank"] = self.rank.as_dict()
         if self.launch is not None:
             job["launch"] = self.launch.as_dict(tuple(redact.cmdline(self.launch.command)))
         return job
@@ -103,8 +102,8 @@ class Publisher:
         summary of a warning. Returns the report's folder, or ``None`` when it could not be
         written anywhere (said on stderr: the summary printed is all that was kept); never
         raises :class:`~watchdog.errors.ReportWriteError`."""
-        rank = str((self.rank or {}).get("RANK", ""))
-        if self.rank:
+        rank = self.rank.number if self.rank is not None else ""
+        if self.rank is not None:
             suffix = "-".join(x for x in (f"rank{rank}", suffix) if x)
         job = self._job(facts)
         settings = settings_shown(self.config)
@@ -120,7 +119,7 @@ class Publisher:
             return None
         self.log(f"full report: {os.path.join(path, 'report.txt')}")
         first = diagnoses[0]
-        rank_vars = tuple(sorted((str(k), str(v)) for k, v in (self.rank or {}).items()))
+        rank_vars = self.rank.vars if self.rank is not None else ()
         self.on_report(ReportWritten(str(facts.mode), first.kind, rank, str(first.severity), path, rank_vars))
         hook_env = {
             "DLWATCH_REPORT": path,

@@ -1,0 +1,63 @@
+"""The read plan (watchdog/collect/read_plan.py) on records: which tick is lean, which reads
+threads, decided from the last samples alone (NOTE [ Lean ticks ], NOTE [ Thread reads ])."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.unit.builders import proc, sample, thread
+from watchdog.collect.read_plan import FULL_TICK, Cadence, PlanState, ReadPlan, after_sample, next_plan
+from watchdog.types import ROLE_MAIN, ROLE_WORKER
+
+# interval 1 s, warnings every 30 s, stall timeout 60 s: a full sample at least every 30 s,
+# threads at least every 15 s
+CADENCE = Cadence.of(1.0, 30.0, 60.0)
+
+
+def _at(t: float, cpu_each: float, lean: bool = False, threads: bool = True):
+    s = sample(
+        t,
+        [proc(10, ROLE_MAIN, [thread(10)], cpu=cpu_each, cpu_affinity=2)]
+        + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each) for p in (11, 12)],
+    )
+    return dataclasses.replace(s, lean=lean, threads_read=threads)
+
+
+def test_the_cadence_follows_the_settings():
+    assert CADENCE == Cadence(interval_s=1.0, full_every_s=30.0, look_every_s=30.0, threads_every_s=15.0)
+    assert Cadence.of(1.0, 120.0, 60.0).full_every_s == 30.0  # half the stall timeout when shorter
+
+
+def test_a_tick_that_delivered_is_followed_by_a_lean_one_until_a_full_one_is_due():
+    state = after_sample(PlanState(), _at(0.0, 0.0), 64)
+    assert next_plan(state, CADENCE, 0.0, delivered=True, last_look=0.0) == ReadPlan(
+        lean=True, threads=True, inside=True
+    )  # busy unknown after the first full sample: threads read
+    assert not next_plan(state, CADENCE, 0.0, delivered=False, last_look=0.0).lean  # a stall is measured on full ones
+    assert not next_plan(state, CADENCE, 29.5, delivered=True, last_look=29.5).lean  # full_every_s comes due
+    assert not next_plan(state, CADENCE, 10.0, delivered=True, last_look=-25.0).lean  # a look is due
+
+
+def test_a_lean_sample_changes_nothing_of_what_the_plan_remembers():
+    state = after_sample(PlanState(), _at(0.0, 0.0), 64)
+    assert after_sample(state, _at(1.0, 0.5, lean=True), 64) is state
+
+
+def test_threads_are_left_out_only_while_batches_flow_on_idle_cpus_and_were_read_lately():
+    idle = after_sample(after_sample(PlanState(), _at(0.0, 0.0), 64), _at(10.0, 1.0), 64)  # 0.15 of 2 CPUs
+    assert not idle.cpu_busy and idle.threads_at == 10.0
+    assert not next_plan(idle, CADENCE, 10.0, delivered=True, last_look=10.0).threads
+    assert next_plan(idle, CADENCE, 10.0, delivered=False, last_look=10.0).threads  # no batch: judged on threads
+    assert next_plan(idle, CADENCE, 24.5, delivered=True, last_look=24.5).threads  # 15 s since the last read
+    busy = after_sample(after_sample(PlanState(), _at(0.0, 0.0), 64), _at(10.0, 4.0), 64)  # 0.6 of 2 CPUs
+    assert busy.cpu_busy and next_plan(busy, CADENCE, 10.0, delivered=True, last_look=10.0).threads
+
+
+def test_a_full_sample_without_threads_keeps_the_last_thread_read_dated():
+    state = after_sample(PlanState(), _at(0.0, 0.0), 64)
+    later = after_sample(state, _at(5.0, 0.0, threads=False), 64)
+    assert later.threads_at == 0.0 and later.full_at == 5.0
+
+
+def test_the_first_tick_reads_everything():
+    assert FULL_TICK == ReadPlan(lean=False, threads=True, inside=True)

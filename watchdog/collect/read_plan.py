@@ -1,0 +1,145 @@
+"""What the next tick reads: a pure decision from the last samples and the watcher's cadence.
+
+The sampler reads what a :class:`ReadPlan` asks (:meth:`~watchdog.collect.sampler.Sampler.sample`);
+the watcher keeps one :class:`PlanState`, folds each sample into it (:func:`after_sample`) and
+asks for the next plan (:func:`next_plan`). Nothing here reads a file or a clock.
+
+NOTE [ Lean ticks ]
+While the inside view shows the loader delivering (a batch or a sample counted at this tick),
+the next tick is lean (``ReadPlan.lean``: main's children, ``/dev/shm`` and the available
+memory; the last sample's processes kept while main has the same children, and main's loaders'
+counters first): a job that delivers is not hung, and what else may move (RSS, descriptors, a
+worker's state) waits for the next full sample. One comes at least every
+``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings is due, when main
+gained or lost a child (the sampler's own check), and at the first tick after one that
+delivered nothing, so a stall is measured on full ones.
+
+The thread-read cadence (NOTE [ Thread reads ] in ``watchdog/collect/sampler.py`` says what a
+thread read costs and what needs it): the next full sample reads no thread while a batch was counted
+at this tick, the tree left its CPUs idle (below ``THREADS_CPU_SHARE`` of them used between the
+last two full samples, :func:`cpu_share`) and threads were read less than
+``stall_timeout_s / 4`` ago: a deadlock proof (NOTE [ Deadlock proof ] in
+``watchdog/detect/proof.py``) of a worker whose batches main does not wait for yet needs its
+snapshots that often.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..types import Sample
+
+# NOTE [ Thread reads ]: while batches flow, threads are read only while the tree used this
+# share of its usable CPUs or more. cpu_oversubscribed (watchdog/diagnose/live.py) needs more
+# runnable threads than 1.5 x the usable CPUs: they keep the CPUs busy, so the tree uses about
+# all of them (less only where other processes take CPUs from the same set).
+THREADS_CPU_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What one sample reads.
+
+    Attributes:
+        lean: a lean sample when the tree cannot have changed (NOTE [ Lean ticks ]); the
+            sampler still takes a full one when main's children changed, a process is young,
+            one ended or memory is short.
+        threads: a full sample reads every process's threads (NOTE [ Thread reads ]).
+        inside: the inside view is read with the sample (its loaders and fetches in the
+            :class:`Sample`); an examination's samples read none.
+    """
+
+    lean: bool = False
+    threads: bool = True
+    inside: bool = False
+
+
+# The processes, full, with their threads, and no inside view: an examination's samples, dump's.
+PROCESSES = ReadPlan()
+# The watcher's first tick, and any tick after one that delivered nothing.
+FULL_TICK = ReadPlan(inside=True)
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """The settings the plan follows, in seconds: ``interval_s`` between ticks,
+    ``full_every_s`` at most between full samples (``min(warning_interval_s, stall_timeout_s /
+    2)``), ``look_every_s`` between looks for warnings (``warning_interval_s``, taken on full
+    samples), ``threads_every_s`` at most between thread reads (``stall_timeout_s / 4``)."""
+
+    interval_s: float
+    full_every_s: float
+    look_every_s: float
+    threads_every_s: float
+
+    @classmethod
+    def of(cls, interval_s: float, warning_interval_s: float, stall_timeout_s: float) -> "Cadence":
+        """The cadence of a watcher with these settings (seconds)."""
+        return cls(interval_s, min(warning_interval_s, stall_timeout_s / 2), warning_interval_s, stall_timeout_s / 4)
+
+
+@dataclass(frozen=True)
+class PlanState:
+    """What the plan remembers: when (``time.monotonic()`` seconds) the last full sample and
+    the last thread read were taken, that full sample, and whether the tree used
+    ``THREADS_CPU_SHARE`` or more of its usable CPUs between the last two full samples
+    (``True`` when not known)."""
+
+    full_at: float = float("-inf")
+    threads_at: float = float("-inf")
+    last_full: Optional[Sample] = None
+    cpu_busy: bool = True
+
+
+def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[float]:
+    """The share of ``usable_cpus`` (CPUs, > 0) the processes of ``after`` used since
+    ``before`` (two full samples, ``before`` older): the CPU seconds each process present in
+    both gained (``stat`` utime + stime, every thread's), over the seconds between them and
+    ``usable_cpus``; ``None`` when they are not at least 0.1 s apart."""
+    span = after.t_mono - before.t_mono
+    if span < 0.1 or usable_cpus <= 0:
+        return None
+    was = {p.ident: p.cpu_s for p in before.processes}
+    used = sum(max(0.0, p.cpu_s - was[p.ident]) for p in after.processes if p.ident in was)
+    return used / span / usable_cpus
+
+
+def usable_cpus(sample: Sample, host_cpus: int) -> float:
+    """The CPUs main may use: the least of its affinity and its cgroup's quota, else the
+    host's ``host_cpus``."""
+    main = sample.main
+    limits = [float(x) for x in ((main.cpu_affinity, main.cpu_quota) if main is not None else ()) if x]
+    return min(limits or [float(host_cpus)])
+
+
+def after_sample(state: PlanState, sample: Sample, host_cpus: int) -> PlanState:
+    """``state`` with ``sample`` taken: a lean one changes nothing; a full one is the new
+    ``last_full`` (with its thread read dated), and ``cpu_busy`` is judged between it and the
+    last full one (:func:`cpu_share`)."""
+    if sample.lean:
+        return state
+    busy = True
+    if state.last_full is not None and sample.main is not None:
+        share = cpu_share(state.last_full, sample, usable_cpus(sample, host_cpus))
+        busy = share is None or share >= THREADS_CPU_SHARE
+    return PlanState(
+        full_at=sample.t_mono,
+        threads_at=sample.t_mono if sample.threads_read else state.threads_at,
+        last_full=sample,
+        cpu_busy=busy,
+    )
+
+
+def next_plan(state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float) -> ReadPlan:
+    """The plan of the tick after the one at ``t_mono`` (seconds), which ``delivered`` (a batch
+    or a sample counted at it) or not; ``last_look`` is when warnings were last looked for (a
+    look due at the next tick needs a full sample). NOTE [ Lean ticks ], NOTE [ Thread reads ]."""
+    next_t = t_mono + cadence.interval_s  # about when the next tick samples
+    lean = (
+        delivered
+        and next_t - state.full_at < cadence.full_every_s
+        and next_t - last_look < cadence.look_every_s  # a look is due on a full one
+    )
+    threads = not delivered or state.cpu_busy or next_t - state.threads_at >= cadence.threads_every_s
+    return ReadPlan(lean=lean, threads=threads, inside=True)
