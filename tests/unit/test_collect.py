@@ -568,6 +568,25 @@ def test_mapped_data_files_are_the_non_library_files_with_their_extent_and_inode
     assert procfs.mapped_data_files(maps) == (("/data/features.npy", 0x1000000, 4242),)
 
 
+def test_mapped_data_files_keeps_spaces_and_slashes_in_a_path_and_drops_libraries_early():
+    # a path with " /" inside, a data file mapped twice (the furthest extent counts), a
+    # library's non-executable mapping (dropped by its suffix, never parsed), a .pyc, a line
+    # with a bad number (skipped) and one with too few fields
+    maps = (
+        b"7f0000000000-7f0000002000 r--s 00000000 fd:01 11 /data/my dir /part 1.npy\n"
+        b"7f0000010000-7f0000011000 r--s 00004000 fd:01 11 /data/my dir /part 1.npy\n"
+        b"7f1000100000-7f1000200000 r--p 00100000 fd:01 77 /opt/venv/lib/libtorch_cpu.so\n"
+        b"7f1000300000-7f1000301000 r--p 00000000 fd:01 78 /opt/app/__pycache__/m.cpython-311.pyc\n"
+        b"zz-7f1000401000 r--p 00000000 fd:01 79 /data/bad.bin\n"
+        b"7f1000500000-7f1000501000 r--p 00000000 /data/short.bin\n"
+        b"7f1000600000-7f1000601000 r--p 00000000 fd:01 80 /data/b.arrow\n"
+    )
+    assert procfs.mapped_data_files(maps) == (
+        ("/data/my dir /part 1.npy", 0x5000, 11),
+        ("/data/b.arrow", 0x1000, 80),
+    )
+
+
 def test_smaps_rollup_gives_uss_pss_and_private_dirty():
     text = (
         "55d0c0000000-7ffd00000000 ---p 00000000 00:00 0    [rollup]\n"

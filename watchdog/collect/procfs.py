@@ -1278,6 +1278,9 @@ def maps_summary(pid: int) -> MapsSummary:
 # Mapped data files kept per process (the largest extents).
 MAPPED_FILES_KEPT = 4
 _SYSTEM_PREFIXES = ("/usr/", "/lib", "/etc/", "/dev/", "/proc/", "/sys/", "/memfd:", "/run/")
+_SYSTEM_PREFIXES_B = tuple(p.encode() for p in _SYSTEM_PREFIXES)
+# A mapped path ending so is never a data file: a deleted file, a library, a compiled module.
+_NOT_DATA_SUFFIXES = (b" (deleted)", b".so", b".pyc")
 
 
 def file_sizes(paths, timeout_s: float = 2.0) -> Tuple[Tuple[str, Optional[int], Optional[int]], ...]:
@@ -1310,30 +1313,41 @@ def mapped_data_files(maps: bytes) -> Tuple[Tuple[str, int, int], ...]:
     the system's folders, the largest first, at most ``MAPPED_FILES_KEPT``. A numpy memmap,
     ``np.load(mmap_mode=…)``, a safetensors or Arrow file is one. A file that later is shorter
     than that extent was truncated under the mapping: touching a page past its end raises
-    SIGBUS (mmap(2))."""
-    extent: Dict[str, int] = {}
-    inode: Dict[str, int] = {}
-    code: Set[str] = set()
+    SIGBUS (mmap(2)).
+
+    Cost: a torch process maps about 1,500 lines, most of them its libraries' (``.so``) or
+    anonymous; each line is matched as bytes, and only a data file's line is split and parsed
+    (its numbers) and its path decoded (a line of a library, a system file, a deleted file or no
+    file is dropped before)."""
+    extent: Dict[bytes, int] = {}
+    inode: Dict[bytes, int] = {}
+    code: Set[bytes] = set()
     for raw in maps.splitlines():
-        parts = raw.split(None, 5)
-        if len(parts) < 6 or not parts[5].startswith(b"/"):
+        at = raw.find(b" /")  # the path: the fields before it hold no '/'
+        if at < 0:
             continue
-        path = parts[5].decode("utf-8", "replace")
-        if path.endswith(" (deleted)") or path.startswith(_SYSTEM_PREFIXES):
+        fields = raw[:at].split()
+        path = raw[at + 1 :]
+        if len(fields) != 5 or path.endswith(_NOT_DATA_SUFFIXES) or path.startswith(_SYSTEM_PREFIXES_B):
             continue
-        if b"x" in parts[1]:
+        if b"x" in fields[1]:
             code.add(path)
             continue
         try:
-            start, end = (int(x, 16) for x in parts[0].split(b"-"))
-            offset = int(parts[2], 16)
-            inode[path] = int(parts[4])
+            start, end = (int(x, 16) for x in fields[0].split(b"-"))
+            offset = int(fields[2], 16)
+            inode[path] = int(fields[4])
         except ValueError:
             continue
         extent[path] = max(extent.get(path, 0), offset + end - start)
-    found = [
-        (path, n, inode[path]) for path, n in extent.items() if path not in code and not path.endswith((".so", ".pyc"))
-    ]
+    merged: Dict[str, Tuple[int, int]] = {}
+    for raw_path, n in extent.items():
+        if raw_path in code:
+            continue
+        name = raw_path.decode("utf-8", "replace")
+        was = merged.get(name)
+        merged[name] = (n if was is None else max(n, was[0]), inode[raw_path])
+    found = [(name, n, ino) for name, (n, ino) in merged.items()]
     found.sort(key=lambda x: (-x[1], x[0]))
     return tuple(found[:MAPPED_FILES_KEPT])
 
