@@ -14,7 +14,14 @@ Each loader's line says how busy the machine was during its runs (other processe
 :mod:`probes.bench.load`); at or above half its CPUs a cost above the noise is marked
 ``withheld, busy machine``.
 
-Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed; 2 a bad flag (one line).
+Progress goes to stderr, a line as each round ends. Stopped by SIGINT or SIGTERM, or when a run
+fails or passes ``--timeout``, it kills the run in progress with its workers, removes the
+recorder's private folder, and prints and writes (``--json``) the rounds finished so far,
+marked ``partial`` (:mod:`probes.bench.stop`, as ``bench`` does); ``--json`` holds
+``{"partial": why or "", "results": [one object per loader]}``.
+
+Exit codes (:class:`watchdog.exits.Exit`): 0 done; 1 a run failed or timed out; 2 a bad flag
+(one line); 130 or 143 stopped by SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,12 +32,14 @@ import statistics
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from tabulate import tabulate
 
+from watchdog.argtypes import one_line
 from watchdog.collect import inside
-from watchdog.exits import Exit
+from watchdog.exits import Exit, of_signal
 
 from .cli import Parser, choice_list, int_range, output_file, positive_seconds, say_estimate
 
@@ -82,6 +91,15 @@ LOADERS: Dict[str, Tuple[int, int, str, float, int]] = {
 
 
 def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
+    """One run of ``loader`` in a fresh Python, in a session of its own; with ``hooked``, the
+    recorder in it with a private folder of its own. Whatever ends it early (its timeout, an
+    interruption) kills it with its workers and removes the folder.
+
+    Raises:
+        RuntimeError: the run failed or took more than ``timeout_s`` seconds.
+    """
+    from watchdog.children import end_tree
+
     batches, batch_size, shape, step_ms, workers = LOADERS[loader]
     env = {
         k: v
@@ -89,37 +107,52 @@ def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
         if k not in ("PYTHONPATH", inside.FORMAT.ENV_DIR, inside.FORMAT.ENV_ANCESTOR)
     }
     folder = inside.make_folder() if hooked else None
+    proc: Optional[subprocess.Popen] = None
     try:
         if folder:
             env = inside.hook_env(env, folder.path, os.getpid())
         cmd = [sys.executable, "-c", JOB, str(batches), str(batch_size), shape, str(step_ms), str(workers)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        if done.returncode != 0:
-            raise RuntimeError(f"{loader} run failed (exit {done.returncode}): {done.stderr.strip()[-300:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        out, err = proc.communicate(timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{loader} run failed (exit {proc.returncode}): {err.strip()[-300:]}")
+        result = json.loads(out.strip().splitlines()[-1])
         if folder:
             result["file_bytes"] = sum(os.path.getsize(os.path.join(folder.path, n)) for n in os.listdir(folder.path))
         return result
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{loader} run timed out after {timeout_s:g} s") from None
     finally:
+        if proc is not None and proc.poll() is None:  # timed out or interrupted: the job and its workers go
+            end_tree(proc, grace_s=0.0, reap_s=10.0)
         if folder:
             inside.remove_folder(folder)
 
 
-def measure(loader: str, rounds: int, timeout_s: float) -> dict:
+@dataclass
+class Rounds:
+    """The paired rounds of one loader measured so far: batches/s without (``plain``) and with
+    (``hooked``) the recorder, one of each a round, and the recorder's footprint (bytes) in
+    the last hooked run."""
+
+    loader: str
+    plain: List[float] = field(default_factory=list)
+    hooked: List[float] = field(default_factory=list)
+    record_bytes: int = 0
+    file_bytes: int = 0
+
+
+def measure(loader: str, rounds: int, timeout_s: float, so_far: Optional[Rounds] = None) -> dict:
     """Paired runs of ``loader``: ``rounds`` with and ``rounds`` without the recorder, in
-    alternating order. Returns rates (batches/s), the median ratio hooked/plain and its spread
-    over the rounds (``ratio_min``, ``ratio_max``), the added time
-    per batch (µs, from the medians) and the recorder's footprint (bytes).
+    alternating order, each round noted in ``so_far`` (when given) as it ends and said on
+    stderr. Returns :func:`summary` of them.
 
     Raises:
-        RuntimeError: a run failed or timed out.
+        RuntimeError: a run failed or timed out (``so_far`` holds the rounds before it).
     """
-    plain: List[float] = []
-    hooked: List[float] = []
-    ratios: List[float] = []
-    record, files = 0, 0
+    done = so_far if so_far is not None else Rounds(loader)
     for i in range(rounds):
         order = (False, True) if i % 2 == 0 else (True, False)
         rates = {}
@@ -127,27 +160,49 @@ def measure(loader: str, rounds: int, timeout_s: float) -> dict:
             r = _run_once(loader, h, timeout_s)
             rates[h] = r["batches"] / r["seconds"]
             if h:
-                record, files = r["record_bytes"], r.get("file_bytes", 0)
-        plain.append(rates[False])
-        hooked.append(rates[True])
-        ratios.append(rates[True] / rates[False])
-    plain_rate, hooked_rate = statistics.median(plain), statistics.median(hooked)
-    added = [(1 / h - 1 / p) * 1e6 for h, p in zip(hooked, plain)]  # each round's pair, µs a batch
+                done.record_bytes, done.file_bytes = r["record_bytes"], r.get("file_bytes", 0)
+        done.plain.append(rates[False])
+        done.hooked.append(rates[True])
+        print(
+            f"hook-cost: {loader}: round {i + 1}/{rounds}: {rates[False]:.0f} batches/s plain, "
+            f"{rates[True]:.0f} hooked",
+            file=sys.stderr,
+            flush=True,
+        )
+    return summary(done)
+
+
+def summary(done: Rounds) -> dict:
+    """The figures of ``done`` (at least one round): rates (batches/s, medians), the median
+    ratio hooked/plain and its spread over the rounds (``ratio_min``, ``ratio_max``), the added
+    time per batch (µs, from the medians, with :func:`added_interval` and :func:`added_text`)
+    and the recorder's footprint (bytes).
+
+    Raises:
+        ValueError: no round in ``done``.
+    """
+    if not done.plain:
+        raise ValueError(f"{done.loader}: no round measured")
+    ratios = [h / p for h, p in zip(done.hooked, done.plain)]
+    plain_rate, hooked_rate = statistics.median(done.plain), statistics.median(done.hooked)
+    added = [(1 / h - 1 / p) * 1e6 for h, p in zip(done.hooked, done.plain)]  # each round's pair, µs a batch
     lo, hi = added_interval(added)
+    median_us = (1 / hooked_rate - 1 / plain_rate) * 1e6
     return {
-        "loader": loader,
-        "rounds": rounds,
+        "loader": done.loader,
+        "rounds": len(done.plain),
         "plain_batches_per_s": plain_rate,
         "hooked_batches_per_s": hooked_rate,
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
-        "added_us_per_batch": (1 / hooked_rate - 1 / plain_rate) * 1e6,
+        "added_us_per_batch": median_us,
         "added_us_interval": [lo, hi],
         "added_is_noise": not lo > 0,
-        "added": added_text((1 / hooked_rate - 1 / plain_rate) * 1e6, lo, hi),
-        "record_bytes": record,
-        "file_bytes": files,
+        "added": added_text(median_us, lo, hi),
+        "record_bytes": done.record_bytes,
+        "file_bytes": done.file_bytes,
+        "partial": "",
     }
 
 
@@ -206,25 +261,63 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{len(names)} loader(s) x {args.rounds} round(s) of two runs, about {ROUND_S:g} s a round",
     )
     from .bench import load as load_mod
+    from .bench import stop
 
-    results = []
-    for i, name in enumerate(names, 1):
-        print(f"hook-cost: [{i}/{len(names)}] {name}: {args.rounds} paired round(s) …", file=sys.stderr, flush=True)
-        meter = load_mod.LoadMeter()
-        try:
-            r = measure(name, args.rounds, args.timeout)
-        except RuntimeError as e:
-            print(f"dlwatch: {e}", file=sys.stderr)
-            return Exit.FAILED
-        busy = meter.stop()
-        r["machine_load"] = None if busy is None else vars(busy) | {"share": busy.share}
-        if load_mod.withheld(busy) and not r["added_is_noise"]:  # other processes could have made the gap
-            r["added"] = f"withheld, busy machine: {r['added']}"
-        print(f"hook-cost: {name}: {load_mod.busy_line(busy, 'its runs', verdict=False)}")
-        results.append(r)
+    results: List[dict] = []
+    current: Optional[Rounds] = None
+    previous = stop.catch_signals()
+    try:
+        for i, name in enumerate(names, 1):
+            print(f"hook-cost: [{i}/{len(names)}] {name}: {args.rounds} paired round(s) …", file=sys.stderr, flush=True)
+            meter = load_mod.LoadMeter()
+            current = Rounds(name)
+            r = measure(name, args.rounds, args.timeout, current)
+            current = None
+            busy = meter.stop()
+            r["machine_load"] = None if busy is None else vars(busy) | {"share": busy.share}
+            if load_mod.withheld(busy) and not r["added_is_noise"]:  # other processes could have made the gap
+                r["added"] = f"withheld, busy machine: {r['added']}"
+            print(f"hook-cost: {name}: {load_mod.busy_line(busy, 'its runs', verdict=False)}")
+            results.append(r)
+    except stop.Interrupted as e:
+        stop.hold_signals()  # a second signal must not cut the partial output short
+        print(f"dlwatch: interrupted ({e.name}); the run in progress was stopped", file=sys.stderr)
+        _output(_with_partial(results, current, f"stopped by {e.name}"), args.json, f"stopped by {e.name}")
+        return of_signal(e.signum)
+    except RuntimeError as e:
+        stop.hold_signals()
+        print(f"dlwatch: {e}", file=sys.stderr)
+        why = f"a run failed: {one_line(str(e), 300)}"
+        _output(_with_partial(results, current, why), args.json, why)
+        return Exit.FAILED
+    finally:
+        stop.restore(previous)
+    _output(results, args.json, "")
+    return Exit.OK
+
+
+def _with_partial(results: List[dict], current: Optional[Rounds], why: str) -> List[dict]:
+    """``results`` and the rounds of the loader in progress (``current``, when it finished one),
+    that one marked ``partial`` with ``why``."""
+    if current is None or not current.plain:
+        return results
+    return results + [summary(current) | {"partial": why, "machine_load": None}]
+
+
+def _output(results: List[dict], json_path: Optional[str], partial: str) -> None:
+    """Print the table of ``results`` (and, for a ``partial`` run, why it stopped first) and
+    write them to ``json_path`` when given (``{"partial": ..., "results": [...]}``, through a
+    temporary file renamed into place).
+
+    Raises:
+        OSError: ``json_path`` cannot be written.
+    """
+    if partial:
+        rounds = sum(r["rounds"] for r in results)
+        print(f"partial: {partial}: the {rounds} round(s) finished so far follow", flush=True)
     rows = [
         [
-            r["loader"],
+            r["loader"] + (" (partial)" if r["partial"] else ""),
             r["rounds"],
             f"{r['plain_batches_per_s']:.0f}",
             f"{r['hooked_batches_per_s']:.0f}",
@@ -235,27 +328,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         ]
         for r in results
     ]
-    print(
-        tabulate(
-            rows,
-            headers=[
-                "loader",
-                "rounds",
-                "batches/s plain",
-                "batches/s hooked",
-                "ratio (median, min–max)",
-                "µs added/batch (median, interval)",
-                "files KiB",
-                "record KiB",
-            ],
+    if rows or not partial:
+        print(
+            tabulate(
+                rows,
+                headers=[
+                    "loader",
+                    "rounds",
+                    "batches/s plain",
+                    "batches/s hooked",
+                    "ratio (median, min–max)",
+                    "µs added/batch (median, interval)",
+                    "files KiB",
+                    "record KiB",
+                ],
+            ),
+            flush=True,
         )
-    )
-    if args.json:
-        tmp = args.json + ".tmp"
+    else:
+        print("no round had finished: nothing measured", flush=True)
+    if json_path:
+        tmp = json_path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(results, f, indent=1)
-        os.replace(tmp, args.json)
-    return Exit.OK
+            json.dump({"partial": partial, "results": results}, f, indent=1)
+        os.replace(tmp, json_path)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from ..cli import (
 )
 from .child import MIN_ROUNDS
 from .grid import FALSE_WORDS, START_METHODS, TRUE_WORDS, GridError, LoaderConfig, expand, parse_shape
+from .stop import catch_signals, hold_signals
 
 if TYPE_CHECKING:
     from .measure import Result
@@ -578,16 +579,19 @@ def cmd_autotune(args) -> int:
 
 
 def ratio_interval(a: Result, b: Result) -> Tuple[float, float, float]:
-    """``(median, low, high)`` of the throughput ratio ``a / b``. With the same number of runs
+    """``(ratio, low, high)`` of the throughput ratio ``a / b``. With the same number of runs
     (two or more) the runs are paired by round (:func:`~.measure.measure_side_by_side` runs
-    each configuration once a round, so a round's two runs saw the same machine) and the
-    interval is the distribution-free interval of the median of the rounds' ratios
-    (:func:`~.measure.median_interval`; up to 5 rounds, their whole range); otherwise the
-    medians' intervals are divided (``a``'s low by ``b``'s high, and the reverse); with one run
-    each, the ratio ±5 % (:data:`~.output.SINGLE_RUN_MARGIN`). Each run may have been slowed by
-    other processes by up to :attr:`~.measure.Run.widening`: the low end assumes ``b``'s run
-    was, the high end ``a``'s."""
-    from .measure import median_interval
+    each configuration once a round, so a round's two runs saw the same machine) and judged by
+    the one statistic of every paired A/B, ``dlwatch verify``'s among them
+    (:func:`watchdog.commands.throughput_ab.paired_interval`: the geometric mean of the rounds'
+    ratios and a Student t-interval on their logs, widened for other processes' mean share of
+    the CPUs over both configurations' runs). Otherwise the ratio of the medians: with one run
+    each, ±5 % (:data:`~.output.SINGLE_RUN_MARGIN`), each run possibly slowed by other
+    processes by up to :attr:`~.measure.Run.widening` (the low end assumes ``b``'s run was, the
+    high end ``a``'s); with unequal counts, the medians' intervals divided (``a``'s low by
+    ``b``'s high, and the reverse)."""
+    from watchdog.commands.throughput_ab import paired_interval
+
     from .output import SINGLE_RUN_MARGIN
 
     mid = a.throughput / b.throughput if b.throughput else math.inf
@@ -596,9 +600,14 @@ def ratio_interval(a: Result, b: Result) -> Tuple[float, float, float]:
         r = ra.throughput / rb.throughput
         return mid, r / SINGLE_RUN_MARGIN / rb.widening, r * SINGLE_RUN_MARGIN * ra.widening
     if len(a.runs) == len(b.runs):
-        lows = [x.throughput / (y.throughput * y.widening) for x, y in zip(a.runs, b.runs)]
-        highs = [x.throughput * x.widening / y.throughput for x, y in zip(a.runs, b.runs)]
-        return mid, median_interval(lows)[0], median_interval(highs)[1]
+        shares = [r.others_cpus / r.host_cpus for r in (*a.runs, *b.runs) if r.others_cpus is not None and r.host_cpus]
+        iv = paired_interval(
+            [y.throughput for y in b.runs],
+            [x.throughput for x in a.runs],
+            sum(shares) / len(shares) if shares else None,
+        )
+        if iv is not None:
+            return iv.ratio, iv.low, iv.high
     (alo, ahi), (blo, bhi) = a.median_interval, b.median_interval
     return mid, alo / bhi, ahi / blo
 
@@ -741,18 +750,6 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived (``signum``)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _interrupt(signum, _frame) -> None:
-    raise Interrupted(signum)
-
-
 COMMANDS = {"bench": cmd_bench, "autotune": cmd_autotune, "seed-check": cmd_seed_check}
 
 
@@ -816,8 +813,7 @@ def main(command: str, argv: List[str]) -> int:
     if more:
         how += f"; up to {minutes(more)} more when the fastest must be measured again"
     say_estimate(command, seconds, how)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    catch_signals()
     try:
         from .datasets import DatasetError
         from .measure import RunError
@@ -831,8 +827,7 @@ def main(command: str, argv: List[str]) -> int:
         return COMMANDS[command](args)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the partial files short
-            signal.signal(sig, signal.SIG_IGN)
+        hold_signals()  # a second signal must not cut the partial files short
         print(f"dlwatch: interrupted ({signal.Signals(signum).name}); the run in progress was stopped", file=sys.stderr)
         _partial(f"stopped by {signal.Signals(signum).name}")
         return of_signal(signum)

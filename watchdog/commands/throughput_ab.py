@@ -229,6 +229,20 @@ def interval(log_ratios: Sequence[float], widen: float = 1.0) -> Optional[Interv
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, sd, widen)
 
 
+def paired_interval(
+    without: Sequence[float], with_: Sequence[float], share: Optional[float] = None
+) -> Optional[Interval]:
+    """The ratio with/without of paired runs and its :func:`interval`: pair *i* is
+    ``(without[i], with_[i])`` (rates in one unit: batches/s, samples/s; runs adjacent in time),
+    a pair with a rate that is not above 0 is left out; the half-width is widened by
+    :func:`widening` of ``share`` (other processes' share of the CPUs during the runs, ``None``:
+    not measured). ``None`` with fewer than two pairs. The one statistic of every paired A/B:
+    ``dlwatch verify``'s throughput runs (:func:`judge`) and ``dlwatch probe seed-check``'s
+    claims (``probes.bench.commands.ratio_interval``). Raises nothing."""
+    logs = [math.log(b / a) for a, b in zip(without, with_) if a > 0 and b > 0]
+    return interval(logs, widening(share))
+
+
 @dataclass(frozen=True)
 class Load:
     """Other processes' CPU use over the runs: ``others_cpus`` (CPUs they kept busy on average)
@@ -336,9 +350,8 @@ def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) ->
             load,
             said,
         )
-    measured = [(a, b) for a, b in pairs if a.rate and b.rate]
-    logs = [math.log((b.rate or 1.0) / (a.rate or 1.0)) for a, b in measured]
-    iv = interval(logs, widening(None if load is None else load.share))
+    measured = [(a.rate, b.rate) for a, b in pairs if a.rate and b.rate]
+    iv = paired_interval([a for a, _ in measured], [b for _, b in measured], None if load is None else load.share)
     if iv is None:
         return Judgement(
             CANNOT,
