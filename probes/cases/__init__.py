@@ -697,6 +697,16 @@ CASES: Tuple[Case, ...] = (
         evidence=("CPU oversubscribed",),
         remedy=("torch.set_num_threads(1)",),
     ),
+    # NumPy's OpenBLAS threads in each worker (torch.set_num_threads does not reach them): the
+    # warning's fix sets OMP_NUM_THREADS=1, which tests/real/test_verify_throughput_cases.py proves.
+    Case(
+        "input_bound_oversubscribed_blas",
+        "input_bound",
+        "warning",
+        settings=(("warning_interval_s", 2.0),),
+        evidence=("CPU oversubscribed",),
+        remedy=("OMP_NUM_THREADS=1",),
+    ),
     Case(
         "input_bound_epoch_starts",
         "input_bound",

@@ -138,6 +138,10 @@ def test_workers_waiting_runnable_for_cpus_the_job_fills_itself_are_oversubscrib
     ]
     j = judge(facts(tl))
     assert j.verdict == Verdict.OVERSUBSCRIBED and "torch.set_num_threads(1)" in j.remedy
+    # the fix verify can apply with no code change: one thread for OpenMP and the BLAS libraries
+    assert j.fix is not None and j.fix.as_dict() == {
+        "env": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    }
     assert abs((j.share("runnable") or 0) - 0.4) < 1e-6
 
 
