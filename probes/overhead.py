@@ -840,10 +840,21 @@ TIMELINE_SAMPLES = (10, 100_000)
 RUN_START_S, HANG_RUN_S = 10.0, 20.0
 
 
+def with_defaults(args):
+    """``args`` with ``--seconds`` and ``--warmup`` left out given their defaults: 20 and 20
+    seconds, with ``--node`` 90 and 60 (the window of issue #36: t = 60 to 150 s)."""
+    if args.seconds is None:
+        args.seconds = 90.0 if args.node else 20.0
+    if args.warmup is None:
+        args.warmup = 60.0 if args.node else 20.0
+    return args
+
+
 def estimate_s(args) -> float:
     """About how many seconds ``dlwatch probe overhead`` takes with ``args`` on a 2-core machine:
     per N, ``--pairs`` pairs of two runs of ``--warmup`` + ``--seconds`` and :data:`RUN_START_S`,
     and a hang run; then ``--full-timeline`` and ``--churn``. Many workers or ranks start slower."""
+    args = with_defaults(args)
     counts = [int(x) for x in args.workers.split(",")]
     total = 0.0
     runs = (1 if args.watched_only else 2) * (2 if args.mode == "both" else 1)
@@ -1003,11 +1014,7 @@ def _machine() -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure and print the table; see the module docstring."""
-    args = build_parser().parse_args(argv)  # each flag checked (its type), one line naming it
-    if args.seconds is None:
-        args.seconds = 90.0 if args.node else 20.0
-    if args.warmup is None:
-        args.warmup = 60.0 if args.node else 20.0
+    args = with_defaults(build_parser().parse_args(argv))  # each flag checked (its type), one line naming it
     counts = [int(x) for x in args.workers.split(",")]
     modes = ["run", "attach"] if args.mode == "both" else [args.mode]
     say_estimate(

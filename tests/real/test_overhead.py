@@ -64,6 +64,34 @@ def test_overhead_probe_reports_every_figure(tmp_path):
     assert "churn: " in out
 
 
+@pytest.mark.timeout(400)
+def test_overhead_probe_measures_a_node_under_run_and_attach(tmp_path):
+    # the node job (#36 §2): torchrun ranks reading .npy files, persistent workers, a DDP
+    # all-reduce a step; watched by dlwatch run and by dlwatch attach, each in its own run
+    out_json = tmp_path / "node.json"
+    code, out, err = run_bounded(
+        DLWATCH
+        + ["probe", "overhead", "--node", "--ranks", "2", "--workers", "1", "--mode", "both", "--watched-only"]
+        + ["--pairs", "1", "--seconds", "4", "--warmup", "3", "--json", str(out_json)],
+        timeout_s=390,
+    )
+    assert code == 0, err
+    assert "2 x (1 + 1), node, run" in out and "2 x (1 + 1), node " in out
+    doc = json.loads(out_json.read_text())
+    by_mode = {r["mode"]: r for r in doc["results"]}
+    assert set(by_mode) == {"run", "attach"}
+    for result in by_mode.values():
+        assert result["node"] and result["processes"] == 4 and result["pairs"] == 1, result
+        assert 0 < result["cpu_fraction_min"] <= result["cpu_fraction"] <= result["cpu_fraction_max"] < 1
+        assert result["tick_p99_ms"] >= result["tick_p50_ms"] > 0
+        assert result["watched_batches_per_s"] > 0
+        assert result["throughput_ratio"] is None and result["plain_batches_per_s"] is None  # --watched-only
+    runs = doc["runs"]
+    assert len(runs) == 2 and all(r["watched"] and r["node"] for r in runs)
+    assert {r["mode"] for r in runs} == {"run", "attach"} and all(r["ticks"] >= 2 for r in runs)
+    assert {r["mode"]: r["inside"] for r in runs} == {"run": True, "attach": False}  # run: with the inside view
+
+
 def test_overhead_probe_refuses_bad_flags_in_one_line():
     code, _out, err = run_bounded(DLWATCH + ["probe", "overhead", "--workers", "0,x"], timeout_s=60)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--workers" in err
