@@ -35,6 +35,14 @@ diagnosis). ``--full-timeline`` adds a run that fills the timeline (``timeline_s
 ticks, at ``--full-timeline-interval``) with the largest ``N`` and reports the sidecar's RSS
 then: what it holds at most.
 
+With ``--node``, the job is a node like users run (``NODE_JOB``, issue #36): ``--ranks`` ranks
+under ``torchrun``, each sample an ``np.load`` of a real ``.npy`` file the probe wrote once to its
+private folder, persistent workers, and a DDP all-reduce (gloo) each step; its window opens 60 s
+after every rank's first batch and lasts 90 s unless ``--warmup`` and ``--seconds`` say
+otherwise. ``--mode run`` has ``dlwatch run`` start the job (the sidecar's CPU is still its own
+process's, not its children's), ``--mode both`` measures ``run`` and ``attach`` in alternating
+runs; ``--watched-only`` skips the unwatched runs (no throughput ratio).
+
 Exit codes: 0 done; 1 a run failed (what was measured before it is still printed and written);
 2 a bad flag.
 """
