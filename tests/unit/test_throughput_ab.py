@@ -113,7 +113,12 @@ def test_a_run_that_failed_or_did_not_have_the_change_proves_nothing_and_too_few
     assert two.state == ab.CANNOT and "1 pair(s) of runs measured past the warm-up (needs 2)" in two.line
     unmeasured = _runs(QUIET_A, QUIET_B)
     unmeasured[1] = ab.Run("B", 1, None)
-    assert ab.judge(unmeasured, "num_workers=2").interval.n == 4  # the pair without a rate is left out
+    left = ab.judge(unmeasured, "num_workers=2")
+    assert left.interval.n == 4  # the pair without a rate is left out, and said to be
+    assert left.line.endswith(
+        "; left out, too short past the warm-up to measure (give more --batches): run 1 with num_workers=2"
+    )
+    assert "left out" not in ab.judge(_runs(QUIET_A, QUIET_B), "num_workers=2").line
 
 
 def test_the_rate_is_past_the_warmup_from_the_recorded_points():

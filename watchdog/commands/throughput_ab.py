@@ -326,6 +326,18 @@ def load_line(load: Optional[Load], limit: float) -> str:
     return line
 
 
+def _unmeasured(pairs: Sequence[Tuple[Run, Run]], what: str) -> str:
+    """``; left out: …`` naming each run of ``pairs`` that has no rate (it ended within
+    ``MIN_RATE_BATCHES`` batches or ``MIN_RATE_S`` seconds of its warm-up, or within one
+    progress note of it), its pair with it; "" when every run was measured."""
+    missing = [
+        f"run {r.index} {'with' if r.arm == 'B' else 'without'} {what}" for a, b in pairs for r in (a, b) if not r.rate
+    ]
+    if not missing:
+        return ""
+    return f"; left out, too short past the warm-up to measure (give more --batches): {', '.join(missing)}"
+
+
 def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) -> Judgement:
     """Judge alternating runs (:class:`Run`, arm ``A`` then ``B`` for each index): pairs with a
     rate on both sides give the log-ratios; the interval (:func:`interval`) is widened by
@@ -352,11 +364,12 @@ def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) ->
         )
     measured = [(a.rate, b.rate) for a, b in pairs if a.rate and b.rate]
     iv = paired_interval([a for a, _ in measured], [b for _, b in measured], None if load is None else load.share)
+    unmeasured = _unmeasured(pairs, what)
     if iv is None:
         return Judgement(
             CANNOT,
             f"cannot say: {len(measured)} pair(s) of runs measured past the warm-up (needs 2): give more --runs or "
-            "more --batches",
+            "more --batches" + unmeasured,
             None,
             rates_a,
             rates_b,
@@ -368,6 +381,7 @@ def judge(runs: Sequence[Run], what: str, busy_limit: float = WITHHOLD_SHARE) ->
         f"log-ratios of {iv.n} alternating pairs"
         + (f", widened {iv.widened_by:.2f}x for the others' load" if iv.widened_by > 1.005 else "")
         + f"); median {_median(rates_a):.3g} batches/s without, {_median(rates_b):.3g} with"
+        + unmeasured
     )
     if load is not None and load.share >= busy_limit:
         return Judgement(
