@@ -1,12 +1,12 @@
 """``dlwatch verify`` on an ``input_bound`` warning: the change proven by throughput (issue #38).
 
 NOTE [ Throughput A/B ]
-A hang fix is proven by runs that stop (Boschloo's test in :mod:`watchdog.commands.verify`); a
+A hang fix is proven by runs that stop (Boschloo's test in :mod:`watchdog.commands.verify_verdict`); a
 change for an input-bound job (``remedy_apply`` of the ``input_bound`` warning: more workers,
 ``persistent_workers=True``, fewer workers) is proven by speed. ``verify`` runs the job's own
 command without the change (A) and with it (B), alternating A B A B …, each run bounded by
 batches: it ends once main's DataLoader iterators delivered ``warmup + measured`` batches (as the
-job's recorder counts them, :class:`watchdog.commands.verify.RunBound`) or after a time bound.
+job's recorder counts them, :class:`watchdog.commands.verify_runs.RunBound`) or after a time bound.
 Each run's rate is batches per second past its first ``warmup`` batches (worker start, imports,
 the first prefetch), from the ``(seconds, batches)`` points the bounded run records at each
 sample (:func:`rate_past_warmup`).

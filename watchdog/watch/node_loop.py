@@ -379,7 +379,7 @@ class NodeLoop:
     def run(self, until: Callable[[], Optional[str]] = lambda: None) -> Outcome:
         """Watch until the job ends; a single-process job also stops once it is terminated,
         and any job once ``until()`` gives a reason (``outcome.stopped``; checked after each
-        tick: a bounded run, :class:`~watchdog.commands.verify.RunBound`). The ranks' examinations still
+        tick: a bounded run, :class:`~watchdog.commands.verify_runs.RunBound`). The ranks' examinations still
         running are waited for (together at most one examination and its termination grace)
         before this returns."""
         if self.job.pyspy is None:
