@@ -14,9 +14,10 @@ import contextlib
 import os
 import shutil
 import site
+import sys
 import sysconfig
 import tempfile
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, List, Mapping, Optional
 
 # The folder from which this package's name resolves (``probes`` and ``watchdog`` beside it in a
 # source tree: the repository root; ``watchdog.probes`` once installed: site-packages).
@@ -47,12 +48,51 @@ def child_env(base: Optional[Mapping[str, str]] = None, extra: Iterable[str] = (
     """A copy of ``base`` (default ``os.environ``) whose ``PYTHONPATH`` starts with
     :data:`PACKAGE_ROOT` (unless it is a site-packages folder, already on every interpreter's
     path and best left after the standard library) and then the folders in ``extra``, so a child
-    started in any working directory imports this ``probes`` and ``watchdog``. Raises nothing."""
+    started in any working directory imports this ``probes`` and ``watchdog``. Relative entries
+    of ``base``'s ``PYTHONPATH`` (``""`` is the working directory) are dropped. Raises nothing."""
     env = dict(os.environ if base is None else base)
     first = [] if os.path.realpath(PACKAGE_ROOT) in _site_dirs() else [PACKAGE_ROOT]
-    parts = first + [p for p in extra if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # A relative entry (an empty one is the working directory) would resolve in the child's
+    # working directory: never kept from ``base``.
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
+    parts = first + [p for p in extra if p] + inherited
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
+
+
+def python(*args: str, isolated: bool = False) -> List[str]:
+    """The command line of a probe's Python child: ``sys.executable``, flags that keep the
+    child's working directory and this user's site-packages off its ``sys.path``, then ``args``.
+
+    With ``isolated``, ``-I`` (the child needs nothing from the environment: no ``PYTHON*``
+    variable, no user site, neither the working directory nor a script's folder on
+    ``sys.path``). Otherwise ``-s`` (no user site) and, from Python 3.11, ``-P`` (no working
+    directory, for ``-c`` and ``-m``): ``PYTHONPATH`` still counts, so a child started with
+    :func:`child_env` finds ``probes`` and ``watchdog``. Before 3.11 there is no ``-P``: start
+    the child in a private folder (:func:`work_dir`), as every probe does, since the working
+    directory may be one another user writes (``cd /tmp/x && dlwatch probe …`` as root must not
+    import a ``torch.py`` planted there). Source: the Python documentation, "Command line and
+    environment" (``-I``, ``-P``, ``-s``). Raises nothing."""
+    if isolated:
+        flags = ["-I"]
+    else:
+        flags = ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]
+    return [sys.executable, *flags, *args]
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str = "dlwatch-probe-cwd-") -> Iterator[str]:
+    """A new private folder (0700, ``tempfile.mkdtemp`` in the temporary directory) to be a
+    child's working directory, removed with its contents when the block ends.
+
+    Raises:
+        OSError: the temporary directory cannot be written.
+    """
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # unix(7): sun_path holds 108 bytes, the terminating NUL included.

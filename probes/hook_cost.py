@@ -42,6 +42,8 @@ from watchdog.collect import inside
 from watchdog.exits import Exit, of_signal
 
 from .cli import Parser, choice_list, int_range, output_file, positive_seconds, say_estimate
+from .env import python, work_dir
+from .outfile import write_text
 
 JOB = textwrap.dedent(
     """
@@ -90,8 +92,9 @@ LOADERS: Dict[str, Tuple[int, int, str, float, int]] = {
 }
 
 
-def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
-    """One run of ``loader`` in a fresh Python, in a session of its own; with ``hooked``, the
+def _run_once(loader: str, hooked: bool, timeout_s: float, cwd: str) -> dict:
+    """One run of ``loader`` in a fresh Python (``-s -P``, :func:`probes.env.python`) started in
+    the private folder ``cwd``, in a session of its own; with ``hooked``, the
     recorder in it with a private folder of its own. Whatever ends it early (its timeout, an
     interruption) kills it with its workers and removes the folder.
 
@@ -110,10 +113,18 @@ def _run_once(loader: str, hooked: bool, timeout_s: float) -> dict:
     proc: Optional[subprocess.Popen] = None
     try:
         if folder:
-            env = inside.hook_env(env, folder.path, os.getpid())
-        cmd = [sys.executable, "-c", JOB, str(batches), str(batch_size), shape, str(step_ms), str(workers)]
+            env = inside.hook_env(env, folder.path, os.getpid())  # PYTHONPATH: the bootstrap alone
+        # The same flags with the recorder and without: -s -P, in a private working directory
+        # (the caller's may be one another user writes: a torch.py there must not be imported).
+        cmd = python("-c", JOB, str(batches), str(batch_size), shape, str(step_ms), str(workers))
         proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         out, err = proc.communicate(timeout=timeout_s)
         if proc.returncode != 0:
@@ -151,24 +162,26 @@ def measure(loader: str, rounds: int, timeout_s: float, so_far: Optional[Rounds]
 
     Raises:
         RuntimeError: a run failed or timed out (``so_far`` holds the rounds before it).
+        OSError: no private working directory could be made for the runs.
     """
     done = so_far if so_far is not None else Rounds(loader)
-    for i in range(rounds):
-        order = (False, True) if i % 2 == 0 else (True, False)
-        rates = {}
-        for h in order:
-            r = _run_once(loader, h, timeout_s)
-            rates[h] = r["batches"] / r["seconds"]
-            if h:
-                done.record_bytes, done.file_bytes = r["record_bytes"], r.get("file_bytes", 0)
-        done.plain.append(rates[False])
-        done.hooked.append(rates[True])
-        print(
-            f"hook-cost: {loader}: round {i + 1}/{rounds}: {rates[False]:.0f} batches/s plain, "
-            f"{rates[True]:.0f} hooked",
-            file=sys.stderr,
-            flush=True,
-        )
+    with work_dir() as cwd:
+        for i in range(rounds):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            rates = {}
+            for h in order:
+                r = _run_once(loader, h, timeout_s, cwd)
+                rates[h] = r["batches"] / r["seconds"]
+                if h:
+                    done.record_bytes, done.file_bytes = r["record_bytes"], r.get("file_bytes", 0)
+            done.plain.append(rates[False])
+            done.hooked.append(rates[True])
+            print(
+                f"hook-cost: {loader}: round {i + 1}/{rounds}: {rates[False]:.0f} batches/s plain, "
+                f"{rates[True]:.0f} hooked",
+                file=sys.stderr,
+                flush=True,
+            )
     return summary(done)
 
 
@@ -292,8 +305,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return Exit.FAILED
     finally:
         stop.restore(previous)
-    _output(results, args.json, "")
-    return Exit.OK
+    return Exit.OK if _output(results, args.json, "") else Exit.FAILED
 
 
 def _with_partial(results: List[dict], current: Optional[Rounds], why: str) -> List[dict]:
@@ -304,14 +316,12 @@ def _with_partial(results: List[dict], current: Optional[Rounds], why: str) -> L
     return results + [summary(current) | {"partial": why, "machine_load": None}]
 
 
-def _output(results: List[dict], json_path: Optional[str], partial: str) -> None:
+def _output(results: List[dict], json_path: Optional[str], partial: str) -> bool:
     """Print the table of ``results`` (and, for a ``partial`` run, why it stopped first) and
-    write them to ``json_path`` when given (``{"partial": ..., "results": [...]}``, through a
-    temporary file renamed into place).
-
-    Raises:
-        OSError: ``json_path`` cannot be written.
-    """
+    write them to ``json_path`` when given (``{"partial": ..., "results": [...]}``,
+    :func:`probes.outfile.write_text`: a temporary file made exclusively, renamed into place).
+    Returns whether the file was written (or none asked for); when it could not be, says so in
+    one line on stderr. Raises nothing of its own."""
     if partial:
         rounds = sum(r["rounds"] for r in results)
         print(f"partial: {partial}: the {rounds} round(s) finished so far follow", flush=True)
@@ -348,10 +358,12 @@ def _output(results: List[dict], json_path: Optional[str], partial: str) -> None
     else:
         print("no round had finished: nothing measured", flush=True)
     if json_path:
-        tmp = json_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"partial": partial, "results": results}, f, indent=1)
-        os.replace(tmp, json_path)
+        try:  # never through a link planted at the path or beside it (probes.outfile)
+            write_text(json_path, json.dumps({"partial": partial, "results": results}, indent=1) + "\n")
+        except OSError as e:
+            print(f"dlwatch: error: cannot write --json {json_path!r}: {e.strerror or e}", file=sys.stderr)
+            return False
+    return True
 
 
 if __name__ == "__main__":

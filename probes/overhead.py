@@ -79,7 +79,8 @@ from .cli import (
     positive_seconds,
     say_estimate,
 )
-from .env import child_env
+from .env import child_env, python
+from .outfile import write_text
 from .repro import kill_session
 
 JOB = textwrap.dedent(
@@ -416,10 +417,14 @@ def _tail(proc: subprocess.Popen) -> str:
 def _start(
     cmd: List[str], folder: str, name: str, env: Optional[dict] = None, stdout=subprocess.PIPE
 ) -> subprocess.Popen:
-    """Start ``cmd`` in a session of its own (so its whole tree can be killed), stderr to a file."""
+    """Start ``cmd`` in a session of its own (so its whole tree can be killed), stderr to a file,
+    in the probe's private folder ``folder``: never in the caller's working directory, which may
+    be one another user writes (a ``torch.py`` there would run as the caller)."""
     err_path = os.path.join(folder, f"{name}.stderr")
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=err, env=env or child_env(), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=stdout, stderr=err, env=env or child_env(), cwd=folder, start_new_session=True
+        )
     proc.err_path = err_path  # type: ignore[attr-defined]
     return proc
 
@@ -430,7 +435,7 @@ def _dlwatch_run(cmd: List[str], folder: str, name: str, interval_s: float) -> T
     log = os.path.join(folder, f"ticks-{name}.log")
     env = child_env()
     env["DLWATCH_TICK_LOG"] = log
-    dlwatch = [sys.executable, "-m", "watchdog", "run", "--interval", f"{interval_s:g}", "--stall-timeout", "600"]
+    dlwatch = python("-m", "watchdog", "run", "--interval", f"{interval_s:g}", "--stall-timeout", "600")
     dlwatch += ["--report-dir", os.path.join(folder, "reports"), "--"]
     return _start(dlwatch + cmd, folder, name, env), log
 
@@ -442,8 +447,7 @@ def _dlwatch(
     log = os.path.join(folder, f"ticks-{job_pid}.log")
     env = child_env()
     env["DLWATCH_TICK_LOG"] = log
-    cmd = [
-        sys.executable,
+    cmd = python(
         "-m",
         "watchdog",
         "attach",
@@ -453,7 +457,7 @@ def _dlwatch(
         f"{interval_s:g}",
         "--report-dir",
         os.path.join(folder, "reports"),
-    ]
+    )
     if config:
         cmd += ["--config", config]
     return _start(cmd + extra, folder, f"dlwatch-{job_pid}", env, stdout=subprocess.DEVNULL), log
@@ -524,8 +528,7 @@ def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> 
         data = os.path.join(folder, "node-data")
         if not os.path.isdir(data):
             write_node_files(folder)
-        return [
-            sys.executable,
+        return python(
             "-m",
             "torch.distributed.run",
             "--standalone",
@@ -536,7 +539,7 @@ def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> 
             str(seconds),
             "600",
             data,
-        ]
+        )
     args = [
         str(shape.workers),
         str(warmup_s),
@@ -546,15 +549,11 @@ def _job_command(shape: Shape, warmup_s: float, seconds: float, folder: str) -> 
         "matmul" if shape.matmul else "-",
     ]
     if shape.ranks == 1:
-        return [sys.executable, "-c", JOB] + args
+        return python("-c", JOB, *args)
     script = os.path.join(folder, "overhead_job.py")
     with open(script, "w", encoding="utf-8") as f:
         f.write(JOB)
-    return (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={shape.ranks}"]
-        + [script]
-        + args
-    )
+    return python("-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={shape.ranks}", script, *args)
 
 
 def _descendants(pid: int) -> int:
@@ -666,17 +665,7 @@ def run_hang(workers: int, interval_s: float, stall_timeout_s: float, folder: st
     """
     deadline = time.monotonic() + stall_timeout_s + _RUN_SLACK_S + 2 * workers
     job = _start(
-        [
-            sys.executable,
-            "-m",
-            module_name("train"),
-            "--fault",
-            "fork-lock",
-            "--num-workers",
-            str(workers),
-            "--epochs",
-            "1",
-        ],
+        python("-m", module_name("train"), "--fault", "fork-lock", "--num-workers", str(workers), "--epochs", "1"),
         folder,
         f"hang-{workers}",
         stdout=subprocess.DEVNULL,
@@ -727,7 +716,7 @@ def run_full_timeline(workers: int, interval_s: float, samples: int, folder: str
     seconds = samples * interval_s * 1.5 + 30
     deadline = time.monotonic() + seconds + _RUN_SLACK_S + workers
     limit = f"{deadline - time.monotonic():.0f}"  # never waits out its SIGUSR1 before the deadline
-    job = _start([sys.executable, "-c", JOB, str(workers), "0", "1", limit], folder, f"timeline-{workers}")
+    job = _start(python("-c", JOB, str(workers), "0", "1", limit), folder, f"timeline-{workers}")
     watcher = None
     try:
         pid = _read_json_line(job, deadline, "its first batch")["pid"]
@@ -762,7 +751,7 @@ def run_churn(workers: int, seconds: float, interval_s: float, folder: str) -> d
     hook = inside.make_folder()
     env = inside.hook_env(child_env(), hook.path, None)
     deadline = time.monotonic() + seconds + _RUN_SLACK_S
-    job = _start([sys.executable, "-c", CHURN_JOB, str(workers), f"{seconds:g}"], folder, "churn", env)
+    job = _start(python("-c", CHURN_JOB, str(workers), f"{seconds:g}"), folder, "churn", env)
     watcher = None
     try:
         pid = _read_json_line(job, deadline, "its start")["pid"]
@@ -1131,10 +1120,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         + "; the sidecar's CPU and ticks are its own, the job's throughput is not"
     )
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(tmp, args.json)
+        try:  # never through a link planted at the path or beside it (probes.outfile)
+            write_text(args.json, json.dumps(doc, indent=1) + "\n")
+        except OSError as e:
+            print(f"dlwatch: error: cannot write --json {args.json!r}: {e.strerror or e}", file=sys.stderr)
+            return Exit.FAILED
     return Exit.FAILED if failed else Exit.OK
 
 
