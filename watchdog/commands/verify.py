@@ -42,12 +42,13 @@ import dataclasses
 import os
 import shlex
 import signal
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import redact
 from ..errors import ReportWriteError, WatchdogError
 from ..exits import Exit, of_signal
 from ..report import browse, writer
+from ..text import one_line
 from ..types import Fix
 from . import throughput_ab
 from .verify_plan import (
@@ -67,7 +68,15 @@ from .verify_plan import (
     settings_for_runs,
 )
 from .verify_runs import Stopped, raise_stopped, run_argv, run_one, shm_left, write_settings
-from .verify_trust import check_rerunnable, differences, fix_cannot_apply, origin_of, verify_folder
+from .verify_trust import (
+    check_rerunnable,
+    checked_command,
+    differences,
+    fix_cannot_apply,
+    origin_of,
+    report_place,
+    verify_folder,
+)
 from .verify_verdict import RunResult, change_of, cost_line, inconclusive, table, verdict
 
 SPEED_SAFETY = (
@@ -185,6 +194,7 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     Raises:
         VerifyError, ReportNotFound: bad input (exit code 2, said by the caller).
     """
+    say = _escaped(say)
     last = args.last is not None
     if last == bool(args.report):
         raise VerifyError("REPORT", "give a report folder or --last [KIND] (one of them)")
@@ -192,13 +202,19 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         found = browse.folders(args.report_dir) if last else []
     except WatchdogError as e:
         raise VerifyError("--last", f"{e} (--report-dir DIR names where the reports are)") from None
+    skipped = 0
+    if last:
+        mine = [f for f in found if _owner(f) in (os.geteuid(), 0)]
+        skipped, found = len(found) - len(mine), mine
     if last and args.last:
         found = [f for f in found if _first_kind(f) == args.last]
+    if skipped:
+        say(f"note: --last skipped {skipped} report folder(s) of other users in {one_line(args.report_dir)}")
     folder = found[0] if found else None
     if last and folder is None:
         of_kind = f" of kind {args.last}" if args.last else ""
         raise VerifyError(args.report_dir, f"no report{of_kind} there (--report-dir DIR names where the reports are)")
-    folder = os.path.abspath(browse.report_folder(folder or args.report))
+    folder = report_place(os.path.abspath(browse.report_folder(folder or args.report)))
     origin = origin_of(folder)
     own = parse_fix(args.fix)
     fix = origin.fix.merged(own) if origin.fix is not None and not args.only else own
@@ -225,10 +241,11 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     command = list(args.cmd) or list(origin.command)
     own_command = bool(args.cmd) and tuple(args.cmd) != origin.command
     cwd = check_rerunnable(origin, command, args.yes)
+    command = checked_command(command, cwd)  # each path argument by its checked real path
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise VerifyError(f"--json {args.json}", "must name a file in a folder that exists")
     shown = fix_as_shown(fix)  # what is printed and written: secret-named variables redacted
-    shown_command = shlex.join(redact.cmdline(command))
+    shown_command = one_line(shlex.join(redact.cmdline(command)))
     by_speed = origin.kind in throughput_ab.KINDS  # proven by throughput (NOTE [ Throughput A/B ])
     if by_speed:
         speed = throughput_ab.bound_for(origin.failed_at_batch, origin.ran_s, args.batches, args.seconds)
@@ -239,15 +256,18 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         runs = plan(origin, fix, args.runs or DEFAULT_RUNS, bound, args.all_loaders)
     uid_name = _user_name()
     if args.dry_run:
-        say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {cwd}:")
+        say(f"dlwatch verify would start your program {len(runs)} time(s), as {uid_name} in {one_line(cwd)}:")
     else:
-        say((SPEED_SAFETY if by_speed else SAFETY).format(n=len(runs), user=uid_name, cwd=cwd))
-    newest = f" (--last{' ' + args.last if args.last else ''}: the newest of {len(found)})" if last else ""
-    say(f"report: {folder} ({origin.kind}, {origin.mode}){newest}; fix: {shown.describe()}")
+        say((SPEED_SAFETY if by_speed else SAFETY).format(n=len(runs), user=uid_name, cwd=one_line(cwd)))
+    newest = f" (--last{' ' + one_line(args.last) if args.last else ''}: the newest of {len(found)})" if last else ""
+    say(
+        f"report: {one_line(folder)} ({one_line(origin.kind)}, {origin.mode}){newest}; "
+        f"fix: {one_line(shown.describe())}"
+    )
     for line in differences(origin):
         say(line)
     if own_command:
-        given = shlex.join(redact.cmdline(origin.command)) or "?"
+        given = one_line(shlex.join(redact.cmdline(origin.command))) or "?"
         say(f"the command: {shown_command} (given after --; the report's was {given})")
     if args.dry_run:
         verify_dir = os.path.join(os.path.dirname(folder), "VERIFY")
@@ -256,8 +276,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
             limit = f" (RLIMIT_NOFILE {fix.nofile})" if variant == FIXED and fix.nofile is not None else ""
             run_dir = os.path.join(verify_dir, f"{variant}-{i}")
             argv = run_argv(os.path.join(verify_dir, "settings.yaml"), run_dir, run_args, redact.cmdline(command))
-            say(f"{variant} {i}: {changes + ' ' if changes else ''}{shlex.join(argv)}{limit}")
-        say(f"(VERIFY: a new verify-<UTC time>-<pid>-<random>/ folder beside the report, 0700; cwd {cwd})")
+            say(one_line(f"{variant} {i}: {changes + ' ' if changes else ''}{shlex.join(argv)}{limit}"))
+        say(f"(VERIFY: a new verify-<UTC time>-<pid>-<random>/ folder beside the report, 0700; cwd {one_line(cwd)})")
         return Exit.OK
     if by_speed:
         return verify_throughput(args, origin, fix, cwd, command, speed, say)
@@ -289,7 +309,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
             signal.signal(sig, handler)
     judged = verdict(origin, shown, results, own_command)
     say("")
-    say(table(results))
+    for row in table(results).splitlines():
+        say(row)
     say("")
     say(judged.line)
     cost = cost_line(results) if judged.holds else None
@@ -375,6 +396,7 @@ def verify_throughput(
     with ``--ladder`` and a ``num_workers`` change, rung after rung while each gains. Writes
     ``verify.json`` as the failure path does, with ``throughput`` (and ``rungs``). Returns 0
     when a gain is shown, else 1; 128 + N when stopped by a signal."""
+    say = _escaped(say)
     out = verify_folder(origin.folder)
     settings_path = os.path.join(out, "settings.yaml")
     write_settings(settings_path, settings_for_runs(origin))
@@ -434,7 +456,8 @@ def verify_throughput(
                 getattr(args, "busy_limit", None) or throughput_ab.WITHHOLD_SHARE,
             )
             say("")
-            say(table(results))
+            for row in table(results).splitlines():
+                say(row)
             say(judged.load_line)
             say(judged.line)
             rungs.append(
@@ -518,6 +541,29 @@ def _first_kind(folder: str) -> str:
         return ""
     first = (doc.get("diagnoses") or [{}])[0]
     return str(first.get("kind") or "") if isinstance(first, dict) else ""
+
+
+def _escaped(say: Callable[[str], object]) -> Callable[[str], None]:
+    """``say`` for lines that hold what a report or another user controls (its kind, fix values,
+    command, folder names): each line written on one line with every control character escaped
+    (:func:`watchdog.text.one_line`), so a value can neither forge a line nor send an escape
+    sequence to the terminal; a ``say`` made here is returned as it is (escaped once)."""
+    if getattr(say, "escapes", False):
+        return say  # type: ignore[return-value]
+
+    def escaped(line: str) -> None:
+        say(one_line(line))
+
+    escaped.escapes = True  # type: ignore[attr-defined]
+    return escaped
+
+
+def _owner(folder: str) -> int:
+    """The uid that owns ``folder`` (``lstat``), ``-1`` when it cannot be read."""
+    try:
+        return os.lstat(folder).st_uid
+    except OSError:
+        return -1
 
 
 def _user_name() -> str:

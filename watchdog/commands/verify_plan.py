@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .. import redact
 from ..config import DEPRECATED
 from ..errors import WatchdogError
+from ..text import one_line
 from ..types import FIX_LOADER_SETTINGS, Fix
 from . import throughput_ab
 
@@ -79,13 +80,43 @@ REPORT_ENV_NAMES = frozenset(
 )
 
 
+# The variables of REPORT_ENV_NAMES that set a thread count: a report's fix may give each only an
+# integer in 1..MAX_THREADS; num_workers only 0..MAX_THREADS.
+THREAD_ENV_NAMES = frozenset(
+    {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"}
+)
+MAX_THREADS = 1024
+
+
+def check_counts(fix: Fix, where: str) -> None:
+    """Refuse a fix whose thread-count variables (``THREAD_ENV_NAMES``) are not integers in
+    ``1..MAX_THREADS`` (written in decimal digits) or whose ``num_workers`` is not an integer in
+    ``0..MAX_THREADS``; ``where`` names the fix (``remedy_apply``, ``--fix``).
+
+    Raises:
+        ValueError: naming the field.
+    """
+    for name, value in fix.env:
+        if name in THREAD_ENV_NAMES:
+            text = str(value)
+            if not (text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= MAX_THREADS):
+                raise ValueError(f"{where}.env.{name} is not an integer from 1 to {MAX_THREADS}: {text[:40]!r}")
+    workers = dict(fix.loader).get("num_workers")
+    if "num_workers" in dict(fix.loader) and (
+        not isinstance(workers, int) or isinstance(workers, bool) or not 0 <= workers <= MAX_THREADS
+    ):
+        raise ValueError(f"{where}.loader.num_workers is not an integer from 0 to {MAX_THREADS}: {str(workers)[:40]!r}")
+
+
 class VerifyError(WatchdogError):
     """``dlwatch verify`` cannot prove this report's fix: ``what`` names the input (the report
     folder, a ``--fix``); exit code 2."""
 
     def __init__(self, what: str, message: str) -> None:
         self.what = what
-        super().__init__(f"{what}: {message}")
+        # one line, control characters escaped: the report, its paths and its values may be
+        # another's (watchdog.text.one_line)
+        super().__init__(one_line(f"{what}: {message}"))
 
 
 @dataclass(frozen=True)
@@ -158,6 +189,8 @@ def origin_from(folder: str, doc: dict) -> Origin:
         fix = Fix.from_dict(apply) if apply else None
     except ValueError as e:
         raise ValueError(f"remedy_apply: {e}") from None
+    if fix is not None:
+        check_counts(fix, "diagnoses[0].remedy_apply")
     command = launch.get("command") or []
     if not isinstance(command, list):
         raise ValueError("job.launch.command is not a list")
@@ -245,9 +278,11 @@ def parse_fix(items: Sequence[str]) -> Fix:
             known = ", ".join(FIX_LOADER_SETTINGS + ("sharing_strategy", "rlimit_nofile", "env.NAME"))
             raise VerifyError(f"--fix {item}", f"unknown key {key!r} (one of: {known})")
     try:
-        return Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+        fix = Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+        check_counts(fix, "--fix")
     except ValueError as e:
         raise VerifyError("--fix", str(e)) from None
+    return fix
 
 
 def bound_of(origin: Origin, batches: Optional[int], seconds: Optional[float]) -> Tuple[Optional[int], Optional[float]]:

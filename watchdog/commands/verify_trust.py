@@ -112,55 +112,192 @@ def origin_of(folder: str) -> Origin:
         raise VerifyError(os.path.join(folder, "report.json"), f"malformed: {e}") from None
 
 
-def trusted_place(path: str, what: str) -> str:
-    """The real path of ``path`` (the folder a run starts in, or a file its command names),
-    once it is clear that no other user can change what is found there: ``path`` and every
-    folder above it belong to the caller or to root; ``path`` is writable by no one else; each
-    folder above it is writable by no one else, or has the sticky bit (others cannot rename or
-    remove what is ours there: unlink(2), rename(2), EPERM). Group-writable counts as writable
-    by others. Links are resolved first, and the runs use the real path, so a link swapped
-    later changes nothing.
+# The most symbolic links followed in one path (Linux's own limit, path_resolution(7): ELOOP).
+MAX_LINKS = 40
+# The most entries of a folder given as an argument that are looked at (the files Python runs
+# from a folder on ``sys.path[0]``: ``__main__.py`` and the modules beside it).
+MAX_FOLDER_ENTRIES = 10_000
+
+
+def _refuse_entry(given: str, what: str, place: str, st: os.stat_result, last: bool) -> None:
+    """Raise when another user could change ``place`` (``lstat`` ``st``), met while resolving
+    ``given``: it is not the caller's or root's, or (a folder or file, not a link) it is
+    writable by group or others, unless it is a folder above the end with the sticky bit.
 
     Raises:
-        VerifyError: naming ``path``, the folder or file at fault, and why.
+        VerifyError: naming ``given``, ``place`` and why.
     """
-    real = os.path.realpath(path)
     me = os.geteuid()
-    chain = [real]
-    while chain[-1] != os.path.dirname(chain[-1]):
-        chain.append(os.path.dirname(chain[-1]))
-    for place in reversed(chain):
+    if st.st_uid not in (me, 0):
+        raise VerifyError(
+            given,
+            f"{what}: {place} belongs to uid {st.st_uid}, not to you ({me}) or root: what it holds runs as you",
+        )
+    if stat.S_ISLNK(st.st_mode):
+        return  # a link's own mode is never used (symlink(7)); its folder and target are checked
+    shared = st.st_mode & 0o022
+    if shared and (last or not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)):
+        raise VerifyError(
+            given,
+            f"{what}: {place} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): another user could "
+            "change what runs as you; move the job into a folder of your own",
+        )
+
+
+def trusted_place(path: str, what: str) -> str:
+    """The real path of ``path`` (the folder a run starts in, a file or folder its command names,
+    the report folder), once it is clear that no other user can change what is found there.
+    ``path`` is resolved here component by component, as path_resolution(7) does, and every
+    entry met is checked with ``lstat``: the folders of the path as given, each link and the
+    folders of its target, and the real path's: each belongs to the caller or to root; a folder
+    above the end is writable by no one else, or has the sticky bit (others cannot rename or
+    remove what is ours there: unlink(2), rename(2), EPERM); the end itself is writable by no
+    one else. Group-writable counts as writable by others. No entry met can then be changed or
+    re-pointed by another user, so the real path returned names what was checked, later too.
+
+    Raises:
+        VerifyError: naming ``path``, the entry at fault, and why (more than ``MAX_LINKS``
+            links, a missing entry, one another user can change).
+    """
+    parts = [p for p in os.path.abspath(path).split("/") if p]
+    real = "/"
+    try:
+        _refuse_entry(path, what, "/", os.lstat("/"), not parts)
+    except OSError as e:
+        raise VerifyError(path, f"cannot read {what} (/): {e.strerror or e}") from None
+    links = 0
+    while parts:
+        name = parts.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            real = os.path.dirname(real)
+            continue
+        place = os.path.join(real, name)
         try:
             st = os.lstat(place)
         except OSError as e:
             raise VerifyError(path, f"cannot read {what} ({place}): {e.strerror or e}") from None
+        _refuse_entry(path, what, place, st, not parts and not stat.S_ISLNK(st.st_mode))
         if stat.S_ISLNK(st.st_mode):
-            raise VerifyError(path, f"{what}: {place} changed while it was checked (now a link)")
-        if st.st_uid not in (me, 0):
-            raise VerifyError(
-                path,
-                f"{what}: {place} belongs to uid {st.st_uid}, not to you ({me}) or root: what it holds runs as you",
-            )
-        shared = st.st_mode & 0o022
-        if shared and (place == real or not st.st_mode & stat.S_ISVTX):
-            raise VerifyError(
-                path,
-                f"{what}: {place} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): another user could "
-                "change what runs as you; move the job into a folder of your own",
-            )
+            links += 1
+            if links > MAX_LINKS:
+                raise VerifyError(path, f"{what}: more than {MAX_LINKS} symbolic links")
+            try:
+                target = os.readlink(place)
+            except OSError as e:
+                raise VerifyError(path, f"cannot read {what} ({place}): {e.strerror or e}") from None
+            if target.startswith("/"):
+                real = "/"
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        if parts and not stat.S_ISDIR(st.st_mode):
+            raise VerifyError(path, f"cannot read {what} ({place}): not a folder")
+        real = place
+    try:  # the end once more as the end (a link to `..` ends on a folder met above it)
+        _refuse_entry(path, what, real, os.lstat(real), True)
+    except OSError as e:
+        raise VerifyError(path, f"cannot read {what} ({real}): {e.strerror or e}") from None
     return real
 
 
-def _command_files(command: Sequence[str], cwd: str) -> List[Tuple[str, str]]:
-    """``(argument, path)`` for each argument of ``command`` that names an existing file
-    (relative to ``cwd`` or absolute): the program, its script, its config files."""
+def _interpreter_places(given: str, real: str) -> List[str]:
+    """What decides what the program at ``given`` (real path ``real``) loads when it is a
+    Python started from a virtual environment: ``pyvenv.cfg`` beside the binary or one folder up
+    (Python looks there, from the path it was started as and from the real one: the ``venv``
+    and ``site`` documentation, https://docs.python.org/3/library/site.html), that folder, and
+    its ``lib*/python*/site-packages`` folders with their ``.pth`` files (each line starting
+    ``import`` runs at start-up)."""
+    import glob
+
+    out: List[str] = []
+    for binary in dict.fromkeys((given, real)):
+        for home in (os.path.dirname(binary), os.path.dirname(os.path.dirname(binary))):
+            cfg = os.path.join(home, "pyvenv.cfg")
+            if not os.path.lexists(cfg):
+                continue
+            out += [home, cfg]
+            for site in sorted(glob.glob(os.path.join(glob.escape(home), "lib*", "python*", "site-packages"))):
+                out.append(site)
+                out += sorted(glob.glob(os.path.join(glob.escape(site), "*.pth")))
+    return list(dict.fromkeys(out))
+
+
+def _folder_runs(folder: str) -> List[str]:
+    """The files Python runs from ``folder`` given as its script (``python FOLDER``: its
+    ``__main__.py``, with the folder first on ``sys.path``, so the modules beside it too:
+    https://docs.python.org/3/using/cmdline.html#interface-options): each ``*.py``, ``*.pyc``,
+    ``*.pth`` and ``*.so`` entry, and each package folder and ``__pycache__``, at most
+    ``MAX_FOLDER_ENTRIES`` looked at."""
     out = []
-    for arg in command:
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_FOLDER_ENTRIES:
+                    break
+                if entry.name.endswith((".py", ".pyc", ".pth", ".so")) or entry.name == "__pycache__":
+                    out.append(entry.path)
+                elif entry.is_dir(follow_symlinks=False) and os.path.lexists(os.path.join(entry.path, "__init__.py")):
+                    out += [entry.path, os.path.join(entry.path, "__init__.py")]
+    except OSError:
+        return out
+    return out
+
+
+def _command_files(command: Sequence[str], cwd: str) -> List[Tuple[int, str, str]]:
+    """``(index, argument, path)`` for each argument of ``command`` that names an existing entry
+    (relative to ``cwd`` or absolute; a dangling link too), devices (``/dev/null``) left out:
+    the program, its script (a file, a folder with ``__main__.py``, a zip file), its config
+    files, folders it reads. A program named without a ``/`` is the one ``PATH`` finds
+    (execvp(3))."""
+    import shutil
+
+    out = []
+    for i, arg in enumerate(command):
         if not arg or arg.startswith("-"):
             continue
+        if i == 0 and "/" not in arg:
+            found = shutil.which(arg)
+            if found:
+                out.append((i, arg, os.path.abspath(found)))
+            continue
         path = arg if os.path.isabs(arg) else os.path.join(cwd, arg)
-        if os.path.isfile(path):
-            out.append((arg, path))
+        try:
+            if stat.S_ISCHR(os.stat(path).st_mode) or stat.S_ISBLK(os.stat(path).st_mode):
+                continue  # a device (/dev/null): never code, and root's 0666 by design
+        except OSError:
+            pass
+        if os.path.lexists(path):
+            out.append((i, arg, path))
+    return out
+
+
+def checked_command(command: Sequence[str], cwd: str) -> List[str]:
+    """``command`` as the runs start it, once every entry it names can be trusted
+    (:func:`trusted_place`, for each argument that names an existing entry: the path as given
+    and the real one; for a folder, the files Python runs from it (:func:`_folder_runs`); for
+    the program, its virtual environment (:func:`_interpreter_places`)). Each such argument is
+    replaced by its real path, so no link swapped later changes what runs; the program keeps its
+    own name in its real folder (a virtual environment's ``python`` is a link, and Python finds
+    its ``pyvenv.cfg`` from the path it was started as).
+
+    Raises:
+        VerifyError: naming the argument and the entry at fault.
+    """
+    out = list(command)
+    for i, arg, path in _command_files(command, cwd):
+        what = f"the command's {'program' if i == 0 else 'file'} {redact.value(arg)!r}"
+        real = trusted_place(path, what)
+        if os.path.isdir(real):
+            for inner in _folder_runs(real):
+                trusted_place(inner, what)
+        if i == 0:
+            given = os.path.join(trusted_place(os.path.dirname(os.path.abspath(path)), what), os.path.basename(path))
+            for place in _interpreter_places(given, real):
+                trusted_place(place, f"{what} (its virtual environment)")
+            out[i] = given
+        else:
+            out[i] = real
     return out
 
 
@@ -213,38 +350,49 @@ def check_rerunnable(origin: Origin, command: Sequence[str], yes: bool) -> str:
             "run verify in that namespace, or add --yes",
         )
     cwd = trusted_place(origin.cwd, "the job's working directory")
-    for arg, path in _command_files(command, cwd):
-        trusted_place(path, f"the command's file {redact.value(arg)!r}")
+    checked_command(command, cwd)
     return cwd
+
+
+def report_place(folder: str) -> str:
+    """The real path of the report ``folder``, once no other user can move, replace or re-point
+    it or anything on the way to it (:func:`trusted_place`: the folders of the path as given,
+    each link and its target's folders, and the real path's). Everything verify reads and writes
+    of the report afterwards (``report.json``, the verify folder, its ``settings.yaml``, the
+    runs' folders and ``--config``, ``verify.json``) goes through this path, never the given one.
+
+    Raises:
+        VerifyError: naming the folder and the entry at fault.
+    """
+    try:
+        return trusted_place(folder, "the report folder")
+    except VerifyError as e:
+        why = str(e)[len(one_line(f"{folder}: ")) :]
+        raise VerifyError(
+            folder,
+            f"another user could move or replace the report or what verify writes beside it ({why}): move the "
+            "report into a folder of your own",
+        ) from None
 
 
 def verify_folder(folder: str) -> str:
     """A new folder ``verify-<UTC time>-<pid>-<random>`` (0700) beside the report ``folder``,
-    where nobody else can move or replace it: its parent must be this user's (or root's) and
-    writable by no one else, or carry the sticky bit (``/tmp``'s: others cannot rename what is
-    ours).
+    where nobody else can move or replace it: the report folder's path is checked again
+    (:func:`report_place`) and the new folder is made in its real parent, whose every folder
+    belongs to the caller or root and is writable by no one else, or sticky (``/tmp``'s: others
+    cannot rename what is ours); its real path is returned.
 
     Raises:
-        VerifyError: the parent is not such a folder, or the new folder cannot be made.
+        VerifyError: the report folder is not in such a place, or the new folder cannot be made.
     """
     import tempfile
 
-    parent = os.path.dirname(folder)
+    parent = os.path.dirname(report_place(folder))
     try:
-        st = os.stat(parent)
-    except OSError as e:
-        raise VerifyError(parent, f"cannot read it: {e.strerror or e}") from None
-    others_write = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
-    if st.st_uid not in (os.geteuid(), 0) or others_write:
-        raise VerifyError(
-            parent,
-            "another user could move or replace what verify writes here (not yours, or writable by others without "
-            "the sticky bit): move the report into a folder of your own",
-        )
-    try:
-        return tempfile.mkdtemp(prefix=f"verify-{report.folder_name(time.time(), os.getpid())}-", dir=parent)
+        made = tempfile.mkdtemp(prefix=f"verify-{report.folder_name(time.time(), os.getpid())}-", dir=parent)
     except OSError as e:
         raise VerifyError(parent, f"cannot create the verify folder: {e.strerror or e}") from None
+    return trusted_place(made, "the verify folder")
 
 
 def fix_cannot_apply(origin: Origin, fix: Fix) -> Optional[str]:
