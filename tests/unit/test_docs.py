@@ -147,7 +147,7 @@ def test_the_alert_rules_of_the_docs_load_and_fire_with_and_without_a_rank(tmp_p
 def test_the_security_page_states_the_limits_the_code_has():
     """Each limit docs/security.md states beside its constant's name is the code's."""
     from watchdog.collect import inside
-    from watchdog.commands import cluster, verify
+    from watchdog.commands import cluster, verify, verify_plan
     from watchdog.report import browse, writer
     from watchdog.watch import metrics
 
@@ -164,6 +164,7 @@ def test_the_security_page_states_the_limits_the_code_has():
         "within 5 s of connecting (`REQUEST_DEADLINE_S`)": metrics.REQUEST_DEADLINE_S == 5,
         "within 10 s (`RESPONSE_DEADLINE_S`)": metrics.RESPONSE_DEADLINE_S == 10,
         "At most 64 connections are held (`MAX_CONNECTIONS`)": metrics.MAX_CONNECTIONS == 64,
+        "integers 1 to 1024 (`MAX_THREADS`)": verify_plan.MAX_THREADS == 1024,
         "`python -I -m watchdog run …`": verify.run_argv("s", "r", [], ["x"])[1:5] == ["-I", "-m", "watchdog", "run"],
     }
     for phrase, holds in stated.items():
