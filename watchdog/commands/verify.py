@@ -23,8 +23,10 @@ What verify runs is only what the caller already trusts
 (``python -I``: neither the working directory nor ``PYTHONPATH`` nor the user's site directory
 on ``sys.path``, so a ``json.py`` planted in the job's folder is never imported by dlwatch;
 https://docs.python.org/3/using/cmdline.html#cmdoption-I), in a working directory, and with
-command files, that no other user can change (each belongs to the caller or root, writable by no
-one else, in folders no one else can rename entries of), never a job whose command changes user
+command files, that no other user can change (each entry met on the way to each, the links and
+their folders included, belongs to the caller or root, writable by no one else, in folders no
+one else can rename entries of; the runs use the checked real paths, and so does everything
+verify writes beside the report), never a job whose command changes user
 (``runuser``, ``sudo``, …), and never an environment variable from the report outside
 ``REPORT_ENV_NAMES``.
 

@@ -3,11 +3,13 @@
 else (:func:`read_report`, :func:`origin_of`); the job may be started again as the caller
 (:func:`check_rerunnable`: a known, unredacted command, the caller's uid, no program that
 changes user, no unreplayable stdin or other mount namespace without ``--yes``); its working
-directory and the files its command names are places no other user can change
-(:func:`trusted_place`: owner and mode of each folder above, the sticky bit as unlink(2) and
-rename(2) describe it); the verify folder is made where nobody else can move it
-(:func:`verify_folder`); the fix can work on this job (:func:`fix_cannot_apply`); and what the
-runs will not have that the original had (:func:`differences`).
+directory and the entries its command names are places no other user can change
+(:func:`trusted_place`: owner and mode of each entry met while resolving the path, links and
+their folders included, the sticky bit as unlink(2) and rename(2) describe it), and the command
+is run by their checked real paths (:func:`checked_command`); the report folder is such a place
+(:func:`report_place`) and the verify folder is made in its real parent (:func:`verify_folder`);
+the fix can work on this job (:func:`fix_cannot_apply`); and what the runs will not have that
+the original had (:func:`differences`).
 """
 
 from __future__ import annotations
