@@ -169,6 +169,12 @@ def test_a_verified_fix_is_listed_with_the_outcome_and_shown_with_its_runs(tmp_p
     assert oct(os.stat(os.path.join(folder, writer.VERIFY_FILE)).st_mode & 0o777) == "0o600"
     writer.write_verify(folder, {"holds": False, "verdict": "not proven: the control did not hang in 1 run(s)"})
     assert "terminated; fix not proven" in browse.listing(str(tmp_path))[0]
+    # an input-bound change verified by speed: a busy machine withholds, it does not refute
+    busy = "withheld: the machine was busy (70% of its CPUs used by other processes, --busy-limit 0.5)"
+    writer.write_verify(folder, {"holds": False, "verdict": busy, "throughput": {"state": "withheld"}})
+    assert "terminated; withheld (machine busy)" in browse.listing(str(tmp_path))[0]
+    writer.write_verify(folder, {"holds": False, "verdict": "no gain shown", "throughput": {"state": "noise"}})
+    assert "terminated; no gain shown" in browse.listing(str(tmp_path))[0]
 
 
 def test_the_html_page_of_a_verified_report_links_to_its_runs(tmp_path):

@@ -245,9 +245,23 @@ def verified(folder: str) -> Optional[dict]:
     return _side_file(folder, VERIFY_FILE, "verdict")
 
 
+# A throughput verify's ``throughput.state`` (verify.json; watchdog/commands/throughput_ab.py) -> the
+# OUTCOME cell: only a measured loss says the change does not help.
+_SPEED_STATES = {
+    "slower": "the change slowed it",
+    "noise": "no gain shown",
+    "withheld": "withheld (machine busy)",
+    "cannot": "fix not proven",
+}
+
+
 def _verified_short(doc: dict) -> str:
     if doc.get("holds") is True:
         return "fix holds"
+    speed = doc.get("throughput")
+    state = speed.get("state") if isinstance(speed, dict) else None
+    if isinstance(state, str) and state in _SPEED_STATES:
+        return _SPEED_STATES[state]
     return "fix not proven" if str(doc.get("verdict")).startswith("not proven") else "fix does not hold"
 
 
