@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, FrozenSet, Iterable, List, Optional, Tuple
 
+from ..text import one_line
 from ..types import (
     MODE_CRASH,
     MODE_HANG,
@@ -111,13 +112,29 @@ def certainty(facts: Facts, severity: Severity, pids: Tuple[int, ...]) -> str:
     return "suspected"
 
 
+def _one_line(f: Finding) -> Finding:
+    """``f`` with its summary, each evidence line, its remedy and its location each on one line:
+    a line break or other control character in what the job names (a folder, a file, a process
+    name, a command line quoted by a rule) written as its escape (``\\n``, ``\\x1b``;
+    :func:`watchdog.text.one_line`). Every output of a diagnosis (report.json, report.txt, the
+    summary on stderr, ``dlwatch show``, alerts) then shows that name where it is, on its line,
+    and no line of it reads as dlwatch's own (``FORGED: ...`` at the start of a report line)."""
+    location = one_line(f.location) if f.location else f.location
+    evidence = tuple(one_line(e) for e in f.evidence)
+    summary, remedy = one_line(f.summary), one_line(f.remedy)
+    if (summary, evidence, remedy, location) == (f.summary, f.evidence, f.remedy, f.location):
+        return f
+    return replace(f, summary=summary, evidence=evidence, remedy=remedy, location=location)
+
+
 def _diagnosis(facts: Facts, r: Rule, f: Finding) -> Diagnosis:
     """``f`` as rule ``r`` ranks it: its confidence rounded to 3 places and, when a measurement
     contradicts it, cut to ``CONTRADICTED_CONFIDENCE`` of its own with an evidence line that
-    says so."""
+    says so; its text each on one line (:func:`_one_line`), whatever names the rule quoted."""
     confidence = round(f.confidence * (CONTRADICTED_CONFIDENCE if f.contradiction else 1.0), 3)
     if f.contradiction:
         f = replace(f, evidence=f.evidence + (f"contradicted by a measurement: {f.contradiction}",))
+    f = _one_line(f)
     if confidence != f.confidence:
         f = replace(f, confidence=confidence)
     return Diagnosis(r.kind, r.severity, f, certainty(facts, r.severity, f.pids))
