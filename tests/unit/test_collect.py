@@ -892,3 +892,18 @@ def test_a_walk_with_threads_after_walks_without_reads_every_threads_children_ev
             time.sleep(0.01)
         assert len(s.sample(NO_THREADS).processes) == 2
         assert len(s.sample().processes) == 2
+
+
+def test_a_mapped_file_with_a_line_break_in_its_name_is_found_and_statted(tmp_path):
+    # The kernel writes the line break as "\012" in /proc/PID/maps (fs/seq_file.c, mangle_path).
+    import mmap
+
+    path = tmp_path / "shard\nx.npy"
+    path.write_bytes(b"\0" * 8192)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ) as _mapped:
+        with open("/proc/self/maps", "rb") as m:
+            maps = m.read()
+    assert b"shard\\012x.npy" in maps
+    found = [entry for entry in procfs.mapped_data_files(maps) if "shard" in entry[0]]
+    assert found == [(str(path), 8192, path.stat().st_ino)]
+    assert procfs.file_sizes([found[0][0]]) == ((str(path), 8192, path.stat().st_ino),)

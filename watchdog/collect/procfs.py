@@ -1318,7 +1318,7 @@ def mapped_data_files(maps: bytes) -> Tuple[Tuple[str, int, int], ...]:
     Cost: a torch process maps about 1,500 lines, most of them its libraries' (``.so``) or
     anonymous; each line is matched as bytes, and only a data file's line is split and parsed
     (its numbers) and its path decoded (a line of a library, a system file, a deleted file or no
-    file is dropped before)."""
+    file is dropped before), the kernel's ``\\012`` (a line break in the name) undone."""
     extent: Dict[bytes, int] = {}
     inode: Dict[bytes, int] = {}
     code: Set[bytes] = set()
@@ -1344,7 +1344,12 @@ def mapped_data_files(maps: bytes) -> Tuple[Tuple[str, int, int], ...]:
     for raw_path, n in extent.items():
         if raw_path in code:
             continue
-        name = raw_path.decode("utf-8", "replace")
+        # The kernel writes a line break in a mapped path as the octal escape "\012" (the only
+        # character /proc/PID/maps escapes: show_map_vma's seq_file_path(m, file, "\n"), which
+        # mangle_path writes as a backslash and three octal digits; fs/seq_file.c). Undone
+        # here, so that the path stats as the file it is (file_sizes). A backslash itself is
+        # not escaped there: a name that holds "\012" literally reads as a line break.
+        name = raw_path.replace(b"\\012", b"\n").decode("utf-8", "replace")
         was = merged.get(name)
         merged[name] = (n if was is None else max(n, was[0]), inode[raw_path])
     found = [(name, n, ino) for name, (n, ino) in merged.items()]
