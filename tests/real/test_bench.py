@@ -183,7 +183,9 @@ def test_rhythm_measures_a_healthy_loaders_intervals(tmp_path):
 
 
 def test_hook_cost_pairs_runs_with_and_without_the_recorder(tmp_path):
-    (r,), out = probe_json(tmp_path, "hook-cost", "--rounds", "2", "--loaders", "in-process")
+    doc, out = probe_json(tmp_path, "hook-cost", "--rounds", "2", "--loaders", "in-process")
+    assert doc["partial"] == "", doc
+    (r,) = doc["results"]
     assert (
         r["plain_batches_per_s"] > 0 and r["hooked_batches_per_s"] > 0 and 0.2 < r["ratio"] < 5
     )  # generous: speed is the benchmark's
