@@ -27,7 +27,7 @@ from watchdog.exits import Exit
 from . import module_name
 from .cli import Parser
 from .cli import folder as folder_type
-from .env import child_env
+from .env import child_env, python, work_dir
 
 
 def main(argv=None) -> int:
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
         help="where the report folder goes (default: %(default)s)",
     )
     args = p.parse_args(argv)
-    cmd = [
-        sys.executable,
+    report_dir = os.path.abspath(args.report_dir)
+    cmd = python(
         "-m",
         "watchdog",
         "run",
@@ -53,22 +53,17 @@ def main(argv=None) -> int:
         "--terminate-grace",
         "3",
         "--report-dir",
-        args.report_dir,
+        report_dir,
         "--",
-        sys.executable,
-        "-m",
-        module_name("train"),
-        "--fault",
-        "fork-lock",
-        "--busy-thread",
-        "--num-workers",
-        "2",
-    ]
+    ) + python("-m", module_name("train"), "--fault", "fork-lock", "--busy-thread", "--num-workers", "2")
     print("demo: running", shlex.join(cmd), flush=True)  # as it runs, interpreter and all
     print("demo: the job's DataLoader workers will deadlock; the watchdog should say why within ~10 s", flush=True)
     before = set(os.listdir(args.report_dir)) if os.path.isdir(args.report_dir) else set()
     started = time.monotonic()
-    code = subprocess.call(cmd, env=child_env())  # probes.train found from any working directory
+    # probes.train found from any working directory; the children run -s -P in a private folder,
+    # never importing from the caller's working directory, which another user may write.
+    with work_dir() as cwd:
+        code = subprocess.call(cmd, env=child_env(), cwd=cwd)
     new = sorted(set(os.listdir(args.report_dir)) - before) if os.path.isdir(args.report_dir) else []
     new = [n for n in new if not n.startswith(".")]
     print(

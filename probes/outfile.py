@@ -18,9 +18,18 @@ _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically: a reader sees the old file or the new one.
-    The new file's mode is 0666 less the umask, as ``open(path, "w")`` makes it. A character
-    UTF-8 cannot encode (a surrogate) is written as its ``\\udcNN`` escape.
+    """Write ``text`` (UTF-8) to ``path`` as :func:`write_bytes` does. A character UTF-8 cannot
+    encode (a surrogate) is written as its ``\\udcNN`` escape.
+
+    Raises:
+        OSError: as :func:`write_bytes`.
+    """
+    write_bytes(path, text.encode("utf-8", "backslashreplace"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a reader sees the old file or the new one. The new
+    file's mode is 0666 less the umask, as ``open(path, "w")`` makes it.
 
     Raises:
         OSError: the folder cannot be opened (or is a link), or the file cannot be written
@@ -34,8 +43,8 @@ def write_text(path: str, text: str) -> None:
     try:
         fd = os.open(tmp, _FILE_FLAGS, 0o666, dir_fd=dir_fd)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             try:

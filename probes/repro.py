@@ -45,7 +45,7 @@ from watchdog.exits import Exit
 
 from . import cases, module_name
 from .cli import Parser, folder, say_estimate
-from .env import child_env
+from .env import child_env, python
 
 SHM_WRAPPER = 'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"'
 # Moves the job into a memory cgroup v1 folder of its own with a limit, then runs it.
@@ -358,8 +358,9 @@ def verify_report(report: str, workdir: str, timeout_s: float = VERIFY_TIMEOUT_S
             return "no fix", ""
     out = os.path.join(workdir, "verify.json")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "verify", report, "--json", out],
+        python("-m", "watchdog", "verify", report, "--json", out),
         env=child_env(),
+        cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -383,7 +384,8 @@ def cuda_available() -> bool:
     """Whether the torch that the scenarios run with sees a CUDA device (asked in a subprocess,
     so this process never initialises CUDA)."""
     done = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        python("-c", "import torch; print(torch.cuda.is_available())", isolated=True),
+        cwd="/",
         capture_output=True,
         text=True,
         timeout=120,
@@ -465,16 +467,16 @@ def command(s: Scenario, report_dir: str, config: Optional[str], memcg: Optional
     if config:
         flags += ["--config", config]
     if s.attach:
-        script = 'python="$1"; shift; "$python" -m "$@" & exec "$python" -m watchdog attach --pid "$!" ' + " ".join(
-            shlex.quote(f) for f in flags
-        )
+        py = " ".join(shlex.quote(f) for f in python()[1:])  # the interpreter's flags
+        script = f'python="$1"; shift; "$python" {py} -m "$@" & exec "$python" {py} -m watchdog attach --pid "$!" '
+        script += " ".join(shlex.quote(f) for f in flags)
         return ["sh", "-c", script, "sh", sys.executable, s.module, *s.job]
-    cmd = [sys.executable, "-m", "watchdog", "run", *flags, "--"]
+    cmd = python("-m", "watchdog", "run", *flags, "--")
     if s.shm_size:
         cmd += ["unshare", "-m", "sh", "-c", SHM_WRAPPER.format(size=s.shm_size), "sh"]
     if memcg and s.memory_limit:
         cmd += ["sh", "-c", MEMCG_WRAPPER.format(limit=int(s.memory_limit)), "sh", memcg]
-    return cmd + [sys.executable, "-m", s.module, *s.job]
+    return cmd + python("-m", s.module, *s.job)
 
 
 def kill_session(proc: subprocess.Popen) -> None:

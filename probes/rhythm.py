@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from watchdog.exits import Exit, of_signal
 
 from . import module_name
 from .cli import Parser, int_range, output_file, positive_seconds, say_estimate
-from .env import child_env
+from .env import child_env, python
 
 MAX_ROUNDS = 20
 MAX_LOAD = 256
@@ -91,12 +92,16 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
     """
     folder = inside.make_folder()
     proc: Optional[subprocess.Popen] = None
+    cwd = tempfile.mkdtemp(prefix="dlwatch-probe-cwd-")
     try:
         env = inside.hook_env(child_env(), folder.path, os.getpid())  # probes.train found from any working directory
         # A session of its own: when this probe is stopped, the job and its workers are ended with it.
+        # -s -P in a private folder: never a module from the caller's working directory, which
+        # another user may write (probes.env.python).
         proc = subprocess.Popen(
-            [sys.executable, "-m", module_name("train"), *args],
+            python("-m", module_name("train"), *args),
             env=env,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -132,6 +137,7 @@ def measure_variant(args: Sequence[str], timeout_s: float) -> List[dict]:
 
             kill_session(proc)
         inside.remove_folder(folder)
+        shutil.rmtree(cwd, ignore_errors=True)
 
 
 # Seconds one variant's run takes on a 2-core VM (2026-12-05: all 9 in 125 s, "1 worker" 14 s).
@@ -210,7 +216,7 @@ def busy_loops(n: int) -> List[subprocess.Popen]:
     own; :func:`stop_busy` ends them, and each ends by itself once this process is gone."""
     return [
         subprocess.Popen(
-            [sys.executable, "-c", BUSY_LOOP],
+            python("-c", BUSY_LOOP, isolated=True),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

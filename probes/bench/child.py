@@ -103,7 +103,7 @@ def run(spec: dict) -> dict:
 
     cfg = spec["config"]
     if "spec" in spec["dataset"]:
-        ds = load_user_dataset(spec["dataset"]["spec"])
+        ds = load_user_dataset(spec["dataset"]["spec"], spec["dataset"].get("folder"))
     else:
         syn = spec["dataset"]["synthetic"]
         ds = SyntheticDataset(

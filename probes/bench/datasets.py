@@ -75,10 +75,12 @@ class SyntheticDataset(Dataset):
         return x, index % 10
 
 
-def load_user_dataset(spec: str) -> Dataset:
-    """The Dataset returned by ``module:callable`` (the module imported with the working
-    directory on ``sys.path``), checked to have a length, an item 0, and two items that
-    ``default_collate`` accepts.
+def load_user_dataset(spec: str, folder: Optional[str] = None) -> Dataset:
+    """The Dataset returned by ``module:callable`` (the module imported with ``folder``, default
+    the working directory, on ``sys.path``), checked to have a length, an item 0, and two items
+    that ``default_collate`` accepts. ``folder`` goes last on ``sys.path``, after the installed
+    packages: a module there named like one of them (a ``torch.py`` another user left in a
+    shared folder) never shadows it; the user's own module names are still found there.
 
     Raises:
         DatasetError: naming ``spec``: bad form, the module or callable missing, the callable
@@ -87,8 +89,9 @@ def load_user_dataset(spec: str) -> Dataset:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise DatasetError(f"--dataset {spec}: expected module:callable, e.g. mypkg.data:make_dataset")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    folder = os.path.abspath(folder or os.getcwd())
+    if folder not in sys.path:
+        sys.path.append(folder)
     try:
         module = importlib.import_module(module_name)
     except BaseException as e:  # the user's module may raise anything while importing, SystemExit included

@@ -11,7 +11,6 @@ import math
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from watchdog.collect import procfs
 from watchdog.collect.sampler import Sampler
 
 from .. import module_name
-from ..env import child_env
+from ..env import child_env, python, work_dir
 from .grid import LoaderConfig
 
 SAMPLE_PERIOD_S = 0.2
@@ -176,20 +175,25 @@ def run_once(config: LoaderConfig, dataset: dict, warmup_batches: int) -> Run:
     Raises:
         RunError: the child failed or printed no result (its last stderr line is given).
     """
+    if "spec" in dataset:  # --dataset's module is found in the caller's working directory, last on sys.path
+        dataset = {**dataset, "folder": os.getcwd()}
     spec = {"config": config.as_dict(), "dataset": dataset, "warmup_batches": warmup_batches}
     from .load import LoadMeter
 
-    env = child_env(extra=[os.getcwd()])  # the working directory: where --dataset's module is
+    env = child_env()
     started_at = time.time()
     meter = LoadMeter()  # the child is waited for (reaped) before stop(): its CPU time counts as ours
     # Output goes to files, not pipes: a dataset that prints a lot must not block on a full pipe.
-    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+    # The child runs -s -P in a private folder: the caller's working directory may be one another
+    # user writes, and a torch.py there must not be imported (probes.env.python).
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f, work_dir() as cwd:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module_name("bench.child"), json.dumps(spec)],
+            python("-m", module_name("bench.child"), json.dumps(spec)),
             stdout=out_f,
             stderr=err_f,
             text=True,
             env=env,
+            cwd=cwd,
             start_new_session=True,
         )
         try:

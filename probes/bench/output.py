@@ -4,13 +4,16 @@ warnings, JSON and CSV with every measurement, and the throughput plot."""
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tabulate import tabulate
 
+from ..outfile import write_bytes, write_text
 from . import load as load_mod
 from .measure import Result
 
@@ -330,9 +333,9 @@ def document(
 
 
 def write_json(path: str, doc: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    """``doc`` as JSON to ``path``, never through a link planted there or beside it
+    (:func:`probes.outfile.write_text`). Raises OSError when it cannot be written."""
+    write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
 def write_csv(path: str, doc: dict) -> None:
@@ -344,10 +347,11 @@ def write_csv(path: str, doc: dict) -> None:
     for res in doc["results"]:
         for i, run in enumerate(res["runs"]):
             rows.append({**res["config"], "repeat": i, **run, **machine, "partial": doc.get("partial", "")})
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["partial"])
-        writer.writeheader()
-        writer.writerows(rows)
+    f = io.StringIO(newline="")
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["partial"])
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, f.getvalue())  # never through a planted link (probes.outfile)
 
 
 def plot(path: str, results: Sequence[Result]) -> None:
@@ -385,5 +389,7 @@ def plot(path: str, results: Sequence[Result]) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=100, format=os.path.splitext(path)[1][1:].lower() or "png")
     plt.close(fig)
+    write_bytes(path, image.getvalue())  # never through a planted link (probes.outfile)

@@ -14,5 +14,6 @@ def test_the_demo_is_diagnosed_and_prints_what_it_runs_as_it_runs_it(tmp_path):
     assert code == 0, out + err
     running = next(line for line in out.splitlines() if line.startswith("demo: running "))
     argv = shlex.split(running[len("demo: running ") :])
-    assert argv[:4] == [PY, "-m", "watchdog", "run"] and "--" in argv, running  # copy-pastable as printed
+    # copy-pastable as printed: the interpreter, its flags (-s -P: probes.env.python), then the module
+    assert argv[0] == PY and argv[argv.index("-m") :][:3] == ["-m", "watchdog", "run"] and "--" in argv, running
     assert "demo: first diagnosis: fork_inherited_lock" in out and len(reports(str(tmp_path))) == 1, out

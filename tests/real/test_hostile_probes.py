@@ -106,3 +106,45 @@ def test_overhead_never_imports_a_planted_torch_nor_writes_json_through_a_plante
     assert code == 0, err
     with open(out_json, encoding="utf-8") as f:
         assert json.load(f)["results"]
+
+
+def test_bench_never_imports_a_planted_torch_nor_writes_csv_through_a_planted_link(attacker, shared_tmp, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    folder = _attacker_folder(attacker, shared_tmp, str(victim))
+    out_csv = os.path.join(folder, "out.csv")
+    # Once the flags are checked (the first run started), the attacker puts a link at the path.
+    late_link = (
+        "import os, sys, time\n"
+        "end = time.monotonic() + 300\n"
+        "while time.monotonic() < end:\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            cmd = open('/proc/%s/cmdline' % pid, 'rb').read()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if b'bench.' + b'child' in cmd and int(pid) != os.getpid():\n"
+        "            os.symlink(sys.argv[1], sys.argv[2])\n"
+        "            sys.exit(0)\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1)\n"
+    )
+    linker = as_user(attacker, [SYSTEM_PY, "-c", late_link, str(victim), out_csv])
+    tiny = ["--samples", "240", "--sample-shape", "4", "--batch-size", "16", "--cpu-ms", "0", "--io-ms", "0"]
+    code, _out, err = run_bounded(
+        DLWATCH_SCRIPT
+        + ["probe", "bench", "--num-workers", "0", "--pin-memory", "false", *tiny, "--repeats", "1", "--csv", out_csv],
+        400,
+        cwd=folder,
+        env=_env(),
+    )
+    linker.kill()
+    linked = linker.wait(30) == 0
+    mark = os.path.join(shared_tmp, "mark")
+    assert not os.path.exists(mark), f"the planted torch.py ran: {open(mark).read()}"
+    assert victim.read_text() == "root's\n", "the probe wrote through the planted link"
+    assert code == 0, err
+    assert linked, "the attacker never saw the run start"
+    assert not os.path.islink(out_csv)
+    with open(out_csv, encoding="utf-8") as f:
+        assert "num_workers" in f.readline()
