@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -42,7 +44,7 @@ from watchdog.collect import inside
 from watchdog.exits import Exit, of_signal
 
 from .cli import Parser, choice_list, int_range, output_file, positive_seconds, say_estimate
-from .env import python, work_dir
+from .env import python
 from .outfile import write_text
 
 JOB = textwrap.dedent(
@@ -161,11 +163,15 @@ def measure(loader: str, rounds: int, timeout_s: float, so_far: Optional[Rounds]
     stderr. Returns :func:`summary` of them.
 
     Raises:
-        RuntimeError: a run failed or timed out (``so_far`` holds the rounds before it).
-        OSError: no private working directory could be made for the runs.
+        RuntimeError: a run failed or timed out (``so_far`` holds the rounds before it), or no
+            private working directory could be made for the runs.
     """
     done = so_far if so_far is not None else Rounds(loader)
-    with work_dir() as cwd:
+    try:
+        cwd = tempfile.mkdtemp(prefix="dlwatch-probe-cwd-")  # 0700: the runs' working directory
+    except OSError as e:
+        raise RuntimeError(f"cannot make a private folder for the runs: {e.strerror or e}") from None
+    try:
         for i in range(rounds):
             order = (False, True) if i % 2 == 0 else (True, False)
             rates = {}
@@ -182,6 +188,8 @@ def measure(loader: str, rounds: int, timeout_s: float, so_far: Optional[Rounds]
                 file=sys.stderr,
                 flush=True,
             )
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
     return summary(done)
 
 
