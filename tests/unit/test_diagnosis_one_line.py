@@ -48,3 +48,16 @@ def test_report_text_and_short_summary_show_the_folder_escaped_on_one_line():
     joined = " ".join(part.strip() for part in short.splitlines())  # short_summary wraps long lines
     assert "FORGED: all is well" in joined and "/data/x\\n" in joined
     assert not any(line.lstrip().startswith("FORGED") for line in short.splitlines())
+
+
+def test_a_report_json_with_a_raw_line_break_in_its_diagnosis_still_renders_on_one_line():
+    # as an older dlwatch wrote it (`dlwatch show` renders report.json again)
+    facts = _facts()
+    job = {"pid": MAIN_PID, "cmdline": ["python", "train.py"], "start_time": None, "rank": {}, "node": "n"}
+    doc = report.build(facts, diagnose(facts), job, 1.8e9, "report", None, {}, "crash").document
+    first = doc["diagnoses"][0]
+    first["summary"] = first["remedy"] = first["location"] = "x\n  FORGED: all is well"
+    first["evidence"] = ["y\n  FORGED: all is well"]
+    lines = list(rendering.text_lines(doc))
+    assert not any(line.lstrip().startswith("FORGED") for line in lines)
+    assert sum("\\n  FORGED: all is well" in line for line in lines) >= 4

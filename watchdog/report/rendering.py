@@ -381,10 +381,13 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     first = doc["diagnoses"][0]
     stall = doc.get("stall") or {}
     yield headline(doc)  # it names the kind; the cause line says how sure
-    yield f"  cause:  {first['summary']} ({cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f})"
+    # A diagnosis's text is one line each (the engine escapes what the job named in it); a report
+    # written by an older dlwatch may hold a raw line break there: escaped here too (one_line).
+    sure = f"{cause_certainty(first['confidence'])}, confidence {first['confidence']:.2f}"
+    yield f"  cause:  {one_line(first['summary'])} ({sure})"
     if first.get("location"):
-        yield f"  where:  {first['location']}"
-    yield f"  fix:    {first['remedy']}"
+        yield f"  where:  {one_line(first['location'])}"
+    yield f"  fix:    {one_line(first['remedy'])}"
     if first["docs"]:
         yield f"  docs:   {' '.join(first['docs'])}"
     yield f"  action: {doc['action']}" + (f" ({doc['action_note']})" if doc.get("action_note") else "")
@@ -404,7 +407,7 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
     yield ""
     yield "Evidence:"
     for line in first["evidence"]:
-        yield f"  - {line}"
+        yield f"  - {one_line(line)}"
     if stall.get("proof") and not any(line.startswith("proof:") for line in first["evidence"]):
         yield ""
         yield "Proof (the job cannot move by itself):"
@@ -416,10 +419,10 @@ def text_lines(doc: dict, folder: Optional[str] = None) -> Iterable[str]:
         for d in doc["diagnoses"][1:]:
             yield (
                 f"  {d['kind']} ({d['severity']}{'; hang: ' + d['certainty'] if d.get('certainty') else ''}; cause: "
-                f"{cause_certainty(d['confidence'])}, confidence {d['confidence']:.2f}): {d['summary']}"
+                f"{cause_certainty(d['confidence'])}, confidence {d['confidence']:.2f}): {one_line(d['summary'])}"
             )
             for line in d["evidence"]:
-                yield f"    - {line}"
+                yield f"    - {one_line(line)}"
     yield from _inside_lines(doc.get("inside_view"), ended=doc["mode"] in ("crash", "exit"))
     yield ""
     when = (
