@@ -85,6 +85,33 @@ def load_report(folder: str) -> dict:
     return doc
 
 
+def input_bound_warning(case: str, base) -> str:
+    """Run ``probes.cases.<case>`` (its command runs for up to 600 s) under ``dlwatch run``,
+    warnings looked for every 2 s, until its ``input_bound`` warning is written (180 s at most),
+    then end it; the warning's folder (a live report: checked)."""
+    cfg = base / "settings.yaml"
+    cfg.write_text("warning_interval_s: 2.0\n")
+    out = base / "reports"
+    job = start(
+        DLWATCH
+        + ["run", "--config", str(cfg), "--report-dir", str(out), "--", PY, "-m", f"probes.cases.{case}", "600"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        (folder,) = wait_for(
+            lambda: [f for f in reports(str(out), advice=True) if f.endswith("-warning-input_bound")],
+            180,
+            f"the input_bound warning of {case}",
+            interval_s=1.0,
+        )
+    finally:
+        kill_tree(job)
+    assert load_report(folder)["mode"] == "live", folder
+    return folder
+
+
 def check_no_contradiction(doc: dict, where: str) -> None:
     """Fail when the report's first finding is contradicted by a figure of the same report
     (issue #35): a worker the inside view saw exit with a code (0 or more) called killed or sent

@@ -14,37 +14,25 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, load_report, reports, run_bounded, start, wait_for
+from tests.real.helpers import (
+    DLWATCH,
+    PY,
+    ROOT,
+    input_bound_warning,
+    load_report,
+    run_bounded,
+)
 
 
 def _warning_of(case: str, expected_fix: dict, base) -> str:
-    """Run ``probes.cases.<case>`` (its command runs for up to 600 s) under ``dlwatch run``
-    until its ``input_bound`` warning is written, then end it; the warning's folder."""
-    cfg = base / "settings.yaml"
-    cfg.write_text("warning_interval_s: 2.0\n")
-    out = base / "reports"
-    job = start(
-        DLWATCH
-        + ["run", "--config", str(cfg), "--report-dir", str(out), "--", PY, "-m", f"probes.cases.{case}", "600"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        (folder,) = wait_for(
-            lambda: [f for f in reports(str(out), advice=True) if f.endswith("-warning-input_bound")],
-            180,
-            f"the input_bound warning of {case}",
-            interval_s=1.0,
-        )
-    finally:
-        kill_tree(job)
+    """The ``input_bound`` warning of ``probes.cases.<case>`` (:func:`input_bound_warning`),
+    its fix checked; its folder."""
+    folder = input_bound_warning(case, base)
     first = load_report(folder)["diagnoses"][0]
-    assert load_report(folder)["mode"] == "live" and first["remedy_apply"] == {"loader": expected_fix}, first
+    assert first["remedy_apply"] == {"loader": expected_fix}, first
     return folder
 
 

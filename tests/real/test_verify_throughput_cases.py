@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, load_report, reports, run_bounded, start, wait_for
+from tests.real.helpers import (
+    DLWATCH,
+    ROOT,
+    input_bound_warning,
+    load_report,
+    run_bounded,
+)
 
 # Measured batches a run: the runs with the change go at up to 50 batches/s (main's 20 ms step),
 # and a run's progress is noted every second or two: 300 give them six seconds or more (with 40,
@@ -35,31 +40,10 @@ THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS
 
 
 def _warning(case: str, base) -> dict:
-    """Run ``probes.cases.<case>`` under ``dlwatch run`` (its command runs for up to 600 s)
-    until its ``input_bound`` warning is written (180 s at most), then end it; ``{"folder":
-    the warning's folder, "first": its first diagnosis}``."""
-    cfg = base / "settings.yaml"
-    cfg.write_text("warning_interval_s: 2.0\n")
-    out = base / "reports"
-    job = start(
-        DLWATCH
-        + ["run", "--config", str(cfg), "--report-dir", str(out), "--", PY, "-m", f"probes.cases.{case}", "600"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        (folder,) = wait_for(
-            lambda: [f for f in reports(str(out), advice=True) if f.endswith("-warning-input_bound")],
-            180,
-            f"the input_bound warning of {case}",
-            interval_s=1.0,
-        )
-    finally:
-        kill_tree(job)
-    doc = load_report(folder)
-    assert doc["mode"] == "live", doc["mode"]
-    return {"folder": folder, "first": doc["diagnoses"][0]}
+    """The ``input_bound`` warning of ``probes.cases.<case>`` (:func:`input_bound_warning`):
+    ``{"folder": its folder, "first": its first diagnosis}``."""
+    folder = input_bound_warning(case, base)
+    return {"folder": folder, "first": load_report(folder)["diagnoses"][0]}
 
 
 def _proven(folder: str, tmp_path, change: str, pairs: int, batches: int, anyway: bool = False) -> dict:
