@@ -3,7 +3,9 @@
 worker (``torch.set_num_threads(1)``, which PyTorch calls in every worker, does not reach it),
 and OpenBLAS threads spin while they wait for work. Four workers' threads and main share the
 usable CPUs, each product waits for its threads to get a CPU, and the loader delivers a small
-fraction of what one thread per worker would. ``OMP_NUM_THREADS=1`` (read by OpenBLAS at NumPy's import, like
+fraction of what one thread per worker would, to a main whose step is short (5 ms: with a 20 ms
+step, other processes' load slowed the workers' spinning threads less than the step and main
+waited 11 %, no longer input-bound). ``OMP_NUM_THREADS=1`` (read by OpenBLAS at NumPy's import, like
 ``OPENBLAS_NUM_THREADS``) leaves one thread per worker.
 
 Run: ``python -m probes.cases.input_bound_oversubscribed_blas [SECONDS]`` (90 by default). The
@@ -34,7 +36,7 @@ def main():
     end = time.monotonic() + seconds
     loader = DataLoader(Features(), batch_size=2, num_workers=4)
     for step, _batch in enumerate(loader):
-        time.sleep(0.02)  # the training step
+        time.sleep(0.005)  # the training step
         if step % 20 == 0:
             print("step", step, flush=True)
         if time.monotonic() > end:

@@ -32,10 +32,13 @@ from tests.real.helpers import (
     run_bounded,
 )
 
-# Measured batches a run: the runs with the change go at up to 50 batches/s (main's 20 ms step),
-# and a run's progress is noted every second or two: 300 give them six seconds or more (with 40,
-# a fast run's warm-up and end fell in one note and the run went unmeasured).
+# Measured batches a run: a run's progress is noted every second or two, so a run must last
+# several seconds past its warm-up (with 40, a fast run's warm-up and end fell in one note and
+# the run went unmeasured). The epoch-start case's runs go at up to 50 batches/s (main's 20 ms
+# step): 300 give six seconds or more; the BLAS case's with the change at up to 200 (a 5 ms
+# step): 1,000.
 BATCHES = 300
+BLAS_BATCHES = 1000
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -88,7 +91,7 @@ def test_workers_oversubscribed_by_blas_threads_gain_from_the_warnings_one_threa
     first = warned["first"]
     assert "CPU oversubscribed" in first["summary"], first["summary"]
     assert first["remedy_apply"] == {"env": THREADS}, first
-    _proven(warned["folder"], tmp_path, "OMP_NUM_THREADS=1", pairs=4, batches=BATCHES)
+    _proven(warned["folder"], tmp_path, "OMP_NUM_THREADS=1", pairs=4, batches=BLAS_BATCHES)
 
 
 @pytest.mark.timeout(1100)
