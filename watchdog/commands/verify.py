@@ -411,7 +411,7 @@ def verify_throughput(
         say("note: --ladder climbs num_workers only; the change has other parts: one A/B of it")
     pairs = args.runs or throughput_ab.DEFAULT_PAIRS
     say(
-        f"each run: {bound.warmup} batches of warm-up, then {bound.measured} measured (or {bound.seconds:g} s); "
+        f"each run: {bound.warmup} batches of warm-up, then {bound.measured} measured (or {bound.seconds:.0f} s); "
         f"{pairs} pair(s) of runs, without then with the change"
         + (f"; the ladder: num_workers {', '.join(map(str, ladder))} (up to {usable} usable CPUs)" if ladder else "")
     )
