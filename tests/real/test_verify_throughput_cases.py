@@ -91,7 +91,8 @@ def test_workers_oversubscribed_by_blas_threads_gain_from_the_warnings_one_threa
     first = warned["first"]
     assert "CPU oversubscribed" in first["summary"], first["summary"]
     assert first["remedy_apply"] == {"env": THREADS}, first
-    _proven(warned["folder"], tmp_path, "OMP_NUM_THREADS=1", pairs=4, batches=BLAS_BATCHES)
+    change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1"
+    _proven(warned["folder"], tmp_path, change, pairs=4, batches=BLAS_BATCHES)
 
 
 @pytest.mark.timeout(1100)
