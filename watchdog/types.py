@@ -1330,18 +1330,22 @@ class Fix:
     ``"forkserver"``, ``"spawn"``); ``sharing_strategy`` is given to
     ``torch.multiprocessing.set_sharing_strategy`` (``"file_system"``); ``env`` holds
     environment variables to set (``("OMP_NUM_THREADS", "1")``); ``nofile`` is a soft
-    RLIMIT_NOFILE to set, or ``None``.
+    RLIMIT_NOFILE to set, or ``None``; ``worker_threads`` is the intra-op thread count each
+    DataLoader worker of the loader at the report's site gets, set by
+    ``torch.set_num_threads(n)`` after the job's own ``worker_init_fn`` (which may have raised
+    it: torch/utils/data/_utils/worker.py sets 1 before calling it), or ``None``.
 
     Raises:
         ValueError: a loader setting outside :data:`FIX_LOADER_SETTINGS`, or a value that
             setting does not take (a start method that is not one, ``num_workers=-1``), a
-            sharing strategy Linux's torch lacks, a bad ``nofile`` or variable.
+            sharing strategy Linux's torch lacks, a bad ``nofile``, ``worker_threads`` or variable.
     """
 
     loader: Tuple[Tuple[str, object], ...] = ()
     sharing_strategy: Optional[str] = None
     env: Tuple[Tuple[str, str], ...] = ()
     nofile: Optional[int] = None
+    worker_threads: Optional[int] = None
 
     def __post_init__(self) -> None:
         wrong = [k for k, _ in self.loader if k not in FIX_LOADER_SETTINGS]
@@ -1356,6 +1360,8 @@ class Fix:
         nofile = self.nofile
         if nofile is not None and (isinstance(nofile, bool) or not isinstance(nofile, int) or not 1 <= nofile <= 2**31):
             raise ValueError(f"rlimit_nofile={nofile!r}: an integer from 1 to 2**31")
+        if self.worker_threads is not None and _whole(1)(self.worker_threads):
+            raise ValueError(f"worker_threads={self.worker_threads!r}: an integer >= 1")
         for name, value in self.env:
             if not name or "=" in name or "\0" in name or "\0" in value:
                 raise ValueError(f"env.{name}: a variable name without '=' or NUL, and a value without NUL")
@@ -1371,6 +1377,8 @@ class Fix:
             out["env"] = dict(self.env)
         if self.nofile is not None:
             out["rlimit_nofile"] = self.nofile
+        if self.worker_threads is not None:
+            out["worker_threads"] = self.worker_threads
         return out
 
     @classmethod
@@ -1380,7 +1388,7 @@ class Fix:
         Raises:
             ValueError: an unknown part or setting, or a value of the wrong type.
         """
-        unknown = set(doc) - {"loader", "sharing_strategy", "env", "rlimit_nofile"}
+        unknown = set(doc) - {"loader", "sharing_strategy", "env", "rlimit_nofile", "worker_threads"}
         if unknown:
             raise ValueError(f"unknown part of a fix: {', '.join(sorted(unknown))}")
         loader, env = doc.get("loader") or {}, doc.get("env") or {}
@@ -1391,11 +1399,15 @@ class Fix:
             raise ValueError(f"rlimit_nofile must be a positive integer, not {nofile!r}")
         if strategy is not None and not isinstance(strategy, str):
             raise ValueError(f"sharing_strategy must be a string, not {strategy!r}")
+        threads = doc.get("worker_threads")
+        if threads is not None and not isinstance(threads, int):
+            raise ValueError(f"worker_threads must be an integer, not {threads!r}")
         return cls(
             loader=tuple((str(k), v) for k, v in loader.items()),
             sharing_strategy=strategy,
             env=tuple((str(k), str(v)) for k, v in env.items()),
             nofile=nofile,
+            worker_threads=threads,
         )
 
     def merged(self, other: "Fix") -> "Fix":
@@ -1405,6 +1417,7 @@ class Fix:
             sharing_strategy=other.sharing_strategy if other.sharing_strategy is not None else self.sharing_strategy,
             env=tuple({**dict(self.env), **dict(other.env)}.items()),
             nofile=other.nofile if other.nofile is not None else self.nofile,
+            worker_threads=other.worker_threads if other.worker_threads is not None else self.worker_threads,
         )
 
     def describe(self) -> str:
@@ -1415,6 +1428,8 @@ class Fix:
         parts += [f"{k}={v}" for k, v in self.env]
         if self.nofile is not None:
             parts.append(f"RLIMIT_NOFILE {self.nofile}")
+        if self.worker_threads is not None:
+            parts.append(f"torch.set_num_threads({self.worker_threads}) in each worker")
         return ", ".join(parts) or "nothing"
 
 

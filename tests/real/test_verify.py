@@ -141,6 +141,53 @@ def test_the_fix_changes_only_the_loader_at_the_reports_site(tmp_path):
     assert out.splitlines() == ["spawn 30 None 0", "file_system"]
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_the_workers_thread_fix_runs_after_the_jobs_own_worker_init_fn(method, tmp_path):
+    # The job raises each worker's intra-op threads to 4 in its worker_init_fn, which no
+    # variable overrides; the fix sets 1 after it, at the report's loader only, and under
+    # spawn too (the wrapper is pickled with the loader's settings).
+    script = tmp_path / "threads.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Threads(Dataset):
+                def __len__(self):
+                    return 4
+
+                def __getitem__(self, i):
+                    return torch.get_num_threads()
+
+            def four(worker_id):
+                torch.set_num_threads(4)
+
+            def main():
+                a = DataLoader(Threads(), 2, num_workers=1, worker_init_fn=four, multiprocessing_context="{method}")
+                b = DataLoader(Threads(), 2, num_workers=1, worker_init_fn=four, multiprocessing_context="{method}")
+                print([int(x) for y in a for x in y], [int(x) for y in b for x in y], a.worker_init_fn is four)
+
+            if __name__ == "__main__":
+                main()
+            """
+        )
+    )
+    hook = inside.make_folder()
+    try:
+        env = inside.hook_env(os.environ, hook.path, None)
+        env["DLWATCH_APPLY"] = json.dumps({"worker_threads": 1, "sites": [f"{script}:15"]})
+        code, out, err = run_bounded([PY, str(script)], timeout_s=120, env=env, cwd=ROOT)
+        records = [json.load(open(os.path.join(hook.path, n))) for n in os.listdir(hook.path) if n.endswith(".json")]
+    finally:
+        inside.remove_folder(hook)
+    assert code == 0, err
+    assert out.splitlines() == ["[1, 1, 1, 1] [4, 4, 4, 4] False"], (out, err[-2000:])
+    settings = [it["settings"] for r in records for it in r.get("iterators", [])]
+    assert {s.get("worker_threads") for s in settings} == {1, None}, settings  # the recorder saw which got it
+    assert {s["worker_init_fn"] for s in settings} == {"four"}, settings  # the job's own, named
+
+
 def test_sigterm_to_verify_ends_the_run_in_progress_and_every_process_of_it(tmp_path):
     import signal
     import time

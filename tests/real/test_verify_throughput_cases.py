@@ -1,10 +1,14 @@
-"""``dlwatch verify`` on the ``input_bound`` warnings of two more cases (issue #38, NOTE
+"""``dlwatch verify`` on the ``input_bound`` warnings of three more cases (issue #38, NOTE
 [ Throughput A/B ]), each run under ``dlwatch run`` until it is warned about, then verified on
 the warning alone (the report's own command and fix):
 
 - ``probes.cases.input_bound_oversubscribed_blas``: four workers, each with NumPy's OpenBLAS
   threads spinning for the CPUs; the warning's fix sets ``OMP_NUM_THREADS=1`` (and the BLAS
   libraries' own variables, all in verify's ``REPORT_ENV_NAMES``).
+- ``probes.cases.input_bound_oversubscribed``: four workers whose ``worker_init_fn`` raises
+  their intra-op threads to 4 (``torch.set_num_threads(4)``, which no variable overrides); the
+  warning's fix adds ``worker_threads=1``, ``torch.set_num_threads(1)`` after that function in
+  each worker, applied by the job's recorder.
 - ``probes.cases.input_bound_epoch_starts``: short epochs whose workers start again each epoch
   (``worker_init_fn`` sleeps 1.5 s); the warning's fix is ``persistent_workers=True``, applied by
   the job's recorder.
@@ -90,9 +94,21 @@ def test_workers_oversubscribed_by_blas_threads_gain_from_the_warnings_one_threa
     warned = _warning("input_bound_oversubscribed_blas", tmp_path)
     first = warned["first"]
     assert "CPU oversubscribed" in first["summary"], first["summary"]
-    assert first["remedy_apply"] == {"env": THREADS}, first
-    change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1"
+    assert first["remedy_apply"] == {"env": THREADS, "worker_threads": 1}, first
+    change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, torch.set_num_threads(1) in each worker"
     _proven(warned["folder"], tmp_path, change, pairs=4, batches=BLAS_BATCHES)
+
+
+@pytest.mark.timeout(1100)
+def test_workers_that_raise_their_own_intra_op_threads_gain_from_one_thread_set_after_their_init(tmp_path):
+    # The job calls torch.set_num_threads(4) in its worker_init_fn: no variable overrides it;
+    # the fix's torch.set_num_threads(1) after that function, in each worker, does.
+    warned = _warning("input_bound_oversubscribed", tmp_path)
+    first = warned["first"]
+    assert "CPU oversubscribed" in first["summary"], first["summary"]
+    assert first["remedy_apply"] == {"env": THREADS, "worker_threads": 1}, first
+    change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, torch.set_num_threads(1) in each worker"
+    _proven(warned["folder"], tmp_path, change, pairs=4, batches=BATCHES)
 
 
 @pytest.mark.timeout(1100)

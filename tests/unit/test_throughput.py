@@ -138,9 +138,11 @@ def test_workers_waiting_runnable_for_cpus_the_job_fills_itself_are_oversubscrib
     ]
     j = judge(facts(tl))
     assert j.verdict == Verdict.OVERSUBSCRIBED and "torch.set_num_threads(1)" in j.remedy
-    # the fix verify can apply with no code change: one thread for OpenMP and the BLAS libraries
+    # the fix verify can apply with no code change: one thread for OpenMP and the BLAS libraries,
+    # and torch.set_num_threads(1) in each worker after the job's own worker_init_fn
     assert j.fix is not None and j.fix.as_dict() == {
-        "env": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        "env": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        "worker_threads": 1,
     }
     assert abs((j.share("runnable") or 0) - 0.4) < 1e-6
 

@@ -246,6 +246,27 @@ def test_a_fix_of_no_workers_is_seen_applied_without_a_start_method():
     assert verify_verdict.fix_applied(fix, FIXED, seen) is True
 
 
+def test_a_workers_thread_fix_is_parsed_carried_checked_and_seen_applied_only_where_the_recorder_saw_it():
+    fix = verify_plan.parse_fix(["worker_threads=1", "env.OMP_NUM_THREADS=1"])
+    assert fix.worker_threads == 1 and Fix.from_dict(fix.as_dict()) == fix
+    assert fix.as_dict()["worker_threads"] == 1
+    assert fix.describe() == "OMP_NUM_THREADS=1, torch.set_num_threads(1) in each worker"
+    for bad in ("worker_threads=0", "worker_threads=two", "worker_threads=true"):
+        with pytest.raises(VerifyError, match=r"worker_threads"):
+            verify_plan.parse_fix([bad])
+    with pytest.raises(ValueError, match="worker_threads"):
+        verify_plan.check_counts(Fix(worker_threads=5000), "remedy_apply")
+    plans = verify_plan.plan(_origin(), Fix(worker_threads=1), 1, (74, None), False)
+    assert "DLWATCH_APPLY" not in plans[0][3] and json.loads(plans[1][3]["DLWATCH_APPLY"])["worker_threads"] == 1
+    seen = {"loader_settings": {"num_workers": 4, "worker_init_fn": "threads", "worker_threads": 1}}
+    assert verify_verdict.fix_applied(Fix(worker_threads=1), FIXED, seen) is True
+    del seen["loader_settings"]["worker_threads"]
+    assert verify_verdict.fix_applied(Fix(worker_threads=1), FIXED, seen) is False
+    assert "torch.set_num_threads(1) at the end of the worker_init_fn" in verify_verdict.change_of(
+        Fix(worker_threads=1), _origin()
+    )
+
+
 def test_a_healthy_command_given_instead_is_not_called_flaky():
     v = verify_verdict.verdict(
         _origin(), _origin().fix, [_run(CONTROL, "passed"), _run(FIXED, "passed")], own_command=True

@@ -4,7 +4,10 @@
 ``loader`` (``DataLoader`` settings, by their names in torch/utils/data/dataloader.py:
 ``multiprocessing_context`` as a start method name, ``num_workers``, ``timeout``,
 ``pin_memory``, ``prefetch_factor``, ``persistent_workers``), ``sharing_strategy`` (given to
-``torch.multiprocessing.set_sharing_strategy``), and which loaders: ``sites`` (``file:line``
+``torch.multiprocessing.set_sharing_strategy``), ``worker_threads`` (each worker's intra-op
+threads, ``torch.set_num_threads(n)`` after the job's own ``worker_init_fn``: PyTorch sets 1 in
+each worker before calling it, torch/utils/data/_utils/worker.py, and a job's
+``worker_init_fn`` may raise it again), and which loaders: ``sites`` (``file:line``
 where the report saw the loader iterated or created) or ``all_loaders``. The recorder
 (``_dlwatch_inside.install``) calls :func:`apply` once ``torch.utils.data.dataloader`` is
 loaded.
@@ -15,7 +18,10 @@ sets, as the attribute would (``multiprocessing_context`` through PyTorch's own 
 checks it); its getter answers the fixed value for a loader at one of ``sites`` (where the
 loader was created, or where the code that reads the setting was called from: the ``for``
 line that creates the iterator) and the job's own value for every other loader. A loader once
-answered the fixed value keeps it, so one iterator never sees a mix.
+answered the fixed value keeps it, so one iterator never sees a mix. ``worker_threads`` is such
+a descriptor on ``worker_init_fn``: a fixed loader answers :class:`ThreadsAfterInit` wrapping the
+job's own function, which the iterator hands to each worker (pickled with it under ``spawn``
+and ``forkserver``: this module is importable there, as the recorder is).
 
 Standard library only, like the recorder.
 """
@@ -121,8 +127,17 @@ def apply(module, torch_dir, doc):
         if strategy not in mp.get_all_sharing_strategies():
             raise ValueError("sharing strategy %r is not one of this torch's" % (strategy,))
         mp.set_sharing_strategy(strategy)
+    threads = doc.get("worker_threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError("worker_threads is not a positive integer: %r" % (threads,))
     cls = module.DataLoader
     chooser = _Chooser(doc.get("sites") or (), bool(doc.get("all_loaders")), torch_dir)
+    if threads is not None:
+
+        def init(loader):
+            return ThreadsAfterInit(loader.__dict__.get("worker_init_fn"), threads)
+
+        cls.worker_init_fn = _Fixed("worker_init_fn", None, None, chooser, compute=init)
     for name, value in loader_fix.items():
         original = cls.__dict__.get(name)  # the property of multiprocessing_context; None for plain attributes
         if name == "multiprocessing_context" and isinstance(value, str):
@@ -139,6 +154,21 @@ def apply(module, torch_dir, doc):
 
         cls.prefetch_factor = _Fixed("prefetch_factor", None, original, chooser, compute=prefetch)
     return doc
+
+
+class ThreadsAfterInit(object):
+    """A worker's ``worker_init_fn`` under the fix: the job's own (``own``, or none), then
+    ``torch.set_num_threads(threads)``. Picklable when ``own`` is (``spawn``, ``forkserver``)."""
+
+    def __init__(self, own, threads):
+        self.own, self.dlwatch_worker_threads = own, threads
+
+    def __call__(self, worker_id):
+        if self.own is not None:
+            self.own(worker_id)
+        import torch  # loaded in every DataLoader worker
+
+        torch.set_num_threads(self.dlwatch_worker_threads)
 
 
 def _context(method):

@@ -463,7 +463,12 @@ def _created(it):
         settings["multiprocessing_context"] = (
             _start_method(getattr(loader, "multiprocessing_context", None)) if loader.num_workers else None
         )
-        settings["worker_init_fn"] = _qualname(getattr(loader, "worker_init_fn", None))
+        init = getattr(loader, "worker_init_fn", None)
+        fixed = getattr(sys.modules.get("_dlwatch_fix"), "ThreadsAfterInit", None)  # a verify run's fix
+        if fixed is not None and init is not None and type(init) is fixed:
+            settings["worker_threads"] = init.dlwatch_worker_threads
+            init = init.own
+        settings["worker_init_fn"] = _qualname(init)
         settings["collate_fn"] = _qualname(getattr(loader, "collate_fn", None))
         settings["sampler"] = _qualname(type(getattr(loader, "sampler", None)))
     dataset = it.__dict__.get("_dataset")

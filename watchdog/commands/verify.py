@@ -404,7 +404,11 @@ def verify_throughput(
     write_settings(settings_path, settings_for_runs(origin))
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = dict(fix.loader).get("num_workers")
-    only_workers = len(fix.loader) == 1 and isinstance(workers, int) and not (fix.env or fix.sharing_strategy)
+    only_workers = (
+        len(fix.loader) == 1
+        and isinstance(workers, int)
+        and not (fix.env or fix.sharing_strategy or fix.worker_threads is not None)
+    )
     climb = bool(getattr(args, "ladder", False))
     ladder = throughput_ab.ladder_candidates(workers, usable) if climb and only_workers else None  # type: ignore[arg-type]
     if climb and ladder is None:

@@ -89,9 +89,10 @@ MAX_THREADS = 1024
 
 
 def check_counts(fix: Fix, where: str) -> None:
-    """Refuse a fix whose thread-count variables (``THREAD_ENV_NAMES``) are not integers in
-    ``1..MAX_THREADS`` (written in decimal digits) or whose ``num_workers`` is not an integer in
-    ``0..MAX_THREADS``; ``where`` names the fix (``remedy_apply``, ``--fix``).
+    """Refuse a fix whose thread-count variables (``THREAD_ENV_NAMES``) or ``worker_threads``
+    are not integers in ``1..MAX_THREADS`` (written in decimal digits) or whose ``num_workers``
+    is not an integer in ``0..MAX_THREADS``; ``where`` names the fix (``remedy_apply``,
+    ``--fix``).
 
     Raises:
         ValueError: naming the field.
@@ -106,6 +107,8 @@ def check_counts(fix: Fix, where: str) -> None:
         not isinstance(workers, int) or isinstance(workers, bool) or not 0 <= workers <= MAX_THREADS
     ):
         raise ValueError(f"{where}.loader.num_workers is not an integer from 0 to {MAX_THREADS}: {str(workers)[:40]!r}")
+    if fix.worker_threads is not None and not 1 <= fix.worker_threads <= MAX_THREADS:
+        raise ValueError(f"{where}.worker_threads is not an integer from 1 to {MAX_THREADS}: {fix.worker_threads!r}")
 
 
 class VerifyError(WatchdogError):
@@ -246,7 +249,8 @@ def origin_from(folder: str, doc: dict) -> Origin:
 def parse_fix(items: Sequence[str]) -> Fix:
     """The ``--fix KEY=VALUE`` items as a :class:`Fix`: a DataLoader setting
     (``multiprocessing_context=spawn``, ``num_workers=0``, ``timeout=120``, ``pin_memory=false``),
-    ``sharing_strategy=file_system``, ``rlimit_nofile=65536``, or ``env.NAME=VALUE``. Values
+    ``sharing_strategy=file_system``, ``rlimit_nofile=65536``, ``worker_threads=1``
+    (``torch.set_num_threads`` in each worker), or ``env.NAME=VALUE``. Values
     are read as JSON when they parse (numbers, ``true``, ``null``), else as strings.
 
     Raises:
@@ -256,6 +260,7 @@ def parse_fix(items: Sequence[str]) -> Fix:
     env: Dict[str, str] = {}
     strategy: Optional[str] = None
     nofile: Optional[int] = None
+    threads: Optional[int] = None
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
@@ -272,13 +277,23 @@ def parse_fix(items: Sequence[str]) -> Fix:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise VerifyError(f"--fix {item}", "rlimit_nofile takes a positive integer")
             nofile = value
+        elif key == "worker_threads":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise VerifyError(f"--fix {item}", "worker_threads takes a positive integer")
+            threads = value
         elif key.startswith("env.") and len(key) > 4:
             env[key[4:]] = text
         else:
-            known = ", ".join(FIX_LOADER_SETTINGS + ("sharing_strategy", "rlimit_nofile", "env.NAME"))
+            known = ", ".join(FIX_LOADER_SETTINGS + ("sharing_strategy", "rlimit_nofile", "worker_threads", "env.NAME"))
             raise VerifyError(f"--fix {item}", f"unknown key {key!r} (one of: {known})")
     try:
-        fix = Fix(loader=tuple(loader.items()), sharing_strategy=strategy, env=tuple(env.items()), nofile=nofile)
+        fix = Fix(
+            loader=tuple(loader.items()),
+            sharing_strategy=strategy,
+            env=tuple(env.items()),
+            nofile=nofile,
+            worker_threads=threads,
+        )
         check_counts(fix, "--fix")
     except ValueError as e:
         raise VerifyError("--fix", str(e)) from None
@@ -318,11 +333,13 @@ def plan(
 ) -> List[Tuple[str, int, List[str], Dict[str, str]]]:
     """The runs, alternating control and fixed: ``(variant, index, dlwatch run arguments after
     ``run``, environment changes)``. The fixed runs' changes are ``DLWATCH_APPLY`` (the loader
-    part and sharing strategy, with the sites to apply them at) and the fix's variables."""
+    part, sharing strategy and workers' thread count, with the sites to apply them at) and the
+    fix's variables."""
     batches, seconds = bound
     apply_doc = {
         "loader": dict(fix.loader),
         "sharing_strategy": fix.sharing_strategy,
+        "worker_threads": fix.worker_threads,
         "sites": list(origin.sites),
         "all_loaders": all_loaders,
     }
@@ -336,7 +353,7 @@ def plan(
                 args += ["--stop-after-s", f"{seconds:g}"]
             env = {}
             if variant == FIXED:
-                if fix.loader or fix.sharing_strategy:
+                if fix.loader or fix.sharing_strategy or fix.worker_threads is not None:
                     env["DLWATCH_APPLY"] = json.dumps(apply_doc, separators=(",", ":"))
                 env.update(dict(fix.env))
             out.append((variant, i, args, env))

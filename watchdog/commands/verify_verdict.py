@@ -95,11 +95,15 @@ def certainty_of(docs: List[dict]) -> str:
 
 
 def fix_applied(fix: Fix, variant: str, summary: Optional[dict]) -> Optional[bool]:
-    """Whether the recorder saw the fix's loader settings (``None``: nothing to check)."""
-    if variant != FIXED or not fix.loader or summary is None:
+    """Whether the recorder saw the fix's loader settings and workers' thread count
+    (``worker_threads``: the loader handed its workers the fix's ``worker_init_fn``);
+    ``None``: nothing to check."""
+    if variant != FIXED or not (fix.loader or fix.worker_threads is not None) or summary is None:
         return None
     seen = summary.get("loader_settings") or {}
     if not seen:
+        return False
+    if fix.worker_threads is not None and seen.get("worker_threads") != fix.worker_threads:
         return False
     # Without workers the recorder notes no start method, and prefetching does not apply.
     moot = ("multiprocessing_context", "prefetch_factor", "persistent_workers") if seen.get("num_workers") == 0 else ()
@@ -210,6 +214,9 @@ def change_of(fix: Fix, origin: Origin) -> str:
         parts.append(
             f'torch.multiprocessing.set_sharing_strategy("{fix.sharing_strategy}") at the start of the program'
         )
+    if fix.worker_threads is not None:
+        where = f" of the loader iterated at {origin.sites[0]}" if origin.sites else ""
+        parts.append(f"torch.set_num_threads({fix.worker_threads}) at the end of the worker_init_fn{where}")
     for k, v in fix.env:
         parts.append(f"{k}={shlex.quote(v)} in the job's environment")
     if fix.nofile is not None:

@@ -165,10 +165,12 @@ MULTI_THREAD_CPUS = 1.2
 # A worker runs PyTorch's result-queue feeder beside its main thread; this many threads or more
 # hold an intra-op (OpenMP) pool.
 INTRA_OP_THREADS = 4
-# The fix of workers that each run several threads, as ``dlwatch verify`` applies it to the whole
-# job: one thread for the OpenMP runtime and the BLAS libraries (OpenBLAS and MKL read these at
-# load, before any explicit call; the job's own torch.set_num_threads(n) still wins).
+# The fix of workers that each run several threads, as ``dlwatch verify`` applies it: one thread
+# for the OpenMP runtime and the BLAS libraries in the whole job (OpenBLAS and MKL read these at
+# load, before any explicit call), and torch.set_num_threads(1) in each worker after the job's
+# own worker_init_fn (which may have raised it: no variable overrides an explicit call).
 THREAD_ENV = (("OMP_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"))
+THREAD_FIX = Fix(env=THREAD_ENV, worker_threads=1)
 # A window stopped (NOTE [ Stopped jobs ] in worker_time.py) this share of its span or more gets
 # no verdict.
 STOPPED_SHARE = 0.5
@@ -609,7 +611,7 @@ def _cause(
                 "One intra-op thread per worker: torch.set_num_threads(1) in worker_init_fn (PyTorch sets it in "
                 "each worker; something raised it), OMP_NUM_THREADS=1 / cv2.setNumThreads(0) for numpy and OpenCV; "
                 f"and no more than {max(1, int(usable) - 1)} worker(s) on {usable:g} CPU(s).",
-                Fix(env=THREAD_ENV),
+                THREAD_FIX,
                 extra=extra,
             )
         fewer = max(1, int(usable) - 1)
