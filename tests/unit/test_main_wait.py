@@ -177,3 +177,37 @@ def test_a_wait_resumed_after_py_spys_stop_does_not_end_mains_wait():
     st = tracker.stall(_job(20.0))
     assert st.measure == Measure.MAIN_WAIT and st.stall_s == pytest.approx(20.0)
     assert tracker.last_delivery_mono == 0.0
+
+
+def _unread_between(every: int, make):
+    """``make(t)`` with its threads read only at every ``every``-th sample (the read plan's
+    choice without the inside view while the workers move: NOTE [ Thread reads ] in
+    watchdog/collect/read_plan.py): at the others, no thread at all and ``threads_read`` false."""
+
+    def at(t):
+        s = make(t)
+        if int(t) % every == 0:
+            return s
+        bare = tuple(dataclasses.replace(p, threads=()) for p in s.processes)
+        return dataclasses.replace(s, processes=bare, threads_read=False)
+
+    return at
+
+
+def test_samples_without_threads_keep_mains_wait_and_a_byte_main_moves_still_ends_it():
+    # threads read every 5 s: the wait measured at those keeps its start across the others
+    tracker, st = track(_unread_between(5, _job))
+    assert tracker.measure == Measure.MAIN_WAIT and st.stall_s == pytest.approx(20.0)
+    # before, a sample without main's thread ended the measure and restarted the clock
+    _, st = track(_unread_between(5, lambda t: _job(t, main_io=100 * (t >= 12))))
+    # a byte at an unread sample (t = 12) ends the wait there; a new one is measured from the
+    # next read that sees main in it (t = 15): 3 s later than with every thread read, never earlier
+    assert st.stall_s == pytest.approx(5.0)
+
+
+def test_under_the_activity_measure_a_moving_worker_is_progress_at_samples_without_threads():
+    # main trains (its thread's CPU read only every 5 s); the worker reads and computes: no stall grows
+    busy = dict(cpu_per_s=0.5, io_per_s=4096)
+    make = _unread_between(5, lambda t: _job(t, main_cpu=0.5 * t, main_syscall=RUNNING, **busy))
+    tracker, st = track(make, seconds=19)
+    assert tracker.measure == Measure.ACTIVITY and st.stall_s <= 1.0

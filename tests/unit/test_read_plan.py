@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.unit.builders import proc, sample, thread
+from tests.unit.builders import loader_view, proc, sample, thread
 from watchdog.collect.read_plan import FULL_TICK, Cadence, PlanState, ReadPlan, after_sample, next_plan
 from watchdog.types import ROLE_MAIN, ROLE_WORKER
 
@@ -14,13 +14,15 @@ from watchdog.types import ROLE_MAIN, ROLE_WORKER
 CADENCE = Cadence.of(1.0, 30.0, 60.0)
 
 
-def _at(t: float, cpu_each: float, lean: bool = False, threads: bool = True):
+def _at(t: float, cpu_each: float, lean: bool = False, threads: bool = True, inside: bool = True, io: int = 0):
+    """Main and two workers, each having used ``cpu_each`` CPU seconds and read ``io`` bytes
+    by ``t``; with the inside view (one of main's iterators) unless ``inside`` is false."""
     s = sample(
         t,
         [proc(10, ROLE_MAIN, [thread(10)], cpu=cpu_each, cpu_affinity=2)]
-        + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each) for p in (11, 12)],
+        + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each, read_chars=io) for p in (11, 12)],
     )
-    return dataclasses.replace(s, lean=lean, threads_read=threads)
+    return dataclasses.replace(s, lean=lean, threads_read=threads, loaders=(loader_view(10),) if inside else ())
 
 
 def test_the_cadence_follows_the_settings():
@@ -61,3 +63,23 @@ def test_a_full_sample_without_threads_keeps_the_last_thread_read_dated():
 
 def test_the_first_tick_reads_everything():
     assert FULL_TICK == ReadPlan(lean=False, threads=True, inside=True)
+
+
+def test_without_the_inside_view_threads_are_left_out_while_the_workers_own_counters_move():
+    # dlwatch attach to a job started without the hook: no batch is counted; a worker whose
+    # I/O bytes or CPU moved stands in for it (NOTE [ Thread reads ] in read_plan.py)
+    def plan(before, after, t=10.0, last_look=10.0):
+        state = after_sample(after_sample(PlanState(), before, 64), after, 64)
+        return state, next_plan(state, CADENCE, t, delivered=False, last_look=last_look)
+
+    state, p = plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.0, inside=False, io=4096))  # idle CPUs, I/O moved
+    assert state.workers_moved and not state.cpu_busy and not p.threads and not p.lean
+    assert plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.0, inside=False, io=4096), t=24.5)[1].threads  # 15 s since
+    _, still = plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.001, inside=False))  # an idle poll's CPU: still
+    assert still.threads  # a loader that stopped is judged on threads from its first still tick
+    busy, p = plan(_at(0.0, 0.0, inside=False), _at(10.0, 4.0, inside=False))  # moving, 0.6 of 2 CPUs
+    assert busy.workers_moved and busy.cpu_busy and not p.threads  # a look is not due: none
+    assert plan(_at(0.0, 0.0, inside=False), _at(10.0, 4.0, inside=False), last_look=-25.0)[1].threads  # one is
+    # with the inside view, a tick that delivered nothing reads threads whatever the workers did
+    inside, p = plan(_at(0.0, 0.0), _at(10.0, 0.0, io=4096))
+    assert not inside.workers_moved and p.threads

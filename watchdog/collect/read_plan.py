@@ -21,6 +21,21 @@ last two full samples, :func:`cpu_share`) and threads were read less than
 ``stall_timeout_s / 4`` ago: a deadlock proof (NOTE [ Deadlock proof ] in
 ``watchdog/detect/proof.py``) of a worker whose batches main does not wait for yet needs its
 snapshots that often.
+
+Without the inside view (``dlwatch attach`` to a job started without the hook, ``--no-hook``)
+no batch is ever counted, and until now every tick read every thread: on a node of 8 ranks of
+1 + 8 processes, over a third of the sidecar's CPU (``dlwatch probe overhead --node --mode
+attach``). There the workers' own counters stand in for the batch count: while a DataLoader
+worker moved between the last two full samples (its ``rchar + wchar`` changed, or it used
+``MOVING_CPU_SHARE`` of a core or more: every thread of a worker is on the loader's path, so a
+process that moved has a thread that moved; an idle worker's 5 s polls use far less), the next
+full sample reads threads only when ``stall_timeout_s / 4`` passed since the last read (the
+deadlock proof's snapshots, and the stall is only ever judged on a sample that read threads:
+``watchdog/watch/watcher.py``), or, while the tree keeps its CPUs busy, when a look for warnings
+is due (``cpu_oversubscribed`` counts threads at the samples that read them). Main's process is
+no such sign: its other threads (a logger, the training step's) move while its loader waits.
+A tick after which no worker moved reads threads again, so a loader that stops is judged on
+per-thread reads from its first still tick, as before.
 """
 
 from __future__ import annotations
@@ -35,6 +50,10 @@ from ..types import Sample
 # runnable threads than 1.5 x the usable CPUs: they keep the CPUs busy, so the tree uses about
 # all of them (less only where other processes take CPUs from the same set).
 THREADS_CPU_SHARE = 0.5
+# A worker that used this share of one core or more between two full samples moved (without the
+# inside view): the loader's own BUSY_SHARE (watchdog/detect/progress.py); PyTorch's idle 5 s
+# polls in index_queue.get use about 0.1 % of a core.
+MOVING_CPU_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -82,14 +101,16 @@ class Cadence:
 @dataclass(frozen=True)
 class PlanState:
     """What the plan remembers: when (``time.monotonic()`` seconds) the last full sample and
-    the last thread read were taken, that full sample, and whether the tree used
+    the last thread read were taken, that full sample, whether the tree used
     ``THREADS_CPU_SHARE`` or more of its usable CPUs between the last two full samples
-    (``True`` when not known)."""
+    (``True`` when not known), and whether a DataLoader worker of a sample without the inside
+    view moved between them (:func:`workers_moved`; ``False`` when not known)."""
 
     full_at: float = float("-inf")
     threads_at: float = float("-inf")
     last_full: Optional[Sample] = None
     cpu_busy: bool = True
+    workers_moved: bool = False
 
 
 def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[float]:
@@ -103,6 +124,27 @@ def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[flo
     was = {p.ident: p.cpu_s for p in before.processes}
     used = sum(max(0.0, p.cpu_s - was[p.ident]) for p in after.processes if p.ident in was)
     return used / span / usable_cpus
+
+
+def workers_moved(before: Sample, after: Sample) -> bool:
+    """Whether a DataLoader worker present in both full samples (``before`` older) moved
+    between them: its I/O bytes (``rchar + wchar``) changed, or it used ``MOVING_CPU_SHARE``
+    of a core or more. ``False`` when they are under 0.1 s apart."""
+    span = after.t_mono - before.t_mono
+    if span < 0.1:
+        return False
+    was = {p.ident: p for p in before.workers}
+    for p in after.workers:
+        q = was.get(p.ident)
+        if q is None:
+            continue
+        if p.cpu_s - q.cpu_s >= MOVING_CPU_SHARE * span:
+            return True
+        if None not in (p.read_chars, p.write_chars, q.read_chars, q.write_chars) and (
+            p.read_chars != q.read_chars or p.write_chars != q.write_chars
+        ):
+            return True
+    return False
 
 
 def usable_cpus(sample: Sample, host_cpus: int) -> float:
@@ -119,15 +161,17 @@ def after_sample(state: PlanState, sample: Sample, host_cpus: int) -> PlanState:
     last full one (:func:`cpu_share`)."""
     if sample.lean:
         return state
-    busy = True
+    busy, moved = True, False
     if state.last_full is not None and sample.main is not None:
         share = cpu_share(state.last_full, sample, usable_cpus(sample, host_cpus))
         busy = share is None or share >= THREADS_CPU_SHARE
+        moved = not sample.loaders and workers_moved(state.last_full, sample)
     return PlanState(
         full_at=sample.t_mono,
         threads_at=sample.t_mono if sample.threads_read else state.threads_at,
         last_full=sample,
         cpu_busy=busy,
+        workers_moved=moved,
     )
 
 
@@ -141,5 +185,11 @@ def next_plan(state: PlanState, cadence: Cadence, t_mono: float, delivered: bool
         and next_t - state.full_at < cadence.full_every_s
         and next_t - last_look < cadence.look_every_s  # a look is due on a full one
     )
-    threads = not delivered or state.cpu_busy or next_t - state.threads_at >= cadence.threads_every_s
+    threads_due = next_t - state.threads_at >= cadence.threads_every_s
+    if delivered:
+        threads = state.cpu_busy or threads_due
+    elif state.workers_moved:  # no inside view: the workers' own counters moved
+        threads = threads_due or (state.cpu_busy and next_t - last_look >= cadence.look_every_s)
+    else:
+        threads = True
     return ReadPlan(lean=lean, threads=threads, inside=True)

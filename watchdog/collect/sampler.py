@@ -61,8 +61,10 @@ Per-thread counters and waits are what judges a stall: which thread waits where,
 woke (NOTE [ Hang criterion ] and NOTE [ Deadlock proof ] in ``watchdog/detect/``). While
 the inside view shows main receiving batches, there is no stall to judge: a full sample then
 reads no thread (``ReadPlan.threads`` false, the read plan's choice: it asks for threads at
-the first tick that counted no batch, so a stall is judged from per-thread reads as before, and
-always without the inside view). The one rule that reads threads while batches flow,
+the first tick that counted no batch, so a stall is judged from per-thread reads as before).
+Without the inside view the workers' own counters stand in for the batch count: while a worker
+moved, threads are read at least every ``stall_timeout_s / 4`` (NOTE [ Thread reads ] in
+:mod:`watchdog.collect.read_plan`). The one rule that reads threads while batches flow,
 ``cpu_oversubscribed`` (more runnable threads than usable CPUs), needs CPUs kept busy by the
 tree's threads: the plan also asks for threads while the tree used at least
 ``THREADS_CPU_SHARE`` of its usable CPUs between its last two full samples, and at least every

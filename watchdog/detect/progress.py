@@ -140,12 +140,13 @@ class _Mark:
 class _MainWait:
     """Main's iterating thread in a wait like PyTorch's batch poll since ``since`` (monotonic
     seconds), with its thread's CPU and I/O bytes (its process's ``rchar + wchar`` and the
-    thread's own) then (the main-wait measure)."""
+    thread's own; ``process_io`` the process's alone) then (the main-wait measure)."""
 
     key: Tuple[ProcId, int]
     since: float
     cpu_s: float
     io: int
+    process_io: int  # the process's alone: a sample without threads compares this one
 
 
 def _may_be_inert(t: ThreadSample) -> bool:
@@ -319,11 +320,11 @@ class ProgressTracker:
         waits = w is not None and (
             (states.may_be_loader_idle_poll(w) and self._trusted.get(key) != w.signature) or neutral
         )
-        io = _io_of(main)
-        if t is None or not waits or io is None:
+        process_io = _io_of(main)
+        if t is None or not waits or process_io is None:
             self._main_wait = None
             return None
-        io += t.io_bytes or 0
+        io = process_io + (t.io_bytes or 0)
         last = self._main_wait
         if (
             last is None
@@ -331,9 +332,22 @@ class ProgressTracker:
             or io != last.io
             or t.cpu_s - last.cpu_s >= max(self.cpu_progress_s, BUSY_SHARE * (now - last.since))
         ):
-            self._main_wait = _MainWait(key, now, t.cpu_s, io)
+            self._main_wait = _MainWait(key, now, t.cpu_s, io, process_io)
             return None
         return last.since
+
+    def _main_waits_unread(self, main: ProcessSample) -> Optional[float]:
+        """:meth:`_main_waits` at a sample that read no thread (NOTE [ Thread reads ] in
+        watchdog/collect/read_plan.py: without the inside view, while the workers move): main's
+        wait goes on while its process moved no byte (a batch is a pipe read), and ends
+        otherwise; its thread's CPU is compared at the next sample that reads it, the only kind
+        a stall is judged on. A wait only begun at the last read (not yet the measure) is kept
+        for the next read to confirm."""
+        last = self._main_wait
+        if last is None or last.key != (main.ident, main.pid) or _io_of(main) != last.process_io:
+            self._main_wait = None
+            return None
+        return last.since if self.measure == Measure.MAIN_WAIT else None
 
     # --- folding samples in ------------------------------------------------------------------
 
@@ -353,7 +367,12 @@ class ProgressTracker:
         if rose:
             self._last_batch = now
         batches = batch_measure(sample)
-        waited = None if batches or sample.loaders else self._main_waits(main, now)
+        if batches or sample.loaders:
+            waited = None
+        elif sample.threads_read:
+            waited = self._main_waits(main, now)
+        else:
+            waited = self._main_waits_unread(main)
         measure = Measure.BATCHES if batches else Measure.ACTIVITY if waited is None else Measure.MAIN_WAIT
         # main just began to wait in __next__, or a batch reached it after a main wait
         entered = batches and self.measure != Measure.BATCHES
@@ -396,7 +415,12 @@ class ProgressTracker:
                 owner = p
             okey = owner.ident if owner is not None else pkey
             self._pid_progress.setdefault(okey, now)
-            moved = proc_moved and p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
+            moved = proc_moved and (
+                p.role in (ROLE_WORKER_CHILD, ROLE_STARTING)
+                # no thread read (NOTE [ Thread reads ] in watchdog/collect/read_plan.py): a
+                # worker's every thread is on the loader's path, so its process moving is one moving
+                or (p.role == ROLE_WORKER and not sample.threads_read and not batches)
+            )
             for t in _loader_threads(p) if p.role != ROLE_STARTING else ():
                 key = (pkey, t.tid)
                 seen.add(key)
