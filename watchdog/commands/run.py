@@ -229,6 +229,8 @@ class JobRun:
                 cmdline=tuple(self.cmd),
                 inside=self.reader,
                 launch=Launch(tuple(self.cmd), os.getcwd(), os.getuid(), "run", *launch_context()),
+                # dlwatch leads its session: the job is all it started in it (its helpers get their own)
+                own_session=os.getpid() if os.getsid(0) == os.getpid() else None,
             )
             self.watcher = watcher = NodeLoop(self.cfg, job, self.wake)
             attach_metrics(self.collector, watcher)

@@ -1,4 +1,4 @@
-"""The only module that sends signals: ending a hung job.
+"""The only module that sends signals: ending a hung job, or a bounded run's job.
 
 Only the job's own processes are signalled: the tree found under the job's root (never the
 process group of an attached job, which may hold the shell or launcher that started it). Each
@@ -10,6 +10,17 @@ before each signal (``_raise_if_pid_reused``). The job's own process group (``dl
 is reached member by member, never by number with ``killpg``: once a group is empty its
 number may become another program's group. SIGTERM first, SIGKILL for whatever remains after
 the grace period.
+
+NOTE [ Late processes ]: a job forks while it is being ended (a DataLoader makes new workers at
+each epoch's start; a fork that completes before the signal reaches its parent makes a child
+no sample saw), and a child whose parent died leaves the tree (its parent becomes init or a
+subreaper; a DataLoader worker still in its ``worker_init_fn`` then never sees its parent die:
+torch's ``ManagerWatchdog`` notes the parent's pid after that function returns). So the
+job's processes are looked for again after each signal and every ``_SWEEP_S`` seconds of the
+grace period, and once more before the job counts as ended: the children of every process
+held (``/proc/PID/task/TID/children``, or every process's parent without those files), the
+members of the job's own group that started while it was provably the job's (see
+:meth:`_Reach.witness`), and with ``own_session`` every process of dlwatch's own session.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional
 
 import psutil
 
@@ -42,12 +53,14 @@ class _Target:
     """One process that may be signalled, held by a pidfd where the kernel has them
     (``pidfd_open(2)``, Linux >= 5.3, Python >= 3.9): a signal through it reaches that process or
     none, never another that reused its pid. Without pidfds, psutil's ``send_signal`` checks the
-    pid's start time again right before the signal (a narrower window, not none)."""
+    pid's start time again right before the signal (a narrower window, not none). ``pgrp`` is its
+    process group when it was held."""
 
-    def __init__(self, proc: ProcId, pidfd: Optional[int], handle: Optional[psutil.Process]) -> None:
+    def __init__(self, proc: ProcId, pidfd: Optional[int], handle: Optional[psutil.Process], pgrp: int = 0) -> None:
         self.proc = proc
         self.pidfd = pidfd
         self.handle = handle
+        self.pgrp = pgrp
 
     def send(self, sig: int) -> bool:
         try:
@@ -93,7 +106,7 @@ def _hold(pid: int, start_ticks: Optional[int] = None) -> Optional[_Target]:
         if pidfd is not None:
             os.close(pidfd)
         return None
-    return _Target(ProcId(pid, st.start_ticks), pidfd, handle)
+    return _Target(ProcId(pid, st.start_ticks), pidfd, handle, st.pgrp)
 
 
 def _verified(members: Iterable[ProcId]) -> List[_Target]:
@@ -111,61 +124,143 @@ def _boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * procfs.CLK_TCK)
 
 
-def _own_group(targets: List[_Target], own_group: Optional[int]) -> Optional[Tuple[int, int, int]]:
-    """``(pgrp, session, cutoff)`` of the job's own process group while it is provably the
-    job's now (one of ``targets``, just verified, is in it), or ``None``. A group's number
-    stays reserved while it has members (a pid is freed only when no process uses it as pid,
-    group or session: kernel/pid.c), so any process in it that started before ``cutoff`` (now,
-    in clock ticks since boot) belongs to the job's group, not to a later one that reused the
-    number."""
-    if own_group is None or own_group == os.getpgrp():
-        return None
-    for t in targets:
+# Seconds between two looks for the job's late processes during the grace period (NOTE [ Late processes ]).
+_SWEEP_S = 0.25
+# The most rounds of "signal, look again" at one signal: a job forking faster is caught at the next sweep.
+_ROUNDS = 8
+
+
+class _Reach:
+    """Where the job's processes outside its tree are found (NOTE [ Late processes ]).
+
+    Attributes:
+        pgrp, session: the job's own process group and its session; ``pgrp`` ``None``: none.
+        cutoff: the latest moment (clock ticks since boot) at which ``pgrp`` is known to be the
+            job's group: a group's number stays reserved while it has members (a pid is freed
+            only when no process uses it as pid, group or session: kernel/pid.c), so a member
+            started by then belongs to the job's group, not to a later one that reused the number.
+        own_session: dlwatch's own session, when dlwatch leads it and started nothing else in
+            it but the job (``dlwatch run`` started by ``dlwatch verify``, a service manager or
+            ``setsid``): every other process of it descends from the job, whatever its group,
+            and its number is dlwatch's own pid, reserved while dlwatch runs; ``None``: none.
+    """
+
+    def __init__(self, pgrp: Optional[int], session: int, cutoff: int, own_session: Optional[int]) -> None:
+        self.pgrp = pgrp
+        self.session = session
+        self.cutoff = cutoff
+        self.own_session = own_session
+
+    @classmethod
+    def of(cls, targets: List[_Target], own_group: Optional[int], own_session: Optional[int]) -> "_Reach":
+        """The reach of a job whose processes ``targets`` were just verified: ``own_group`` while
+        one of them is in it (never dlwatch's own group), ``own_session`` when it is the session
+        dlwatch leads."""
+        if own_session is not None and not own_session == os.getsid(0) == os.getpid():
+            own_session = None
+        reach = cls(None, 0, 0, own_session)
+        if own_group is not None and own_group != os.getpgrp():
+            reach.pgrp = own_group
+            reach.witness(targets)
+            if not reach.cutoff:
+                reach.pgrp = None
+        return reach
+
+    def witness(self, targets: List[_Target], accepted: Iterable[_Target] = ()) -> None:
+        """Move :attr:`cutoff` to now when the group is provably still the job's: one of
+        ``accepted`` (just signalled through its pidfd, which reaches only a process not yet
+        reaped: pidfd_send_signal(2)) was in it, or one of ``targets`` is in it still, its
+        ``stat`` read after now (a zombie included: it keeps its group until reaped)."""
+        if self.pgrp is None:
+            return
+        now = _boot_ticks()
+        if any(t.pgrp == self.pgrp for t in accepted) or any(self._member(t) for t in targets):
+            self.cutoff = max(self.cutoff, now)
+
+    def _member(self, t: _Target) -> bool:
         st = procfs.proc_stat(t.proc.pid)
-        if st is not None and st.pgrp == own_group and st.start_ticks == t.proc.start_ticks:
-            return own_group, st.session, _boot_ticks()
-    return None
+        if st is None or st.start_ticks != t.proc.start_ticks or st.pgrp != self.pgrp:
+            return False
+        if not self.session:
+            self.session = st.session
+        return st.session == self.session
+
+    def holds(self, st: procfs.ProcStat) -> bool:
+        """Whether the process of ``st`` is the job's by its group or session."""
+        if self.own_session is not None and st.session == self.own_session:
+            return True
+        return (
+            self.pgrp is not None
+            and st.pgrp == self.pgrp
+            and st.session == self.session
+            and st.start_ticks <= self.cutoff
+        )
 
 
-def _descendants(targets: List[_Target], group: Optional[Tuple[int, int, int]]) -> List[_Target]:
-    """Processes to add to ``targets``: their children now (forked during the grace period;
-    each held, then its parent checked to be one of ours), and with ``group`` (:func:`_own_group`)
-    the processes of the job's own process group that left the tree, started before its
-    cutoff. The group is never signalled as a number (``killpg``): once its last member is gone
-    its number may name an unrelated program's new group."""
+def _descendants(targets: List[_Target], reach: _Reach) -> List[_Target]:
+    """Processes to add to ``targets`` (NOTE [ Late processes ]): their children now (each held,
+    then its parent checked to be one of ours), and the processes :meth:`_Reach.holds`. Each is
+    held by pidfd before its identity is checked; none is signalled as a number."""
     known = {t.proc.pid: t for t in targets}
     found: List[_Target] = []
+    files = procfs.children_files_supported()
+    stats = _all_stats() if reach.pgrp is not None or reach.own_session is not None or not files else {}
+    kids: Dict[int, List[int]] = {}
+    for pid, st in stats.items():
+        kids.setdefault(st.ppid, []).append(pid)
     queue = [t.proc.pid for t in targets]
     while queue:
         pid = queue.pop()
-        for child in procfs.children_of(pid) or ():
+        for child in (procfs.children_of(pid) if files else kids.get(pid)) or ():
             if child in known:
                 continue
             target = _hold(child)
             if target is None:
                 continue
-            st = procfs.proc_stat(child)
-            if st is None or st.ppid not in known:  # the pid was reused meanwhile, outside the job
+            now = procfs.proc_stat(child)
+            if now is None or now.ppid not in known:  # the pid was reused meanwhile, outside the job
                 target.close()
                 continue
             known[child] = target
             found.append(target)
             queue.append(child)
-    if group is not None:
-        pgrp, session, cutoff = group
-        for pid, st in procfs.group_members(pgrp, session):
-            if pid in known or pid == os.getpid() or st.start_ticks > cutoff:
-                continue
-            target = _hold(pid, st.start_ticks)
-            if target is not None:
-                known[pid] = target
-                found.append(target)
+    for pid, st in stats.items():
+        if pid in known or pid == os.getpid() or not reach.holds(st):
+            continue
+        target = _hold(pid, st.start_ticks)
+        if target is not None:
+            known[pid] = target
+            found.append(target)
     return found
 
 
-def _send(targets: Iterable[_Target], sig: int) -> int:
-    """Send ``sig`` to each target; how many were signalled."""
-    return sum(t.send(sig) for t in targets)
+def _all_stats() -> Dict[int, procfs.ProcStat]:
+    """``/proc/PID/stat`` of every process on the host. Cost: one read per process."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = procfs.proc_stat(int(entry))
+            if st is not None:
+                out[int(entry)] = st
+    return out
+
+
+def _signal(batch: List[_Target], sig: int, targets: List[_Target], reach: _Reach) -> int:
+    """Send ``sig`` to ``batch`` (all of them also in ``targets``), then look again for the
+    job's processes (the children forked before the signal arrived: a fork either fails on a
+    pending fatal signal or its child is visible before the signal is handled, kernel/fork.c),
+    add them to ``targets`` and signal them, for at most ``_ROUNDS`` rounds. How many processes
+    were signalled."""
+    count = 0
+    for _ in range(_ROUNDS):
+        accepted = [t for t in batch if t.send(sig)]
+        count += len(accepted)
+        reach.witness(targets, accepted)
+        batch = _descendants(targets, reach)
+        targets.extend(batch)
+        if not batch:
+            break
+    return count
 
 
 def terminate_tree(
@@ -175,10 +270,11 @@ def terminate_tree(
     ended: Optional[Callable[[], bool]] = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    own_session: Optional[int] = None,
 ) -> str:
     """End the job's processes: SIGTERM to each of ``members`` that is still the same process,
-    then SIGKILL to whatever of them (and of their descendants, and of the job's own process
-    group) remains after ``grace_s`` seconds.
+    and to their descendants, and to the job's own process group's and session's (NOTE [ Late
+    processes ]), then SIGKILL to whatever of them remains after ``grace_s`` seconds.
 
     Args:
         members: every process of the job's tree (root and main first); a pid that now
@@ -186,29 +282,42 @@ def terminate_tree(
         grace_s: seconds between SIGTERM and SIGKILL.
         own_group: the job's process group when ``dlwatch run`` created it for the job alone
             (its members are signalled too, each by pidfd, to reach processes that left the
-            tree, while the group is provably the job's: :func:`_own_group`); ``None`` for
+            tree, while the group is provably the job's: :class:`_Reach`); ``None`` for
             ``attach``.
         ended: returns True once the job's root is gone (``dlwatch run`` reaps its own child,
             so its exit is not waited for here).
+        own_session: dlwatch's own session when it leads it and started nothing else in it
+            but the job (:class:`_Reach`); ``None`` otherwise (``attach``, and ``dlwatch run``
+            from a shell, whose session holds the shell's other jobs).
 
     Returns a one-line account of what was done. Never raises.
     """
     targets = _verified(members)
+    reach = _Reach.of(targets, own_group, own_session)
+    targets += _descendants(targets, reach)
     if not targets:
         return "the job's processes are gone; nothing signalled"
-    group = _own_group(targets, own_group)
-    extra = _descendants(targets, group) if group is not None else []
     try:
-        sent = _send(targets + extra, signal.SIGTERM)
+        sent = _signal(list(targets), signal.SIGTERM, targets, reach)
         deadline = clock() + grace_s
+        next_look = clock() + _SWEEP_S
         while clock() < deadline:
-            if not any(t.alive() for t in targets + extra) and (ended is None or ended()):
-                return f"SIGTERM sent to {sent} process(es) of the job; the job ended"
+            quiet = not any(t.alive() for t in targets) and (ended is None or ended())
+            if quiet or clock() >= next_look:
+                reach.witness(targets)
+                late = _descendants(targets, reach)
+                if late:
+                    targets.extend(late)
+                    sent += _signal(late, signal.SIGTERM, targets, reach)
+                    continue
+                if quiet:
+                    return f"SIGTERM sent to {sent} process(es) of the job; the job ended"
+                next_look = clock() + _SWEEP_S
             sleep(0.05)
-        extra += _descendants(targets + extra, group)
-        left = [t for t in targets + extra if t.alive()]
-        killed = _send(left, signal.SIGKILL)
+        reach.witness(targets)
+        targets.extend(_descendants(targets, reach))
+        killed = _signal([t for t in targets if t.alive()], signal.SIGKILL, targets, reach)
     finally:
-        for t in targets + extra:
+        for t in targets:
             t.close()
     return f"SIGTERM sent to {sent} process(es) of the job, then SIGKILL to {killed} still alive after {grace_s:g} s"

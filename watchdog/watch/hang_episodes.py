@@ -366,7 +366,10 @@ class HangEpisodes:
                 f"on_hang=terminate ({ending_note}): ending the job's processes (grace {cfg.terminate_grace_s:g} s)"
             )
             members = job.sampler.root_identity() + [p.ident for p in (after.processes or sample.processes)]
-            ended = act.terminate_tree(members, cfg.terminate_grace_s, job.job.own_group, job.job.job_ended)
+            watched = job.job
+            ended = act.terminate_tree(
+                members, cfg.terminate_grace_s, watched.own_group, watched.job_ended, own_session=watched.own_session
+            )
             job.log(ended)
             self.terminated = True
             unproven = decision.termination is not None and decision.termination.unproven

@@ -27,6 +27,10 @@ class WatchedJob:
             (``dlwatch run``), signalled on terminate besides the job's tree; ``None`` for
             ``attach``, whose job may share its group with the shell that started it, and for a
             rank.
+        own_session: dlwatch's own session when dlwatch leads it and started nothing else in it
+            but the job (``dlwatch run`` as a session leader: under ``dlwatch verify``, a
+            service manager, ``setsid``): its every other process is the job's, ended with it
+            (:func:`~watchdog.watch.act.terminate_tree`); ``None`` otherwise and for a rank.
         job_ended: returns True once the job is gone.
         stderr_tail: returns the last bytes of the job's stderr (``dlwatch run`` only).
         cmdline: the command that started the job, for reports written before main was seen.
@@ -41,11 +45,12 @@ class WatchedJob:
     cmdline: Tuple[str, ...] = ()
     inside: Optional[InsideReader] = None
     launch: Optional[Launch] = None
+    own_session: Optional[int] = None
 
     def rank(self, pid: int, ended: Callable[[], bool]) -> "WatchedJob":
         """The same job as one of its ranks sees it: watched from ``pid`` (the rank's main),
         ended when ``ended()`` says so, no process group of its own, no command of its own."""
-        return dataclasses.replace(self, root_pid=pid, own_group=None, job_ended=ended, cmdline=())
+        return dataclasses.replace(self, root_pid=pid, own_group=None, own_session=None, job_ended=ended, cmdline=())
 
 
 @dataclass

@@ -145,11 +145,14 @@ class Watcher:
 
     def end_job(self) -> str:
         """End the job's processes now (SIGTERM, SIGKILL after ``terminate_grace_s``; the tree
-        of the latest sample and the own process group, :func:`act.terminate_tree`): the end of
-        a bounded run (``dlwatch run --stop-after-batches``). Returns what was done, one line."""
+        of the latest sample, their descendants, the own process group and session,
+        :func:`act.terminate_tree`): the end of a bounded run (``dlwatch run
+        --stop-after-batches``). Returns what was done, one line."""
         latest = self.timeline[-1].processes if self.timeline else ()
         members = self.sampler.root_identity() + [p.ident for p in latest]
-        return act.terminate_tree(members, self.config.terminate_grace_s, self.job.own_group, self.job.job_ended)
+        job = self.job
+        grace = self.config.terminate_grace_s
+        return act.terminate_tree(members, grace, job.own_group, job.job_ended, own_session=job.own_session)
 
     def internal_error(self, where: str) -> None:
         """Log the exception being handled, once per ``where``, as dlwatch's own failure
