@@ -721,6 +721,9 @@ class Sample:
     # {pid: process}, built at the first :meth:`process` call (rules that follow one process
     # through the whole timeline look up every sample).
     _by_pid: Optional[Dict[int, ProcessSample]] = field(default=None, init=False, repr=False, compare=False)
+    # The workers, found at the first :attr:`workers` read (the looks for warnings read them at
+    # every sample of their window).
+    _workers: Optional[Tuple[ProcessSample, ...]] = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
@@ -742,7 +745,11 @@ class Sample:
     @property
     def workers(self) -> Tuple[ProcessSample, ...]:
         """The DataLoader workers in this sample."""
-        return tuple(p for p in self.processes if p.role == ROLE_WORKER)
+        found = self._workers
+        if found is None:
+            found = tuple(p for p in self.processes if p.role == ROLE_WORKER)
+            object.__setattr__(self, "_workers", found)
+        return found
 
 
 @dataclass(frozen=True)

@@ -381,3 +381,12 @@ def test_threads_not_read_count_each_process_state_and_stopped_samples_not_at_al
     ]
     got = threads_wanting_cpu(full_samples(stopped))
     assert got is not None and got.samples == 6
+
+
+def test_the_look_and_its_rule_share_one_verdict_per_facts():
+    # the look for warnings asks for the verdict, then the input_bound rule asks again: one
+    # computation (before, the memo compared a key with its stored result and never hit)
+    f = facts(timeline(0.6))
+    assert judge(f) is judge(f)
+    assert judge(facts(timeline(0.6))) is not judge(f)  # other facts: their own
+    assert judge(f, window_s=30.0) is not judge(f, window_s=30.0)  # other settings: not kept

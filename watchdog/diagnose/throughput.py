@@ -394,21 +394,20 @@ def bound(wait_share: float) -> Optional[float]:
     return None if wait_share >= 0.98 else 1.0 / (1.0 - wait_share)
 
 
-_CACHE: List[tuple] = []
-
-
 def judge(
     facts: Facts, window_s: float = WINDOW_S, min_span_s: float = MIN_SPAN_S, min_batches: int = MIN_BATCHES
 ) -> Judgement:
     """The input-bound verdict on ``facts`` (a live look: its timeline's last ``window_s``
-    seconds), see NOTE [ Input-bound verdict ]. Reads only ``facts``. The last result is kept:
-    the rule and the daemon's counters ask for the same look."""
-    key = (facts.sample, len(facts.timeline), window_s, min_span_s, min_batches)
-    if _CACHE and _CACHE[0][0] is key[0] and _CACHE[0][1:] == key[1:]:
-        return _CACHE[0][-1]
-    out = _judge(facts, window_s, min_span_s, min_batches)
-    _CACHE[:] = [key + (out,)]
-    return out
+    seconds), see NOTE [ Input-bound verdict ]. Reads only ``facts``. The verdict with the
+    defaults is kept with the facts (``Facts.derived``): the look for warnings and its rule ask
+    for the same one."""
+    if (window_s, min_span_s, min_batches) == (WINDOW_S, MIN_SPAN_S, MIN_BATCHES):
+        return facts.derived(_judge_default)
+    return _judge(facts, window_s, min_span_s, min_batches)
+
+
+def _judge_default(facts: Facts) -> Judgement:
+    return _judge(facts, WINDOW_S, MIN_SPAN_S, MIN_BATCHES)
 
 
 def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -> Judgement:
