@@ -21,6 +21,9 @@ grace period, and once more before the job counts as ended: the children of ever
 held (``/proc/PID/task/TID/children``, or every process's parent without those files), the
 members of the job's own group that started while it was provably the job's (see
 :meth:`_Reach.witness`), and with ``own_session`` every process of dlwatch's own session.
+What stays out of reach: without ``own_session``, a process that left both the tree and the
+group (its own group or session, its parent dead) before any look found it, and a group member
+forked by a process that died before a look saw either of them again.
 """
 
 from __future__ import annotations
