@@ -135,14 +135,18 @@ def _left(marker: str, folder: str, wait_s: float) -> List[str]:
     return lines
 
 
-def _bounded_run(source: str, batches: int, tmp, leader: bool) -> tuple:
+def _bounded_run(source: str, batches: int, tmp, leader: bool, sibling: str = "") -> tuple:
     """Run ``source`` under ``dlwatch run --stop-after-batches batches`` (grace 1 s), dlwatch
-    leading its session (``leader``) or run from a shell that does; ``(exit code, stderr, marker)``."""
+    leading its session (``leader``) or run from a shell that does; with ``sibling`` (a
+    marker), the session's shell first starts a ``sleep`` with that marker in its environment,
+    then becomes dlwatch (``exec``); ``(exit code, stderr, marker)``."""
     marker = f"DLWATCH_LEFTOVER_TEST={uuid.uuid4().hex}"
     env = {**os.environ, "TMPDIR": str(tmp), marker.split("=")[0]: marker.split("=")[1]}
     cmd = DLWATCH + ["run", "--terminate-grace", "1", "--stop-after-batches", str(batches), "--", PY, "-c", source]
     if not leader:  # the shell leads the session and waits for dlwatch (no exec: a command follows)
         cmd = ["sh", "-c", '"$@"; status=$?; exit $status', "sh", *cmd]
+    if sibling:  # a container's entrypoint: a log shipper, then exec the watched job
+        cmd = ["sh", "-c", f'env -u {marker.split("=")[0]} {sibling} sleep 300 & exec "$@"', "sh", *cmd]
     # Files, not pipes: a process the job left behind would hold a pipe open, and the test would
     # wait for it instead of failing.
     err_path = os.path.join(str(tmp), "dlwatch-stderr.txt")
@@ -182,3 +186,21 @@ def test_a_bounded_run_ends_the_workers_and_daemons_its_job_started_during_the_g
     assert code == 0, err[-3000:]
     assert "evaluating" in err, err[-3000:]  # the evaluation's workers were forked after the SIGTERM
     assert not left, "\n".join(left) + "\n" + err[-2000:]
+
+
+def test_a_process_that_shared_dlwatchs_session_before_it_started_is_never_swept(short_tmp_path):
+    """``sh -c 'logger & exec dlwatch run …'`` (a container's entrypoint): dlwatch then leads a
+    session that already held another process, which is not the job's. The sweep of dlwatch's
+    own session (a bounded run's end) must leave it alone; the job's own processes still end
+    (found in its tree and group). Before: the logger was SIGTERMed with the job."""
+    sibling = f"DLWATCH_SIBLING_TEST={uuid.uuid4().hex}"
+    code, err, marker = _bounded_run(_EVALUATE_ON_SIGTERM, 20, short_tmp_path, leader=True, sibling=sibling)
+    try:
+        alive = _marked(sibling)
+        left = _left(marker, str(short_tmp_path), 5.0)
+        assert code == 0, err[-3000:]
+        assert alive, "the session's other process was ended with the job"
+        assert not left, "\n".join(left) + "\n" + err[-2000:]
+    finally:
+        for pid in _marked(sibling):
+            os.kill(pid, signal.SIGKILL)

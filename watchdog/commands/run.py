@@ -30,6 +30,7 @@ from ..errors import ConfigError, ReportWriteError
 from ..exits import Exit, of_signal
 from ..report import writer
 from ..types import Launch, ReportWritten
+from ..watch import act
 from ..watch.job import Outcome, WatchedJob, log
 from ..watch.node_loop import NodeLoop
 from ..watch.terminal import JobControl, wait_job
@@ -78,6 +79,7 @@ class JobRun:
         self.reader: Optional[inside.InsideReader] = None
         self.tail: Optional[StderrTail] = None
         self.proc: Optional[subprocess.Popen] = None
+        self.session: Optional[int] = None  # dlwatch's own session, to sweep at the end (act.own_session)
         self.control: Optional[JobControl] = None  # the terminal, shared with the job once it started
         self.watcher: Optional[NodeLoop] = None
         self.outcome = Outcome()
@@ -142,6 +144,7 @@ class JobRun:
             ConfigError: the metrics port cannot be served.
         """
         cfg = self.cfg
+        self.session = act.own_session()  # before anything of ours starts
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
         self.server, self.collector = start_metrics(cfg, *metrics_origin(self.args))
         self.folder, self.reader = _hook_folder(cfg)
@@ -229,8 +232,9 @@ class JobRun:
                 cmdline=tuple(self.cmd),
                 inside=self.reader,
                 launch=Launch(tuple(self.cmd), os.getcwd(), os.getuid(), "run", *launch_context()),
-                # dlwatch leads its session: the job is all it started in it (its helpers get their own)
-                own_session=os.getpid() if os.getsid(0) == os.getpid() else None,
+                # dlwatch leads its session and is alone in it: the job is all it will start
+                # there (its helpers get their own sessions)
+                own_session=self.session,
             )
             self.watcher = watcher = NodeLoop(self.cfg, job, self.wake)
             attach_metrics(self.collector, watcher)

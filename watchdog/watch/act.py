@@ -237,6 +237,20 @@ def _descendants(targets: List[_Target], reach: _Reach) -> List[_Target]:
     return found
 
 
+def own_session() -> Optional[int]:
+    """dlwatch's own session id when it leads it and is its only process (call it before
+    starting the job), else ``None``. Then every later process of that session descends from
+    dlwatch (a session is joined only by forking from one of its processes: setsid(2)), and
+    ending a job may sweep it (NOTE [ Late processes ]); a session that already holds another
+    process (``sh -c 'logger & exec dlwatch run …'``, a container's entrypoint) is not swept:
+    that process and its children are not the job's. Cost: one ``stat`` read per process."""
+    me = os.getpid()
+    if os.getsid(0) != me:
+        return None
+    others = [pid for pid, st in _all_stats().items() if st.session == me and pid != me]
+    return None if others else me
+
+
 def _all_stats() -> Dict[int, procfs.ProcStat]:
     """``/proc/PID/stat`` of every process on the host. Cost: one read per process."""
     out = {}
