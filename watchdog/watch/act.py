@@ -29,6 +29,7 @@ forked by a process that died before a look saw either of them again.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 from typing import Callable, Dict, Iterable, List, Optional
@@ -59,9 +60,14 @@ class _Target:
     pid's start time again right before the signal (a narrower window, not none). ``pgrp`` is its
     process group when it was held."""
 
+    # pidfds held now, by every target not yet closed (:func:`_pidfd_budget`)
+    held = 0
+
     def __init__(self, proc: ProcId, pidfd: Optional[int], handle: Optional[psutil.Process], pgrp: int = 0) -> None:
         self.proc = proc
         self.pidfd = pidfd
+        if pidfd is not None:
+            _Target.held += 1
         self.handle = handle
         self.pgrp = pgrp
 
@@ -84,6 +90,7 @@ class _Target:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+            _Target.held -= 1
 
 
 def _hold(pid: int, start_ticks: Optional[int] = None) -> Optional[_Target]:
@@ -96,6 +103,8 @@ def _hold(pid: int, start_ticks: Optional[int] = None) -> Optional[_Target]:
     pidfd = None
     handle = None
     try:
+        if _Target.held >= _pidfd_budget():  # a job of thousands of processes: keep dlwatch's descriptors
+            raise AttributeError
         pidfd = os.pidfd_open(pid)
     except AttributeError:
         try:
@@ -110,6 +119,26 @@ def _hold(pid: int, start_ticks: Optional[int] = None) -> Optional[_Target]:
             os.close(pidfd)
         return None
     return _Target(ProcId(pid, st.start_ticks), pidfd, handle, st.pgrp)
+
+
+# File descriptors left to the rest of dlwatch (its /proc reads, the report, the stderr pump's
+# pipe) however many processes the job has: past that, targets are held by psutil handles.
+_FD_RESERVE = 128
+
+
+def _pidfd_budget() -> int:
+    """How many pidfds may be held at once: the soft ``RLIMIT_NOFILE`` less :data:`_FD_RESERVE`
+    and the descriptors open now (counted in ``/proc/self/fd``; getrlimit(2)). A job forking
+    thousands of processes would otherwise exhaust dlwatch's descriptors (``EMFILE``): every
+    later ``pidfd_open`` and ``/proc`` read fails, and its processes are never signalled."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+    return _Target.held + max(0, soft - _FD_RESERVE - used)
 
 
 def _verified(members: Iterable[ProcId]) -> List[_Target]:
@@ -221,7 +250,11 @@ def _descendants(targets: List[_Target], reach: _Reach) -> List[_Target]:
             if target is None:
                 continue
             now = procfs.proc_stat(child)
-            if now is None or now.ppid not in known:  # the pid was reused meanwhile, outside the job
+            # The child's pid, or its parent's (a process of ours that died, its pid then taken by
+            # another program whose children these are), reused meanwhile: not the job's. The
+            # parent read after the child's ppid was the same process then, and is still.
+            parent = known.get(now.ppid) if now is not None else None
+            if parent is None or not same_process(parent.proc):
                 target.close()
                 continue
             known[child] = target

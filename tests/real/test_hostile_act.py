@@ -1,0 +1,139 @@
+"""Ending a job never signals a process that is not the job's (watchdog/watch/act.py).
+
+A job's process that dies during the grace period frees its pid; a process of someone else
+that then gets that pid (here forced with ``/proc/sys/kernel/ns_last_pid``, as a busy host's
+pid wrap-around does by chance) has children that are not the job's, though their parent's
+pid is one dlwatch holds. Every process started here runs in its own session, bounded, and
+is killed whatever happens."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.real.helpers import DLWATCH, PY, wait_for
+from watchdog.collect import procfs
+from watchdog.types import ProcId
+from watchdog.watch import act
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK),
+    reason="needs root to choose the next pid (ns_last_pid)",
+)
+
+
+def _proc_id(pid: int) -> ProcId:
+    st = procfs.proc_stat(pid)
+    assert st is not None
+    return ProcId(pid, st.start_ticks)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def _at_pid(pid: int, cmd: list) -> subprocess.Popen:
+    """``cmd`` started so that it gets ``pid`` (the next pid is ``ns_last_pid`` + 1), or skip
+    when another process of the host took it first (tried a few times)."""
+    for _ in range(20):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        _kill_group(proc)
+    pytest.skip(f"pid {pid} kept being taken by other processes")
+
+
+def test_the_children_of_a_process_that_reused_a_dead_job_processs_pid_are_never_signalled():
+    job = subprocess.Popen(["sleep", "60"], start_new_session=True)  # ends on SIGTERM
+    stranger = None
+    try:
+        dead_pid = job.pid
+        members = [_proc_id(job.pid)]
+
+        def sleep(s: float) -> None:
+            # During the grace period: once the job's process is gone (reaped, its pid free),
+            # a stranger takes its pid and starts a child of its own.
+            nonlocal stranger
+            if stranger is None and job.poll() is not None:
+                stranger = _at_pid(dead_pid, ["sh", "-c", "sleep 60 & wait"])
+                wait_for(lambda: procfs.children_of(dead_pid), 10, "the stranger's child")
+            time.sleep(s)
+
+        # ended: the job's root counts as ended only once the stranger is in place (as dlwatch run's
+        # root, reaped by dlwatch, may end after its children).
+        out = act.terminate_tree(members, 3.0, ended=lambda: stranger is not None, sleep=sleep)
+        assert stranger is not None, out
+        (child,) = procfs.children_of(dead_pid) or (None,)
+        assert child is not None and act.still_running(_proc_id(child)), "the stranger's child was signalled"
+        assert stranger.poll() is None
+    finally:
+        if job.poll() is None:
+            job.kill()
+        job.wait(10)
+        if stranger is not None:
+            _kill_group(stranger)
+
+
+FORKER = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        time.sleep(120)
+        os._exit(0)
+time.sleep(120)
+"""
+
+
+def _marked(marker: str) -> list:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def test_a_job_of_more_processes_than_dlwatch_has_descriptors_is_ended_whole(tmp_path):
+    # 200 processes that ignore SIGTERM, dlwatch allowed 128 descriptors: one pidfd each ran out
+    # (EMFILE) and 83 of them outlived the bounded run; now the rest are held by psutil handles.
+    marker = f"adv-many-{os.getpid()}"
+    script = tmp_path / "forker.py"
+    script.write_text(FORKER)
+
+    def few_fds() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    cmd = DLWATCH + ["run", "--stop-after-s", "3", "--report-dir", str(tmp_path / "r"), "--"]
+    cmd += [PY, str(script), "200", marker]
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, preexec_fn=few_fds, start_new_session=True
+        )
+        assert "SIGKILL" in done.stderr, done.stderr[-2000:]
+        deadline = time.monotonic() + 10  # the SIGKILLed ones, reaped by init
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _marked(marker)
+        assert not left, f"{len(left)} processes of the job outlived it: {done.stderr[-1500:]}"
+    finally:
+        for pid in _marked(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
