@@ -90,25 +90,23 @@ def _proven(folder: str, tmp_path, change: str, pairs: int, batches: int, anyway
 
 
 @pytest.mark.timeout(1100)
-def test_workers_oversubscribed_by_blas_threads_gain_from_the_warnings_one_thread_each(tmp_path):
-    warned = _warning("input_bound_oversubscribed_blas", tmp_path)
+@pytest.mark.parametrize(
+    "case, batches",
+    [
+        # NumPy's OpenBLAS threads in each worker: the variables do it
+        ("input_bound_oversubscribed_blas", BLAS_BATCHES),
+        # torch.set_num_threads(4) in the job's worker_init_fn, which no variable overrides: the
+        # fix's torch.set_num_threads(1) after that function, in each worker, does
+        ("input_bound_oversubscribed", BATCHES),
+    ],
+)
+def test_oversubscribed_workers_gain_from_the_warnings_one_thread_each(case, batches, tmp_path):
+    warned = _warning(case, tmp_path)
     first = warned["first"]
     assert "CPU oversubscribed" in first["summary"], first["summary"]
     assert first["remedy_apply"] == {"env": THREADS, "worker_threads": 1}, first
     change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, torch.set_num_threads(1) in each worker"
-    _proven(warned["folder"], tmp_path, change, pairs=4, batches=BLAS_BATCHES)
-
-
-@pytest.mark.timeout(1100)
-def test_workers_that_raise_their_own_intra_op_threads_gain_from_one_thread_set_after_their_init(tmp_path):
-    # The job calls torch.set_num_threads(4) in its worker_init_fn: no variable overrides it;
-    # the fix's torch.set_num_threads(1) after that function, in each worker, does.
-    warned = _warning("input_bound_oversubscribed", tmp_path)
-    first = warned["first"]
-    assert "CPU oversubscribed" in first["summary"], first["summary"]
-    assert first["remedy_apply"] == {"env": THREADS, "worker_threads": 1}, first
-    change = "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, torch.set_num_threads(1) in each worker"
-    _proven(warned["folder"], tmp_path, change, pairs=4, batches=BATCHES)
+    _proven(warned["folder"], tmp_path, change, pairs=4, batches=batches)
 
 
 @pytest.mark.timeout(1100)
