@@ -111,14 +111,22 @@ def check_counts(fix: Fix, where: str) -> None:
         raise ValueError(f"{where}.worker_threads is not an integer from 1 to {MAX_THREADS}: {fix.worker_threads!r}")
 
 
+# The most characters of an error's message: a report's value quoted in it may be megabytes.
+_MESSAGE_MAX = 500
+
+
 class VerifyError(WatchdogError):
     """``dlwatch verify`` cannot prove this report's fix: ``what`` names the input (the report
-    folder, a ``--fix``); exit code 2."""
+    folder, a ``--fix``); exit code 2. The message is one line of at most ``_MESSAGE_MAX``
+    characters after ``what`` (the rest counted, not shown)."""
 
     def __init__(self, what: str, message: str) -> None:
         self.what = what
         # one line, control characters escaped: the report, its paths and its values may be
         # another's (watchdog.text.one_line)
+        message = one_line(message)
+        if len(message) > _MESSAGE_MAX:
+            message = f"{message[:_MESSAGE_MAX]}… ({len(message) - _MESSAGE_MAX} more characters)"
         super().__init__(one_line(f"{what}: {message}"))
 
 
