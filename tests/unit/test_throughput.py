@@ -13,7 +13,7 @@ from tests.unit.builders import MAIN_PID, WORKER_PID, live_facts, loader_view, p
 from watchdog.diagnose import diagnose, throughput
 from watchdog.diagnose.throughput import Verdict, judge
 from watchdog.diagnose.worker_time import full_samples
-from watchdog.types import ROLE_MAIN, ROLE_WORKER, InsideView, LoaderView
+from watchdog.types import ROLE_MAIN, ROLE_WORKER, Frame, InsideView, LoaderView
 
 W1, W2 = WORKER_PID, WORKER_PID + 1
 
@@ -390,3 +390,11 @@ def test_the_look_and_its_rule_share_one_verdict_per_facts():
     assert judge(f) is judge(f)
     assert judge(facts(timeline(0.6))) is not judge(f)  # other facts: their own
     assert judge(f, window_s=30.0) is not judge(f, window_s=30.0)  # other settings: not kept
+
+
+def test_an_input_bound_warning_says_where_the_loader_main_waits_for_is():
+    site = Frame("main", "/job/train.py", 41, False)
+    tl = timeline(0.6, cpu_share=0.9, state="R", wchan="0")
+    tl = [dataclasses.replace(s, loaders=tuple(dataclasses.replace(v, site=site) for v in s.loaders)) for s in tl]
+    (found,) = [d for d in diagnose(facts(tl)) if d.kind == "input_bound"]
+    assert found.location == "/job/train.py:41 (the DataLoader main waits for)"

@@ -706,7 +706,11 @@ def input_bound(facts: Facts) -> Optional[Finding]:
         return None
     main = facts.sample.main
     docs = (DOC_PIN_MEMORY,) if j.verdict == Verdict.PIN_MEMORY else (DOC_MULTI_PROCESS_LOADING,)
+    # where: the loader main waited in most (its iterator's site, the for line that made it)
+    sited = [v for v in facts.sample.loaders if v.pid == main.pid and v.site is not None]
+    site = max(sited, key=lambda v: v.wait_s).site if sited else None
     return Finding(
+        location=f"{site.file}:{site.line} (the DataLoader main waits for)" if site is not None else None,
         confidence=j.confidence,
         summary=j.summary[0].upper() + j.summary[1:] + ".",
         evidence=j.evidence,
