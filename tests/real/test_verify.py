@@ -297,3 +297,21 @@ def test_a_no_op_fix_of_a_job_that_fails_half_the_time_never_holds(tmp_path):
         verdicts.append(next(line for line in out.splitlines() if line.startswith(("the fix", "not proven"))))
     assert not [v for v in verdicts if v.startswith("the fix holds")], verdicts
     assert any("unchanged 1/1 crashed (dataset_error)" in v or "/2 crashed (dataset_error)" in v for v in verdicts)
+
+
+def test_a_dry_run_of_an_attach_report_asks_no_consent_and_says_what_the_runs_would_need(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    fix = {"loader": {"multiprocessing_context": "forkserver"}}
+    folder = plant_report(tmp_path / "reports", [PY, str(script)], tmp_path, "fork_inherited_lock", fix=fix)
+    path = os.path.join(folder, "report.json")
+    doc = json.load(open(path))
+    doc["job"]["launch"]["watched_by"] = "attach"
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    code, out, err = _verify(folder, "--dry-run", "--all-loaders", timeout_s=60)
+    assert code == 0, (out, err)  # before: exit 2, "add --yes", for a dry run that starts nothing
+    assert "note: the runs themselves need --yes: " in out and "came from `dlwatch attach`" in out, out
+    assert "fixed 1: " in out
+    code, out, err = _verify(folder, "--all-loaders", timeout_s=60)
+    assert code == 2 and "add --yes" in err, (code, out, err)  # the runs themselves still ask

@@ -242,7 +242,14 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
         )
     command = list(args.cmd) or list(origin.command)
     own_command = bool(args.cmd) and tuple(args.cmd) != origin.command
-    cwd = check_rerunnable(origin, command, args.yes)
+    # A dry run starts nothing: what --yes consents to is said, not asked for
+    cwd = check_rerunnable(origin, command, args.yes or args.dry_run)
+    consent = ""
+    if args.dry_run and not args.yes:
+        try:
+            check_rerunnable(origin, command, False)
+        except VerifyError as e:
+            consent = str(e)
     command = checked_command(command, cwd)  # each path argument by its checked real path
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise VerifyError(f"--json {args.json}", "must name a file in a folder that exists")
@@ -271,6 +278,8 @@ def cmd_verify(args: argparse.Namespace, say=print) -> int:
     if own_command:
         given = one_line(shlex.join(redact.cmdline(origin.command))) or "?"
         say(f"the command: {shown_command} (given after --; the report's was {given})")
+    if consent:
+        say(f"note: the runs themselves need --yes: {consent}")
     if args.dry_run:
         verify_dir = os.path.join(os.path.dirname(folder), "VERIFY")
         for variant, i, run_args, env in runs:
