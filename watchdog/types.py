@@ -724,6 +724,8 @@ class Sample:
     # The workers, found at the first :attr:`workers` read (the looks for warnings read them at
     # every sample of their window).
     _workers: Optional[Tuple[ProcessSample, ...]] = field(default=None, init=False, repr=False, compare=False)
+    # (the sample before, what was made of the pair): :meth:`pair_rows`.
+    _pair: Optional[Tuple["Sample", Any, Any]] = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
@@ -732,6 +734,16 @@ class Sample:
             index = {p.pid: p for p in self.processes}
             object.__setattr__(self, "_by_pid", index)
         return index.get(pid)
+
+    def pair_rows(self, before: "Sample", make: Callable[["Sample", "Sample"], _T]) -> _T:
+        """``make(before, self)``, kept with this sample for the last ``before`` and ``make`` it
+        was asked with (the looks for warnings sum each pair of the window again at every look:
+        ``watchdog.diagnose.worker_time``). ``make`` must depend on the two samples alone."""
+        kept = self._pair
+        if kept is None or kept[0] is not before or kept[1] is not make:
+            kept = (before, make, make(before, self))
+            object.__setattr__(self, "_pair", kept)
+        return kept[2]
 
     @property
     def main(self) -> Optional[ProcessSample]:

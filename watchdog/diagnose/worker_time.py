@@ -183,47 +183,33 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
     threads: Dict[ProcId, int] = {}
     counts: Dict[ProcId, int] = {}
     for a, b in zip(full, full[1:]):
-        if b.t_mono <= since:
+        if b.t_mono <= since or b.t_mono - a.t_mono <= 0:
             continue
-        dt = b.t_mono - a.t_mono
-        if dt <= 0:
-            continue
-        workers = b.workers
-        if any(p.pid not in ids for p in workers):
+        rows = b.pair_rows(a, _pair_rows)
+        if rows and any(r[0].pid not in ids for r in rows):
             ids.update(worker_ids(b))
-        stopped = job_stopped(a) or job_stopped(b)
-        for pb in workers:
-            pa = a.process(pb.pid)
-            # started within the pair (its start-up is no sample's), another process with the
-            # same pid, or ended before it: none of this pair's time is this worker's
-            if pa is None or pa.start_ticks != pb.start_ticks or pa.state in ENDED_STATES:
-                continue
-            key = pb.ident
+        for key, dt, stopped, cpu, running, ended, where, io, points, num_threads, threads_r in rows:
             d = acc.setdefault(key, {"span": 0.0, "cpu": 0.0, "running": 0.0, "io": 0.0, "idle": 0.0, "seen_r": 0.0})
             if stopped:
                 d["stopped"] = d.get("stopped", 0.0) + dt
                 stops.setdefault(key, []).append((a.t_mono, b.t_mono))
                 continue
-            cpu = max(0.0, pb.cpu_s - pa.cpu_s)
-            running = min(cpu, dt)
             d["cpu"] += cpu
             d["running"] += running
             _extend(spans.setdefault(key, []), a.t_mono, b.t_mono)
-            if pb.state in ENDED_STATES:  # it ended within the pair: its CPU is all it spent of it
+            if ended:  # it ended within the pair: its CPU is all it spent of it
                 d["span"] += running
                 continue
             d["span"] += dt
-            where = _blocked_class(pb) or _blocked_class(pa) or "seen_r"
             d[where] += dt - running
-            io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
-            d["io_bytes"] = d.get("io_bytes", 0.0) + max(0, io)
-            for t, p in ((a.t_mono, pa), (b.t_mono, pb)):
-                seen = runq.setdefault(key, [])
-                if p.runq_wait_s is not None and (not seen or seen[-1][0] < t):
-                    seen.append((t, p.runq_wait_s))
-            counts[key] = max(counts.get(key, 0), pb.num_threads)
-            if pb.threads:
-                threads[key] = max(threads.get(key, 0), sum(1 for t in pb.threads if t.state == "R"))
+            d["io_bytes"] = d.get("io_bytes", 0.0) + io
+            seen = runq.setdefault(key, [])
+            for t, value in points:
+                if not seen or seen[-1][0] < t:
+                    seen.append((t, value))
+            counts[key] = max(counts.get(key, 0), num_threads)
+            if threads_r is not None:
+                threads[key] = max(threads.get(key, 0), threads_r)
     out = []
     for key, d in acc.items():
         span = d["span"]
@@ -264,6 +250,40 @@ def worker_times(full: Sequence[Sample], since: float = float("-inf")) -> Tuple[
             )
         )
     return tuple(sorted(out, key=lambda w: (w.worker_id, w.pid)))
+
+
+def _pair_rows(a: Sample, b: Sample) -> tuple:
+    """What each worker of ``b`` (a full sample; ``a`` the full one before it) spent between
+    them, as :func:`worker_times` sums it: ``(ident, seconds, stopped, CPU s, running s, ended,
+    blocked class, I/O bytes, run-queue points, threads, threads in R or None)``; a worker that
+    started within the pair, another process with its pid, or one ended before it has none.
+    Kept with ``b`` (``Sample.pair_rows``): the looks for warnings sum the same pairs again."""
+    dt = b.t_mono - a.t_mono
+    stopped = job_stopped(a) or job_stopped(b)
+    rows = []
+    for pb in b.workers:
+        pa = a.process(pb.pid)
+        if pa is None or pa.start_ticks != pb.start_ticks or pa.state in ENDED_STATES:
+            continue
+        cpu = max(0.0, pb.cpu_s - pa.cpu_s)
+        io = (pb.read_chars or 0) + (pb.write_chars or 0) - (pa.read_chars or 0) - (pa.write_chars or 0)
+        points = tuple((t, p.runq_wait_s) for t, p in ((a.t_mono, pa), (b.t_mono, pb)) if p.runq_wait_s is not None)
+        rows.append(
+            (
+                pb.ident,
+                dt,
+                stopped,
+                cpu,
+                min(cpu, dt),
+                pb.state in ENDED_STATES,
+                _blocked_class(pb) or _blocked_class(pa) or "seen_r",
+                max(0, io),
+                points,
+                pb.num_threads,
+                sum(1 for t in pb.threads if t.state == "R") if pb.threads else None,
+            )
+        )
+    return tuple(rows)
 
 
 def _extend(runs: List[Tuple[float, float]], start: float, end: float) -> None:
