@@ -122,15 +122,65 @@ def test_a_job_of_more_processes_than_dlwatch_has_descriptors_is_ended_whole(tmp
     cmd = DLWATCH + ["run", "--stop-after-s", "3", "--report-dir", str(tmp_path / "r"), "--"]
     cmd += [PY, str(script), "200", marker]
     try:
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, preexec_fn=few_fds, start_new_session=True
-        )
-        assert "SIGKILL" in done.stderr, done.stderr[-2000:]
+        # to a file, not a pipe: a survivor would hold a pipe open until it ends
+        with open(tmp_path / "err", "w+") as err:
+            subprocess.run(cmd, stdout=err, stderr=err, timeout=120, preexec_fn=few_fds, start_new_session=True)
+            err.seek(0)
+            stderr = err.read()
+        assert "SIGKILL" in stderr, stderr[-2000:]
         deadline = time.monotonic() + 10  # the SIGKILLed ones, reaped by init
         while _marked(marker) and time.monotonic() < deadline:
             time.sleep(0.2)
         left = _marked(marker)
-        assert not left, f"{len(left)} processes of the job outlived it: {done.stderr[-1500:]}"
+        assert not left, f"{len(left)} processes of the job outlived it: {stderr[-1500:]}"
+    finally:
+        for pid in _marked(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+FORK_LOOP = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for _ in range(2):
+    if os.fork() == 0:
+        break
+time.sleep(2.5)  # forking from the bound on
+for _ in range(1500):
+    if os.fork() == 0:
+        os.setpgid(0, 0)  # out of the job's group: reached only as a child
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(0.004)
+time.sleep(60)
+"""
+
+
+def test_processes_forking_in_a_loop_leave_no_child_when_killed(tmp_path):
+    # Three processes fork until killed; each child leaves the group. A SIGKILLed parent's last
+    # children went to init before the look after the signal (6 to 25 left a run); stopped
+    # first, a parent forks no more and keeps its children for the look.
+    marker = f"adv-loop-{os.getpid()}"
+    script = tmp_path / "fork_loop.py"
+    script.write_text(FORK_LOOP)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("terminate_grace_s: 1\n")
+    cmd = DLWATCH + ["run", "--config", str(cfg), "--stop-after-s", "2", "--report-dir", str(tmp_path / "r"), "--"]
+    cmd += [PY, str(script), marker]
+    try:
+        # its own group in this session: dlwatch does not lead a session, only tree and group count
+        with open(tmp_path / "err", "w+") as err:  # a file: a survivor would hold a pipe open
+            subprocess.run(cmd, stdout=err, stderr=err, timeout=120, preexec_fn=os.setpgrp)
+            err.seek(0)
+            stderr = err.read()
+        assert "SIGKILL" in stderr, stderr[-2000:]
+        deadline = time.monotonic() + 5  # the SIGKILLed ones, reaped by init
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _marked(marker)
+        assert not left, f"{len(left)} processes of the job outlived it: {stderr[-1500:]}"
     finally:
         for pid in _marked(marker):
             try:

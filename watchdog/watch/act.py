@@ -8,8 +8,9 @@ is read, and signalled through it (``pidfd_send_signal(2)``): a pid reused at an
 never signalled. Without pidfds, psutil's ``Process.send_signal`` checks the start time again
 before each signal (``_raise_if_pid_reused``). The job's own process group (``dlwatch run``)
 is reached member by member, never by number with ``killpg``: once a group is empty its
-number may become another program's group. SIGTERM first, SIGKILL for whatever remains after
-the grace period.
+number may become another program's group. SIGTERM first; after the grace period whatever
+remains is stopped (SIGSTOP: it forks no more and keeps its children for the last look), then
+killed (SIGKILL).
 
 NOTE [ Late processes ]: a job forks while it is being ended (a DataLoader makes new workers at
 each epoch's start; a fork that completes before the signal reaches its parent makes a child
@@ -324,7 +325,7 @@ def terminate_tree(
 ) -> str:
     """End the job's processes: SIGTERM to each of ``members`` that is still the same process,
     and to their descendants, and to the job's own process group's and session's (NOTE [ Late
-    processes ]), then SIGKILL to whatever of them remains after ``grace_s`` seconds.
+    processes ]), then SIGSTOP and SIGKILL to whatever of them remains after ``grace_s`` seconds.
 
     Args:
         members: every process of the job's tree (root and main first); a pid that now
@@ -366,6 +367,10 @@ def terminate_tree(
             sleep(0.05)
         reach.witness(targets)
         targets.extend(_descendants(targets, reach))
+        # Frozen first: a stopped process forks no more and stays alive, so its children stay
+        # its children and a look finds every one; a killed parent's late children would go to
+        # init, out of the tree, before the look (a process forking in a loop left some).
+        _signal([t for t in targets if t.alive()], signal.SIGSTOP, targets, reach)
         killed = _signal([t for t in targets if t.alive()], signal.SIGKILL, targets, reach)
     finally:
         for t in targets:
