@@ -187,3 +187,26 @@ def test_processes_forking_in_a_loop_leave_no_child_when_killed(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_without_children_files_the_whole_tree_is_still_ended(monkeypatch):
+    # A kernel without CONFIG_PROC_CHILDREN: children are found from every process's parent.
+    monkeypatch.setattr(procfs, "_CHILDREN_FILES", False)
+    script = "trap '' TERM; (trap '' TERM; sleep 60 & sleep 60 & wait) & sleep 60 & wait"
+    root = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    try:
+
+        def session() -> list:
+            return [
+                pid
+                for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if (st := procfs.proc_stat(pid)) is not None and st.session == root.pid and st.state != "Z"
+            ]
+
+        wait_for(lambda: len(session()) == 5, 10, "the job's five processes")
+        said = act.terminate_tree([_proc_id(root.pid)], 0.5, ended=lambda: root.poll() is not None)
+        assert "SIGKILL to 5" in said, said
+        root.wait(10)
+        wait_for(lambda: not session(), 10, "no process of the job")
+    finally:
+        _kill_group(root)
