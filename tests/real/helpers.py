@@ -258,3 +258,19 @@ def run_beside_outsider(tmp, job_src: str, outsider_src: str, sock_name: str, ou
     finally:
         kill_tree(proc)
         kill_tree(outsider_proc)
+
+
+def processes_marked(marker: str, where: str = "cmdline") -> List[int]:
+    """Pids of the processes (other than this one) whose ``/proc/PID/<where>`` (``cmdline`` or
+    ``environ``) holds ``marker``: a test's own job and what it forked, found by a marker it put
+    in their arguments or environment."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/{where}", "rb") as f:
+                    if marker.encode() in f.read():
+                        out.append(int(entry))
+            except OSError:
+                pass
+    return out

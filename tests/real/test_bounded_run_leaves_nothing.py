@@ -19,7 +19,7 @@ from typing import List
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, kill_tree, start
+from tests.real.helpers import DLWATCH, PY, kill_tree, processes_marked, start
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,16 +80,7 @@ while True:
 
 def _marked(marker: str) -> List[int]:
     """Pids of the processes whose environment holds ``marker`` (we run them as ourselves)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker.encode() in f.read():
-                        out.append(int(entry))
-            except OSError:
-                pass
-    return out
+    return processes_marked(marker, "environ")
 
 
 def _pumps(folder: str) -> List[int]:

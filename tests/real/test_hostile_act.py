@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.real.helpers import DLWATCH, PY, wait_for
+from tests.real.helpers import DLWATCH, PY, processes_marked, wait_for
 from watchdog.collect import procfs
 from watchdog.types import ProcId
 from watchdog.watch import act
@@ -97,16 +97,30 @@ time.sleep(120)
 
 
 def _marked(marker: str) -> list:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+    return processes_marked(marker)
+
+
+def _ended_whole(cmd: list, marker: str, tmp_path, settle_s: float, **run) -> None:
+    """Run ``cmd`` (a bounded ``dlwatch run``, its output to a file: a survivor would hold a pipe
+    open), check that it SIGKILLed the job, then that no process marked ``marker`` is left
+    ``settle_s`` seconds later (the SIGKILLed ones are reaped by init); SIGKILL any left."""
+    try:
+        with open(tmp_path / "err", "w+") as err:
+            subprocess.run(cmd, stdout=err, stderr=err, timeout=120, **run)
+            err.seek(0)
+            stderr = err.read()
+        assert "SIGKILL" in stderr, stderr[-2000:]
+        deadline = time.monotonic() + settle_s
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _marked(marker)
+        assert not left, f"{len(left)} processes of the job outlived it: {stderr[-1500:]}"
+    finally:
+        for pid in _marked(marker):
             try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        out.append(int(entry))
-            except OSError:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-    return out
 
 
 def test_a_job_of_more_processes_than_dlwatch_has_descriptors_is_ended_whole(tmp_path):
@@ -121,24 +135,7 @@ def test_a_job_of_more_processes_than_dlwatch_has_descriptors_is_ended_whole(tmp
 
     cmd = DLWATCH + ["run", "--stop-after-s", "3", "--report-dir", str(tmp_path / "r"), "--"]
     cmd += [PY, str(script), "200", marker]
-    try:
-        # to a file, not a pipe: a survivor would hold a pipe open until it ends
-        with open(tmp_path / "err", "w+") as err:
-            subprocess.run(cmd, stdout=err, stderr=err, timeout=120, preexec_fn=few_fds, start_new_session=True)
-            err.seek(0)
-            stderr = err.read()
-        assert "SIGKILL" in stderr, stderr[-2000:]
-        deadline = time.monotonic() + 10  # the SIGKILLed ones, reaped by init
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = _marked(marker)
-        assert not left, f"{len(left)} processes of the job outlived it: {stderr[-1500:]}"
-    finally:
-        for pid in _marked(marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    _ended_whole(cmd, marker, tmp_path, 10, preexec_fn=few_fds, start_new_session=True)
 
 
 FORK_LOOP = """
@@ -169,24 +166,8 @@ def test_processes_forking_in_a_loop_leave_no_child_when_killed(tmp_path):
     cfg.write_text("terminate_grace_s: 1\n")
     cmd = DLWATCH + ["run", "--config", str(cfg), "--stop-after-s", "2", "--report-dir", str(tmp_path / "r"), "--"]
     cmd += [PY, str(script), marker]
-    try:
-        # its own group in this session: dlwatch does not lead a session, only tree and group count
-        with open(tmp_path / "err", "w+") as err:  # a file: a survivor would hold a pipe open
-            subprocess.run(cmd, stdout=err, stderr=err, timeout=120, preexec_fn=os.setpgrp)
-            err.seek(0)
-            stderr = err.read()
-        assert "SIGKILL" in stderr, stderr[-2000:]
-        deadline = time.monotonic() + 5  # the SIGKILLed ones, reaped by init
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = _marked(marker)
-        assert not left, f"{len(left)} processes of the job outlived it: {stderr[-1500:]}"
-    finally:
-        for pid in _marked(marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    # its own group in this session: dlwatch does not lead a session, only tree and group count
+    _ended_whole(cmd, marker, tmp_path, 5, preexec_fn=os.setpgrp)
 
 
 def test_without_children_files_the_whole_tree_is_still_ended(monkeypatch):
