@@ -724,8 +724,12 @@ class Sample:
     # The workers, found at the first :attr:`workers` read (the looks for warnings read them at
     # every sample of their window).
     _workers: Optional[Tuple[ProcessSample, ...]] = field(default=None, init=False, repr=False, compare=False)
-    # (the sample before, what was made of the pair): :meth:`pair_rows`.
-    _pair: Optional[Tuple["Sample", Any, Any]] = field(default=None, init=False, repr=False, compare=False)
+    # (the processes and time of the sample before, the maker, what it made of the pair):
+    # :meth:`pair_rows`. Never the sample before itself: each sample would then hold the one
+    # before it, and the whole history would outlive the timeline.
+    _pair: Optional[Tuple[Tuple["ProcessSample", ...], float, Any, Any]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
@@ -736,14 +740,16 @@ class Sample:
         return index.get(pid)
 
     def pair_rows(self, before: "Sample", make: Callable[["Sample", "Sample"], _T]) -> _T:
-        """``make(before, self)``, kept with this sample for the last ``before`` and ``make`` it
-        was asked with (the looks for warnings sum each pair of the window again at every look:
-        ``watchdog.diagnose.worker_time``). ``make`` must depend on the two samples alone."""
+        """``make(before, self)``, kept with this sample for the last ``before`` (known by its
+        processes and time: the sample itself is not held) and ``make`` it was asked with: the
+        looks for warnings sum each pair of the window again at every look
+        (``watchdog.diagnose.worker_time``). ``make`` must depend on ``before``'s processes and
+        time and on this sample alone, and what it makes must hold no sample."""
         kept = self._pair
-        if kept is None or kept[0] is not before or kept[1] is not make:
-            kept = (before, make, make(before, self))
+        if kept is None or kept[0] is not before.processes or kept[1] != before.t_mono or kept[2] is not make:
+            kept = (before.processes, before.t_mono, make, make(before, self))
             object.__setattr__(self, "_pair", kept)
-        return kept[2]
+        return kept[3]
 
     @property
     def main(self) -> Optional[ProcessSample]:

@@ -398,3 +398,25 @@ def test_an_input_bound_warning_says_where_the_loader_main_waits_for_is():
     tl = [dataclasses.replace(s, loaders=tuple(dataclasses.replace(v, site=site) for v in s.loaders)) for s in tl]
     (found,) = [d for d in diagnose(facts(tl)) if d.kind == "input_bound"]
     assert found.location == "/job/train.py:41 (the DataLoader main waits for)"
+
+
+def test_a_kept_pair_holds_no_earlier_sample_so_the_history_never_outlives_the_timeline():
+    # each sample keeps what its pair with the one before came to (the looks sum it again);
+    # holding that sample itself would chain every sample to the one before, forever
+    import gc
+
+    from watchdog.types import Sample
+
+    tl = timeline(0.6, cpu_share=0.9, state="R", wchan="0")
+    judge(facts(tl))
+    kept = tl[-1]
+    assert kept._pair is not None  # the pair was kept
+    seen, todo, reached = {id(kept)}, [kept], []
+    while todo:  # everything reachable from the last sample
+        for o in gc.get_referents(todo.pop()):
+            if id(o) not in seen and isinstance(o, (Sample, tuple, list, dict)):
+                seen.add(id(o))
+                todo.append(o)
+                if isinstance(o, Sample):
+                    reached.append(o.t_mono)
+    assert reached == [], f"the samples at {reached} outlive the timeline through the last one"
