@@ -19,9 +19,12 @@ import psutil
 from tests.real.helpers import DLWATCH, PY, ROOT, kill_tree, reports, start, wait_for
 
 # The job: a 50 ms step, two workers of a cheap Dataset; the worker that loads sample MARK_AT
-# writes the marker file and sleeps 10 s, so that main waits in __next__ for that batch when the
-# test stops the job a second after the marker (10 s, not 3: on a loaded machine the test itself
-# was once late by more than 2 s, and main had its batch before the stop). It prints the longest __next__ call it saw.
+# writes the marker file and sleeps 10 s, and main writes the marker file + ".main" just before
+# it asks for that batch, so that main waits in __next__ for it when the test stops the job two
+# seconds after both markers (10 s, not 3: on a loaded machine the test itself was once late by
+# more than 2 s, and main had its batch before the stop; main's own marker: under load 30 main
+# was once still some steps short of that batch a second after the worker's, and the stop landed
+# in its training step). It prints the longest __next__ call it saw.
 JOB = """
 import os, sys, time
 import torch
@@ -46,6 +49,8 @@ def main():
     it = iter(DataLoader(Cheap(), batch_size=8, num_workers=2))
     longest, last = 0.0, MARK_AT // 8 + 100
     for n in range(last + 1):
+        if n == MARK_AT // 8:
+            open(MARKER + ".main", "w").close()
         t = time.monotonic()
         next(it)
         if n > 0:
@@ -84,9 +89,15 @@ def test_a_job_stopped_inside_next_for_22_s_gets_no_input_bound_report(tmp_path,
     proc = start(cmd + [PY, str(script), str(marker), str(MARK_AT)], cwd=ROOT)
     try:
         job = _job_pid(proc, str(script))
-        wait_for(lambda: marker.exists() or proc.poll() is not None, 180, "the marked sample", interval_s=0.05)
+        main_marker = short_tmp_path / "marker.main"
+        wait_for(
+            lambda: (marker.exists() and main_marker.exists()) or proc.poll() is not None,
+            180,
+            "the marked sample",
+            interval_s=0.05,
+        )
         assert proc.poll() is None, proc.communicate(timeout=60)
-        time.sleep(1.0)  # main now waits in __next__ for the batch the sleeping worker owns
+        time.sleep(2.0)  # main now waits in __next__ for the batch the sleeping worker owns
         os.killpg(job, signal.SIGSTOP)  # as an operator or a debugger pausing the job
         try:
             time.sleep(STOP_S)
