@@ -265,3 +265,47 @@ def test_attach_to_a_job_started_under_hook_env_has_the_inside_view_and_removes_
             import shutil
 
             shutil.rmtree(folder)
+
+
+PERSISTENT_JOB = textwrap.dedent(
+    """
+    import os
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 256
+        def __getitem__(self, i):
+            return torch.tensor([i * i])
+
+    folder = os.environ["DLWATCH_HOOK_DIR"]
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, persistent_workers=True)
+    for epoch in range(5):
+        sum(int(b.sum()) for b in loader)
+        records = sorted(n for n in os.listdir(folder) if n.endswith(".json") and n != f"{os.getpid()}.json")
+        seen = [(n, os.stat(os.path.join(folder, n)).st_ino) for n in records]
+        print(f"epoch {epoch} {seen}", flush=True)
+    """
+)
+
+
+def test_a_persistent_worker_writes_its_record_once_not_at_every_epoch(tmp_path):
+    """Each write of a record replaces the file (a new inode), and the sidecar lists the folder
+    and checks every record again after each change: a persistent worker's record, written at
+    its first epoch (its RNG states, then again after 32 samples), stays the same file over the
+    next four epochs (before, each epoch's new fetcher wrote it again)."""
+    script = tmp_path / "job.py"
+    script.write_text(PERSISTENT_JOB)
+    folder = tmp_path / "hook"
+    folder.mkdir(mode=0o700)
+    base = dict(os.environ)
+    base.pop("PYTHONPATH", None)
+    code, out, err = _run([PY, str(script)], _hooked(base, folder))
+    assert code == 0, err[-3000:]
+    epochs = [line.split(" ", 2)[2] for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 5 and "json" in epochs[0], out
+    assert epochs[1:] == [epochs[0]] * 4, out
+    view = inside.InsideReader(str(folder)).read()
+    # the RNG check still has each worker's states, at its start and 32 samples later
+    assert len(view.rng) == 2 and all(c.start and c.later for c in view.rng), view.rng

@@ -758,11 +758,21 @@ def _worker_info():
 def _on_fetcher_ready(fetcher, _value):
     """A DataLoader worker created its fetcher (``_BaseDatasetFetcher.__init__`` set
     ``drop_last``, last): after PyTorch seeded it and after ``worker_init_fn``. Record the
-    states of its random generators; :func:`_on_sample` records them again later."""
+    states of its random generators; :func:`_on_sample` records them again later.
+
+    Once per worker process: a persistent worker (``persistent_workers=True``) makes a new
+    fetcher at each epoch (``_ResumeIteration`` in torch/utils/data/_utils/worker.py), and its
+    generators go on from where the last epoch left them, so the first epoch's states are the
+    ones the check compares (workers seeded alike show it there). Recording every epoch
+    rewrote each worker's ``<pid>.json`` twice an epoch, and the sidecar lists the folder and
+    checks each record again after every change: on a node of 8 ranks x 8 workers, most of
+    what reading the inside view cost."""
     info = _worker_info()
     if info is None:
         return  # num_workers=0: the main process fetches
     st = _state()
+    if st.worker is not None and st.worker.get("id") == info.id:
+        return  # a persistent worker's next epoch: recorded at its first
     st.worker = {
         "id": info.id,
         "num_workers": info.num_workers,
