@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 # The samples kept in a timeline (timeline_samples x processes x threads of them) carry no
 # per-instance __dict__ where Python allows it (dataclass ``slots``, Python >= 3.10): about 40 %
@@ -385,11 +385,18 @@ class ProcessSample:
     anon_bytes: Optional[int] = None
     memory_read_mono: Optional[float] = None
     runq_wait_s: Optional[float] = None
+    # :attr:`ident`, made at its first read (the sampler, the progress tracker and the looks ask
+    # it of every process of every sample).
+    _ident: Optional[ProcId] = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ident(self) -> ProcId:
         """This process's :class:`ProcId` (``start_ticks``: ``stat`` field 22)."""
-        return ProcId(self.pid, self.start_ticks)
+        found = self._ident
+        if found is None:
+            found = ProcId(self.pid, self.start_ticks)
+            object.__setattr__(self, "_ident", found)
+        return found
 
 
 @dataclass(frozen=True, **_SLOTS)
@@ -690,6 +697,10 @@ class ExitRecord:
         return NO_EXIT_RECORD
 
 
+# The states of a stopped process (proc(5)): stopped by a signal, stopped by a tracer.
+STOPPED_STATES = ("T", "t")
+
+
 @dataclass(frozen=True, **_SLOTS)
 class Sample:
     """Everything read at one instant: the job's processes (main first), the host, and the
@@ -730,6 +741,9 @@ class Sample:
     _pair: Optional[Tuple[Tuple["ProcessSample", ...], float, Any, Any]] = field(
         default=None, init=False, repr=False, compare=False
     )
+    # Whether main or a worker is stopped, found at the first :attr:`stopped` read (the looks
+    # for warnings ask it of every sample of their window at every look).
+    _stopped: Optional[bool] = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, pid: int) -> Optional[ProcessSample]:
         """The process with ``pid`` in this sample, or ``None``."""
@@ -768,6 +782,29 @@ class Sample:
             found = tuple(p for p in self.processes if p.role == ROLE_WORKER)
             object.__setattr__(self, "_workers", found)
         return found
+
+    @property
+    def stopped(self) -> bool:
+        """Whether main or a DataLoader worker was seen stopped (state ``T`` or ``t``: SIGSTOP,
+        a job-control stop, a tracer), NOTE [ Stopped jobs ] in watchdog/diagnose/worker_time.py."""
+        found = self._stopped
+        if found is None:
+            main = self.main
+            found = (main is not None and main.state in STOPPED_STATES) or any(
+                p.state in STOPPED_STATES for p in self.workers
+            )
+            object.__setattr__(self, "_stopped", found)
+        return found
+
+
+def samples_since(timeline: Sequence[Sample], t_mono: float) -> Sequence[Sample]:
+    """The samples of ``timeline`` (oldest first) taken at ``t_mono`` (``time.monotonic()``
+    seconds) or later: found from its end, so a look at the last minute of a ten-minute
+    timeline walks the minute, not the ten."""
+    i = len(timeline)
+    while i > 0 and timeline[i - 1].t_mono >= t_mono:
+        i -= 1
+    return timeline[i:]
 
 
 @dataclass(frozen=True)

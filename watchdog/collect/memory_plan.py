@@ -66,11 +66,14 @@ GATED_MAX_FACTOR = 96
 _SHORT_SHARE = 0.25
 
 
-# The memory reads (smaps_rollup and maps: ~4 + ~2 ms a torch process) of every sampler that
-# shares one MemoryReadBudget (the ranks of a job: watchdog.watch.node_loop) come at most this many a
-# second together, beyond those memory_short() makes urgent: a node of 8 ranks x (1 + 8) reads
-# each of its 72 processes every ~2.4 min at worst instead of costing ~5 % of a core.
-NODE_MEMORY_READS_PER_S = 0.5
+# The memory reads (smaps_rollup and maps: ~5.6 + ~1.9 ms of CPU a torch process, measured on a
+# node of 8 ranks x (1 + 8) under `dlwatch probe overhead --node`) of every sampler that shares
+# one MemoryReadBudget (the ranks of a job: watchdog.watch.node_loop) come at most this many a
+# second together, beyond those memory_short() makes urgent: at most ~0.15 % of a core, and each
+# of that node's 72 processes read every 6 min at worst (every one's memory moving; on that node
+# the job's anonymous memory, which 72 allocators move together, kept most of them due). At 0.5
+# a second they were a quarter of the sidecar's cost there; unbounded, ~5 % of a core.
+NODE_MEMORY_READS_PER_S = 0.2
 
 
 class MemoryReadBudget:

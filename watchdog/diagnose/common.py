@@ -531,11 +531,17 @@ def memory_series(timeline: Sequence) -> Dict[Tuple[int, int], List[Tuple[float,
     """``(t_mono, bytes written)`` points of every process of ``timeline`` (samples, oldest
     first), keyed by ``(pid, start_ticks)`` (that process, not another under its pid), one
     point per change of :func:`written`: one pass over the timeline, a sample object seen at
-    the sample before (the sampler keeps a process's unchanged sample) skipped."""
+    the sample before (the sampler keeps a process's unchanged sample) skipped, and so is a
+    lean sample, whose processes are its full sample's, the same tuple (NOTE [ Lean ticks ] in
+    watchdog/collect/read_plan.py)."""
     series: Dict[Tuple[int, int], List[Tuple[float, float]]] = {}
     last: Dict[Tuple[int, int], Optional[int]] = {}
     seen: Dict[Tuple[int, int], ProcessSample] = {}
+    before: Optional[tuple] = None
     for s in timeline:
+        if s.processes is before:
+            continue
+        before = s.processes
         for p in s.processes:
             key = (p.pid, p.start_ticks)
             if seen.get(key) is p:

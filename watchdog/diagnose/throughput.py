@@ -100,6 +100,7 @@ from ..types import (
     LoaderView,
     Sample,
     TextEnum,
+    samples_since,
 )
 from .common import DOC_MULTI_PROCESS_LOADING, DOC_PIN_MEMORY
 from .engine import Finding, rule
@@ -413,7 +414,7 @@ def _judge_default(facts: Facts) -> Judgement:
 def _judge(facts: Facts, window_s: float, min_span_s: float, min_batches: int) -> Judgement:
     main = facts.sample.main
     now = facts.sample.t_mono
-    samples = [s for s in facts.timeline if s.t_mono >= now - window_s and s.main is not None]
+    samples = [s for s in samples_since(facts.timeline, now - window_s) if s.main is not None]
     if main is None or not samples:
         return Judgement(Verdict.TOO_EARLY, "no sample of the job's main process yet")
     samples = [s for s in samples if s.main is not None and s.main.pid == main.pid]

@@ -62,13 +62,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..types import ProcessSample, ProcId, Sample
+from ..types import ProcessSample, ProcId, Sample, samples_since
 
 # Wait channels of a worker asleep in a poll: PyTorch's wait for indices (poll_schedule_timeout,
 # do_sys_poll, do_select, ep_poll, as /proc/PID/wchan names them).
 IDLE_WCHANS = ("poll", "select")
-# The states of a stopped process (proc(5)): stopped by a signal, stopped by a tracer.
-STOPPED_STATES = ("T", "t")
 # The states of a process that has ended (proc(5)): a zombie its parent has not reaped yet, dead.
 ENDED_STATES = ("Z", "X")
 
@@ -76,11 +74,9 @@ STATES = ("cpu", "runnable", "io", "idle")
 
 
 def job_stopped(sample: Sample) -> bool:
-    """Whether ``sample`` saw main or a worker stopped (NOTE [ Stopped jobs ])."""
-    main = sample.main
-    if main is not None and main.state in STOPPED_STATES:
-        return True
-    return any(p.state in STOPPED_STATES for p in sample.workers)
+    """Whether ``sample`` saw main or a worker stopped (NOTE [ Stopped jobs ]; kept with the
+    sample: :attr:`Sample.stopped`)."""
+    return sample.stopped
 
 
 def stopped_pairs(samples: Sequence[Sample]) -> List[Tuple[float, float]]:
@@ -383,7 +379,7 @@ class WorkerClock:
 
     def update(self, timeline: Sequence[Sample]) -> None:
         """Add the workers' time between full samples of ``timeline`` after the last update."""
-        full = full_samples([s for s in timeline if s.t_mono >= self.mark])
+        full = full_samples(samples_since(timeline, self.mark))
         if len(full) < 2:
             return
         for w in worker_times(full, self.mark):

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..diagnose.throughput import WINDOW_S
-from ..diagnose.worker_time import IDLE_WCHANS, STOPPED_STATES
-from ..types import ROLE_MAIN, ROLE_WORKER
+from ..diagnose.worker_time import IDLE_WCHANS
+from ..types import ROLE_MAIN, ROLE_WORKER, STOPPED_STATES
 
 MAIN_PARTS = ("data wait", "step and the rest", "stopped")
 WORKER_PARTS = ("cpu", "runnable", "io", "idle", "stopped")

@@ -193,7 +193,11 @@ class JobTraces:
         """Remember the pids and ``torch_shm_manager`` daemons of ``sample`` (up to
         ``MAX_SEEN_PIDS`` pids), and the memory cgroup ``memcg`` the sampler read for main: a
         wrapper may move the job after it started, while a dying main (its memory gone, the
-        kernel about to move it out) is no news about its cgroup."""
+        kernel about to move it out) is no news about its cgroup. A lean sample (NOTE [ Lean
+        ticks ] in watchdog/collect/read_plan.py) holds its full sample's processes and no
+        cgroup read: nothing new, and the limits are read again at the next full one."""
+        if sample.lean:
+            return
         if len(self.seen_pids) < MAX_SEEN_PIDS:
             self.seen_pids.update(p.pid for p in sample.processes)
             self.shm_managers.update(
