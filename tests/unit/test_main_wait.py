@@ -211,3 +211,28 @@ def test_under_the_activity_measure_a_moving_worker_is_progress_at_samples_witho
     make = _unread_between(5, lambda t: _job(t, main_cpu=0.5 * t, main_syscall=RUNNING, **busy))
     tracker, st = track(make, seconds=19)
     assert tracker.measure == Measure.ACTIVITY and st.stall_s <= 1.0
+
+
+@pytest.mark.parametrize("main_io_per_s", [0, 4096], ids=["main-waits", "main-reads"])
+def test_lean_samples_between_full_ones_fold_in_nothing(main_io_per_s):
+    # dlwatch attach while the workers move (NOTE [ Thread reads ] in read_plan.py): the ticks
+    # between full samples are lean, their processes the last full one's; the tracker takes
+    # nothing from them, so its stall at a full sample is the one it measures on full ones alone
+    def full(t):
+        return _job(t, main_io=int(main_io_per_s * t), main_cpu=0.01 * t)
+
+    lean_fed = detect.ProgressTracker(cpu_progress_s=0.05)
+    full_fed = detect.ProgressTracker(cpu_progress_s=0.05)
+    last = None
+    for t in range(31):
+        if t % 5 == 0:
+            last = full(float(t))
+            full_fed.update(last)
+            lean_fed.update(last)
+        else:
+            lean_fed.update(dataclasses.replace(last, t_mono=float(t), wall=1e9 + t, lean=True))
+    at = full(30.0)
+    mine, theirs = lean_fed.stall(at), full_fed.stall(at)
+    assert mine is not None and theirs is not None
+    assert mine == theirs
+    assert lean_fed.measure == full_fed.measure

@@ -73,10 +73,12 @@ def test_without_the_inside_view_threads_are_left_out_while_the_workers_own_coun
         return state, next_plan(state, CADENCE, t, delivered=False, last_look=last_look)
 
     state, p = plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.0, inside=False, io=4096))  # idle CPUs, I/O moved
-    assert state.workers_moved and not state.cpu_busy and not p.threads and not p.lean
+    assert state.workers_moved and not state.cpu_busy and not p.threads
+    assert p.lean  # the workers' counters stand in for the batch count of NOTE [ Lean ticks ] too
+    assert not plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.0, inside=False, io=4096), t=39.5)[1].lean  # 30 s
     assert plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.0, inside=False, io=4096), t=24.5)[1].threads  # 15 s since
     _, still = plan(_at(0.0, 0.0, inside=False), _at(10.0, 0.001, inside=False))  # an idle poll's CPU: still
-    assert still.threads  # a loader that stopped is judged on threads from its first still tick
+    assert still.threads and not still.lean  # a stopped loader is judged on threads from its first still sample
     busy, p = plan(_at(0.0, 0.0, inside=False), _at(10.0, 4.0, inside=False))  # moving, 0.6 of 2 CPUs
     assert busy.workers_moved and busy.cpu_busy and not p.threads  # a look is not due: none
     assert plan(_at(0.0, 0.0, inside=False), _at(10.0, 4.0, inside=False), last_look=-25.0)[1].threads  # one is

@@ -34,8 +34,17 @@ deadlock proof's snapshots, and the stall is only ever judged on a sample that r
 ``watchdog/watch/watcher.py``), or, while the tree keeps its CPUs busy, when a look for warnings
 is due (``cpu_oversubscribed`` counts threads at the samples that read them). Main's process is
 no such sign: its other threads (a logger, the training step's) move while its loader waits.
-A tick after which no worker moved reads threads again, so a loader that stops is judged on
-per-thread reads from its first still tick, as before.
+A full sample after which no worker moved reads threads again, so a loader that stops is judged
+on per-thread reads from its first still full sample.
+
+Without the inside view, the workers' counters also stand in for the batch count of NOTE [ Lean
+ticks ]: while a worker moved between the last two full samples, the ticks between full samples
+are lean, so a node's ranks read their processes every ``full_every_s``, not every tick (on 8
+ranks x (1 + 8) under ``dlwatch attach``, nearly all of the sidecar's cost was those reads). A
+lean sample carries no new evidence: the progress tracker folds nothing from it
+(``watchdog/detect/progress.py``) and no stall is judged on it (``watchdog/watch/watcher.py``),
+so a loader that stops is seen at the next full sample, at most ``full_every_s`` later, and its
+stall is measured from the last full sample that saw a worker move: never longer than it is.
 """
 
 from __future__ import annotations
@@ -181,7 +190,7 @@ def next_plan(state: PlanState, cadence: Cadence, t_mono: float, delivered: bool
     look due at the next tick needs a full sample). NOTE [ Lean ticks ], NOTE [ Thread reads ]."""
     next_t = t_mono + cadence.interval_s  # about when the next tick samples
     lean = (
-        delivered
+        (delivered or state.workers_moved)
         and next_t - state.full_at < cadence.full_every_s
         and next_t - last_look < cadence.look_every_s  # a look is due on a full one
     )

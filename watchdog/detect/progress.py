@@ -455,8 +455,13 @@ class ProgressTracker:
         per-process pass, whose marks cannot move on samples that did not change; ``False``
         (nothing done) for any other sample, or when the measure would change or the job is
         stopped: :meth:`update` then folds it in whole."""
-        if sample.processes is not self._last_processes or self.stopped or not sample.loaders:
+        if sample.processes is not self._last_processes or self.stopped:
             return False
+        if not sample.loaders:
+            # without the inside view (NOTE [ Thread reads ] in watchdog/collect/read_plan.py):
+            # a lean sample has no counter and its full sample's processes, nothing to fold in
+            return sample.lean
+
         measure = Measure.BATCHES if batch_measure(sample) else Measure.ACTIVITY
         if measure != self.measure:
             return False

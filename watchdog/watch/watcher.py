@@ -242,8 +242,8 @@ class Watcher:
         self.hangs.moved(sample)
         cfg = self.config
         rule = detect.rhythm(sample, cfg.stall_timeout_s, cfg.stall_min_s, cfg.stall_p99_factor)
-        # a stall is judged on threads read (the next tick reads them: NOTE [ Thread reads ])
-        trigger = self.hangs.due(stall, sample.t_mono, rule) if sample.threads_read else None
+        # judged on threads read (NOTE [ Thread reads ]), never on a lean sample's old ones
+        trigger = self.hangs.due(stall, sample.t_mono, rule) if sample.threads_read and not sample.lean else None
         if trigger is not None and self.loader_seen.idle_script(sample, self._say_once):
             # The inside view would have seen a DataLoader iterator: there is none yet, and no
             # worker. dlwatch judges DataLoader loops; an idle script is no hung loader.
