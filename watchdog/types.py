@@ -60,6 +60,14 @@ ROLE_RANK = ProcessRole.RANK
 # Roles whose progress is the loader's (NOTE [ Hang criterion ] in detect/progress.py).
 LOADER_ROLES = frozenset({ROLE_MAIN, ROLE_WORKER, ROLE_WORKER_CHILD, ROLE_STARTING})
 
+# A whole process (a starting worker, a worker's child, anything in the job's tree) works when
+# it used at least this share of one core since its mark: a decoder or an import of torch does,
+# a background poller waking every 10 ms (gloo's loop: about 1.5 % here) and PyTorch's idle 5 s
+# polls in index_queue.get (about 0.1 %) do not. The progress tracker's measure
+# (watchdog/detect/progress.py) and the read plan's sign of a moving worker
+# (watchdog/collect/read_plan.py) alike.
+BUSY_SHARE = 0.05
+
 
 class Severity(TextEnum):
     """How bad a :class:`Diagnosis` is: the job hung, crashed, or a warning about a job that runs."""

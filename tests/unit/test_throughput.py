@@ -331,6 +331,13 @@ def test_intra_op_workers_beside_other_load_are_oversubscribed_by_their_own_runn
     assert j.wanting is not None and j.wanting.by_threads and abs(j.wanting.mean - 9.0) < 0.2
     assert "torch.set_num_threads(1)" in j.remedy
     assert any("threads wanting a CPU at once (running or runnable): 9.0 on average" in e for e in j.evidence)
+    # the fix verify tries is the threads'; fewer workers is said as a change of its own, and only
+    # where the job has more than the usable CPUs take
+    assert j.fix is not None and j.fix.loader == () and j.fix.worker_threads == 1
+    if (j.num_workers or 0) > max(1, int(j.usable or 0) - 1):
+        assert "a change of its own, num_workers=" in j.remedy
+    else:
+        assert "num_workers=" not in j.remedy
 
 
 def test_a_well_sized_job_beside_other_load_is_cpu_bound_not_oversubscribed():

@@ -27,7 +27,7 @@ no batch is ever counted, and until now every tick read every thread: on a node 
 1 + 8 processes, over a third of the sidecar's CPU (``dlwatch probe overhead --node --mode
 attach``). There the workers' own counters stand in for the batch count: while a DataLoader
 worker moved between the last two full samples (its ``rchar + wchar`` changed, or it used
-``MOVING_CPU_SHARE`` of a core or more: every thread of a worker is on the loader's path, so a
+``BUSY_SHARE`` of a core or more: every thread of a worker is on the loader's path, so a
 process that moved has a thread that moved; an idle worker's 5 s polls use far less), the next
 full sample reads threads only when ``stall_timeout_s / 4`` passed since the last read (the
 deadlock proof's snapshots, and the stall is only ever judged on a sample that read threads:
@@ -52,17 +52,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..types import Sample
+from ..types import BUSY_SHARE, Sample
 
 # NOTE [ Thread reads ]: while batches flow, threads are read only while the tree used this
 # share of its usable CPUs or more. cpu_oversubscribed (watchdog/diagnose/live.py) needs more
 # runnable threads than 1.5 x the usable CPUs: they keep the CPUs busy, so the tree uses about
 # all of them (less only where other processes take CPUs from the same set).
 THREADS_CPU_SHARE = 0.5
-# A worker that used this share of one core or more between two full samples moved (without the
-# inside view): the loader's own BUSY_SHARE (watchdog/detect/progress.py); PyTorch's idle 5 s
-# polls in index_queue.get use about 0.1 % of a core.
-MOVING_CPU_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -137,7 +133,7 @@ def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[flo
 
 def workers_moved(before: Sample, after: Sample) -> bool:
     """Whether a DataLoader worker present in both full samples (``before`` older) moved
-    between them: its I/O bytes (``rchar + wchar``) changed, or it used ``MOVING_CPU_SHARE``
+    between them: its I/O bytes (``rchar + wchar``) changed, or it used ``BUSY_SHARE``
     of a core or more. ``False`` when they are under 0.1 s apart."""
     span = after.t_mono - before.t_mono
     if span < 0.1:
@@ -147,7 +143,7 @@ def workers_moved(before: Sample, after: Sample) -> bool:
         q = was.get(p.ident)
         if q is None:
             continue
-        if p.cpu_s - q.cpu_s >= MOVING_CPU_SHARE * span:
+        if p.cpu_s - q.cpu_s >= BUSY_SHARE * span:
             return True
         if None not in (p.read_chars, p.write_chars, q.read_chars, q.write_chars) and (
             p.read_chars != q.read_chars or p.write_chars != q.write_chars

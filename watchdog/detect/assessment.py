@@ -11,6 +11,7 @@ from typing import Collection, Iterator, List, Mapping, Optional, Sequence, Set,
 
 from .. import frames, states
 from ..types import (
+    BUSY_SHARE,
     LOADER_ROLES,
     ROLE_MAIN,
     ROLE_STARTING,
@@ -34,7 +35,7 @@ from ..types import (
     WaitKind,
     WaitOp,
 )
-from .progress import BUSY_SHARE, POLL_WAKES_PER_S, RUNNABLE_SHARE, TRIGGER_BUSY, WORK_IO_BYTES_PER_S
+from .progress import POLL_WAKES_PER_S, RUNNABLE_SHARE, TRIGGER_BUSY, WORK_IO_BYTES_PER_S
 
 
 def confirm(

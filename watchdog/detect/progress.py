@@ -69,6 +69,7 @@ from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from .. import frames, states
 from ..types import (
+    BUSY_SHARE,
     LOADER_ROLES,
     ROLE_MAIN,
     ROLE_STARTING,
@@ -92,10 +93,6 @@ from ..types import (
 # only where the kernel wait cannot be read (no ptrace-read permission).
 WAKE_SWITCH_ALLOWANCE = 4
 
-# A whole process (a starting worker, a worker's child, anything in the job's tree) works when
-# it used at least this share of one core since its mark: a decoder or an import of torch does,
-# a background poller waking every 10 ms (gloo's loop: about 1.5% here) does not.
-BUSY_SHARE = 0.05
 
 # Seconds of a stall's most recent part over which the loader's work is measured (at most half
 # the stall): a burst when main began to wait (workers fetching their first samples) is not

@@ -603,18 +603,21 @@ def _cause(
             f"{usable:g} usable CPU(s); workers of {pool} thread(s), up to {running_at_once or '?'} running at once, "
             f"{worker_cpus / n:.2f} CPU each",
         )
+        fewer = max(1, int(usable) - 1)
         if threaded:
+            # the fix verify tries is the threads' (THREAD_FIX); fewer workers is named only where
+            # the job has more than the usable CPUs take, as a second change of its own
+            also = f"; then, a change of its own, num_workers={fewer} for {usable:g} CPU(s)" if nw > fewer else ""
             return verdict(
                 Verdict.OVERSUBSCRIBED,
                 f"CPU oversubscribed: the workers wait runnable for a CPU {_pct(runnable)} of their time, each "
                 "running several intra-op threads",
                 "One intra-op thread per worker: torch.set_num_threads(1) in worker_init_fn (PyTorch sets it in "
-                "each worker; something raised it), OMP_NUM_THREADS=1 / cv2.setNumThreads(0) for numpy and OpenCV; "
-                f"and no more than {max(1, int(usable) - 1)} worker(s) on {usable:g} CPU(s).",
+                "each worker; something raised it), OMP_NUM_THREADS=1 / cv2.setNumThreads(0) for numpy and OpenCV"
+                f"{also}.",
                 THREAD_FIX,
                 extra=extra,
             )
-        fewer = max(1, int(usable) - 1)
         return verdict(
             Verdict.OVERSUBSCRIBED,
             f"CPU oversubscribed: {n} workers and main on {usable:g} usable CPU(s); the workers wait runnable for "
