@@ -61,3 +61,35 @@ def test_a_process_ident_is_made_once():
     p = _proc(7, ROLE_WORKER)
     assert p.ident == ProcId(7, 70) and p.ident is p.ident
     assert dataclasses.replace(p, pid=8).ident == ProcId(8, 70)  # a copy makes its own
+
+
+def test_the_workers_seconds_are_kept_only_where_metrics_are_served():
+    from tests.unit.test_throughput import timeline as busy_timeline
+    from watchdog.collect.warning_stacks import WarningStacks
+    from watchdog.types import InsideView
+    from watchdog.watch.live_look import LiveLook
+
+    tl = tuple(busy_timeline(0.8, cpu_share=0.25, wchan="hrtimer_nanosleep"))
+    view = InsideView(loaders=tl[-1].loaders)
+    served, not_served = (LiveLook(WarningStacks(None), lambda *a, **k: None, 2, worker_clock=on) for on in (1, 0))
+    for look in (served, not_served):
+        look.look(tl[-1], tl, view)
+    assert {state for _, state, _ in served.worker_seconds} >= {"cpu", "io"}
+    assert not_served.worker_seconds == ()
+    assert served.input_verdict == not_served.input_verdict  # the verdict needs no clock
+
+
+def test_a_lean_ticks_stall_is_the_one_the_whole_measure_gives():
+    from tests.unit.test_throughput import timeline as busy_timeline
+    from watchdog.detect.progress import ProgressTracker
+
+    tl = busy_timeline(0.5, cpu_share=0.9, state="R", wchan="0")
+    frozen = [dataclasses.replace(tl[-1], t_mono=tl[-1].t_mono + dt) for dt in (1.0, 2.0, 3.0)]
+    tracker = ProgressTracker(0.05)
+    seen = []
+    for s in tl + frozen:
+        tracker.update(s)
+        whole = tracker.stall(s)
+        assert tracker.stall_s(s) == (None if whole is None else whole.stall_s)
+        seen.append(tracker.stall_s(s))
+    assert seen[-1] is not None and seen[-1] >= 3.0  # the frozen samples are a stall

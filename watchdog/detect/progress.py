@@ -526,6 +526,13 @@ class ProgressTracker:
                     out.add((p.pid, t.tid))
         return out
 
+    def stall_s(self, sample: Sample) -> Optional[float]:
+        """Seconds since the last progress as of ``sample`` (:attr:`Stall.stall_s`, without
+        the rest of :meth:`stall`: a lean tick's measure), or ``None`` before main was seen."""
+        if sample.main is None or self._last_progress is None:
+            return None
+        return sample.t_mono - self._last_progress
+
     def stall(self, sample: Sample) -> Optional[Stall]:
         """The current stall as of ``sample`` (``stall_s`` may be small), or ``None`` before
         main was seen."""

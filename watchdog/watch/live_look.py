@@ -22,15 +22,23 @@ class LiveLook:
         publish: ``publish(facts, diagnoses, action, suffix, summary_only=True)`` writes one
             report (:meth:`watchdog.watch.publish.Publisher.publish`).
         host_cpus: the host's CPUs.
+        worker_clock: keep the workers' seconds by state (:attr:`worker_seconds`), which only
+            ``dlwatch_worker_seconds_total`` reads: ``False`` where no metrics are served.
     """
 
-    def __init__(self, warning_stacks: WarningStacks, publish: Callable[..., Optional[str]], host_cpus: int) -> None:
+    def __init__(
+        self,
+        warning_stacks: WarningStacks,
+        publish: Callable[..., Optional[str]],
+        host_cpus: int,
+        worker_clock: bool = True,
+    ) -> None:
         self.warning_stacks = warning_stacks
         self._publish = publish
         self._host_cpus = host_cpus
         # kind -> (when it was last warned of, monotonic seconds; its processes)
         self.warned: Dict[str, Tuple[float, frozenset]] = {}
-        self._worker_clock = throughput.WorkerClock()
+        self._worker_clock = throughput.WorkerClock() if worker_clock else None
         self.input_verdict: Optional[Any] = None  # throughput.Judgement at the last look
         self.worker_seconds: Tuple[Tuple[str, str, float], ...] = ()
 
@@ -39,9 +47,10 @@ class LiveLook:
         ``view``, the inside view read with it (whole: not a lean sample's counters), and
         publish each new warning."""
         facts = Facts(mode=MODE_LIVE, sample=sample, timeline=timeline, host_cpus=self._host_cpus, inside=view)
-        self._worker_clock.update(facts.timeline)  # NOTE [ Input-bound verdict ]: from samples taken
+        if self._worker_clock is not None:
+            self._worker_clock.update(facts.timeline)  # NOTE [ Input-bound verdict ]: from samples taken
+            self.worker_seconds = self._worker_clock.totals()
         self.input_verdict = throughput.judge(facts)
-        self.worker_seconds = self._worker_clock.totals()
         for d in diagnose(facts):
             if d.severity != SEVERITY_WARNING:
                 continue

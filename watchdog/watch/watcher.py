@@ -88,7 +88,7 @@ class Watcher:
         self.pyspy = pyspy.find_pyspy(config.py_spy.path)  # its path; None: not found
         stacks = WarningStacks(self.pyspy if config.py_spy.at_warning else None)
         self.publisher = Publisher(config, job, rank, self.alerts, self.pyspy, say, log, self._reported)
-        self.live = LiveLook(stacks, self._publish, self.host_cpus)
+        self.live = LiveLook(stacks, self._publish, self.host_cpus, worker_clock=config.metrics.port is not None)
         traces = JobTraces(job.root_pid)
         self.ending = ExitLook(traces, job.stderr_tail, self.host_cpus, stacks, self.live.warned, self._publish, log)
         handles = JobHandles(
@@ -229,11 +229,11 @@ class Watcher:
             self._say_once("stopped", stopped_text(self.tracker.stopped))
             return
         self._said.pop("stopped", None)
-        if sample.lean and self.tracker.last_batch_mono == sample.t_mono:
-            # NOTE [ Lean ticks ]: a batch or a sample counted at this tick; no stall to
-            # measure (a lean sample's processes are the last full one's: nothing else moved)
-            self._stall_s = 0.0
-            self.hangs.moved(sample)
+        if sample.lean:
+            # NOTE [ Lean ticks ]: a stall is measured, not judged (0: a batch or sample counted now)
+            self._stall_s = 0.0 if self.tracker.last_batch_mono == sample.t_mono else self.tracker.stall_s(sample)
+            if self._stall_s is not None:
+                self.hangs.moved(sample)
             return
         stall = self.tracker.stall(sample)
         self._stall_s = None if stall is None else stall.stall_s
