@@ -1748,3 +1748,18 @@ def test_main_aborting_because_its_shared_memory_file_was_already_gone_is_shm_re
     first = diagnose(_crash(stderr))[0]
     assert first.kind == "shm_removed", [d.kind for d in diagnose(_crash(stderr))]
     assert any("could not unlink the shared memory file" in e for e in first.evidence)
+
+
+def test_oversubscription_counts_each_reading_once_not_the_lean_samples_that_hold_it():
+    # NOTE [ Lean ticks ]: a lean sample holds its full sample's processes (the same tuple); the
+    # evidence's "over N samples" counts readings, and one reading is no five
+    fresh = oversubscribed_timeline()
+    lean = tuple(
+        x
+        for s in fresh
+        for x in (s, *(dataclasses.replace(s, t_mono=s.t_mono + k / 5, lean=True) for k in range(1, 5)))
+    )
+    (found,) = [d for d in diagnose(live_facts(lean, host_cpus=4)) if d.kind == "cpu_oversubscribed"]
+    assert "over 6 samples" in found.evidence[0]  # the last 30 samples hold 6 readings
+    few = lean[:9]  # two readings, nine samples
+    assert "cpu_oversubscribed" not in {d.kind for d in diagnose(live_facts(few, host_cpus=4))}

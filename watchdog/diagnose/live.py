@@ -24,6 +24,7 @@ from .common import (
 )
 from .engine import Finding, rule
 from .loaders import kept_loaders_text, kept_persistent_loaders, live_iterator_evidence
+from .worker_time import full_samples
 
 LIVE = (MODE_LIVE,)
 
@@ -453,7 +454,9 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
         return None
     usable, how = usable_cpus(facts)
     usable = usable or float(facts.host_cpus)
-    recent = [s for s in facts.timeline[-30:] if s.workers and s.threads_read]
+    # one reading per full sample: a lean one holds its full sample's processes (NOTE [ Lean
+    # ticks ] in watchdog/collect/read_plan.py), no new reading to count again
+    recent = [s for s in full_samples(facts.timeline[-30:]) if s.workers and s.threads_read]
     if len(recent) < OVERSUBSCRIBED_MIN_SAMPLES:
         return None
     runnable = [_runnable(s) for s in recent]
