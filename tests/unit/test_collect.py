@@ -376,7 +376,8 @@ def test_memory_is_read_again_sooner_while_it_moves_and_reads_spread_over_ticks(
 def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_back_a_first_read():
     from watchdog.collect import sampler as sampler_mod
 
-    budget = memory_plan.MemoryReadBudget(rate_per_s=0.5, burst=2.0)
+    # 5 ms of CPU a second, 20 ms saved up, a read thought to cost 10 ms until one is measured
+    budget = memory_plan.MemoryReadBudget(share=0.005, burst_s=0.02, first_cost_s=0.01)
     ranks = [sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0, clock=lambda: 1000.0) for _ in range(2)]
     read = memory_plan.MemoryRead(0.0, 8 * 2**20, None, 400, None, 100 * 2**20, 10.0)
     for r, s in enumerate(ranks):
@@ -384,15 +385,31 @@ def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_ba
         s._full = {ProcId(100 * r + i, 900): read for i in range(10)}
         s._last_t = 59.0
     overdue = [[_entry(100 * r + i, 100 * 2**20, create_time=900.0) for i in range(10)] for r in range(2)]
-    # each rank alone would read 1 (ceil(10 x 1 s / 10 s)); together they get the burst of 2
-    # and then half a read a second, whichever rank asks
+    # each rank alone would read 1 (ceil(10 x 1 s / 10 s)); together they read what the saved
+    # 20 ms cover, spent as the reads are made, and then what 5 ms a second covers
     got = [len(s._due_full_info(e, 60.0)) for s, e in zip(ranks, overdue)]
     assert got == [1, 1]
+    budget.spend(0.012)
+    budget.spend(0.012)  # the two reads cost 24 ms: 4 ms in debt
     assert [len(s._due_full_info(e, 60.0)) for s, e in zip(ranks, overdue)] == [0, 0]
-    fresh = _entry(999, 100 * 2**20, create_time=999.0)  # never read: read at once, the budget spent
+    fresh = _entry(999, 100 * 2**20, create_time=999.0)  # never read: read at once, whatever the budget
     assert ranks[0]._due_full_info([fresh] + overdue[0], 60.0) == [fresh]
-    with pytest.raises(ValueError):
-        memory_plan.MemoryReadBudget(rate_per_s=0.0)
+    for bad in ({"share": 0.0}, {"burst_s": 0.0}, {"first_cost_s": -1.0}):
+        with pytest.raises(ValueError):
+            memory_plan.MemoryReadBudget(**bad)
+
+
+def test_a_memory_budget_grants_reads_at_their_measured_cost_and_carries_a_debt():
+    budget = memory_plan.MemoryReadBudget(share=0.001, burst_s=0.016, first_cost_s=0.008)
+    assert budget.take(10) == 2  # 16 ms saved, 8 ms a read
+    for _ in range(8):
+        budget.spend(0.002)  # cheap reads: the mean cost falls towards 2 ms, 0 ms left
+    budget._tokens = 0.012
+    assert budget.take(10) >= 4  # 12 ms at about 2-3 ms a read
+    budget.spend(0.030)  # one read far dearer than saved: a debt
+    assert budget.take(1) == 0
+    budget._at -= 60.0  # a minute later: 60 ms of share, capped at the 16 ms burst, less the debt
+    assert budget.take(10) >= 1
 
 
 def test_while_memory_is_short_every_process_whose_rss_moved_is_read_at_each_tick_beyond_the_budget():

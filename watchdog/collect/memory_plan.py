@@ -66,43 +66,66 @@ GATED_MAX_FACTOR = 96
 _SHORT_SHARE = 0.25
 
 
-# The memory reads (smaps_rollup and maps: ~5.6 + ~1.9 ms of CPU a torch process, measured on a
-# node of 8 ranks x (1 + 8) under `dlwatch probe overhead --node`) of every sampler that shares
-# one MemoryReadBudget (the ranks of a job: watchdog.watch.node_loop) come at most this many a
-# second together, beyond those memory_short() makes urgent: at most ~0.15 % of a core, and each
-# of that node's 72 processes read every 6 min at worst (every one's memory moving; on that node
-# the job's anonymous memory, which 72 allocators move together, kept most of them due). At 0.5
-# a second they were a quarter of the sidecar's cost there; unbounded, ~5 % of a core.
-NODE_MEMORY_READS_PER_S = 0.2
+# The memory reads (smaps_rollup and maps, and the pinned read where CUDA's device is mapped) of
+# every sampler that shares one MemoryReadBudget (the ranks of a job: watchdog.watch.node_loop)
+# take at most this share of one core together, in their own CPU time measured at each read:
+# ~5.6 + 1.9 ms a torch process on a node of 8 ranks x (1 + 8) under `dlwatch probe overhead
+# --node`, so about 0.13 reads a second there, and each of its 72 processes read every 9 min at
+# worst (every one's memory moving: the job's anonymous memory, which 72 allocators move together,
+# kept most of them due); a lighter process is read more often within the same share. Reads
+# memory_short() makes urgent and a process's first read are made beyond it (and spend it). At
+# 0.5 reads a second they were a quarter of the sidecar's cost there; unbounded, ~5 % of a core.
+NODE_MEMORY_READ_SHARE = 0.001
 
 
 class MemoryReadBudget:
-    """A token bucket shared by samplers (one per rank) that bounds their memory reads together
-    (:data:`NODE_MEMORY_READS_PER_S` by default): ``rate_per_s`` reads a second, at most
-    ``burst`` at once. Safe from several threads.
+    """A token bucket of CPU seconds shared by samplers (one per rank) that bounds their memory
+    reads together: ``share`` CPU seconds a second (:data:`NODE_MEMORY_READ_SHARE`, 0.1 % of one
+    core, by default), at most ``burst_s`` saved up. :meth:`take` grants the reads the saved
+    seconds cover at the reads' mean cost so far (``first_cost_s`` before any; one read while
+    any is saved), and :meth:`spend` takes each read's measured CPU time: a read that cost more
+    than was saved leaves a debt the next reads wait for. Safe from several threads.
 
     Raises:
-        ValueError: ``rate_per_s`` or ``burst`` not above 0.
+        ValueError: ``share``, ``burst_s`` or ``first_cost_s`` not above 0.
     """
 
-    def __init__(self, rate_per_s: float = NODE_MEMORY_READS_PER_S, burst: float = 2.0) -> None:
-        if not (rate_per_s > 0 and burst > 0):
-            raise ValueError(f"a memory read budget needs a rate and a burst above 0 (got {rate_per_s}, {burst})")
-        self.rate_per_s = rate_per_s
-        self.burst = burst
-        self._tokens = burst
+    def __init__(
+        self, share: float = NODE_MEMORY_READ_SHARE, burst_s: float = 0.016, first_cost_s: float = 0.008
+    ) -> None:
+        if not (share > 0 and burst_s > 0 and first_cost_s > 0):
+            raise ValueError(
+                f"a memory read budget needs a share, a burst and a first cost above 0 (got {share}, {burst_s}, "
+                f"{first_cost_s})"
+            )
+        self.share = share
+        self.burst_s = burst_s
+        self._tokens = burst_s
+        self._cost = first_cost_s
         self._at = time.monotonic()
         self._lock = threading.Lock()
 
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst_s, self._tokens + (now - self._at) * self.share)
+        self._at = now
+
     def take(self, wanted: int) -> int:
-        """How many of ``wanted`` reads may be made now (0 to ``wanted``); those are spent."""
+        """How many of ``wanted`` reads may be made now (0 to ``wanted``); their cost is spent
+        as they are made (:meth:`spend`)."""
         with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate_per_s)
-            self._at = now
-            granted = min(wanted, int(self._tokens))
-            self._tokens -= granted
-            return granted
+            self._refill()
+            if wanted <= 0 or self._tokens <= 0:
+                return 0
+            return min(wanted, max(1, int(self._tokens / self._cost)))
+
+    def spend(self, cpu_s: float) -> None:
+        """Take the CPU seconds one read cost (``time.thread_time()`` around it) from the saved
+        ones, and fold them into the mean cost (an exponential mean, weight 1/4)."""
+        with self._lock:
+            self._refill()
+            self._tokens -= cpu_s
+            self._cost = max(1e-6, 0.75 * self._cost + 0.25 * cpu_s)
 
 
 @dataclass

@@ -740,9 +740,11 @@ class Sampler:
         (:meth:`_due_full_info`; ``job_anon``: the job's anonymous memory now, in bytes)."""
         for e in self._due_full_info(entries, now, job_anon):
             key = ProcId(e["pid"], e["start_ticks"])
+            began = time.thread_time()
             rollup = procfs.smaps_rollup(e["pid"])
             st = procfs.proc_stat(e["pid"])
             if st is None or st.start_ticks != key.start_ticks:
+                self._spend(began)
                 continue  # gone, or another process under that pid already
             uss = rollup.uss if rollup else None
             pss = rollup.pss if rollup else None
@@ -750,6 +752,7 @@ class Sampler:
             anon = rollup.anonymous if rollup else None
             maps, nvidia, files = procfs.maps_summary(e["pid"])
             pinned = procfs.pinned_bytes(e["pid"]) if nvidia else None
+            self._spend(began)
             interval = memory_plan.next_interval(self._full.get(key), uss, maps, pinned, now, self.full_info_interval_s)
             self._full[key] = MemoryRead(
                 now,
@@ -775,6 +778,12 @@ class Sampler:
                 anon_bytes=anon,
                 memory_read_mono=now,
             )
+
+    def _spend(self, began: float) -> None:
+        """Spend the CPU time of one memory read begun at ``began`` (``time.thread_time()``)
+        from the budget the ranks share, if any."""
+        if self.memory_budget is not None:
+            self.memory_budget.spend(time.thread_time() - began)
 
     def _quota(self, pid: int, role: str) -> Optional[float]:
         # cgroup limits change rarely: read main's once a minute, and give workers main's value.
