@@ -399,6 +399,22 @@ def test_ranks_sharing_a_memory_budget_read_within_it_together_but_never_hold_ba
             memory_plan.MemoryReadBudget(**bad)
 
 
+def test_a_first_read_is_made_beyond_the_shared_budget_and_a_later_one_spends_its_cpu_time():
+    from watchdog.collect import sampler as sampler_mod
+
+    budget = memory_plan.MemoryReadBudget(share=1e-6, burst_s=0.016, first_cost_s=0.008)
+    s = sampler_mod.Sampler(os.getpid(), full_info_interval_s=10.0)
+    s.memory_budget = budget
+    st = procfs.proc_stat(os.getpid())
+    entry = dict(_entry(os.getpid(), st.rss_pages * procfs.PAGE_SIZE, role="main"), start_ticks=st.start_ticks)
+    s._read_full_info([dict(entry)], 100.0)
+    key = ProcId(os.getpid(), st.start_ticks)
+    assert key in s._full and budget._tokens == pytest.approx(0.016, abs=1e-6)  # the first read: none spent
+    s._last_t = 109.0
+    s._read_full_info([dict(entry, rss_bytes=entry["rss_bytes"] + 2**30)], 110.0)  # RSS moved: due again
+    assert s._full[key].at == 110.0 and budget._tokens < 0.016  # read, and its CPU time spent
+
+
 def test_a_memory_budget_grants_reads_at_their_measured_cost_and_carries_a_debt():
     budget = memory_plan.MemoryReadBudget(share=0.001, burst_s=0.016, first_cost_s=0.008)
     assert budget.take(10) == 2  # 16 ms saved, 8 ms a read

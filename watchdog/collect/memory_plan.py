@@ -72,8 +72,9 @@ _SHORT_SHARE = 0.25
 # ~5.6 + 1.9 ms a torch process on a node of 8 ranks x (1 + 8) under `dlwatch probe overhead
 # --node`, so about 0.13 reads a second there, and each of its 72 processes read every 9 min at
 # worst (every one's memory moving: the job's anonymous memory, which 72 allocators move together,
-# kept most of them due); a lighter process is read more often within the same share. Reads
-# memory_short() makes urgent and a process's first read are made beyond it (and spend it). At
+# kept most of them due); a lighter process is read more often within the same share. A
+# process's first read and the reads made while memory is short (memory_short()) are made
+# beyond it and do not spend it: 72 first reads would leave a debt of minutes. At
 # 0.5 reads a second they were a quarter of the sidecar's cost there; unbounded, ~5 % of a core.
 NODE_MEMORY_READ_SHARE = 0.001
 

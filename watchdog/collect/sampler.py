@@ -740,7 +740,9 @@ class Sampler:
         (:meth:`_due_full_info`; ``job_anon``: the job's anonymous memory now, in bytes)."""
         for e in self._due_full_info(entries, now, job_anon):
             key = ProcId(e["pid"], e["start_ticks"])
-            began = time.thread_time()
+            # what the shared budget granted is spent from it; a first read and one made while
+            # memory is short were made beyond it (memory_plan.due)
+            began = time.thread_time() if key in self._full and not self._short else None
             rollup = procfs.smaps_rollup(e["pid"])
             st = procfs.proc_stat(e["pid"])
             if st is None or st.start_ticks != key.start_ticks:
@@ -779,10 +781,10 @@ class Sampler:
                 memory_read_mono=now,
             )
 
-    def _spend(self, began: float) -> None:
-        """Spend the CPU time of one memory read begun at ``began`` (``time.thread_time()``)
-        from the budget the ranks share, if any."""
-        if self.memory_budget is not None:
+    def _spend(self, began: Optional[float]) -> None:
+        """Spend the CPU time of one memory read begun at ``began`` (``time.thread_time()``;
+        ``None``: a read made beyond the budget) from the budget the ranks share, if any."""
+        if self.memory_budget is not None and began is not None:
             self.memory_budget.spend(time.thread_time() - began)
 
     def _quota(self, pid: int, role: str) -> Optional[float]:
