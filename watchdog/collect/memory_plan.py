@@ -157,7 +157,14 @@ def memory_short(host: HostSample) -> bool:
     return limit is not None and limit > 0 and host.mem_left_bytes < _SHORT_SHARE * limit
 
 
-def due(
+def due(entries: List[dict], now: float, **kw) -> List[dict]:
+    """Every read :func:`reads_due` says to make now (the same arguments): those beyond the
+    budget first, then those it granted."""
+    beyond, granted = reads_due(entries, now, **kw)
+    return beyond + granted
+
+
+def reads_due(
     entries: List[dict],
     now: float,
     *,
@@ -170,9 +177,12 @@ def due(
     ended_at: float,
     budget: Optional[MemoryReadBudget] = None,
     job_anon: Optional[int] = None,
-) -> List[dict]:
+) -> Tuple[List[dict], List[dict]]:
     """The watched processes (main, workers) of ``entries`` (a walk's, as the keyword arguments
-    of their samples) whose USS, PSS, map count and pinned memory are to be read now.
+    of their samples) whose USS, PSS, map count and pinned memory are to be read now, as
+    ``(beyond, granted)``: those read beyond ``budget`` (a first read, one made urgent while
+    memory is short, every one without a budget) and those ``budget`` granted, whose CPU time
+    the caller spends from it (:meth:`MemoryReadBudget.spend`).
 
     ``now`` and ``last_call`` (the sampler's previous call, ``None`` at the first) are monotonic
     seconds, ``wall`` the epoch seconds that ``create_time`` is in; ``base_s`` is
@@ -209,7 +219,7 @@ def due(
     """
     watched = [e for e in entries if e["role"] in (ROLE_MAIN, ROLE_WORKER) and e["state"] != "Z"]
     if not watched:
-        return []
+        return [], []
     dt = min(base_s, now - last_call) if last_call is not None else min(base_s, 1.0)
     per_call = max(1, math.ceil(len(watched) * max(dt, 0.0) / base_s))
     due = []
@@ -236,12 +246,13 @@ def due(
             due.append((at, e["create_time"], e))
     due.sort(key=lambda x: (x[0], x[1]))
     due = due[:per_call]
-    if budget is not None:
-        # a first read is never held back (a crash soon after a worker starts needs its
-        # mappings); the others wait for the shared budget
-        first = [x for x in due if x[0] == float("-inf")]
-        due = first + due[len(first) : len(first) + budget.take(len(due) - len(first))]
-    return urgent + [e for _at, _ct, e in due]
+    if budget is None:
+        return urgent + [e for _at, _ct, e in due], []
+    # a first read is never held back (a crash soon after a worker starts needs its mappings);
+    # the others wait for the shared budget
+    first = [x for x in due if x[0] == float("-inf")]
+    granted = due[len(first) : len(first) + budget.take(len(due) - len(first))]
+    return urgent + [e for _at, _ct, e in first], [e for _at, _ct, e in granted]
 
 
 def still_since_read(

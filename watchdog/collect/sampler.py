@@ -718,10 +718,14 @@ class Sampler:
 
     def _due_full_info(self, entries: List[dict], now: float, job_anon: Optional[int] = None) -> List[dict]:
         """The watched processes (main, workers) whose USS, PSS, map count and pinned memory are
-        read at this call (:func:`memory_plan.due`, given this sampler's last reads; ``now`` in
-        monotonic seconds, ``job_anon`` the job's anonymous memory now in bytes, ``None``:
+        read at this call (:func:`memory_plan.reads_due`, given this sampler's last reads; ``now``
+        in monotonic seconds, ``job_anon`` the job's anonymous memory now in bytes, ``None``:
         unknown)."""
-        return memory_plan.due(
+        beyond, granted = self._reads_due(entries, now, job_anon)
+        return beyond + granted
+
+    def _reads_due(self, entries: List[dict], now: float, job_anon: Optional[int]) -> Tuple[List[dict], List[dict]]:
+        return memory_plan.reads_due(
             entries,
             now,
             base_s=self.full_info_interval_s,
@@ -738,11 +742,11 @@ class Sampler:
     def _read_full_info(self, entries: List[dict], now: float, job_anon: Optional[int] = None) -> None:
         """Read the due processes' USS, PSS, map count and pinned memory into their entries
         (:meth:`_due_full_info`; ``job_anon``: the job's anonymous memory now, in bytes)."""
-        for e in self._due_full_info(entries, now, job_anon):
+        beyond, granted = self._reads_due(entries, now, job_anon)
+        for e in beyond + granted:
             key = ProcId(e["pid"], e["start_ticks"])
-            # what the shared budget granted is spent from it; a first read and one made while
-            # memory is short were made beyond it (memory_plan.due)
-            began = time.thread_time() if key in self._full and not self._short else None
+            # what the shared budget granted is spent from it (memory_plan.reads_due)
+            began = time.thread_time() if any(e is g for g in granted) else None
             rollup = procfs.smaps_rollup(e["pid"])
             st = procfs.proc_stat(e["pid"])
             if st is None or st.start_ticks != key.start_ticks:

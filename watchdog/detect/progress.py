@@ -536,8 +536,8 @@ class ProgressTracker:
     def stall(self, sample: Sample) -> Optional[Stall]:
         """The current stall as of ``sample`` (``stall_s`` may be small), or ``None`` before
         main was seen."""
-        main = sample.main
-        if main is None or self._last_progress is None:
+        main, stall_s = sample.main, self.stall_s(sample)
+        if main is None or stall_s is None or self._last_progress is None:
             return None
         now = sample.t_mono
         ages = tuple(sorted((pkey[0], now - t) for pkey, t in self._pid_progress.items()))
@@ -568,7 +568,7 @@ class ProgressTracker:
             work_window_s=window,
             measure=self.measure,
             loader_work=tuple(work),
-            stall_s=now - self._last_progress,
+            stall_s=stall_s,
             quiet_since_mono=self._last_progress,
             main_pid=main.pid,
             progress_age_s=ages,
