@@ -173,7 +173,7 @@ class Config(_Settings, frozen=True):
     warning_interval_s: Annotated[
         float,
         Meta(gt=0, description="seconds between looks for warnings (memory growth, fd/shm pressure, CPU)"),
-    ] = 5.0
+    ] = 15.0
     stderr_tail_bytes: Annotated[
         int,
         Meta(

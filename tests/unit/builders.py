@@ -166,9 +166,10 @@ def python_only(t: ThreadStack) -> ThreadStack:
     return ThreadStack(t.tid, t.name, t.active, t.owns_gil, tuple(f for f in t.frames if not f.native))
 
 
-def oversubscribed_timeline():
-    """Ten samples, 1 s apart, of main and six workers all runnable on one allowed CPU, the
-    workers' involuntary context switches climbing 1000 a second (``cpu_oversubscribed``)."""
+def oversubscribed_timeline(n=10, every_s=1.0):
+    """``n`` samples, ``every_s`` seconds apart, of main and six workers all runnable on one
+    allowed CPU, the workers' involuntary context switches climbing 1000 a second
+    (``cpu_oversubscribed``)."""
 
     def s(t):
         workers = [
@@ -179,7 +180,7 @@ def oversubscribed_timeline():
             t, [proc(MAIN_PID, ROLE_MAIN, [thread(MAIN_PID, state="R", syscall=None)], cpu_affinity=1), *workers]
         )
 
-    return tuple(s(float(t)) for t in range(10))
+    return tuple(s(k * every_s) for k in range(n))
 
 
 def track(make, seconds=20, tracker=None):

@@ -1763,3 +1763,27 @@ def test_oversubscription_counts_each_reading_once_not_the_lean_samples_that_hol
     assert "over 6 samples" in found.evidence[0]  # the last 30 samples hold 6 readings
     few = lean[:9]  # two readings, nine samples
     assert "cpu_oversubscribed" not in {d.kind for d in diagnose(live_facts(few, host_cpus=4))}
+
+
+def _with_lean_ticks(full, every_s):
+    """``full`` (full samples) with lean ticks ``every_s`` seconds apart between them, as the
+    watcher takes them while the loader delivers (NOTE [ Lean ticks ])."""
+    out = []
+    for a, b in zip(full, full[1:] + (None,)):
+        out.append(a)
+        t = a.t_mono + every_s
+        while b is not None and t < b.t_mono:
+            out.append(dataclasses.replace(a, t_mono=t, lean=True))
+            t += every_s
+    return tuple(out)
+
+
+def test_oversubscription_is_judged_on_full_samples_at_the_default_cadence_and_not_on_stale_ones():
+    # full samples every warning_interval_s (15 s by default) and lean ticks each second: the
+    # last 30 samples hold two readings, and the rule once needed five there
+    every15 = _with_lean_ticks(oversubscribed_timeline(n=10, every_s=15.0), 1.0)
+    (found,) = [d for d in diagnose(live_facts(every15, host_cpus=4)) if d.kind == "cpu_oversubscribed"]
+    assert "over 6 samples" in found.evidence[0]
+    # readings 40 s apart: four in the last two minutes, too few, the older ones not counted
+    every40 = _with_lean_ticks(oversubscribed_timeline(n=6, every_s=40.0), 1.0)
+    assert "cpu_oversubscribed" not in {d.kind for d in diagnose(live_facts(every40, host_cpus=4))}

@@ -10,7 +10,7 @@ import bisect
 import statistics
 from typing import List, Optional, Sequence, Tuple
 
-from ..types import MODE_LIVE, ROLE_WORKER, SEVERITY_WARNING, Facts, ProcessSample, Sample
+from ..types import MODE_LIVE, ROLE_WORKER, SEVERITY_WARNING, Facts, ProcessSample, Sample, samples_since
 from .common import (
     DOC_MEMORY_LEAK,
     DOC_MULTI_PROCESS_LOADING,
@@ -60,6 +60,11 @@ def copied_from_main(main: ProcessSample, worker: ProcessSample) -> Optional[int
 OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
 OVERSUBSCRIBED_MIN_SAMPLES = 5
+# ... judged on the last OVERSUBSCRIBED_SAMPLES full samples that read threads, none older than
+# OVERSUBSCRIBED_WINDOW_S: 30 s at full samples every 5 s, 90 s at the default 15 s (a count of
+# samples, not of ticks: lean ticks between full samples hold no new reading).
+OVERSUBSCRIBED_SAMPLES = 6
+OVERSUBSCRIBED_WINDOW_S = 120.0
 OVERSUBSCRIBED_MIN_INVOLUNTARY_PER_S = 100.0
 # CUDA pinned host memory: a warning at this share of RAM, or when it grows steadily this much.
 PINNED_RAM_SHARE = 0.25
@@ -456,7 +461,8 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
     usable = usable or float(facts.host_cpus)
     # one reading per full sample: a lean one holds its full sample's processes (NOTE [ Lean
     # ticks ] in watchdog/collect/read_plan.py), no new reading to count again
-    recent = [s for s in full_samples(facts.timeline[-30:]) if s.workers and s.threads_read]
+    window = samples_since(facts.timeline, facts.sample.t_mono - OVERSUBSCRIBED_WINDOW_S)
+    recent = [s for s in full_samples(window) if s.workers and s.threads_read][-OVERSUBSCRIBED_SAMPLES:]
     if len(recent) < OVERSUBSCRIBED_MIN_SAMPLES:
         return None
     runnable = [_runnable(s) for s in recent]
