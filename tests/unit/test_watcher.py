@@ -299,3 +299,19 @@ def test_a_stall_found_not_a_hang_is_said_once_then_only_when_its_reason_changes
     w.hangs._say_dismissed(stall(s=310.0), "pid 42 waits for a lock on /d/x.lock that pid 7 holds: slow, not stuck")
     said = [line for line in capsys.readouterr().err.splitlines() if "not a hang" in line]
     assert len(said) == 1 and "lock" in said[0]
+
+
+def test_a_tick_the_read_plan_skips_reads_nothing_and_the_next_one_is_taken():
+    # NOTE [ Lean ticks ]: while the loader delivers every other tick is skipped
+    from watchdog.collect.read_plan import ReadPlan
+
+    w = _watcher()
+    w.step()
+    taken = len(w.timeline)
+    before = w.status()
+    w._plan = ReadPlan(lean=True, inside=True, skip=True)
+    w.step()
+    assert len(w.timeline) == taken and w.status() is before  # nothing read, nothing refreshed
+    assert not w._plan.skip  # the one after a skipped tick is never skipped
+    w.step()
+    assert len(w.timeline) == taken + 1

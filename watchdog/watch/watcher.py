@@ -122,8 +122,7 @@ class Watcher:
         self.on_report(written)
 
     def _refresh_status(self) -> None:
-        """Store what this watcher saw last (:meth:`status`): at the end of each tick, of each
-        examination and before a report is announced."""
+        """Store what this watcher saw last (:meth:`status`): after each tick and examination, before a report."""
         latest = self.timeline[-1] if self.timeline else None
         st, hangs, live = self._status, self.hangs, self.live
         now = (latest, self._stall_s, hangs.last_kind, hangs.in_loader, live.input_verdict, live.worker_seconds)
@@ -168,15 +167,17 @@ class Watcher:
         return self._apart is not None and self._apart.running
 
     def join_examination(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` seconds for an examination started apart; returns whether
-        none runs now."""
+        """Wait up to ``timeout_s`` s for an examination started apart; whether none runs now."""
         return self._apart is None or self._apart.join(timeout_s)
 
     def step(self) -> None:
-        """One tick: sample, and examine, report or warn when due. Never raises. With
-        ``DLWATCH_TICK_LOG`` set, one line per tick goes to that file (:func:`tick_log.log_tick`).
-        With ``examine_apart``, an examination found due starts in its thread once the tick is
-        over; do not step again while :attr:`examining`."""
+        """One tick: sample, and examine, report or warn when due; nothing, unlogged, when the read
+        plan skips it (NOTE [ Lean ticks ]). Never raises. With ``DLWATCH_TICK_LOG`` set, one line
+        per tick to that file (:func:`tick_log.log_tick`). With ``examine_apart``, an examination
+        due starts in its thread once the tick is over; do not step again while :attr:`examining`."""
+        if self._plan.skip:
+            self._plan = read_plan.after_skip(self._plan_state, self._cadence, time.monotonic(), self._last_look)
+            return
         tick_log.timed(self._safe_tick, lambda: (self.timeline[-1] if self.timeline else None, self.outcome.reports))
         if self._apart is not None:
             self._apart.start_due()
@@ -291,8 +292,7 @@ class Watcher:
     def _publish(
         self, facts, diagnoses, action: str, suffix: str, summary_only: bool = False, note: str = ""
     ) -> Optional[str]:
-        """Publish one report (:meth:`Publisher.publish`) and count it in the outcome; returns
-        its folder, or ``None`` when it could not be written."""
+        """Publish one report (:meth:`Publisher.publish`), counted in the outcome; its folder (``None``: unwritten)."""
         path = self.publisher.publish(facts, diagnoses, action, suffix, summary_only, note)
         if path is not None:
             self.outcome.reports.append(path)
