@@ -164,7 +164,11 @@ class Config(_Settings, frozen=True):
     ] = 10.0
     timeline_samples: Annotated[
         int,
-        Meta(ge=10, le=100_000, description="samples kept in the timeline (600 x interval_s = 10 minutes by default)"),
+        Meta(
+            ge=10,
+            le=100_000,
+            description="samples kept in the timeline (600 x interval_s: 10 minutes or more by default)",
+        ),
     ] = 600
     cpu_progress_s: Annotated[
         float,

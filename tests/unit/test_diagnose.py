@@ -1760,7 +1760,9 @@ def test_oversubscription_counts_each_reading_once_not_the_lean_samples_that_hol
         for x in (s, *(dataclasses.replace(s, t_mono=s.t_mono + k / 5, lean=True) for k in range(1, 5)))
     )
     (found,) = [d for d in diagnose(live_facts(lean, host_cpus=4)) if d.kind == "cpu_oversubscribed"]
-    assert "over 6 samples" in found.evidence[0]  # the last 30 samples hold 6 readings
+    assert "over 6 samples" in found.evidence[0]
+    (five,) = [d for d in diagnose(live_facts(lean[:25], host_cpus=4)) if d.kind == "cpu_oversubscribed"]
+    assert "over 5 samples" in five.evidence[0]  # five readings in 25 samples (under the cap of 6)
     few = lean[:9]  # two readings, nine samples
     assert "cpu_oversubscribed" not in {d.kind for d in diagnose(live_facts(few, host_cpus=4))}
 

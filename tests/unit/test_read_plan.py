@@ -32,7 +32,7 @@ def test_the_cadence_follows_the_settings():
 
 def test_a_tick_that_delivered_is_followed_by_a_lean_one_until_a_full_one_is_due():
     state = after_sample(PlanState(), _at(0.0, 0.0), 64)
-    assert next_plan(state, CADENCE, 0.0, delivered=True, last_look=0.0, may_skip=False) == ReadPlan(
+    assert next_plan(state, CADENCE, 0.0, delivered=True, last_look=0.0) == ReadPlan(
         lean=True, threads=True, inside=True
     )  # busy unknown after the first full sample: threads read
     assert not next_plan(state, CADENCE, 0.0, delivered=False, last_look=0.0).lean  # a stall is measured on full ones
@@ -42,20 +42,22 @@ def test_a_tick_that_delivered_is_followed_by_a_lean_one_until_a_full_one_is_due
 
 def test_while_the_loader_delivers_every_other_tick_is_skipped_and_none_that_is_due_full():
     state = after_sample(PlanState(), _at(0.0, 0.0), 64)
-    skipped = next_plan(state, CADENCE, 1.0, delivered=True, last_look=0.0)
+    skipped = next_plan(state, CADENCE, 1.0, delivered=True, last_look=0.0, after_lean=True)
     assert skipped.skip and skipped.lean
     after = after_skip(state, CADENCE, 2.0, last_look=0.0)  # the tick after a skipped one is taken
     assert after == ReadPlan(lean=True, threads=True, inside=True)
-    assert not next_plan(state, CADENCE, 1.0, delivered=False, last_look=0.0).skip  # no batch: a full one
-    assert not next_plan(state, CADENCE, 29.5, delivered=True, last_look=29.5).skip  # full_every_s comes due
-    assert not next_plan(state, CADENCE, 10.0, delivered=True, last_look=-25.0).skip  # a look is due
+    # after a full tick (memory short, a young process, one ended: the sampler took no lean one)
+    assert not next_plan(state, CADENCE, 1.0, delivered=True, last_look=0.0, after_lean=False).skip
+    assert not next_plan(state, CADENCE, 1.0, delivered=False, last_look=0.0, after_lean=True).skip  # no batch
+    assert not next_plan(state, CADENCE, 29.5, delivered=True, last_look=29.5, after_lean=True).skip  # full due
+    assert not next_plan(state, CADENCE, 10.0, delivered=True, last_look=-25.0, after_lean=True).skip  # a look
     assert not after_skip(state, CADENCE, 29.5, last_look=0.0).lean  # due after a skipped tick: full
     # without the inside view the workers' counters make the ticks lean, never skipped
     moved = after_sample(
         after_sample(PlanState(), _at(0.0, 0.0, inside=False), 64), _at(10.0, 0.0, inside=False, io=4096), 64
     )
     assert moved.workers_moved
-    plan = next_plan(moved, CADENCE, 10.0, delivered=False, last_look=10.0)
+    plan = next_plan(moved, CADENCE, 10.0, delivered=False, last_look=10.0, after_lean=True)
     assert plan.lean and not plan.skip
 
 

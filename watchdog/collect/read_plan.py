@@ -9,11 +9,14 @@ While the inside view shows the loader delivering (a batch or a sample counted a
 the next tick is lean (``ReadPlan.lean``: main's children, ``/dev/shm`` and the available
 memory; the last sample's processes kept while main has the same children, and main's loaders'
 counters first): a job that delivers is not hung, and what else may move (RSS, descriptors, a
-worker's state) waits for the next full sample. While it keeps delivering, every other tick is
+worker's state) waits for the next full sample. The tick after a lean one that delivered is
 skipped (``ReadPlan.skip``: nothing read, nothing judged; on a node of 8 ranks the lean ticks
-were most of what a rank cost between its looks): a loader that stops, a worker born or gone,
-or memory that runs short is seen at most one tick later, and a stall is measured from the last
-tick that saw a batch, so never longer than it is. One comes at least every
+were most of what a rank cost between its looks), so while the loader keeps delivering every
+other tick is: a loader that stops, a worker born or gone, or memory that runs short is seen at
+most one tick later, and a stall is measured from the last tick that saw a batch, so never
+longer than it is. No tick is skipped after a full one: while memory is short, a process is
+young or one ended, the sampler takes no lean sample (:meth:`Sampler._lean`), and every tick
+is taken. One comes at least every
 ``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings is due, when main
 gained or lost a child (the sampler's own check), and at the first tick after one that
 delivered nothing, so a stall is measured on full ones.
@@ -76,8 +79,8 @@ class ReadPlan:
         threads: a full sample reads every process's threads (NOTE [ Thread reads ]).
         inside: the inside view is read with the sample (its loaders and fetches in the
             :class:`Sample`); an examination's samples read none.
-        skip: the tick reads and judges nothing (NOTE [ Lean ticks ]: the loader delivered
-            at the last tick, which was not skipped); the next one follows :func:`after_skip`.
+        skip: the tick reads and judges nothing (NOTE [ Lean ticks ]: the last tick was a
+            lean one at which the loader delivered); the next one follows :func:`after_skip`.
     """
 
     lean: bool = False
@@ -188,12 +191,13 @@ def after_sample(state: PlanState, sample: Sample, host_cpus: int) -> PlanState:
 
 
 def next_plan(
-    state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float, may_skip: bool = True
+    state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float, after_lean: bool = False
 ) -> ReadPlan:
     """The plan of the tick after the one at ``t_mono`` (seconds), which ``delivered`` (a batch
-    or a sample counted at it) or not; ``last_look`` is when warnings were last looked for (a
-    look due at the next tick needs a full sample). A tick that would be lean after one that
-    delivered is skipped when ``may_skip`` (NOTE [ Lean ticks ], NOTE [ Thread reads ])."""
+    or a sample counted at it) or not, and was lean (``after_lean``: its sample was one) or not;
+    ``last_look`` is when warnings were last looked for (a look due at the next tick needs a
+    full sample). A tick that would be lean after a lean one that delivered is skipped (NOTE [
+    Lean ticks ], NOTE [ Thread reads ])."""
     next_t = t_mono + cadence.interval_s  # about when the next tick samples
     lean = (
         (delivered or state.workers_moved)
@@ -207,10 +211,10 @@ def next_plan(
         threads = threads_due or (state.cpu_busy and next_t - last_look >= cadence.look_every_s)
     else:
         threads = True
-    return ReadPlan(lean=lean, threads=threads, inside=True, skip=lean and delivered and may_skip)
+    return ReadPlan(lean=lean, threads=threads, inside=True, skip=lean and delivered and after_lean)
 
 
 def after_skip(state: PlanState, cadence: Cadence, t_mono: float, last_look: float) -> ReadPlan:
     """The plan of the tick after one skipped at ``t_mono`` (seconds): as after the tick
     before it, which delivered, but never skipped (NOTE [ Lean ticks ])."""
-    return next_plan(state, cadence, t_mono, True, last_look, may_skip=False)
+    return next_plan(state, cadence, t_mono, True, last_look)

@@ -80,8 +80,10 @@ MAX_SERIES = 20_000
 # The most characters of one value shown in the table or the verdict (a label may be any length).
 MAX_CELL_CHARS = 120
 # Ranks whose last progress lies within this many seconds of each other, in the same cause class,
-# are a tie: a sidecar samples about once a second, so a smaller lead says nothing.
-TIE_S = 1.0
+# are a tie: a sidecar dates a rank's last batch at the first tick that counted it, and while
+# batches flow it takes every other tick of its interval_s (1 s: NOTE [ Lean ticks ] in
+# watchdog/collect/read_plan.py), so a smaller lead says nothing.
+TIE_S = 2.0
 # The most ranks the verdict names one by one (the table lists them all).
 MAX_NAMED = 8
 # Causes (NOTE [ Which rank stalled first ]), in the order the first to stall is sought.
@@ -519,7 +521,7 @@ def _order(row: RankRow) -> Tuple[int, int, float]:
 
 def _lead(first: RankRow, stalled: List[RankRow]) -> str:
     """How ``first``'s last progress compares with the other stalled ranks' ("" when none has
-    one): ``N s before any other rank``, ``the others within 1 s``, or ``N s after rank R on
+    one): ``N s before any other rank``, ``the others within TIE_S s``, or ``N s after rank R on
     NODE`` (first by cause, yet not by time)."""
     others = [r for r in stalled if r is not first and r.last_progress is not None]
     if first.last_progress is None or not others:

@@ -61,8 +61,10 @@ OVERSUBSCRIBED_FACTOR = 2.0
 OVERSUBSCRIBED_SHARE = 0.6
 OVERSUBSCRIBED_MIN_SAMPLES = 5
 # ... judged on the last OVERSUBSCRIBED_SAMPLES full samples that read threads, none older than
-# OVERSUBSCRIBED_WINDOW_S: 30 s at full samples every 5 s, 90 s at the default 15 s (a count of
-# samples, not of ticks: lean ticks between full samples hold no new reading).
+# OVERSUBSCRIBED_WINDOW_S: 25 s of them at full samples every 5 s, 75 s at the default 15 s (a
+# count of samples, not of ticks: lean ticks between full samples hold no new reading). Full
+# samples 30 s apart or more (warning_interval_s and stall_timeout_s / 2 both 30 s or more) leave
+# fewer than OVERSUBSCRIBED_MIN_SAMPLES in the window, and the rule says nothing.
 OVERSUBSCRIBED_SAMPLES = 6
 OVERSUBSCRIBED_WINDOW_S = 120.0
 OVERSUBSCRIBED_MIN_INVOLUNTARY_PER_S = 100.0
@@ -462,7 +464,7 @@ def cpu_oversubscribed(facts: Facts) -> Optional[Finding]:
     # one reading per full sample: a lean one holds its full sample's processes (NOTE [ Lean
     # ticks ] in watchdog/collect/read_plan.py), no new reading to count again
     window = samples_since(facts.timeline, facts.sample.t_mono - OVERSUBSCRIBED_WINDOW_S)
-    recent = [s for s in full_samples(window) if s.workers and s.threads_read][-OVERSUBSCRIBED_SAMPLES:]
+    recent = [s for s in full_samples(window) if not s.lean and s.workers and s.threads_read][-OVERSUBSCRIBED_SAMPLES:]
     if len(recent) < OVERSUBSCRIBED_MIN_SAMPLES:
         return None
     runnable = [_runnable(s) for s in recent]

@@ -31,8 +31,8 @@ operator or a debugger. A pair of consecutive samples at either of which main or
 seen stopped is *stopped time*: it is no wall time of any worker's (no cpu, runnable, io or
 idle), no data wait of main's and no part of the span a share is taken of. The sample sees the
 state at its instant, so a stop that begins or ends between two samples costs the whole pair
-(at most one sampling interval each side): a verdict errs towards less time judged, never towards
-a stop taken for a wait.
+(at most the time between two full samples each side: ``warning_interval_s`` while batches
+flow): a verdict errs towards less time judged, never towards a stop taken for a wait.
 
 NOTE [ Threads wanting a CPU ]
 A job oversubscribes its CPUs when its own threads that want one at once (running, or runnable
@@ -53,8 +53,9 @@ the tree keeps half its usable CPUs busy, and at least every ``stall_timeout_s /
 Thread reads ] in watchdog/collect/sampler.py), each thread's state from ``/proc/PID/task/TID/stat``;
 a window with fewer such samples than ``THREAD_SAMPLES_MIN`` counts each process's own state
 (its main thread's), a lower bound, so it errs towards not calling a job oversubscribed. A
-sample is an instant: the mean over a window's samples (15 or so in the first 20 s of a window
-at the default interval) estimates the mean count.
+sample is an instant: the mean over a window's samples (4 or 5 in a 60 s window while batches
+flow at the default ``warning_interval_s`` of 15 s, one a second during a stall) estimates the
+mean count.
 """
 
 from __future__ import annotations

@@ -223,8 +223,8 @@ def worker_killed(facts: Facts) -> Optional[Finding]:
     seen = any(facts.last_seen(pid) is not None for pid in pids)
     if pids and not seen:
         evidence.append(
-            "the watchdog has no sample of these workers: they lived less than about one sampling interval "
-            "(interval_s) from their start to their death, or between two samples"
+            "the watchdog has no sample of these workers: they lived less than about one or two sampling "
+            "intervals (interval_s) from their start to their death, or between two samples"
         )
     low_memory = avail is not None and -avail < 0.05 * 2**30
     segfault = (signal_name or "").lower().startswith(("segmentation", "floating"))
