@@ -16,10 +16,9 @@ other tick is: a loader that stops, a worker born or gone, or memory that runs s
 most one tick later, and a stall is measured from the last tick that saw a batch, so never
 longer than it is. No tick is skipped after a full one: while memory is short, a process is
 young or one ended, the sampler takes no lean sample (:meth:`Sampler._lean`), and every tick
-is taken. One comes at least every
-``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings is due, when main
-gained or lost a child (the sampler's own check), and at the first tick after one that
-delivered nothing, so a stall is measured on full ones.
+is taken. A full sample comes at least every ``min(warning_interval_s, stall_timeout_s / 2)``,
+when a look for warnings is due, when main gained or lost a child (the sampler's own check),
+and at the first tick after one that delivered nothing, so a stall is measured on full ones.
 
 The thread-read cadence (NOTE [ Thread reads ] in ``watchdog/collect/sampler.py`` says what a
 thread read costs and what needs it): the next full sample reads no thread while a batch was counted
