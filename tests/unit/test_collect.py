@@ -177,6 +177,19 @@ def test_shm_leftovers_match_only_the_jobs_pids_and_count_allocated_bytes(tmp_pa
     assert 10 <= found["torch_123_abc_0"] <= 64 << 10 and found["torch_123_abc_1"] == 0
 
 
+def test_a_shm_file_older_than_the_jobs_process_with_its_pid_was_an_earlier_process_s(tmp_path):
+    # pids are reused: a torch_<pid>_ file an earlier process left is no leftover of the job's
+    # process with that pid, started after the file last changed
+    (tmp_path / "torch_123_abc_0").write_bytes(b"x")
+    changed = os.stat(tmp_path / "torch_123_abc_0").st_ctime
+    slack = procfs.SHM_START_SLACK_S
+    assert procfs.shm_leftovers({123}, str(tmp_path), since={123: changed + slack + 10}) == ()
+    assert [n for n, _ in procfs.shm_leftovers({123}, str(tmp_path), since={123: changed + slack / 2})] == [
+        "torch_123_abc_0"
+    ]  # within the slack of a start computed from whole-second boot time
+    assert [n for n, _ in procfs.shm_leftovers({123}, str(tmp_path), since={5: changed + 100})] == ["torch_123_abc_0"]
+
+
 def test_pinned_memory_is_the_rss_of_shared_nvidiactl_mappings_only():
     text = fixture("smaps_pinned.txt")
     assert procfs.pinned_bytes_from_smaps(text) == (2097152 + 2048) * 1024  # the private one is not pinned memory

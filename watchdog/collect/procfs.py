@@ -18,7 +18,7 @@ import resource
 import select
 import stat
 import threading
-from typing import Dict, Iterator, List, Literal, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Literal, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .. import redact
 from ..errors import ProcAccessDenied, ProcError, ProcessGone
@@ -1395,14 +1395,31 @@ def max_map_count() -> Optional[int]:
 _SHM_NAME = re.compile(r"^torch_(\d+)_")
 
 
-def shm_leftovers(pids, folder: str = "/dev/shm") -> Tuple[Tuple[str, int], ...]:
+# Seconds a /dev/shm file's ctime may precede the start of the process whose pid it names and
+# still be that process's: a start time computed from the boot time (whole seconds) and a clock
+# stepped meanwhile.
+SHM_START_SLACK_S = 2.0
+
+
+def shm_leftovers(
+    pids, folder: str = "/dev/shm", since: Optional[Mapping[int, float]] = None
+) -> Tuple[Tuple[str, int], ...]:
     """``(name, bytes)`` of the regular files in ``folder`` that PyTorch's ``file_system``
     sharing strategy created for one of ``pids`` (``torch_<pid>_<…>``, torch/csrc/CudaIPCTypes
     and libshm naming) and nobody removed. The bytes are the memory a file holds (allocated
     blocks, ``st_blocks × 512``), not its apparent size: a sparse file that was sized with
     ``ftruncate`` and never written holds nothing. Links are not followed (another user may
-    create such names in ``/dev/shm``). Empty when none or unreadable."""
-    return tuple((name, st.st_blocks * 512) for name, st in _torch_shm_files(pids, folder))
+    create such names in ``/dev/shm``). ``since`` maps a pid to when (Unix seconds) the first
+    process of the job with that pid started: a file of that pid last changed (``st_ctime``)
+    more than ``SHM_START_SLACK_S`` before was left by an earlier process the pid was reused
+    from, not by the job. Empty when none or unreadable."""
+    started = since or {}
+    out = []
+    for name, st in _torch_shm_files(pids, folder):
+        pid = int(name.split("_", 2)[1])  # torch_<pid>_…: _SHM_NAME matched it
+        if st.st_ctime >= started.get(pid, float("-inf")) - SHM_START_SLACK_S:
+            out.append((name, st.st_blocks * 512))
+    return tuple(out)
 
 
 def _torch_shm_files(pids, folder: str) -> List[Tuple[str, os.stat_result]]:

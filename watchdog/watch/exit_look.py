@@ -179,7 +179,7 @@ class JobTraces:
 
     def __init__(self, root_pid: int) -> None:
         self.root_pid = root_pid
-        self.seen_pids: Set[int] = set()
+        self.seen_pids: Dict[int, float] = {}  # pid -> the earliest start (Unix seconds) seen with it
         self.shm_managers: Set[ProcId] = set()
         self._memcg: Optional[cgroup.MemoryCgroup] = None
         self._oom_at_start: dict = {}  # memory cgroup folder -> its OOM kills when first seen
@@ -190,16 +190,21 @@ class JobTraces:
         self.note_task_limits(root_pid)
 
     def note(self, sample: Sample, memcg: Optional[cgroup.MemoryCgroup]) -> None:
-        """Remember the pids and ``torch_shm_manager`` daemons of ``sample`` (up to
-        ``MAX_SEEN_PIDS`` pids), and the memory cgroup ``memcg`` the sampler read for main: a
-        wrapper may move the job after it started, while a dying main (its memory gone, the
-        kernel about to move it out) is no news about its cgroup. A lean sample (NOTE [ Lean
-        ticks ] in watchdog/collect/read_plan.py) holds its full sample's processes and no
-        cgroup read: nothing new, and the limits are read again at the next full one."""
+        """Remember the pids (with the earliest start seen with each: a ``/dev/shm`` file of a
+        pid older than that is an earlier process's, :func:`procfs.shm_leftovers`) and
+        ``torch_shm_manager`` daemons of ``sample`` (up to ``MAX_SEEN_PIDS`` pids), and the
+        memory cgroup ``memcg`` the sampler read for main: a wrapper may move the job after it
+        started, while a dying main (its memory gone, the kernel about to move it out) is no news
+        about its cgroup. A lean sample (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py)
+        holds its full sample's processes and no cgroup read: nothing new, and the limits are
+        read again at the next full one."""
         if sample.lean:
             return
         if len(self.seen_pids) < MAX_SEEN_PIDS:
-            self.seen_pids.update(p.pid for p in sample.processes)
+            seen = self.seen_pids
+            for p in sample.processes:
+                if p.create_time < seen.get(p.pid, float("inf")):
+                    seen[p.pid] = p.create_time
             self.shm_managers.update(
                 p.ident for p in sample.processes if any("torch_shm_manager" in a for a in p.cmdline[:1])
             )
@@ -253,8 +258,8 @@ class JobTraces:
             time.sleep(0.1)
         alive = [m.pid for m in self.shm_managers if act.same_process(m)]
         if not alive:
-            return procfs.shm_leftovers(self.seen_pids | {self.root_pid})
-        if procfs.shm_leftovers(self.seen_pids):
+            return procfs.shm_leftovers(set(self.seen_pids) | {self.root_pid}, since=self.seen_pids)
+        if procfs.shm_leftovers(self.seen_pids, since=self.seen_pids):
             log(
                 f"torch_shm_manager pid(s) {', '.join(map(str, alive))} still running: "
                 "they may still remove the job's /dev/shm files"
