@@ -1196,7 +1196,7 @@ def shm_held(pids, folder: str = "/dev/shm", limit: int = 4096) -> int:
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
-    for _name, st in _torch_shm_files(pids, folder):
+    for _name, _pid, st in _torch_shm_files(pids, folder):
         if (st.st_dev, st.st_ino) not in seen:
             seen.add((st.st_dev, st.st_ino))
             total += st.st_blocks * 512
@@ -1415,15 +1415,14 @@ def shm_leftovers(
     from, not by the job. Empty when none or unreadable."""
     started = since or {}
     out = []
-    for name, st in _torch_shm_files(pids, folder):
-        pid = int(name.split("_", 2)[1])  # torch_<pid>_…: _SHM_NAME matched it
+    for name, pid, st in _torch_shm_files(pids, folder):
         if st.st_ctime >= started.get(pid, float("-inf")) - SHM_START_SLACK_S:
             out.append((name, st.st_blocks * 512))
     return tuple(out)
 
 
-def _torch_shm_files(pids, folder: str) -> List[Tuple[str, os.stat_result]]:
-    """``(name, lstat)`` of the regular ``torch_<pid>_…`` files in ``folder`` of one of
+def _torch_shm_files(pids, folder: str) -> List[Tuple[str, int, os.stat_result]]:
+    """``(name, pid, lstat)`` of the regular ``torch_<pid>_…`` files in ``folder`` of one of
     ``pids``, by name; links are not followed. Empty when unreadable."""
     wanted = {str(p) for p in pids}
     try:
@@ -1439,7 +1438,7 @@ def _torch_shm_files(pids, folder: str) -> List[Tuple[str, os.stat_result]]:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                out.append((name, st))
+                out.append((name, int(m.group(1)), st))
     return out
 
 
