@@ -428,8 +428,8 @@ def test_ranks_sharing_a_reader_look_for_ended_processes_only_when_their_own_uns
 
 def test_a_look_for_ended_processes_looks_up_only_pids_no_rank_sampled_lately(tmp_path, monkeypatch):
     # The ranks of a job share one reader; each samples its own processes. At a look for
-    # processes that ended, a pid another rank sampled within two RETIRE_EVERY_S is alive
-    # (no /proc lookup); only the others are looked up, and the ended one's files go.
+    # processes that ended, a pid another rank sampled within SAMPLED_KEPT_S is alive (no /proc
+    # lookup); only the others are looked up, and the ended one's files go.
     for pid in (10, 20):
         (tmp_path / f"{pid}.json").write_text("{}")
     looked: list = []
@@ -441,6 +441,16 @@ def test_a_look_for_ended_processes_looks_up_only_pids_no_rank_sampled_lately(tm
     (tmp_path / "30.json").write_text("{}")  # a process that ended
     reader.read([10], forks=False)  # rank a, for its own pid 10: pid 20 was sampled by rank b
     assert looked == ["30"] and sorted(os.listdir(tmp_path)) == ["10.json", "20.json"]
+    # rank b's last full read 20 s ago (its looks come every warning_interval_s, 15 s by
+    # default): its pids are still alive; 61 s ago (a rank that ended): looked up again
+    t, pids = reader._sampled[20]
+    for age, lookups in ((20.0, []), (inside.SAMPLED_KEPT_S + 1, ["20"])):
+        reader._sampled[20] = (t - age, pids)
+        reader._retired_at = float("-inf")
+        looked.clear()
+        reader.read([10], forks=False)
+        assert looked == lookups
+    reader._sampled[20] = (t, pids)
     # a caller's own pids are those of its latest read only: its worker that ended is looked up
     # at once (workers recreated every epoch must not pile up)
     (tmp_path / "11.json").write_text("{}")

@@ -301,8 +301,8 @@ def test_a_stall_found_not_a_hang_is_said_once_then_only_when_its_reason_changes
     assert len(said) == 1 and "lock" in said[0]
 
 
-def test_a_tick_the_read_plan_skips_reads_nothing_and_the_next_one_is_taken():
-    # NOTE [ Lean ticks ]: while the loader delivers every other tick is skipped
+def test_a_tick_the_read_plan_skips_reads_nothing_and_the_next_is_taken_once_the_skip_span_is_over():
+    # NOTE [ Lean ticks ]: while the loader delivers, ticks within Cadence.skip_span_s of the last one taken are skipped
     from watchdog.collect.read_plan import ReadPlan
 
     w = _watcher()
@@ -310,8 +310,12 @@ def test_a_tick_the_read_plan_skips_reads_nothing_and_the_next_one_is_taken():
     taken = len(w.timeline)
     before = w.status()
     w._plan = ReadPlan(lean=True, inside=True, skip=True)
+    w._plan_state = dataclasses.replace(w._plan_state, skip_from=time.monotonic())
     w.step()
     assert len(w.timeline) == taken and w.status() is before  # nothing read, nothing refreshed
-    assert not w._plan.skip  # the one after a skipped tick is never skipped
+    assert w._plan.skip  # the next tick would come within 2.5 s of the last one taken: skipped too
+    w._plan_state = dataclasses.replace(w._plan_state, skip_from=time.monotonic() - 2.0)
+    w.step()
+    assert len(w.timeline) == taken and not w._plan.skip  # 3 s after the last taken: the next one is taken
     w.step()
     assert len(w.timeline) == taken + 1

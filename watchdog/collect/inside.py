@@ -152,6 +152,11 @@ RETIRED_KEPT = 256
 # the ranks of a job share: each look checks every pid of the folder that its caller did not
 # sample (the other ranks' and their workers').
 RETIRE_EVERY_S = 5.0
+# Seconds a caller's sampled pids count as alive after its full read (InsideReader._retire): a
+# rank reads fully at least every warning_interval_s (15 s by default) while its loader delivers
+# (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py); a rank that ended reads no more, and
+# its pids are looked up in /proc again once this has passed.
+SAMPLED_KEPT_S = 60.0
 
 
 # Nanoseconds by which a listing must follow the folder's mtime to be used again while the mtime
@@ -425,8 +430,8 @@ class InsideReader:
                 self._given = True
             if self.retire and self._retire_due(names, wanted, caller):
                 # alive: the pids each caller sampled for its latest full read (this one's now;
-                # a caller that has not read for two RETIRE_EVERY_S, a rank that ended, no more)
-                self._sampled = {k: v for k, v in self._sampled.items() if now - v[0] <= 2 * RETIRE_EVERY_S}
+                # a caller that has not read for SAMPLED_KEPT_S, a rank that ended, no more)
+                self._sampled = {k: v for k, v in self._sampled.items() if now - v[0] <= SAMPLED_KEPT_S}
                 kept = self._retire(names, set().union(*(v[1] for v in self._sampled.values())))
                 if len(kept) != len(names):
                     self._index(kept)

@@ -9,16 +9,20 @@ While the inside view shows the loader delivering (a batch or a sample counted a
 the next tick is lean (``ReadPlan.lean``: main's children, ``/dev/shm`` and the available
 memory; the last sample's processes kept while main has the same children, and main's loaders'
 counters first): a job that delivers is not hung, and what else may move (RSS, descriptors, a
-worker's state) waits for the next full sample. The tick after a lean one that delivered is
-skipped (``ReadPlan.skip``: nothing read, nothing judged; on a node of 8 ranks the lean ticks
-were most of what a rank cost between its looks), so while the loader keeps delivering every
-other tick is: a loader that stops, a worker born or gone, or memory that runs short is seen at
-most one tick later, and a stall is measured from the last tick that saw a batch, so never
-longer than it is. No tick is skipped after a full one: while memory is short, a process is
-young or one ended, the sampler takes no lean sample (:meth:`Sampler._lean`), and every tick
-is taken. A full sample comes at least every ``min(warning_interval_s, stall_timeout_s / 2)``,
-when a look for warnings is due, when main gained or lost a child (the sampler's own check),
-and at the first tick after one that delivered nothing, so a stall is measured on full ones.
+worker's state) waits for the next full sample. While the loader keeps delivering, a tick that
+would come less than ``Cadence.skip_span_s`` after the last tick taken is skipped
+(``ReadPlan.skip``: nothing read, nothing judged; on a node of 8 ranks the lean ticks were most
+of what a rank cost between its looks): ``min(stall_min_s / 4, 2.5 x interval_s)``, so at most
+two ticks in a row (2.5 s at the defaults), and a loader that stops is seen at most that span
+and one interval later, well within the shortest stall the rhythm rule examines
+(``stall_min_s``, NOTE [ Batch rhythm ] in ``watchdog/detect/progress.py``, whose p99 comes
+from the loader's own batch times, not from the ticks). A stall is measured from the last tick
+that saw a batch, so never longer than it is. No tick is skipped after one where the plan asked
+a lean sample and the sampler took a full one (memory short, a process young or ended, main's
+children changed: :meth:`Sampler._lean`): while that lasts every tick is taken. A full sample
+comes at least every ``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings
+is due, when main gained or lost a child (the sampler's own check), and at the first tick after
+one that delivered nothing, so a stall is measured on full ones.
 
 The thread-read cadence (NOTE [ Thread reads ] in ``watchdog/collect/sampler.py`` says what a
 thread read costs and what needs it): the next full sample reads no thread while a batch was counted
@@ -55,9 +59,11 @@ stall is measured from the last full sample that saw a worker move: never longer
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+from ..config import Config
 from ..types import BUSY_SHARE, Sample
 
 # NOTE [ Thread reads ]: while batches flow, threads are read only while the tree used this
@@ -78,8 +84,9 @@ class ReadPlan:
         threads: a full sample reads every process's threads (NOTE [ Thread reads ]).
         inside: the inside view is read with the sample (its loaders and fetches in the
             :class:`Sample`); an examination's samples read none.
-        skip: the tick reads and judges nothing (NOTE [ Lean ticks ]: the last tick was a
-            lean one at which the loader delivered); the next one follows :func:`after_skip`.
+        skip: the tick reads and judges nothing (NOTE [ Lean ticks ]: the loader delivered at
+            the last tick taken, less than ``Cadence.skip_span_s`` before it); the next one
+            follows :func:`after_skip`.
     """
 
     lean: bool = False
@@ -94,22 +101,37 @@ PROCESSES = ReadPlan()
 FULL_TICK = ReadPlan(inside=True)
 
 
+# NOTE [ Lean ticks ]: while the loader delivers, ticks are skipped within this many intervals
+# of the last one taken (two in a row), and within a quarter of stall_min_s.
+SKIP_SPAN_INTERVALS = 2.5
+
+
 @dataclass(frozen=True)
 class Cadence:
     """The settings the plan follows, in seconds: ``interval_s`` between ticks,
     ``full_every_s`` at most between full samples (``min(warning_interval_s, stall_timeout_s /
     2)``), ``look_every_s`` between looks for warnings (``warning_interval_s``, taken on full
-    samples), ``threads_every_s`` at most between thread reads (``stall_timeout_s / 4``)."""
+    samples), ``threads_every_s`` at most between thread reads (``stall_timeout_s / 4``),
+    ``skip_span_s`` after the last tick taken within which a tick is skipped while the loader
+    delivers (``min(stall_min_s / 4, SKIP_SPAN_INTERVALS x interval_s)``, NOTE [ Lean ticks ])."""
 
     interval_s: float
     full_every_s: float
     look_every_s: float
     threads_every_s: float
+    skip_span_s: float = 0.0
 
     @classmethod
-    def of(cls, interval_s: float, warning_interval_s: float, stall_timeout_s: float) -> "Cadence":
+    def of(cls, interval_s: float, warning_interval_s: float, stall_timeout_s: float, stall_min_s: float) -> "Cadence":
         """The cadence of a watcher with these settings (seconds)."""
-        return cls(interval_s, min(warning_interval_s, stall_timeout_s / 2), warning_interval_s, stall_timeout_s / 4)
+        full_every_s = min(warning_interval_s, stall_timeout_s / 2)
+        skip_span_s = min(stall_min_s / 4, SKIP_SPAN_INTERVALS * interval_s)
+        return cls(interval_s, full_every_s, warning_interval_s, stall_timeout_s / 4, skip_span_s)
+
+    @classmethod
+    def for_config(cls, config: Config) -> "Cadence":
+        """The cadence of a watcher with ``config``'s settings."""
+        return cls.of(config.interval_s, config.warning_interval_s, config.stall_timeout_s, config.stall_min_s)
 
 
 @dataclass(frozen=True)
@@ -117,14 +139,17 @@ class PlanState:
     """What the plan remembers: when (``time.monotonic()`` seconds) the last full sample and
     the last thread read were taken, that full sample, whether the tree used
     ``THREADS_CPU_SHARE`` or more of its usable CPUs between the last two full samples
-    (``True`` when not known), and whether a DataLoader worker of a sample without the inside
-    view moved between them (:func:`workers_moved`; ``False`` when not known)."""
+    (``True`` when not known), whether a DataLoader worker of a sample without the inside
+    view moved between them (:func:`workers_moved`; ``False`` when not known), and when the
+    last sample was taken that a skipped tick may follow (``None``: the plan asked a lean sample
+    and the sampler took a full one, NOTE [ Lean ticks ])."""
 
     full_at: float = float("-inf")
     threads_at: float = float("-inf")
     last_full: Optional[Sample] = None
     cpu_busy: bool = True
     workers_moved: bool = False
+    skip_from: Optional[float] = None
 
 
 def cpu_share(before: Sample, after: Sample, usable_cpus: float) -> Optional[float]:
@@ -169,12 +194,14 @@ def usable_cpus(sample: Sample, host_cpus: int) -> float:
     return min(limits or [float(host_cpus)])
 
 
-def after_sample(state: PlanState, sample: Sample, host_cpus: int) -> PlanState:
-    """``state`` with ``sample`` taken: a lean one changes nothing; a full one is the new
-    ``last_full`` (with its thread read dated), and ``cpu_busy`` is judged between it and the
-    last full one (:func:`cpu_share`)."""
+def after_sample(state: PlanState, sample: Sample, host_cpus: int, plan: ReadPlan = FULL_TICK) -> PlanState:
+    """``state`` with ``sample`` taken by ``plan``: a lean one is dated (``skip_from``); a full
+    one is the new ``last_full`` (with its thread read dated), and ``cpu_busy`` is judged
+    between it and the last full one (:func:`cpu_share`); a full one where ``plan`` asked a lean
+    one dates no ``skip_from``."""
+    skip_from = None if plan.lean and not sample.lean else sample.t_mono
     if sample.lean:
-        return state
+        return dataclasses.replace(state, skip_from=skip_from)
     busy, moved = True, False
     if state.last_full is not None and sample.main is not None:
         share = cpu_share(state.last_full, sample, usable_cpus(sample, host_cpus))
@@ -186,17 +213,16 @@ def after_sample(state: PlanState, sample: Sample, host_cpus: int) -> PlanState:
         last_full=sample,
         cpu_busy=busy,
         workers_moved=moved,
+        skip_from=skip_from,
     )
 
 
-def next_plan(
-    state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float, after_lean: bool = False
-) -> ReadPlan:
+def next_plan(state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float) -> ReadPlan:
     """The plan of the tick after the one at ``t_mono`` (seconds), which ``delivered`` (a batch
-    or a sample counted at it) or not, and was lean (``after_lean``: its sample was one) or not;
-    ``last_look`` is when warnings were last looked for (a look due at the next tick needs a
-    full sample). A tick that would be lean after a lean one that delivered is skipped (NOTE [
-    Lean ticks ], NOTE [ Thread reads ])."""
+    or a sample counted at it) or not; ``last_look`` is when warnings were last looked for (a
+    look due at the next tick needs a full sample). A tick that would be lean while the loader
+    delivers, within ``cadence.skip_span_s`` of ``state.skip_from``, is skipped (NOTE [ Lean
+    ticks ], NOTE [ Thread reads ])."""
     next_t = t_mono + cadence.interval_s  # about when the next tick samples
     lean = (
         (delivered or state.workers_moved)
@@ -210,10 +236,11 @@ def next_plan(
         threads = threads_due or (state.cpu_busy and next_t - last_look >= cadence.look_every_s)
     else:
         threads = True
-    return ReadPlan(lean=lean, threads=threads, inside=True, skip=lean and delivered and after_lean)
+    skip = lean and delivered and state.skip_from is not None and next_t - state.skip_from < cadence.skip_span_s
+    return ReadPlan(lean=lean, threads=threads, inside=True, skip=skip)
 
 
 def after_skip(state: PlanState, cadence: Cadence, t_mono: float, last_look: float) -> ReadPlan:
-    """The plan of the tick after one skipped at ``t_mono`` (seconds): as after the tick
-    before it, which delivered, but never skipped (NOTE [ Lean ticks ])."""
+    """The plan of the tick after one skipped at ``t_mono`` (seconds): as after the last tick
+    taken, which delivered (NOTE [ Lean ticks ])."""
     return next_plan(state, cadence, t_mono, True, last_look)

@@ -42,8 +42,8 @@ _RANK_DISCOVERY_S = 30.0
 # only every this many ticks.
 _JOB_SAMPLE_EVERY = 5
 # The job-level sample takes a rank's processes from the rank's own latest sample when that is at
-# most this many intervals old (NodeLoop._borrow): while batches flow a rank takes every other
-# tick (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py), so its latest is up to 2 old.
+# most this many intervals old (NodeLoop._borrow): while batches flow a rank skips at most two
+# ticks in a row (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py), so its latest is up to 3 old.
 _BORROW_AGE_TICKS = 4
 # Seconds the job's loop waits for the ranks' ticks of one round (_RankStepper) before it goes
 # on without the rank whose tick has not returned (a read of /proc blocked in the kernel).

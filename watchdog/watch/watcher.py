@@ -112,7 +112,7 @@ class Watcher:
         self._stall_s: Optional[float] = None  # seconds since the loader path moved, at the last tick
         self.loader_seen = LoaderWitness(job.inside is not None and job.inside.folder is not None)
         self._errors_logged: Set[str] = set()
-        self._cadence = read_plan.Cadence.of(config.interval_s, config.warning_interval_s, config.stall_timeout_s)
+        self._cadence = read_plan.Cadence.for_config(config)
         self._plan = read_plan.FULL_TICK
         self._plan_state = read_plan.PlanState()
         self._last_look = time.monotonic()  # when warnings were last looked for
@@ -204,8 +204,8 @@ class Watcher:
 
     def _tick(self) -> None:
         sample = self.sampler.sample(self._plan)
+        self._plan_state = read_plan.after_sample(self._plan_state, sample, self.host_cpus, self._plan)
         self._plan = read_plan.FULL_TICK
-        self._plan_state = read_plan.after_sample(self._plan_state, sample, self.host_cpus)
         main = sample.main
         if main is None:
             return
@@ -220,7 +220,7 @@ class Watcher:
         self._judge(sample, view)
         delivered = bool(sample.loaders) and self.tracker.last_batch_mono == sample.t_mono
         look = self._last_look  # after the judging: a look for warnings made at this tick is not due at the next
-        self._plan = read_plan.next_plan(self._plan_state, self._cadence, sample.t_mono, delivered, look, sample.lean)
+        self._plan = read_plan.next_plan(self._plan_state, self._cadence, sample.t_mono, delivered, look)
 
     def _judge(self, sample: Sample, view: InsideView) -> None:
         """Measure the stall at ``sample`` (the tracker has it) and examine it when due, or look
