@@ -733,6 +733,10 @@ class Sample:
     # after a check that main's children did not change (NOTE [ Lean ticks ] in
     # watchdog/collect/read_plan.py).
     lean: bool = False
+    # Whether the sampler may take a lean sample after this one: no process of the tree ended
+    # at its walk, none is young (its role may still change) and memory is not short; a lean
+    # sample's is ``True``. No tick is skipped after a sample without (NOTE [ Lean ticks ]).
+    may_lean: bool = False
     # The inside view read with this sample (its loaders and fetches are the fields above), or
     # ``None`` when none was read (an examination's samples; no recorder). Equal views of
     # consecutive samples are one object.

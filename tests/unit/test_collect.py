@@ -754,6 +754,7 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
             first = s.sample()
         again = s.sample(LEAN)
         assert again.lean and again.processes is first.processes and again.t_mono > first.t_mono
+        assert first.may_lean and again.may_lean  # NOTE [ Lean ticks ]: a tick after them may be skipped
         os.kill(proc.pid, signal.SIGUSR1)
         deadline = time.monotonic() + 10
         while len(procfs.thread_children(proc.pid, proc.pid)) < 2 and time.monotonic() < deadline:
@@ -768,6 +769,8 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
             time.sleep(0.01)
         gone = s.sample(LEAN)
         assert not gone.lean and len(gone.processes) == 2, gone.processes
+        # a child ended at that walk: no lean sample may follow it, and none does
+        assert not gone.may_lean and not s.sample(LEAN).lean
 
 
 def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children():

@@ -22,7 +22,8 @@ def _at(t: float, cpu_each: float, lean: bool = False, threads: bool = True, ins
         [proc(10, ROLE_MAIN, [thread(10)], cpu=cpu_each, cpu_affinity=2)]
         + [proc(p, ROLE_WORKER, [thread(p)], "fork", cpu=cpu_each, read_chars=io) for p in (11, 12)],
     )
-    return dataclasses.replace(s, lean=lean, threads_read=threads, loaders=(loader_view(10),) if inside else ())
+    loaders = (loader_view(10),) if inside else ()
+    return dataclasses.replace(s, lean=lean, threads_read=threads, loaders=loaders, may_lean=True)
 
 
 def test_the_cadence_follows_the_settings():
@@ -56,6 +57,9 @@ def test_while_the_loader_delivers_ticks_within_the_skip_span_are_skipped_and_no
     # the plan asked a lean one, the sampler took a full one (memory short, a young process, one ended)
     forced = after_sample(state, _at(1.0, 0.0), 64, plan=after)
     assert forced.skip_from is None and not next_plan(forced, CADENCE, 1.0, delivered=True, last_look=0.0).skip
+    # a full one the plan asked for, that no lean one may follow (memory short, a process young or ended)
+    unsettled = after_sample(state, dataclasses.replace(_at(1.0, 0.0), may_lean=False), 64)
+    assert unsettled.skip_from is None and not next_plan(unsettled, CADENCE, 1.0, delivered=True, last_look=0.0).skip
     assert not next_plan(state, CADENCE, 0.0, delivered=False, last_look=0.0).skip  # no batch
     assert not next_plan(state, CADENCE, 29.5, delivered=True, last_look=29.5).skip  # full due
     assert not next_plan(state, CADENCE, 0.0, delivered=True, last_look=-29.5).skip  # a look

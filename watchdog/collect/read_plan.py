@@ -18,8 +18,9 @@ and one interval later, well within the shortest stall the rhythm rule examines
 (``stall_min_s``, NOTE [ Batch rhythm ] in ``watchdog/detect/progress.py``, whose p99 comes
 from the loader's own batch times, not from the ticks). A stall is measured from the last tick
 that saw a batch, so never longer than it is. No tick is skipped after one where the plan asked
-a lean sample and the sampler took a full one (memory short, a process young or ended, main's
-children changed: :meth:`Sampler._lean`): while that lasts every tick is taken. A full sample
+a lean sample and the sampler took a full one (main's children changed: :meth:`Sampler._lean`),
+nor after a full one that no lean sample may follow (``Sample.may_lean``: memory short, a
+process young or ended at its walk): while that lasts every tick is taken. A full sample
 comes at least every ``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings
 is due, when main gained or lost a child (the sampler's own check), and at the first tick after
 one that delivered nothing, so a stall is measured on full ones.
@@ -142,7 +143,7 @@ class PlanState:
     (``True`` when not known), whether a DataLoader worker of a sample without the inside
     view moved between them (:func:`workers_moved`; ``False`` when not known), and when the
     last sample was taken that a skipped tick may follow (``None``: the plan asked a lean sample
-    and the sampler took a full one, NOTE [ Lean ticks ])."""
+    and the sampler took a full one, or no lean one may follow it, NOTE [ Lean ticks ])."""
 
     full_at: float = float("-inf")
     threads_at: float = float("-inf")
@@ -198,8 +199,8 @@ def after_sample(state: PlanState, sample: Sample, host_cpus: int, plan: ReadPla
     """``state`` with ``sample`` taken by ``plan``: a lean one is dated (``skip_from``); a full
     one is the new ``last_full`` (with its thread read dated), and ``cpu_busy`` is judged
     between it and the last full one (:func:`cpu_share`); a full one where ``plan`` asked a lean
-    one dates no ``skip_from``."""
-    skip_from = None if plan.lean and not sample.lean else sample.t_mono
+    one, or one that no lean sample may follow (:attr:`Sample.may_lean`), dates no ``skip_from``."""
+    skip_from = sample.t_mono if sample.may_lean and not (plan.lean and not sample.lean) else None
     if sample.lean:
         return dataclasses.replace(state, skip_from=skip_from)
     busy, moved = True, False

@@ -364,13 +364,14 @@ class Sampler:
         ticks ] in watchdog/collect/read_plan.py).
 
         ``None`` when a full sample is needed: main's main thread has a child the last walk did
-        not see, or lost one since the first lean sample after that walk; a process is young
-        (its role may still change); a process of the tree ended at the last walk; memory is
-        short (:func:`memory_short`, at the last full sample or now: its readings must be
-        fresh). The memory cgroup's figures are the last full sample's."""
+        not see, or lost one since the first lean sample after that walk; the last full sample
+        may not be followed by a lean one (:attr:`Sample.may_lean`: a process young, its role
+        may still change; one ended at that walk; memory short); memory is short now
+        (:func:`memory_short`: its readings must be fresh). The memory cgroup's figures are the
+        last full sample's."""
         last = self._last_sample
         main = last.main if last is not None else None
-        if last is None or main is None or self._lost or self._short:
+        if last is None or main is None or not last.may_lean:  # ended, young, or memory short
             return None
         known = self._kids.get(main.ident)
         kids = set(procfs.thread_children(main.pid, main.pid))
@@ -380,10 +381,6 @@ class Sampler:
             self._lean_kids = kids
         elif kids != self._lean_kids:
             return None  # a child went
-        for p in last.processes:
-            facts = self._facts.get(p.ident)
-            if facts is None or not facts.settled:
-                return None  # young: its role may still change
         shm = self.node.shm(main.pid)
         host = (
             last.host
@@ -402,6 +399,7 @@ class Sampler:
             threads_read=last.threads_read,
             exits=self.exits,
             lean=True,
+            may_lean=True,
         )
 
     def _sample(self, threads: bool = True) -> Sample:
@@ -432,7 +430,9 @@ class Sampler:
         self._last_t, self._last_wall = t_mono, wall
         host = host_sample(main.pid if main else None, self.memory_cgroup, self.node)
         self._short = memory_short(host)
-        return Sample(t_mono=t_mono, wall=wall, processes=processes, host=host, threads_read=threads, exits=self.exits)
+        settled = all(getattr(self._facts.get(p.ident), "settled", False) for p in processes)
+        may_lean = settled and not self._lost and not self._short
+        return Sample(t_mono, wall, processes, host, threads_read=threads, exits=self.exits, may_lean=may_lean)
 
     def _record_exits(self, ended: Set[ProcId], t_mono: float, wall: float) -> None:
         """Add an :class:`ExitRecord` for each process of ``ended`` (alive at the last sample,
