@@ -364,7 +364,7 @@ def test_the_rank_whose_loader_stalled_is_first_by_cause_and_a_launchers_row_nev
     assert code == 1 and table_code == 1, err
     verdict = doc["verdict"]
     assert verdict.startswith("rank 3 on n0 stalled first by cause ("), verdict  # the old code: "the job on n0"
-    assert "the others within 2 s" in verdict and "its DataLoader hang was reported (worker_stuck)" in verdict
+    assert "the others within 3 s" in verdict and "its DataLoader hang was reported (worker_stuck)" in verdict
     assert "ranks 0, 1 on n1, rank 2 on n0 wait outside their DataLoader" in verdict, verdict
     assert verdict.endswith("its report: n0:/r/20261202T050003Z-n0-9-rank3"), verdict
     assert doc["first"] == {"node": "n0", "rank": "3"} and doc["tied"] == []
@@ -408,16 +408,16 @@ def test_ranks_that_no_cause_tells_apart_within_a_second_are_a_tie(capsys):
         code, doc, err = _json_cmd(url, capsys)
     assert code == 1, err
     assert doc["first"] is None and doc["tied"] == [{"node": "n1", "rank": "2"}, {"node": "n0", "rank": "1"}]
-    assert doc["verdict"].startswith("a tie: rank 2 on n1, rank 1 on n0 stopped within 2 s of each other"), doc
+    assert doc["verdict"].startswith("a tie: rank 2 on n1, rank 1 on n0 stopped within 3 s of each other"), doc
     assert "each with its DataLoader stalled" in doc["verdict"] and "then rank 3 on n1" in doc["verdict"]
     outside = [RankRow("n0", str(i), str(i), "j", "n0:9400", True, 1000.0 + i / 4, 99.0, 1.0, 0.0, 5.0) for i in (0, 1)]
     verdict = judge([replace(r, waiting_for_batch=False) for r in outside])
-    assert verdict.first is None and verdict.line.startswith("a tie: ranks 0, 1 on n0 stopped within 2 s")
+    assert verdict.first is None and verdict.line.startswith("a tie: ranks 0, 1 on n0 stopped within 3 s")
     assert "each waiting outside its DataLoader" in verdict.line
     jobs = judge([replace(r, rank="", node=f"n{r.local_rank}", instance=f"n{r.local_rank}:9400") for r in outside])
-    assert jobs.line.startswith("a tie: the job on n0, the job on n1 stopped within 2 s"), jobs.line
-    apart = judge([outside[0], replace(outside[1], last_progress=1003.0)])  # 3 s apart: time decides
-    assert apart.first is outside[0] and "3 s before any other rank" in apart.line
+    assert jobs.line.startswith("a tie: the job on n0, the job on n1 stopped within 3 s"), jobs.line
+    apart = judge([outside[0], replace(outside[1], last_progress=1004.0)])  # 4 s apart: time decides
+    assert apart.first is outside[0] and "4 s before any other rank" in apart.line
 
 
 def test_a_launchers_stale_row_alone_is_nothing_stalled(capsys):

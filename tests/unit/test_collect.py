@@ -773,6 +773,33 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
         assert not gone.may_lean and not s.sample(LEAN).lean
 
 
+def test_a_child_that_ended_between_the_walk_and_the_first_lean_sample_makes_that_one_full():
+    # The first lean sample after a walk has no children of its own to compare with: a child of
+    # the walk that main no longer has is looked up, and one reaped since makes it a full sample
+    # (else lean ticks would show the ended worker until the next look, 15 s by default).
+    import signal
+
+    script = (
+        "import os, signal, time\n"
+        "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
+        "signal.signal(signal.SIGUSR2, lambda *_: (os.kill(kid, 9), os.waitpid(kid, 0)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with _sampled_job(script) as (proc, s):
+        deadline = time.monotonic() + 10
+        first = s.sample()
+        while len(first.processes) < 2 and time.monotonic() < deadline:
+            first = s.sample()
+        assert len(first.processes) == 2 and first.may_lean
+        os.kill(proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while procfs.thread_children(proc.pid, proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = s.sample(LEAN)
+        assert not after.lean and len(after.processes) == 1, after.processes
+
+
 def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children():
     # NOTE [ Thread reads ]: a real main with one forked child; a sample with threads=False has
     # both processes, no thread of either, and says so; the next one with threads reads them.

@@ -153,9 +153,10 @@ RETIRED_KEPT = 256
 # sample (the other ranks' and their workers').
 RETIRE_EVERY_S = 5.0
 # Seconds a caller's sampled pids count as alive after its full read (InsideReader._retire): a
-# rank reads fully at least every warning_interval_s (15 s by default) while its loader delivers
-# (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py); a rank that ended reads no more, and
-# its pids are looked up in /proc again once this has passed.
+# rank reads fully at least every min(warning_interval_s, stall_timeout_s / 2), 15 s by default,
+# while its loader delivers (NOTE [ Lean ticks ] in watchdog/collect/read_plan.py; longer
+# settings only cost lookups); a rank that ended reads no more, and its pids are looked up in
+# /proc again once this has passed.
 SAMPLED_KEPT_S = 60.0
 
 
@@ -533,7 +534,7 @@ class InsideReader:
         (``.bin``: the job's main, read again after it ends) into ``_retired`` and remove their
         files, so that a job that starts workers all week long costs each tick what its live
         processes cost. ``live`` are the pids each caller sampled alive for its latest full
-        read (the ranks of a job share this reader, each reads its own every few seconds): not
+        read (the ranks of a job share this reader, each reads its own every 15 s or so): not
         looked up again; one of another rank's that ended since is retired at a look after
         that rank's next read. Also forgets the job's pids (:attr:`_job`) that no caller
         sampled lately and that have no files, and what is kept of pids without files. Returns

@@ -18,7 +18,8 @@ and one interval later, well within the shortest stall the rhythm rule examines
 (``stall_min_s``, NOTE [ Batch rhythm ] in ``watchdog/detect/progress.py``, whose p99 comes
 from the loader's own batch times, not from the ticks). A stall is measured from the last tick
 that saw a batch, so never longer than it is. No tick is skipped after one where the plan asked
-a lean sample and the sampler took a full one (main's children changed: :meth:`Sampler._lean`),
+a lean sample and the sampler took a full one (main's children changed, memory short now:
+:meth:`Sampler._lean`),
 nor after a full one that no lean sample may follow (``Sample.may_lean``: memory short, a
 process young or ended at its walk): while that lasts every tick is taken. A full sample
 comes at least every ``min(warning_interval_s, stall_timeout_s / 2)``, when a look for warnings
@@ -219,11 +220,12 @@ def after_sample(state: PlanState, sample: Sample, host_cpus: int, plan: ReadPla
 
 
 def next_plan(state: PlanState, cadence: Cadence, t_mono: float, delivered: bool, last_look: float) -> ReadPlan:
-    """The plan of the tick after the one at ``t_mono`` (seconds), which ``delivered`` (a batch
-    or a sample counted at it) or not; ``last_look`` is when warnings were last looked for (a
-    look due at the next tick needs a full sample). A tick that would be lean while the loader
-    delivers, within ``cadence.skip_span_s`` of ``state.skip_from``, is skipped (NOTE [ Lean
-    ticks ], NOTE [ Thread reads ])."""
+    """The plan of the tick after the one that ended at ``t_mono`` (seconds: a slow tick's
+    next one comes later), which ``delivered`` (a batch or a sample counted at it) or not;
+    ``last_look`` is when warnings were last looked for (a look due at the next tick needs a
+    full sample). A tick that would be lean while the loader delivers, within
+    ``cadence.skip_span_s`` of ``state.skip_from``, is skipped (NOTE [ Lean ticks ], NOTE [
+    Thread reads ])."""
     next_t = t_mono + cadence.interval_s  # about when the next tick samples
     lean = (
         (delivered or state.workers_moved)

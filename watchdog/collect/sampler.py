@@ -33,11 +33,8 @@ Documentation/filesystems/proc.rst):
 * USS/PSS and private dirty memory (``smaps_rollup``, milliseconds on a torch process: the
   kernel walks its page tables), the map count and the mapped data files: when, decided by
   :func:`watchdog.collect.memory_plan.due` from the last reads.
-* Lean samples (NOTE [ Lean ticks ] in ``watchdog/collect/read_plan.py``): while the inside
-  view shows the loader delivering, the read plan asks for a lean one (``ReadPlan.lean``):
-  three reads (main's main thread's children, ``/dev/shm``, the host's available memory) and
-  the last sample's processes again, the same objects; a full sample when main's children
-  changed.
+* Lean samples (NOTE [ Lean ticks ] in ``watchdog/collect/read_plan.py``): three reads (main's
+  main thread's children, ``/dev/shm``, the available memory), the last processes again.
 * The inside view (``ReadPlan.inside``): every process's records at a full sample, main's
   counters first at a lean one; the processes borrowed from the ranks' samplers are not read
   again (``NodeShare``).
@@ -342,7 +339,7 @@ class Sampler:
         if quick is not None:
             self._last_sample = sample = quick
         else:
-            self._lean_kids = None
+            self._lean_kids = self._last_sample = None  # none lean after a walk that raised
             self._last_sample = sample = self._sample(plan.threads)
             if not plan.threads:
                 # the thread reader's children are those of its last read: the next walk with
@@ -364,11 +361,10 @@ class Sampler:
         ticks ] in watchdog/collect/read_plan.py).
 
         ``None`` when a full sample is needed: main's main thread has a child the last walk did
-        not see, or lost one since the first lean sample after that walk; the last full sample
-        may not be followed by a lean one (:attr:`Sample.may_lean`: a process young, its role
-        may still change; one ended at that walk; memory short); memory is short now
-        (:func:`memory_short`: its readings must be fresh). The memory cgroup's figures are the
-        last full sample's."""
+        not see, or lost one since the first lean sample after that walk; a child of the walk's
+        that main's main thread has not is gone or a zombie (it ended before that first lean
+        sample); no lean sample may follow the last full one (:attr:`Sample.may_lean`); memory
+        is short now (:func:`memory_short`). The memory cgroup's figures are the last full sample's."""
         last = self._last_sample
         main = last.main if last is not None else None
         if last is None or main is None or not last.may_lean:  # ended, young, or memory short
@@ -378,6 +374,9 @@ class Sampler:
         if known is None or not kids <= set(known):
             return None  # a child the last walk did not see
         if self._lean_kids is None:
+            stats = [procfs.proc_stat(pid) for pid in set(known) - kids]  # another thread's child, or gone?
+            if any(st is None or st.ppid != main.pid or st.state in ("Z", "X") for st in stats):
+                return None
             self._lean_kids = kids
         elif kids != self._lean_kids:
             return None  # a child went

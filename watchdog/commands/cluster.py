@@ -81,9 +81,9 @@ MAX_SERIES = 20_000
 MAX_CELL_CHARS = 120
 # Ranks whose last progress lies within this many seconds of each other, in the same cause class,
 # are a tie: a sidecar dates a rank's last batch at the first tick that counted it, and while
-# batches flow it takes every other tick of its interval_s (1 s: NOTE [ Lean ticks ] in
+# batches flow it takes one tick of three of its interval_s (1 s: NOTE [ Lean ticks ] in
 # watchdog/collect/read_plan.py), so a smaller lead says nothing.
-TIE_S = 2.0
+TIE_S = 3.0
 # The most ranks the verdict names one by one (the table lists them all).
 MAX_NAMED = 8
 # Causes (NOTE [ Which rank stalled first ]), in the order the first to stall is sought.

@@ -220,7 +220,7 @@ class Watcher:
         self._judge(sample, view)
         delivered = bool(sample.loaders) and self.tracker.last_batch_mono == sample.t_mono
         look = self._last_look  # after the judging: a look for warnings made at this tick is not due at the next
-        self._plan = read_plan.next_plan(self._plan_state, self._cadence, sample.t_mono, delivered, look)
+        self._plan = read_plan.next_plan(self._plan_state, self._cadence, time.monotonic(), delivered, look)
 
     def _judge(self, sample: Sample, view: InsideView) -> None:
         """Measure the stall at ``sample`` (the tracker has it) and examine it when due, or look
