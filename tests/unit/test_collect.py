@@ -732,6 +732,26 @@ def _sampled_job(script: str):
         proc.wait()
 
 
+# A main that forks one child, and kills and reaps it on SIGUSR2.
+_ONE_CHILD = (
+    "import os, signal, time\n"
+    "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
+    "signal.signal(signal.SIGUSR2, lambda *_: (os.kill(kid, 9), os.waitpid(kid, 0)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _with_processes(s, count: int):
+    """The first sample of ``s`` (a :class:`Sampler`) that holds ``count`` processes, within 10 s
+    (the last one taken when none does)."""
+    deadline = time.monotonic() + 10
+    first = s.sample()
+    while len(first.processes) < count and time.monotonic() < deadline:
+        first = s.sample()
+    return first
+
+
 def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(tmp_path):
     # A real main that forks one child, then another on a signal, and reaps its first on a
     # second signal: a lean sample reads main's children only, and a child it did not know, or
@@ -747,11 +767,8 @@ def test_a_lean_sample_is_the_last_one_again_until_main_forks_or_loses_a_child(t
         "time.sleep(60)\n"
     )
     with _sampled_job(script) as (proc, s):
-        first = s.sample(LEAN)  # no sample before: a full one
-        assert not first.lean and {p.pid for p in first.processes} >= {proc.pid}
-        deadline = time.monotonic() + 10
-        while len(first.processes) < 2 and time.monotonic() < deadline:
-            first = s.sample()
+        assert not s.sample(LEAN).lean  # no sample before: a full one
+        first = _with_processes(s, 2)
         again = s.sample(LEAN)
         assert again.lean and again.processes is first.processes and again.t_mono > first.t_mono
         assert first.may_lean and again.may_lean  # NOTE [ Lean ticks ]: a tick after them may be skipped
@@ -779,18 +796,8 @@ def test_a_child_that_ended_between_the_walk_and_the_first_lean_sample_makes_tha
     # (else lean ticks would show the ended worker until the next look, 15 s by default).
     import signal
 
-    script = (
-        "import os, signal, time\n"
-        "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
-        "signal.signal(signal.SIGUSR2, lambda *_: (os.kill(kid, 9), os.waitpid(kid, 0)))\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    with _sampled_job(script) as (proc, s):
-        deadline = time.monotonic() + 10
-        first = s.sample()
-        while len(first.processes) < 2 and time.monotonic() < deadline:
-            first = s.sample()
+    with _sampled_job(_ONE_CHILD) as (proc, s):
+        first = _with_processes(s, 2)
         assert len(first.processes) == 2 and first.may_lean
         os.kill(proc.pid, signal.SIGUSR2)
         deadline = time.monotonic() + 10
@@ -803,17 +810,8 @@ def test_a_child_that_ended_between_the_walk_and_the_first_lean_sample_makes_tha
 def test_a_full_sample_without_threads_reads_none_and_still_finds_the_children():
     # NOTE [ Thread reads ]: a real main with one forked child; a sample with threads=False has
     # both processes, no thread of either, and says so; the next one with threads reads them.
-    script = (
-        "import os, time\n"
-        "kid = os.fork() or (time.sleep(60), os._exit(0))\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    with _sampled_job(script) as (_proc, s):
-        deadline = time.monotonic() + 10
-        first = s.sample()
-        while len(first.processes) < 2 and time.monotonic() < deadline:
-            first = s.sample()
+    with _sampled_job(_ONE_CHILD) as (_proc, s):
+        first = _with_processes(s, 2)
         assert first.threads_read and first.main.threads  # main's (the child is no worker: not read)
         bare = s.sample(NO_THREADS)
         assert not bare.threads_read and len(bare.processes) == 2 and all(p.threads == () for p in bare.processes)
